@@ -1,0 +1,202 @@
+//! The daemon's configuration: one struct, every default written once here.
+//!
+//! Layering, lowest to highest: built-in defaults, a TOML file (`--config`), `YUED_*`
+//! environment variables (the upper-cased field name, e.g. `YUED_PORT=9000`), then
+//! command-line flags, which the daemon applies last through [`Config::set`].
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ConfigError {
+    #[error("{path}: {message}")]
+    File { path: PathBuf, message: String },
+    #[error("{key}: {message}")]
+    Value { key: String, message: String },
+}
+
+/// Everything `yued serve` can be told.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Listen address.
+    pub host: String,
+    /// Listen port.
+    pub port: u16,
+    /// Where the demo model, the journal and the results live.
+    pub data_dir: PathBuf,
+    /// Backbone GGUF; empty = the tiny demo model in the data directory.
+    pub model: Option<PathBuf>,
+    /// VAE GGUF; empty = the demo VAE.
+    pub vae: Option<PathBuf>,
+    /// Compute device (`auto`, `CPU`, `CUDA0`, `Vulkan0`, ...).
+    pub device: String,
+    /// CPU threads for ggml (0 = every core).
+    pub threads: usize,
+    /// Largest `lm_batch_size` a request may ask for (one KV set each).
+    pub max_batch: u32,
+    /// KV cache length bound (0 = the model context).
+    pub max_seq: u32,
+    /// Keep every module resident (EVICT_NEVER) instead of one group at a time.
+    pub keep_loaded: bool,
+    /// Jobs admitted at once across routes, active work included.
+    pub admission_cap: usize,
+    /// VAE tile core frames.
+    pub vae_core: u32,
+    /// VAE tile halo frames.
+    pub vae_halo: u32,
+    /// API keys; empty = no authentication.
+    pub api_keys: Vec<String>,
+    /// Largest accepted request body, in bytes.
+    pub max_body_bytes: usize,
+    /// Results expire after this many seconds.
+    pub result_ttl_secs: u64,
+    /// Results are evicted oldest first beyond this many bytes.
+    pub result_max_bytes: u64,
+    /// ... or beyond this many results.
+    pub result_max_count: usize,
+    /// `text` or `json` log lines.
+    pub log_format: String,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            host: "127.0.0.1".into(),
+            port: 8087,
+            data_dir: PathBuf::from("yued-data"),
+            model: None,
+            vae: None,
+            device: "auto".into(),
+            threads: 0,
+            max_batch: 1,
+            max_seq: 0,
+            keep_loaded: false,
+            admission_cap: 8,
+            vae_core: 512,
+            vae_halo: 16,
+            api_keys: vec![],
+            max_body_bytes: 4 << 20,
+            result_ttl_secs: 24 * 3600,
+            result_max_bytes: 10 << 30,
+            result_max_count: 256,
+            log_format: "text".into(),
+        }
+    }
+}
+
+const KEYS: &[&str] = &[
+    "host", "port", "data_dir", "model", "vae", "device", "threads", "max_batch", "max_seq", "keep_loaded", "admission_cap", "vae_core", "vae_halo", "api_keys",
+    "max_body_bytes", "result_ttl_secs", "result_max_bytes", "result_max_count", "log_format",
+];
+
+impl Config {
+    /// Defaults, then the TOML file if given, then the environment.
+    pub fn load(file: Option<&std::path::Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+        let mut c = match file {
+            Some(p) => {
+                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::File { path: p.into(), message: e.to_string() })?;
+                toml::from_str(&text).map_err(|e| ConfigError::File { path: p.into(), message: e.to_string() })?
+            }
+            None => Config::default(),
+        };
+        for (k, v) in env {
+            if let Some(name) = k.strip_prefix("YUED_") {
+                let key = name.to_ascii_lowercase();
+                if KEYS.contains(&key.as_str()) {
+                    c.set(&key, &v)?;
+                }
+            }
+        }
+        c.check()?;
+        Ok(c)
+    }
+
+    /// Sets one field from its text form (environment values and flags use this).
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
+        let bad = |m: &str| ConfigError::Value { key: key.into(), message: format!("{m}: {value:?}") };
+        fn num<T: std::str::FromStr>(v: &str, bad: impl Fn(&str) -> ConfigError) -> Result<T, ConfigError> {
+            v.trim().parse().map_err(|_| bad("not a number"))
+        }
+        match key {
+            "host" => self.host = value.into(),
+            "port" => self.port = num(value, bad)?,
+            "data_dir" => self.data_dir = value.into(),
+            "model" => self.model = (!value.is_empty()).then(|| value.into()),
+            "vae" => self.vae = (!value.is_empty()).then(|| value.into()),
+            "device" => self.device = value.into(),
+            "threads" => self.threads = num(value, bad)?,
+            "max_batch" => self.max_batch = num(value, bad)?,
+            "max_seq" => self.max_seq = num(value, bad)?,
+            "keep_loaded" => {
+                self.keep_loaded = match value.to_ascii_lowercase().as_str() {
+                    "1" | "true" | "yes" | "on" => true,
+                    "0" | "false" | "no" | "off" | "" => false,
+                    _ => return Err(bad("not a boolean")),
+                }
+            }
+            "admission_cap" => self.admission_cap = num(value, bad)?,
+            "vae_core" => self.vae_core = num(value, bad)?,
+            "vae_halo" => self.vae_halo = num(value, bad)?,
+            "api_keys" => self.api_keys = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+            "max_body_bytes" => self.max_body_bytes = num(value, bad)?,
+            "result_ttl_secs" => self.result_ttl_secs = num(value, bad)?,
+            "result_max_bytes" => self.result_max_bytes = num(value, bad)?,
+            "result_max_count" => self.result_max_count = num(value, bad)?,
+            "log_format" => self.log_format = value.into(),
+            _ => return Err(ConfigError::Value { key: key.into(), message: "unknown setting".into() }),
+        }
+        Ok(())
+    }
+
+    /// Cross-field checks.
+    pub fn check(&self) -> Result<(), ConfigError> {
+        let bad = |k: &str, m: &str| Err(ConfigError::Value { key: k.into(), message: m.into() });
+        if self.max_batch == 0 {
+            return bad("max_batch", "must be at least 1");
+        }
+        if self.admission_cap == 0 {
+            return bad("admission_cap", "must be at least 1");
+        }
+        if self.vae_core == 0 {
+            return bad("vae_core", "must be at least 1");
+        }
+        if !["text", "json"].contains(&self.log_format.as_str()) {
+            return bad("log_format", "must be text or json");
+        }
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn layers_apply_in_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("y.toml");
+        std::fs::write(&p, "port = 9000\nmax_batch = 4\nhost = \"0.0.0.0\"\n").unwrap();
+        let env = vec![("YUED_PORT".to_string(), "9100".to_string()), ("YUED_API_KEYS".into(), "a, b".into()), ("OTHER".into(), "x".into())];
+        let mut c = Config::load(Some(&p), env).unwrap();
+        assert_eq!(c.port, 9100);
+        assert_eq!(c.max_batch, 4);
+        assert_eq!(c.host, "0.0.0.0");
+        assert_eq!(c.api_keys, vec!["a", "b"]);
+        c.set("port", "9200").unwrap();
+        assert_eq!(c.port, 9200);
+    }
+
+    #[test]
+    fn bad_values_name_their_key() {
+        let e = Config::load(None, vec![("YUED_PORT".to_string(), "http".to_string())]).unwrap_err().to_string();
+        assert!(e.starts_with("port:"), "{e}");
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("y.toml");
+        std::fs::write(&p, "prot = 1\n").unwrap();
+        let e = Config::load(Some(&p), vec![]).unwrap_err().to_string();
+        assert!(e.contains("y.toml") && e.contains("prot"), "{e}");
+        let e = Config::load(None, vec![("YUED_MAX_BATCH".to_string(), "0".to_string())]).unwrap_err().to_string();
+        assert!(e.contains("max_batch"), "{e}");
+        assert!(Config::default().set("nope", "1").is_err());
+    }
+}

@@ -1,0 +1,28 @@
+use anyhow::Context;
+use std::path::PathBuf;
+use yued_engine::demo::{write_demo, Preset};
+
+#[derive(clap::Args)]
+pub struct DemoArgs {
+    /// Directory to write `yue2-demo-{preset}.gguf` and `yue2-demo-{preset}-vae.gguf` into.
+    #[arg(long)]
+    pub out: PathBuf,
+    /// `tiny` (a few MB, seconds on CPU) or `full` (the published dimensions, Q8_0, ~4 GB).
+    #[arg(long, default_value = "tiny")]
+    pub preset: Preset,
+    /// Seed of the random weights (the same seed writes the same bytes).
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+pub fn run(a: DemoArgs) -> anyhow::Result<()> {
+    let pb = super::progress_bar(0, "tensors");
+    let (bb, vae) = write_demo(&a.out, a.preset, a.seed, &mut |done, total| {
+        pb.set_length(total as u64);
+        pb.set_position(done as u64);
+    })
+    .with_context(|| format!("writing the demo model into {}", a.out.display()))?;
+    pb.finish_and_clear();
+    println!("backbone: {}\nvae:      {}\n(random weights: the output is noise, for testing and benchmarks)", bb.display(), vae.display());
+    Ok(())
+}

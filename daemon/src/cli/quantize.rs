@@ -1,0 +1,26 @@
+use anyhow::Context;
+use std::path::PathBuf;
+use yued_engine::quantize::{quantize_file, QuantTarget};
+
+#[derive(clap::Args)]
+pub struct QuantizeArgs {
+    /// Input backbone GGUF (BF16 or F32).
+    pub input: PathBuf,
+    /// Output GGUF.
+    pub output: PathBuf,
+    /// Q8_0, Q6_K or Q5_K_M (the K mixes keep embeddings and lm_head in Q6_K).
+    #[arg(long = "type")]
+    pub ty: QuantTarget,
+}
+
+pub fn run(a: QuantizeArgs) -> anyhow::Result<()> {
+    let pb = super::progress_bar(0, a.ty.name());
+    quantize_file(&a.input, &a.output, a.ty, &mut |d, t| {
+        pb.set_length(t as u64);
+        pb.set_position(d as u64);
+    })
+    .with_context(|| format!("quantizing {} to {}", a.input.display(), a.output.display()))?;
+    pb.finish_and_clear();
+    println!("wrote {}", a.output.display());
+    Ok(())
+}

@@ -1,0 +1,45 @@
+//! `yued`: the daemon (`serve`) and the model tools (`demo-model`, `gguf inspect`,
+//! `tokenize`, `quantize`).
+use clap::{Parser, Subcommand};
+
+mod cli;
+mod serve;
+
+#[derive(Parser)]
+#[command(name = "yued", version, about = "YuE2 song generation daemon and model tools", long_about = None)]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Run the HTTP daemon (on the tiny demo model when no --model is given).
+    Serve(serve::ServeArgs),
+    /// Write a backbone GGUF and a VAE GGUF of the YuE2 architecture with random weights.
+    DemoModel(cli::demo::DemoArgs),
+    /// Inspect GGUF files.
+    Gguf {
+        #[command(subcommand)]
+        command: cli::inspect::GgufCommand,
+    },
+    /// Print the token ids of a text, comma separated.
+    Tokenize(cli::tokenize::TokenizeArgs),
+    /// Quantize a backbone GGUF (Q8_0, Q6_K, Q5_K_M); the VAE is refused.
+    Quantize(cli::quantize::QuantizeArgs),
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Serve(a) => serve::run(a),
+        Command::DemoModel(a) => cli::demo::run(a),
+        Command::Gguf { command } => cli::inspect::run(command),
+        Command::Tokenize(a) => cli::tokenize::run(a),
+        Command::Quantize(a) => cli::quantize::run(a),
+    };
+    if let Err(e) = result {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}

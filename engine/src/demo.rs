@@ -1,0 +1,277 @@
+//! Demo models: backbone and VAE GGUFs of the exact YuE2 architecture with deterministic
+//! random weights, so every route, the streaming and the metrics work without the 7 GB
+//! checkpoint. `tiny` is a few MB and runs in seconds on a CPU (shrunken vocabulary,
+//! described by `yue2.token.*` keys); `full` has the published dimensions, written Q8_0,
+//! for benchmarks. The weights are noise: the music is noise too, and the loader says so.
+use crate::ggml::{quantize, GgmlType};
+use crate::gguf::{GgufError, GgufWriter, Value};
+use crate::model::{backbone_tensor_shapes, TokenLayout, Yue2Config, ARCH, VAE_ARCH};
+use crate::tokenizer::{byte_to_char_table, token_type};
+use crate::vae_layout;
+use std::path::{Path, PathBuf};
+
+/// Which demo to write.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Preset {
+    Tiny,
+    Full,
+}
+
+impl std::str::FromStr for Preset {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "tiny" => Ok(Preset::Tiny),
+            "full" => Ok(Preset::Full),
+            _ => Err(format!("unknown preset '{s}' (tiny or full)")),
+        }
+    }
+}
+
+/// Metadata key that marks a file as random demo weights.
+pub const DEMO_KEY: &str = "yue2.demo_preset";
+pub const LATENT_DIM: usize = 64;
+pub const TIME_FREQ_DIM: usize = 256;
+pub const STRIDES: [usize; 6] = [6, 5, 4, 4, 2, 2];
+
+/// Everything that defines a demo preset.
+pub struct DemoSpec {
+    pub config: Yue2Config,
+    pub tokens: TokenLayout,
+    /// Type of the 2-D weight matrices (norms and biases are always F32).
+    pub matrix_type: GgmlType,
+    /// VAE decoder widths, one more than the strides.
+    pub vae_channels: Vec<usize>,
+}
+
+impl DemoSpec {
+    pub fn new(p: Preset) -> Self {
+        match p {
+            Preset::Tiny => {
+                // 256 byte tokens, then <|endoftext|> <|im_start|> <|im_end|> <abc> </abc>,
+                // then music_start, music_end and 1024 codes.
+                let tokens = TokenLayout { endoftext: 256, abc_start: 259, abc_end: 260, music_start: 261, music_end: 262, code_base: 263, codebook_size: 1024 };
+                DemoSpec {
+                    config: Yue2Config {
+                        hidden_size: 64,
+                        intermediate_size: 128,
+                        num_hidden_layers: 2,
+                        num_attention_heads: 4,
+                        num_key_value_heads: 2,
+                        head_dim: 16,
+                        rms_norm_eps: 1e-6,
+                        rope_theta: 1e6,
+                        max_position_embeddings: 8192,
+                        vocab_size: 1288,
+                    },
+                    tokens,
+                    matrix_type: GgmlType::F32,
+                    vae_channels: vec![32, 16, 16, 8, 8, 4, 4],
+                }
+            }
+            Preset::Full => DemoSpec {
+                config: Yue2Config::full(),
+                tokens: TokenLayout::FULL,
+                matrix_type: GgmlType::Q8_0,
+                vae_channels: vec![2048, 1024, 512, 256, 128, 64, 64],
+            },
+        }
+    }
+
+    /// Token strings and types of the tokenizer, laid out to match `tokens`.
+    fn vocabulary(&self) -> (Vec<String>, Vec<i32>) {
+        let table = byte_to_char_table();
+        let mut toks: Vec<String> = (0..=255u8).map(|b| table[b as usize].to_string()).collect();
+        let mut types = vec![token_type::BYTE; 256];
+        let n_text = self.tokens.music_start as usize; // the tokenizer stops where control ids begin
+        let eot = self.tokens.endoftext as usize;
+        while toks.len() < eot {
+            toks.push(format!("<|unused_{}|>", toks.len()));
+            types.push(token_type::UNUSED);
+        }
+        let named = [("<|endoftext|>", token_type::CONTROL), ("<|im_start|>", token_type::CONTROL), ("<|im_end|>", token_type::CONTROL)];
+        for (t, ty) in named {
+            toks.push(t.into());
+            types.push(ty);
+        }
+        while toks.len() < n_text {
+            let id = toks.len() as u32;
+            let (t, ty) = if id == self.tokens.abc_start {
+                ("<abc>".to_string(), token_type::USER_DEFINED)
+            } else if id == self.tokens.abc_end {
+                ("</abc>".to_string(), token_type::USER_DEFINED)
+            } else {
+                (format!("<|extra_{}|>", id as usize - eot - 3), token_type::CONTROL)
+            };
+            toks.push(t);
+            types.push(ty);
+        }
+        (toks, types)
+    }
+}
+
+/// Deterministic stream of uniforms in [-1, 1), one per tensor (seeded by name), so a
+/// tensor's values do not depend on which others are written.
+struct SplitMix(u64);
+impl SplitMix {
+    fn for_tensor(seed: u64, name: &str) -> Self {
+        let mut h = 0xcbf29ce484222325u64 ^ seed.wrapping_mul(0x9e3779b97f4a7c15);
+        for b in name.bytes() {
+            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
+        }
+        SplitMix(h)
+    }
+    fn next_u64(&mut self) -> u64 {
+        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
+        let mut z = self.0;
+        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
+        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
+        z ^ (z >> 31)
+    }
+    fn uniform(&mut self) -> f32 {
+        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    }
+}
+
+/// Values of one random tensor, scaled by its role.
+fn random_values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
+    let n: i64 = ne.iter().product();
+    let mut rng = SplitMix::for_tensor(seed, name);
+    let (offset, scale) = if name.ends_with("norm.weight") {
+        (1.0, 0.2) // random norms, so a missing QK-norm changes the output
+    } else if name.ends_with(".bias") {
+        (0.0, 0.02)
+    } else if name.ends_with(".alpha") || name.ends_with(".beta") {
+        (0.0, 0.3) // log-scale snake parameters around exp(0) = 1
+    } else if name.ends_with(".weight_g") {
+        (1.0, 0.2)
+    } else if name == crate::model::names::EMBED {
+        (0.0, 1.0)
+    } else {
+        (0.0, 3f32.sqrt() / (ne[0] as f32).sqrt()) // unit variance out of a fan-in of ne[0]
+    };
+    (0..n).map(|_| offset + scale * rng.uniform()).collect()
+}
+
+fn tensor_type(spec_matrix: GgmlType, ne: &[i64]) -> GgmlType {
+    if ne.len() >= 2 && ne[0] % spec_matrix.block_size() as i64 == 0 {
+        spec_matrix
+    } else {
+        GgmlType::F32
+    }
+}
+
+fn write_tensors(path: &Path, w: &GgufWriter, tensors: &[(String, GgmlType, Vec<i64>)], seed: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<(), GgufError> {
+    let mut data = w.create(path)?;
+    for (i, (name, ty, ne)) in tensors.iter().enumerate() {
+        let v = random_values(seed, name, ne);
+        let bytes = if *ty == GgmlType::F32 { crate::ggml::encode_f32(GgmlType::F32, &v).unwrap() } else { quantize(*ty, &v, ne[0] as usize) };
+        data.write(&bytes)?;
+        progress(i + 1, tensors.len());
+    }
+    data.finish()
+}
+
+/// Writes `yue2-demo-{preset}.gguf` and `yue2-demo-{preset}-vae.gguf` into `dir`.
+/// `progress(done, total)` is called after each tensor.
+pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<(PathBuf, PathBuf), GgufError> {
+    std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), source })?;
+    let spec = DemoSpec::new(preset);
+    let tag = match preset {
+        Preset::Tiny => "tiny",
+        Preset::Full => "full",
+    };
+    let c = &spec.config;
+
+    let mut w = GgufWriter::new();
+    w.set_str("general.architecture", ARCH)
+        .set_str("general.name", &format!("yued demo backbone ({tag}, RANDOM WEIGHTS)"))
+        .set_str(DEMO_KEY, tag)
+        .set_str("yue2.config_json", &c.to_json())
+        .set_u32("yue2.block_count", c.num_hidden_layers as u32)
+        .set_u32("yue2.demo_seed", seed as u32);
+    if preset == Preset::Tiny {
+        let t = spec.tokens;
+        for (k, v) in [("endoftext", t.endoftext), ("abc_start", t.abc_start), ("abc_end", t.abc_end), ("music_start", t.music_start), ("music_end", t.music_end), ("code_base", t.code_base), ("codebook_size", t.codebook_size)] {
+            w.set_u32(&format!("yue2.token.{k}"), v);
+        }
+    }
+    let (toks, types) = spec.vocabulary();
+    w.set_str("tokenizer.ggml.model", "gpt2").set_str("tokenizer.ggml.pre", "qwen2").set_strs("tokenizer.ggml.tokens", &toks).set_i32s("tokenizer.ggml.token_type", &types);
+    w.set("tokenizer.ggml.merges", Value::Array(vec![]));
+    w.set_u32("tokenizer.ggml.eos_token_id", spec.tokens.endoftext);
+    let tensors: Vec<(String, GgmlType, Vec<i64>)> =
+        backbone_tensor_shapes(c, LATENT_DIM, TIME_FREQ_DIM).into_iter().map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne)).collect();
+    let vae_tensors: Vec<(String, GgmlType, Vec<i64>)> = vae_layout::decoder_shapes(LATENT_DIM, &spec.vae_channels, &STRIDES, 2)
+        .into_iter()
+        .chain(vae_layout::encoder_shapes(LATENT_DIM, &spec.vae_channels, &STRIDES, 2))
+        .map(|(n, ne)| (n, GgmlType::F32, ne))
+        .collect();
+    for (n, ty, ne) in &tensors {
+        w.add_tensor(n, *ty, ne);
+    }
+    let total = tensors.len() + vae_tensors.len();
+    let backbone = dir.join(format!("yue2-demo-{tag}.gguf"));
+    write_tensors(&backbone, &w, &tensors, seed, &mut |i, _| progress(i, total))?;
+
+    let mut v = GgufWriter::new();
+    v.set_str("general.architecture", VAE_ARCH)
+        .set_str("general.name", &format!("yued demo VAE ({tag}, RANDOM WEIGHTS)"))
+        .set_str(DEMO_KEY, tag)
+        .set_u32("yue2-vae.latent_channels", LATENT_DIM as u32)
+        .set_u32("yue2-vae.sampling_rate", 48000)
+        .set_u32("yue2-vae.audio_channels", 2)
+        .set_i32s("yue2-vae.upsampling_ratios", &STRIDES.map(|s| s as i32));
+    for (n, ty, ne) in &vae_tensors {
+        v.add_tensor(n, *ty, ne);
+    }
+    let vae = dir.join(format!("yue2-demo-{tag}-vae.gguf"));
+    let done = tensors.len();
+    write_tensors(&vae, &v, &vae_tensors, seed ^ 0x5645, &mut |i, _| progress(done + i, total))?;
+    Ok((backbone, vae))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::gguf::GgufFile;
+    use crate::model::BackboneInfo;
+    use crate::tokenizer::BpeTokenizer;
+
+    #[test]
+    fn tiny_demo_loads_with_its_layout_and_tokenizer() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut calls = 0;
+        let (bb, vae) = write_demo(dir.path(), Preset::Tiny, 7, &mut |_, _| calls += 1).unwrap();
+        let f = GgufFile::open(&bb).unwrap();
+        let info = BackboneInfo::from_gguf(&f).unwrap();
+        assert_eq!(info.config, DemoSpec::new(Preset::Tiny).config);
+        assert_eq!(info.tokens.music_start, 261);
+        assert_eq!(f.tensors().len(), 2 * 22 + 3 + 8);
+        assert!(calls >= f.tensors().len());
+        let tok = BpeTokenizer::from_gguf(&f).unwrap();
+        assert_eq!(tok.len(), 261);
+        assert_eq!(tok.special_id("<abc>"), Some(259));
+        assert_eq!(tok.encode("Hi"), vec![b'H' as u32, b'i' as u32]);
+        assert!(std::fs::metadata(&bb).unwrap().len() < 8 << 20);
+        // deterministic: the same seed writes the same bytes
+        let dir2 = tempfile::tempdir().unwrap();
+        let (bb2, _) = write_demo(dir2.path(), Preset::Tiny, 7, &mut |_, _| {}).unwrap();
+        assert_eq!(std::fs::read(&bb).unwrap(), std::fs::read(&bb2).unwrap());
+        let v = GgufFile::open(&vae).unwrap();
+        assert_eq!(v.get_str("general.architecture").unwrap(), VAE_ARCH);
+        assert_eq!(v.get_i64_array("yue2-vae.upsampling_ratios").unwrap(), vec![6, 5, 4, 4, 2, 2]);
+        assert_eq!(v.require_tensor("decoder.block.0.conv_t1.weight_v").unwrap().ne, vec![12, 16, 32]);
+    }
+
+    #[test]
+    fn full_spec_vocabulary_keeps_the_published_ids() {
+        let spec = DemoSpec::new(Preset::Full);
+        let (toks, types) = spec.vocabulary();
+        assert_eq!(toks.len(), 151851);
+        assert_eq!(toks[151643], "<|endoftext|>");
+        assert_eq!(toks[151847], "<abc>");
+        assert_eq!(toks[151848], "</abc>");
+        assert_eq!(types[151847], token_type::USER_DEFINED);
+    }
+}

@@ -1,0 +1,514 @@
+//! The one safe layer over the ggml C API.
+//!
+//! Every `unsafe` block of the project lives in this module tree. The rest of the engine
+//! builds graphs through [`Context`] (tensor metadata and op nodes), runs them on a
+//! [`Backend`] (CPU, CUDA0, Vulkan0, ...), keeps weights and KV caches in [`Buffer`]s, and
+//! places graph intermediates with a reusable [`Allocator`].
+//!
+//! Lifetimes: a [`Tensor<'a>`] is a copyable handle that borrows the [`Context`] holding
+//! its metadata, so a tensor can never outlive the arena it points into. Weight tensors live
+//! in a long-lived context and coerce to the shorter lifetime of a per-step graph context.
+//! Shape preconditions that ggml would `abort()` on are checked here first and reported as
+//! Rust panics with the shapes in the message (they are programming errors, not user input).
+
+mod ops;
+mod types;
+
+pub use types::{decode_to_f32, encode_f32, GgmlType};
+
+use ggml_sys as sys;
+use std::ffi::{CStr, CString};
+use std::marker::PhantomData;
+use std::ptr::NonNull;
+use std::sync::Once;
+
+/// Errors of the backend layer (device lookup, allocation, compute).
+#[derive(Debug, thiserror::Error)]
+pub enum GgmlError {
+    #[error("unknown compute device '{0}' (available: {1})")]
+    UnknownDevice(String, String),
+    #[error("cannot initialise compute device '{0}'")]
+    DeviceInit(String),
+    #[error("out of memory allocating {what} ({bytes} bytes) on {device}")]
+    Alloc { what: String, bytes: usize, device: String },
+    #[error("graph compute failed on {device} (status {status})")]
+    Compute { device: String, status: i32 },
+    #[error("ggml context allocation failed ({0} bytes of metadata)")]
+    Context(usize),
+}
+
+static LOG_ONCE: Once = Once::new();
+
+unsafe extern "C" fn log_to_tracing(
+    level: sys::ggml_log_level,
+    text: *const std::os::raw::c_char,
+    _user: *mut std::os::raw::c_void,
+) {
+    if text.is_null() {
+        return;
+    }
+    // SAFETY: ggml passes a NUL-terminated string valid for the duration of the call.
+    let msg = unsafe { CStr::from_ptr(text) }.to_string_lossy();
+    let msg = msg.trim_end();
+    if msg.is_empty() {
+        return;
+    }
+    match level {
+        sys::GGML_LOG_LEVEL_ERROR => tracing::error!(target: "ggml", "{msg}"),
+        sys::GGML_LOG_LEVEL_WARN => tracing::warn!(target: "ggml", "{msg}"),
+        sys::GGML_LOG_LEVEL_INFO => tracing::debug!(target: "ggml", "{msg}"),
+        _ => tracing::trace!(target: "ggml", "{msg}"),
+    }
+}
+
+/// Routes ggml's own log lines into `tracing` (once per process).
+pub fn init_logging() {
+    LOG_ONCE.call_once(|| {
+        // SAFETY: the callback is a plain function valid for the whole process.
+        unsafe { sys::ggml_log_set(Some(log_to_tracing), std::ptr::null_mut()) };
+    });
+}
+
+/// Names of every compute device the linked ggml knows (`CPU`, `CUDA0`, ...).
+pub fn device_names() -> Vec<String> {
+    init_logging();
+    // SAFETY: the registry functions only read static tables.
+    unsafe {
+        let n = sys::ggml_backend_dev_count();
+        (0..n)
+            .map(|i| {
+                let dev = sys::ggml_backend_dev_get(i);
+                CStr::from_ptr(sys::ggml_backend_dev_name(dev)).to_string_lossy().into_owned()
+            })
+            .collect()
+    }
+}
+
+/// An arena of tensor metadata and graph nodes. Created with `no_alloc`: tensor data
+/// always lives in a backend [`Buffer`], never inside the context.
+pub struct Context {
+    ptr: NonNull<sys::ggml_context>,
+    mem_size: usize,
+}
+
+// SAFETY: a ggml context is plain memory owned by this value; it is moved between threads
+// but never used from two at once (no Sync).
+unsafe impl Send for Context {}
+
+impl Context {
+    /// A context with room for `n_tensors` tensors and, if `graph_nodes > 0`, one graph of
+    /// that many nodes.
+    pub fn new(n_tensors: usize, graph_nodes: usize) -> Result<Self, GgmlError> {
+        init_logging();
+        // SAFETY: pure size computations.
+        let mut mem_size = unsafe { sys::ggml_tensor_overhead() } * n_tensors.max(1);
+        if graph_nodes > 0 {
+            mem_size += unsafe { sys::ggml_graph_overhead_custom(graph_nodes, false) };
+        }
+        let params = sys::ggml_init_params { mem_size, mem_buffer: std::ptr::null_mut(), no_alloc: true };
+        // SAFETY: ggml_init allocates its own buffer; NULL on failure.
+        let ptr = unsafe { sys::ggml_init(params) };
+        NonNull::new(ptr).map(|ptr| Context { ptr, mem_size }).ok_or(GgmlError::Context(mem_size))
+    }
+
+    pub(crate) fn raw(&self) -> *mut sys::ggml_context {
+        self.ptr.as_ptr()
+    }
+
+    /// Bytes of metadata this arena holds.
+    pub fn mem_size(&self) -> usize {
+        self.mem_size
+    }
+
+    /// Forgets every tensor and graph of the arena, keeping its memory, so a graph can be
+    /// rebuilt each step at the same addresses. Needs `&mut`: no tensor handle survives it.
+    pub fn reset(&mut self) {
+        // SAFETY: exclusive access; all Tensor<'_> borrows of self have ended.
+        unsafe { sys::ggml_reset(self.raw()) }
+    }
+
+    /// A new tensor of `ne` (innermost dimension first, up to 4).
+    pub fn new_tensor(&self, ty: GgmlType, ne: &[i64]) -> Tensor<'_> {
+        assert!((1..=4).contains(&ne.len()), "tensor rank {} out of 1..=4", ne.len());
+        assert!(ne.iter().all(|&n| n >= 0), "negative dimension in {ne:?}");
+        if ty.block_size() > 1 {
+            assert!(ne[0] % ty.block_size() as i64 == 0, "row of {} elements is not whole {} blocks", ne[0], ty.name());
+        }
+        // SAFETY: the context has metadata room (ggml asserts otherwise, sized by caller).
+        let p = unsafe { sys::ggml_new_tensor(self.raw(), ty.raw(), ne.len() as i32, ne.as_ptr()) };
+        Tensor::from_raw(p)
+    }
+
+    /// Looks a tensor up by name.
+    pub fn get_tensor(&self, name: &str) -> Option<Tensor<'_>> {
+        let c = CString::new(name).ok()?;
+        // SAFETY: valid context and C string.
+        let p = unsafe { sys::ggml_get_tensor(self.raw(), c.as_ptr()) };
+        NonNull::new(p).map(|ptr| Tensor { ptr, _ctx: PhantomData })
+    }
+
+    /// An empty compute graph with room for `nodes` nodes.
+    pub fn new_graph(&self, nodes: usize) -> Graph<'_> {
+        // SAFETY: the context was sized by the caller to hold the graph.
+        let p = unsafe { sys::ggml_new_graph_custom(self.raw(), nodes, false) };
+        Graph { ptr: NonNull::new(p).expect("ggml_new_graph_custom returned NULL"), _ctx: PhantomData }
+    }
+}
+
+impl Drop for Context {
+    fn drop(&mut self) {
+        // SAFETY: we own the context.
+        unsafe { sys::ggml_free(self.raw()) }
+    }
+}
+
+/// A handle on one tensor of a [`Context`]: shape, type, name, and (once a buffer or an
+/// allocator placed it) its data on a backend.
+#[derive(Clone, Copy)]
+pub struct Tensor<'a> {
+    ptr: NonNull<sys::ggml_tensor>,
+    _ctx: PhantomData<&'a Context>,
+}
+
+impl<'a> Tensor<'a> {
+    pub(crate) fn from_raw(p: *mut sys::ggml_tensor) -> Self {
+        Tensor { ptr: NonNull::new(p).expect("ggml returned a NULL tensor"), _ctx: PhantomData }
+    }
+    pub(crate) fn raw(&self) -> *mut sys::ggml_tensor {
+        self.ptr.as_ptr()
+    }
+    fn t(&self) -> &sys::ggml_tensor {
+        // SAFETY: the context outlives 'a and keeps the tensor struct alive.
+        unsafe { self.ptr.as_ref() }
+    }
+    /// Elements per dimension, innermost first.
+    pub fn ne(&self) -> [i64; 4] {
+        self.t().ne
+    }
+    /// Byte strides per dimension.
+    pub fn nb(&self) -> [usize; 4] {
+        self.t().nb
+    }
+    pub fn ty(&self) -> GgmlType {
+        GgmlType(self.t().type_)
+    }
+    pub fn nelements(&self) -> i64 {
+        self.ne().iter().product()
+    }
+    pub fn nbytes(&self) -> usize {
+        // SAFETY: reads the struct only.
+        unsafe { sys::ggml_nbytes(self.raw()) }
+    }
+    pub fn is_contiguous(&self) -> bool {
+        // SAFETY: reads the struct only.
+        unsafe { sys::ggml_is_contiguous(self.raw()) }
+    }
+    pub fn name(&self) -> String {
+        // SAFETY: name is a fixed NUL-terminated array in the struct.
+        unsafe { CStr::from_ptr(self.t().name.as_ptr()) }.to_string_lossy().into_owned()
+    }
+    pub fn set_name(self, name: &str) -> Self {
+        let c = CString::new(name).expect("tensor name with NUL");
+        // SAFETY: ggml copies (and truncates) the name.
+        unsafe { sys::ggml_set_name(self.raw(), c.as_ptr()) };
+        self
+    }
+    /// Marks a graph input (the allocator gives it its own slot, never overwritten).
+    pub fn set_input(self) -> Self {
+        // SAFETY: flag on the struct.
+        unsafe { sys::ggml_set_input(self.raw()) };
+        self
+    }
+    /// Marks a graph output (kept alive until the end of the compute).
+    pub fn set_output(self) -> Self {
+        // SAFETY: flag on the struct.
+        unsafe { sys::ggml_set_output(self.raw()) };
+        self
+    }
+    /// Whether the tensor has data placed in some backend buffer.
+    pub fn is_allocated(&self) -> bool {
+        !self.t().buffer.is_null() || !self.t().data.is_null()
+    }
+
+    /// Writes raw bytes at `offset` into the tensor's backend memory.
+    pub fn write_bytes(&self, offset: usize, bytes: &[u8]) {
+        assert!(self.is_allocated(), "tensor '{}' has no buffer", self.name());
+        assert!(offset + bytes.len() <= self.nbytes(), "write of {} bytes at {} overflows '{}' ({} bytes)", bytes.len(), offset, self.name(), self.nbytes());
+        // SAFETY: bounds checked above; the tensor has a buffer.
+        unsafe { sys::ggml_backend_tensor_set(self.raw(), bytes.as_ptr().cast(), offset, bytes.len()) }
+    }
+    /// Reads raw bytes at `offset` from the tensor's backend memory.
+    pub fn read_bytes(&self, offset: usize, out: &mut [u8]) {
+        assert!(self.is_allocated(), "tensor '{}' has no buffer", self.name());
+        assert!(offset + out.len() <= self.nbytes(), "read of {} bytes at {} overflows '{}' ({} bytes)", out.len(), offset, self.name(), self.nbytes());
+        // SAFETY: bounds checked above.
+        unsafe { sys::ggml_backend_tensor_get(self.raw(), out.as_mut_ptr().cast(), offset, out.len()) }
+    }
+    /// Uploads f32 values into an F32 tensor.
+    pub fn write_f32(&self, v: &[f32]) {
+        assert_eq!(self.ty(), GgmlType::F32, "write_f32 on a {} tensor '{}'", self.ty().name(), self.name());
+        self.write_bytes(0, as_bytes(v));
+    }
+    /// Uploads i32 values into an I32 tensor.
+    pub fn write_i32(&self, v: &[i32]) {
+        assert_eq!(self.ty(), GgmlType::I32, "write_i32 on a {} tensor '{}'", self.ty().name(), self.name());
+        self.write_bytes(0, as_bytes(v));
+    }
+    /// Uploads f32 values, converting to the tensor's float type (F32, F16, BF16).
+    pub fn write_f32_as_own_type(&self, v: &[f32]) {
+        let bytes = types::encode_f32(self.ty(), v).unwrap_or_else(|| panic!("cannot convert f32 into {} tensor '{}'", self.ty().name(), self.name()));
+        self.write_bytes(0, &bytes);
+    }
+    /// Downloads an F32 tensor (must be contiguous).
+    pub fn read_f32(&self) -> Vec<f32> {
+        assert_eq!(self.ty(), GgmlType::F32, "read_f32 on a {} tensor '{}'", self.ty().name(), self.name());
+        let mut out = vec![0f32; self.nelements() as usize];
+        self.read_bytes(0, as_bytes_mut(&mut out));
+        out
+    }
+    /// Downloads any float tensor as f32.
+    pub fn read_as_f32(&self) -> Vec<f32> {
+        let mut raw = vec![0u8; self.nbytes()];
+        self.read_bytes(0, &mut raw);
+        types::decode_to_f32(self.ty(), &raw).unwrap_or_else(|| panic!("cannot convert {} tensor '{}' to f32", self.ty().name(), self.name()))
+    }
+}
+
+impl std::fmt::Debug for Tensor<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Tensor({:?} {} {:?})", self.name(), self.ty().name(), self.ne())
+    }
+}
+
+/// A compute graph built in a [`Context`].
+pub struct Graph<'a> {
+    ptr: NonNull<sys::ggml_cgraph>,
+    _ctx: PhantomData<&'a Context>,
+}
+
+impl<'a> Graph<'a> {
+    /// Adds `t` and everything it depends on.
+    pub fn expand(&mut self, t: Tensor<'a>) {
+        // SAFETY: both live in contexts that outlive 'a.
+        unsafe { sys::ggml_build_forward_expand(self.ptr.as_ptr(), t.raw()) }
+    }
+    pub fn n_nodes(&self) -> i32 {
+        // SAFETY: reads the graph.
+        unsafe { sys::ggml_graph_n_nodes(self.ptr.as_ptr()) }
+    }
+    pub(crate) fn raw(&self) -> *mut sys::ggml_cgraph {
+        self.ptr.as_ptr()
+    }
+}
+
+/// A compute device: the CPU, a CUDA card, a Vulkan device, Metal.
+pub struct Backend {
+    ptr: NonNull<sys::ggml_backend>,
+    name: String,
+    is_cpu: bool,
+}
+
+// SAFETY: a backend is used from one thread at a time (no Sync); ggml backends are not
+// tied to the thread that created them.
+unsafe impl Send for Backend {}
+
+impl Backend {
+    /// Opens a device by name (`CPU`, `CUDA0`, `Vulkan0`, `MTL0`), case-insensitive, or the
+    /// best available one for `"auto"`.
+    pub fn new(name: &str) -> Result<Self, GgmlError> {
+        init_logging();
+        let raw = if name.eq_ignore_ascii_case("auto") || name.is_empty() {
+            // SAFETY: initialises the best registered backend or returns NULL.
+            unsafe { sys::ggml_backend_init_best() }
+        } else {
+            let want = device_names().into_iter().find(|d| d.eq_ignore_ascii_case(name));
+            let Some(dev_name) = want else {
+                return Err(GgmlError::UnknownDevice(name.to_string(), device_names().join(", ")));
+            };
+            let c = CString::new(dev_name).unwrap();
+            // SAFETY: valid C string; NULL on failure.
+            unsafe { sys::ggml_backend_init_by_name(c.as_ptr(), std::ptr::null()) }
+        };
+        let ptr = NonNull::new(raw).ok_or_else(|| GgmlError::DeviceInit(name.to_string()))?;
+        // SAFETY: valid backend.
+        let (dev_name, is_cpu) = unsafe {
+            let dev = sys::ggml_backend_get_device(ptr.as_ptr());
+            let n = CStr::from_ptr(sys::ggml_backend_dev_name(dev)).to_string_lossy().into_owned();
+            (n, sys::ggml_backend_dev_type(dev) == sys::GGML_BACKEND_DEVICE_TYPE_CPU)
+        };
+        Ok(Backend { ptr, name: dev_name, is_cpu })
+    }
+
+    /// The CPU backend with `threads` worker threads (0 = all cores).
+    pub fn cpu(threads: usize) -> Result<Self, GgmlError> {
+        let b = Backend::new("CPU")?;
+        b.set_threads(threads);
+        Ok(b)
+    }
+
+    pub fn name(&self) -> &str {
+        &self.name
+    }
+    pub fn is_cpu(&self) -> bool {
+        self.is_cpu
+    }
+
+    /// Sets the CPU thread count (ignored on GPU devices). 0 means every core.
+    pub fn set_threads(&self, threads: usize) {
+        if self.is_cpu {
+            let n = if threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { threads };
+            // SAFETY: valid CPU backend.
+            unsafe { sys::ggml_backend_cpu_set_n_threads(self.raw(), n as i32) }
+        }
+    }
+
+    pub(crate) fn raw(&self) -> *mut sys::ggml_backend {
+        self.ptr.as_ptr()
+    }
+
+    fn buffer_type(&self) -> sys::ggml_backend_buffer_type_t {
+        // SAFETY: valid backend.
+        unsafe { sys::ggml_backend_get_default_buffer_type(self.raw()) }
+    }
+
+    /// Runs a graph whose tensors all have memory.
+    pub fn compute(&self, graph: &Graph<'_>) -> Result<(), GgmlError> {
+        // SAFETY: the graph's tensors are allocated (the allocator or buffers placed them).
+        let status = unsafe { sys::ggml_backend_graph_compute(self.raw(), graph.raw()) };
+        if status == sys::GGML_STATUS_SUCCESS {
+            Ok(())
+        } else {
+            Err(GgmlError::Compute { device: self.name.clone(), status: status as i32 })
+        }
+    }
+
+    /// Free and total memory of the device, in bytes.
+    pub fn memory(&self) -> (usize, usize) {
+        let (mut free, mut total) = (0usize, 0usize);
+        // SAFETY: valid device.
+        unsafe { sys::ggml_backend_dev_memory(sys::ggml_backend_get_device(self.raw()), &mut free, &mut total) };
+        (free, total)
+    }
+}
+
+impl Drop for Backend {
+    fn drop(&mut self) {
+        // SAFETY: we own the backend.
+        unsafe { sys::ggml_backend_free(self.raw()) }
+    }
+}
+
+/// Device memory holding the data of every tensor of one [`Context`] (weights, KV sets).
+pub struct Buffer {
+    ptr: NonNull<sys::ggml_backend_buffer>,
+}
+
+// SAFETY: owned device memory, used from one thread at a time.
+unsafe impl Send for Buffer {}
+
+impl Buffer {
+    /// Allocates device memory for every tensor of `ctx` that has none yet.
+    pub fn alloc_ctx_tensors(ctx: &Context, backend: &Backend, what: &str) -> Result<Self, GgmlError> {
+        // SAFETY: valid context and buffer type; NULL on failure.
+        let size = unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft_size(ctx.raw(), backend.buffer_type()) };
+        let p = unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.raw(), backend.buffer_type()) };
+        NonNull::new(p)
+            .map(|ptr| Buffer { ptr })
+            .ok_or_else(|| GgmlError::Alloc { what: what.to_string(), bytes: size, device: backend.name.clone() })
+    }
+
+    pub fn size(&self) -> usize {
+        // SAFETY: valid buffer.
+        unsafe { sys::ggml_backend_buffer_get_size(self.ptr.as_ptr()) }
+    }
+
+    /// Fills the whole buffer with one byte value.
+    pub fn clear(&self, value: u8) {
+        // SAFETY: valid buffer.
+        unsafe { sys::ggml_backend_buffer_clear(self.ptr.as_ptr(), value) }
+    }
+
+    /// Tells the scheduler these are weights (lets backends pick weight-friendly paths).
+    pub fn mark_weights(&self) {
+        // SAFETY: valid buffer.
+        unsafe { sys::ggml_backend_buffer_set_usage(self.ptr.as_ptr(), sys::GGML_BACKEND_BUFFER_USAGE_WEIGHTS) }
+    }
+}
+
+impl Drop for Buffer {
+    fn drop(&mut self) {
+        // SAFETY: we own the buffer; tensors pointing into it are dead with their context
+        // or never used again (callers drop the buffer together with its context).
+        unsafe { sys::ggml_backend_buffer_free(self.ptr.as_ptr()) }
+    }
+}
+
+/// A graph allocator: places the intermediates of a graph in one reusable device buffer.
+/// Reusing it across steps keeps the buffer (it only grows when a bigger graph arrives).
+pub struct Allocator {
+    ptr: NonNull<sys::ggml_gallocr>,
+    device: String,
+}
+
+// SAFETY: owned allocator, used from one thread at a time.
+unsafe impl Send for Allocator {}
+
+impl Allocator {
+    pub fn new(backend: &Backend) -> Self {
+        // SAFETY: valid buffer type.
+        let p = unsafe { sys::ggml_gallocr_new(backend.buffer_type()) };
+        Allocator { ptr: NonNull::new(p).expect("ggml_gallocr_new returned NULL"), device: backend.name.clone() }
+    }
+
+    /// Places every unallocated tensor of `graph`.
+    pub fn alloc_graph(&mut self, graph: &Graph<'_>) -> Result<(), GgmlError> {
+        // SAFETY: valid allocator and graph.
+        let ok = unsafe { sys::ggml_gallocr_alloc_graph(self.ptr.as_ptr(), graph.raw()) };
+        if ok {
+            Ok(())
+        } else {
+            Err(GgmlError::Alloc { what: "compute graph".into(), bytes: 0, device: self.device.clone() })
+        }
+    }
+
+    /// Bytes of the compute buffer.
+    pub fn buffer_size(&self) -> usize {
+        // SAFETY: valid allocator.
+        unsafe { sys::ggml_gallocr_get_buffer_size(self.ptr.as_ptr(), 0) }
+    }
+}
+
+impl Drop for Allocator {
+    fn drop(&mut self) {
+        // SAFETY: we own it.
+        unsafe { sys::ggml_gallocr_free(self.ptr.as_ptr()) }
+    }
+}
+
+/// Quantizes `src` (rows of `n_per_row` f32) into `ty` blocks.
+pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: usize) -> Vec<u8> {
+    assert!(n_per_row > 0 && src.len() % n_per_row == 0, "quantize: {} values are not whole rows of {n_per_row}", src.len());
+    assert!(n_per_row as i64 % ty.block_size() as i64 == 0, "quantize: row of {n_per_row} is not whole {} blocks", ty.name());
+    let nrows = src.len() / n_per_row;
+    // SAFETY: pure function of the type.
+    assert!(!unsafe { sys::ggml_quantize_requires_imatrix(ty.raw()) }, "{} needs an importance matrix", ty.name());
+    let mut out = vec![0u8; ty.row_size(n_per_row) * nrows];
+    // SAFETY: out has room for nrows rows of the quantized type; src holds nrows*n_per_row.
+    let written = unsafe {
+        sys::ggml_quantize_chunk(ty.raw(), src.as_ptr(), out.as_mut_ptr().cast(), 0, nrows as i64, n_per_row as i64, std::ptr::null())
+    };
+    assert_eq!(written, out.len(), "ggml_quantize_chunk wrote an unexpected size");
+    out
+}
+
+pub(crate) fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
+    // SAFETY: plain-old-data slices reinterpreted as bytes.
+    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+}
+pub(crate) fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
+    // SAFETY: as above; f32/i32 accept any bit pattern.
+    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,100 @@
+//! Checks of the ggml layer on the CPU backend against plain Rust arithmetic.
+use super::*;
+
+fn cpu() -> Backend {
+    Backend::cpu(1).expect("CPU backend")
+}
+
+#[test]
+fn cpu_device_is_listed_and_unknown_device_is_an_error() {
+    assert!(device_names().iter().any(|d| d == "CPU"), "{:?}", device_names());
+    let err = Backend::new("NoSuchGpu7").err().expect("must fail");
+    assert!(err.to_string().contains("NoSuchGpu7") && err.to_string().contains("CPU"), "{err}");
+    assert_eq!(Backend::new("cpu").unwrap().name(), "CPU");
+}
+
+#[test]
+fn mul_mat_add_and_norm_match_reference() {
+    let backend = cpu();
+    let wctx = Context::new(2, 0).unwrap();
+    // a: [K=3, M=2] (two rows of three), b: [K=3, N=2]
+    let a = wctx.new_tensor(GgmlType::F32, &[3, 2]).set_name("a");
+    let bias = wctx.new_tensor(GgmlType::F32, &[2]).set_name("bias");
+    let _buf = Buffer::alloc_ctx_tensors(&wctx, &backend, "weights").unwrap();
+    a.write_f32(&[1., 2., 3., 4., 5., 6.]);
+    bias.write_f32(&[0.5, -1.0]);
+
+    let gctx = Context::new(16, 64).unwrap();
+    let b = gctx.new_tensor(GgmlType::F32, &[3, 2]).set_input();
+    let y = gctx.add(gctx.mul_mat(a, b), bias).set_output(); // outputs keep their memory
+    let n = gctx.rms_norm(y, 1e-6).set_output();
+    let mut g = gctx.new_graph(64);
+    g.expand(n);
+    let mut alloc = Allocator::new(&backend);
+    alloc.alloc_graph(&g).unwrap();
+    b.write_f32(&[1., 0., -1., 2., 1., 0.]);
+    backend.compute(&g).unwrap();
+    let yv = y.read_f32();
+    // row0 of b . rows of a: [1-3, 4-6] = [-2, -2]; + bias -> [-1.5, -3]
+    // row1: [2+2, 8+5] = [4, 13]; + bias -> [4.5, 12]
+    assert_eq!(yv, vec![-1.5, -3.0, 4.5, 12.0]);
+    let nv = n.read_f32();
+    let rms0 = ((1.5f32 * 1.5 + 9.0) / 2.0 + 1e-6).sqrt();
+    assert!((nv[0] - -1.5 / rms0).abs() < 1e-5 && (nv[1] - -3.0 / rms0).abs() < 1e-5, "{nv:?}");
+}
+
+#[test]
+fn quantize_q8_0_roundtrips_within_block_precision() {
+    let src: Vec<f32> = (0..64).map(|i| ((i as f32) * 0.37).sin()).collect();
+    let q = quantize(GgmlType::Q8_0, &src, 64);
+    assert_eq!(q.len(), 2 * 34);
+    let back = decode_to_f32(GgmlType::Q8_0, &q).unwrap();
+    let max_err = src.iter().zip(&back).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+    assert!(max_err < 1.0 / 127.0, "max error {max_err}");
+}
+
+#[test]
+fn quantized_mul_mat_is_close_to_f32() {
+    let backend = cpu();
+    let k = 64;
+    let wv: Vec<f32> = (0..k * 4).map(|i| ((i * 7 % 13) as f32 - 6.0) / 6.0).collect();
+    let xv: Vec<f32> = (0..k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();
+    let wctx = Context::new(1, 0).unwrap();
+    let w = wctx.new_tensor(GgmlType::Q8_0, &[k as i64, 4]);
+    let _buf = Buffer::alloc_ctx_tensors(&wctx, &backend, "w").unwrap();
+    w.write_bytes(0, &quantize(GgmlType::Q8_0, &wv, k));
+    let gctx = Context::new(8, 16).unwrap();
+    let x = gctx.new_tensor(GgmlType::F32, &[k as i64, 1]).set_input();
+    let y = gctx.mul_mat(w, x).set_output();
+    let mut g = gctx.new_graph(16);
+    g.expand(y);
+    let mut alloc = Allocator::new(&backend);
+    alloc.alloc_graph(&g).unwrap();
+    x.write_f32(&xv);
+    backend.compute(&g).unwrap();
+    let got = y.read_f32();
+    for r in 0..4 {
+        let want: f32 = (0..k).map(|i| wv[r * k + i] * xv[i]).sum();
+        assert!((got[r] - want).abs() < 0.05 * want.abs().max(1.0), "row {r}: {} vs {want}", got[r]);
+    }
+}
+
+#[test]
+#[should_panic(expected = "mul_mat shape mismatch")]
+fn mul_mat_shape_mismatch_is_a_panic_not_an_abort() {
+    let ctx = Context::new(4, 0).unwrap();
+    let a = ctx.new_tensor(GgmlType::F32, &[3, 2]);
+    let b = ctx.new_tensor(GgmlType::F32, &[4, 2]);
+    let _ = ctx.mul_mat(a, b);
+}
+
+#[test]
+fn type_table() {
+    assert_eq!(GgmlType::Q8_0.block_size(), 32);
+    assert_eq!(GgmlType::Q8_0.type_size(), 34);
+    assert_eq!(GgmlType::Q6_K.block_size(), 256);
+    assert_eq!(GgmlType::F16.name(), "f16");
+    assert!(!GgmlType(4).is_valid(), "Q4_2 was removed from ggml");
+    assert!(!GgmlType(9999).is_valid());
+    assert_eq!(GgmlType::from_name("q5_k_m"), Some(GgmlType::Q5_K));
+}

@@ -1,0 +1,162 @@
+//! Writing GGUF files: header, metadata and tensor table first, then the data streamed
+//! tensor by tensor, so a multi-gigabyte model never sits whole in memory.
+use super::{GgufError, Value, DEFAULT_ALIGNMENT, GGUF_MAGIC, GGUF_VERSION};
+use crate::ggml::GgmlType;
+use std::io::{BufWriter, Write};
+use std::path::{Path, PathBuf};
+
+/// Collects metadata and the tensor table of a file to write.
+#[derive(Default)]
+pub struct GgufWriter {
+    kv: Vec<(String, Value)>,
+    tensors: Vec<(String, GgmlType, Vec<i64>)>,
+}
+
+impl GgufWriter {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Sets a metadata key (replacing an earlier value of the same key).
+    pub fn set(&mut self, key: &str, v: Value) -> &mut Self {
+        if let Some(e) = self.kv.iter_mut().find(|(k, _)| k == key) {
+            e.1 = v;
+        } else {
+            self.kv.push((key.to_string(), v));
+        }
+        self
+    }
+    pub fn set_str(&mut self, key: &str, v: &str) -> &mut Self {
+        self.set(key, Value::String(v.to_string()))
+    }
+    pub fn set_u32(&mut self, key: &str, v: u32) -> &mut Self {
+        self.set(key, Value::U32(v))
+    }
+    pub fn set_f32(&mut self, key: &str, v: f32) -> &mut Self {
+        self.set(key, Value::F32(v))
+    }
+    pub fn set_strs<S: AsRef<str>>(&mut self, key: &str, v: &[S]) -> &mut Self {
+        self.set(key, Value::Array(v.iter().map(|s| Value::String(s.as_ref().to_string())).collect()))
+    }
+    pub fn set_i32s(&mut self, key: &str, v: &[i32]) -> &mut Self {
+        self.set(key, Value::Array(v.iter().map(|&x| Value::I32(x)).collect()))
+    }
+    /// Declares a tensor (`ne` innermost first). Data is written later in the same order.
+    pub fn add_tensor(&mut self, name: &str, ty: GgmlType, ne: &[i64]) -> &mut Self {
+        self.tensors.push((name.to_string(), ty, ne.to_vec()));
+        self
+    }
+    pub fn n_tensors(&self) -> usize {
+        self.tensors.len()
+    }
+
+    /// Writes the header and returns the writer of the tensor data.
+    pub fn create(&self, path: impl AsRef<Path>) -> Result<TensorDataWriter, GgufError> {
+        let path = path.as_ref().to_path_buf();
+        let io = |source| GgufError::Io { path: path.clone(), source };
+        let file = std::fs::File::create(&path).map_err(io)?;
+        let mut w = BufWriter::with_capacity(1 << 20, file);
+        let mut head = Vec::new();
+        head.extend_from_slice(GGUF_MAGIC);
+        head.extend_from_slice(&GGUF_VERSION.to_le_bytes());
+        head.extend_from_slice(&(self.tensors.len() as u64).to_le_bytes());
+        head.extend_from_slice(&(self.kv.len() as u64).to_le_bytes());
+        for (k, v) in &self.kv {
+            put_str(&mut head, k);
+            head.extend_from_slice(&v.type_code().to_le_bytes());
+            put_value(&mut head, v);
+        }
+        let align = DEFAULT_ALIGNMENT;
+        let mut offset = 0u64;
+        let mut expected = Vec::with_capacity(self.tensors.len());
+        for (name, ty, ne) in &self.tensors {
+            put_str(&mut head, name);
+            head.extend_from_slice(&(ne.len() as u32).to_le_bytes());
+            for &n in ne {
+                head.extend_from_slice(&(n as u64).to_le_bytes());
+            }
+            head.extend_from_slice(&ty.0.to_le_bytes());
+            head.extend_from_slice(&offset.to_le_bytes());
+            let nel: i64 = ne.iter().product();
+            let nbytes = (nel as usize / ty.block_size()) * ty.type_size();
+            expected.push((name.clone(), nbytes));
+            offset += (nbytes as u64).div_ceil(align) * align;
+        }
+        let pad = (head.len() as u64).div_ceil(align) * align - head.len() as u64;
+        head.resize(head.len() + pad as usize, 0);
+        w.write_all(&head).map_err(io)?;
+        Ok(TensorDataWriter { path, w, expected, next: 0, align })
+    }
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    out.extend_from_slice(&(s.len() as u64).to_le_bytes());
+    out.extend_from_slice(s.as_bytes());
+}
+
+fn put_value(out: &mut Vec<u8>, v: &Value) {
+    match v {
+        Value::U8(x) => out.push(*x),
+        Value::I8(x) => out.push(*x as u8),
+        Value::U16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I16(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::U32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F32(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::Bool(x) => out.push(*x as u8),
+        Value::String(s) => put_str(out, s),
+        Value::Array(a) => {
+            let elem = a.first().map(|e| e.type_code()).unwrap_or(4);
+            assert!(a.iter().all(|e| e.type_code() == elem), "GGUF arrays must be homogeneous");
+            out.extend_from_slice(&elem.to_le_bytes());
+            out.extend_from_slice(&(a.len() as u64).to_le_bytes());
+            for e in a {
+                put_value(out, e);
+            }
+        }
+        Value::U64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::I64(x) => out.extend_from_slice(&x.to_le_bytes()),
+        Value::F64(x) => out.extend_from_slice(&x.to_le_bytes()),
+    }
+}
+
+/// Streams tensor data in declaration order, checking each size.
+pub struct TensorDataWriter {
+    path: PathBuf,
+    w: BufWriter<std::fs::File>,
+    expected: Vec<(String, usize)>,
+    next: usize,
+    align: u64,
+}
+
+impl TensorDataWriter {
+    /// Name and byte size of the next tensor to write, if any.
+    pub fn next_tensor(&self) -> Option<(&str, usize)> {
+        self.expected.get(self.next).map(|(n, s)| (n.as_str(), *s))
+    }
+    /// Writes the data of the next declared tensor.
+    pub fn write(&mut self, bytes: &[u8]) -> Result<(), GgufError> {
+        let Some((name, size)) = self.expected.get(self.next) else {
+            return Err(GgufError::Corrupt { path: self.path.clone(), what: "more tensor data than declared tensors".into() });
+        };
+        if bytes.len() != *size {
+            return Err(GgufError::Corrupt { path: self.path.clone(), what: format!("tensor '{name}': {} bytes given, {size} declared", bytes.len()) });
+        }
+        let io = |source| GgufError::Io { path: self.path.clone(), source };
+        self.w.write_all(bytes).map_err(io)?;
+        let pad = (bytes.len() as u64).div_ceil(self.align) * self.align - bytes.len() as u64;
+        self.w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
+        self.next += 1;
+        Ok(())
+    }
+    /// Flushes and closes; fails if a declared tensor was not written.
+    pub fn finish(mut self) -> Result<(), GgufError> {
+        if let Some((name, _)) = self.expected.get(self.next) {
+            return Err(GgufError::Corrupt { path: self.path.clone(), what: format!("tensor '{name}' declared but never written") });
+        }
+        let io = |source| GgufError::Io { path: self.path.clone(), source };
+        self.w.flush().map_err(io)?;
+        let f = self.w.into_inner().map_err(|e| GgufError::Io { path: self.path.clone(), source: e.into_error() })?;
+        f.sync_all().map_err(|source| GgufError::Io { path: self.path.clone(), source })?;
+        Ok(())
+    }
+}

@@ -1,0 +1,16 @@
+//! yued's numeric engine: everything that computes, on GGML, with no actix and no HTTP.
+//!
+//! - [`ggml`]: the one safe layer over the C API (every `unsafe` of the project is there);
+//! - [`gguf`]: reading and writing model files;
+//! - [`tokenizer`]: the byte-level BPE built from a GGUF's `tokenizer.ggml.*` metadata;
+//! - [`model`]: the YuE2 hyper-parameters and token layout read from a backbone GGUF;
+//! - [`demo`]: deterministic random-weight models of the exact architecture;
+//! - [`quantize`]: the per-tensor quantization policy of the seed.
+
+pub mod demo;
+pub mod ggml;
+pub mod gguf;
+pub mod model;
+pub mod quantize;
+pub mod tokenizer;
+pub mod vae_layout;

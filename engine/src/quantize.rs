@@ -1,0 +1,130 @@
+//! The backbone quantizer, with the seed's per-tensor policy:
+//! - Q8_0 quantizes every 2-D weight matrix;
+//! - the K mixes (Q6_K, Q5_K_M) put `embed_tokens` and the untied `lm_head` in Q6_K and the
+//!   other matrices in the target type;
+//! - 1-D tensors (norms, biases) are promoted to F32; nothing goes below Q5 (an audio-code
+//!   LM breaks there);
+//! - a VAE file (`general.architecture = yue2-vae`) is refused: it is never quantized.
+use crate::ggml::{decode_to_f32, quantize, GgmlType};
+use crate::gguf::{GgufError, GgufFile, GgufWriter};
+use crate::model::{names, VAE_ARCH};
+use std::path::Path;
+
+/// Target of a quantization run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum QuantTarget {
+    Q8_0,
+    Q6K,
+    Q5KM,
+}
+
+impl std::str::FromStr for QuantTarget {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.to_ascii_uppercase().as_str() {
+            "Q8_0" => Ok(QuantTarget::Q8_0),
+            "Q6_K" => Ok(QuantTarget::Q6K),
+            "Q5_K_M" => Ok(QuantTarget::Q5KM),
+            _ => Err(format!("unsupported quantization '{s}' (Q8_0, Q6_K or Q5_K_M; the backbone stops at Q5)")),
+        }
+    }
+}
+
+impl QuantTarget {
+    pub fn name(self) -> &'static str {
+        match self {
+            QuantTarget::Q8_0 => "Q8_0",
+            QuantTarget::Q6K => "Q6_K",
+            QuantTarget::Q5KM => "Q5_K_M",
+        }
+    }
+    /// The type a tensor gets under this target.
+    pub fn type_for(self, name: &str, ne: &[i64], current: GgmlType) -> GgmlType {
+        if ne.len() < 2 {
+            return GgmlType::F32;
+        }
+        let want = match self {
+            QuantTarget::Q8_0 => GgmlType::Q8_0,
+            _ if name == names::EMBED || name == names::LM_HEAD => GgmlType::Q6_K,
+            QuantTarget::Q6K => GgmlType::Q6_K,
+            QuantTarget::Q5KM => GgmlType::Q5_K,
+        };
+        // Rows that are not whole blocks of the target fall back to Q8_0, then keep their type.
+        [want, GgmlType::Q8_0].into_iter().find(|t| ne[0] % t.block_size() as i64 == 0).unwrap_or(current)
+    }
+}
+
+/// Quantizes `input` into `output`. `progress(done, total)` after each tensor.
+pub fn quantize_file(input: &Path, output: &Path, target: QuantTarget, progress: &mut dyn FnMut(usize, usize)) -> Result<(), GgufError> {
+    let f = GgufFile::open(input)?;
+    let corrupt = |what: String| GgufError::Corrupt { path: input.to_path_buf(), what };
+    let arch = f.get_str("general.architecture")?;
+    if arch == VAE_ARCH {
+        return Err(corrupt("is a VAE (yue2-vae): the VAE is never quantized".into()));
+    }
+    let mut w = GgufWriter::new();
+    for (k, v) in f.metadata_ordered() {
+        if k != "general.alignment" {
+            w.set(k, v.clone());
+        }
+    }
+    w.set_str("general.quantization", target.name());
+    let plan: Vec<GgmlType> = f.tensors().iter().map(|t| target.type_for(&t.name, &t.ne, t.ty)).collect();
+    for (t, ty) in f.tensors().iter().zip(&plan) {
+        w.add_tensor(&t.name, *ty, &t.ne);
+    }
+    let mut out = w.create(output)?;
+    let total = f.tensors().len();
+    for (i, (t, ty)) in f.tensors().iter().zip(&plan).enumerate() {
+        let raw = f.tensor_bytes(t);
+        if *ty == t.ty {
+            out.write(raw)?;
+        } else {
+            let vals = decode_to_f32(t.ty, raw).ok_or_else(|| corrupt(format!("tensor '{}' of type {} cannot be converted", t.name, t.ty.name())))?;
+            let bytes = if *ty == GgmlType::F32 { crate::ggml::encode_f32(GgmlType::F32, &vals).unwrap() } else { quantize(*ty, &vals, t.ne[0] as usize) };
+            out.write(&bytes)?;
+        }
+        progress(i + 1, total);
+    }
+    out.finish()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::demo::{write_demo, Preset};
+
+    #[test]
+    fn policy_matches_the_seed() {
+        let m = &[2048, 6144];
+        assert_eq!(QuantTarget::Q8_0.type_for("model.layers.0.mlp.up_proj.weight", m, GgmlType::BF16), GgmlType::Q8_0);
+        assert_eq!(QuantTarget::Q5KM.type_for(names::EMBED, &[2048, 184704], GgmlType::BF16), GgmlType::Q6_K);
+        assert_eq!(QuantTarget::Q5KM.type_for(names::LM_HEAD, &[2048, 184704], GgmlType::BF16), GgmlType::Q6_K);
+        assert_eq!(QuantTarget::Q5KM.type_for("model.layers.0.mlp.up_proj.weight", m, GgmlType::BF16), GgmlType::Q5_K);
+        assert_eq!(QuantTarget::Q6K.type_for("model.norm.weight", &[2048], GgmlType::BF16), GgmlType::F32);
+        // 64-wide rows are not whole K blocks: fall back to Q8_0
+        assert_eq!(QuantTarget::Q6K.type_for("vae2llm.weight", &[64, 2048], GgmlType::BF16), GgmlType::Q8_0);
+        assert!("Q4_K_M".parse::<QuantTarget>().unwrap_err().contains("Q5"));
+    }
+
+    #[test]
+    fn quantizes_the_demo_backbone_and_refuses_the_vae() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bb, vae) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
+        let out = dir.path().join("q8.gguf");
+        quantize_file(&bb, &out, QuantTarget::Q8_0, &mut |_, _| {}).unwrap();
+        let q = GgufFile::open(&out).unwrap();
+        let src = GgufFile::open(&bb).unwrap();
+        assert_eq!(q.tensors().len(), src.tensors().len());
+        let up = q.require_tensor("model.layers.1.mlp.up_proj.weight").unwrap();
+        assert_eq!(up.ty, GgmlType::Q8_0);
+        assert_eq!(q.require_tensor("model.norm.weight").unwrap().ty, GgmlType::F32);
+        assert_eq!(q.get_str("general.quantization").unwrap(), "Q8_0");
+        let a = src.tensor_f32("model.layers.1.mlp.up_proj.weight").unwrap();
+        let b = q.tensor_f32("model.layers.1.mlp.up_proj.weight").unwrap();
+        let err = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(err < 0.01, "max abs error {err}");
+        let e = quantize_file(&vae, &dir.path().join("v.gguf"), QuantTarget::Q8_0, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("never quantized"), "{e}");
+    }
+}

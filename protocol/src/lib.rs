@@ -1,0 +1,52 @@
+//! Wire types shared by the `yued` daemon and its clients.
+//!
+//! Everything that crosses the HTTP or WebSocket boundary is defined here once, so the
+//! daemon, the Rust client and the tests cannot drift apart. The crate carries no HTTP or
+//! actor code: it is plain serde types plus the request validation both sides rely on.
+
+pub mod error;
+pub mod job;
+pub mod props;
+pub mod request;
+pub mod stream;
+
+pub use error::ErrorBody;
+pub use job::{
+    CancelReply, InvalidJobId, JobId, JobMetrics, JobState, JobStatus, Stage, SubmitReply,
+    JOB_METRICS_SCHEMA,
+};
+pub use props::{AdapterInfo, OutputFormatInfo, Props};
+pub use request::{
+    parse_codes, AdapterRef, CotMode, Limits, OutputFormat, RequestError, SamplingPreset,
+    Yue2Request, CODEBOOK_SIZE, DEFAULT_CONTEXT, MAX_PLAN_RETRIES, MAX_SYNTH_BATCH,
+    MP3_BITRATE_MAX, MP3_BITRATE_MIN, PEAK_CLIP_MAX, RANDOM_SEED, RANDOM_SEED_LIMIT,
+};
+pub use stream::{StreamCodec, StreamCommand, StreamEvent};
+
+/// Output sample rate of the VAE, in Hz; every rendered track is 48 kHz stereo.
+pub const SAMPLE_RATE: u32 = 48_000;
+
+/// Semantic codes and acoustic latents share this rate: one code per latent frame.
+pub const FRAME_RATE: u32 = 25;
+
+/// Upsampling factor of the VAE decoder, `SAMPLE_RATE / FRAME_RATE`.
+pub const SAMPLES_PER_FRAME: u32 = 1920;
+
+/// Width of one acoustic latent frame (the raw `.vae` layout is `[T, 64]` f32).
+pub const LATENT_CHANNELS: u32 = 64;
+
+/// Boundary of the `multipart/mixed` body returned by `GET /job?id=N&result=1`.
+pub const MULTIPART_BOUNDARY: &str = "yue2-batch-boundary";
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn frame_constants_agree() {
+        assert_eq!(SAMPLE_RATE / FRAME_RATE, SAMPLES_PER_FRAME);
+        assert_eq!(SAMPLES_PER_FRAME, 1920);
+        assert_eq!(LATENT_CHANNELS, 64);
+        assert_eq!(MULTIPART_BOUNDARY, "yue2-batch-boundary");
+    }
+}

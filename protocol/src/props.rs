@@ -1,0 +1,118 @@
+//! Reply of `GET /props`: what a client needs to build a request for this server.
+
+use serde::{Deserialize, Serialize};
+
+use crate::request::{OutputFormat, Yue2Request, DEFAULT_CONTEXT};
+use crate::{FRAME_RATE, SAMPLE_RATE};
+
+/// One export format as `/props` lists it, so clients never hardcode MIME types.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct OutputFormatInfo {
+    pub name: String,
+    pub extension: String,
+    pub mime: String,
+}
+
+impl From<OutputFormat> for OutputFormatInfo {
+    fn from(f: OutputFormat) -> Self {
+        Self {
+            name: f.name().into(),
+            extension: f.extension().into(),
+            mime: f.mime().into(),
+        }
+    }
+}
+
+/// An adapter of the `--adapters` directory and the backbone halves it changes.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct AdapterInfo {
+    pub name: String,
+    pub ar: bool,
+    pub nar: bool,
+}
+
+/// Server description. `defaults` is the full default request: the single source of the
+/// WebUI placeholders.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Props {
+    pub version: String,
+    pub model: String,
+    pub vae: String,
+    pub sample_rate: u32,
+    pub frame_rate: u32,
+    /// KV cache length in tokens.
+    pub context: u32,
+    /// `--max-batch`, the bound of `lm_batch_size`.
+    pub max_batch: u32,
+    pub output_formats: Vec<OutputFormatInfo>,
+    pub adapters: Vec<AdapterInfo>,
+    pub defaults: Yue2Request,
+}
+
+impl Props {
+    /// Props with the fixed rates, every output format, no adapters and the default request.
+    pub fn new(
+        version: impl Into<String>,
+        model: impl Into<String>,
+        vae: impl Into<String>,
+        max_batch: u32,
+    ) -> Self {
+        Self {
+            version: version.into(),
+            model: model.into(),
+            vae: vae.into(),
+            sample_rate: SAMPLE_RATE,
+            frame_rate: FRAME_RATE,
+            context: DEFAULT_CONTEXT,
+            max_batch,
+            output_formats: OutputFormat::all().iter().map(|&f| f.into()).collect(),
+            adapters: Vec::new(),
+            defaults: Yue2Request::default(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::{json, Value};
+
+    #[test]
+    fn props_shape() {
+        let mut props = Props::new(
+            "0.1.0",
+            "data/models/YuE2-3B-Q8_0.gguf",
+            "data/models/YuE2-Vae-F32.gguf",
+            1,
+        );
+        props.adapters.push(AdapterInfo {
+            name: "lorn.safetensors".into(),
+            ar: true,
+            nar: false,
+        });
+        let v: Value = serde_json::from_str(&serde_json::to_string(&props).unwrap()).unwrap();
+        assert_eq!(v["sample_rate"], 48000);
+        assert_eq!(v["frame_rate"], 25);
+        assert_eq!(v["context"], 24576);
+        assert_eq!(v["max_batch"], 1);
+        assert_eq!(v["output_formats"].as_array().unwrap().len(), 9);
+        assert_eq!(
+            v["output_formats"][0],
+            json!({"name":"mp3","extension":"mp3","mime":"audio/mpeg"})
+        );
+        assert_eq!(
+            v["output_formats"][8],
+            json!({"name":"wav32","extension":"wav","mime":"audio/wav"})
+        );
+        assert_eq!(
+            v["adapters"],
+            json!([{"name":"lorn.safetensors","ar":true,"nar":false}])
+        );
+        assert_eq!(v["defaults"]["cot"], "full");
+        assert_eq!(v["defaults"]["steps"], 8);
+        assert_eq!(v["defaults"]["abc_sampling"]["top_p"], 0.9);
+        assert_eq!(v["defaults"]["semantic_sampling"]["min_tokens"], 200);
+        let back: Props = serde_json::from_value(v).unwrap();
+        assert_eq!(back, props);
+    }
+}

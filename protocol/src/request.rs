@@ -1,0 +1,1448 @@
+//! The generation request (`POST /synth` body), its defaults and its bounds.
+//!
+//! The request is the whole content of a song: a replay request carries the same type with
+//! the exact seeds, score and codes of a track. Parsing and validation are split on purpose:
+//! [`Yue2Request::from_json`] only checks JSON types, [`Yue2Request::validate`] checks values
+//! against the server's [`Limits`], so a client can build a request in code and still get
+//! the server's verdict before sending it.
+
+use std::fmt;
+use std::str::FromStr;
+
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Deserializer, Serialize};
+use serde_json::{Map, Value};
+
+/// Size of the semantic codebook: codes are in `[0, 32768)`.
+pub const CODEBOOK_SIZE: u32 = 32_768;
+/// Context of the YuE2-3B checkpoint, in tokens.
+pub const DEFAULT_CONTEXT: u32 = 24_576;
+/// Server bound on `synth_batch_size` (flow matching variations per song).
+pub const MAX_SYNTH_BATCH: u32 = 9;
+/// Upper bound of `plan_retries`.
+pub const MAX_PLAN_RETRIES: u32 = 8;
+/// Lowest accepted `mp3_bitrate`, in kbps.
+pub const MP3_BITRATE_MIN: u32 = 32;
+/// Highest accepted `mp3_bitrate`, in kbps (the MPEG-1 Layer III ceiling).
+pub const MP3_BITRATE_MAX: u32 = 320;
+/// `peak_clip` is a count per million samples, so a million clips everything.
+pub const PEAK_CLIP_MAX: i64 = 1_000_000;
+/// Seed value meaning "draw one for me".
+pub const RANDOM_SEED: i64 = -1;
+/// Resolved random seeds stay below 2^53: batch and retry offsets (`lm_seed + i + k * n`)
+/// then cannot overflow, and the seed survives a JavaScript number round trip in the WebUI.
+pub const RANDOM_SEED_LIMIT: u64 = 1 << 53;
+
+/// A request rejected by parsing or validation; `field` names the offending request field
+/// (dotted for nested ones, e.g. `abc_sampling.top_p`) so a 400 tells the caller what to fix.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{field}: {message}")]
+pub struct RequestError {
+    pub field: String,
+    pub message: String,
+}
+
+impl RequestError {
+    pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
+        Self {
+            field: field.into(),
+            message: message.into(),
+        }
+    }
+}
+
+/// Server-side bounds a request is validated against.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// `--max-batch`: songs per request, one KV set each.
+    pub max_batch: u32,
+    /// Flow matching variations per song.
+    pub max_synth_batch: u32,
+    /// KV cache length in tokens (`--max-seq`, else the model context).
+    pub context: u32,
+    /// Number of semantic codes of the loaded model.
+    pub codebook_size: u32,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Self {
+            max_batch: 1,
+            max_synth_batch: MAX_SYNTH_BATCH,
+            context: DEFAULT_CONTEXT,
+            codebook_size: CODEBOOK_SIZE,
+        }
+    }
+}
+
+/// Chain of thought mode: who writes the ABC score, and how detailed it is.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum CotMode {
+    /// Chord annotated score.
+    #[default]
+    Full,
+    /// Melody only score.
+    Melody,
+    /// No symbolic stage: the score slot is closed at once.
+    Off,
+}
+
+impl CotMode {
+    pub const ALL: [CotMode; 3] = [CotMode::Full, CotMode::Melody, CotMode::Off];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            CotMode::Full => "full",
+            CotMode::Melody => "melody",
+            CotMode::Off => "off",
+        }
+    }
+
+    /// Guidance the protocol applies when `cfg_scale` is negative.
+    pub fn protocol_cfg_scale(self) -> f64 {
+        match self {
+            CotMode::Off => 1.01,
+            CotMode::Full | CotMode::Melody => 1.0,
+        }
+    }
+}
+
+impl fmt::Display for CotMode {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl FromStr for CotMode {
+    type Err = RequestError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| {
+                RequestError::new(
+                    "cot",
+                    format!("unknown mode {s:?}, expected full, melody or off"),
+                )
+            })
+    }
+}
+
+/// Export format of the rendered audio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OutputFormat {
+    #[default]
+    Mp3,
+    Opus,
+    Ogg,
+    Flac,
+    Aac,
+    M4a,
+    Wav16,
+    Wav24,
+    /// Raw IEEE float; the only format that skips peak normalisation.
+    Wav32,
+}
+
+impl OutputFormat {
+    /// Every supported format, in the order `/props` lists them.
+    pub fn all() -> &'static [OutputFormat] {
+        &[
+            OutputFormat::Mp3,
+            OutputFormat::Opus,
+            OutputFormat::Ogg,
+            OutputFormat::Flac,
+            OutputFormat::Aac,
+            OutputFormat::M4a,
+            OutputFormat::Wav16,
+            OutputFormat::Wav24,
+            OutputFormat::Wav32,
+        ]
+    }
+
+    /// The request spelling of the format.
+    pub fn name(self) -> &'static str {
+        match self {
+            OutputFormat::Mp3 => "mp3",
+            OutputFormat::Opus => "opus",
+            OutputFormat::Ogg => "ogg",
+            OutputFormat::Flac => "flac",
+            OutputFormat::Aac => "aac",
+            OutputFormat::M4a => "m4a",
+            OutputFormat::Wav16 => "wav16",
+            OutputFormat::Wav24 => "wav24",
+            OutputFormat::Wav32 => "wav32",
+        }
+    }
+
+    /// File extension, without the dot; the three WAV depths share `wav`.
+    pub fn extension(self) -> &'static str {
+        match self {
+            OutputFormat::Wav16 | OutputFormat::Wav24 | OutputFormat::Wav32 => "wav",
+            other => other.name(),
+        }
+    }
+
+    /// MIME type of the audio part of a result.
+    pub fn mime(self) -> &'static str {
+        match self {
+            OutputFormat::Mp3 => "audio/mpeg",
+            // Opus travels in an Ogg container; the codec parameter tells it from Vorbis.
+            OutputFormat::Opus => "audio/ogg; codecs=opus",
+            OutputFormat::Ogg => "audio/ogg",
+            OutputFormat::Flac => "audio/flac",
+            OutputFormat::Aac => "audio/aac",
+            OutputFormat::M4a => "audio/mp4",
+            OutputFormat::Wav16 | OutputFormat::Wav24 | OutputFormat::Wav32 => "audio/wav",
+        }
+    }
+
+    /// Whether the output stage applies the `peak_clip` normalisation.
+    pub fn normalizes(self) -> bool {
+        self != OutputFormat::Wav32
+    }
+}
+
+impl fmt::Display for OutputFormat {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl FromStr for OutputFormat {
+    type Err = RequestError;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Self::all()
+            .iter()
+            .copied()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| RequestError::new("output_format", format!("unknown format {s:?}")))
+    }
+}
+
+/// Sampling parameters of one autoregressive stage.
+///
+/// Standalone deserialization needs every field; inside a request a partial object is
+/// completed from that stage's checkpoint preset.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+pub struct SamplingPreset {
+    pub temperature: f64,
+    pub top_p: f64,
+    pub top_k: u32,
+    pub repetition_penalty: f64,
+    /// Tokens looked back over by the repetition penalty.
+    pub penalty_window: u32,
+    /// The end token is blocked until this many tokens were sampled.
+    pub min_tokens: u32,
+    /// Token budget of the stage.
+    pub max_tokens: u32,
+}
+
+impl SamplingPreset {
+    /// Checkpoint preset of the score (ABC) stage.
+    pub fn abc_default() -> Self {
+        Self {
+            temperature: 0.7,
+            top_p: 0.9,
+            top_k: 30,
+            repetition_penalty: 1.005,
+            penalty_window: 100,
+            min_tokens: 32,
+            max_tokens: 4096,
+        }
+    }
+
+    /// Checkpoint preset of the semantic stage (9000 frames is six minutes at 25 Hz).
+    pub fn semantic_default() -> Self {
+        Self {
+            temperature: 1.0,
+            top_p: 0.95,
+            top_k: 100,
+            repetition_penalty: 1.2,
+            penalty_window: 50,
+            min_tokens: 200,
+            max_tokens: 9000,
+        }
+    }
+
+    /// Checks the protocol bounds; `prefix` is the request field holding this preset.
+    pub fn validate(&self, prefix: &str) -> Result<(), RequestError> {
+        let err = |name: &str, msg: String| Err(RequestError::new(format!("{prefix}.{name}"), msg));
+        if !(0.0..=5.0).contains(&self.temperature) {
+            return err(
+                "temperature",
+                format!("must be in [0, 5], got {}", self.temperature),
+            );
+        }
+        if !(self.top_p > 0.0 && self.top_p <= 1.0) {
+            return err("top_p", format!("must be in (0, 1], got {}", self.top_p));
+        }
+        if self.top_k < 1 {
+            return err("top_k", "must be at least 1, got 0".into());
+        }
+        if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
+            return err(
+                "repetition_penalty",
+                format!("must be positive, got {}", self.repetition_penalty),
+            );
+        }
+        if !(1..=100).contains(&self.penalty_window) {
+            return err(
+                "penalty_window",
+                format!("must be in [1, 100], got {}", self.penalty_window),
+            );
+        }
+        if self.max_tokens < 1 {
+            return err("max_tokens", "must be at least 1, got 0".into());
+        }
+        if self.min_tokens > self.max_tokens {
+            return err(
+                "min_tokens",
+                format!(
+                    "must not exceed max_tokens ({}), got {}",
+                    self.max_tokens, self.min_tokens
+                ),
+            );
+        }
+        Ok(())
+    }
+
+    /// Overlays the keys present in `value` on `self`.
+    fn overlay(mut self, value: Value, prefix: &str) -> Result<Self, RequestError> {
+        let Value::Object(mut obj) = value else {
+            return Err(RequestError::new(prefix, "must be an object"));
+        };
+        let path = |key: &str| format!("{prefix}.{key}");
+        take(
+            &mut obj,
+            &path("temperature"),
+            "temperature",
+            &mut self.temperature,
+        )?;
+        take(&mut obj, &path("top_p"), "top_p", &mut self.top_p)?;
+        take(&mut obj, &path("top_k"), "top_k", &mut self.top_k)?;
+        take(
+            &mut obj,
+            &path("repetition_penalty"),
+            "repetition_penalty",
+            &mut self.repetition_penalty,
+        )?;
+        take(
+            &mut obj,
+            &path("penalty_window"),
+            "penalty_window",
+            &mut self.penalty_window,
+        )?;
+        take(
+            &mut obj,
+            &path("min_tokens"),
+            "min_tokens",
+            &mut self.min_tokens,
+        )?;
+        take(
+            &mut obj,
+            &path("max_tokens"),
+            "max_tokens",
+            &mut self.max_tokens,
+        )?;
+        Ok(self)
+    }
+}
+
+/// One LoRA adapter of the `--adapters` directory, stacked at its own strength.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct AdapterRef {
+    pub name: String,
+    /// Strength of the merge; 0 leaves the weights untouched.
+    #[serde(default = "unit_scale")]
+    pub scale: f64,
+}
+
+fn unit_scale() -> f64 {
+    1.0
+}
+
+/// A song generation request. Every field has a default, and omitting a field is the same
+/// as sending its default (a JSON `null` counts as omitted too).
+///
+/// Deserialization goes through [`Yue2Request::from_value`] so that a type error names the
+/// field at fault and a partial sampling preset keeps its stage's defaults. Unknown fields
+/// are ignored, which lets older daemons accept requests from newer clients.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Yue2Request {
+    /// Style tags, verbatim under the `[Tags]` header.
+    pub style: String,
+    /// Lyrics with their structural tags, verbatim under the `[Lyrics]` header.
+    pub lyrics: String,
+    /// Score to realise; non-empty skips the planning stage.
+    pub abc: String,
+    pub cot: CotMode,
+    /// Target length in seconds, capped by the semantic budget.
+    pub duration: f64,
+    /// Philox key of the token draw; -1 draws one.
+    pub lm_seed: i64,
+    /// mt19937 seed of the acoustic noise; -1 draws one.
+    pub seed: i64,
+    /// Midpoint steps of the flow matching ODE.
+    pub steps: u32,
+    /// Songs generated from the prompt, bounded by `--max-batch`.
+    pub lm_batch_size: u32,
+    /// Noise variations rendered per song.
+    pub synth_batch_size: u32,
+    /// Guidance of the semantic stage; negative applies the protocol value of the cot mode.
+    pub cfg_scale: f64,
+    /// Comma separated semantic codes; non-empty replaces the autoregressive stage.
+    pub semantic_tokens: String,
+    /// Normalisation peak is the `1 - peak_clip / 1e6` percentile; 0 is the true peak.
+    pub peak_clip: i64,
+    pub output_format: OutputFormat,
+    /// kbps, read only by the MP3 encoder (still validated for every format).
+    pub mp3_bitrate: u32,
+    pub adapters: Vec<AdapterRef>,
+    /// Codes of a source song to continue from; exclusive with `semantic_tokens`.
+    pub source_tokens: String,
+    /// Start of the source section, in seconds.
+    pub source_start: f64,
+    /// End of the source section, in seconds; -1 is the end of the source.
+    pub source_end: f64,
+    /// Extra planning attempts when the score comes out malformed.
+    pub plan_retries: u32,
+    pub abc_sampling: SamplingPreset,
+    pub semantic_sampling: SamplingPreset,
+}
+
+impl Default for Yue2Request {
+    fn default() -> Self {
+        Self {
+            style: String::new(),
+            lyrics: String::new(),
+            abc: String::new(),
+            cot: CotMode::Full,
+            duration: 360.0,
+            lm_seed: RANDOM_SEED,
+            seed: RANDOM_SEED,
+            steps: 8,
+            lm_batch_size: 1,
+            synth_batch_size: 1,
+            cfg_scale: -1.0,
+            semantic_tokens: String::new(),
+            peak_clip: 10,
+            output_format: OutputFormat::Mp3,
+            mp3_bitrate: 128,
+            adapters: Vec::new(),
+            source_tokens: String::new(),
+            source_start: 0.0,
+            source_end: -1.0,
+            plan_retries: 2,
+            abc_sampling: SamplingPreset::abc_default(),
+            semantic_sampling: SamplingPreset::semantic_default(),
+        }
+    }
+}
+
+/// Moves `obj[key]` into `slot` when present and not null; type errors name `field`.
+fn take<T: DeserializeOwned>(
+    obj: &mut Map<String, Value>,
+    field: &str,
+    key: &str,
+    slot: &mut T,
+) -> Result<(), RequestError> {
+    match obj.remove(key) {
+        None | Some(Value::Null) => Ok(()),
+        Some(v) => {
+            *slot =
+                serde_json::from_value(v).map_err(|e| RequestError::new(field, e.to_string()))?;
+            Ok(())
+        }
+    }
+}
+
+/// `plan_retries` must be a JSON integer: `1.5`, `2.0` and `"2"` are refused rather than
+/// rounded or coerced, since a silently changed retry count changes which seeds run.
+fn parse_plan_retries(v: &Value) -> Result<u32, RequestError> {
+    let n = match v {
+        Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
+        _ => None,
+    };
+    n.ok_or_else(|| {
+        RequestError::new(
+            "plan_retries",
+            format!("must be an integer in [0, {MAX_PLAN_RETRIES}], got {v}"),
+        )
+    })
+}
+
+/// Parses a comma separated list of semantic codes.
+///
+/// Surrounding whitespace (a trailing newline of a CSV file) is ignored and the empty string
+/// is the empty list; an empty entry, a sign or anything but decimal digits is an error
+/// naming the 0-based entry index.
+pub fn parse_codes(s: &str) -> Result<Vec<u32>, String> {
+    let s = s.trim();
+    if s.is_empty() {
+        return Ok(Vec::new());
+    }
+    s.split(',')
+        .enumerate()
+        .map(|(i, entry)| {
+            let entry = entry.trim();
+            if entry.is_empty() {
+                return Err(format!("entry {i} is empty"));
+            }
+            if !entry.bytes().all(|b| b.is_ascii_digit()) {
+                let shown: String = entry.chars().take(24).collect();
+                return Err(format!(
+                    "entry {i} ({shown:?}) is not a non-negative integer"
+                ));
+            }
+            entry
+                .parse::<u32>()
+                .map_err(|_| format!("entry {i} ({entry}) is out of range"))
+        })
+        .collect()
+}
+
+/// Parses `s` as codes of `field` and checks them against the codebook and the context.
+fn check_codes(field: &str, s: &str, limits: &Limits) -> Result<Vec<u32>, RequestError> {
+    let codes = parse_codes(s).map_err(|m| RequestError::new(field, m))?;
+    if let Some((i, c)) = codes
+        .iter()
+        .enumerate()
+        .find(|(_, c)| **c >= limits.codebook_size)
+    {
+        return Err(RequestError::new(
+            field,
+            format!("entry {i} ({c}) is outside [0, {})", limits.codebook_size),
+        ));
+    }
+    // The codes prefill together with at least the start token and the end token, so a
+    // stream of context - 1 codes or more cannot fit a KV set.
+    if !codes.is_empty() && codes.len() as u64 + 2 > u64::from(limits.context) {
+        return Err(RequestError::new(
+            field,
+            format!(
+                "{} codes do not fit a context of {} tokens",
+                codes.len(),
+                limits.context
+            ),
+        ));
+    }
+    Ok(codes)
+}
+
+impl Yue2Request {
+    /// Parses a request body. Malformed JSON and non-object bodies are reported on the
+    /// pseudo field `body`; type errors name the field. Values are not checked: call
+    /// [`validate`](Self::validate).
+    pub fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
+        let value: Value = serde_json::from_slice(bytes)
+            .map_err(|e| RequestError::new("body", format!("malformed JSON: {e}")))?;
+        Self::from_value(value)
+    }
+
+    /// Builds a request from an already parsed JSON value, field by field over the defaults.
+    pub fn from_value(value: Value) -> Result<Self, RequestError> {
+        let Value::Object(mut obj) = value else {
+            return Err(RequestError::new("body", "request must be a JSON object"));
+        };
+        let mut r = Self::default();
+        macro_rules! fields {
+            ($($name:ident),* $(,)?) => {
+                $( take(&mut obj, stringify!($name), stringify!($name), &mut r.$name)?; )*
+            };
+        }
+        fields!(
+            style,
+            lyrics,
+            abc,
+            cot,
+            duration,
+            lm_seed,
+            seed,
+            steps,
+            lm_batch_size,
+            synth_batch_size,
+            cfg_scale,
+            semantic_tokens,
+            peak_clip,
+            output_format,
+            mp3_bitrate,
+            adapters,
+            source_tokens,
+            source_start,
+            source_end,
+        );
+        match obj.remove("plan_retries") {
+            None | Some(Value::Null) => {}
+            Some(v) => r.plan_retries = parse_plan_retries(&v)?,
+        }
+        for (key, slot) in [
+            ("abc_sampling", &mut r.abc_sampling),
+            ("semantic_sampling", &mut r.semantic_sampling),
+        ] {
+            match obj.remove(key) {
+                None | Some(Value::Null) => {}
+                Some(v) => *slot = slot.overlay(v, key)?,
+            }
+        }
+        Ok(r)
+    }
+
+    /// Checks every value against the protocol bounds and the server `limits`; the first
+    /// violation is returned.
+    ///
+    /// Content rule: the reference accepts an empty style and an empty lyrics (the model
+    /// then composes on its own), yet the server must refuse a request that carries
+    /// nothing at all. A request is therefore refused only when style and lyrics are both
+    /// empty *and* it brings no other content: no `abc`, no `semantic_tokens`, no
+    /// `source_tokens`. A replay (codes only) or a cover (score only) stays valid.
+    pub fn validate(&self, limits: &Limits) -> Result<(), RequestError> {
+        let err = |field: &str, msg: String| Err(RequestError::new(field, msg));
+
+        if self.style.is_empty()
+            && self.lyrics.is_empty()
+            && self.abc.is_empty()
+            && self.semantic_tokens.trim().is_empty()
+            && self.source_tokens.trim().is_empty()
+        {
+            return err(
+                "style",
+                "a request needs style or lyrics (or an abc score, semantic_tokens or source_tokens)"
+                    .into(),
+            );
+        }
+        if !(self.duration.is_finite() && self.duration > 0.0) {
+            return err(
+                "duration",
+                format!(
+                    "must be a positive number of seconds, got {}",
+                    self.duration
+                ),
+            );
+        }
+        for (field, seed) in [("lm_seed", self.lm_seed), ("seed", self.seed)] {
+            if seed < RANDOM_SEED {
+                return err(
+                    field,
+                    format!("must be -1 (random) or non-negative, got {seed}"),
+                );
+            }
+        }
+        if self.steps < 1 {
+            return err("steps", "must be at least 1, got 0".into());
+        }
+        if !(1..=limits.max_batch).contains(&self.lm_batch_size) {
+            return err(
+                "lm_batch_size",
+                format!(
+                    "must be in [1, {}], got {}",
+                    limits.max_batch, self.lm_batch_size
+                ),
+            );
+        }
+        if !(1..=limits.max_synth_batch).contains(&self.synth_batch_size) {
+            return err(
+                "synth_batch_size",
+                format!(
+                    "must be in [1, {}], got {}",
+                    limits.max_synth_batch, self.synth_batch_size
+                ),
+            );
+        }
+        if !self.cfg_scale.is_finite() {
+            return err(
+                "cfg_scale",
+                format!("must be finite, got {}", self.cfg_scale),
+            );
+        }
+        if !(0..=PEAK_CLIP_MAX).contains(&self.peak_clip) {
+            return err(
+                "peak_clip",
+                format!("must be in [0, {PEAK_CLIP_MAX}], got {}", self.peak_clip),
+            );
+        }
+        if !(MP3_BITRATE_MIN..=MP3_BITRATE_MAX).contains(&self.mp3_bitrate) {
+            return err(
+                "mp3_bitrate",
+                format!(
+                    "must be in [{MP3_BITRATE_MIN}, {MP3_BITRATE_MAX}] kbps, got {}",
+                    self.mp3_bitrate
+                ),
+            );
+        }
+        for (i, a) in self.adapters.iter().enumerate() {
+            if a.name.trim().is_empty() {
+                return err(&format!("adapters[{i}].name"), "must not be empty".into());
+            }
+            if !a.scale.is_finite() {
+                return err(
+                    &format!("adapters[{i}].scale"),
+                    format!("must be finite, got {}", a.scale),
+                );
+            }
+        }
+        let has_semantic = !self.semantic_tokens.trim().is_empty();
+        let has_source = !self.source_tokens.trim().is_empty();
+        if has_semantic && has_source {
+            return err("source_tokens", "is exclusive with semantic_tokens".into());
+        }
+        check_codes("semantic_tokens", &self.semantic_tokens, limits)?;
+        let source = check_codes("source_tokens", &self.source_tokens, limits)?;
+        if !(self.source_start.is_finite() && self.source_start >= 0.0) {
+            return err(
+                "source_start",
+                format!(
+                    "must be a non-negative number of seconds, got {}",
+                    self.source_start
+                ),
+            );
+        }
+        if has_source {
+            let source_seconds = source.len() as f64 / f64::from(crate::FRAME_RATE);
+            if self.source_start >= source_seconds {
+                return err(
+                    "source_start",
+                    format!(
+                        "{} s is past the end of the source ({source_seconds} s)",
+                        self.source_start
+                    ),
+                );
+            }
+        }
+        if !self.source_end.is_finite()
+            || (self.source_end != -1.0 && self.source_end < self.source_start)
+        {
+            return err(
+                "source_end",
+                format!(
+                    "must be -1 or at least source_start ({}), got {}",
+                    self.source_start, self.source_end
+                ),
+            );
+        }
+        if self.plan_retries > MAX_PLAN_RETRIES {
+            return err(
+                "plan_retries",
+                format!(
+                    "must be an integer in [0, {MAX_PLAN_RETRIES}], got {}",
+                    self.plan_retries
+                ),
+            );
+        }
+        self.abc_sampling.validate("abc_sampling")?;
+        self.semantic_sampling.validate("semantic_sampling")?;
+        Ok(())
+    }
+
+    /// Replaces random (negative) seeds by draws in `[0, 2^53)` so the job, and every
+    /// replay request it returns, records the exact seeds it consumed.
+    pub fn with_resolved_seeds(mut self, mut rng_u64: impl FnMut() -> u64) -> Self {
+        if self.lm_seed < 0 {
+            self.lm_seed = (rng_u64() % RANDOM_SEED_LIMIT) as i64;
+        }
+        if self.seed < 0 {
+            self.seed = (rng_u64() % RANDOM_SEED_LIMIT) as i64;
+        }
+        self
+    }
+
+    /// Guidance actually applied: `cfg_scale`, or the protocol value when it is negative.
+    pub fn effective_cfg_scale(&self) -> f64 {
+        if self.cfg_scale < 0.0 {
+            self.cot.protocol_cfg_scale()
+        } else {
+            self.cfg_scale
+        }
+    }
+
+    /// The parsed `semantic_tokens` (no codebook check: see [`validate`](Self::validate)).
+    pub fn semantic_codes(&self) -> Result<Vec<u32>, RequestError> {
+        parse_codes(&self.semantic_tokens).map_err(|m| RequestError::new("semantic_tokens", m))
+    }
+
+    /// The parsed `source_tokens` (no codebook check: see [`validate`](Self::validate)).
+    pub fn source_codes(&self) -> Result<Vec<u32>, RequestError> {
+        parse_codes(&self.source_tokens).map_err(|m| RequestError::new("source_tokens", m))
+    }
+}
+
+impl<'de> Deserialize<'de> for Yue2Request {
+    fn deserialize<D: Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
+        let value = Value::deserialize(deserializer)?;
+        Self::from_value(value).map_err(serde::de::Error::custom)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The request reference of the specification, verbatim in its values.
+    const REFERENCE: &str = r#"{
+        "style": "", "lyrics": "", "abc": "", "cot": "full", "duration": 360.0,
+        "lm_seed": -1, "seed": -1, "steps": 8, "lm_batch_size": 1, "synth_batch_size": 1,
+        "cfg_scale": -1.0, "semantic_tokens": "", "peak_clip": 10, "output_format": "mp3",
+        "mp3_bitrate": 128, "adapters": [], "source_tokens": "", "source_start": 0.0,
+        "source_end": -1.0, "plan_retries": 2,
+        "abc_sampling": { "temperature": 0.7, "top_p": 0.9, "top_k": 30, "repetition_penalty": 1.005, "penalty_window": 100, "min_tokens": 32, "max_tokens": 4096 },
+        "semantic_sampling": { "temperature": 1.0, "top_p": 0.95, "top_k": 100, "repetition_penalty": 1.2, "penalty_window": 50, "min_tokens": 200, "max_tokens": 9000 }
+    }"#;
+
+    fn valid() -> Yue2Request {
+        Yue2Request {
+            style: "pop, piano".into(),
+            ..Yue2Request::default()
+        }
+    }
+
+    fn parse(json: &str) -> Result<Yue2Request, RequestError> {
+        Yue2Request::from_json(json.as_bytes())
+    }
+
+    fn field_of(r: &Yue2Request) -> String {
+        r.validate(&Limits::default())
+            .expect_err("request should be rejected")
+            .field
+    }
+
+    fn parse_field(json: &str) -> String {
+        parse(json).expect_err("body should be rejected").field
+    }
+
+    #[test]
+    fn omitted_fields_equal_defaults() {
+        let r = parse(r#"{"style":"pop"}"#).unwrap();
+        assert_eq!(
+            r,
+            Yue2Request {
+                style: "pop".into(),
+                ..Default::default()
+            }
+        );
+        assert_eq!(parse("{}").unwrap(), Yue2Request::default());
+        assert_eq!(r.duration, 360.0);
+        assert_eq!(r.steps, 8);
+        assert_eq!(r.plan_retries, 2);
+        assert_eq!(r.abc_sampling.top_k, 30);
+        assert_eq!(r.semantic_sampling.max_tokens, 9000);
+        assert!(r.validate(&Limits::default()).is_ok());
+    }
+
+    #[test]
+    fn reference_json_is_the_default() {
+        assert_eq!(parse(REFERENCE).unwrap(), Yue2Request::default());
+        let ours: Value =
+            serde_json::from_str(&serde_json::to_string(&Yue2Request::default()).unwrap()).unwrap();
+        let reference: Value = serde_json::from_str(REFERENCE).unwrap();
+        assert_eq!(ours, reference);
+    }
+
+    #[test]
+    fn serialize_round_trips() {
+        let mut r = valid();
+        r.lyrics = "[verse]\nhello".into();
+        r.cot = CotMode::Melody;
+        r.output_format = OutputFormat::Wav24;
+        r.adapters = vec![AdapterRef {
+            name: "lorn.safetensors".into(),
+            scale: 0.5,
+        }];
+        r.abc_sampling.top_p = 0.5;
+        let text = serde_json::to_string(&r).unwrap();
+        assert!(text.contains(r#""cot":"melody""#));
+        assert!(text.contains(r#""output_format":"wav24""#));
+        let back: Yue2Request = serde_json::from_str(&text).unwrap();
+        assert_eq!(back, r);
+    }
+
+    #[test]
+    fn null_counts_as_omitted() {
+        let r = parse(r#"{"style":"x","steps":null,"abc_sampling":null}"#).unwrap();
+        assert_eq!(r.steps, 8);
+        assert_eq!(r.abc_sampling, SamplingPreset::abc_default());
+    }
+
+    #[test]
+    fn partial_preset_keeps_stage_defaults() {
+        let r = parse(r#"{"style":"x","semantic_sampling":{"top_k":7}}"#).unwrap();
+        assert_eq!(
+            r.semantic_sampling,
+            SamplingPreset {
+                top_k: 7,
+                ..SamplingPreset::semantic_default()
+            }
+        );
+        assert_eq!(r.abc_sampling, SamplingPreset::abc_default());
+    }
+
+    #[test]
+    fn adapter_scale_defaults_to_one() {
+        let r = parse(r#"{"style":"x","adapters":[{"name":"a.safetensors"}]}"#).unwrap();
+        assert_eq!(
+            r.adapters,
+            vec![AdapterRef {
+                name: "a.safetensors".into(),
+                scale: 1.0
+            }]
+        );
+    }
+
+    #[test]
+    fn malformed_json_is_reported() {
+        let e = parse(r#"{"style": "#).unwrap_err();
+        assert_eq!(e.field, "body");
+        assert!(e.message.starts_with("malformed JSON"), "{e}");
+        assert!(e.to_string().starts_with("body: malformed JSON"));
+        assert_eq!(parse("[1,2]").unwrap_err().field, "body");
+    }
+
+    #[test]
+    fn unknown_enums_name_their_field() {
+        assert_eq!(parse_field(r#"{"cot":"half"}"#), "cot");
+        assert_eq!(parse_field(r#"{"output_format":"aiff"}"#), "output_format");
+        assert_eq!(parse_field(r#"{"output_format":"MP3"}"#), "output_format");
+        assert_eq!("melody".parse::<CotMode>().unwrap(), CotMode::Melody);
+        assert_eq!("half".parse::<CotMode>().unwrap_err().field, "cot");
+        assert_eq!("flac".parse::<OutputFormat>().unwrap(), OutputFormat::Flac);
+        assert_eq!(
+            "aiff".parse::<OutputFormat>().unwrap_err().field,
+            "output_format"
+        );
+    }
+
+    #[test]
+    fn type_errors_name_their_field() {
+        assert_eq!(parse_field(r#"{"steps":-1}"#), "steps");
+        assert_eq!(parse_field(r#"{"steps":2.5}"#), "steps");
+        assert_eq!(parse_field(r#"{"style":3}"#), "style");
+        assert_eq!(parse_field(r#"{"lm_seed":"7"}"#), "lm_seed");
+        assert_eq!(parse_field(r#"{"adapters":[{"scale":1}]}"#), "adapters");
+        assert_eq!(
+            parse_field(r#"{"abc_sampling":{"top_k":"x"}}"#),
+            "abc_sampling.top_k"
+        );
+        assert_eq!(
+            parse_field(r#"{"semantic_sampling":5}"#),
+            "semantic_sampling"
+        );
+    }
+
+    #[test]
+    fn plan_retries_must_be_an_integer() {
+        for bad in ["1.5", "\"2\"", "2.0", "-1", "true", "[2]"] {
+            let e = parse(&format!(r#"{{"style":"x","plan_retries":{bad}}}"#)).unwrap_err();
+            assert_eq!(e.field, "plan_retries", "{bad}");
+            assert!(e.message.contains("integer"), "{e}");
+        }
+        assert_eq!(
+            parse(r#"{"style":"x","plan_retries":0}"#)
+                .unwrap()
+                .plan_retries,
+            0
+        );
+        assert_eq!(
+            parse(r#"{"style":"x","plan_retries":8}"#)
+                .unwrap()
+                .plan_retries,
+            8
+        );
+        let nine = parse(r#"{"style":"x","plan_retries":9}"#).unwrap();
+        assert_eq!(field_of(&nine), "plan_retries");
+        // The serde path reports the same field.
+        let e = serde_json::from_str::<Yue2Request>(r#"{"plan_retries":1.5}"#).unwrap_err();
+        assert!(e.to_string().starts_with("plan_retries: "), "{e}");
+    }
+
+    #[test]
+    fn content_rule() {
+        assert_eq!(field_of(&Yue2Request::default()), "style");
+        let limits = Limits::default();
+        for r in [
+            Yue2Request {
+                lyrics: "la la".into(),
+                ..Default::default()
+            },
+            Yue2Request {
+                abc: "X:1\nK:C\nC".into(),
+                ..Default::default()
+            },
+            Yue2Request {
+                semantic_tokens: "1,2,3".into(),
+                ..Default::default()
+            },
+            Yue2Request {
+                source_tokens: "1,2,3".into(),
+                ..Default::default()
+            },
+        ] {
+            assert_eq!(r.validate(&limits), Ok(()), "{r:?}");
+        }
+    }
+
+    #[test]
+    fn scalar_bounds_name_their_field() {
+        let cases: Vec<(&str, Yue2Request)> = vec![
+            (
+                "duration",
+                Yue2Request {
+                    duration: 0.0,
+                    ..valid()
+                },
+            ),
+            (
+                "duration",
+                Yue2Request {
+                    duration: -3.0,
+                    ..valid()
+                },
+            ),
+            (
+                "duration",
+                Yue2Request {
+                    duration: f64::NAN,
+                    ..valid()
+                },
+            ),
+            (
+                "duration",
+                Yue2Request {
+                    duration: f64::INFINITY,
+                    ..valid()
+                },
+            ),
+            (
+                "lm_seed",
+                Yue2Request {
+                    lm_seed: -2,
+                    ..valid()
+                },
+            ),
+            (
+                "seed",
+                Yue2Request {
+                    seed: -5,
+                    ..valid()
+                },
+            ),
+            (
+                "steps",
+                Yue2Request {
+                    steps: 0,
+                    ..valid()
+                },
+            ),
+            (
+                "lm_batch_size",
+                Yue2Request {
+                    lm_batch_size: 0,
+                    ..valid()
+                },
+            ),
+            (
+                "lm_batch_size",
+                Yue2Request {
+                    lm_batch_size: 2,
+                    ..valid()
+                },
+            ),
+            (
+                "synth_batch_size",
+                Yue2Request {
+                    synth_batch_size: 0,
+                    ..valid()
+                },
+            ),
+            (
+                "synth_batch_size",
+                Yue2Request {
+                    synth_batch_size: 10,
+                    ..valid()
+                },
+            ),
+            (
+                "cfg_scale",
+                Yue2Request {
+                    cfg_scale: f64::NAN,
+                    ..valid()
+                },
+            ),
+            (
+                "cfg_scale",
+                Yue2Request {
+                    cfg_scale: f64::NEG_INFINITY,
+                    ..valid()
+                },
+            ),
+            (
+                "peak_clip",
+                Yue2Request {
+                    peak_clip: -1,
+                    ..valid()
+                },
+            ),
+            (
+                "peak_clip",
+                Yue2Request {
+                    peak_clip: 1_000_001,
+                    ..valid()
+                },
+            ),
+            (
+                "mp3_bitrate",
+                Yue2Request {
+                    mp3_bitrate: 8,
+                    ..valid()
+                },
+            ),
+            (
+                "mp3_bitrate",
+                Yue2Request {
+                    mp3_bitrate: 321,
+                    ..valid()
+                },
+            ),
+            (
+                "source_start",
+                Yue2Request {
+                    source_start: -0.5,
+                    ..valid()
+                },
+            ),
+            (
+                "source_end",
+                Yue2Request {
+                    source_start: 10.0,
+                    source_end: 5.0,
+                    ..valid()
+                },
+            ),
+            (
+                "source_end",
+                Yue2Request {
+                    source_end: -2.0,
+                    ..valid()
+                },
+            ),
+            (
+                "source_end",
+                Yue2Request {
+                    source_end: f64::NAN,
+                    ..valid()
+                },
+            ),
+            (
+                "plan_retries",
+                Yue2Request {
+                    plan_retries: 9,
+                    ..valid()
+                },
+            ),
+            (
+                "adapters[0].name",
+                Yue2Request {
+                    adapters: vec![AdapterRef {
+                        name: " ".into(),
+                        scale: 1.0,
+                    }],
+                    ..valid()
+                },
+            ),
+            (
+                "adapters[0].scale",
+                Yue2Request {
+                    adapters: vec![AdapterRef {
+                        name: "a".into(),
+                        scale: f64::NAN,
+                    }],
+                    ..valid()
+                },
+            ),
+        ];
+        for (field, r) in cases {
+            assert_eq!(field_of(&r), field, "{r:?}");
+        }
+    }
+
+    #[test]
+    fn bounds_accept_their_edges() {
+        let limits = Limits {
+            max_batch: 4,
+            ..Limits::default()
+        };
+        for r in [
+            Yue2Request {
+                lm_batch_size: 4,
+                synth_batch_size: 9,
+                ..valid()
+            },
+            Yue2Request {
+                peak_clip: 0,
+                ..valid()
+            },
+            Yue2Request {
+                peak_clip: 1_000_000,
+                ..valid()
+            },
+            Yue2Request {
+                mp3_bitrate: 32,
+                ..valid()
+            },
+            Yue2Request {
+                mp3_bitrate: 320,
+                ..valid()
+            },
+            Yue2Request {
+                cfg_scale: 1.0,
+                plan_retries: 0,
+                steps: 1,
+                ..valid()
+            },
+            Yue2Request {
+                source_start: 5.0,
+                source_end: 5.0,
+                ..valid()
+            },
+            Yue2Request {
+                lm_seed: 0,
+                seed: i64::MAX,
+                ..valid()
+            },
+        ] {
+            assert_eq!(r.validate(&limits), Ok(()), "{r:?}");
+        }
+        let four = Yue2Request {
+            lm_batch_size: 5,
+            ..valid()
+        };
+        assert_eq!(four.validate(&limits).unwrap_err().field, "lm_batch_size");
+    }
+
+    #[test]
+    fn sampling_bounds_name_the_nested_field() {
+        type Edit = fn(&mut SamplingPreset);
+        let cases: [(&str, Edit); 11] = [
+            ("temperature", |p| p.temperature = -0.1),
+            ("temperature", |p| p.temperature = 5.5),
+            ("temperature", |p| p.temperature = f64::NAN),
+            ("top_p", |p| p.top_p = 0.0),
+            ("top_p", |p| p.top_p = 1.01),
+            ("top_k", |p| p.top_k = 0),
+            ("repetition_penalty", |p| p.repetition_penalty = 0.0),
+            ("penalty_window", |p| p.penalty_window = 0),
+            ("penalty_window", |p| p.penalty_window = 101),
+            ("min_tokens", |p| p.min_tokens = p.max_tokens + 1),
+            ("max_tokens", |p| {
+                p.max_tokens = 0;
+                p.min_tokens = 0;
+            }),
+        ];
+        for (name, edit) in cases {
+            let mut r = valid();
+            edit(&mut r.abc_sampling);
+            assert_eq!(field_of(&r), format!("abc_sampling.{name}"));
+            let mut r = valid();
+            edit(&mut r.semantic_sampling);
+            assert_eq!(field_of(&r), format!("semantic_sampling.{name}"));
+        }
+        // Edges are inclusive where the bounds say so.
+        let edge = SamplingPreset {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 1,
+            repetition_penalty: 0.01,
+            penalty_window: 1,
+            min_tokens: 1,
+            max_tokens: 1,
+        };
+        assert_eq!(edge.validate("abc_sampling"), Ok(()));
+        assert_eq!(
+            SamplingPreset {
+                temperature: 5.0,
+                penalty_window: 100,
+                ..edge
+            }
+            .validate("x"),
+            Ok(())
+        );
+    }
+
+    #[test]
+    fn sampling_bounds_from_json() {
+        let r = parse(r#"{"style":"x","abc_sampling":{"top_p":1.5}}"#).unwrap();
+        let e = r.validate(&Limits::default()).unwrap_err();
+        assert_eq!(e.field, "abc_sampling.top_p");
+        assert_eq!(
+            e.to_string(),
+            "abc_sampling.top_p: must be in (0, 1], got 1.5"
+        );
+    }
+
+    #[test]
+    fn semantic_and_source_are_exclusive() {
+        let r = Yue2Request {
+            semantic_tokens: "1,2".into(),
+            source_tokens: "3,4".into(),
+            ..valid()
+        };
+        assert_eq!(field_of(&r), "source_tokens");
+    }
+
+    #[test]
+    fn codes_parse() {
+        assert_eq!(
+            parse_codes("12046,8433, 7 ,0\n"),
+            Ok(vec![12046, 8433, 7, 0])
+        );
+        assert_eq!(parse_codes(""), Ok(vec![]));
+        assert_eq!(parse_codes("  \n"), Ok(vec![]));
+        assert_eq!(parse_codes("32767"), Ok(vec![32767]));
+        assert_eq!(parse_codes("1,,2").unwrap_err(), "entry 1 is empty");
+        assert_eq!(parse_codes("1,2,").unwrap_err(), "entry 2 is empty");
+        assert!(parse_codes("1,-2").unwrap_err().starts_with("entry 1 "));
+        assert!(parse_codes("1,2,+3").unwrap_err().starts_with("entry 2 "));
+        assert!(parse_codes("1.5").unwrap_err().starts_with("entry 0 "));
+        assert!(parse_codes("99999999999")
+            .unwrap_err()
+            .starts_with("entry 0 "));
+        let r = Yue2Request {
+            semantic_tokens: "5,6,7".into(),
+            ..valid()
+        };
+        assert_eq!(r.semantic_codes(), Ok(vec![5, 6, 7]));
+    }
+
+    #[test]
+    fn bad_codes_name_field_and_entry() {
+        let r = Yue2Request {
+            semantic_tokens: "1,2,32768".into(),
+            ..valid()
+        };
+        let e = r.validate(&Limits::default()).unwrap_err();
+        assert_eq!(e.field, "semantic_tokens");
+        assert!(e.message.contains("entry 2"), "{e}");
+        let r = Yue2Request {
+            source_tokens: "1,x,3".into(),
+            ..valid()
+        };
+        let e = r.validate(&Limits::default()).unwrap_err();
+        assert_eq!(e.field, "source_tokens");
+        assert!(e.message.contains("entry 1"), "{e}");
+        // The codebook of the loaded model is the bound, not the constant.
+        let small = Limits {
+            codebook_size: 100,
+            ..Limits::default()
+        };
+        let r = Yue2Request {
+            semantic_tokens: "99,100".into(),
+            ..valid()
+        };
+        assert!(r.validate(&small).unwrap_err().message.contains("entry 1"));
+        // A stream longer than the KV cache cannot prefill.
+        let tiny = Limits {
+            context: 4,
+            ..Limits::default()
+        };
+        assert_eq!(
+            Yue2Request {
+                semantic_tokens: "1,2".into(),
+                ..valid()
+            }
+            .validate(&tiny),
+            Ok(())
+        );
+        let r = Yue2Request {
+            semantic_tokens: "1,2,3".into(),
+            ..valid()
+        };
+        assert_eq!(r.validate(&tiny).unwrap_err().field, "semantic_tokens");
+    }
+
+    #[test]
+    fn source_section_must_lie_in_the_source() {
+        // 50 codes are two seconds of source.
+        let codes = vec!["7"; 50].join(",");
+        let ok = Yue2Request {
+            source_tokens: codes.clone(),
+            source_start: 1.5,
+            ..valid()
+        };
+        assert_eq!(ok.validate(&Limits::default()), Ok(()));
+        let late = Yue2Request {
+            source_tokens: codes,
+            source_start: 2.0,
+            ..valid()
+        };
+        assert_eq!(field_of(&late), "source_start");
+    }
+
+    #[test]
+    fn seeds_resolve_to_non_negative_values() {
+        let mut draws = [u64::MAX, 42].into_iter();
+        let r = valid().with_resolved_seeds(|| draws.next().unwrap());
+        assert_eq!(r.lm_seed, ((u64::MAX) % RANDOM_SEED_LIMIT) as i64);
+        assert!(r.lm_seed >= 0 && (r.lm_seed as u64) < RANDOM_SEED_LIMIT);
+        assert_eq!(r.seed, 42);
+        // Explicit seeds are kept and consume no draw.
+        let fixed = Yue2Request {
+            lm_seed: 7,
+            seed: 0,
+            ..valid()
+        }
+        .with_resolved_seeds(|| panic!("no draw expected"));
+        assert_eq!((fixed.lm_seed, fixed.seed), (7, 0));
+        let half = Yue2Request {
+            lm_seed: 3,
+            ..valid()
+        }
+        .with_resolved_seeds(|| 9);
+        assert_eq!((half.lm_seed, half.seed), (3, 9));
+    }
+
+    #[test]
+    fn cfg_scale_falls_back_to_protocol() {
+        assert_eq!(valid().effective_cfg_scale(), 1.0);
+        assert_eq!(
+            Yue2Request {
+                cot: CotMode::Off,
+                ..valid()
+            }
+            .effective_cfg_scale(),
+            1.01
+        );
+        assert_eq!(
+            Yue2Request {
+                cfg_scale: 3.0,
+                ..valid()
+            }
+            .effective_cfg_scale(),
+            3.0
+        );
+    }
+
+    #[test]
+    fn output_formats() {
+        let names: Vec<&str> = OutputFormat::all().iter().map(|f| f.name()).collect();
+        assert_eq!(
+            names,
+            ["mp3", "opus", "ogg", "flac", "aac", "m4a", "wav16", "wav24", "wav32"]
+        );
+        for f in OutputFormat::all() {
+            assert_eq!(
+                serde_json::to_string(f).unwrap(),
+                format!("\"{}\"", f.name())
+            );
+            assert_eq!(f.name().parse::<OutputFormat>().unwrap(), *f);
+            assert!(f.mime().starts_with("audio/"));
+        }
+        assert_eq!(OutputFormat::Mp3.extension(), "mp3");
+        assert_eq!(OutputFormat::Mp3.mime(), "audio/mpeg");
+        assert_eq!(OutputFormat::Wav24.extension(), "wav");
+        assert_eq!(OutputFormat::Wav32.mime(), "audio/wav");
+        assert_eq!(OutputFormat::M4a.mime(), "audio/mp4");
+        assert_eq!(OutputFormat::Flac.mime(), "audio/flac");
+        assert!(!OutputFormat::Wav32.normalizes());
+        assert!(OutputFormat::Wav16.normalizes());
+    }
+}
