@@ -7,10 +7,13 @@
 //! - [`demo`]: deterministic random-weight models of the exact architecture;
 //! - [`quantize`]: the per-tensor quantization policy of the seed.
 
+pub mod ar;
 pub mod demo;
 pub mod ggml;
 pub mod gguf;
+pub mod kv_cache;
 pub mod model;
 pub mod quantize;
 pub mod tokenizer;
+pub mod weights;
 pub mod vae_layout;

@@ -12,8 +12,10 @@
 //! Rust panics with the shapes in the message (they are programming errors, not user input).
 
 mod ops;
+mod store;
 mod types;
 
+pub use store::TensorStore;
 pub use types::{decode_to_f32, encode_f32, GgmlType};
 
 use ggml_sys as sys;
