@@ -61,7 +61,7 @@ impl DemoSpec {
                         head_dim: 16,
                         rms_norm_eps: 1e-6,
                         rope_theta: 1e6,
-                        max_position_embeddings: 8192,
+                        max_position_embeddings: 24576,
                         vocab_size: 1288,
                     },
                     tokens,

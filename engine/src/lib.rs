@@ -7,13 +7,18 @@
 //! - [`demo`]: deterministic random-weight models of the exact architecture;
 //! - [`quantize`]: the per-tensor quantization policy of the seed.
 
+pub mod abc_check;
 pub mod ar;
 pub mod demo;
 pub mod ggml;
+pub mod generate;
 pub mod gguf;
 pub mod kv_cache;
 pub mod model;
+pub mod prompt;
 pub mod quantize;
+pub mod rng;
+pub mod sampling;
 pub mod tokenizer;
 pub mod weights;
 pub mod vae_layout;

@@ -1,0 +1,341 @@
+//! The two autoregressive stages over the AR half: the symbolic plan (ABC score) and the
+//! semantic stream (25 Hz codes), plus the replay prefill. Synchronous and blocking: the
+//! daemon runs it on a compute thread and hears from it through the progress callback;
+//! a cancel token is checked between steps.
+use crate::abc_check::check_abc;
+use crate::ar::{ArModel, Positions, SeqInput};
+use crate::ggml::{Backend, GgmlError};
+use crate::kv_cache::KvSet;
+use crate::model::TokenLayout;
+use crate::prompt::{source_section, Instructions, PromptBuilder, Score};
+use crate::sampling::{cfg_combine, sample, SampleContext};
+use crate::tokenizer::BpeTokenizer;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use yued_protocol::{CotMode, RequestError, SamplingPreset, Yue2Request, FRAME_RATE};
+
+/// Shared flag a job's owner sets to stop it at the next step boundary.
+#[derive(Clone, Debug, Default)]
+pub struct CancelToken(Arc<AtomicBool>);
+
+impl CancelToken {
+    pub fn new() -> Self {
+        Self::default()
+    }
+    pub fn cancel(&self) {
+        self.0.store(true, Ordering::SeqCst);
+    }
+    pub fn is_cancelled(&self) -> bool {
+        self.0.load(Ordering::SeqCst)
+    }
+    fn check(&self) -> Result<(), GenError> {
+        if self.is_cancelled() {
+            Err(GenError::Cancelled)
+        } else {
+            Ok(())
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenError {
+    #[error("cancelled")]
+    Cancelled,
+    #[error(transparent)]
+    Request(#[from] RequestError),
+    #[error("the planned score is malformed after {attempts} attempt(s): {reason}")]
+    PlanExhausted { attempts: u32, reason: String },
+    #[error(transparent)]
+    Ggml(#[from] GgmlError),
+}
+
+/// Which AR stage a progress report is about.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum ArStage {
+    Plan,
+    Semantic,
+}
+
+/// One progress report: tokens done out of the stage budget.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct ArProgress {
+    pub stage: ArStage,
+    pub song: u32,
+    pub done: usize,
+    pub total: usize,
+}
+
+/// A planned score.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    pub abc: String,
+    pub ids: Vec<u32>,
+    /// The seed of the accepted attempt.
+    pub seed: u64,
+    pub attempts: u32,
+    /// The budget ran out before abc_end.
+    pub truncated: bool,
+}
+
+/// A song after the semantic stage: its codes and the KV set holding its sequence.
+pub struct Song {
+    pub index: u32,
+    pub score_ids: Vec<u32>,
+    pub codes: Vec<u32>,
+    /// The model wrote music_end (false: the budget cut it).
+    pub ended: bool,
+    /// Length of the semantic prefix (everything before the first code).
+    pub prefix_len: usize,
+    pub kv: KvSet,
+    /// Tokens sampled but not yet run through the model.
+    pending: Vec<u32>,
+}
+
+impl Song {
+    /// True once the set holds prefix + codes + music_end, the sequence the NAR reads.
+    pub fn is_complete(&self) -> bool {
+        self.pending.is_empty() && self.kv.len() == self.prefix_len + self.codes.len() + 1
+    }
+}
+
+/// Frames the semantic stage may write: the shorter of the preset budget and the duration.
+pub fn semantic_budget(req: &Yue2Request) -> usize {
+    let by_duration = (req.duration * FRAME_RATE as f64).round().max(1.0) as usize;
+    (req.semantic_sampling.max_tokens as usize).min(by_duration)
+}
+
+/// Everything the stages need.
+pub struct ArStages<'a> {
+    pub model: &'a mut ArModel,
+    pub backend: &'a Backend,
+    pub tokenizer: &'a BpeTokenizer,
+    pub tokens: TokenLayout,
+    pub instructions: &'a Instructions,
+    /// KV cache bound (`--max-seq`, else the model context).
+    pub max_seq: usize,
+}
+
+impl ArStages<'_> {
+    fn prompts(&self) -> PromptBuilder<'_> {
+        PromptBuilder { tokenizer: self.tokenizer, tokens: self.tokens, instructions: self.instructions }
+    }
+
+    fn source(&self, req: &Yue2Request) -> Result<Vec<u32>, GenError> {
+        let codes = req.source_codes()?;
+        Ok(source_section(&codes, req.source_start, req.source_end).to_vec())
+    }
+
+    /// Refuses, before any compute, a request whose prefix plus budgets cannot fit the
+    /// KV cache (an unplanned score counts at its full budget).
+    pub fn check_fits(&self, req: &Yue2Request) -> Result<(), GenError> {
+        let p = self.prompts();
+        let score_ids = self.tokenizer.encode(&req.abc);
+        let needs_plan = req.abc.is_empty() && req.cot != CotMode::Off && req.semantic_tokens.is_empty();
+        let score_len = if needs_plan { req.abc_sampling.max_tokens as usize } else { score_ids.len() };
+        let base = p.conditional(req.cot, &req.style, &req.lyrics, &Score::Ids(&[])).len();
+        let (codes, what) = if !req.semantic_tokens.is_empty() {
+            (req.semantic_codes()?.len(), "semantic_tokens")
+        } else {
+            (self.source(req)?.len().max(semantic_budget(req)), "duration")
+        };
+        let need = base + score_len + codes + 1;
+        if need > self.max_seq {
+            return Err(RequestError::new(
+                what,
+                format!("prefix ({base} tokens) + score ({score_len}) + codes ({codes}) + end = {need} tokens do not fit the KV cache of {} (shorten duration or raise --max-seq)", self.max_seq),
+            )
+            .into());
+        }
+        Ok(())
+    }
+
+    /// Stage 1 for song `song`: decodes from the open score slot to abc_end or the budget,
+    /// retrying malformed scores with seed `lm_seed + song + k * lm_batch_size`.
+    pub fn plan(&mut self, req: &Yue2Request, song: u32, cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress)) -> Result<Plan, GenError> {
+        let prefix = self.prompts().conditional(req.cot, &req.style, &req.lyrics, &Score::Open);
+        let preset = req.abc_sampling;
+        let attempts = if preset.temperature == 0.0 { 1 } else { req.plan_retries + 1 };
+        let mut reason = String::new();
+        for k in 0..attempts {
+            let seed = (req.lm_seed as i128) + song as i128 + k as i128 * req.lm_batch_size as i128;
+            let seed = u64::try_from(seed).ok().filter(|&s| s <= i64::MAX as u64).ok_or_else(|| RequestError::new("lm_seed", format!("retry {k} of song {song} needs seed {seed}, which is not representable")))?;
+            let (ids, ended) = self.plan_once(&prefix, seed, &preset, song, cancel, progress)?;
+            let abc = self.tokenizer.decode(&ids);
+            match check_abc(&abc) {
+                Ok(()) => return Ok(Plan { abc, ids, seed, attempts: k + 1, truncated: !ended }),
+                Err(r) => {
+                    tracing::warn!(song, attempt = k + 1, seed, reason = %r, "malformed score");
+                    reason = r;
+                }
+            }
+        }
+        Err(GenError::PlanExhausted { attempts, reason })
+    }
+
+    fn plan_once(&mut self, prefix: &[u32], seed: u64, preset: &SamplingPreset, song: u32, cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress)) -> Result<(Vec<u32>, bool), GenError> {
+        let budget = preset.max_tokens as usize;
+        let mut sets = vec![KvSet::new(self.backend, &self.model.cfg, (prefix.len() + budget).min(self.max_seq))?];
+        let rows = self.tokens.score_rows();
+        let mut out = self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: prefix, set: 0 }], rows.clone(), Positions::Last)?;
+        let mut ids = Vec::new();
+        for step in 0..budget {
+            cancel.check()?;
+            let logits = &out.per_seq[0][0];
+            let cx = SampleContext { rows: rows.clone(), allowed: rows.clone(), end_id: self.tokens.abc_end, step, history: &ids };
+            let t = sample(logits, &cx, preset, seed);
+            progress(ArProgress { stage: ArStage::Plan, song, done: step + 1, total: budget });
+            if t == self.tokens.abc_end {
+                return Ok((ids, true));
+            }
+            ids.push(t);
+            if step + 1 == budget || sets[0].len() == sets[0].capacity() {
+                break;
+            }
+            out = self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: &[t], set: 0 }], rows.clone(), Positions::Last)?;
+        }
+        Ok((ids, false))
+    }
+
+    /// The semantic prefix of a song: conditional prompt with its score, then the source
+    /// section for a continuation.
+    fn semantic_prefixes(&self, req: &Yue2Request, score: &[u32]) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>), GenError> {
+        let slot = if req.cot == CotMode::Off && score.is_empty() { Score::None } else { Score::Ids(score) };
+        let p = self.prompts();
+        let cond = p.conditional(req.cot, &req.style, &req.lyrics, &slot);
+        let uncond = p.unconditional(req.cot, &slot);
+        let source = self.source(req)?;
+        Ok((cond, uncond, source))
+    }
+
+    /// Stage 2 for every song of the batch in lockstep: decodes codes until music_end or
+    /// the budget, under guidance when `cfg_scale != 1`. `scores[i]` is song i's score ids
+    /// (empty in off mode).
+    pub fn semantic(&mut self, req: &Yue2Request, scores: &[Vec<u32>], cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress)) -> Result<Vec<Song>, GenError> {
+        let n = scores.len();
+        let cfg = req.effective_cfg_scale() as f32;
+        let guided = cfg != 1.0;
+        let preset = req.semantic_sampling;
+        let budget = semantic_budget(req);
+        let t = self.tokens;
+        let rows = t.semantic_rows();
+        let mut prefixes = Vec::with_capacity(n);
+        let mut sets = Vec::with_capacity(if guided { 2 * n } else { n });
+        let mut uncond_prefixes = Vec::new();
+        for score in scores {
+            let (mut cond, mut uncond, source) = self.semantic_prefixes(req, score)?;
+            let codes_room = budget.max(source.len());
+            for c in &source {
+                cond.push(t.code_token(*c));
+                uncond.push(t.code_token(*c));
+            }
+            let cap = (cond.len() - source.len() + codes_room + 1).min(self.max_seq);
+            sets.push(KvSet::new(self.backend, &self.model.cfg, cap)?);
+            prefixes.push((cond, source));
+            uncond_prefixes.push((uncond, cap));
+        }
+        if guided {
+            for (u, cap) in &uncond_prefixes {
+                sets.push(KvSet::new(self.backend, &self.model.cfg, (*cap).max(u.len() + budget + 1).min(self.max_seq))?);
+            }
+        }
+        // Prefill every stream in one forward (sequences of different lengths).
+        let mut seqs: Vec<SeqInput<'_>> = prefixes.iter().enumerate().map(|(i, (p, _))| SeqInput { tokens: p, set: i }).collect();
+        if guided {
+            seqs.extend(uncond_prefixes.iter().enumerate().map(|(i, (u, _))| SeqInput { tokens: u, set: n + i }));
+        }
+        let mut out = self.model.forward(self.backend, &mut sets, &seqs, rows.clone(), Positions::Last)?;
+        let mut logits: Vec<Vec<f32>> = (0..n).map(|i| out.per_seq[i][0].clone()).collect();
+        if guided {
+            for i in 0..n {
+                let u = out.per_seq[n + i][0].clone();
+                cfg_combine(&mut logits[i], &u, cfg);
+            }
+        }
+        let mut codes: Vec<Vec<u32>> = prefixes.iter().map(|(_, s)| s.clone()).collect();
+        let mut generated: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let mut ended = vec![false; n];
+        let mut pending: Vec<Vec<u32>> = vec![Vec::new(); n];
+        let new_budget = budget.saturating_sub(codes[0].len());
+        for step in 0..new_budget {
+            cancel.check()?;
+            let mut active = Vec::new();
+            for i in 0..n {
+                if ended[i] {
+                    continue;
+                }
+                let cx = SampleContext { rows: rows.clone(), allowed: rows.clone(), end_id: t.music_end, step, history: &generated[i] };
+                let seed = (req.lm_seed as u64).wrapping_add(i as u64);
+                let tok = sample(&logits[i], &cx, &preset, seed);
+                generated[i].push(tok);
+                if tok == t.music_end {
+                    ended[i] = true;
+                } else {
+                    codes[i].push(t.token_code(tok).expect("semantic rows hold only codes and music_end"));
+                    pending[i] = vec![tok];
+                    active.push(i);
+                }
+            }
+            progress(ArProgress { stage: ArStage::Semantic, song: 0, done: step + 1, total: new_budget });
+            if active.is_empty() || step + 1 == new_budget {
+                break;
+            }
+            // Ended songs leave the batch: their sets keep exactly prefix + codes.
+            let mut seqs: Vec<SeqInput<'_>> = active.iter().map(|&i| SeqInput { tokens: &pending[i], set: i }).collect();
+            if guided {
+                seqs.extend(active.iter().map(|&i| SeqInput { tokens: &pending[i], set: n + i }));
+            }
+            out = self.model.forward(self.backend, &mut sets, &seqs, rows.clone(), Positions::Last)?;
+            for (j, &i) in active.iter().enumerate() {
+                logits[i] = out.per_seq[j][0].clone();
+                if guided {
+                    let u = out.per_seq[active.len() + j][0].clone();
+                    cfg_combine(&mut logits[i], &u, cfg);
+                }
+                pending[i].clear();
+            }
+        }
+        sets.truncate(n);
+        let mut songs = Vec::with_capacity(n);
+        for (i, kv) in sets.into_iter().enumerate().rev() {
+            let prefix_len = prefixes[i].0.len() - prefixes[i].1.len();
+            songs.push(Song { index: i as u32, score_ids: scores[i].clone(), codes: std::mem::take(&mut codes[i]), ended: ended[i], prefix_len, kv, pending: std::mem::take(&mut pending[i]) });
+        }
+        songs.reverse();
+        Ok(songs)
+    }
+
+    /// Runs the tokens still pending and music_end, so the set holds the whole sequence
+    /// the NAR half attends to.
+    pub fn complete(&mut self, song: &mut Song) -> Result<(), GenError> {
+        if song.is_complete() {
+            return Ok(());
+        }
+        let mut tail = std::mem::take(&mut song.pending);
+        tail.push(self.tokens.music_end);
+        let end = self.tokens.music_end;
+        let mut sets = vec![std::mem::replace(&mut song.kv, KvSet::new(self.backend, &self.model.cfg, 1)?)];
+        let r = self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: &tail, set: 0 }], end..end + 1, Positions::Last);
+        song.kv = sets.pop().unwrap();
+        r?;
+        Ok(())
+    }
+
+    /// Replay: the prefix and given codes (plus music_end) prefilled in one forward.
+    pub fn replay(&mut self, req: &Yue2Request, score: &[u32], codes: &[u32]) -> Result<Song, GenError> {
+        let (cond, _, _) = self.semantic_prefixes(req, score)?;
+        let prefix_len = cond.len();
+        let mut seq = cond;
+        seq.extend(codes.iter().map(|&c| self.tokens.code_token(c)));
+        seq.push(self.tokens.music_end);
+        if seq.len() > self.max_seq {
+            return Err(RequestError::new("semantic_tokens", format!("{} tokens with the prefix exceed the KV cache of {}", seq.len(), self.max_seq)).into());
+        }
+        let mut sets = vec![KvSet::new(self.backend, &self.model.cfg, seq.len())?];
+        let end = self.tokens.music_end;
+        self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: &seq, set: 0 }], end..end + 1, Positions::Last)?;
+        Ok(Song { index: 0, score_ids: score.to_vec(), codes: codes.to_vec(), ended: true, prefix_len, kv: sets.pop().unwrap(), pending: vec![] })
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,158 @@
+//! The AR stages on the tiny demo model (random weights: the music is noise, the mechanics
+//! are real).
+use super::*;
+use crate::demo::{write_demo, Preset};
+use crate::gguf::GgufFile;
+use crate::model::BackboneInfo;
+
+struct Fixture {
+    backend: Backend,
+    model: ArModel,
+    tok: BpeTokenizer,
+    tokens: TokenLayout,
+    ins: Instructions,
+}
+
+fn fixture() -> Fixture {
+    let dir = tempfile::tempdir().unwrap();
+    let (bb, _) = write_demo(dir.path(), Preset::Tiny, 3, &mut |_, _| {}).unwrap();
+    let f = GgufFile::open(bb).unwrap();
+    let info = BackboneInfo::from_gguf(&f).unwrap();
+    let backend = Backend::cpu(2).unwrap();
+    let model = ArModel::load(&f, &info, &backend).unwrap();
+    Fixture { backend, model, tok: BpeTokenizer::from_gguf(&f).unwrap(), tokens: info.tokens, ins: Instructions::default() }
+}
+
+impl Fixture {
+    fn stages(&mut self, max_seq: usize) -> ArStages<'_> {
+        ArStages { model: &mut self.model, backend: &self.backend, tokenizer: &self.tok, tokens: self.tokens, instructions: &self.ins, max_seq }
+    }
+}
+
+fn request(cot: CotMode) -> Yue2Request {
+    let mut r = Yue2Request { style: "lo-fi, piano".into(), lyrics: "[verse]\nla la".into(), cot, duration: 2.0, lm_seed: 11, seed: 5, ..Default::default() };
+    r.semantic_sampling.min_tokens = 10;
+    r
+}
+
+#[test]
+fn too_long_a_request_is_refused_before_any_compute() {
+    let mut fx = fixture();
+    let mut req = request(CotMode::Off);
+    req.duration = 360.0;
+    let st = fx.stages(1000);
+    let e = st.check_fits(&req).unwrap_err().to_string();
+    assert!(e.starts_with("duration:") && e.contains("1000"), "{e}");
+    req.duration = 10.0;
+    st.check_fits(&req).unwrap();
+    // an unplanned score counts at its whole budget
+    let mut full = request(CotMode::Full);
+    full.abc_sampling.max_tokens = 2000;
+    assert!(st.check_fits(&full).is_err());
+}
+
+#[test]
+fn cancel_lands_within_one_step() {
+    let mut fx = fixture();
+    let req = request(CotMode::Off);
+    let cancel = CancelToken::new();
+    let mut calls = 0;
+    let mut st = fx.stages(4096);
+    let r = st.semantic(&req, &[vec![]], &cancel, &mut |p| {
+        calls += 1;
+        if p.done == 3 {
+            cancel.cancel();
+        }
+    });
+    assert!(matches!(r, Err(GenError::Cancelled)), "{:?}", r.err());
+    assert_eq!(calls, 3, "no step may run after the cancel");
+}
+
+#[test]
+fn semantic_batch_is_deterministic_and_songs_are_independent() {
+    let mut fx = fixture();
+    let mut req = request(CotMode::Off);
+    req.lm_batch_size = 2;
+    req.cfg_scale = 1.5;
+    let budget = semantic_budget(&req);
+    assert_eq!(budget, 50);
+    let run = |fx: &mut Fixture, req: &Yue2Request, n: usize| {
+        let mut st = fx.stages(4096);
+        st.semantic(req, &vec![vec![]; n], &CancelToken::new(), &mut |_| {}).unwrap()
+    };
+    let a = run(&mut fx, &req, 2);
+    let b = run(&mut fx, &req, 2);
+    assert_eq!(a.len(), 2);
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(x.codes, y.codes, "same seeds, same codes");
+        assert!(!x.codes.is_empty() && x.codes.len() <= budget);
+        assert!(x.codes.iter().all(|&c| c < fx.tokens.codebook_size));
+        assert_eq!(x.kv.len(), x.prefix_len + x.codes.len() - if x.ended { 0 } else { 1 });
+    }
+    assert_ne!(a[0].codes, a[1].codes, "songs draw with lm_seed + i");
+    // Song 1 of the batch is song 0 of a single run at lm_seed + 1.
+    let mut single = req.clone();
+    single.lm_seed += 1;
+    single.lm_batch_size = 1;
+    let c = run(&mut fx, &single, 1);
+    assert_eq!(c[0].codes, a[1].codes);
+}
+
+#[test]
+fn completing_a_song_equals_replaying_its_codes() {
+    let mut fx = fixture();
+    let req = request(CotMode::Off);
+    let mut st = fx.stages(4096);
+    let mut songs = st.semantic(&req, &[vec![]], &CancelToken::new(), &mut |_| {}).unwrap();
+    let song = &mut songs[0];
+    st.complete(song).unwrap();
+    assert!(song.is_complete());
+    let replay = st.replay(&req, &[], &song.codes).unwrap();
+    assert!(replay.is_complete());
+    assert_eq!(replay.kv.len(), song.kv.len());
+    let n = song.kv.len() * (fx.model.cfg.num_key_value_heads * fx.model.cfg.head_dim);
+    for l in 0..fx.model.cfg.num_hidden_layers {
+        let a = song.kv.k(l).read_as_f32();
+        let b = replay.kv.k(l).read_as_f32();
+        let err = a[..n].iter().zip(&b[..n]).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+        assert!(err < 2e-2, "layer {l}: incremental and one-shot K differ by {err}");
+    }
+}
+
+#[test]
+fn a_malformed_plan_exhausts_its_retries() {
+    let mut fx = fixture();
+    let mut req = request(CotMode::Full);
+    req.abc_sampling.max_tokens = 24;
+    req.abc_sampling.min_tokens = 4;
+    req.plan_retries = 2;
+    let mut attempts_seen = 0;
+    let mut st = fx.stages(4096);
+    let e = st.plan(&req, 0, &CancelToken::new(), &mut |p| {
+        if p.done == 1 {
+            attempts_seen += 1;
+        }
+    });
+    // Random weights write byte noise, never a score with M:, L: and K:.
+    match e {
+        Err(GenError::PlanExhausted { attempts, .. }) => assert_eq!(attempts, 3),
+        other => panic!("expected exhaustion, got {:?}", other.map(|p| p.abc)),
+    }
+    assert_eq!(attempts_seen, 3);
+    req.lm_seed = i64::MAX;
+    let e = st.plan(&req, 1, &CancelToken::new(), &mut |_| {}).unwrap_err().to_string();
+    assert!(e.starts_with("lm_seed:") && e.contains("not representable"), "{e}");
+}
+
+#[test]
+fn continuation_opens_with_the_source_section() {
+    let mut fx = fixture();
+    let mut req = request(CotMode::Off);
+    req.source_tokens = (0..100).map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+    req.source_start = 1.0;
+    req.source_end = 1.4;
+    let mut st = fx.stages(4096);
+    let songs = st.semantic(&req, &[vec![]], &CancelToken::new(), &mut |_| {}).unwrap();
+    assert_eq!(&songs[0].codes[..10], &(25..35).collect::<Vec<u32>>()[..]);
+    assert!(songs[0].codes.len() <= semantic_budget(&req));
+}

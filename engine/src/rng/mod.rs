@@ -1,0 +1,4 @@
+//! Random streams that must match the reference bit for bit: the Philox4x32-10 counter
+//! generator the token draw keys by the stage seed (curand semantics), and torch's CPU
+//! mt19937 normal stream for the acoustic noise.
+pub mod philox;

@@ -1,0 +1,142 @@
+//! The token sampler of both AR stages, in the protocol's fixed order:
+//! mask to the stage's ids, block the end token below the floor, windowed frequency
+//! repetition penalty, temperature, top-k, top-p; then the draw, conformant with
+//! `torch.multinomial(p, 1)`: argmax of p / E over the nucleus, each entry's Exp(1) variate
+//! E drawn from its own Philox subsequence, keyed by the stage seed, offset by the step.
+use crate::rng::philox::{curand_uniform, exponential_from_uniform};
+use std::ops::Range;
+use yued_protocol::SamplingPreset;
+
+/// Everything the chain needs besides the logits.
+#[derive(Clone, Debug)]
+pub struct SampleContext<'a> {
+    /// Ids the logits cover: index 0 is id `rows.start`.
+    pub rows: Range<u32>,
+    /// Ids the stage may emit (a sub-range of `rows`).
+    pub allowed: Range<u32>,
+    pub end_id: u32,
+    /// Tokens sampled so far in this stage (the floor and the draw offset count them).
+    pub step: usize,
+    /// Tokens generated so far in this stage (the penalty window looks at their tail).
+    pub history: &'a [u32],
+}
+
+/// Guidance: `uncond + scale * (cond - uncond)`, in place on `cond`.
+pub fn cfg_combine(cond: &mut [f32], uncond: &[f32], scale: f32) {
+    for (c, u) in cond.iter_mut().zip(uncond) {
+        *c = u + scale * (*c - u);
+    }
+}
+
+/// Applies mask, floor and penalty; returns the processed logits (f64, -inf = removed).
+fn masked_penalised(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset) -> Vec<f64> {
+    let start = cx.rows.start;
+    let mut l: Vec<f64> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| if cx.allowed.contains(&(start + i as u32)) { x as f64 } else { f64::NEG_INFINITY })
+        .collect();
+    if cx.step < p.min_tokens as usize && cx.rows.contains(&cx.end_id) {
+        l[(cx.end_id - start) as usize] = f64::NEG_INFINITY;
+    }
+    if p.repetition_penalty != 1.0 {
+        let window = &cx.history[cx.history.len().saturating_sub(p.penalty_window as usize)..];
+        let mut counts: std::collections::BTreeMap<u32, i32> = Default::default();
+        for &t in window {
+            if cx.rows.contains(&t) {
+                *counts.entry(t).or_default() += 1;
+            }
+        }
+        for (t, f) in counts {
+            let alpha = p.repetition_penalty.powi(f);
+            let x = &mut l[(t - start) as usize];
+            if *x < 0.0 {
+                *x *= alpha;
+            } else {
+                *x /= alpha;
+            }
+        }
+    }
+    l
+}
+
+fn argmax(v: &[f64]) -> usize {
+    v.iter().enumerate().fold(0, |b, (i, x)| if *x > v[b] { i } else { b })
+}
+
+/// The probability of every row after the chain (0 for removed rows), or `None` for greedy
+/// decoding (temperature 0), where the caller takes [`greedy`].
+pub fn probabilities(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset) -> Option<Vec<f32>> {
+    if p.temperature == 0.0 {
+        return None;
+    }
+    let mut l = masked_penalised(logits, cx, p);
+    for x in l.iter_mut() {
+        *x /= p.temperature;
+    }
+    // top-k: everything below the k-th largest value goes (ties at the k-th stay).
+    let k = (p.top_k as usize).min(l.len()).max(1);
+    let mut sorted = l.clone();
+    sorted.sort_by(|a, b| b.partial_cmp(a).unwrap());
+    let kth = sorted[k - 1];
+    for x in l.iter_mut() {
+        if *x < kth {
+            *x = f64::NEG_INFINITY;
+        }
+    }
+    // top-p: ascending order, drop the low tail whose cumulative mass is <= 1 - top_p,
+    // always keeping the most likely token.
+    if p.top_p < 1.0 {
+        let mut order: Vec<usize> = (0..l.len()).collect();
+        order.sort_by(|&a, &b| l[a].partial_cmp(&l[b]).unwrap().then(a.cmp(&b)));
+        let probs = softmax(&l);
+        let mut cum = 0.0;
+        let last = order.len() - 1;
+        for (rank, &i) in order.iter().enumerate() {
+            cum += probs[i];
+            if cum <= 1.0 - p.top_p && rank != last {
+                l[i] = f64::NEG_INFINITY;
+            }
+        }
+    }
+    Some(softmax(&l).into_iter().map(|x| x as f32).collect())
+}
+
+fn softmax(l: &[f64]) -> Vec<f64> {
+    let m = l.iter().cloned().fold(f64::NEG_INFINITY, f64::max);
+    let e: Vec<f64> = l.iter().map(|x| if x.is_finite() { (x - m).exp() } else { 0.0 }).collect();
+    let s: f64 = e.iter().sum();
+    e.into_iter().map(|x| x / s).collect()
+}
+
+/// The greedy choice (temperature 0): argmax after mask, floor and penalty.
+pub fn greedy(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset) -> u32 {
+    cx.rows.start + argmax(&masked_penalised(logits, cx, p)) as u32
+}
+
+/// torch.multinomial(p, 1) conformant draw: the row index of argmax p_i / E_i.
+pub fn draw(probs: &[f32], seed: u64, step: u64) -> usize {
+    let mut best = None::<(usize, f32)>;
+    for (i, &p) in probs.iter().enumerate() {
+        if p <= 0.0 {
+            continue;
+        }
+        let e = exponential_from_uniform(curand_uniform(seed, i as u64, step));
+        let q = p / e;
+        if best.is_none_or(|(_, b)| q > b) {
+            best = Some((i, q));
+        }
+    }
+    best.map(|(i, _)| i).unwrap_or(0)
+}
+
+/// The whole chain and the draw: the sampled id.
+pub fn sample(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset, seed: u64) -> u32 {
+    match probabilities(logits, cx, p) {
+        None => greedy(logits, cx, p),
+        Some(probs) => cx.rows.start + draw(&probs, seed, cx.step as u64) as u32,
+    }
+}
+
+#[cfg(test)]
+mod tests;

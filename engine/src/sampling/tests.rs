@@ -1,0 +1,57 @@
+use super::*;
+use yued_protocol::SamplingPreset;
+
+fn preset(t: f64, p: f64, k: u32, pen: f64, win: u32, min: u32) -> SamplingPreset {
+    SamplingPreset { temperature: t, top_p: p, top_k: k, repetition_penalty: pen, penalty_window: win, min_tokens: min, max_tokens: 100 }
+}
+
+#[test]
+fn chain_order_and_semantics() {
+    let logits = [2.0f32, 1.0, -1.0, 0.5, 3.0];
+    let cx = SampleContext { rows: 10..15, allowed: 10..14, end_id: 13, step: 0, history: &[] };
+    // mask drops id 14 (the 3.0), floor drops the end id 13
+    let p = probabilities(&logits, &cx, &preset(1.0, 1.0, 10, 1.0, 10, 5)).unwrap();
+    assert_eq!(p[4], 0.0);
+    assert_eq!(p[3], 0.0);
+    let z = (2f64.exp() + 1f64.exp() + (-1f64).exp()) as f32;
+    assert!((p[0] - 2f32.exp() / z).abs() < 1e-6);
+    // past the floor the end id comes back
+    let cx2 = SampleContext { step: 5, ..cx.clone() };
+    assert!(probabilities(&logits, &cx2, &preset(1.0, 1.0, 10, 1.0, 10, 5)).unwrap()[3] > 0.0);
+    // penalty: id 10 seen twice -> 2.0 / 4, id 12 (negative) once -> -1 * 2
+    let hist = [10, 10, 12, 99];
+    let cx3 = SampleContext { history: &hist, step: 9, ..cx.clone() };
+    let g = greedy(&logits, &cx3, &preset(0.0, 1.0, 10, 2.0, 10, 0));
+    assert_eq!(g, 11, "id 10 fell from 2.0 to 0.5, so id 11 (1.0) leads");
+    // window of 1 only sees 99: no penalty, id 10 wins
+    assert_eq!(greedy(&logits, &cx3, &preset(0.0, 1.0, 10, 2.0, 1, 0)), 10);
+    // top-k 1 keeps the argmax only
+    let p = probabilities(&logits, &cx2, &preset(0.7, 1.0, 1, 1.0, 10, 0)).unwrap();
+    assert_eq!(p, vec![1.0, 0.0, 0.0, 0.0, 0.0]);
+    // top-p 0.5 keeps the head whose mass reaches 0.5
+    let p = probabilities(&logits, &cx2, &preset(1.0, 0.5, 10, 1.0, 10, 0)).unwrap();
+    assert_eq!(p.iter().filter(|&&x| x > 0.0).count(), 1);
+}
+
+#[test]
+fn draw_is_deterministic_and_follows_the_distribution() {
+    let probs = [0.1f32, 0.0, 0.6, 0.3];
+    let mut counts = [0usize; 4];
+    for step in 0..4000u64 {
+        let i = draw(&probs, 1234, step);
+        counts[i] += 1;
+        assert_eq!(i, draw(&probs, 1234, step));
+    }
+    assert_eq!(counts[1], 0, "a zero-probability entry is never drawn");
+    for (i, &p) in probs.iter().enumerate() {
+        let f = counts[i] as f32 / 4000.0;
+        assert!((f - p).abs() < 0.03, "entry {i}: frequency {f} vs p {p}");
+    }
+}
+
+#[test]
+fn cfg_combines_logits() {
+    let mut c = [1.0f32, 2.0];
+    cfg_combine(&mut c, &[0.0, 4.0], 1.5);
+    assert_eq!(c, [1.5, 1.0]);
+}
