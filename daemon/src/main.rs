@@ -27,6 +27,10 @@ enum Command {
     Tokenize(cli::tokenize::TokenizeArgs),
     /// Quantize a backbone GGUF (Q8_0, Q6_K, Q5_K_M); the VAE is refused.
     Quantize(cli::quantize::QuantizeArgs),
+    /// Run the planning stage alone and write the ABC score.
+    Plan(cli::plan::PlanArgs),
+    /// Write the full-vocabulary logits of a token sequence (prefill or decode).
+    LmEval(cli::lm_eval::LmEvalArgs),
 }
 
 fn main() {
@@ -37,6 +41,8 @@ fn main() {
         Command::Gguf { command } => cli::inspect::run(command),
         Command::Tokenize(a) => cli::tokenize::run(a),
         Command::Quantize(a) => cli::quantize::run(a),
+        Command::Plan(a) => cli::plan::run(a),
+        Command::LmEval(a) => cli::lm_eval::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

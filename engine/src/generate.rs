@@ -44,7 +44,7 @@ pub enum GenError {
     #[error(transparent)]
     Request(#[from] RequestError),
     #[error("the planned score is malformed after {attempts} attempt(s): {reason}")]
-    PlanExhausted { attempts: u32, reason: String },
+    PlanExhausted { attempts: u32, reason: String, last_abc: String },
     #[error(transparent)]
     Ggml(#[from] GgmlError),
 }
@@ -156,6 +156,7 @@ impl ArStages<'_> {
         let preset = req.abc_sampling;
         let attempts = if preset.temperature == 0.0 { 1 } else { req.plan_retries + 1 };
         let mut reason = String::new();
+        let mut last_abc = String::new();
         for k in 0..attempts {
             let seed = (req.lm_seed as i128) + song as i128 + k as i128 * req.lm_batch_size as i128;
             let seed = u64::try_from(seed).ok().filter(|&s| s <= i64::MAX as u64).ok_or_else(|| RequestError::new("lm_seed", format!("retry {k} of song {song} needs seed {seed}, which is not representable")))?;
@@ -166,10 +167,11 @@ impl ArStages<'_> {
                 Err(r) => {
                     tracing::warn!(song, attempt = k + 1, seed, reason = %r, "malformed score");
                     reason = r;
+                    last_abc = abc;
                 }
             }
         }
-        Err(GenError::PlanExhausted { attempts, reason })
+        Err(GenError::PlanExhausted { attempts, reason, last_abc })
     }
 
     fn plan_once(&mut self, prefix: &[u32], seed: u64, preset: &SamplingPreset, song: u32, cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress)) -> Result<(Vec<u32>, bool), GenError> {

@@ -1,6 +1,9 @@
 //! One module per model-tool subcommand.
+pub mod common;
 pub mod demo;
 pub mod inspect;
+pub mod lm_eval;
+pub mod plan;
 pub mod quantize;
 pub mod tokenize;
 

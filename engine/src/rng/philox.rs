@@ -41,8 +41,9 @@ pub fn curand_uniform(seed: u64, subsequence: u64, offset: u64) -> f32 {
 }
 
 /// torch's CUDA exponential transform of a (0, 1] uniform (lambda = 1), in f32: the log is
-/// clamped at -eps/2 near 1 so the variate is never 0.
+/// clamped at -eps/2 near 1 so the variate is never 0. The log is taken in f64 and rounded
+/// once, i.e. the correctly rounded f32 log (libm's logf may be off by one ulp).
 pub fn exponential_from_uniform(u: f32) -> f32 {
-    let log = if u >= 1.0 - f32::EPSILON / 2.0 { -f32::EPSILON / 2.0 } else { u.ln() };
+    let log = if u >= 1.0 - f32::EPSILON / 2.0 { -f32::EPSILON / 2.0 } else { (u as f64).ln() as f32 };
     -log
 }

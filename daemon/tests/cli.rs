@@ -1,0 +1,107 @@
+//! The `yued` model tools end to end, as a user runs them: real binary, real files.
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+fn yued(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_yued")).args(args).env("NO_COLOR", "1").output().expect("run yued")
+}
+
+fn ok(args: &[&str]) -> String {
+    let o = yued(args);
+    assert!(o.status.success(), "yued {args:?} failed:\n{}", String::from_utf8_lossy(&o.stderr));
+    String::from_utf8(o.stdout).unwrap()
+}
+
+fn fails(args: &[&str]) -> String {
+    let o = yued(args);
+    assert_eq!(o.status.code(), Some(1), "yued {args:?} should fail cleanly (exit 1), got {:?}", o.status);
+    String::from_utf8(o.stderr).unwrap()
+}
+
+fn repo() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf()
+}
+
+fn s(p: &Path) -> &str {
+    p.to_str().unwrap()
+}
+
+#[test]
+fn demo_inspect_tokenize_quantize() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = ok(&["demo-model", "--out", s(dir.path()), "--preset", "tiny", "--seed", "4"]);
+    assert!(out.contains("random weights"));
+    let bb = dir.path().join("yue2-demo-tiny.gguf");
+    let inspect = ok(&["gguf", "inspect", s(&bb)]);
+    assert!(inspect.contains("architecture: yue2") && inspect.contains("model.layers.1.nar_mlp.down_proj.weight") && inspect.contains("tensors (55,"), "{inspect}");
+    assert_eq!(ok(&["tokenize", "--model", s(&bb), "--text", "Hé"]).trim(), "72,195,169");
+    let q = dir.path().join("q8.gguf");
+    ok(&["quantize", s(&bb), s(&q), "--type", "Q8_0"]);
+    assert!(ok(&["gguf", "inspect", s(&q)]).contains("q8_0"));
+    let vae = dir.path().join("yue2-demo-tiny-vae.gguf");
+    assert!(fails(&["quantize", s(&vae), s(&q), "--type", "Q8_0"]).contains("never quantized"));
+    assert!(yued(&["quantize", s(&bb), s(&q), "--type", "Q4_0"]).status.code() == Some(2), "a bad --type is a usage error");
+}
+
+#[test]
+fn bad_files_are_clear_errors() {
+    let dir = tempfile::tempdir().unwrap();
+    let missing = dir.path().join("nope.gguf");
+    assert!(fails(&["gguf", "inspect", s(&missing)]).contains("nope.gguf"));
+    // truncated copy of a real model
+    let src = std::fs::read(repo().join("fixtures/ar/tiny-qwen3.gguf")).unwrap();
+    let cut = dir.path().join("cut.gguf");
+    std::fs::write(&cut, &src[..src.len() / 2]).unwrap();
+    let e = fails(&["tokenize", "--model", s(&cut), "--text", "x"]);
+    assert!(e.contains("cut.gguf") && e.contains("truncated"), "{e}");
+    // a VAE where a backbone is expected
+    ok(&["demo-model", "--out", s(dir.path())]);
+    let e = fails(&["lm-eval", "--model", s(&dir.path().join("yue2-demo-tiny-vae.gguf")), "--tokens", "1", "--out", s(&dir.path().join("x.f32")), "--device", "CPU"]);
+    assert!(e.contains("yue2-vae") && e.contains("expected 'yue2'"), "{e}");
+    let e = fails(&["lm-eval", "--model", s(&repo().join("fixtures/ar/tiny-qwen3.gguf")), "--tokens", "1,999", "--out", "x", "--device", "CPU"]);
+    assert!(e.contains("999"), "{e}");
+}
+
+fn read_f32(p: &Path) -> Vec<f32> {
+    std::fs::read(p).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+#[test]
+fn lm_eval_prefill_and_decode_agree_with_each_other_and_the_reference() {
+    let dir = tempfile::tempdir().unwrap();
+    let model = repo().join("fixtures/ar/tiny-qwen3.gguf");
+    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo().join("fixtures/ar/cases.json")).unwrap()).unwrap();
+    let toks: Vec<String> = cases["A"].as_array().unwrap().iter().map(|v| v.to_string()).collect();
+    let toks = toks.join(",");
+    let (p, d) = (dir.path().join("p.f32"), dir.path().join("d.f32"));
+    ok(&["lm-eval", "--model", s(&model), "--tokens", &toks, "--out", s(&p), "--mode", "prefill", "--device", "CPU"]);
+    ok(&["lm-eval", "--model", s(&model), "--tokens", &toks, "--out", s(&d), "--mode", "decode", "--device", "CPU"]);
+    let (pv, dv) = (read_f32(&p), read_f32(&d));
+    let want = read_f32(&repo().join("fixtures/ar/logits_A.f32"));
+    assert_eq!(pv.len(), want.len());
+    let rel = |a: &[f32], b: &[f32]| {
+        let n: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
+        let d: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
+        (n / d).sqrt()
+    };
+    assert!(rel(&pv, &want) < 2e-2, "prefill vs reference {}", rel(&pv, &want));
+    assert!(rel(&dv, &pv) < 1e-3, "decode vs prefill {}", rel(&dv, &pv));
+}
+
+#[test]
+fn plan_writes_the_score_even_when_it_looks_malformed() {
+    let dir = tempfile::tempdir().unwrap();
+    ok(&["demo-model", "--out", s(dir.path())]);
+    let req = dir.path().join("req.json");
+    std::fs::write(&req, r#"{"style": "pop", "lyrics": "[verse] hi", "plan_retries": 1, "abc_sampling": {"max_tokens": 16, "min_tokens": 2}}"#).unwrap();
+    let out = dir.path().join("score.abc");
+    let o = yued(&["plan", "--model", s(&dir.path().join("yue2-demo-tiny.gguf")), "--request", s(&req), "--out", s(&out), "--lm-seed", "3", "--device", "CPU"]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(err.contains("malformed after 2 attempt(s)") && err.contains("RANDOM"), "{err}");
+    assert!(out.exists());
+    // a bad request is refused with the field named
+    std::fs::write(&req, r#"{"style": "pop", "plan_retries": 9}"#).unwrap();
+    let e = fails(&["plan", "--model", s(&dir.path().join("yue2-demo-tiny.gguf")), "--request", s(&req), "--device", "CPU"]);
+    assert!(e.contains("plan_retries"), "{e}");
+}
