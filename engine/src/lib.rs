@@ -21,4 +21,5 @@ pub mod rng;
 pub mod sampling;
 pub mod tokenizer;
 pub mod weights;
+pub mod vae;
 pub mod vae_layout;

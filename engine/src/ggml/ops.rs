@@ -199,6 +199,19 @@ impl Context {
         // SAFETY: channel counts checked.
         self.wrap(unsafe { sys::ggml_conv_1d(self.raw(), kernel.raw(), x.raw(), stride, pad, dilation) })
     }
+    /// 1D convolution in F32 throughout (im2col kept in F32, unlike `ggml_conv_1d` which
+    /// rounds the columns to F16). kernel [K, Cin, Cout], x [T, Cin] -> [T', Cout].
+    pub fn conv_1d_f32<'a>(&'a self, kernel: Tensor<'a>, x: Tensor<'a>, stride: i32, pad: i32, dilation: i32) -> Tensor<'a> {
+        assert_eq!(kernel.ne()[1], x.ne()[1], "conv_1d channel mismatch: kernel {:?} input {:?}", kernel.ne(), x.ne());
+        let (k, cin, cout) = (kernel.ne()[0], kernel.ne()[1], kernel.ne()[2]);
+        // SAFETY: channel counts checked; F32 im2col is supported by every backend we use.
+        let im = self.wrap(unsafe { sys::ggml_im2col(self.raw(), kernel.raw(), x.raw(), stride, 0, pad, 0, dilation, 0, false, sys::GGML_TYPE_F32) });
+        let (ol, n) = (im.ne()[1], im.ne()[2]);
+        let cols = self.reshape_2d(im, k * cin, ol * n);
+        let w = self.reshape_2d(kernel, k * cin, cout);
+        let y = self.mul_mat(cols, w); // [ol * n, cout]
+        self.reshape_3d(y, ol, cout, n)
+    }
     /// Transposed 1D convolution with zero padding. kernel [K, Cout, Cin], x [T, Cin].
     pub fn conv_transpose_1d<'a>(&'a self, kernel: Tensor<'a>, x: Tensor<'a>, stride: i32) -> Tensor<'a> {
         assert_eq!(kernel.ne()[2], x.ne()[1], "conv_transpose_1d channel mismatch: kernel {:?} input {:?}", kernel.ne(), x.ne());

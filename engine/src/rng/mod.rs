@@ -2,3 +2,4 @@
 //! generator the token draw keys by the stage seed (curand semantics), and torch's CPU
 //! mt19937 normal stream for the acoustic noise.
 pub mod philox;
+pub mod torch_cpu;

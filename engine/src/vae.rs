@@ -1,0 +1,298 @@
+//! The Oobleck VAE: decoder (64-channel latents at 25 Hz to 48 kHz stereo, 1920x) with
+//! exact tiling, and the encoder (audio to the posterior mean).
+//!
+//! Loading folds weight norm (w = g * v / ||v||, the norm over every axis but the first of
+//! the torch layout: per output channel for convolutions, per input channel for the
+//! transposed ones) and the log-scale snake parameters (exp(alpha), 1 / exp(beta)), so the
+//! graphs see the inference form of the weights. Widths come from the tensor shapes, the
+//! strides from `yue2-vae.upsampling_ratios`.
+//!
+//! SnakeBeta is written as its five-op decomposition (mul, sin, sqr, mul, add) so a backend
+//! with a fused kernel can match it. A transposed convolution with stride s and kernel 2s
+//! computes its full output and crops ceil(s/2) samples on each side, which makes the output
+//! of T frames exactly 1920 * T - 64 samples with the left edge anchored: a tile decoded with
+//! a halo and cropped to its core is bit-for-bit the same signal as one pass would give.
+use crate::generate::CancelToken;
+use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
+use crate::gguf::{GgufError, GgufFile};
+use crate::model::VAE_ARCH;
+use crate::vae_layout::{decoder_shapes, encoder_shapes, RES_DILATIONS};
+use crate::weights::LoadError;
+
+/// Geometry of a loaded VAE.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VaeInfo {
+    pub latent_channels: usize,
+    pub audio_channels: usize,
+    pub sample_rate: u32,
+    /// Decoder strides, first block first.
+    pub strides: Vec<usize>,
+    /// Decoder widths, C0 .. C_n.
+    pub channels: Vec<usize>,
+    pub has_encoder: bool,
+}
+
+impl VaeInfo {
+    /// Samples per latent frame.
+    pub fn hop(&self) -> usize {
+        self.strides.iter().product()
+    }
+    /// Output samples (per channel) of `frames` latent frames.
+    pub fn samples_for(&self, frames: usize) -> usize {
+        let mut len = frames;
+        for &s in &self.strides {
+            len = len * s + s - 2 * s.div_ceil(2);
+        }
+        len
+    }
+}
+
+/// One decoded tile handed to the caller as soon as it exists.
+pub struct Tile<'a> {
+    pub index: usize,
+    /// First output sample (per channel) of this tile in the whole song.
+    pub start_sample: usize,
+    /// Planar stereo: `samples` left values then `samples` right values.
+    pub pcm: &'a [f32],
+    pub samples: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum VaeError {
+    #[error(transparent)]
+    Ggml(#[from] GgmlError),
+    #[error("cancelled")]
+    Cancelled,
+    #[error("{0}")]
+    Input(String),
+}
+
+pub struct VaeModel {
+    pub info: VaeInfo,
+    weights: TensorStore,
+    alloc: Allocator,
+}
+
+fn fold_weight_norm(g: &[f32], v: &[f32]) -> Vec<f32> {
+    let slab = v.len() / g.len();
+    let mut w = Vec::with_capacity(v.len());
+    for (o, chunk) in v.chunks(slab).enumerate() {
+        let norm = chunk.iter().map(|x| (*x as f64).powi(2)).sum::<f64>().sqrt();
+        let scale = if norm > 0.0 { g[o] as f64 / norm } else { 0.0 };
+        w.extend(chunk.iter().map(|x| (*x as f64 * scale) as f32));
+    }
+    w
+}
+
+impl VaeModel {
+    /// Reads the geometry of a VAE file and checks every tensor's shape.
+    pub fn info(f: &GgufFile) -> Result<VaeInfo, GgufError> {
+        let corrupt = |what: String| GgufError::Corrupt { path: f.path().to_path_buf(), what };
+        let arch = f.get_str("general.architecture")?;
+        if arch != VAE_ARCH {
+            return Err(corrupt(format!("general.architecture is '{arch}', expected '{VAE_ARCH}' (a YuE2 VAE)")));
+        }
+        let latent = f.get_i64("yue2-vae.latent_channels")? as usize;
+        let strides: Vec<usize> = f.get_i64_array("yue2-vae.upsampling_ratios")?.into_iter().map(|s| s as usize).collect();
+        if strides.is_empty() || strides.iter().any(|&s| s == 0 || s > 64) {
+            return Err(corrupt(format!("yue2-vae.upsampling_ratios {strides:?} is not a list of strides")));
+        }
+        let audio = f.get("yue2-vae.audio_channels").and_then(|v| v.as_i64()).unwrap_or(2) as usize;
+        let sample_rate = f.get("yue2-vae.sampling_rate").and_then(|v| v.as_i64()).unwrap_or(48000) as u32;
+        let mut channels = vec![f.require_tensor("decoder.conv1.weight_v")?.ne4()[2] as usize];
+        for i in 0..strides.len() {
+            channels.push(f.require_tensor(&format!("decoder.block.{i}.conv_t1.weight_v"))?.ne4()[1] as usize);
+        }
+        for (name, ne) in decoder_shapes(latent, &channels, &strides, audio) {
+            f.expect_tensor(&name, &ne)?;
+        }
+        let has_encoder = f.tensor("encoder.conv1.weight_v").is_some();
+        if has_encoder {
+            for (name, ne) in encoder_shapes(latent, &channels, &strides, audio) {
+                f.expect_tensor(&name, &ne)?;
+            }
+        }
+        Ok(VaeInfo { latent_channels: latent, audio_channels: audio, sample_rate, strides, channels, has_encoder })
+    }
+
+    pub fn load(f: &GgufFile, backend: &Backend) -> Result<Self, LoadError> {
+        let info = Self::info(f)?;
+        let mut shapes = decoder_shapes(info.latent_channels, &info.channels, &info.strides, info.audio_channels);
+        if info.has_encoder {
+            shapes.extend(encoder_shapes(info.latent_channels, &info.channels, &info.strides, info.audio_channels));
+        }
+        // Folded tensors: {conv}.weight, {conv}.bias [1, C], {snake}.a / .inv_b [1, C].
+        let mut folded: Vec<(String, Vec<i64>, Vec<f32>)> = Vec::new();
+        for (name, ne) in &shapes {
+            if let Some(prefix) = name.strip_suffix(".weight_v") {
+                let g = f.tensor_f32(&format!("{prefix}.weight_g"))?;
+                let v = f.tensor_f32(name)?;
+                folded.push((format!("{prefix}.weight"), ne.clone(), fold_weight_norm(&g, &v)));
+            } else if name.ends_with(".bias") {
+                folded.push((name.clone(), vec![1, ne[0]], f.tensor_f32(name)?));
+            } else if let Some(prefix) = name.strip_suffix(".alpha") {
+                let a = f.tensor_f32(name)?.iter().map(|x| x.exp()).collect();
+                folded.push((format!("{prefix}.a"), vec![1, ne[0]], a));
+            } else if let Some(prefix) = name.strip_suffix(".beta") {
+                let b = f.tensor_f32(name)?.iter().map(|x| 1.0 / x.exp()).collect();
+                folded.push((format!("{prefix}.inv_b"), vec![1, ne[0]], b));
+            }
+        }
+        let mut weights = TensorStore::new(folded.len())?;
+        for (n, ne, _) in &folded {
+            weights.declare(n, GgmlType::F32, ne);
+        }
+        weights.allocate(backend, "VAE weights", true)?;
+        for (n, _, v) in &folded {
+            weights.get(n).write_f32(v);
+        }
+        Ok(VaeModel { info, weights, alloc: Allocator::new(backend) })
+    }
+
+    pub fn weight_bytes(&self) -> usize {
+        self.weights.bytes()
+    }
+
+    /// Decodes `frames` time-major latents ([T, 64]) in one pass; planar stereo out.
+    pub fn decode(&mut self, backend: &Backend, latents: &[f32]) -> Result<Vec<f32>, VaeError> {
+        let c = self.info.latent_channels;
+        if latents.is_empty() || latents.len() % c != 0 {
+            return Err(VaeError::Input(format!("{} latent values are not whole frames of {c}", latents.len())));
+        }
+        let frames = latents.len() / c;
+        let ctx = Context::new(4096, 4096)?;
+        let mut g = ctx.new_graph(4096);
+        let input = ctx.new_tensor(GgmlType::F32, &[c as i64, frames as i64]).set_input();
+        let w = &self.weights;
+        let x = ctx.cont(ctx.transpose(input)); // [T, C]
+        let mut x = conv(&ctx, w, "decoder.conv1", x, 1, 3, 1);
+        for (i, &s) in self.info.strides.iter().enumerate() {
+            let p = format!("decoder.block.{i}");
+            x = snake(&ctx, w, &format!("{p}.snake1"), x);
+            x = conv_t(&ctx, w, &format!("{p}.conv_t1"), x, s);
+            for (r, &d) in RES_DILATIONS.iter().enumerate() {
+                x = res_unit(&ctx, w, &format!("{p}.res_unit{}", r + 1), x, d);
+            }
+        }
+        x = snake(&ctx, w, "decoder.snake1", x);
+        let out = conv(&ctx, w, "decoder.conv2", x, 1, 3, 1).set_output();
+        g.expand(out);
+        self.alloc.alloc_graph(&g)?;
+        input.write_f32(latents);
+        backend.compute(&g)?;
+        let pcm = out.read_f32();
+        debug_assert_eq!(pcm.len(), self.info.samples_for(frames) * self.info.audio_channels);
+        Ok(pcm)
+    }
+
+    /// Decodes in tiles of `core` frames with `halo` frames of context on each side,
+    /// handing each tile's core to `on_tile` as soon as it is decoded; returns the whole
+    /// planar signal, identical to a single pass.
+    pub fn decode_tiled(&mut self, backend: &Backend, latents: &[f32], core: usize, halo: usize, cancel: &CancelToken, on_tile: &mut dyn FnMut(Tile<'_>)) -> Result<Vec<f32>, VaeError> {
+        let c = self.info.latent_channels;
+        if core == 0 {
+            return Err(VaeError::Input("tile core must be at least one frame".into()));
+        }
+        if latents.is_empty() || latents.len() % c != 0 {
+            return Err(VaeError::Input(format!("{} latent values are not whole frames of {c}", latents.len())));
+        }
+        let frames = latents.len() / c;
+        let hop = self.info.hop();
+        let total = self.info.samples_for(frames);
+        let ch = self.info.audio_channels;
+        let mut out = vec![0f32; total * ch];
+        let mut index = 0;
+        let mut a = 0;
+        while a < frames {
+            if cancel.is_cancelled() {
+                return Err(VaeError::Cancelled);
+            }
+            let b = (a + core).min(frames);
+            let (s, e) = (a.saturating_sub(halo), (b + halo).min(frames));
+            let pcm = self.decode(backend, &latents[s * c..e * c])?;
+            let tile_len = self.info.samples_for(e - s);
+            let off = (a - s) * hop;
+            let n = if b == frames { total - a * hop } else { (b - a) * hop };
+            let mut planar = Vec::with_capacity(n * ch);
+            for k in 0..ch {
+                let src = &pcm[k * tile_len + off..k * tile_len + off + n];
+                out[k * total + a * hop..k * total + a * hop + n].copy_from_slice(src);
+                planar.extend_from_slice(src);
+            }
+            on_tile(Tile { index, start_sample: a * hop, pcm: &planar, samples: n });
+            index += 1;
+            a = b;
+        }
+        Ok(out)
+    }
+
+    /// Encodes planar audio ([channels, N], N a multiple of the hop) to the posterior mean,
+    /// time-major [T, latent].
+    pub fn encode(&mut self, backend: &Backend, audio: &[f32]) -> Result<Vec<f32>, VaeError> {
+        if !self.info.has_encoder {
+            return Err(VaeError::Input("this VAE file has no encoder".into()));
+        }
+        let ch = self.info.audio_channels;
+        let hop = self.info.hop();
+        if audio.is_empty() || audio.len() % (ch * hop) != 0 {
+            return Err(VaeError::Input(format!("{} samples are not whole frames of {hop} x {ch} channels", audio.len())));
+        }
+        let n = audio.len() / ch;
+        let ctx = Context::new(4096, 4096)?;
+        let mut g = ctx.new_graph(4096);
+        let input = ctx.new_tensor(GgmlType::F32, &[n as i64, ch as i64]).set_input();
+        let w = &self.weights;
+        let mut x = conv(&ctx, w, "encoder.conv1", input, 1, 3, 1);
+        let strides: Vec<usize> = self.info.strides.iter().rev().copied().collect();
+        for (i, &s) in strides.iter().enumerate() {
+            let p = format!("encoder.block.{i}");
+            for (r, &d) in RES_DILATIONS.iter().enumerate() {
+                x = res_unit(&ctx, w, &format!("{p}.res_unit{}", r + 1), x, d);
+            }
+            x = snake(&ctx, w, &format!("{p}.snake1"), x);
+            x = conv(&ctx, w, &format!("{p}.conv1"), x, s as i32, s.div_ceil(2) as i32, 1);
+        }
+        x = snake(&ctx, w, "encoder.snake1", x);
+        let y = conv(&ctx, w, "encoder.conv2", x, 1, 1, 1); // [T, 2 * latent]
+        let lat = self.info.latent_channels as i64;
+        let t = y.ne()[0];
+        let mean = ctx.view_2d(y, t, lat, y.nb()[1], 0);
+        let out = ctx.cont(ctx.transpose(mean)).set_output(); // [latent, T]: time-major
+        g.expand(out);
+        self.alloc.alloc_graph(&g)?;
+        input.write_f32(audio);
+        backend.compute(&g)?;
+        Ok(out.read_f32())
+    }
+}
+
+fn snake<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>) -> Tensor<'a> {
+    let ax = ctx.mul(x, w.get(&format!("{p}.a")));
+    let s2 = ctx.sqr(ctx.sin(ax));
+    ctx.add(x, ctx.mul(s2, w.get(&format!("{p}.inv_b"))))
+}
+
+fn conv<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, stride: i32, pad: i32, dil: i32) -> Tensor<'a> {
+    let y = ctx.conv_1d_f32(w.get(&format!("{p}.weight")), x, stride, pad, dil);
+    let y = ctx.reshape_2d(y, y.ne()[0], y.ne()[1]);
+    ctx.add(y, w.get(&format!("{p}.bias")))
+}
+
+fn conv_t<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, s: usize) -> Tensor<'a> {
+    let full = ctx.conv_transpose_1d(w.get(&format!("{p}.weight")), x, s as i32);
+    let crop = s.div_ceil(2);
+    let len = full.ne()[0] - 2 * crop as i64;
+    let v = ctx.view_2d(full, len, full.ne()[1], full.nb()[1], crop * full.nb()[0]);
+    ctx.add(ctx.cont(v), w.get(&format!("{p}.bias")))
+}
+
+fn res_unit<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, d: usize) -> Tensor<'a> {
+    let y = snake(ctx, w, &format!("{p}.snake1"), x);
+    let y = conv(ctx, w, &format!("{p}.conv1"), y, 1, 3 * d as i32, d as i32);
+    let y = snake(ctx, w, &format!("{p}.snake2"), y);
+    let y = conv(ctx, w, &format!("{p}.conv2"), y, 1, 0, 1);
+    ctx.add(x, y)
+}
+
+#[cfg(test)]
+mod tests;
