@@ -15,6 +15,7 @@ pub mod generate;
 pub mod gguf;
 pub mod kv_cache;
 pub mod model;
+pub mod nar;
 pub mod prompt;
 pub mod quantize;
 pub mod rng;

@@ -39,7 +39,11 @@ Self-checks: the GGUF matches qwen3_reference.build_weights; the AR forward
 used for the cache reproduces qwen3_reference.forward's logits; a scalar
 per-row implementation (its own token-by-token AR cache, per-row attention
 loops, math.fsum dot products) reproduces every velocity evaluation and every
-solver output to 1e-10.
+solver output to 1e-10. Twelve plausible misreadings of the specification
+(sin/cos order, frequency divisor, raw t, pe indexing and layout, markers,
+RoPE offsets, a causal mask, no AR cache, GQA head mapping) are each shown to
+move v_single, v_t1 or ode8 by more than 1e-2. --skip-naive drops the slow
+scalar check (about 10 s).
 """
 
 from __future__ import annotations
@@ -55,6 +59,7 @@ from collections import OrderedDict
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
 import qwen3_reference as ar  # noqa: E402  (constants, rmsnorm, rotate_half, forward, build_weights)
 
@@ -577,7 +582,7 @@ def main():
         c["noise"] = nf
         c["output"] = name + ".f32"
         c["shape"] = list(results[name].shape)
-        c["rope_positions"] = [len(seq), len(seq) + N + 1]
+        c["rope_first_last"] = [len(seq), len(seq) + N + 1]  # inclusive, block rows 0..N+1
         c["rms"] = rms_of(results[name])
         cl.append(c)
     cases["cases"] = cl

@@ -1,0 +1,218 @@
+//! The non-autoregressive half of the backbone and its flow-matching solver.
+//!
+//! The NAR layers (nar_input_layernorm, nar_self_attn with q/k norms, nar_pre_mlp_layernorm,
+//! nar_mlp) share the 28-layer shape, the embeddings and the final norm with the AR half.
+//! A latent block `[LATENT_START, frames..., LATENT_END]` (the markers are zero rows; frame
+//! j is `vae2llm(x_j) + time_embedding(t) + pe[j]`) is attended over the AR window of a
+//! completed KV set: fresh K/V of the block are concatenated behind the cached ones, which
+//! are only read, with an explicit all-zero mask (every block row sees every key). RoPE
+//! positions continue the sequence; the frame table `pe` is indexed locally. `llm2vae`
+//! turns the frame rows into velocities. M noise variations of a song run side by side in
+//! one graph.
+//!
+//! The sinusoidal frame table is computed in f64 and rounded to F32 for the rows a block
+//! needs, rather than stored (the checkpoint's BF16 table is dropped by the converter).
+use crate::generate::CancelToken;
+use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
+use crate::gguf::GgufFile;
+use crate::kv_cache::KvSet;
+use crate::model::{layer_tensor_shape, names, BackboneInfo, Yue2Config};
+use crate::weights::{load_tensors, LoadError};
+
+/// Frequency channels of the timestep sinusoid.
+pub const TIME_FREQ_DIM: usize = 256;
+
+/// Names and shapes of the NAR tensors (316 at the published dimensions), plus the shared
+/// final norm.
+pub fn nar_tensors(cfg: &Yue2Config, latent: usize) -> Vec<(String, Vec<i64>)> {
+    let h = cfg.hidden_size as i64;
+    let mut out = Vec::new();
+    for l in 0..cfg.num_hidden_layers {
+        for s in names::NAR_LAYER {
+            out.push((names::layer(l, s), layer_tensor_shape(cfg, s)));
+        }
+    }
+    let lat = latent as i64;
+    out.push((names::VAE2LLM_W.into(), vec![lat, h]));
+    out.push((names::VAE2LLM_B.into(), vec![h]));
+    out.push((names::LLM2VAE_W.into(), vec![h, lat]));
+    out.push((names::LLM2VAE_B.into(), vec![lat]));
+    out.push((names::TIME_MLP0_W.into(), vec![TIME_FREQ_DIM as i64, h]));
+    out.push((names::TIME_MLP0_B.into(), vec![h]));
+    out.push((names::TIME_MLP2_W.into(), vec![h, h]));
+    out.push((names::TIME_MLP2_B.into(), vec![h]));
+    out.push((names::NORM.into(), vec![h]));
+    out
+}
+
+/// The timestep sinusoid: logit(t) clamped to +-20, then [cos, sin] of 128 frequencies.
+pub fn time_sinusoid(t: f64) -> Vec<f32> {
+    let tau = if t >= 1.0 { 20.0 } else if t <= 0.0 { -20.0 } else { (t / (1.0 - t)).ln().clamp(-20.0, 20.0) };
+    let half = TIME_FREQ_DIM / 2;
+    let args: Vec<f64> = (0..half).map(|i| tau * (-(10000f64.ln()) * i as f64 / half as f64).exp()).collect();
+    args.iter().map(|a| a.cos() as f32).chain(args.iter().map(|a| a.sin() as f32)).collect()
+}
+
+/// Rows `0..n` of the interleaved sin/cos frame table of width `h`, row-major.
+pub fn frame_table(n: usize, h: usize) -> Vec<f32> {
+    let mut out = Vec::with_capacity(n * h);
+    for p in 0..n {
+        for i in 0..h / 2 {
+            let w = (-(10000f64.ln()) * (2 * i) as f64 / h as f64).exp();
+            out.push((p as f64 * w).sin() as f32);
+            out.push((p as f64 * w).cos() as f32);
+        }
+    }
+    out
+}
+
+/// Frames per acoustic chunk: the context must hold the prefix, the chunk's codes and
+/// their latent block (codes and frames count twice) plus the three markers.
+pub fn chunk_frames(context: usize, prefix_len: usize) -> usize {
+    context.saturating_sub(prefix_len + 3) / 2
+}
+
+pub struct NarModel {
+    pub cfg: Yue2Config,
+    pub latent: usize,
+    weights: TensorStore,
+    alloc: Allocator,
+}
+
+impl NarModel {
+    pub fn load(f: &GgufFile, info: &BackboneInfo, backend: &Backend) -> Result<Self, LoadError> {
+        let latent = f.require_tensor(names::VAE2LLM_W)?.ne4()[0] as usize;
+        let weights = load_tensors(f, &nar_tensors(&info.config, latent), backend, "NAR weights")?;
+        Ok(NarModel { cfg: info.config.clone(), latent, weights, alloc: Allocator::new(backend) })
+    }
+
+    pub fn weight_bytes(&self) -> usize {
+        self.weights.bytes()
+    }
+
+    /// Velocities of `m` variations of `n` frames (`x`: [m, n, latent]) at time `t`, over
+    /// the complete sequence held in `kv`.
+    pub fn velocity(&mut self, backend: &Backend, kv: &KvSet, x: &[f32], n: usize, m: usize, t: f64) -> Result<Vec<f32>, GgmlError> {
+        let c = &self.cfg;
+        let lat = self.latent as i64;
+        assert_eq!(x.len(), m * n * self.latent, "state of {} values for {m} x {n} frames", x.len());
+        assert!(kv.len() > 0, "the NAR needs a completed AR sequence");
+        let (h, hd, nh, nkv) = (c.hidden_size as i64, c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
+        let (nf, nb, mm) = (n as i64, n as i64 + 2, m as i64);
+        let rows = nb * mm;
+        let ar_len = kv.len() as i64;
+        let eps = c.rms_norm_eps as f32;
+        let n_nodes = 512 + c.num_hidden_layers * (64 + 24 * m);
+        let ctx = Context::new(n_nodes, n_nodes)?;
+        let mut g = ctx.new_graph(n_nodes);
+        let w = &self.weights;
+        let wl = |l: usize, s: &str| w.get(&names::layer(l, s));
+
+        let xin = ctx.new_tensor(GgmlType::F32, &[lat, nf, mm]).set_input();
+        let tin = ctx.new_tensor(GgmlType::F32, &[TIME_FREQ_DIM as i64, 1]).set_input();
+        let pe = ctx.new_tensor(GgmlType::F32, &[h, nf, 1]).set_input();
+        let pos = ctx.new_tensor(GgmlType::I32, &[rows]).set_input();
+        let zero = ctx.new_tensor(GgmlType::F32, &[h, 1, mm]).set_input();
+        let mask = ctx.new_tensor(GgmlType::F16, &[ar_len + nb, nb]).set_input();
+
+        let temb = ctx.add(ctx.mul_mat(w.get(names::TIME_MLP0_W), tin), w.get(names::TIME_MLP0_B));
+        let temb = ctx.add(ctx.mul_mat(w.get(names::TIME_MLP2_W), ctx.silu(temb)), w.get(names::TIME_MLP2_B));
+        let temb = ctx.reshape_3d(temb, h, 1, 1);
+        let frames = ctx.add(ctx.mul_mat(w.get(names::VAE2LLM_W), ctx.reshape_2d(xin, lat, nf * mm)), w.get(names::VAE2LLM_B));
+        let frames = ctx.add(ctx.add(ctx.reshape_3d(frames, h, nf, mm), temb), pe);
+        let block = ctx.concat(ctx.concat(zero, frames, 1), zero, 1); // [h, nb, m]
+        let mut xb = ctx.reshape_2d(block, h, rows);
+        let scale = 1.0 / (hd as f32).sqrt();
+        for l in 0..c.num_hidden_layers {
+            let hn = ctx.mul(ctx.rms_norm(xb, eps), wl(l, "nar_input_layernorm.weight"));
+            let q = ctx.reshape_3d(ctx.mul_mat(wl(l, "nar_self_attn.q_proj.weight"), hn), hd, nh, rows);
+            let k = ctx.reshape_3d(ctx.mul_mat(wl(l, "nar_self_attn.k_proj.weight"), hn), hd, nkv, rows);
+            let v = ctx.reshape_3d(ctx.mul_mat(wl(l, "nar_self_attn.v_proj.weight"), hn), hd, nkv, rows);
+            let q = ctx.mul(ctx.rms_norm(q, eps), wl(l, "nar_self_attn.q_norm.weight"));
+            let k = ctx.mul(ctx.rms_norm(k, eps), wl(l, "nar_self_attn.k_norm.weight"));
+            let q = ctx.rope_neox(q, pos, hd as i32, c.rope_theta as f32);
+            let k = ctx.rope_neox(k, pos, hd as i32, c.rope_theta as f32);
+            let (kc, vc) = (kv.k(l), kv.v(l));
+            let elt = kc.ty().type_size();
+            let kw = ctx.view_3d(kc, hd, ar_len, nkv, kc.nb()[1], hd as usize * elt, 0);
+            let vw = ctx.view_3d(vc, hd, ar_len, nkv, vc.nb()[1], hd as usize * elt, 0);
+            let mut outs: Option<Tensor<'_>> = None;
+            for vi in 0..mm {
+                let qm = variation_rows(&ctx, q, nh, nb, vi);
+                let km = ctx.cast(variation_rows(&ctx, k, nkv, nb, vi), kc.ty());
+                let vm = ctx.cast(variation_rows(&ctx, v, nkv, nb, vi), vc.ty());
+                let kall = ctx.concat(kw, km, 1);
+                let vall = ctx.concat(vw, vm, 1);
+                let a = ctx.flash_attn_ext(qm, kall, vall, Some(mask), scale); // [hd, nh, nb]
+                let a = ctx.reshape_2d(a, hd * nh, nb);
+                outs = Some(match outs {
+                    None => a,
+                    Some(p) => ctx.concat(p, a, 1),
+                });
+            }
+            xb = ctx.add(xb, ctx.mul_mat(wl(l, "nar_self_attn.o_proj.weight"), outs.unwrap()));
+            let h2 = ctx.mul(ctx.rms_norm(xb, eps), wl(l, "nar_pre_mlp_layernorm.weight"));
+            let gt = ctx.mul_mat(wl(l, "nar_mlp.gate_proj.weight"), h2);
+            let up = ctx.mul_mat(wl(l, "nar_mlp.up_proj.weight"), h2);
+            xb = ctx.add(xb, ctx.mul_mat(wl(l, "nar_mlp.down_proj.weight"), ctx.swiglu(gt, up)));
+        }
+        let y = ctx.mul(ctx.rms_norm(xb, eps), w.get(names::NORM));
+        let y = ctx.reshape_3d(y, h, nb, mm);
+        let y = ctx.cont(ctx.view_3d(y, h, nf, mm, y.nb()[1], y.nb()[2], y.nb()[1]));
+        let vel = ctx.add(ctx.mul_mat(w.get(names::LLM2VAE_W), ctx.reshape_2d(y, h, nf * mm)), w.get(names::LLM2VAE_B)).set_output();
+        g.expand(vel);
+        self.alloc.alloc_graph(&g)?;
+
+        xin.write_f32(x);
+        tin.write_f32(&time_sinusoid(t));
+        pe.write_f32(&frame_table(n, h as usize));
+        let positions: Vec<i32> = (0..mm).flat_map(|_| (0..nb).map(|r| (ar_len + r) as i32)).collect();
+        pos.write_i32(&positions);
+        zero.write_f32(&vec![0.0; (h * mm) as usize]);
+        mask.write_f32_as_own_type(&vec![0.0; ((ar_len + nb) * nb) as usize]);
+        backend.compute(&g)?;
+        Ok(vel.read_f32())
+    }
+
+    /// Midpoint flow matching from noise (t = 1) to latents (t = 0) in `steps` steps:
+    /// `mid = x - v(x, t) dt / 2; x -= v(mid, t - dt / 2) dt`. `progress(step, steps)`
+    /// after each step; the cancel token is checked between steps.
+    #[allow(clippy::too_many_arguments)]
+    pub fn solve(&mut self, backend: &Backend, kv: &KvSet, noise: &[f32], n: usize, m: usize, steps: usize, cancel: &CancelToken, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<f32>, NarError> {
+        assert!(steps >= 1, "at least one ODE step");
+        let dt = 1.0 / steps as f64;
+        let mut x = noise.to_vec();
+        for s in 0..steps {
+            if cancel.is_cancelled() {
+                return Err(NarError::Cancelled);
+            }
+            let t = 1.0 - s as f64 * dt;
+            let v1 = self.velocity(backend, kv, &x, n, m, t)?;
+            let mid: Vec<f32> = x.iter().zip(&v1).map(|(a, v)| a - v * (dt as f32) / 2.0).collect();
+            let v2 = self.velocity(backend, kv, &mid, n, m, t - dt / 2.0)?;
+            for (a, v) in x.iter_mut().zip(&v2) {
+                *a -= v * dt as f32;
+            }
+            progress(s + 1, steps);
+        }
+        Ok(x)
+    }
+}
+
+/// The `nb` block rows of variation `vi` of a [hd, heads, rows] tensor, as [hd, nb, heads].
+fn variation_rows<'a>(ctx: &'a Context, t: Tensor<'a>, heads: i64, nb: i64, vi: i64) -> Tensor<'a> {
+    let hd = t.ne()[0];
+    let s = ctx.view_3d(t, hd, heads, nb, t.nb()[1], t.nb()[2], (vi * nb) as usize * t.nb()[2]);
+    ctx.permute(s, [0, 2, 1, 3])
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum NarError {
+    #[error(transparent)]
+    Ggml(#[from] GgmlError),
+    #[error("cancelled")]
+    Cancelled,
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,92 @@
+//! The NAR half and the midpoint solver against the float64 numpy reference
+//! (scripts/ref/nar_reference.py) on the tiny weights of fixtures/ar.
+use super::*;
+use crate::ar::{ArModel, Positions, SeqInput};
+use crate::model::BackboneInfo;
+use std::path::PathBuf;
+
+fn path(p: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
+}
+
+fn read_f32(p: &str) -> Vec<f32> {
+    std::fs::read(path(p)).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+}
+
+fn rel_rms(got: &[f32], want: &[f32]) -> f64 {
+    assert_eq!(got.len(), want.len());
+    let n: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+    let d: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+    (n / d).sqrt()
+}
+
+struct Setup {
+    backend: Backend,
+    ar: ArModel,
+    nar: NarModel,
+    cfg: Yue2Config,
+}
+
+fn setup() -> Setup {
+    let f = GgufFile::open(path("fixtures/ar/tiny-qwen3.gguf")).unwrap();
+    let info = BackboneInfo::from_gguf(&f).unwrap();
+    let backend = Backend::cpu(2).unwrap();
+    let ar = ArModel::load(&f, &info, &backend).unwrap();
+    let nar = NarModel::load(&f, &info, &backend).unwrap();
+    Setup { backend, ar, nar, cfg: info.config }
+}
+
+fn prefill(s: &mut Setup, seq: &[u32]) -> KvSet {
+    let mut sets = vec![KvSet::new(&s.backend, &s.cfg, seq.len()).unwrap()];
+    s.ar.forward(&s.backend, &mut sets, &[SeqInput { tokens: seq, set: 0 }], 0..1, Positions::Last).unwrap();
+    sets.pop().unwrap()
+}
+
+#[test]
+fn velocities_and_ode_match_the_reference() {
+    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path("fixtures/nar/cases.json")).unwrap()).unwrap();
+    let mut s = setup();
+    let mut checked = 0;
+    for c in cases["cases"].as_array().unwrap() {
+        let name = c["name"].as_str().unwrap();
+        let seq: Vec<u32> = c["seq"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
+        let (n, m) = (c["n_frames"].as_u64().unwrap() as usize, c["variations"].as_u64().unwrap() as usize);
+        let noise = read_f32(&format!("fixtures/nar/{}", c["noise"].as_str().unwrap()));
+        let want = read_f32(&format!("fixtures/nar/{}", c["output"].as_str().unwrap()));
+        let kv = prefill(&mut s, &seq);
+        let got = match c["kind"].as_str().unwrap() {
+            "velocity" => s.nar.velocity(&s.backend, &kv, &noise, n, m, c["t"].as_f64().unwrap()).unwrap(),
+            _ => s.nar.solve(&s.backend, &kv, &noise, n, m, c["steps"].as_u64().unwrap() as usize, &CancelToken::new(), &mut |_, _| {}).unwrap(),
+        };
+        let e = rel_rms(&got, &want);
+        assert!(e < 5e-2, "{name}: relative RMS {e:.3e}");
+        assert_eq!(kv.len(), seq.len(), "{name}: the NAR must not write into the cache");
+        checked += 1;
+    }
+    assert!(checked >= 6);
+}
+
+#[test]
+fn variations_side_by_side_equal_separate_runs() {
+    let mut s = setup();
+    let seq: Vec<u32> = vec![256, 72, 259, 260, 261, 270, 280, 262];
+    let kv = prefill(&mut s, &seq);
+    let noise = crate::rng::torch_cpu::randn(5, 2 * 3 * 64);
+    let both = s.nar.velocity(&s.backend, &kv, &noise, 3, 2, 0.4).unwrap();
+    let a = s.nar.velocity(&s.backend, &kv, &noise[..192], 3, 1, 0.4).unwrap();
+    let b = s.nar.velocity(&s.backend, &kv, &noise[192..], 3, 1, 0.4).unwrap();
+    assert!(rel_rms(&both[..192], &a) < 1e-5 && rel_rms(&both[192..], &b) < 1e-5);
+}
+
+#[test]
+fn helpers() {
+    assert_eq!(chunk_frames(24576, 100), (24576 - 103) / 2);
+    assert_eq!(chunk_frames(10, 20), 0);
+    let e = time_sinusoid(1.0);
+    assert_eq!(e.len(), 256);
+    assert_eq!(e[0], 20f64.cos() as f32);
+    assert_eq!(time_sinusoid(0.5)[..128].iter().all(|&v| v == 1.0), true, "logit(0.5) = 0");
+    let pe = frame_table(3, 4);
+    assert_eq!(pe[..4], [0.0, 1.0, 0.0, 1.0]);
+    assert!((pe[4] - 1f32.sin()).abs() < 1e-7);
+}
