@@ -86,6 +86,8 @@ pub struct Song {
     pub ended: bool,
     /// Length of the semantic prefix (everything before the first code).
     pub prefix_len: usize,
+    /// The semantic prefix itself (a chunk of a long song is prefilled behind it again).
+    pub prefix: Vec<u32>,
     pub kv: KvSet,
     /// Tokens sampled but not yet run through the model.
     pending: Vec<u32>,
@@ -133,8 +135,10 @@ impl ArStages<'_> {
         let needs_plan = req.abc.is_empty() && req.cot != CotMode::Off && req.semantic_tokens.is_empty();
         let score_len = if needs_plan { req.abc_sampling.max_tokens as usize } else { score_ids.len() };
         let base = p.conditional(req.cot, &req.style, &req.lyrics, &Score::Ids(&[])).len();
+        // A replayed stream renders in chunks, so it only needs room for one frame per
+        // chunk; a generated one must hold every code in one KV set.
         let (codes, what) = if !req.semantic_tokens.is_empty() {
-            (req.semantic_codes()?.len(), "semantic_tokens")
+            (2, "semantic_tokens")
         } else {
             (self.source(req)?.len().max(semantic_budget(req)), "duration")
         };
@@ -196,6 +200,11 @@ impl ArStages<'_> {
             out = self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: &[t], set: 0 }], rows.clone(), Positions::Last)?;
         }
         Ok((ids, false))
+    }
+
+    /// The conditional semantic prefix for a score (no continuation codes).
+    pub fn semantic_prefix(&self, req: &Yue2Request, score: &[u32]) -> Result<Vec<u32>, GenError> {
+        Ok(self.semantic_prefixes(req, score)?.0)
     }
 
     /// The semantic prefix of a song: conditional prompt with its score, then the source
@@ -300,7 +309,8 @@ impl ArStages<'_> {
         let mut songs = Vec::with_capacity(n);
         for (i, kv) in sets.into_iter().enumerate().rev() {
             let prefix_len = prefixes[i].0.len() - prefixes[i].1.len();
-            songs.push(Song { index: i as u32, score_ids: scores[i].clone(), codes: std::mem::take(&mut codes[i]), ended: ended[i], prefix_len, kv, pending: std::mem::take(&mut pending[i]) });
+            let prefix = prefixes[i].0[..prefix_len].to_vec();
+            songs.push(Song { index: i as u32, score_ids: scores[i].clone(), codes: std::mem::take(&mut codes[i]), ended: ended[i], prefix_len, prefix, kv, pending: std::mem::take(&mut pending[i]) });
         }
         songs.reverse();
         Ok(songs)
@@ -325,8 +335,13 @@ impl ArStages<'_> {
     /// Replay: the prefix and given codes (plus music_end) prefilled in one forward.
     pub fn replay(&mut self, req: &Yue2Request, score: &[u32], codes: &[u32]) -> Result<Song, GenError> {
         let (cond, _, _) = self.semantic_prefixes(req, score)?;
-        let prefix_len = cond.len();
-        let mut seq = cond;
+        self.prefill_sequence(cond, score, codes)
+    }
+
+    /// `prefix + codes + music_end` prefilled in one forward into a fresh set.
+    pub fn prefill_sequence(&mut self, prefix: Vec<u32>, score: &[u32], codes: &[u32]) -> Result<Song, GenError> {
+        let prefix_len = prefix.len();
+        let mut seq = prefix;
         seq.extend(codes.iter().map(|&c| self.tokens.code_token(c)));
         seq.push(self.tokens.music_end);
         if seq.len() > self.max_seq {
@@ -335,7 +350,8 @@ impl ArStages<'_> {
         let mut sets = vec![KvSet::new(self.backend, &self.model.cfg, seq.len())?];
         let end = self.tokens.music_end;
         self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: &seq, set: 0 }], end..end + 1, Positions::Last)?;
-        Ok(Song { index: 0, score_ids: score.to_vec(), codes: codes.to_vec(), ended: true, prefix_len, kv: sets.pop().unwrap(), pending: vec![] })
+        let prefix = seq[..prefix_len].to_vec();
+        Ok(Song { index: 0, score_ids: score.to_vec(), codes: codes.to_vec(), ended: true, prefix_len, prefix, kv: sets.pop().unwrap(), pending: vec![] })
     }
 }
 

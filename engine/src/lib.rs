@@ -16,6 +16,7 @@ pub mod gguf;
 pub mod kv_cache;
 pub mod model;
 pub mod nar;
+pub mod pipeline;
 pub mod prompt;
 pub mod quantize;
 pub mod rng;

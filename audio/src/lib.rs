@@ -1,0 +1,42 @@
+//! PCM post-processing and containers. The pipeline hands out planar stereo float at
+//! 48 kHz, full range; this crate normalises it and writes files.
+pub mod normalize;
+pub mod wav;
+
+pub use normalize::peak_normalize;
+
+#[derive(Debug, thiserror::Error)]
+pub enum AudioError {
+    #[error("{0}")]
+    Format(String),
+    #[error("{0}")]
+    Io(#[from] std::io::Error),
+    #[error("{0}")]
+    Wav(#[from] hound::Error),
+}
+
+/// Planar multi-channel PCM: `channels` runs of `frames` samples.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Pcm {
+    pub sample_rate: u32,
+    pub channels: usize,
+    pub data: Vec<f32>,
+}
+
+impl Pcm {
+    pub fn new(sample_rate: u32, channels: usize, data: Vec<f32>) -> Self {
+        assert!(channels > 0 && data.len() % channels == 0, "planar data of {} values for {channels} channels", data.len());
+        Pcm { sample_rate, channels, data }
+    }
+    /// Samples per channel.
+    pub fn frames(&self) -> usize {
+        self.data.len() / self.channels
+    }
+    pub fn channel(&self, c: usize) -> &[f32] {
+        let n = self.frames();
+        &self.data[c * n..(c + 1) * n]
+    }
+    pub fn seconds(&self) -> f64 {
+        self.frames() as f64 / self.sample_rate as f64
+    }
+}
