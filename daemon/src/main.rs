@@ -31,6 +31,8 @@ enum Command {
     Plan(cli::plan::PlanArgs),
     /// Write the full-vocabulary logits of a token sequence (prefill or decode).
     LmEval(cli::lm_eval::LmEvalArgs),
+    /// Render a request to audio: plan, semantic codes, flow matching, VAE.
+    Synth(cli::synth::SynthArgs),
 }
 
 fn main() {
@@ -43,6 +45,7 @@ fn main() {
         Command::Quantize(a) => cli::quantize::run(a),
         Command::Plan(a) => cli::plan::run(a),
         Command::LmEval(a) => cli::lm_eval::run(a),
+        Command::Synth(a) => cli::synth::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

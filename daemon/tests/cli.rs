@@ -105,3 +105,37 @@ fn plan_writes_the_score_even_when_it_looks_malformed() {
     let e = fails(&["plan", "--model", s(&dir.path().join("yue2-demo-tiny.gguf")), "--request", s(&req), "--device", "CPU"]);
     assert!(e.contains("plan_retries"), "{e}");
 }
+
+#[test]
+fn synth_writes_exact_length_audio_and_a_replay_that_renders_the_same_bytes() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&["demo-model", "--out", s(d)]);
+    let (bb, vae) = (d.join("yue2-demo-tiny.gguf"), d.join("yue2-demo-tiny-vae.gguf"));
+    let req = d.join("req.json");
+    std::fs::write(&req, r#"{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16", "synth_batch_size": 2, "semantic_sampling": {"min_tokens": 25}}"#).unwrap();
+    let out = d.join("out/song.wav");
+    let dump = d.join("dump");
+    let stdout = ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--out", s(&out), "--seed", "4", "--lm-seed", "5", "--steps", "2", "--vae-core", "8", "--dump", s(&dump), "--latent", s(&d.join("lat.vae")), "--tokens", s(&d.join("codes.csv")), "--device", "CPU"]);
+    assert!(stdout.contains("song00.wav") && stdout.contains("song01.wav"), "{stdout}");
+    for t in ["00", "01"] {
+        let wav = d.join(format!("out/song{t}.wav"));
+        let r = hound::WavReader::open(&wav).unwrap();
+        assert_eq!(r.spec().sample_rate, 48000);
+        assert_eq!(r.spec().channels, 2);
+        assert_eq!(r.duration() as usize, 1920 * 25 - 64, "exactly 1920 * frames - 64 samples per channel");
+        assert!(d.join(format!("out/song{t}.json")).exists());
+        assert_eq!(std::fs::metadata(d.join(format!("lat{t}.vae"))).unwrap().len(), 25 * 64 * 4);
+        assert!(dump.join(format!("track{t}_latents.npy")).exists());
+    }
+    let codes = std::fs::read_to_string(d.join("codes01.csv")).unwrap();
+    assert_eq!(codes.split(',').count(), 25);
+    // The replay request of track 01 renders the same bytes.
+    let replay = d.join("out/song01.json");
+    let re = d.join("re.wav");
+    ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&replay), "--out", s(&re), "--vae-core", "8", "--device", "CPU"]);
+    assert_eq!(std::fs::read(&re).unwrap(), std::fs::read(d.join("out/song01.wav")).unwrap());
+    // Bad requests name the field.
+    std::fs::write(&req, r#"{"style": "x", "steps": 0}"#).unwrap();
+    assert!(fails(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--device", "CPU"]).contains("steps"));
+}

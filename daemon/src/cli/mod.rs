@@ -3,8 +3,10 @@ pub mod common;
 pub mod demo;
 pub mod inspect;
 pub mod lm_eval;
+pub mod npy;
 pub mod plan;
 pub mod quantize;
+pub mod synth;
 pub mod tokenize;
 
 /// A progress bar for long CLI work (hidden when stderr is not a terminal).

@@ -1,0 +1,178 @@
+use super::common::{random_u64, read_request, DeviceArgs};
+use super::npy;
+use anyhow::Context;
+use std::path::{Path, PathBuf};
+use yued_audio::wav::{write_wav, WavKind};
+use yued_audio::{peak_normalize, Pcm};
+use yued_engine::generate::CancelToken;
+use yued_engine::pipeline::{Event, Pipeline, PipelineOptions, Track};
+use yued_engine::rng::torch_cpu::randn;
+use yued_protocol::{OutputFormat, Stage};
+
+/// The full pipeline: style and lyrics (or a replay request) to stereo audio, with the
+/// replay request of every track written next to it.
+#[derive(clap::Args)]
+pub struct SynthArgs {
+    /// Backbone GGUF.
+    #[arg(long)]
+    pub model: PathBuf,
+    /// VAE GGUF.
+    #[arg(long)]
+    pub vae: PathBuf,
+    /// Request JSON (every field optional; see the seed's request reference).
+    #[arg(long)]
+    pub request: PathBuf,
+    /// Output audio; a batch numbers it song then variation (song00.wav, song01.wav, ...).
+    #[arg(long, default_value = "song.wav")]
+    pub out: PathBuf,
+    /// Target length in seconds (overrides the request).
+    #[arg(long)]
+    pub duration: Option<f64>,
+    /// Token sampling seed (overrides the request).
+    #[arg(long)]
+    pub lm_seed: Option<i64>,
+    /// Acoustic noise seed (overrides the request).
+    #[arg(long)]
+    pub seed: Option<i64>,
+    /// Flow matching steps (overrides the request).
+    #[arg(long)]
+    pub steps: Option<u32>,
+    /// Also write the planned score(s).
+    #[arg(long)]
+    pub score: Option<PathBuf>,
+    /// Also write the semantic stream(s) (CSV).
+    #[arg(long)]
+    pub tokens: Option<PathBuf>,
+    /// Also write the acoustic latents (.vae: raw f32 [T, 64]).
+    #[arg(long)]
+    pub latent: Option<PathBuf>,
+    /// KV cache size in tokens (default: the model context).
+    #[arg(long, default_value_t = 0)]
+    pub max_seq: usize,
+    /// VAE tile core frames.
+    #[arg(long, default_value_t = 512)]
+    pub vae_core: usize,
+    /// VAE tile halo frames.
+    #[arg(long, default_value_t = 16)]
+    pub vae_halo: usize,
+    /// Dump intermediate tensors (.npy) into this directory.
+    #[arg(long)]
+    pub dump: Option<PathBuf>,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+}
+
+/// `dir/stem{suffix}.ext` where suffix numbers batch tracks.
+fn numbered(path: &Path, suffix: &str, ext: &str) -> PathBuf {
+    let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "song".into());
+    path.with_file_name(format!("{stem}{suffix}.{ext}"))
+}
+
+fn wav_kind(f: OutputFormat) -> Option<WavKind> {
+    match f {
+        OutputFormat::Wav16 => Some(WavKind::Int16),
+        OutputFormat::Wav24 => Some(WavKind::Int24),
+        OutputFormat::Wav32 => Some(WavKind::Float32),
+        _ => None,
+    }
+}
+
+pub fn run(a: SynthArgs) -> anyhow::Result<()> {
+    let mut req = read_request(&a.request)?;
+    if let Some(d) = a.duration {
+        req.duration = d;
+    }
+    if let Some(s) = a.lm_seed {
+        req.lm_seed = s;
+    }
+    if let Some(s) = a.seed {
+        req.seed = s;
+    }
+    if let Some(s) = a.steps {
+        req.steps = s;
+    }
+    let req = req.with_resolved_seeds(random_u64);
+    let backend = a.device.open()?;
+    eprintln!("loading {} and {} on {}", a.model.display(), a.vae.display(), backend.name());
+    let mut p = Pipeline::load(&a.model, &a.vae, backend, &PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo })?;
+    if yued_engine::gguf::GgufFile::open(&a.model)?.get(yued_engine::demo::DEMO_KEY).is_some() {
+        eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", a.model.display());
+    }
+    req.validate(&p.limits(req.lm_batch_size.max(1))).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
+    let kind = wav_kind(req.output_format).unwrap_or_else(|| {
+        eprintln!("warning: output_format {} is not available in this build yet; writing WAV 16", req.output_format.name());
+        WavKind::Int16
+    });
+    let pb = super::progress_bar(1, "loading");
+    let mut stage = None;
+    let tiles_per_track = |frames: usize| frames.div_ceil(a.vae_core.max(1)) as u64;
+    let tracks = p
+        .run(&req, &CancelToken::new(), &mut |e| match e {
+            Event::Progress { stage: s, done, total, .. } => {
+                if stage != Some(s) {
+                    stage = Some(s);
+                    pb.set_message(format!("{s:?}").to_lowercase());
+                    pb.reset();
+                }
+                pb.set_length(total as u64);
+                pb.set_position(done as u64);
+            }
+            Event::Score { song, abc } => pb.println(format!("song {song}: score of {} lines", abc.lines().count())),
+            Event::Codes { song, frames } => pb.println(format!("song {song}: {frames} semantic frames ({:.1} s)", frames as f64 / 25.0)),
+            Event::Latents { .. } => {}
+            Event::Tile { track, tile } => {
+                if stage != Some(Stage::Decode) {
+                    stage = Some(Stage::Decode);
+                    pb.set_message("decode");
+                    pb.reset();
+                }
+                let _ = track;
+                pb.inc(1);
+                pb.set_length(pb.position().max(tiles_per_track(tile.samples.div_ceil(1920))));
+            }
+        })
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
+    pb.finish_and_clear();
+    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let batch = tracks.len() > 1;
+    for t in &tracks {
+        let suffix = if batch { format!("{}{}", t.song, t.variation) } else { String::new() };
+        write_track(&a, t, &suffix, kind, req.peak_clip)?;
+    }
+    Ok(())
+}
+
+fn write_track(a: &SynthArgs, t: &Track, suffix: &str, kind: WavKind, peak_clip: i64) -> anyhow::Result<()> {
+    let mut pcm = t.pcm.clone();
+    if kind != WavKind::Float32 {
+        peak_normalize(&mut pcm, peak_clip);
+    }
+    let audio = Pcm::new(48000, 2, pcm);
+    let out = numbered(&a.out, suffix, "wav");
+    let f = std::fs::File::create(&out).with_context(|| format!("creating {}", out.display()))?;
+    write_wav(std::io::BufWriter::new(f), &audio, kind)?;
+    let json = numbered(&a.out, suffix, "json");
+    std::fs::write(&json, serde_json::to_string_pretty(&t.replay)?)?;
+    println!("{}: {:.2} s ({} frames{}), replay {}", out.display(), audio.seconds(), t.frames, if t.truncated { ", cut by the budget" } else { "" }, json.display());
+    if let Some(p) = &a.score {
+        std::fs::write(numbered(p, suffix, "abc"), &t.abc)?;
+    }
+    if let Some(p) = &a.tokens {
+        std::fs::write(numbered(p, suffix, "csv"), &t.replay.semantic_tokens)?;
+    }
+    if let Some(p) = &a.latent {
+        std::fs::write(numbered(p, suffix, "vae"), t.latents.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>())?;
+    }
+    if let Some(dir) = &a.dump {
+        std::fs::create_dir_all(dir)?;
+        let tag = if suffix.is_empty() { "track".to_string() } else { format!("track{suffix}") };
+        let codes: Vec<i32> = t.codes.iter().map(|&c| c as i32).collect();
+        npy::write_i32(&dir.join(format!("{tag}_codes.npy")), &[codes.len()], &codes)?;
+        npy::write_f32(&dir.join(format!("{tag}_noise.npy")), &[t.frames, 64], &randn(t.replay.seed as u64, t.frames * 64))?;
+        npy::write_f32(&dir.join(format!("{tag}_latents.npy")), &[t.frames, 64], &t.latents)?;
+        npy::write_f32(&dir.join(format!("{tag}_pcm.npy")), &[2, t.pcm.len() / 2], &t.pcm)?;
+    }
+    Ok(())
+}
