@@ -66,7 +66,8 @@ impl From<VaeError> for PipelineError {
 pub enum Event<'a> {
     Progress { stage: Stage, song: u32, done: usize, total: usize },
     Score { song: u32, abc: &'a str },
-    Codes { song: u32, frames: usize },
+    /// A song's semantic stream is complete (with the score it was written under).
+    Codes { song: u32, abc: &'a str, codes: &'a [u32] },
     /// One NAR chunk of one variation: frames `start_frame..` of the track's latents.
     Latents { track: usize, start_frame: usize, latents: &'a [f32] },
     /// One decoded VAE tile of a track (raw, before normalisation).
@@ -199,7 +200,7 @@ impl Pipeline {
         let mut tracks = Vec::new();
         let m = req.synth_batch_size.max(1) as usize;
         for song in songs.iter() {
-            events(Event::Codes { song: song.index, frames: song.codes.len() });
+            events(Event::Codes { song: song.index, abc: &scores[song.index as usize].0, codes: &song.codes });
             let frames = song.codes.len();
             if frames == 0 {
                 return Err(PipelineError::Other(format!("song {} has no semantic frame to render", song.index)));

@@ -51,6 +51,9 @@ pub enum StreamEvent {
     /// Announces the binary frame that follows: decoded tile `index`, starting at
     /// `start_sample` (per channel, from the song start) and `samples` long per channel.
     Tile {
+        /// Track of the job (song-major: song * synth_batch_size + variation).
+        #[serde(default)]
+        track: u32,
         index: u32,
         start_sample: u64,
         samples: u64,
@@ -151,11 +154,12 @@ mod tests {
             ),
             (
                 StreamEvent::Tile {
+                    track: 1,
                     index: 1,
                     start_sample: 983040,
                     samples: 983040,
                 },
-                r#"{"event":"tile","index":1,"start_sample":983040,"samples":983040}"#,
+                r#"{"event":"tile","track":1,"index":1,"start_sample":983040,"samples":983040}"#,
             ),
             (
                 StreamEvent::Done {

@@ -118,7 +118,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
                 pb.set_position(done as u64);
             }
             Event::Score { song, abc } => pb.println(format!("song {song}: score of {} lines", abc.lines().count())),
-            Event::Codes { song, frames } => pb.println(format!("song {song}: {frames} semantic frames ({:.1} s)", frames as f64 / 25.0)),
+            Event::Codes { song, codes, .. } => pb.println(format!("song {song}: {} semantic frames ({:.1} s)", codes.len(), codes.len() as f64 / 25.0)),
             Event::Latents { .. } => {}
             Event::Tile { track, tile } => {
                 if stage != Some(Stage::Decode) {

@@ -1,0 +1,225 @@
+//! The StreamHub: per-job listener queues. Publishers (the scheduler and the compute
+//! worker) send events and decoded PCM tiles; each listener gets what was already
+//! published for the job (a late joiner hears the song from the start), then the live
+//! items. A listener's queue is bounded: one that falls too far behind is dropped (its
+//! socket is closed with a reason) instead of stalling the render or growing memory.
+use crate::metrics::Metrics;
+use actix::prelude::*;
+use bytes::Bytes;
+use std::collections::{HashMap, VecDeque};
+use tokio::sync::mpsc;
+use yued_protocol::{JobId, StreamCodec, StreamEvent};
+
+/// Live items a listener may lag behind before it is dropped.
+pub const LISTENER_BACKLOG: usize = 256;
+/// Finished jobs whose stream history stays in memory for late joiners.
+pub const FINISHED_KEPT: usize = 4;
+
+/// What a listener receives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamItem {
+    Text(String),
+    Binary(Bytes),
+}
+
+/// One decoded tile, planar stereo f32.
+#[derive(Clone, Debug)]
+pub struct PcmTile {
+    pub track: u32,
+    pub index: u32,
+    pub start_sample: u64,
+    pub channels: usize,
+    pub planar: Vec<f32>,
+}
+
+/// Interleaved little-endian s16 of a planar tile.
+pub fn pcm16_bytes(t: &PcmTile) -> Bytes {
+    let n = t.planar.len() / t.channels.max(1);
+    let mut out = Vec::with_capacity(n * t.channels * 2);
+    for i in 0..n {
+        for c in 0..t.channels {
+            let v = (t.planar[c * n + i].clamp(-1.0, 1.0) * 32767.0).round() as i16;
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    Bytes::from(out)
+}
+
+#[derive(Message)]
+#[rtype(result = "()")]
+pub enum Publish {
+    Event(JobId, StreamEvent),
+    Tile(JobId, PcmTile),
+}
+
+/// Subscribes to a job's stream; `None` when the hub holds nothing for it.
+#[derive(Message)]
+#[rtype(result = "Option<mpsc::Receiver<StreamItem>>")]
+pub struct Subscribe {
+    pub job: JobId,
+    pub codec: StreamCodec,
+}
+
+struct Listener {
+    codec: StreamCodec,
+    tx: mpsc::Sender<StreamItem>,
+}
+
+#[derive(Default)]
+struct JobStream {
+    /// Everything published, in order: events and tiles.
+    history: Vec<Publish2>,
+    listeners: Vec<Listener>,
+    finished: bool,
+}
+
+#[derive(Clone)]
+enum Publish2 {
+    Event(StreamEvent),
+    Tile(PcmTile, Bytes),
+}
+
+pub struct StreamHub {
+    jobs: HashMap<JobId, JobStream>,
+    finished_order: VecDeque<JobId>,
+    metrics: Metrics,
+}
+
+impl StreamHub {
+    pub fn new(metrics: Metrics) -> Self {
+        StreamHub { jobs: HashMap::new(), finished_order: VecDeque::new(), metrics }
+    }
+
+    fn items(item: &Publish2, codec: StreamCodec, first_tile: bool) -> Vec<StreamItem> {
+        match item {
+            Publish2::Event(e) => vec![StreamItem::Text(e.to_text())],
+            Publish2::Tile(t, pcm16) => {
+                let mut v = Vec::new();
+                if first_tile {
+                    v.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate: 48000, channels: t.channels as u16 }.to_text()));
+                }
+                v.push(StreamItem::Text(StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: (t.planar.len() / t.channels.max(1)) as u64 }.to_text()));
+                v.push(StreamItem::Binary(pcm16.clone()));
+                v
+            }
+        }
+    }
+}
+
+impl Actor for StreamHub {
+    type Context = Context<Self>;
+}
+
+impl Handler<Publish> for StreamHub {
+    type Result = ();
+    fn handle(&mut self, msg: Publish, _: &mut Self::Context) {
+        let (job, item) = match msg {
+            Publish::Event(j, e) => (j, Publish2::Event(e)),
+            Publish::Tile(j, t) => {
+                let b = pcm16_bytes(&t);
+                (j, Publish2::Tile(t, b))
+            }
+        };
+        let terminal = matches!(&item, Publish2::Event(e) if e.is_terminal());
+        let first_tile = matches!(&item, Publish2::Tile(..));
+        let s = self.jobs.entry(job.clone()).or_default();
+        let had_tile = s.history.iter().any(|h| matches!(h, Publish2::Tile(..)));
+        let mut dropped = 0;
+        s.listeners.retain(|l| {
+            for it in Self::items(&item, l.codec, first_tile && !had_tile) {
+                let n = match &it {
+                    StreamItem::Text(t) => t.len(),
+                    StreamItem::Binary(b) => b.len(),
+                };
+                if l.tx.try_send(it).is_err() {
+                    dropped += 1;
+                    return false; // full (too slow) or gone: drop it
+                }
+                self.metrics.ws_bytes_total.inc_by(n as u64);
+            }
+            true
+        });
+        if dropped > 0 {
+            self.metrics.ws_dropped_listeners_total.inc_by(dropped);
+            tracing::warn!(job = %job, dropped, "stream listeners dropped (too slow or gone)");
+        }
+        s.history.push(item);
+        if terminal && !s.finished {
+            s.finished = true;
+            s.listeners.clear(); // closing the channels ends the sockets after the terminal event
+            self.finished_order.push_back(job);
+            while self.finished_order.len() > FINISHED_KEPT {
+                if let Some(old) = self.finished_order.pop_front() {
+                    self.jobs.remove(&old);
+                }
+            }
+        }
+    }
+}
+
+impl Handler<Subscribe> for StreamHub {
+    type Result = Option<mpsc::Receiver<StreamItem>>;
+    fn handle(&mut self, msg: Subscribe, _: &mut Self::Context) -> Self::Result {
+        let s = self.jobs.entry(msg.job).or_default();
+        let mut backlog: Vec<StreamItem> = Vec::new();
+        let mut seen_tile = false;
+        for h in &s.history {
+            let first = matches!(h, Publish2::Tile(..)) && !seen_tile;
+            if matches!(h, Publish2::Tile(..)) {
+                seen_tile = true;
+            }
+            backlog.extend(Self::items(h, msg.codec, first));
+        }
+        let (tx, rx) = mpsc::channel(backlog.len() + LISTENER_BACKLOG);
+        for it in backlog {
+            let _ = tx.try_send(it);
+        }
+        if !s.finished {
+            s.listeners.push(Listener { codec: msg.codec, tx });
+        }
+        Some(rx)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tile(i: u32) -> PcmTile {
+        PcmTile { track: 0, index: i, start_sample: i as u64 * 4, channels: 2, planar: vec![0.5, 1.0, -0.5, -2.0, 0.0, 0.25, 0.0, 0.0] }
+    }
+
+    #[actix_rt::test]
+    async fn late_joiners_get_history_then_live_and_slow_ones_are_dropped() {
+        let metrics = Metrics::new();
+        let hub = StreamHub::new(metrics.clone()).start();
+        let job = JobId::from_u64(1);
+        hub.send(Publish::Event(job.clone(), StreamEvent::Queued { position: 0 })).await.unwrap();
+        hub.send(Publish::Tile(job.clone(), tile(0))).await.unwrap();
+        let mut rx = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
+        let mut got = Vec::new();
+        while let Ok(it) = rx.try_recv() {
+            got.push(it);
+        }
+        assert_eq!(got.len(), 4, "queued, format, tile header, pcm");
+        assert!(matches!(&got[1], StreamItem::Text(t) if t.contains("\"format\"")));
+        // interleaved s16: L0 R0 L1 R1 ... (planar L = [0.5, 1.0, -0.5, -2.0], R = [0, .25, 0, 0])
+        let StreamItem::Binary(b) = &got[3] else { panic!() };
+        let s: Vec<i16> = b.chunks(2).map(|c| i16::from_le_bytes([c[0], c[1]])).collect();
+        assert_eq!(s, vec![16384, 0, 32767, 8192, -16384, 0, -32767, 0]);
+        // live items arrive; a listener that never reads is dropped once full
+        let _slow = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
+        for i in 1..=(LISTENER_BACKLOG as u32) {
+            hub.send(Publish::Tile(job.clone(), tile(i))).await.unwrap();
+            while rx.try_recv().is_ok() {}
+        }
+        hub.send(Publish::Event(job.clone(), StreamEvent::Done { tracks: 1, audio_seconds: 1.0 })).await.unwrap();
+        // the reading listener got the terminal event, then its channel closed
+        let mut last = None;
+        while let Some(it) = rx.recv().await {
+            last = Some(it);
+        }
+        assert!(matches!(last, Some(StreamItem::Text(t)) if t.contains("\"done\"")));
+        assert_eq!(metrics.ws_dropped_listeners_total.get(), 1, "the listener that never read was dropped");
+    }
+}

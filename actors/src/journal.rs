@@ -1,0 +1,180 @@
+//! The job journal on sled: one record per job, rewritten (and flushed) on every state
+//! change, so after a crash or restart the daemon knows what was queued, what was running
+//! and which jobs already have their semantic codes. A database written by something else,
+//! or a newer format, is refused with a clear error, never wiped.
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+use yued_protocol::{JobId, JobMetrics, JobState, Yue2Request};
+
+const FORMAT_KEY: &[u8] = b"yued.journal.format";
+const FORMAT: &[u8] = b"1";
+const NEXT_ID_KEY: &[u8] = b"yued.journal.next_id";
+
+/// A song whose semantic stream is known (resume renders it through the replay path).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SongCodes {
+    pub song: u32,
+    pub abc: String,
+    pub codes: Vec<u32>,
+}
+
+/// Everything the daemon keeps about a job.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct JobRecord {
+    pub id: JobId,
+    /// Fairness key: the API key or the peer address.
+    pub client: String,
+    /// The request with its seeds resolved.
+    pub request: Yue2Request,
+    pub state: JobState,
+    /// Unix milliseconds.
+    pub submitted_ms: u64,
+    #[serde(default)]
+    pub songs: Vec<SongCodes>,
+    #[serde(default)]
+    pub error: Option<String>,
+    #[serde(default)]
+    pub metrics: Option<JobMetrics>,
+    #[serde(default)]
+    pub tracks: u32,
+    #[serde(default)]
+    pub audio_seconds: f64,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum JournalError {
+    #[error("journal {path}: {message}")]
+    Open { path: PathBuf, message: String },
+    #[error("journal: {0}")]
+    Io(#[from] sled::Error),
+    #[error("journal record {key}: {message}")]
+    Corrupt { key: String, message: String },
+}
+
+/// The sled database behind the journal.
+pub struct Journal {
+    db: sled::Db,
+    jobs: sled::Tree,
+}
+
+impl Journal {
+    /// Opens (or creates) the journal in `dir`.
+    pub fn open(dir: &Path) -> Result<Self, JournalError> {
+        let open_err = |message: String| JournalError::Open { path: dir.to_path_buf(), message };
+        if dir.exists() && dir.is_file() {
+            return Err(open_err("is a file, not a journal directory".into()));
+        }
+        let fresh = !dir.join("db").exists() && !dir.join("conf").exists();
+        if !fresh && !dir.join("conf").exists() {
+            return Err(open_err("is not a sled database (no conf file): refusing to touch it".into()));
+        }
+        let db = sled::Config::new().path(dir).open().map_err(|e| open_err(format!("cannot open as a sled database: {e}")))?;
+        match db.get(FORMAT_KEY)? {
+            None if fresh || db.is_empty() => {
+                db.insert(FORMAT_KEY, FORMAT)?;
+                db.flush()?;
+            }
+            None => return Err(open_err("is a sled database without a yued journal format key: refusing to use a foreign database".into())),
+            Some(v) if v.as_ref() == FORMAT => {}
+            Some(v) => return Err(open_err(format!("journal format {:?} is not supported by this yued", String::from_utf8_lossy(&v)))),
+        }
+        let jobs = db.open_tree("jobs")?;
+        Ok(Journal { db, jobs })
+    }
+
+    /// Writes a record durably.
+    pub fn put(&self, r: &JobRecord) -> Result<(), JournalError> {
+        let v = serde_json::to_vec(r).expect("records serialize");
+        self.jobs.insert(r.id.to_u64().to_be_bytes(), v)?;
+        self.jobs.flush()?;
+        Ok(())
+    }
+
+    /// Every record, oldest id first.
+    pub fn load(&self) -> Result<Vec<JobRecord>, JournalError> {
+        let mut out = Vec::new();
+        for kv in self.jobs.iter() {
+            let (k, v) = kv?;
+            let key = k.iter().map(|b| format!("{b:02x}")).collect::<String>();
+            let r: JobRecord = serde_json::from_slice(&v).map_err(|e| JournalError::Corrupt { key, message: e.to_string() })?;
+            out.push(r);
+        }
+        Ok(out)
+    }
+
+    pub fn remove(&self, id: &JobId) -> Result<(), JournalError> {
+        self.jobs.remove(id.to_u64().to_be_bytes())?;
+        Ok(())
+    }
+
+    /// The next job id (persisted, so ids never repeat across restarts).
+    pub fn next_id(&self) -> Result<JobId, JournalError> {
+        let n = self
+            .db
+            .update_and_fetch(NEXT_ID_KEY, |old| {
+                let cur = old.map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
+                Some((cur + 1).to_be_bytes().to_vec())
+            })?
+            .map(|b| u64::from_be_bytes(b.as_ref().try_into().unwrap_or([0; 8])))
+            .unwrap_or(1);
+        self.db.flush()?;
+        // Spread ids over the space so they do not read as a counter, keep them ordered.
+        Ok(JobId::from_u64(n))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn rec(id: JobId, state: JobState) -> JobRecord {
+        JobRecord { id, client: "c".into(), request: Yue2Request::default(), state, submitted_ms: 1, songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0 }
+    }
+
+    #[test]
+    fn records_survive_reopen_in_id_order() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("journal");
+        {
+            let j = Journal::open(&p).unwrap();
+            let a = j.next_id().unwrap();
+            let b = j.next_id().unwrap();
+            assert!(b > a);
+            j.put(&rec(b.clone(), JobState::Queued)).unwrap();
+            j.put(&rec(a.clone(), JobState::Running)).unwrap();
+        }
+        let j = Journal::open(&p).unwrap();
+        let all = j.load().unwrap();
+        assert_eq!(all.len(), 2);
+        assert!(all[0].id < all[1].id);
+        assert_eq!(all[0].state, JobState::Running);
+        let c = j.next_id().unwrap();
+        assert!(c > all[1].id, "ids never repeat after a restart");
+    }
+
+    #[test]
+    fn foreign_or_corrupt_stores_are_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        // A sled database that is not a journal.
+        let p = dir.path().join("foreign");
+        {
+            let db = sled::open(&p).unwrap();
+            db.insert(b"something", b"else").unwrap();
+            db.flush().unwrap();
+        }
+        let e = Journal::open(&p).err().unwrap().to_string();
+        assert!(e.contains("foreign"), "{e}");
+        // A directory of random files.
+        let q = dir.path().join("junk");
+        std::fs::create_dir_all(&q).unwrap();
+        std::fs::write(q.join("db"), b"garbage").unwrap();
+        assert!(Journal::open(&q).is_err());
+        assert_eq!(std::fs::read(q.join("db")).unwrap(), b"garbage", "never wiped");
+        // A bad record is named.
+        let r = dir.path().join("ok");
+        let j = Journal::open(&r).unwrap();
+        j.jobs.insert(7u64.to_be_bytes(), b"{not json".to_vec()).unwrap();
+        let e = j.load().err().unwrap().to_string();
+        assert!(e.contains("0000000000000007"), "{e}");
+    }
+}

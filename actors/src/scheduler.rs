@@ -1,0 +1,450 @@
+//! The Scheduler: the job table, a FIFO queue that is fair between clients (round-robin
+//! over client keys, FIFO within a client), the admission cap shared by every route, and
+//! the journal, to which every state change is written before it is acknowledged.
+use crate::hub::{Publish, StreamHub};
+use crate::journal::{Journal, JobRecord, SongCodes};
+use crate::metrics::Metrics;
+use crate::results::{now_ms, ResultStore};
+use crate::worker::{RunJob, WorkerCmd};
+use actix::prelude::*;
+use std::collections::{HashMap, VecDeque};
+use std::sync::Arc;
+use std::time::Instant;
+use yued_engine::generate::CancelToken;
+use yued_protocol::{JobId, JobMetrics, JobState, JobStatus, Stage, StreamEvent, Yue2Request};
+
+struct Entry {
+    record: JobRecord,
+    progress: Option<(Stage, usize, usize)>,
+    cancel: CancelToken,
+    submitted: Instant,
+}
+
+/// Outcome the worker reports.
+#[derive(Debug)]
+pub enum Outcome {
+    Done { tracks: u32, audio_seconds: f64, metrics: JobMetrics },
+    Failed(String),
+    Cancelled,
+}
+
+pub struct Scheduler {
+    journal: Journal,
+    jobs: HashMap<JobId, Entry>,
+    queues: HashMap<String, VecDeque<JobId>>,
+    rr: VecDeque<String>,
+    running: Option<JobId>,
+    worker: crossbeam_channel::Sender<WorkerCmd>,
+    worker_ready: bool,
+    hub: Addr<StreamHub>,
+    results: Arc<ResultStore>,
+    metrics: Metrics,
+    cap: usize,
+    accepting: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the server is at its admission cap of {0} jobs; retry later")]
+    Full(usize),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("journal: {0}")]
+    Journal(String),
+}
+
+impl Scheduler {
+    /// Restores the table from the journal: queued and interrupted jobs go back in the
+    /// queue in id order (an interrupted job with journaled codes resumes from them).
+    pub fn new(journal: Journal, worker: crossbeam_channel::Sender<WorkerCmd>, hub: Addr<StreamHub>, results: Arc<ResultStore>, metrics: Metrics, cap: usize) -> Result<Self, crate::journal::JournalError> {
+        let mut s = Scheduler { journal, jobs: HashMap::new(), queues: HashMap::new(), rr: VecDeque::new(), running: None, worker, worker_ready: false, hub, results, metrics, cap, accepting: true };
+        let mut restored = 0;
+        for mut r in s.journal.load()? {
+            let id = r.id.clone();
+            if !r.state.is_terminal() {
+                if r.state == JobState::Running {
+                    tracing::info!(job = %id, codes = r.songs.len(), "resuming a job interrupted by a restart");
+                }
+                r.state = JobState::Queued;
+                s.journal.put(&r)?;
+                s.enqueue(&id, &r.client);
+                restored += 1;
+            }
+            s.jobs.insert(id, Entry { record: r, progress: None, cancel: CancelToken::new(), submitted: Instant::now() });
+        }
+        if restored > 0 {
+            tracing::info!(restored, "jobs restored from the journal");
+        }
+        s.metrics.queue_depth.set(s.queued_count() as i64);
+        Ok(s)
+    }
+
+    fn enqueue(&mut self, id: &JobId, client: &str) {
+        let q = self.queues.entry(client.to_string()).or_default();
+        if q.is_empty() && !self.rr.iter().any(|c| c == client) {
+            self.rr.push_back(client.to_string());
+        }
+        q.push_back(id.clone());
+    }
+
+    fn queued_count(&self) -> usize {
+        self.queues.values().map(|q| q.len()).sum()
+    }
+
+    /// Active work: queued plus running.
+    fn active(&self) -> usize {
+        self.queued_count() + self.running.is_some() as usize
+    }
+
+    /// The dispatch order of the queued jobs (round-robin over clients).
+    fn order(&self) -> Vec<JobId> {
+        let mut qs: Vec<VecDeque<JobId>> = self.rr.iter().filter_map(|c| self.queues.get(c).cloned()).collect();
+        let mut out = Vec::new();
+        while qs.iter().any(|q| !q.is_empty()) {
+            for q in qs.iter_mut() {
+                if let Some(j) = q.pop_front() {
+                    out.push(j);
+                }
+            }
+        }
+        out
+    }
+
+    fn position(&self, id: &JobId) -> u32 {
+        self.order().iter().position(|j| j == id).unwrap_or(0) as u32
+    }
+
+    fn pop_next(&mut self) -> Option<JobId> {
+        while let Some(client) = self.rr.pop_front() {
+            if let Some(q) = self.queues.get_mut(&client) {
+                if let Some(j) = q.pop_front() {
+                    if q.is_empty() {
+                        self.queues.remove(&client);
+                    } else {
+                        self.rr.push_back(client);
+                    }
+                    return Some(j);
+                }
+            }
+            self.queues.remove(&client);
+        }
+        None
+    }
+
+    fn persist(&mut self, id: &JobId) {
+        if let Some(e) = self.jobs.get(id) {
+            if let Err(err) = self.journal.put(&e.record) {
+                tracing::error!(job = %id, %err, "journal write failed");
+            }
+        }
+    }
+
+    fn dispatch(&mut self) {
+        if self.running.is_some() || !self.worker_ready || !self.accepting {
+            return;
+        }
+        let Some(id) = self.pop_next() else { return };
+        let Some(e) = self.jobs.get_mut(&id) else { return };
+        e.record.state = JobState::Running;
+        let run = RunJob { id: id.clone(), request: e.record.request.clone(), known_songs: e.record.songs.clone(), cancel: e.cancel.clone(), queue_seconds: e.submitted.elapsed().as_secs_f64() };
+        self.metrics.queue_wait_seconds.observe(run.queue_seconds);
+        self.persist(&id);
+        self.running = Some(id.clone());
+        self.metrics.queue_depth.set(self.queued_count() as i64);
+        self.metrics.jobs_running.set(1);
+        tracing::info!(job = %id, "job started");
+        if self.worker.send(WorkerCmd::Run(Box::new(run))).is_err() {
+            tracing::error!("the compute worker is gone");
+        }
+        self.publish_positions();
+    }
+
+    fn publish_positions(&self) {
+        for (i, j) in self.order().into_iter().enumerate() {
+            self.hub.do_send(Publish::Event(j, StreamEvent::Queued { position: i as u32 }));
+        }
+    }
+
+    fn finish(&mut self, id: &JobId, state: JobState, outcome: &Outcome) {
+        let Some(e) = self.jobs.get_mut(id) else { return };
+        e.record.state = state;
+        e.progress = None;
+        let event = match outcome {
+            Outcome::Done { tracks, audio_seconds, metrics } => {
+                e.record.tracks = *tracks;
+                e.record.audio_seconds = *audio_seconds;
+                e.record.metrics = Some(metrics.clone());
+                StreamEvent::Done { tracks: *tracks, audio_seconds: *audio_seconds }
+            }
+            Outcome::Failed(msg) => {
+                e.record.error = Some(msg.clone());
+                StreamEvent::Failed { error: msg.clone() }
+            }
+            Outcome::Cancelled => StreamEvent::Cancelled {},
+        };
+        self.persist(id);
+        self.metrics.jobs_finished_total.with_label_values(&[state.as_str()]).inc();
+        self.hub.do_send(Publish::Event(id.clone(), event));
+    }
+}
+
+impl Actor for Scheduler {
+    type Context = Context<Self>;
+    fn started(&mut self, ctx: &mut Self::Context) {
+        // Results expire in the background.
+        ctx.run_interval(std::time::Duration::from_secs(60), |s, _| {
+            let gone = s.results.sweep();
+            if !gone.is_empty() {
+                tracing::info!(expired = gone.len(), "results expired");
+            }
+        });
+    }
+}
+
+/// A new job. `request` is validated and its seeds resolved by the caller.
+#[derive(Message)]
+#[rtype(result = "Result<JobId, SubmitError>")]
+pub struct Submit {
+    pub client: String,
+    pub request: Yue2Request,
+}
+
+impl Handler<Submit> for Scheduler {
+    type Result = Result<JobId, SubmitError>;
+    fn handle(&mut self, m: Submit, _: &mut Self::Context) -> Self::Result {
+        if !self.accepting {
+            return Err(SubmitError::ShuttingDown);
+        }
+        if self.active() >= self.cap {
+            self.metrics.admission_rejections_total.inc();
+            return Err(SubmitError::Full(self.cap));
+        }
+        let id = self.journal.next_id().map_err(|e| SubmitError::Journal(e.to_string()))?;
+        let record = JobRecord { id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0 };
+        self.journal.put(&record).map_err(|e| SubmitError::Journal(e.to_string()))?;
+        tracing::info!(job = %id, client = %m.client, "job queued");
+        self.jobs.insert(id.clone(), Entry { record, progress: None, cancel: CancelToken::new(), submitted: Instant::now() });
+        self.enqueue(&id, &m.client);
+        self.metrics.jobs_submitted_total.inc();
+        self.metrics.queue_depth.set(self.queued_count() as i64);
+        self.hub.do_send(Publish::Event(id.clone(), StreamEvent::Queued { position: self.position(&id) }));
+        self.dispatch();
+        Ok(id)
+    }
+}
+
+/// The status reply of a job, `None` when unknown.
+#[derive(Message)]
+#[rtype(result = "Option<JobStatus>")]
+pub struct GetStatus(pub JobId);
+
+impl Handler<GetStatus> for Scheduler {
+    type Result = Option<JobStatus>;
+    fn handle(&mut self, m: GetStatus, _: &mut Self::Context) -> Self::Result {
+        let e = self.jobs.get(&m.0)?;
+        Some(match e.record.state {
+            JobState::Queued => JobStatus::queued(self.position(&m.0)),
+            JobState::Running => {
+                let mut s = match e.progress {
+                    Some((stage, done, total)) => {
+                        let mut s = JobStatus::running(stage, if total > 0 { done as f32 / total as f32 } else { 0.0 });
+                        if matches!(stage, Stage::Plan | Stage::Semantic) {
+                            s.tokens_done = Some(done as u64);
+                            s.tokens_budget = Some(total as u64);
+                        }
+                        s
+                    }
+                    None => JobStatus::new(JobState::Running, 0),
+                };
+                s.queue_position = 0;
+                s
+            }
+            JobState::Done => JobStatus::done(e.record.metrics.clone()),
+            JobState::Failed => JobStatus::failed(e.record.error.clone().unwrap_or_default()),
+            JobState::Cancelled => JobStatus::cancelled(),
+        })
+    }
+}
+
+/// Cancels a job; `None` when unknown, else its state after the request.
+#[derive(Message)]
+#[rtype(result = "Option<JobState>")]
+pub struct Cancel(pub JobId);
+
+impl Handler<Cancel> for Scheduler {
+    type Result = Option<JobState>;
+    fn handle(&mut self, m: Cancel, _: &mut Self::Context) -> Self::Result {
+        let state = self.jobs.get(&m.0)?.record.state;
+        match state {
+            JobState::Queued => {
+                for q in self.queues.values_mut() {
+                    q.retain(|j| j != &m.0);
+                }
+                self.queues.retain(|_, q| !q.is_empty());
+                self.rr.retain(|c| self.queues.contains_key(c));
+                self.finish(&m.0, JobState::Cancelled, &Outcome::Cancelled);
+                self.metrics.queue_depth.set(self.queued_count() as i64);
+                self.publish_positions();
+                tracing::info!(job = %m.0, "queued job cancelled");
+                Some(JobState::Cancelled)
+            }
+            JobState::Running => {
+                self.jobs[&m.0].cancel.cancel();
+                tracing::info!(job = %m.0, "cancel requested for the running job");
+                Some(JobState::Cancelled)
+            }
+            s => Some(s),
+        }
+    }
+}
+
+/// Progress of the running job (from the worker).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Progress {
+    pub id: JobId,
+    pub stage: Stage,
+    pub done: usize,
+    pub total: usize,
+}
+
+impl Handler<Progress> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, m: Progress, _: &mut Self::Context) {
+        if let Some(e) = self.jobs.get_mut(&m.id) {
+            e.progress = Some((m.stage, m.done, m.total));
+        }
+    }
+}
+
+/// A song's semantic stream is known: journal it so a restart resumes from it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CodesReady {
+    pub id: JobId,
+    pub song: SongCodes,
+}
+
+impl Handler<CodesReady> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, m: CodesReady, _: &mut Self::Context) {
+        if let Some(e) = self.jobs.get_mut(&m.id) {
+            e.record.songs.retain(|s| s.song != m.song.song);
+            e.record.songs.push(m.song);
+            self.persist(&m.id);
+        }
+    }
+}
+
+/// The worker finished a job.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Finished {
+    pub id: JobId,
+    pub outcome: Outcome,
+}
+
+impl Handler<Finished> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, m: Finished, _: &mut Self::Context) {
+        let state = match &m.outcome {
+            Outcome::Done { .. } => JobState::Done,
+            Outcome::Failed(_) => JobState::Failed,
+            Outcome::Cancelled => JobState::Cancelled,
+        };
+        if !self.accepting && state == JobState::Cancelled {
+            // Shutdown interrupted it: it stays queued in the journal and resumes later.
+            if let Some(e) = self.jobs.get_mut(&m.id) {
+                e.record.state = JobState::Queued;
+            }
+            self.persist(&m.id);
+            tracing::info!(job = %m.id, "job interrupted by shutdown; it resumes at the next start");
+        } else {
+            tracing::info!(job = %m.id, state = state.as_str(), "job finished");
+            self.finish(&m.id, state, &m.outcome);
+        }
+        self.running = None;
+        self.metrics.jobs_running.set(0);
+        self.dispatch();
+    }
+}
+
+/// The worker loaded its models (or failed to).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerReady;
+
+impl Handler<WorkerReady> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, _: WorkerReady, _: &mut Self::Context) {
+        self.worker_ready = true;
+        self.dispatch();
+    }
+}
+
+/// Queue snapshot for /health, /status and /system/queue.
+#[derive(Message)]
+#[rtype(result = "QueueSnapshot")]
+pub struct Snapshot;
+
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct QueueSnapshot {
+    pub queued: usize,
+    pub running: Option<String>,
+    pub cap: usize,
+    pub worker_ready: bool,
+    pub accepting: bool,
+    pub jobs_known: usize,
+    pub clients_waiting: usize,
+    pub results_stored: usize,
+    pub results_bytes: u64,
+}
+
+impl Handler<Snapshot> for Scheduler {
+    type Result = MessageResult<Snapshot>;
+    fn handle(&mut self, _: Snapshot, _: &mut Self::Context) -> Self::Result {
+        let (bytes, count) = self.results.usage();
+        MessageResult(QueueSnapshot {
+            queued: self.queued_count(),
+            running: self.running.as_ref().map(|j| j.to_string()),
+            cap: self.cap,
+            worker_ready: self.worker_ready,
+            accepting: self.accepting,
+            jobs_known: self.jobs.len(),
+            clients_waiting: self.queues.len(),
+            results_stored: count,
+            results_bytes: bytes,
+        })
+    }
+}
+
+/// Stop accepting, cancel the running job (it lands within one step and stays queued in
+/// the journal), flush.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Shutdown;
+
+impl Handler<Shutdown> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, _: Shutdown, _: &mut Self::Context) {
+        self.accepting = false;
+        if let Some(id) = &self.running {
+            if let Some(e) = self.jobs.get(id) {
+                e.cancel.cancel();
+            }
+        }
+        let _ = self.worker.send(WorkerCmd::Shutdown);
+    }
+}
+
+/// Whether the job exists and is done (the result route checks the store itself).
+#[derive(Message)]
+#[rtype(result = "Option<JobState>")]
+pub struct GetState(pub JobId);
+
+impl Handler<GetState> for Scheduler {
+    type Result = Option<JobState>;
+    fn handle(&mut self, m: GetState, _: &mut Self::Context) -> Self::Result {
+        self.jobs.get(&m.0).map(|e| e.record.state)
+    }
+}
