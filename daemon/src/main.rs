@@ -3,7 +3,10 @@
 use clap::{Parser, Subcommand};
 
 mod cli;
+mod http;
+mod logs;
 mod serve;
+mod ws;
 
 #[derive(Parser)]
 #[command(name = "yued", version, about = "YuE2 song generation daemon and model tools", long_about = None)]

@@ -1,10 +1,31 @@
-//! `yued serve`: the HTTP daemon. This first cut loads (or creates) the model pair,
-//! validates it, and answers `/health` and `/props`; the job routes arrive with the actor
-//! system.
+//! `yued serve`: the daemon. Wires the actors (scheduler with its journal, compute worker,
+//! stream hub, result store, metrics) to the HTTP routes, and shuts down cleanly on
+//! SIGINT/SIGTERM: stop accepting, cancel the running job through its token (it stays
+//! queued in the journal and resumes at the next start), flush, exit.
+use crate::http::{self, AppState};
+use crate::logs::LogRing;
+use crate::ws;
+use actix::Actor;
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::StatusCode;
+use actix_web::middleware::{from_fn, ErrorHandlerResponse, ErrorHandlers, Next};
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::Context;
+use std::collections::HashSet;
 use std::path::PathBuf;
+use std::sync::Arc;
+use tracing_subscriber::layer::SubscriberExt;
+use tracing_subscriber::util::SubscriberInitExt;
+use yued_actors::hub::StreamHub;
+use yued_actors::journal::Journal;
+use yued_actors::metrics::Metrics;
+use yued_actors::results::{ResultStore, Retention};
+use yued_actors::scheduler::{Scheduler, Shutdown};
+use yued_actors::worker::{self, WorkerConfig};
 use yued_config::Config;
+use yued_engine::pipeline::PipelineOptions;
+use yued_protocol::{Limits, Props};
 use yued_engine::demo::{write_demo, Preset, DEMO_KEY};
 use yued_engine::gguf::GgufFile;
 use yued_engine::model::BackboneInfo;
@@ -42,6 +63,24 @@ pub struct ServeArgs {
     /// Keep every module resident instead of one group at a time.
     #[arg(long)]
     pub keep_loaded: bool,
+    /// Jobs admitted at once across routes, active work included (default 8).
+    #[arg(long)]
+    pub admission_cap: Option<usize>,
+    /// An API key clients must present (repeatable); none = open.
+    #[arg(long = "api-key")]
+    pub api_keys: Vec<String>,
+    /// A file of API keys, one per line.
+    #[arg(long)]
+    pub api_keys_file: Option<PathBuf>,
+    /// CPU threads for ggml (0 = every core).
+    #[arg(long)]
+    pub threads: Option<usize>,
+    /// VAE tile core frames.
+    #[arg(long)]
+    pub vae_core: Option<u32>,
+    /// VAE tile halo frames.
+    #[arg(long)]
+    pub vae_halo: Option<u32>,
     /// `text` or `json` log lines.
     #[arg(long)]
     pub log_format: Option<String>,
@@ -65,21 +104,30 @@ impl ServeArgs {
         set("max_batch", self.max_batch.map(|v| v.to_string()))?;
         set("max_seq", self.max_seq.map(|v| v.to_string()))?;
         set("log_format", self.log_format.clone())?;
+        set("admission_cap", self.admission_cap.map(|v| v.to_string()))?;
+        set("threads", self.threads.map(|v| v.to_string()))?;
+        set("vae_core", self.vae_core.map(|v| v.to_string()))?;
+        set("vae_halo", self.vae_halo.map(|v| v.to_string()))?;
         if self.keep_loaded {
             c.keep_loaded = true;
+        }
+        c.api_keys.extend(self.api_keys.iter().cloned());
+        if let Some(p) = &self.api_keys_file {
+            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
+            c.api_keys.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from));
         }
         c.check()?;
         Ok(c)
     }
 }
 
-fn init_tracing(format: &str) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info".into());
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr);
+fn init_tracing(format: &str, ring: &LogRing) {
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,actix_server=warn".into());
+    let registry = tracing_subscriber::registry().with(filter).with(ring.clone());
     if format == "json" {
-        b.json().init();
+        registry.with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)).init();
     } else {
-        b.init();
+        registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).init();
     }
 }
 
@@ -109,45 +157,135 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let info = BackboneInfo::from_gguf(&f)?;
     BpeTokenizer::from_gguf(&f)?;
     let vf = GgufFile::open(&vae)?;
-    let arch = vf.get_str("general.architecture")?;
-    anyhow::ensure!(arch == yued_engine::model::VAE_ARCH, "{}: general.architecture is '{arch}', expected 'yue2-vae'", vae.display());
+    yued_engine::vae::VaeModel::info(&vf)?;
     let demo = f.get(DEMO_KEY).and_then(|v| v.as_str()).map(String::from);
     Ok(Models { model, vae, info, demo })
 }
 
+/// API keys, when configured: 401 without one (the WebUI page and /health stay open).
+async fn require_key(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let st = req.app_data::<web::Data<AppState>>().cloned();
+    if let Some(st) = st {
+        let open = matches!(req.path(), "/" | "/health");
+        if !st.api_keys.is_empty() && !open {
+            let ok = http::presented_key(req.request()).is_some_and(|k| st.api_keys.contains(&k));
+            if !ok {
+                let resp = http::error(StatusCode::UNAUTHORIZED, "missing or unknown API key (Authorization: Bearer KEY or X-API-Key)");
+                return Ok(req.into_response(resp).map_into_right_body());
+            }
+        }
+    }
+    next.call(req).await.map(|r| r.map_into_left_body())
+}
+
+/// Errors produced by actix itself (oversized bodies, bad query strings) as JSON too.
+fn json_error<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
+    let status = res.status();
+    let is_json = res.response().headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/json"));
+    if is_json {
+        return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
+    }
+    let msg = match status {
+        StatusCode::PAYLOAD_TOO_LARGE => "request body too large".to_string(),
+        s => s.canonical_reason().unwrap_or("error").to_lowercase(),
+    };
+    let (req, _) = res.into_parts();
+    let resp = http::error(status, msg);
+    Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, resp).map_into_right_body()))
+}
+
+async fn method_not_allowed() -> HttpResponse {
+    http::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
+}
+
+async fn not_found() -> HttpResponse {
+    http::error(StatusCode::NOT_FOUND, "no such route")
+}
+
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let c = a.config()?;
-    init_tracing(&c.log_format);
+    let ring = LogRing::new();
+    init_tracing(&c.log_format, &ring);
     let models = resolve_models(&c)?;
     if let Some(preset) = &models.demo {
         for _ in 0..3 {
             tracing::warn!(preset, "THE MODEL HAS RANDOM WEIGHTS (yued demo model): songs will be noise; pass --model/--vae for real weights");
         }
     }
-    let props = serde_json::json!({
-        "version": env!("CARGO_PKG_VERSION"),
-        "model": models.model.display().to_string(),
-        "vae": models.vae.display().to_string(),
-        "demo_weights": models.demo.is_some(),
-        "sample_rate": 48000,
-        "frame_rate": 25,
-        "context": if c.max_seq > 0 { (c.max_seq as usize).min(models.info.config.max_position_embeddings) } else { models.info.config.max_position_embeddings },
-        "max_batch": c.max_batch,
-        "adapters": [],
-    });
-    let props = web::Data::new(props);
+    std::fs::create_dir_all(&c.data_dir).with_context(|| format!("creating {}", c.data_dir.display()))?;
+    let journal = Journal::open(&c.data_dir.join("journal"))?;
+    let results = Arc::new(ResultStore::open(&c.data_dir.join("results"), Retention { ttl_secs: c.result_ttl_secs, max_bytes: c.result_max_bytes, max_count: c.result_max_count })?);
+    let context = if c.max_seq > 0 { (c.max_seq as usize).min(models.info.config.max_position_embeddings) } else { models.info.config.max_position_embeddings };
+    let limits = Limits { max_batch: c.max_batch, context: context as u32, codebook_size: models.info.tokens.codebook_size, ..Limits::default() };
+    let mut props = Props::new(env!("CARGO_PKG_VERSION"), models.model.display().to_string(), models.vae.display().to_string(), c.max_batch);
+    props.context = context as u32;
+    props.output_formats.retain(|f| f.name.starts_with("wav"));
+    props.defaults.output_format = yued_protocol::OutputFormat::Wav16;
+    let metrics = Metrics::new();
+    let worker_cfg = WorkerConfig {
+        model: models.model.clone(),
+        vae: models.vae.clone(),
+        device: c.device.clone(),
+        threads: c.threads,
+        options: PipelineOptions { max_seq: c.max_seq as usize, vae_core: c.vae_core as usize, vae_halo: c.vae_halo as usize },
+        keep_loaded: c.keep_loaded,
+    };
     let addr = (c.host.clone(), c.port);
-    tracing::info!(host = %c.host, port = c.port, model = %models.model.display(), "yued listening");
+    let cfg = c.clone();
+    let demo = models.demo.is_some();
     actix_web::rt::System::new().block_on(async move {
-        HttpServer::new(move || {
+        let hub = StreamHub::new(metrics.clone()).start();
+        let (tx, rx) = crossbeam_channel::unbounded();
+        let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cfg.admission_cap)?.start();
+        let worker_thread = worker::spawn(worker_cfg, rx, scheduler.clone(), hub.clone(), results.clone(), metrics.clone());
+        let state = web::Data::new(AppState {
+            scheduler: scheduler.clone(),
+            hub,
+            results,
+            metrics,
+            props,
+            limits,
+            api_keys: cfg.api_keys.iter().cloned().collect::<HashSet<_>>(),
+            logs: ring,
+            started: std::time::Instant::now(),
+            demo_weights: demo,
+            max_body_bytes: cfg.max_body_bytes,
+        });
+        let max_body = cfg.max_body_bytes;
+        let server = HttpServer::new(move || {
+            let na = || web::to(method_not_allowed);
             App::new()
-                .app_data(props.clone())
-                .route("/health", web::get().to(|| async { HttpResponse::Ok().json(serde_json::json!({"status": "ok"})) }))
-                .route("/props", web::get().to(|p: web::Data<serde_json::Value>| async move { HttpResponse::Ok().json(p.get_ref()) }))
+                .app_data(state.clone())
+                .app_data(web::PayloadConfig::new(max_body))
+                .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
+                .wrap(from_fn(require_key))
+                .service(web::resource("/synth").route(web::post().to(http::post_synth)).default_service(na()))
+                .service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(na()))
+                .service(web::resource("/health").route(web::get().to(http::health)).default_service(na()))
+                .service(web::resource("/status").route(web::get().to(http::health)).default_service(na()))
+                .service(web::resource("/system/queue").route(web::get().to(http::health)).default_service(na()))
+                .service(web::resource("/props").route(web::get().to(http::props)).default_service(na()))
+                .service(web::resource("/metrics").route(web::get().to(http::metrics)).default_service(na()))
+                .service(web::resource("/logs").route(web::get().to(http::logs)).default_service(na()))
+                .service(web::resource("/openapi.json").route(web::get().to(http::openapi)).default_service(na()))
+                .service(web::resource("/stream").route(web::get().to(ws::stream)).default_service(na()))
+                .service(web::resource("/synth/stream").route(web::get().to(ws::synth_stream)).default_service(na()))
+                .default_service(web::to(not_found))
         })
-        .bind(addr)?
-        .run()
-        .await
+        .shutdown_timeout(5)
+        .bind(addr.clone())
+        .with_context(|| format!("binding {}:{}", addr.0, addr.1))?;
+        tracing::info!(host = %addr.0, port = addr.1, "yued listening");
+        server.run().await?;
+        tracing::info!("shutting down: cancelling the running job and flushing the journal");
+        let _ = scheduler.send(Shutdown).await;
+        let joined = actix_web::rt::task::spawn_blocking(move || worker_thread.join()).await;
+        if joined.is_err() {
+            tracing::error!("the compute worker did not stop cleanly");
+        }
+        // Let the scheduler record the interrupted job before the system stops.
+        actix_web::rt::time::sleep(std::time::Duration::from_millis(100)).await;
+        anyhow::Ok(())
     })?;
     Ok(())
 }

@@ -1,0 +1,263 @@
+//! The HTTP routes: thin handlers that parse, validate, and ask an actor.
+use crate::logs::LogRing;
+use actix::Addr;
+use actix_web::http::header;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use futures_util::stream::{self, StreamExt};
+use std::collections::HashSet;
+use std::sync::Arc;
+use yued_actors::hub::StreamHub;
+use yued_actors::metrics::Metrics;
+use yued_actors::results::ResultStore;
+use yued_actors::scheduler::{Cancel, GetState, GetStatus, Scheduler, Snapshot, Submit, SubmitError};
+use yued_protocol::{ErrorBody, JobId, JobState, Limits, Props, SubmitReply, Yue2Request, MULTIPART_BOUNDARY};
+
+/// Everything the handlers share.
+pub struct AppState {
+    pub scheduler: Addr<Scheduler>,
+    pub hub: Addr<StreamHub>,
+    pub results: Arc<ResultStore>,
+    pub metrics: Metrics,
+    pub props: Props,
+    pub limits: Limits,
+    pub api_keys: HashSet<String>,
+    pub logs: LogRing,
+    pub started: std::time::Instant,
+    pub demo_weights: bool,
+    pub max_body_bytes: usize,
+}
+
+pub fn error(status: actix_web::http::StatusCode, msg: impl Into<String>) -> HttpResponse {
+    HttpResponse::build(status).json(ErrorBody { error: msg.into() })
+}
+
+fn bad(msg: impl Into<String>) -> HttpResponse {
+    error(actix_web::http::StatusCode::BAD_REQUEST, msg)
+}
+
+fn not_found(msg: impl Into<String>) -> HttpResponse {
+    error(actix_web::http::StatusCode::NOT_FOUND, msg)
+}
+
+fn unavailable(msg: impl Into<String>) -> HttpResponse {
+    error(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, msg)
+}
+
+/// The API key a request presents (`Authorization: Bearer K` or `X-API-Key: K`).
+pub fn presented_key(req: &HttpRequest) -> Option<String> {
+    if let Some(v) = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()) {
+        return Some(v.trim().to_string());
+    }
+    let auth = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
+    auth.strip_prefix("Bearer ").map(|k| k.trim().to_string())
+}
+
+/// The fairness key of a request: its API key, else its peer address.
+pub fn client_key(req: &HttpRequest) -> String {
+    presented_key(req)
+        .map(|k| format!("key:{k}"))
+        .unwrap_or_else(|| req.peer_addr().map(|a| format!("ip:{}", a.ip())).unwrap_or_else(|| "ip:unknown".into()))
+}
+
+/// Parses, validates and resolves a request body (the 400 paths of `/synth`).
+pub fn parse_request(body: &[u8], limits: &Limits) -> Result<Yue2Request, HttpResponse> {
+    let req = Yue2Request::from_json(body).map_err(|e| bad(e.to_string()))?;
+    req.validate(limits).map_err(|e| bad(e.to_string()))?;
+    if yued_actors::worker::wav_kind(req.output_format).is_none() {
+        return Err(bad(format!("output_format: '{}' is not available in this build yet (wav16, wav24, wav32)", req.output_format.name())));
+    }
+    Ok(req.with_resolved_seeds(random_u64))
+}
+
+fn random_u64() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
+    h.finish()
+}
+
+/// Submits a parsed request; the reply of every submission route.
+pub async fn submit(st: &AppState, client: String, request: Yue2Request) -> Result<JobId, HttpResponse> {
+    match st.scheduler.send(Submit { client, request }).await {
+        Ok(Ok(id)) => Ok(id),
+        Ok(Err(SubmitError::Full(cap))) => Err(HttpResponse::TooManyRequests()
+            .insert_header((header::RETRY_AFTER, "5"))
+            .json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") })),
+        Ok(Err(SubmitError::ShuttingDown)) => Err(unavailable("the server is shutting down")),
+        Ok(Err(e)) => Err(error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Err(_) => Err(unavailable("the scheduler is not running")),
+    }
+}
+
+pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> HttpResponse {
+    let request = match parse_request(&body, &st.limits) {
+        Ok(r) => r,
+        Err(resp) => return resp,
+    };
+    match submit(&st, client_key(&req), request).await {
+        Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
+        Err(resp) => resp,
+    }
+}
+
+#[derive(serde::Deserialize)]
+pub struct JobQuery {
+    id: Option<String>,
+    result: Option<String>,
+    cancel: Option<String>,
+}
+
+fn flag(v: &Option<String>) -> bool {
+    matches!(v.as_deref(), Some("1") | Some("true"))
+}
+
+pub fn job_id(id: &Option<String>) -> Result<JobId, HttpResponse> {
+    let raw = id.as_deref().ok_or_else(|| bad("id: missing"))?;
+    JobId::parse(raw).map_err(|e| bad(format!("id: {e}")))
+}
+
+pub async fn get_job(q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpResponse {
+    let id = match job_id(&q.id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    if flag(&q.result) {
+        return result(&id, &st).await;
+    }
+    match st.scheduler.send(GetStatus(id.clone())).await {
+        Ok(Some(s)) => HttpResponse::Ok().json(s),
+        Ok(None) => not_found(format!("unknown job {id}")),
+        Err(_) => unavailable("the scheduler is not running"),
+    }
+}
+
+pub async fn post_job(q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpResponse {
+    let id = match job_id(&q.id) {
+        Ok(id) => id,
+        Err(r) => return r,
+    };
+    if !flag(&q.cancel) {
+        return bad("POST /job needs cancel=1");
+    }
+    match st.scheduler.send(Cancel(id.clone())).await {
+        Ok(Some(JobState::Cancelled)) => HttpResponse::Ok().json(serde_json::json!({"status": "cancelled"})),
+        Ok(Some(s)) => error(actix_web::http::StatusCode::CONFLICT, format!("job {id} is already {}", s.as_str())),
+        Ok(None) => not_found(format!("unknown job {id}")),
+        Err(_) => unavailable("the scheduler is not running"),
+    }
+}
+
+/// The multipart result, streamed from the files in bounded chunks.
+async fn result(id: &JobId, st: &AppState) -> HttpResponse {
+    match st.scheduler.send(GetState(id.clone())).await {
+        Ok(None) => return not_found(format!("unknown job {id}")),
+        Ok(Some(JobState::Done)) => {}
+        Ok(Some(s)) => return not_found(format!("job {id} has no result ({})", s.as_str())),
+        Err(_) => return unavailable("the scheduler is not running"),
+    }
+    let Some(parts) = st.results.parts(id) else {
+        return not_found(format!("the result of job {id} has expired"));
+    };
+    let mut segments: Vec<Segment> = Vec::new();
+    for (path, ct) in parts {
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        segments.push(Segment::Bytes(Bytes::from(format!(
+            "--{MULTIPART_BOUNDARY}\r\nContent-Type: {ct}\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n"
+        ))));
+        segments.push(Segment::File(path));
+        segments.push(Segment::Bytes(Bytes::from_static(b"\r\n")));
+    }
+    segments.push(Segment::Bytes(Bytes::from(format!("--{MULTIPART_BOUNDARY}--\r\n"))));
+    let body = stream::iter(segments).flat_map(|s| match s {
+        Segment::Bytes(b) => stream::iter(vec![Ok::<Bytes, std::io::Error>(b)]).boxed(),
+        Segment::File(p) => file_chunks(p).boxed(),
+    });
+    HttpResponse::Ok().content_type(format!("multipart/mixed; boundary={MULTIPART_BOUNDARY}")).streaming(body)
+}
+
+enum Segment {
+    Bytes(Bytes),
+    File(std::path::PathBuf),
+}
+
+/// A file as 256 KiB chunks.
+fn file_chunks(path: std::path::PathBuf) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+    use std::io::Read;
+    stream::unfold(None::<std::fs::File>, move |f| {
+        let path = path.clone();
+        async move {
+            let mut f = match f {
+                Some(f) => f,
+                None => match std::fs::File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) => return Some((Err(e), None)),
+                },
+            };
+            let mut buf = vec![0u8; 256 * 1024];
+            match f.read(&mut buf) {
+                Ok(0) => None,
+                Ok(n) => {
+                    buf.truncate(n);
+                    Some((Ok(Bytes::from(buf)), Some(f)))
+                }
+                Err(e) => Some((Err(e), None)),
+            }
+        }
+    })
+}
+
+async fn snapshot(st: &AppState) -> HttpResponse {
+    match st.scheduler.send(Snapshot).await {
+        Ok(s) => HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(serde_json::json!({
+            "status": if s.worker_ready { "ok" } else { "loading" },
+            "uptime_seconds": st.started.elapsed().as_secs_f64(),
+            "demo_weights": st.demo_weights,
+            "queue": s,
+        })),
+        Err(_) => unavailable("the scheduler is not running"),
+    }
+}
+
+pub async fn health(st: web::Data<AppState>) -> HttpResponse {
+    snapshot(&st).await
+}
+
+pub async fn props(st: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(&st.props)
+}
+
+pub async fn metrics(st: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(st.metrics.render())
+}
+
+pub async fn openapi() -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(include_str!("openapi.json"))
+}
+
+/// Server-sent events of the daemon log: the kept lines, then the live ones.
+pub async fn logs(st: web::Data<AppState>) -> HttpResponse {
+    let (kept, rx) = st.logs.subscribe();
+    let head = stream::iter(kept.into_iter().map(|l| Ok::<Bytes, std::io::Error>(sse(&l))));
+    let live = stream::unfold(rx, |mut rx| async move {
+        loop {
+            match rx.recv().await {
+                Ok(l) => return Some((Ok(sse(&l)), rx)),
+                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                Err(_) => return None,
+            }
+        }
+    });
+    HttpResponse::Ok().content_type("text/event-stream").insert_header((header::CACHE_CONTROL, "no-cache")).streaming(head.chain(live))
+}
+
+fn sse(line: &str) -> Bytes {
+    let mut s = String::with_capacity(line.len() + 8);
+    for l in line.lines() {
+        s.push_str("data: ");
+        s.push_str(l);
+        s.push('\n');
+    }
+    s.push('\n');
+    Bytes::from(s)
+}
