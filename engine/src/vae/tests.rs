@@ -63,3 +63,58 @@ fn encoder_maps_audio_to_frames() {
     assert_eq!(z.len(), 3 * 64);
     assert!(m.encode(&backend, &audio[..1000]).is_err());
 }
+
+/// Parity with the torch Oobleck reference (scripts/ref/vae_reference.py) on tiny widths.
+mod torch_reference {
+    use super::*;
+    use std::path::PathBuf;
+
+    fn path(name: &str) -> PathBuf {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/vae").join(name)
+    }
+    fn f32s(name: &str) -> Vec<f32> {
+        std::fs::read(path(name)).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
+    }
+    fn f16s(name: &str) -> Vec<f32> {
+        std::fs::read(path(name)).unwrap().chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
+    }
+    fn rel_rms(got: &[f32], want: &[f32]) -> f64 {
+        assert_eq!(got.len(), want.len());
+        let n: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+        let d: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+        (n / d).sqrt()
+    }
+    fn model() -> (Backend, VaeModel) {
+        let f = GgufFile::open(path("tiny-vae.gguf")).unwrap();
+        let b = Backend::cpu(2).unwrap();
+        let m = VaeModel::load(&f, &b).unwrap();
+        (b, m)
+    }
+
+    #[test]
+    fn decoder_matches_torch_for_short_sequences() {
+        let (b, mut m) = model();
+        assert_eq!(m.info.channels, vec![16, 8, 8, 4, 4, 4, 4]);
+        for t in [1usize, 7, 64] {
+            let got = m.decode(&b, &f32s(&format!("z_{t}.f32"))).unwrap();
+            let e = rel_rms(&got, &f32s(&format!("dec_{t}.f32")));
+            assert!(e < 1e-2, "T = {t}: relative RMS {e:.3e}");
+        }
+    }
+
+    #[test]
+    fn tiled_decoder_matches_the_torch_whole_sequence() {
+        let (b, mut m) = model();
+        let got = m.decode_tiled(&b, &f32s("z_200.f32"), 64, 16, &CancelToken::new(), &mut |_| {}).unwrap();
+        let e = rel_rms(&got, &f16s("dec_200.f16"));
+        assert!(e < 1e-2, "tiled T = 200, core 64: relative RMS {e:.3e}");
+    }
+
+    #[test]
+    fn encoder_mean_matches_torch() {
+        let (b, mut m) = model();
+        let got = m.encode(&b, &f32s("enc_in.f32")).unwrap();
+        let e = rel_rms(&got, &f32s("enc_mean.f32"));
+        assert!(e < 1e-2, "encoder: relative RMS {e:.3e}");
+    }
+}
