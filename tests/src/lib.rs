@@ -1,0 +1,152 @@
+//! Helpers of the end-to-end tests: start the real `yued serve` on a free loopback port
+//! with its own data directory, talk to it over HTTP and WebSocket, kill it.
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+/// The `yued` binary cargo built next to this test executable (or `$YUED_BIN`).
+pub fn yued_bin() -> PathBuf {
+    if let Some(p) = std::env::var_os("YUED_BIN") {
+        return p.into();
+    }
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().unwrap().parent().unwrap();
+    let bin = dir.join("yued");
+    assert!(bin.exists(), "{} not built: run the tests through `cargo test --workspace`", bin.display());
+    bin
+}
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+}
+
+/// A running daemon; killed on drop.
+pub struct Daemon {
+    pub child: Child,
+    pub port: u16,
+    pub data: PathBuf,
+    pub args: Vec<String>,
+    pub http: reqwest::blocking::Client,
+}
+
+impl Daemon {
+    /// Starts `yued serve` on the demo model in `data` with extra flags.
+    pub fn start(data: &Path, extra: &[&str]) -> Daemon {
+        let args: Vec<String> = extra.iter().map(|s| s.to_string()).collect();
+        Self::start_on(data, free_port(), args)
+    }
+
+    pub fn start_on(data: &Path, port: u16, args: Vec<String>) -> Daemon {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(data.with_extension("log")).unwrap();
+        let child = Command::new(yued_bin())
+            .args(["serve", "--port", &port.to_string(), "--data-dir", data.to_str().unwrap(), "--device", "CPU", "--threads", "1"])
+            .args(&args)
+            .env("NO_COLOR", "1")
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start yued");
+        let d = Daemon { child, port, data: data.to_path_buf(), args, http: reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap() };
+        let t0 = Instant::now();
+        loop {
+            if let Ok(r) = d.http.get(d.url("/health")).send() {
+                if r.status().is_success() && r.json::<serde_json::Value>().map(|v| v["queue"]["worker_ready"] == true).unwrap_or(false) {
+                    break;
+                }
+            }
+            assert!(t0.elapsed() < Duration::from_secs(120), "yued did not come up; log: {}", d.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        d
+    }
+
+    pub fn url(&self, path: &str) -> String {
+        format!("http://127.0.0.1:{}{}", self.port, path)
+    }
+    pub fn ws_url(&self, path: &str) -> String {
+        format!("ws://127.0.0.1:{}{}", self.port, path)
+    }
+    pub fn log(&self) -> String {
+        std::fs::read_to_string(self.data.with_extension("log")).unwrap_or_default()
+    }
+
+    /// POSTs a request; returns (status, body JSON, Retry-After).
+    pub fn submit_as(&self, body: &str, key: Option<&str>) -> (u16, serde_json::Value, Option<String>) {
+        let mut rq = self.http.post(self.url("/synth")).header("content-type", "application/json").body(body.to_string());
+        if let Some(k) = key {
+            rq = rq.header("x-api-key", k);
+        }
+        let r = rq.send().unwrap();
+        let status = r.status().as_u16();
+        let retry = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+        (status, r.json().unwrap_or(serde_json::Value::Null), retry)
+    }
+
+    pub fn submit(&self, body: &str) -> String {
+        let (s, v, _) = self.submit_as(body, None);
+        assert_eq!(s, 200, "submit: {v}");
+        v["id"].as_str().unwrap().to_string()
+    }
+
+    pub fn status(&self, id: &str) -> serde_json::Value {
+        self.http.get(self.url(&format!("/job?id={id}"))).send().unwrap().json().unwrap()
+    }
+
+    /// Polls until the job is terminal; returns the last status.
+    pub fn wait(&self, id: &str, limit: Duration) -> serde_json::Value {
+        let t0 = Instant::now();
+        loop {
+            let s = self.status(id);
+            if matches!(s["status"].as_str(), Some("done" | "failed" | "cancelled")) {
+                return s;
+            }
+            assert!(t0.elapsed() < limit, "job {id} not finished after {limit:?}: {s}; log: {}", self.log());
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+
+    /// SIGKILL, no cleanup.
+    pub fn kill9(mut self) -> (PathBuf, u16, Vec<String>) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+        (self.data.clone(), self.port, std::mem::take(&mut self.args))
+    }
+}
+
+impl Drop for Daemon {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// A short song request on the demo model.
+pub fn song(duration: f64, steps: u32) -> String {
+    format!(r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": {duration}, "steps": {steps}, "output_format": "wav16", "semantic_sampling": {{"min_tokens": {}}}}}"#, (duration * 25.0) as u32)
+}
+
+/// The parts of a multipart/mixed body: (headers, content).
+pub fn multipart_parts(body: &[u8], boundary: &str) -> Vec<(String, Vec<u8>)> {
+    let delim = format!("--{boundary}");
+    let mut parts = Vec::new();
+    let mut rest = body;
+    loop {
+        let Some(start) = find(rest, delim.as_bytes()) else { break };
+        rest = &rest[start + delim.len()..];
+        if rest.starts_with(b"--") {
+            break;
+        }
+        rest = &rest[2..]; // CRLF
+        let hend = find(rest, b"\r\n\r\n").expect("part headers");
+        let headers = String::from_utf8_lossy(&rest[..hend]).into_owned();
+        rest = &rest[hend + 4..];
+        let next = find(rest, format!("\r\n{delim}").as_bytes()).expect("part end");
+        parts.push((headers, rest[..next].to_vec()));
+        rest = &rest[next + 2..];
+    }
+    parts
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}

@@ -1,0 +1,260 @@
+//! The daemon end to end: real binary, real HTTP, real sled journal, real WebSocket.
+use futures_util::{SinkExt, StreamExt};
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::Message;
+use yued_e2e::*;
+
+fn rt() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap()
+}
+
+#[test]
+fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--vae-core", "16"]);
+    let id = d.submit(&song(8.0, 4));
+    let url = d.ws_url(&format!("/stream?id={id}&format=pcm16"));
+    let (frames_before_done, status_at_first_audio, pcm_bytes, tiles, done) = rt().block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let (mut n_bin, mut status_first, mut bytes, mut tiles, mut done) = (0, None, 0usize, 0, None);
+        while let Some(m) = ws.next().await {
+            match m.unwrap() {
+                Message::Binary(b) => {
+                    if n_bin == 0 {
+                        // Blocking HTTP off the async thread.
+                        let url = d.url(&format!("/job?id={id}"));
+                        let st = tokio::task::spawn_blocking(move || reqwest::blocking::get(url).unwrap().json::<serde_json::Value>().unwrap()).await.unwrap();
+                        status_first = Some(st["status"].as_str().unwrap().to_string());
+                    }
+                    n_bin += 1;
+                    bytes += b.len();
+                }
+                Message::Text(t) => {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                    if v["event"] == "tile" {
+                        tiles += 1;
+                    }
+                    if v["event"] == "done" {
+                        done = Some(v);
+                    }
+                }
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+        (n_bin, status_first, bytes, tiles, done)
+    });
+    let done = done.expect("a done event");
+    assert_eq!(status_at_first_audio.as_deref(), Some("running"), "the first audio frame must arrive while the job still runs");
+    assert!(frames_before_done >= 2 && tiles == frames_before_done, "{frames_before_done} binary frames, {tiles} tile events");
+    let frames = 200;
+    assert_eq!(pcm_bytes, (1920 * frames - 64) * 2 * 2, "the concatenated PCM is the song's exact length");
+    assert_eq!(done["tracks"], 1);
+    // status: done with schema-1 metrics
+    let s = d.status(&id);
+    assert_eq!(s["status"], "done");
+    assert_eq!(s["metrics"]["schema"], 1);
+    assert!(s["metrics"]["audio_seconds"].as_f64().unwrap() > 7.9);
+    // result: replay JSON, WAV, latents
+    let r = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(r.headers()["content-type"], "multipart/mixed; boundary=yue2-batch-boundary");
+    let body = r.bytes().unwrap();
+    let parts = multipart_parts(&body, "yue2-batch-boundary");
+    assert_eq!(parts.len(), 3);
+    assert!(parts[0].0.contains("application/json") && parts[1].0.contains("audio/wav") && parts[2].0.contains("application/octet-stream"));
+    let replay: serde_json::Value = serde_json::from_slice(&parts[0].1).unwrap();
+    assert_eq!(replay["semantic_tokens"].as_str().unwrap().split(',').count(), frames);
+    let wav = hound::WavReader::new(std::io::Cursor::new(parts[1].1.clone())).unwrap();
+    assert_eq!(wav.duration() as usize, 1920 * frames - 64);
+    assert_eq!(parts[2].1.len(), frames * 64 * 4);
+    // a late listener gets the whole stream again, then the socket closes
+    let late = rt().block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(d.ws_url(&format!("/stream?id={id}"))).await.unwrap();
+        let mut bytes = 0;
+        while let Some(Ok(m)) = ws.next().await {
+            if let Message::Binary(b) = m {
+                bytes += b.len();
+            }
+        }
+        bytes
+    });
+    assert_eq!(late, pcm_bytes);
+    // unknown ids 404, malformed ids 400, cancel of a finished job 409
+    assert_eq!(d.http.get(d.url("/job?id=00000000000000ff")).send().unwrap().status(), 404);
+    assert_eq!(d.http.get(d.url("/job?id=xyz")).send().unwrap().status(), 400);
+    assert_eq!(d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).send().unwrap().status(), 409);
+}
+
+#[test]
+fn one_clients_batch_does_not_starve_another_client() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--admission-cap", "16"]);
+    let body = song(2.0, 2);
+    let a: Vec<String> = (0..10).map(|_| d.submit_as(&body, Some("client-a")).1["id"].as_str().unwrap().to_string()).collect();
+    let (s, v, _) = d.submit_as(&body, Some("client-b"));
+    assert_eq!(s, 200);
+    let b = v["id"].as_str().unwrap().to_string();
+    let pos = d.status(&b)["queue_position"].as_u64().unwrap();
+    assert!(pos <= 1, "the single job of client b waits behind at most one job of client a, got position {pos}");
+    d.wait(&b, Duration::from_secs(300));
+    let still_waiting = a.iter().filter(|id| d.status(id)["status"] == "queued").count();
+    assert!(still_waiting >= 5, "client b finished after only {} of client a's jobs", 10 - still_waiting);
+    for id in &a {
+        assert_eq!(d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).send().unwrap().status().as_u16() / 100, if d.status(id)["status"] == "done" { 4 } else { 2 });
+    }
+}
+
+#[test]
+fn the_admission_cap_answers_429_with_retry_after() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &[]);
+    let body = song(30.0, 8);
+    let ids: Vec<String> = (0..8).map(|_| d.submit(&body)).collect();
+    let (s, v, retry) = d.submit_as(&body, None);
+    assert_eq!(s, 429, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("cap"));
+    assert!(retry.is_some_and(|r| r.parse::<u32>().unwrap() > 0));
+    for id in &ids {
+        let r = d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).send().unwrap();
+        assert_eq!(r.status(), 200);
+    }
+    for id in &ids {
+        assert_eq!(d.wait(id, Duration::from_secs(60))["status"], "cancelled");
+    }
+    let metrics = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
+    assert!(metrics.contains("yued_admission_rejections_total 1"), "{metrics}");
+}
+
+#[test]
+fn malformed_requests_get_400_naming_the_field_and_nothing_is_journaled() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--max-batch", "2"]);
+    let cases = [
+        ("{not json", "json"),
+        (r#"{"style": "x", "cot": "sideways"}"#, "cot"),
+        (r#"{"style": "x", "output_format": "wma"}"#, "output_format"),
+        (r#"{"style": "x", "steps": 0}"#, "steps"),
+        (r#"{"style": "x", "lm_batch_size": 3}"#, "lm_batch_size"),
+        (r#"{"style": "x", "synth_batch_size": 10}"#, "synth_batch_size"),
+        (r#"{"style": "x", "plan_retries": 1.5}"#, "plan_retries"),
+        (r#"{"style": "x", "plan_retries": 9}"#, "plan_retries"),
+        (r#"{"style": "x", "abc_sampling": {"top_p": 0}}"#, "abc_sampling.top_p"),
+        (r#"{"style": "x", "semantic_sampling": {"temperature": 6}}"#, "semantic_sampling.temperature"),
+        (r#"{"style": "x", "semantic_sampling": {"penalty_window": 0}}"#, "semantic_sampling.penalty_window"),
+        (r#"{"style": "x", "semantic_tokens": "1,2", "source_tokens": "3"}"#, "source_tokens"),
+        (r#"{"style": "x", "semantic_tokens": "1,99999"}"#, "semantic_tokens"),
+        (r#"{}"#, "style"),
+    ];
+    for (body, field) in cases {
+        let (s, v, _) = d.submit_as(body, None);
+        assert_eq!(s, 400, "{body}: {v}");
+        let e = v["error"].as_str().unwrap().to_lowercase();
+        assert!(e.contains(field), "{body}: error {e:?} should name {field}");
+    }
+    let big = format!(r#"{{"style": "x", "lyrics": "{}"}}"#, "a".repeat(5 << 20));
+    let r = d.http.post(d.url("/synth")).header("content-type", "application/json").body(big).send().unwrap();
+    assert_eq!(r.status(), 413);
+    assert!(r.json::<serde_json::Value>().unwrap()["error"].is_string(), "errors are JSON");
+    assert_eq!(d.http.put(d.url("/synth")).send().unwrap().status(), 405);
+    assert_eq!(d.http.get(d.url("/nope")).send().unwrap().status(), 404);
+    let h: serde_json::Value = d.http.get(d.url("/health")).send().unwrap().json().unwrap();
+    assert_eq!(h["queue"]["jobs_known"], 0, "a rejected request is never journaled");
+}
+
+#[test]
+fn kill_9_then_restart_completes_the_running_and_the_queued_job() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Daemon::start(&data, &[]);
+    let first = d.submit(&song(40.0, 8));
+    let second = d.submit(&song(2.0, 2));
+    let t0 = Instant::now();
+    while d.status(&first)["status"] != "running" {
+        assert!(t0.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(300));
+    let (data, port, args) = d.kill9();
+    let d = Daemon::start_on(&data, port, args);
+    assert!(d.log().contains("resum") || d.log().contains("restored"), "the restart says what it restored");
+    for id in [&first, &second] {
+        let s = d.wait(id, Duration::from_secs(600));
+        assert_eq!(s["status"], "done", "{id}: {s}");
+        let r = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap();
+        assert_eq!(r.status(), 200);
+        assert_eq!(multipart_parts(&r.bytes().unwrap(), "yue2-batch-boundary").len(), 3);
+    }
+    // ids keep counting after the restart
+    let third = d.submit(&song(1.0, 1));
+    assert!(third > second);
+}
+
+#[test]
+fn metrics_parse_and_move_and_keys_are_enforced() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--api-key", "sesame"]);
+    assert_eq!(d.http.get(d.url("/props")).send().unwrap().status(), 401);
+    assert_eq!(d.http.get(d.url("/health")).send().unwrap().status(), 200, "health stays open");
+    let get = |p: &str| d.http.get(d.url(p)).header("authorization", "Bearer sesame").send().unwrap();
+    let props: serde_json::Value = get("/props").json().unwrap();
+    assert_eq!(props["sample_rate"], 48000);
+    assert_eq!(props["frame_rate"], 25);
+    assert!(props["defaults"]["abc_sampling"]["top_k"] == 30);
+    let parse = |text: &str| -> std::collections::HashMap<String, f64> {
+        let mut m = std::collections::HashMap::new();
+        for line in text.lines().filter(|l| !l.starts_with('#') && !l.trim().is_empty()) {
+            let (name, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("bad exposition line {line:?}"));
+            let v: f64 = value.parse().unwrap_or_else(|_| panic!("bad value in {line:?}"));
+            assert!(name.starts_with("yued_"), "unprefixed metric {name}");
+            m.insert(name.to_string(), v);
+        }
+        m
+    };
+    let before = parse(&get("/metrics").text().unwrap());
+    let (s, v, _) = d.submit_as(&song(1.0, 1), Some("sesame"));
+    assert_eq!(s, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let t0 = Instant::now();
+    loop {
+        let st: serde_json::Value = get(&format!("/job?id={id}")).json().unwrap();
+        if st["status"] == "done" {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "{st}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let after = parse(&get("/metrics").text().unwrap());
+    let k = "yued_jobs_finished_total{status=\"done\"}";
+    assert_eq!(after[k], before[k] + 1.0);
+    assert!(after["yued_audio_produced_seconds_total"] > before["yued_audio_produced_seconds_total"]);
+    assert!(get("/openapi.json").json::<serde_json::Value>().unwrap()["paths"]["/synth"].is_object());
+}
+
+#[test]
+fn synth_stream_takes_the_request_and_a_cancel_command() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--vae-core", "16"]);
+    let (events, id) = rt().block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(d.ws_url("/synth/stream")).await.unwrap();
+        ws.send(Message::text(song(40.0, 8))).await.unwrap();
+        let mut events = Vec::new();
+        let mut id = String::new();
+        while let Some(Ok(m)) = ws.next().await {
+            if let Message::Text(t) = m {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                if v["event"] == "job" {
+                    id = v["id"].as_str().unwrap().to_string();
+                }
+                if v["event"] == "stage" && events.iter().all(|e: &serde_json::Value| e["event"] != "stage") {
+                    ws.send(Message::text(r#"{"cmd":"cancel"}"#)).await.unwrap();
+                }
+                events.push(v);
+            }
+        }
+        (events, id)
+    });
+    assert!(!id.is_empty(), "the job id is announced");
+    assert_eq!(events.last().unwrap()["event"], "cancelled", "{events:?}");
+    assert_eq!(d.status(&id)["status"], "cancelled");
+}
