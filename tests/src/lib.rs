@@ -125,28 +125,13 @@ pub fn song(duration: f64, steps: u32) -> String {
     format!(r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": {duration}, "steps": {steps}, "output_format": "wav16", "semantic_sampling": {{"min_tokens": {}}}}}"#, (duration * 25.0) as u32)
 }
 
-/// The parts of a multipart/mixed body: (headers, content).
+/// The parts of a multipart/mixed body: (headers, content), through the client library.
 pub fn multipart_parts(body: &[u8], boundary: &str) -> Vec<(String, Vec<u8>)> {
-    let delim = format!("--{boundary}");
-    let mut parts = Vec::new();
-    let mut rest = body;
-    loop {
-        let Some(start) = find(rest, delim.as_bytes()) else { break };
-        rest = &rest[start + delim.len()..];
-        if rest.starts_with(b"--") {
-            break;
-        }
-        rest = &rest[2..]; // CRLF
-        let hend = find(rest, b"\r\n\r\n").expect("part headers");
-        let headers = String::from_utf8_lossy(&rest[..hend]).into_owned();
-        rest = &rest[hend + 4..];
-        let next = find(rest, format!("\r\n{delim}").as_bytes()).expect("part end");
-        parts.push((headers, rest[..next].to_vec()));
-        rest = &rest[next + 2..];
-    }
-    parts
+    yue_client::parse_multipart(body, boundary).into_iter().map(|p| (p.content_type, p.data)).collect()
 }
 
-fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
-    hay.windows(needle.len()).position(|w| w == needle)
+/// A binary built next to the test executable.
+pub fn sibling_bin(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    exe.parent().unwrap().parent().unwrap().join(name)
 }

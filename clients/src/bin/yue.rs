@@ -1,0 +1,152 @@
+//! `yue`: the command-line client of a yued daemon.
+use anyhow::Context;
+use clap::{Parser, Subcommand};
+use indicatif::{ProgressBar, ProgressStyle};
+use std::io::{Seek, SeekFrom, Write};
+use std::path::PathBuf;
+use yue_client::{wav_header, Client, StreamMessage};
+use yued_protocol::{JobId, StreamEvent};
+
+#[derive(Parser)]
+#[command(name = "yue", version, about = "Client of the yued song generation daemon")]
+struct Cli {
+    /// Daemon address.
+    #[arg(long, env = "YUE_SERVER", default_value = "http://127.0.0.1:8087", global = true)]
+    server: String,
+    /// API key, when the daemon requires one.
+    #[arg(long, env = "YUE_API_KEY", global = true)]
+    api_key: Option<String>,
+    #[command(subcommand)]
+    command: Cmd,
+}
+
+#[derive(Subcommand)]
+enum Cmd {
+    /// Submit a request, show its queue position and stage progress, and download it.
+    Synth {
+        /// Request JSON file.
+        request: PathBuf,
+        /// Write the audio as it renders (16-bit stereo WAV) to this file; a player can
+        /// start on it before the song is finished.
+        #[arg(long)]
+        stream: Option<PathBuf>,
+        /// Directory to unpack the finished result into (replay JSON, audio, latents).
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+        /// Only submit and print the job id.
+        #[arg(long)]
+        no_wait: bool,
+    },
+    /// Print a job's status (or the daemon's when no id is given).
+    Status { id: Option<String> },
+    /// Download and unpack a finished job's result.
+    Result {
+        id: String,
+        #[arg(long, default_value = ".")]
+        out: PathBuf,
+    },
+    /// Cancel a job.
+    Cancel { id: String },
+    /// Print the daemon's properties (version, models, formats, default request).
+    Props,
+}
+
+fn job_id(s: &str) -> anyhow::Result<JobId> {
+    JobId::parse(s).map_err(|e| anyhow::anyhow!("{e}"))
+}
+
+fn main() {
+    let cli = Cli::parse();
+    let client = Client::new(&cli.server, cli.api_key.clone());
+    if let Err(e) = run(&client, cli.command, &cli.server) {
+        eprintln!("error: {e:#}");
+        std::process::exit(1);
+    }
+}
+
+fn unpack(client: &Client, id: &JobId, out: &PathBuf) -> anyhow::Result<()> {
+    std::fs::create_dir_all(out)?;
+    for (i, p) in client.result(id)?.into_iter().enumerate() {
+        let name = p.filename.unwrap_or_else(|| format!("part{i}"));
+        let path = out.join(format!("{id}-{name}"));
+        std::fs::write(&path, &p.data).with_context(|| format!("writing {}", path.display()))?;
+        println!("{} ({}, {} bytes)", path.display(), p.content_type, p.data.len());
+    }
+    Ok(())
+}
+
+fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
+    match cmd {
+        Cmd::Props => println!("{}", serde_json::to_string_pretty(&client.props()?)?),
+        Cmd::Status { id: None } => {
+            let v: serde_json::Value = reqwest::blocking::get(format!("{}/status", server.trim_end_matches('/')))?.json()?;
+            println!("{}", serde_json::to_string_pretty(&v)?);
+        }
+        Cmd::Status { id: Some(id) } => println!("{}", serde_json::to_string_pretty(&client.status(&job_id(&id)?)?)?),
+        Cmd::Cancel { id } => {
+            client.cancel(&job_id(&id)?)?;
+            println!("cancelled {id}");
+        }
+        Cmd::Result { id, out } => unpack(client, &job_id(&id)?, &out)?,
+        Cmd::Synth { request, stream, out, no_wait } => {
+            let body = std::fs::read_to_string(&request).with_context(|| format!("reading {}", request.display()))?;
+            let id = client.submit_json(&body)?;
+            println!("job {id}");
+            if no_wait {
+                return Ok(());
+            }
+            let pb = ProgressBar::new(1);
+            pb.set_style(ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len}").unwrap().progress_chars("=> "));
+            let mut file = match &stream {
+                Some(p) => {
+                    let mut f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+                    f.write_all(&wav_header(u32::MAX - 36))?;
+                    Some(f)
+                }
+                None => None,
+            };
+            let mut written = 0u64;
+            let mut outcome: Option<StreamEvent> = None;
+            let mut io_err = None;
+            client.stream(&id, "pcm16", &mut |m| match m {
+                StreamMessage::Event(StreamEvent::Queued { position }) => pb.set_message(format!("queued #{position}")),
+                StreamMessage::Event(StreamEvent::Stage { stage, done, total, .. }) => {
+                    pb.set_message(stage.as_str().to_string());
+                    pb.set_length(total.max(1));
+                    pb.set_position(done);
+                }
+                StreamMessage::Event(StreamEvent::Score { abc }) => pb.println(format!("score: {} lines", abc.lines().count())),
+                StreamMessage::Event(StreamEvent::Codes { frames }) => pb.println(format!("codes: {frames} frames ({:.1} s)", frames as f64 / 25.0)),
+                StreamMessage::Audio(b) => {
+                    if let Some(f) = file.as_mut() {
+                        if let Err(e) = f.write_all(&b).and_then(|_| f.flush()) {
+                            io_err = Some(e);
+                        }
+                        written += b.len() as u64;
+                    }
+                }
+                StreamMessage::Event(e) if e.is_terminal() => outcome = Some(e),
+                _ => {}
+            })?;
+            pb.finish_and_clear();
+            if let Some(e) = io_err {
+                return Err(e.into());
+            }
+            if let (Some(f), Some(p)) = (file.as_mut(), &stream) {
+                f.seek(SeekFrom::Start(0))?;
+                f.write_all(&wav_header(written.min(u32::MAX as u64 - 36) as u32))?;
+                println!("streamed {} ({:.1} s)", p.display(), written as f64 / 4.0 / 48000.0);
+            }
+            match outcome {
+                Some(StreamEvent::Done { tracks, audio_seconds }) => {
+                    println!("done: {tracks} track(s), {audio_seconds:.1} s of audio");
+                    unpack(client, &id, &out)?;
+                }
+                Some(StreamEvent::Failed { error }) => anyhow::bail!("job {id} failed: {error}"),
+                Some(StreamEvent::Cancelled {}) => anyhow::bail!("job {id} was cancelled"),
+                _ => anyhow::bail!("the stream of job {id} ended early; `yue status {id}` tells more"),
+            }
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,32 @@
+//! The `yue` command-line client against the real daemon.
+use std::process::Command;
+use yued_e2e::*;
+
+#[test]
+fn yue_synth_streams_to_a_growing_wav_and_unpacks_the_result() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--vae-core", "16"]);
+    let req = dir.path().join("req.json");
+    std::fs::write(&req, song(4.0, 2)).unwrap();
+    let wav = dir.path().join("live.wav");
+    let out = dir.path().join("out");
+    let yue = sibling_bin("yue");
+    assert!(yue.exists(), "yue not built");
+    let o = Command::new(&yue)
+        .args(["--server", &d.url(""), "synth", req.to_str().unwrap(), "--stream", wav.to_str().unwrap(), "--out", out.to_str().unwrap()])
+        .output()
+        .unwrap();
+    assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
+    let r = hound::WavReader::open(&wav).unwrap();
+    assert_eq!(r.spec().channels, 2);
+    assert_eq!(r.duration() as usize, 1920 * 100 - 64, "the streamed file holds the whole song");
+    let files: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    assert_eq!(files.len(), 3, "{files:?}");
+    assert!(files.iter().any(|f| f.ends_with("track00.wav")));
+    // status and cancel of unknown jobs fail cleanly
+    let o = Command::new(&yue).args(["--server", &d.url(""), "cancel", "00000000000000aa"]).output().unwrap();
+    assert_eq!(o.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&o.stderr).contains("404"));
+    let o = Command::new(&yue).args(["--server", &d.url(""), "props"]).output().unwrap();
+    assert!(String::from_utf8_lossy(&o.stdout).contains("\"sample_rate\": 48000"));
+}
