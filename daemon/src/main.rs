@@ -36,6 +36,11 @@ enum Command {
     LmEval(cli::lm_eval::LmEvalArgs),
     /// Render a request to audio: plan, semantic codes, flow matching, VAE.
     Synth(cli::synth::SynthArgs),
+    /// Convert checkpoint folders (safetensors) to GGUF.
+    Convert {
+        #[command(subcommand)]
+        command: cli::convert::ConvertCommand,
+    },
 }
 
 fn main() {
@@ -49,6 +54,7 @@ fn main() {
         Command::Plan(a) => cli::plan::run(a),
         Command::LmEval(a) => cli::lm_eval::run(a),
         Command::Synth(a) => cli::synth::run(a),
+        Command::Convert { command } => cli::convert::run(command),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

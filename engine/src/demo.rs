@@ -6,7 +6,7 @@
 use crate::ggml::{quantize, GgmlType};
 use crate::gguf::{GgufError, GgufWriter, Value};
 use crate::model::{backbone_tensor_shapes, TokenLayout, Yue2Config, ARCH, VAE_ARCH};
-use crate::tokenizer::{byte_to_char_table, token_type};
+use crate::tokenizer::{append_qwen_specials, byte_to_char_table, token_type};
 use crate::vae_layout;
 use std::path::{Path, PathBuf};
 
@@ -78,34 +78,17 @@ impl DemoSpec {
         }
     }
 
-    /// Token strings and types of the tokenizer, laid out to match `tokens`.
+    /// Token strings and types of the tokenizer, laid out to match `tokens`: the 256
+    /// byte tokens, placeholders up to endoftext, then the Qwen specials.
     fn vocabulary(&self) -> (Vec<String>, Vec<i32>) {
         let table = byte_to_char_table();
         let mut toks: Vec<String> = (0..=255u8).map(|b| table[b as usize].to_string()).collect();
         let mut types = vec![token_type::BYTE; 256];
-        let n_text = self.tokens.music_start as usize; // the tokenizer stops where control ids begin
-        let eot = self.tokens.endoftext as usize;
-        while toks.len() < eot {
+        while toks.len() < self.tokens.endoftext as usize {
             toks.push(format!("<|unused_{}|>", toks.len()));
             types.push(token_type::UNUSED);
         }
-        let named = [("<|endoftext|>", token_type::CONTROL), ("<|im_start|>", token_type::CONTROL), ("<|im_end|>", token_type::CONTROL)];
-        for (t, ty) in named {
-            toks.push(t.into());
-            types.push(ty);
-        }
-        while toks.len() < n_text {
-            let id = toks.len() as u32;
-            let (t, ty) = if id == self.tokens.abc_start {
-                ("<abc>".to_string(), token_type::USER_DEFINED)
-            } else if id == self.tokens.abc_end {
-                ("</abc>".to_string(), token_type::USER_DEFINED)
-            } else {
-                (format!("<|extra_{}|>", id as usize - eot - 3), token_type::CONTROL)
-            };
-            toks.push(t);
-            types.push(ty);
-        }
+        append_qwen_specials(&mut toks, &mut types, &self.tokens);
         (toks, types)
     }
 }

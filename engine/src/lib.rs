@@ -9,6 +9,7 @@
 
 pub mod abc_check;
 pub mod ar;
+pub mod convert;
 pub mod demo;
 pub mod ggml;
 pub mod generate;

@@ -142,6 +142,31 @@ impl BpeTokenizer {
     }
 }
 
+/// Appends Qwen's special tokens after the ordinary ones (which must end at
+/// `layout.endoftext`): `<|endoftext|>`, `<|im_start|>`, `<|im_end|>`, then
+/// `<|extra_i|>` slots up to music_start, with `<abc>` and `</abc>` taking the slots of
+/// abc_start and abc_end. In the published layout that is 208 entries, 151851 in all.
+pub fn append_qwen_specials(toks: &mut Vec<String>, types: &mut Vec<i32>, layout: &crate::model::TokenLayout) {
+    assert_eq!(toks.len(), layout.endoftext as usize, "ordinary tokens must end at endoftext");
+    let eot = layout.endoftext as usize;
+    for t in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] {
+        toks.push(t.into());
+        types.push(token_type::CONTROL);
+    }
+    while toks.len() < layout.music_start as usize {
+        let id = toks.len() as u32;
+        let (t, ty) = if id == layout.abc_start {
+            ("<abc>".to_string(), token_type::USER_DEFINED)
+        } else if id == layout.abc_end {
+            ("</abc>".to_string(), token_type::USER_DEFINED)
+        } else {
+            (format!("<|extra_{}|>", id as usize - eot - 3), token_type::CONTROL)
+        };
+        toks.push(t);
+        types.push(ty);
+    }
+}
+
 /// The byte-level vocabulary and merges of a tiktoken ranks file (`base64 rank` lines),
 /// in the GPT-2 layout GGUF expects: token `i` is the token of rank `i`, and every split
 /// of a token into two tokens of the vocabulary is a merge, ordered by the rank of the

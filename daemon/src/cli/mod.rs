@@ -1,5 +1,6 @@
 //! One module per model-tool subcommand.
 pub mod common;
+pub mod convert;
 pub mod demo;
 pub mod inspect;
 pub mod lm_eval;
