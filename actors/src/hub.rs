@@ -8,6 +8,7 @@ use actix::prelude::*;
 use bytes::Bytes;
 use std::collections::{HashMap, VecDeque};
 use tokio::sync::mpsc;
+use yued_audio::ogg_opus::OggOpusStream;
 use yued_protocol::{JobId, StreamCodec, StreamEvent};
 
 /// Live items a listener may lag behind before it is dropped.
@@ -71,13 +72,22 @@ struct JobStream {
     history: Vec<Publish2>,
     listeners: Vec<Listener>,
     finished: bool,
+    /// The job's one Ogg Opus encoder: every Opus listener receives the same pages, so a
+    /// late joiner's concatenation is the same valid file.
+    opus: Option<OggOpusStream>,
 }
 
 #[derive(Clone)]
 enum Publish2 {
     Event(StreamEvent),
-    Tile(PcmTile, Bytes),
+    /// A tile with its s16 frame and the Ogg pages it completed.
+    Tile(PcmTile, Bytes, Bytes),
+    /// The last Ogg pages (end of stream), before the terminal event.
+    OpusTail(Bytes),
 }
+
+/// Opus bitrate of the streams.
+pub const STREAM_OPUS_BITRATE: i32 = 128_000;
 
 pub struct StreamHub {
     jobs: HashMap<JobId, JobStream>,
@@ -93,15 +103,21 @@ impl StreamHub {
     fn items(item: &Publish2, codec: StreamCodec, first_tile: bool) -> Vec<StreamItem> {
         match item {
             Publish2::Event(e) => vec![StreamItem::Text(e.to_text())],
-            Publish2::Tile(t, pcm16) => {
+            Publish2::Tile(t, pcm16, pages) => {
                 let mut v = Vec::new();
                 if first_tile {
                     v.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate: 48000, channels: t.channels as u16 }.to_text()));
                 }
                 v.push(StreamItem::Text(StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: (t.planar.len() / t.channels.max(1)) as u64 }.to_text()));
-                v.push(StreamItem::Binary(pcm16.clone()));
+                match codec {
+                    StreamCodec::Pcm16 => v.push(StreamItem::Binary(pcm16.clone())),
+                    StreamCodec::Opus if !pages.is_empty() => v.push(StreamItem::Binary(pages.clone())),
+                    StreamCodec::Opus => {}
+                }
                 v
             }
+            Publish2::OpusTail(pages) if codec == StreamCodec::Opus && !pages.is_empty() => vec![StreamItem::Binary(pages.clone())],
+            Publish2::OpusTail(_) => vec![],
         }
     }
 }
@@ -114,12 +130,45 @@ impl Handler<Publish> for StreamHub {
     type Result = ();
     fn handle(&mut self, msg: Publish, _: &mut Self::Context) {
         let (job, item) = match msg {
-            Publish::Event(j, e) => (j, Publish2::Event(e)),
+            Publish::Event(j, e) => {
+                if e.is_terminal() {
+                    // Close the Opus stream first, so its last pages precede the event.
+                    let tail = self.jobs.get_mut(&j).and_then(|s| s.opus.take()).map(|o| o.finish());
+                    match tail {
+                        Some(Ok(pages)) => self.distribute(j.clone(), Publish2::OpusTail(Bytes::from(pages))),
+                        Some(Err(err)) => tracing::error!(job = %j, %err, "closing the Opus stream"),
+                        None => {}
+                    }
+                }
+                (j, Publish2::Event(e))
+            }
             Publish::Tile(j, t) => {
                 let b = pcm16_bytes(&t);
-                (j, Publish2::Tile(t, b))
+                let s = self.jobs.entry(j.clone()).or_default();
+                if s.opus.is_none() {
+                    match OggOpusStream::new(t.channels, STREAM_OPUS_BITRATE, (j.to_u64() & 0xffff_ffff) as u32) {
+                        Ok(o) => s.opus = Some(o),
+                        Err(err) => tracing::error!(job = %j, %err, "opening the Opus stream"),
+                    }
+                }
+                let pages = match s.opus.as_mut().map(|o| o.push(&t.planar)) {
+                    Some(Ok(p)) => Bytes::from(p),
+                    Some(Err(err)) => {
+                        tracing::error!(job = %j, %err, "Opus encoding");
+                        Bytes::new()
+                    }
+                    None => Bytes::new(),
+                };
+                (j, Publish2::Tile(t, b, pages))
             }
         };
+        self.distribute(job, item);
+    }
+}
+
+impl StreamHub {
+    /// Sends one item to every listener of the job and keeps it for late joiners.
+    fn distribute(&mut self, job: JobId, item: Publish2) {
         let terminal = matches!(&item, Publish2::Event(e) if e.is_terminal());
         let first_tile = matches!(&item, Publish2::Tile(..));
         let s = self.jobs.entry(job.clone()).or_default();

@@ -1,6 +1,7 @@
 //! PCM post-processing and containers. The pipeline hands out planar stereo float at
 //! 48 kHz, full range; this crate normalises it and writes files.
 pub mod normalize;
+pub mod ogg_opus;
 pub mod wav;
 
 pub use normalize::peak_normalize;

@@ -1,7 +1,8 @@
 //! WebSocket streaming (actix-ws): `GET /stream?id=N` follows a job, `GET /synth/stream`
 //! takes the request as its first text message and follows the job it creates. Text
-//! frames carry the JSON events, binary frames the audio (`pcm16`: interleaved s16le,
-//! each announced by a `tile` event). Closing the socket never cancels the job; on
+//! frames carry the JSON events, binary frames the audio: Ogg Opus pages by default (the
+//! concatenation of the binary frames is a playable .opus file), or `?format=pcm16`
+//! (interleaved s16le, one frame per tile). Closing the socket never cancels the job; on
 //! `/synth/stream` an explicit `{"cmd":"cancel"}` does.
 use crate::http::{client_key, error, job_id, parse_request, submit, AppState};
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -19,9 +20,9 @@ pub struct StreamQuery {
 
 fn codec(q: &Option<String>) -> Result<StreamCodec, HttpResponse> {
     match q.as_deref() {
-        None | Some("pcm16") => Ok(StreamCodec::Pcm16),
-        Some("opus") => Err(error(actix_web::http::StatusCode::BAD_REQUEST, "format: opus streaming is not available in this build yet (use pcm16)")),
-        Some(other) => Err(error(actix_web::http::StatusCode::BAD_REQUEST, format!("format: unknown stream format '{other}' (pcm16)"))),
+        None | Some("opus") => Ok(StreamCodec::Opus),
+        Some("pcm16") => Ok(StreamCodec::Pcm16),
+        Some(other) => Err(error(actix_web::http::StatusCode::BAD_REQUEST, format!("format: unknown stream format '{other}' (opus or pcm16)"))),
     }
 }
 

@@ -70,7 +70,7 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
     assert_eq!(parts[2].1.len(), frames * 64 * 4);
     // a late listener gets the whole stream again, then the socket closes
     let late = rt().block_on(async {
-        let (mut ws, _) = tokio_tungstenite::connect_async(d.ws_url(&format!("/stream?id={id}"))).await.unwrap();
+        let (mut ws, _) = tokio_tungstenite::connect_async(d.ws_url(&format!("/stream?id={id}&format=pcm16"))).await.unwrap();
         let mut bytes = 0;
         while let Some(Ok(m)) = ws.next().await {
             if let Message::Binary(b) = m {
@@ -80,6 +80,26 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
         bytes
     });
     assert_eq!(late, pcm_bytes);
+    // the default stream is Ogg Opus: the concatenated binary frames decode to the song
+    let opus = rt().block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(d.ws_url(&format!("/stream?id={id}"))).await.unwrap();
+        let mut bytes = Vec::new();
+        let mut format = None;
+        while let Some(Ok(m)) = ws.next().await {
+            match m {
+                Message::Binary(b) => bytes.extend_from_slice(&b),
+                Message::Text(t) if t.as_str().contains("\"format\"") => format = Some(t.as_str().to_string()),
+                _ => {}
+            }
+        }
+        (bytes, format)
+    });
+    assert!(opus.1.unwrap().contains("\"codec\":\"opus\""));
+    let (ch, pcm) = yued_audio::ogg_opus::decode_ogg_opus(&opus.0).unwrap();
+    assert_eq!(ch, 2);
+    let got = pcm.len() / 2;
+    let want = 1920 * frames - 64;
+    assert!(got.abs_diff(want) <= 960, "Opus stream decodes to {got} samples, the song has {want}");
     // unknown ids 404, malformed ids 400, cancel of a finished job 409
     assert_eq!(d.http.get(d.url("/job?id=00000000000000ff")).send().unwrap().status(), 404);
     assert_eq!(d.http.get(d.url("/job?id=xyz")).send().unwrap().status(), 400);
