@@ -12,7 +12,7 @@ use actix::Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
-use yued_audio::wav::{wav_bytes, WavKind};
+use yued_audio::encode::encode;
 use yued_audio::{peak_normalize, Pcm};
 use yued_engine::generate::CancelToken;
 use yued_engine::ggml::Backend;
@@ -43,14 +43,9 @@ pub struct WorkerConfig {
     pub keep_loaded: bool,
 }
 
-/// Formats the worker can write today.
-pub fn wav_kind(f: OutputFormat) -> Option<WavKind> {
-    match f {
-        OutputFormat::Wav16 => Some(WavKind::Int16),
-        OutputFormat::Wav24 => Some(WavKind::Int24),
-        OutputFormat::Wav32 => Some(WavKind::Float32),
-        _ => None,
-    }
+/// Whether this build can write the format.
+pub fn format_supported(f: OutputFormat) -> bool {
+    yued_audio::encode::supported(f)
 }
 
 pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, scheduler: Addr<Scheduler>, hub: Addr<StreamHub>, results: Arc<ResultStore>, metrics: Metrics) -> std::thread::JoinHandle<()> {
@@ -119,9 +114,9 @@ impl Throttle {
 fn run_job(p: &mut Pipeline, job: &RunJob, cfg: &WorkerConfig, scheduler: &Addr<Scheduler>, hub: &Addr<StreamHub>, results: &ResultStore, metrics: &Metrics) -> Outcome {
     let t0 = Instant::now();
     let req = &job.request;
-    let Some(kind) = wav_kind(req.output_format) else {
+    if !format_supported(req.output_format) {
         return Outcome::Failed(format!("output_format {} is not available in this build", req.output_format.name()));
-    };
+    }
     let mut throttle = Throttle { last: None };
     let mut stage_started: Option<(Stage, Instant, usize)> = None;
     let mut stream_peak = 1.0f32;
@@ -215,18 +210,18 @@ fn run_job(p: &mut Pipeline, job: &RunJob, cfg: &WorkerConfig, scheduler: &Addr<
             return Outcome::Cancelled;
         }
         let mut pcm = t.pcm.clone();
-        if kind != WavKind::Float32 {
+        if req.output_format.normalizes() {
             peak_normalize(&mut pcm, req.peak_clip);
         }
         let audio = Pcm::new(48000, 2, pcm);
         audio_seconds += audio.seconds();
         truncated |= t.truncated;
-        let wav = match wav_bytes(&audio, kind) {
+        let encoded = match encode(&audio, req.output_format, req.mp3_bitrate) {
             Ok(w) => w,
             Err(e) => return Outcome::Failed(format!("encoding track {k}: {e}")),
         };
         files.push((format!("track{k:02}.json"), "application/json".to_string(), serde_json::to_vec_pretty(&t.replay).unwrap()));
-        files.push((format!("track{k:02}.wav"), req.output_format.mime().to_string(), wav));
+        files.push((format!("track{k:02}.{}", req.output_format.extension()), req.output_format.mime().to_string(), encoded));
         files.push((format!("track{k:02}.vae"), "application/octet-stream".to_string(), t.latents.iter().flat_map(|x| x.to_le_bytes()).collect()));
     }
     if let Err(e) = results.save(&job.id, files) {

@@ -1,5 +1,7 @@
 //! PCM post-processing and containers. The pipeline hands out planar stereo float at
 //! 48 kHz, full range; this crate normalises it and writes files.
+pub mod decode;
+pub mod encode;
 pub mod normalize;
 pub mod ogg_opus;
 pub mod wav;

@@ -64,8 +64,8 @@ pub fn client_key(req: &HttpRequest) -> String {
 pub fn parse_request(body: &[u8], limits: &Limits) -> Result<Yue2Request, HttpResponse> {
     let req = Yue2Request::from_json(body).map_err(|e| bad(e.to_string()))?;
     req.validate(limits).map_err(|e| bad(e.to_string()))?;
-    if yued_actors::worker::wav_kind(req.output_format).is_none() {
-        return Err(bad(format!("output_format: '{}' is not available in this build yet (wav16, wav24, wav32)", req.output_format.name())));
+    if !yued_actors::worker::format_supported(req.output_format) {
+        return Err(bad(format!("output_format: '{}' has no encoder in this build (mp3, opus, flac, wav16, wav24, wav32)", req.output_format.name())));
     }
     Ok(req.with_resolved_seeds(random_u64))
 }

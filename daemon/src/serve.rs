@@ -219,8 +219,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let limits = Limits { max_batch: c.max_batch, context: context as u32, codebook_size: models.info.tokens.codebook_size, ..Limits::default() };
     let mut props = Props::new(env!("CARGO_PKG_VERSION"), models.model.display().to_string(), models.vae.display().to_string(), c.max_batch);
     props.context = context as u32;
-    props.output_formats.retain(|f| f.name.starts_with("wav"));
-    props.defaults.output_format = yued_protocol::OutputFormat::Wav16;
+    props.output_formats.retain(|f| f.name.parse::<yued_protocol::OutputFormat>().map(yued_audio::encode::supported).unwrap_or(false));
     let metrics = Metrics::new();
     let worker_cfg = WorkerConfig {
         model: models.model.clone(),

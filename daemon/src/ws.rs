@@ -75,7 +75,7 @@ pub async fn synth_stream(req: HttpRequest, body: web::Payload, q: web::Query<St
                     .and_then(|r| r.validate(&st.limits).map(|_| r))
                     .err()
                     .map(|e| e.to_string())
-                    .unwrap_or_else(|| "output_format: not available in this build yet (wav16, wav24, wav32)".into());
+                    .unwrap_or_else(|| "output_format: no encoder in this build (mp3, opus, flac, wav16, wav24, wav32)".into());
                 let _ = session.text(StreamEvent::Failed { error: msg.clone() }.to_text()).await;
                 let _ = session.close(Some(CloseReason { code: CloseCode::Policy, description: Some(truncate(&msg)) })).await;
                 return;

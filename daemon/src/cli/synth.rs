@@ -2,12 +2,11 @@ use super::common::{random_u64, read_request, DeviceArgs};
 use super::npy;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
-use yued_audio::wav::{write_wav, WavKind};
 use yued_audio::{peak_normalize, Pcm};
 use yued_engine::generate::CancelToken;
 use yued_engine::pipeline::{Event, Pipeline, PipelineOptions, Track};
 use yued_engine::rng::torch_cpu::randn;
-use yued_protocol::{OutputFormat, Stage};
+use yued_protocol::Stage;
 
 /// The full pipeline: style and lyrics (or a replay request) to stereo audio, with the
 /// replay request of every track written next to it.
@@ -22,8 +21,9 @@ pub struct SynthArgs {
     /// Request JSON (every field optional; see the seed's request reference).
     #[arg(long)]
     pub request: PathBuf,
-    /// Output audio; a batch numbers it song then variation (song00.wav, song01.wav, ...).
-    #[arg(long, default_value = "song.wav")]
+    /// Output audio (its extension follows the request's output_format); a batch numbers
+    /// it song then variation (song00.mp3, song01.mp3, ...).
+    #[arg(long, default_value = "song.mp3")]
     pub out: PathBuf,
     /// Target length in seconds (overrides the request).
     #[arg(long)]
@@ -68,14 +68,6 @@ fn numbered(path: &Path, suffix: &str, ext: &str) -> PathBuf {
     path.with_file_name(format!("{stem}{suffix}.{ext}"))
 }
 
-fn wav_kind(f: OutputFormat) -> Option<WavKind> {
-    match f {
-        OutputFormat::Wav16 => Some(WavKind::Int16),
-        OutputFormat::Wav24 => Some(WavKind::Int24),
-        OutputFormat::Wav32 => Some(WavKind::Float32),
-        _ => None,
-    }
-}
 
 pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     let mut req = read_request(&a.request)?;
@@ -99,10 +91,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
         eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", a.model.display());
     }
     req.validate(&p.limits(req.lm_batch_size.max(1))).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
-    let kind = wav_kind(req.output_format).unwrap_or_else(|| {
-        eprintln!("warning: output_format {} is not available in this build yet; writing WAV 16", req.output_format.name());
-        WavKind::Int16
-    });
+    anyhow::ensure!(yued_audio::encode::supported(req.output_format), "{}: output_format '{}' has no encoder in this build (mp3, opus, flac, wav16, wav24, wav32)", a.request.display(), req.output_format.name());
     let pb = super::progress_bar(1, "loading");
     let mut stage = None;
     let tiles_per_track = |frames: usize| frames.div_ceil(a.vae_core.max(1)) as u64;
@@ -139,20 +128,20 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     let batch = tracks.len() > 1;
     for t in &tracks {
         let suffix = if batch { format!("{}{}", t.song, t.variation) } else { String::new() };
-        write_track(&a, t, &suffix, kind, req.peak_clip)?;
+        write_track(&a, t, &suffix, &req)?;
     }
     Ok(())
 }
 
-fn write_track(a: &SynthArgs, t: &Track, suffix: &str, kind: WavKind, peak_clip: i64) -> anyhow::Result<()> {
+fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2Request) -> anyhow::Result<()> {
     let mut pcm = t.pcm.clone();
-    if kind != WavKind::Float32 {
-        peak_normalize(&mut pcm, peak_clip);
+    if req.output_format.normalizes() {
+        peak_normalize(&mut pcm, req.peak_clip);
     }
     let audio = Pcm::new(48000, 2, pcm);
-    let out = numbered(&a.out, suffix, "wav");
-    let f = std::fs::File::create(&out).with_context(|| format!("creating {}", out.display()))?;
-    write_wav(std::io::BufWriter::new(f), &audio, kind)?;
+    let out = numbered(&a.out, suffix, req.output_format.extension());
+    let bytes = yued_audio::encode::encode(&audio, req.output_format, req.mp3_bitrate)?;
+    std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
     let json = numbered(&a.out, suffix, "json");
     std::fs::write(&json, serde_json::to_string_pretty(&t.replay)?)?;
     println!("{}: {:.2} s ({} frames{}), replay {}", out.display(), audio.seconds(), t.frames, if t.truncated { ", cut by the budget" } else { "" }, json.display());

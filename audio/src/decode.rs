@@ -1,0 +1,152 @@
+//! Decoding uploads: WAV, MP3, FLAC, Ogg Vorbis, AAC/M4A through symphonia, Ogg Opus
+//! through libopus; any rate and channel count comes out as planar f32. A file that does
+//! not decode is an error, never a panic.
+use crate::ogg_opus::decode_ogg_opus;
+use crate::{AudioError, Pcm};
+use symphonia::core::audio::SampleBuffer;
+use symphonia::core::codecs::DecoderOptions;
+use symphonia::core::formats::FormatOptions;
+use symphonia::core::io::MediaSourceStream;
+use symphonia::core::meta::MetadataOptions;
+use symphonia::core::probe::Hint;
+
+/// Decodes a whole file held in memory.
+pub fn decode(bytes: &[u8]) -> Result<Pcm, AudioError> {
+    if bytes.len() >= 36 && bytes.starts_with(b"OggS") && bytes[28..36] == *b"OpusHead" {
+        let (ch, data) = decode_ogg_opus(bytes)?;
+        return Ok(Pcm::new(48000, ch, data));
+    }
+    let bad = |e: &dyn std::fmt::Display| AudioError::Format(format!("audio does not decode: {e}"));
+    let mss = MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes.to_vec())), Default::default());
+    let opts = FormatOptions { enable_gapless: true, ..Default::default() };
+    let probed = symphonia::default::get_probe().format(&Hint::new(), mss, &opts, &MetadataOptions::default()).map_err(|e| bad(&e))?;
+    let mut format = probed.format;
+    let track = format.default_track().ok_or_else(|| AudioError::Format("audio does not decode: no audio track".into()))?;
+    let track_id = track.id;
+    let rate = track.codec_params.sample_rate.ok_or_else(|| AudioError::Format("audio does not decode: unknown sample rate".into()))?;
+    let mut dec = symphonia::default::get_codecs().make(&track.codec_params, &DecoderOptions::default()).map_err(|e| bad(&e))?;
+    let mut channels = track.codec_params.channels.map(|c| c.count()).unwrap_or(0);
+    // The container's sample count, when it has one (FLAC's STREAMINFO): the last block
+    // may be padded.
+    let declared = track.codec_params.n_frames;
+    let mut inter: Vec<f32> = Vec::new();
+    loop {
+        let packet = match format.next_packet() {
+            Ok(p) => p,
+            Err(symphonia::core::errors::Error::IoError(e)) if e.kind() == std::io::ErrorKind::UnexpectedEof => break,
+            Err(symphonia::core::errors::Error::ResetRequired) => break,
+            Err(e) => return Err(bad(&e)),
+        };
+        if packet.track_id() != track_id {
+            continue;
+        }
+        match dec.decode(&packet) {
+            Ok(buf) => {
+                let spec = *buf.spec();
+                channels = spec.channels.count();
+                let mut sb = SampleBuffer::<f32>::new(buf.capacity() as u64, spec);
+                sb.copy_interleaved_ref(buf);
+                inter.extend_from_slice(sb.samples());
+            }
+            Err(symphonia::core::errors::Error::DecodeError(_)) => continue,
+            Err(e) => return Err(bad(&e)),
+        }
+    }
+    if channels == 0 || inter.is_empty() {
+        return Err(AudioError::Format("audio does not decode: no samples".into()));
+    }
+    let mut n = inter.len() / channels;
+    if let Some(d) = declared {
+        n = n.min(d as usize);
+    }
+    let mut planar = vec![0f32; n * channels];
+    for i in 0..n {
+        for c in 0..channels {
+            planar[c * n + i] = inter[i * channels + c];
+        }
+    }
+    Ok(Pcm::new(rate, channels, planar))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encode::encode;
+    use yued_protocol::OutputFormat;
+
+    fn sweep(n: usize) -> Pcm {
+        let mut v = Vec::with_capacity(2 * n);
+        for c in 0..2 {
+            for i in 0..n {
+                let t = i as f32 / 48000.0;
+                v.push(0.5 * (2.0 * std::f32::consts::PI * (200.0 + 300.0 * t + 40.0 * c as f32) * t).sin());
+            }
+        }
+        Pcm::new(48000, 2, v)
+    }
+
+    /// Best correlation of `a` against `b` over small shifts (codec delays).
+    fn corr(a: &[f32], b: &[f32], max_shift: usize) -> f64 {
+        (0..=max_shift)
+            .map(|s| {
+                let n = a.len().min(b.len().saturating_sub(s));
+                let (x, y) = (&a[..n], &b[s..s + n]);
+                let dot: f64 = x.iter().zip(y).map(|(p, q)| (*p as f64) * (*q as f64)).sum();
+                let nx: f64 = x.iter().map(|p| (*p as f64).powi(2)).sum::<f64>().sqrt();
+                let ny: f64 = y.iter().map(|q| (*q as f64).powi(2)).sum::<f64>().sqrt();
+                dot / (nx * ny)
+            })
+            .fold(f64::MIN, f64::max)
+    }
+
+    #[test]
+    fn every_encoder_round_trips() {
+        let src = sweep(48000 * 2 + 777);
+        for (f, min_corr, exact_len) in [
+            (OutputFormat::Wav16, 0.999, true),
+            (OutputFormat::Wav24, 0.999, true),
+            (OutputFormat::Wav32, 0.9999, true),
+            (OutputFormat::Flac, 0.999, true),
+            (OutputFormat::Opus, 0.95, true),
+            (OutputFormat::Mp3, 0.95, false),
+        ] {
+            let bytes = encode(&src, f, 192).unwrap();
+            let back = decode(&bytes).unwrap_or_else(|e| panic!("{f:?}: {e}"));
+            assert_eq!(back.sample_rate, 48000, "{f:?}");
+            assert_eq!(back.channels, 2, "{f:?}");
+            if exact_len {
+                assert_eq!(back.frames(), src.frames(), "{f:?} length");
+            } else {
+                // MP3: LAME's tag lets the decoder trim delay and padding to within a frame.
+                assert!(back.frames().abs_diff(src.frames()) <= 1152, "{f:?}: {} vs {}", back.frames(), src.frames());
+            }
+            let window = 24000.min(back.frames() - 3000);
+            let shifts = if exact_len { 0 } else { 2500 };
+            let c = corr(&src.channel(0)[4800..4800 + window], &back.channel(0)[4800..], shifts);
+            assert!(c > min_corr, "{f:?}: correlation {c}");
+        }
+        assert!(encode(&src, OutputFormat::Aac, 128).is_err());
+    }
+
+    #[test]
+    fn garbage_and_truncated_files_are_errors_not_panics() {
+        let good = encode(&sweep(4800), OutputFormat::Flac, 128).unwrap();
+        let mut state = 7u64;
+        for cut in [0, 1, 4, 20, 44, 100, good.len() / 2] {
+            let _ = decode(&good[..cut.min(good.len())]);
+        }
+        for _ in 0..200 {
+            let n = (state % 3000) as usize;
+            let mut junk = Vec::with_capacity(n);
+            for _ in 0..n {
+                state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                junk.push((state >> 33) as u8);
+            }
+            if n > 4 && state % 2 == 0 {
+                junk[..4].copy_from_slice(b"RIFF");
+            }
+            let _ = decode(&junk);
+        }
+        assert!(decode(b"definitely not audio").is_err());
+    }
+}

@@ -1,0 +1,108 @@
+//! Output containers from planar float PCM: WAV 16/24/32 (hound), MP3 (LAME), FLAC
+//! (flacenc), Ogg Opus. Vorbis, AAC and M4A have no encoder in this build and say so.
+use crate::ogg_opus::OggOpusStream;
+use crate::wav::{wav_bytes, WavKind};
+use crate::{AudioError, Pcm};
+use yued_protocol::OutputFormat;
+
+/// Whether this build can write `f`.
+pub fn supported(f: OutputFormat) -> bool {
+    !matches!(f, OutputFormat::Ogg | OutputFormat::Aac | OutputFormat::M4a)
+}
+
+/// Encodes `pcm` (already normalised where the format wants it) into `f`.
+pub fn encode(pcm: &Pcm, f: OutputFormat, mp3_kbps: u32) -> Result<Vec<u8>, AudioError> {
+    match f {
+        OutputFormat::Wav16 => wav_bytes(pcm, WavKind::Int16),
+        OutputFormat::Wav24 => wav_bytes(pcm, WavKind::Int24),
+        OutputFormat::Wav32 => wav_bytes(pcm, WavKind::Float32),
+        OutputFormat::Mp3 => mp3(pcm, mp3_kbps),
+        OutputFormat::Flac => flac(pcm),
+        OutputFormat::Opus => {
+            let mut s = OggOpusStream::new(pcm.channels, 160_000, 1)?;
+            let mut out = s.push(&pcm.data)?;
+            out.extend(s.finish()?);
+            Ok(out)
+        }
+        other => Err(AudioError::Format(format!("output_format '{}' has no encoder in this build", other.name()))),
+    }
+}
+
+fn to_i16(x: f32) -> i16 {
+    (x.clamp(-1.0, 1.0) * 32767.0).round() as i16
+}
+
+fn mp3(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
+    use mp3lame_encoder::{Bitrate, Builder, DualPcm, FlushNoGap, MonoPcm, Quality};
+    let err = |e: &dyn std::fmt::Display| AudioError::Format(format!("mp3: {e}"));
+    let brate = match kbps {
+        0..=32 => Bitrate::Kbps32,
+        33..=40 => Bitrate::Kbps40,
+        41..=48 => Bitrate::Kbps48,
+        49..=64 => Bitrate::Kbps64,
+        65..=80 => Bitrate::Kbps80,
+        81..=96 => Bitrate::Kbps96,
+        97..=112 => Bitrate::Kbps112,
+        113..=128 => Bitrate::Kbps128,
+        129..=160 => Bitrate::Kbps160,
+        161..=192 => Bitrate::Kbps192,
+        193..=224 => Bitrate::Kbps224,
+        225..=256 => Bitrate::Kbps256,
+        _ => Bitrate::Kbps320,
+    };
+    let mut b = Builder::new().ok_or_else(|| AudioError::Format("mp3: LAME did not initialise".into()))?;
+    b.set_num_channels(pcm.channels as u8).map_err(|e| err(&e))?;
+    b.set_sample_rate(pcm.sample_rate).map_err(|e| err(&e))?;
+    b.set_brate(brate).map_err(|e| err(&e))?;
+    b.set_quality(Quality::Good).map_err(|e| err(&e))?;
+    let mut enc = b.build().map_err(|e| err(&e))?;
+    let mut out = Vec::with_capacity(pcm.frames() * kbps as usize / 384 + 8192);
+    let chunk = 1152 * 64;
+    let n = pcm.frames();
+    let mut at = 0;
+    while at < n {
+        let end = (at + chunk).min(n);
+        let left: Vec<i16> = pcm.channel(0)[at..end].iter().map(|&x| to_i16(x)).collect();
+        if pcm.channels == 1 {
+            enc.encode_to_vec(MonoPcm(&left), &mut out).map_err(|e| err(&e))?;
+        } else {
+            let right: Vec<i16> = pcm.channel(1)[at..end].iter().map(|&x| to_i16(x)).collect();
+            enc.encode_to_vec(DualPcm { left: &left, right: &right }, &mut out).map_err(|e| err(&e))?;
+        }
+        at = end;
+    }
+    enc.flush_to_vec::<FlushNoGap>(&mut out).map_err(|e| err(&e))?;
+    Ok(out)
+}
+
+fn flac(pcm: &Pcm) -> Result<Vec<u8>, AudioError> {
+    use flacenc::component::BitRepr;
+    use flacenc::error::Verify;
+    let err = |e: &dyn std::fmt::Debug| AudioError::Format(format!("flac: {e:?}"));
+    let n = pcm.frames();
+    let mut inter = Vec::with_capacity(n * pcm.channels);
+    for i in 0..n {
+        for c in 0..pcm.channels {
+            inter.push(to_i16(pcm.data[c * n + i]) as i32);
+        }
+    }
+    let cfg = flacenc::config::Encoder::default().into_verified().map_err(|e| err(&e))?;
+    let bs = cfg.block_size;
+    let src = flacenc::source::MemSource::from_samples(&inter, pcm.channels, 16, pcm.sample_rate as usize);
+    let enc = flacenc::encode_with_fixed_block_size(&cfg, src, bs).map_err(|e| err(&e))?;
+    let mut sink = flacenc::bitsink::ByteSink::new();
+    enc.write(&mut sink).map_err(|e| err(&e))?;
+    let mut bytes = sink.as_slice().to_vec();
+    // STREAMINFO (right after "fLaC" and its 4-byte block header): declare the real block
+    // sizes (flacenc lets the padded last block lower the minimum, which decoders refuse)
+    // and the real sample count (the last block is zero padded to the block size).
+    if bytes.len() < 42 || &bytes[..4] != b"fLaC" {
+        return Err(AudioError::Format("flac: unexpected stream layout".into()));
+    }
+    bytes[8..10].copy_from_slice(&(bs as u16).to_be_bytes());
+    bytes[10..12].copy_from_slice(&(bs as u16).to_be_bytes());
+    let total = n as u64 & ((1 << 36) - 1);
+    bytes[21] = (bytes[21] & 0xf0) | ((total >> 32) as u8 & 0x0f);
+    bytes[22..26].copy_from_slice(&(total as u32).to_be_bytes());
+    Ok(bytes)
+}
