@@ -36,6 +36,11 @@ enum Command {
     LmEval(cli::lm_eval::LmEvalArgs),
     /// Render a request to audio: plan, semantic codes, flow matching, VAE.
     Synth(cli::synth::SynthArgs),
+    /// The neural codec: audio to VAE latents (.vae, .nac8, .nac4) and back.
+    Codec {
+        #[command(subcommand)]
+        command: cli::codec::CodecCommand,
+    },
     /// Convert checkpoint folders (safetensors) to GGUF.
     Convert {
         #[command(subcommand)]
@@ -55,6 +60,7 @@ fn main() {
         Command::LmEval(a) => cli::lm_eval::run(a),
         Command::Synth(a) => cli::synth::run(a),
         Command::Convert { command } => cli::convert::run(command),
+        Command::Codec { command } => cli::codec::run(command),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

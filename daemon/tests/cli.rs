@@ -139,3 +139,34 @@ fn synth_writes_exact_length_audio_and_a_replay_that_renders_the_same_bytes() {
     std::fs::write(&req, r#"{"style": "x", "steps": 0}"#).unwrap();
     assert!(fails(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--device", "CPU"]).contains("steps"));
 }
+
+#[test]
+fn codec_encodes_audio_to_latents_and_back_in_every_format() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&["demo-model", "--out", s(d)]);
+    let vae = d.join("yue2-demo-tiny-vae.gguf");
+    // 0.5 s of a stereo tone as WAV
+    let wav = d.join("in.wav");
+    let spec = hound::WavSpec { channels: 2, sample_rate: 48000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
+    for i in 0..24000 {
+        let v = ((i as f32 * 0.05).sin() * 10000.0) as i16;
+        w.write_sample(v).unwrap();
+        w.write_sample(v / 2).unwrap();
+    }
+    w.finalize().unwrap();
+    for (flag, ext, size) in [(None, "vae", 13 * 64 * 4), (Some("--q8"), "nac8", 12 + 13 * 66), (Some("--q4"), "nac4", 12 + 13 * 34)] {
+        let out = d.join(format!("z.{ext}"));
+        let mut args = vec!["codec", "encode", "--vae", s(&vae), "-i", s(&wav), "-o", s(&out), "--device", "CPU"];
+        args.extend(flag);
+        ok(&args);
+        assert_eq!(std::fs::metadata(&out).unwrap().len() as usize, size, "{ext}: 24000 samples pad to 13 frames");
+        let back = d.join(format!("back-{ext}.wav"));
+        ok(&["codec", "decode", "--vae", s(&vae), "-i", s(&out), "-o", s(&back), "--format", "wav16", "--vae-core", "4", "--device", "CPU"]);
+        assert_eq!(hound::WavReader::open(&back).unwrap().duration() as usize, 1920 * 13 - 64);
+    }
+    let junk = d.join("junk.mp3");
+    std::fs::write(&junk, b"this is not audio at all").unwrap();
+    assert!(fails(&["codec", "encode", "--vae", s(&vae), "-i", s(&junk), "--device", "CPU"]).contains("does not decode"));
+}

@@ -15,6 +15,7 @@ pub mod ggml;
 pub mod generate;
 pub mod gguf;
 pub mod kv_cache;
+pub mod latent;
 pub mod model;
 pub mod nar;
 pub mod pipeline;
