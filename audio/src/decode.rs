@@ -142,7 +142,7 @@ mod tests {
                 state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
                 junk.push((state >> 33) as u8);
             }
-            if n > 4 && state % 2 == 0 {
+            if n > 4 && state.is_multiple_of(2) {
                 junk[..4].copy_from_slice(b"RIFF");
             }
             let _ = decode(&junk);

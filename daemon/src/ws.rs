@@ -4,6 +4,8 @@
 //! concatenation of the binary frames is a playable .opus file), or `?format=pcm16`
 //! (interleaved s16le, one frame per tile). Closing the socket never cancels the job; on
 //! `/synth/stream` an explicit `{"cmd":"cancel"}` does.
+// Handlers return ready HTTP responses as their error values on purpose.
+#![allow(clippy::result_large_err)]
 use crate::http::{client_key, error, job_id, parse_request, submit, AppState};
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::{CloseCode, CloseReason};

@@ -12,7 +12,7 @@
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
-use crate::model::{layer_tensor_shape, names, BackboneInfo, Yue2Config};
+use crate::model::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
 use crate::weights::{load_tensors, LoadError};
 use std::ops::Range;
 
@@ -50,16 +50,8 @@ pub struct ArModel {
 
 /// Names and shapes of the AR tensors (311 at the published dimensions).
 pub fn ar_tensors(cfg: &Yue2Config) -> Vec<(String, Vec<i64>)> {
-    let (h, v) = (cfg.hidden_size as i64, cfg.vocab_size as i64);
-    let mut out = vec![(names::EMBED.to_string(), vec![h, v])];
-    for l in 0..cfg.num_hidden_layers {
-        for s in names::AR_LAYER {
-            out.push((names::layer(l, s), layer_tensor_shape(cfg, s)));
-        }
-    }
-    out.push((names::NORM.into(), vec![h]));
-    out.push((names::LM_HEAD.into(), vec![h, v]));
-    out
+    // The AR half never reads the flow-matching heads, so their shapes do not matter here.
+    backbone_tensor_shapes(cfg, 1, 1).into_iter().filter(|(n, _)| !is_nar_tensor(n)).collect()
 }
 
 impl ArModel {

@@ -225,7 +225,7 @@ pub fn convert_vae(dir: &Path, out: &Path) -> Result<usize, ConvertError> {
         w.add_tensor(n, *ty, ne);
     }
     let mut data = w.create(out)?;
-    for (_, (_, _, b)) in &tensors {
+    for (_, _, b) in tensors.values() {
         data.write(b)?;
     }
     data.finish()?;

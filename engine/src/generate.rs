@@ -100,6 +100,9 @@ impl Song {
     }
 }
 
+/// Conditional prompt, unconditional prompt, and the continuation's source codes.
+type Prefixes = (Vec<u32>, Vec<u32>, Vec<u32>);
+
 /// Frames the semantic stage may write: the shorter of the preset budget and the duration.
 pub fn semantic_budget(req: &Yue2Request) -> usize {
     let by_duration = (req.duration * FRAME_RATE as f64).round().max(1.0) as usize;
@@ -207,9 +210,8 @@ impl ArStages<'_> {
         Ok(self.semantic_prefixes(req, score)?.0)
     }
 
-    /// The semantic prefix of a song: conditional prompt with its score, then the source
-    /// section for a continuation.
-    fn semantic_prefixes(&self, req: &Yue2Request, score: &[u32]) -> Result<(Vec<u32>, Vec<u32>, Vec<u32>), GenError> {
+    /// The semantic prefixes of a song: (conditional, unconditional, source section codes).
+    fn semantic_prefixes(&self, req: &Yue2Request, score: &[u32]) -> Result<Prefixes, GenError> {
         let slot = if req.cot == CotMode::Off && score.is_empty() { Score::None } else { Score::Ids(score) };
         let p = self.prompts();
         let cond = p.conditional(req.cot, &req.style, &req.lyrics, &slot);
@@ -257,9 +259,8 @@ impl ArStages<'_> {
         let mut out = self.model.forward(self.backend, &mut sets, &seqs, rows.clone(), Positions::Last)?;
         let mut logits: Vec<Vec<f32>> = (0..n).map(|i| out.per_seq[i][0].clone()).collect();
         if guided {
-            for i in 0..n {
-                let u = out.per_seq[n + i][0].clone();
-                cfg_combine(&mut logits[i], &u, cfg);
+            for (i, l) in logits.iter_mut().enumerate() {
+                cfg_combine(l, &out.per_seq[n + i][0], cfg);
             }
         }
         let mut codes: Vec<Vec<u32>> = prefixes.iter().map(|(_, s)| s.clone()).collect();

@@ -26,7 +26,7 @@ impl LatentFormat {
 
 /// Writes `latents` ([frames, channels] time-major) in `format`.
 pub fn encode_latents(latents: &[f32], channels: usize, format: LatentFormat) -> Vec<u8> {
-    assert!(channels > 0 && latents.len() % channels == 0);
+    assert!(channels > 0 && latents.len().is_multiple_of(channels));
     let frames = latents.len() / channels;
     let header = |magic: &[u8; 4]| {
         let mut h = magic.to_vec();
@@ -69,7 +69,7 @@ pub fn decode_latents(bytes: &[u8], channels: usize) -> Result<(LatentFormat, Ve
     } else if nac(NAC4_MAGIC) {
         LatentFormat::Nac4
     } else {
-        if bytes.is_empty() || bytes.len() % (4 * channels) != 0 {
+        if bytes.is_empty() || !bytes.len().is_multiple_of(4 * channels) {
             return Err(format!("{} bytes are not whole frames of {channels} f32 latents (and no NAC magic)", bytes.len()));
         }
         return Ok((LatentFormat::RawF32, bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()));

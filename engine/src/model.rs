@@ -74,7 +74,7 @@ impl Yue2Config {
             max_position_embeddings: u("max_position_embeddings", d.max_position_embeddings)?,
             vocab_size: u("vocab_size", d.vocab_size)?,
         };
-        if c.num_attention_heads % c.num_key_value_heads != 0 {
+        if !c.num_attention_heads.is_multiple_of(c.num_key_value_heads) {
             return Err(format!("config json: {} attention heads are not a multiple of {} kv heads", c.num_attention_heads, c.num_key_value_heads));
         }
         Ok(c)
@@ -247,6 +247,11 @@ pub fn layer_tensor_shape(c: &Yue2Config, suffix: &str) -> Vec<i64> {
     }
 }
 
+/// Whether a backbone tensor belongs to the NAR half (its layers and flow-matching heads).
+pub fn is_nar_tensor(name: &str) -> bool {
+    name.contains(".nar_") || name.starts_with("vae2llm.") || name.starts_with("llm2vae.") || name.starts_with("time_embedder.")
+}
+
 /// Every backbone tensor with its expected shape, in file order: AR half, then NAR half.
 pub fn backbone_tensor_shapes(c: &Yue2Config, latent_dim: usize, time_freq_dim: usize) -> Vec<(String, Vec<i64>)> {
     let (h, v) = (c.hidden_size as i64, c.vocab_size as i64);
@@ -283,8 +288,10 @@ mod tests {
     fn full_backbone_has_627_tensors_split_311_316() {
         let shapes = backbone_tensor_shapes(&Yue2Config::full(), 64, 256);
         assert_eq!(shapes.len(), 627);
-        let ar = shapes.iter().filter(|(n, _)| !n.contains("nar_") && !n.starts_with("vae2llm") && !n.starts_with("llm2vae") && !n.starts_with("time_")).count();
+        let ar = shapes.iter().filter(|(n, _)| !is_nar_tensor(n)).count();
         assert_eq!(ar, 311);
+        assert_eq!(crate::ar::ar_tensors(&Yue2Config::full()).len(), 311);
+        assert_eq!(crate::nar::nar_tensors(&Yue2Config::full(), 64).len(), 316 + 1, "plus the shared final norm");
     }
 
     #[test]

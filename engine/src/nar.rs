@@ -16,7 +16,7 @@ use crate::generate::CancelToken;
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
-use crate::model::{layer_tensor_shape, names, BackboneInfo, Yue2Config};
+use crate::model::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
 use crate::weights::{load_tensors, LoadError};
 
 /// Frequency channels of the timestep sinusoid.
@@ -25,24 +25,7 @@ pub const TIME_FREQ_DIM: usize = 256;
 /// Names and shapes of the NAR tensors (316 at the published dimensions), plus the shared
 /// final norm.
 pub fn nar_tensors(cfg: &Yue2Config, latent: usize) -> Vec<(String, Vec<i64>)> {
-    let h = cfg.hidden_size as i64;
-    let mut out = Vec::new();
-    for l in 0..cfg.num_hidden_layers {
-        for s in names::NAR_LAYER {
-            out.push((names::layer(l, s), layer_tensor_shape(cfg, s)));
-        }
-    }
-    let lat = latent as i64;
-    out.push((names::VAE2LLM_W.into(), vec![lat, h]));
-    out.push((names::VAE2LLM_B.into(), vec![h]));
-    out.push((names::LLM2VAE_W.into(), vec![h, lat]));
-    out.push((names::LLM2VAE_B.into(), vec![lat]));
-    out.push((names::TIME_MLP0_W.into(), vec![TIME_FREQ_DIM as i64, h]));
-    out.push((names::TIME_MLP0_B.into(), vec![h]));
-    out.push((names::TIME_MLP2_W.into(), vec![h, h]));
-    out.push((names::TIME_MLP2_B.into(), vec![h]));
-    out.push((names::NORM.into(), vec![h]));
-    out
+    backbone_tensor_shapes(cfg, latent, TIME_FREQ_DIM).into_iter().filter(|(n, _)| is_nar_tensor(n) || n == names::NORM).collect()
 }
 
 /// The timestep sinusoid: logit(t) clamped to +-20, then [cos, sin] of 128 frequencies.
@@ -96,7 +79,7 @@ impl NarModel {
         let c = &self.cfg;
         let lat = self.latent as i64;
         assert_eq!(x.len(), m * n * self.latent, "state of {} values for {m} x {n} frames", x.len());
-        assert!(kv.len() > 0, "the NAR needs a completed AR sequence");
+        assert!(!kv.is_empty(), "the NAR needs a completed AR sequence");
         let (h, hd, nh, nkv) = (c.hidden_size as i64, c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
         let (nf, nb, mm) = (n as i64, n as i64 + 2, m as i64);
         let rows = nb * mm;

@@ -156,7 +156,7 @@ impl VaeModel {
     /// Decodes `frames` time-major latents ([T, 64]) in one pass; planar stereo out.
     pub fn decode(&mut self, backend: &Backend, latents: &[f32]) -> Result<Vec<f32>, VaeError> {
         let c = self.info.latent_channels;
-        if latents.is_empty() || latents.len() % c != 0 {
+        if latents.is_empty() || !latents.len().is_multiple_of(c) {
             return Err(VaeError::Input(format!("{} latent values are not whole frames of {c}", latents.len())));
         }
         let frames = latents.len() / c;
@@ -193,7 +193,7 @@ impl VaeModel {
         if core == 0 {
             return Err(VaeError::Input("tile core must be at least one frame".into()));
         }
-        if latents.is_empty() || latents.len() % c != 0 {
+        if latents.is_empty() || !latents.len().is_multiple_of(c) {
             return Err(VaeError::Input(format!("{} latent values are not whole frames of {c}", latents.len())));
         }
         let frames = latents.len() / c;
@@ -234,7 +234,7 @@ impl VaeModel {
         }
         let ch = self.info.audio_channels;
         let hop = self.info.hop();
-        if audio.is_empty() || audio.len() % (ch * hop) != 0 {
+        if audio.is_empty() || !audio.len().is_multiple_of(ch * hop) {
             return Err(VaeError::Input(format!("{} samples are not whole frames of {hop} x {ch} channels", audio.len())));
         }
         let n = audio.len() / ch;

@@ -489,7 +489,7 @@ impl Drop for Allocator {
 
 /// Quantizes `src` (rows of `n_per_row` f32) into `ty` blocks.
 pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: usize) -> Vec<u8> {
-    assert!(n_per_row > 0 && src.len() % n_per_row == 0, "quantize: {} values are not whole rows of {n_per_row}", src.len());
+    assert!(n_per_row > 0 && src.len().is_multiple_of(n_per_row), "quantize: {} values are not whole rows of {n_per_row}", src.len());
     assert!(n_per_row as i64 % ty.block_size() as i64 == 0, "quantize: row of {n_per_row} is not whole {} blocks", ty.name());
     let nrows = src.len() / n_per_row;
     // SAFETY: pure function of the type.

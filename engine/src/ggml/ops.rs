@@ -133,6 +133,7 @@ impl Context {
         // SAFETY: bounds checked.
         self.wrap(unsafe { sys::ggml_view_2d(self.raw(), a.raw(), n0, n1, nb1, offset) })
     }
+    #[allow(clippy::too_many_arguments)]
     pub fn view_3d<'a>(&'a self, a: Tensor<'a>, n0: i64, n1: i64, n2: i64, nb1: usize, nb2: usize, offset: usize) -> Tensor<'a> {
         if n1 > 0 && n2 > 0 {
             Self::check_view(&a, offset + (n2 as usize - 1) * nb2 + (n1 as usize - 1) * nb1 + a.ty().row_size(n0 as usize));

@@ -23,7 +23,7 @@ impl GgmlType {
     /// Whether ggml implements this id (removed and out-of-range ids are not).
     pub fn is_valid(self) -> bool {
         // SAFETY: ggml_blck_size indexes a static table; we bound the index first.
-        self.0 < sys::GGML_TYPE_COUNT as u32 && unsafe { sys::ggml_blck_size(self.raw()) } > 0
+        self.0 < sys::GGML_TYPE_COUNT && unsafe { sys::ggml_blck_size(self.raw()) } > 0
     }
     /// Elements per block (1 for plain types, 32 for Q8_0, 256 for K-quants).
     pub fn block_size(self) -> usize {

@@ -85,7 +85,7 @@ fn helpers() {
     let e = time_sinusoid(1.0);
     assert_eq!(e.len(), 256);
     assert_eq!(e[0], 20f64.cos() as f32);
-    assert_eq!(time_sinusoid(0.5)[..128].iter().all(|&v| v == 1.0), true, "logit(0.5) = 0");
+    assert!(time_sinusoid(0.5)[..128].iter().all(|&v| v == 1.0), "logit(0.5) = 0");
     let pe = frame_table(3, 4);
     assert_eq!(pe[..4], [0.0, 1.0, 0.0, 1.0]);
     assert!((pe[4] - 1f32.sin()).abs() < 1e-7);

@@ -8,6 +8,7 @@
 //!   slots and transforms them as one more block;
 //! - below 16 elements torch takes its scalar double path (two 53-bit uniforms per pair,
 //!   the second normal of a pair cached for the next element).
+//!
 //! The uniforms are exact; the normals match to float rounding of log/sin/cos (torch's AVX2
 //! build uses vectorised approximations of them).
 
@@ -103,7 +104,7 @@ pub fn randn(seed: u64, n: usize) -> Vec<f32> {
         box_muller_16(&mut d[i..i + 16]);
         i += 16;
     }
-    if n % 16 != 0 {
+    if !n.is_multiple_of(16) {
         let tail = &mut d[n - 16..];
         for v in tail.iter_mut() {
             *v = g.uniform_f32();

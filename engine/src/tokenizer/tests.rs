@@ -46,7 +46,7 @@ fn merges_apply_and_specials_stay_text() {
 fn nfc_is_applied_before_bpe() {
     let tok = tiny();
     assert_eq!(tok.encode("e\u{301}"), tok.encode("\u{e9}"));
-    assert_eq!(tok.encode("\u{e9}"), vec![0xc3, 0xa9].iter().map(|&b| b as u32).collect::<Vec<_>>());
+    assert_eq!(tok.encode("\u{e9}"), [0xc3, 0xa9].iter().map(|&b| b as u32).collect::<Vec<_>>());
 }
 
 #[test]
