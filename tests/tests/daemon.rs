@@ -12,7 +12,7 @@ fn rt() -> tokio::runtime::Runtime {
 fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("data"), &["--vae-core", "16"]);
-    let id = d.submit(&song(8.0, 4));
+    let id = d.submit(&song(16.0, 4));
     let url = d.ws_url(&format!("/stream?id={id}&format=pcm16"));
     let (frames_before_done, status_at_first_audio, pcm_bytes, tiles, done) = rt().block_on(async {
         let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
@@ -47,14 +47,14 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
     let done = done.expect("a done event");
     assert_eq!(status_at_first_audio.as_deref(), Some("running"), "the first audio frame must arrive while the job still runs");
     assert!(frames_before_done >= 2 && tiles == frames_before_done, "{frames_before_done} binary frames, {tiles} tile events");
-    let frames = 200;
+    let frames = 400;
     assert_eq!(pcm_bytes, (1920 * frames - 64) * 2 * 2, "the concatenated PCM is the song's exact length");
     assert_eq!(done["tracks"], 1);
     // status: done with schema-1 metrics
     let s = d.status(&id);
     assert_eq!(s["status"], "done");
     assert_eq!(s["metrics"]["schema"], 1);
-    assert!(s["metrics"]["audio_seconds"].as_f64().unwrap() > 7.9);
+    assert!(s["metrics"]["audio_seconds"].as_f64().unwrap() > 15.9);
     // result: replay JSON, WAV, latents
     let r = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap();
     assert_eq!(r.status(), 200);
