@@ -52,8 +52,7 @@ impl Shards {
         let mut maps = Vec::new();
         for f in files {
             let file = std::fs::File::open(&f).map_err(|e| input(&f, e.to_string()))?;
-            // SAFETY: read-only map of a checkpoint file that is not modified while converting.
-            let map = unsafe { Mmap::map(&file) }.map_err(|e| input(&f, e.to_string()))?;
+            let map = crate::ggml::map_file(&file).map_err(|e| input(&f, e.to_string()))?;
             SafeTensors::deserialize(&map).map_err(|e| input(&f, format!("not a safetensors file: {e}")))?;
             maps.push((f, map));
         }

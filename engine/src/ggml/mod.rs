@@ -503,6 +503,14 @@ pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: usize) -> Vec<u8> {
     out
 }
 
+/// A read-only memory map of a model file (GGUF, safetensors). Kept here so that the
+/// project's every `unsafe` stays in this module.
+pub fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
+    // SAFETY: read-only map; model files are written once and not modified while they are
+    // open. A concurrent truncation would be a SIGBUS, as with any mmap-based loader.
+    unsafe { memmap2::Mmap::map(file) }
+}
+
 pub(crate) fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
     // SAFETY: plain-old-data slices reinterpreted as bytes.
     unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }

@@ -127,9 +127,7 @@ impl GgufFile {
         let path = path.as_ref().to_path_buf();
         let io = |source| GgufError::Io { path: path.clone(), source };
         let file = std::fs::File::open(&path).map_err(io)?;
-        // SAFETY: read-only map; the file is not expected to change while open (model files
-        // are written once). A concurrent truncation would be a SIGBUS, as with any mmap loader.
-        let map = unsafe { Mmap::map(&file) }.map_err(io)?;
+        let map = crate::ggml::map_file(&file).map_err(io)?;
         Self::parse(path, map)
     }
 
