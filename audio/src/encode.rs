@@ -1,14 +1,20 @@
 //! Output containers from planar float PCM: WAV 16/24/32 (hound), MP3 (LAME), FLAC
-//! (flacenc), Ogg Opus. Vorbis, AAC and M4A have no encoder in this build and say so.
+//! (flacenc), Ogg Opus (libopus), Ogg Vorbis (aoTuV libvorbis), AAC-LC as ADTS and M4A
+//! (FDK AAC).
 use crate::ogg_opus::OggOpusStream;
 use crate::wav::{wav_bytes, WavKind};
 use crate::{AudioError, Pcm};
 use yued_protocol::OutputFormat;
 
-/// Whether this build can write `f`.
+/// Whether this build can write `f` (every format the protocol names, today).
 pub fn supported(f: OutputFormat) -> bool {
-    !matches!(f, OutputFormat::Ogg | OutputFormat::Aac | OutputFormat::M4a)
+    OutputFormat::all().contains(&f)
 }
+
+/// Bitrate of the AAC encodings, kbps (the request's `mp3_bitrate` is for MP3 only).
+pub const AAC_KBPS: u32 = 192;
+/// Vorbis quality (-0.1..1.0); 0.6 is about 192 kbps for 48 kHz stereo.
+pub const VORBIS_QUALITY: f32 = 0.6;
 
 /// Encodes `pcm` (already normalised where the format wants it) into `f`.
 pub fn encode(pcm: &Pcm, f: OutputFormat, mp3_kbps: u32) -> Result<Vec<u8>, AudioError> {
@@ -24,7 +30,9 @@ pub fn encode(pcm: &Pcm, f: OutputFormat, mp3_kbps: u32) -> Result<Vec<u8>, Audi
             out.extend(s.finish()?);
             Ok(out)
         }
-        other => Err(AudioError::Format(format!("output_format '{}' has no encoder in this build", other.name()))),
+        OutputFormat::Ogg => vorbis(pcm),
+        OutputFormat::Aac => crate::aac::encode_adts(pcm, AAC_KBPS),
+        OutputFormat::M4a => crate::aac::encode_m4a(pcm, AAC_KBPS),
     }
 }
 
@@ -73,6 +81,27 @@ fn mp3(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
     }
     enc.flush_to_vec::<FlushNoGap>(&mut out).map_err(|e| err(&e))?;
     Ok(out)
+}
+
+fn vorbis(pcm: &Pcm) -> Result<Vec<u8>, AudioError> {
+    use std::num::{NonZeroU32, NonZeroU8};
+    use vorbis_rs::{VorbisBitrateManagementStrategy, VorbisEncoderBuilder};
+    let err = |e: &dyn std::fmt::Display| AudioError::Format(format!("vorbis: {e}"));
+    let rate = NonZeroU32::new(pcm.sample_rate).ok_or_else(|| AudioError::Format("vorbis: rate 0".into()))?;
+    let ch = u8::try_from(pcm.channels).ok().and_then(NonZeroU8::new).ok_or_else(|| AudioError::Format("vorbis: channel count".into()))?;
+    let mut b = VorbisEncoderBuilder::new_with_serial(rate, ch, Vec::new(), 1);
+    b.bitrate_management_strategy(VorbisBitrateManagementStrategy::QualityVbr { target_quality: VORBIS_QUALITY });
+    let mut enc = b.build().map_err(|e| err(&e))?;
+    let n = pcm.frames();
+    let block = 4096;
+    let mut at = 0;
+    while at < n {
+        let end = (at + block).min(n);
+        let planes: Vec<&[f32]> = (0..pcm.channels).map(|c| &pcm.channel(c)[at..end]).collect();
+        enc.encode_audio_block(&planes).map_err(|e| err(&e))?;
+        at = end;
+    }
+    enc.finish().map_err(|e| err(&e))
 }
 
 fn flac(pcm: &Pcm) -> Result<Vec<u8>, AudioError> {

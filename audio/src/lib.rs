@@ -1,9 +1,11 @@
 //! PCM post-processing and containers. The pipeline hands out planar stereo float at
 //! 48 kHz, full range; this crate normalises it and writes files.
+pub mod aac;
 pub mod decode;
 pub mod encode;
 pub mod normalize;
 pub mod ogg_opus;
+pub mod resample;
 pub mod wav;
 
 pub use normalize::peak_normalize;
