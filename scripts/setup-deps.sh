@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
-# Installs what building yued needs on a fresh Debian machine: cmake and libclang (ggml is
-# compiled from source by llama-cpp-sys-2, and its headers go through bindgen).
+# Installs what building and testing yued needs on a fresh Debian machine: cmake and
+# libclang (ggml is compiled from source by llama-cpp-sys-2, its headers go through
+# bindgen; libopus is built with cmake too) and, for the tests only, ffmpeg (an independent
+# reader of every audio container yued writes). `--build-only` skips the test tools.
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 missing=()
@@ -9,6 +11,16 @@ if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ls /usr/lib/x86_6
   missing+=(libclang-dev)
 fi
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
+if [ "${1:-}" != "--build-only" ]; then
+  # ffmpeg without its recommends: the command-line tools are all the tests use.
+  if ! command -v ffprobe >/dev/null 2>&1; then
+    SUDO=""
+    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+    echo "setup-deps: installing ffmpeg (test tool)" >&2
+    $SUDO apt-get update -qq
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null
+  fi
+fi
 if [ ${#missing[@]} -gt 0 ]; then
   echo "setup-deps: installing ${missing[*]}" >&2
   SUDO=""

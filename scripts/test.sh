@@ -5,4 +5,6 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh
 bash scripts/fetch-qwen-tiktoken.sh >/dev/null
+# The ffmpeg cross-check must run here, never skip.
+export YUED_REQUIRE_FFMPEG=1
 cargo test --workspace --locked "$@"

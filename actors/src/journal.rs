@@ -18,6 +18,23 @@ pub struct SongCodes {
     pub codes: Vec<u32>,
 }
 
+/// Which way a `/vae` job runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VaeOp {
+    /// Audio to latents.
+    Encode,
+    /// Latents (raw f32 `[T, 64]`) to audio in the request's output format.
+    Decode,
+}
+
+/// A `/vae` job: its upload, kept on disk under the data directory until the job ends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VaeTask {
+    pub op: VaeOp,
+    pub input: PathBuf,
+}
+
 /// Everything the daemon keeps about a job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
@@ -39,6 +56,9 @@ pub struct JobRecord {
     pub tracks: u32,
     #[serde(default)]
     pub audio_seconds: f64,
+    /// Set for a `/vae` job (the request then only carries the decode's output options).
+    #[serde(default)]
+    pub vae: Option<VaeTask>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -128,7 +148,7 @@ mod tests {
     use super::*;
 
     fn rec(id: JobId, state: JobState) -> JobRecord {
-        JobRecord { id, client: "c".into(), request: Yue2Request::default(), state, submitted_ms: 1, songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0 }
+        JobRecord { id, client: "c".into(), request: Yue2Request::default(), state, submitted_ms: 1, songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: None }
     }
 
     #[test]

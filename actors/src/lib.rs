@@ -7,6 +7,7 @@
 //! - [`hub::StreamHub`]: per-job listener queues for the WebSocket streams;
 //! - [`results::ResultStore`]: finished results on disk, with expiry;
 //! - [`metrics::Metrics`]: the Prometheus registry.
+pub mod codec;
 pub mod hub;
 pub mod journal;
 pub mod metrics;

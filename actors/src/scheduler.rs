@@ -2,7 +2,7 @@
 //! over client keys, FIFO within a client), the admission cap shared by every route, and
 //! the journal, to which every state change is written before it is acknowledged.
 use crate::hub::{Publish, StreamHub};
-use crate::journal::{Journal, JobRecord, SongCodes};
+use crate::journal::{Journal, JobRecord, SongCodes, VaeTask};
 use crate::metrics::Metrics;
 use crate::results::{now_ms, ResultStore};
 use crate::worker::{RunJob, WorkerCmd};
@@ -23,7 +23,8 @@ struct Entry {
 /// Outcome the worker reports.
 #[derive(Debug)]
 pub enum Outcome {
-    Done { tracks: u32, audio_seconds: f64, metrics: JobMetrics },
+    /// `metrics` is the schema-1 object of a synthesis job; other jobs have none.
+    Done { tracks: u32, audio_seconds: f64, metrics: Option<JobMetrics> },
     Failed(String),
     Cancelled,
 }
@@ -146,7 +147,7 @@ impl Scheduler {
         let Some(id) = self.pop_next() else { return };
         let Some(e) = self.jobs.get_mut(&id) else { return };
         e.record.state = JobState::Running;
-        let run = RunJob { id: id.clone(), request: e.record.request.clone(), known_songs: e.record.songs.clone(), cancel: e.cancel.clone(), queue_seconds: e.submitted.elapsed().as_secs_f64() };
+        let run = RunJob { id: id.clone(), request: e.record.request.clone(), known_songs: e.record.songs.clone(), cancel: e.cancel.clone(), queue_seconds: e.submitted.elapsed().as_secs_f64(), vae: e.record.vae.clone() };
         self.metrics.queue_wait_seconds.observe(run.queue_seconds);
         self.persist(&id);
         self.running = Some(id.clone());
@@ -173,7 +174,7 @@ impl Scheduler {
             Outcome::Done { tracks, audio_seconds, metrics } => {
                 e.record.tracks = *tracks;
                 e.record.audio_seconds = *audio_seconds;
-                e.record.metrics = Some(metrics.clone());
+                e.record.metrics = metrics.clone();
                 StreamEvent::Done { tracks: *tracks, audio_seconds: *audio_seconds }
             }
             Outcome::Failed(msg) => {
@@ -182,6 +183,10 @@ impl Scheduler {
             }
             Outcome::Cancelled => StreamEvent::Cancelled {},
         };
+        // A /vae upload is no longer needed once the job has ended.
+        if let Some(v) = &e.record.vae {
+            let _ = std::fs::remove_file(&v.input);
+        }
         self.persist(id);
         self.metrics.jobs_finished_total.with_label_values(&[state.as_str()]).inc();
         self.hub.do_send(Publish::Event(id.clone(), event));
@@ -207,6 +212,8 @@ impl Actor for Scheduler {
 pub struct Submit {
     pub client: String,
     pub request: Yue2Request,
+    /// Set for a `/vae` job; its upload is already on disk.
+    pub vae: Option<VaeTask>,
 }
 
 impl Handler<Submit> for Scheduler {
@@ -220,7 +227,7 @@ impl Handler<Submit> for Scheduler {
             return Err(SubmitError::Full(self.cap));
         }
         let id = self.journal.next_id().map_err(|e| SubmitError::Journal(e.to_string()))?;
-        let record = JobRecord { id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0 };
+        let record = JobRecord { id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: m.vae };
         self.journal.put(&record).map_err(|e| SubmitError::Journal(e.to_string()))?;
         tracing::info!(job = %id, client = %m.client, "job queued");
         self.jobs.insert(id.clone(), Entry { record, progress: None, cancel: CancelToken::new(), submitted: Instant::now() });

@@ -4,7 +4,7 @@
 //! score, codes and decoded PCM tiles to the StreamHub; the semantic codes also go to the
 //! journal so a restart resumes from them.
 use crate::hub::{PcmTile, Publish, StreamHub};
-use crate::journal::SongCodes;
+use crate::journal::{SongCodes, VaeOp, VaeTask};
 use crate::metrics::Metrics;
 use crate::results::ResultStore;
 use crate::scheduler::{CodesReady, Finished, Outcome, Progress, Scheduler, WorkerReady};
@@ -31,6 +31,8 @@ pub struct RunJob {
     pub known_songs: Vec<SongCodes>,
     pub cancel: CancelToken,
     pub queue_seconds: f64,
+    /// A `/vae` job instead of a song.
+    pub vae: Option<VaeTask>,
 }
 
 #[derive(Clone, Debug)]
@@ -80,7 +82,10 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
                             Some(p) => {
                                 let span = tracing::info_span!("job", job = %id);
                                 let _g = span.enter();
-                                run_job(p, &job, &cfg, &scheduler, &hub, &results, &metrics)
+                                match &job.vae {
+                                    Some(task) => run_vae_job(p, &job, task, &cfg, &scheduler, &hub, &results),
+                                    None => run_job(p, &job, &cfg, &scheduler, &hub, &results, &metrics),
+                                }
                             }
                         };
                         scheduler.do_send(Finished { id, outcome });
@@ -190,10 +195,8 @@ fn run_job(p: &mut Pipeline, job: &RunJob, cfg: &WorkerConfig, scheduler: &Addr<
     } else {
         p.run(req, &job.cancel, &mut on_event)
     };
-    if let Some((s, at, done)) = stage_started {
-        let secs = at.elapsed().as_secs_f64();
-        metrics.stage_seconds.with_label_values(&[s.as_str()]).observe(secs);
-        let _ = done;
+    if let Some((s, at, _)) = stage_started {
+        metrics.stage_seconds.with_label_values(&[s.as_str()]).observe(at.elapsed().as_secs_f64());
     }
     let tracks: Vec<Track> = match result {
         Ok(t) => t,
@@ -246,5 +249,63 @@ fn run_job(p: &mut Pipeline, job: &RunJob, cfg: &WorkerConfig, scheduler: &Addr<
         resident_weight_bytes: (p.ar.weight_bytes() + p.nar.weight_bytes() + p.vae.weight_bytes()) as u64,
         ..JobMetrics::default()
     };
-    Outcome::Done { tracks: tracks.len() as u32, audio_seconds, metrics: m }
+    Outcome::Done { tracks: tracks.len() as u32, audio_seconds, metrics: Some(m) }
+}
+
+/// A `/vae` job: encode an uploaded file to raw latents, or decode uploaded latents to the
+/// request's output format, streaming the decoded tiles like a song's.
+fn run_vae_job(p: &mut Pipeline, job: &RunJob, task: &VaeTask, cfg: &WorkerConfig, scheduler: &Addr<Scheduler>, hub: &Addr<StreamHub>, results: &ResultStore) -> Outcome {
+    let bytes = match std::fs::read(&task.input) {
+        Ok(b) => b,
+        Err(e) => return Outcome::Failed(format!("reading the upload {}: {e}", task.input.display())),
+    };
+    let lat = p.vae.info.latent_channels;
+    let progress = |stage: Stage, done: usize, total: usize| {
+        scheduler.do_send(Progress { id: job.id.clone(), stage, done, total });
+        let f = if total > 0 { done as f32 / total as f32 } else { 0.0 };
+        hub.do_send(Publish::Event(job.id.clone(), StreamEvent::Stage { stage, progress: f, done: done as u64, total: total as u64 }));
+    };
+    let files = match task.op {
+        VaeOp::Encode => {
+            progress(Stage::Encode, 0, 1);
+            let z = match crate::codec::audio_to_latents(&mut p.vae, &p.backend, &bytes) {
+                Ok(z) => z,
+                Err(e) => return Outcome::Failed(format!("audio: {e}")),
+            };
+            progress(Stage::Encode, 1, 1);
+            let secs = (z.len() / lat) as f64 / 25.0;
+            tracing::info!(frames = z.len() / lat, "vae encode done");
+            (vec![("latents.vae".to_string(), "application/octet-stream".to_string(), z.iter().flat_map(|x| x.to_le_bytes()).collect())], secs)
+        }
+        VaeOp::Decode => {
+            let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let req = &job.request;
+            let tiles = (z.len() / lat).div_ceil(cfg.options.vae_core.max(1));
+            let mut index = 0u32;
+            let mut stream_peak = 1.0f32;
+            let opts = crate::codec::DecodeOptions { format: req.output_format, peak_clip: req.peak_clip, mp3_bitrate: req.mp3_bitrate, core: cfg.options.vae_core, halo: cfg.options.vae_halo };
+            let decoded = crate::codec::latents_to_audio(&mut p.vae, &p.backend, &z, opts, &job.cancel, &mut |tile| {
+                let peak = tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs()));
+                stream_peak = stream_peak.max(peak);
+                let planar: Vec<f32> = tile.pcm.iter().map(|x| x / stream_peak).collect();
+                hub.do_send(Publish::Tile(job.id.clone(), PcmTile { track: 0, index, start_sample: tile.start_sample as u64, channels: 2, planar }));
+                index += 1;
+                progress(Stage::Decode, index as usize, tiles);
+            });
+            if job.cancel.is_cancelled() {
+                return Outcome::Cancelled;
+            }
+            let (audio, encoded) = match decoded {
+                Ok(x) => x,
+                Err(e) => return Outcome::Failed(format!("decode: {e}")),
+            };
+            let f = req.output_format;
+            (vec![(format!("audio.{}", f.extension()), f.mime().to_string(), encoded)], audio.seconds())
+        }
+    };
+    let (files, audio_seconds) = files;
+    if let Err(e) = results.save(&job.id, files) {
+        return Outcome::Failed(format!("saving the result: {e}"));
+    }
+    Outcome::Done { tracks: 1, audio_seconds, metrics: None }
 }

@@ -117,14 +117,35 @@ fn flac(pcm: &Pcm) -> Result<Vec<u8>, AudioError> {
     }
     let cfg = flacenc::config::Encoder::default().into_verified().map_err(|e| err(&e))?;
     let bs = cfg.block_size;
-    let src = flacenc::source::MemSource::from_samples(&inter, pcm.channels, 16, pcm.sample_rate as usize);
-    let enc = flacenc::encode_with_fixed_block_size(&cfg, src, bs).map_err(|e| err(&e))?;
+    // Frame by frame rather than flacenc's encode_with_fixed_block_size, whose last frame
+    // is a whole block (zero padded): decoders that ignore STREAMINFO's sample count
+    // (ffmpeg) would play the padding. Here the last frame holds exactly the tail.
+    let mut src = flacenc::source::MemSource::from_samples(&inter, pcm.channels, 16, pcm.sample_rate as usize);
+    let mut enc = flacenc::component::Stream::new(pcm.sample_rate as usize, pcm.channels, 16).map_err(|e| err(&e))?;
+    let mut buf = (flacenc::source::FrameBuf::with_size(pcm.channels, bs).map_err(|e| err(&e))?, flacenc::source::Context::new(16, pcm.channels, bs));
+    let mut frame_number = 0;
+    let mut left = n;
+    while left > 0 {
+        let size = left.min(bs);
+        if size != bs {
+            buf.0.resize(size);
+        }
+        let read = flacenc::source::Source::read_samples(&mut src, size, &mut buf).map_err(|e| err(&e))?;
+        if read == 0 {
+            break;
+        }
+        let frame = flacenc::encode_fixed_size_frame(&cfg, &buf.0, frame_number, enc.stream_info()).map_err(|e| err(&e))?;
+        enc.add_frame(frame);
+        frame_number += 1;
+        left -= read;
+    }
+    let md5 = buf.1.md5_digest();
     let mut sink = flacenc::bitsink::ByteSink::new();
     enc.write(&mut sink).map_err(|e| err(&e))?;
     let mut bytes = sink.as_slice().to_vec();
-    // STREAMINFO (right after "fLaC" and its 4-byte block header): declare the real block
-    // sizes (flacenc lets the padded last block lower the minimum, which decoders refuse)
-    // and the real sample count (the last block is zero padded to the block size).
+    // STREAMINFO (right after "fLaC" and its 4-byte block header): the minimum block size
+    // excludes the last block (flacenc lets the short tail lower it, which symphonia
+    // refuses), and the MD5 of the samples, which the frame-by-frame path must set itself.
     if bytes.len() < 42 || &bytes[..4] != b"fLaC" {
         return Err(AudioError::Format("flac: unexpected stream layout".into()));
     }
@@ -133,5 +154,6 @@ fn flac(pcm: &Pcm) -> Result<Vec<u8>, AudioError> {
     let total = n as u64 & ((1 << 36) - 1);
     bytes[21] = (bytes[21] & 0xf0) | ((total >> 32) as u8 & 0x0f);
     bytes[22..26].copy_from_slice(&(total as u32).to_be_bytes());
+    bytes[26..42].copy_from_slice(&md5);
     Ok(bytes)
 }

@@ -48,6 +48,8 @@ pub struct Config {
     pub api_keys: Vec<String>,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
+    /// Largest accepted `/vae` upload (audio or latents), in bytes.
+    pub max_upload_bytes: usize,
     /// Results expire after this many seconds.
     pub result_ttl_secs: u64,
     /// Results are evicted oldest first beyond this many bytes.
@@ -76,6 +78,7 @@ impl Default for Config {
             vae_halo: 16,
             api_keys: vec![],
             max_body_bytes: 4 << 20,
+            max_upload_bytes: 256 << 20,
             result_ttl_secs: 24 * 3600,
             result_max_bytes: 10 << 30,
             result_max_count: 256,
@@ -86,7 +89,7 @@ impl Default for Config {
 
 const KEYS: &[&str] = &[
     "host", "port", "data_dir", "model", "vae", "device", "threads", "max_batch", "max_seq", "keep_loaded", "admission_cap", "vae_core", "vae_halo", "api_keys",
-    "max_body_bytes", "result_ttl_secs", "result_max_bytes", "result_max_count", "log_format",
+    "max_body_bytes", "max_upload_bytes", "result_ttl_secs", "result_max_bytes", "result_max_count", "log_format",
 ];
 
 impl Config {
@@ -139,6 +142,7 @@ impl Config {
             "vae_halo" => self.vae_halo = num(value, bad)?,
             "api_keys" => self.api_keys = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
             "max_body_bytes" => self.max_body_bytes = num(value, bad)?,
+            "max_upload_bytes" => self.max_upload_bytes = num(value, bad)?,
             "result_ttl_secs" => self.result_ttl_secs = num(value, bad)?,
             "result_max_bytes" => self.result_max_bytes = num(value, bad)?,
             "result_max_count" => self.result_max_count = num(value, bad)?,

@@ -10,6 +10,7 @@ use futures_util::stream::{self, StreamExt};
 use std::collections::HashSet;
 use std::sync::Arc;
 use yued_actors::hub::StreamHub;
+use yued_actors::journal::{VaeOp, VaeTask};
 use yued_actors::metrics::Metrics;
 use yued_actors::results::ResultStore;
 use yued_actors::scheduler::{Cancel, GetState, GetStatus, Scheduler, Snapshot, Submit, SubmitError};
@@ -28,6 +29,16 @@ pub struct AppState {
     pub started: std::time::Instant,
     pub demo_weights: bool,
     pub max_body_bytes: usize,
+    pub vae: VaeLimits,
+}
+
+/// What `/vae` needs to check and keep an upload.
+pub struct VaeLimits {
+    /// Uploads wait here (under the data directory) until their job ends.
+    pub uploads: std::path::PathBuf,
+    pub max_upload_bytes: usize,
+    pub latent_channels: usize,
+    pub has_encoder: bool,
 }
 
 pub fn error(status: actix_web::http::StatusCode, msg: impl Into<String>) -> HttpResponse {
@@ -67,7 +78,7 @@ pub fn parse_request(body: &[u8], limits: &Limits) -> Result<Yue2Request, HttpRe
     let req = Yue2Request::from_json(body).map_err(|e| bad(e.to_string()))?;
     req.validate(limits).map_err(|e| bad(e.to_string()))?;
     if !yued_actors::worker::format_supported(req.output_format) {
-        return Err(bad(format!("output_format: '{}' has no encoder in this build (mp3, opus, flac, wav16, wav24, wav32)", req.output_format.name())));
+        return Err(bad(format!("output_format: '{}' has no encoder in this build", req.output_format.name())));
     }
     Ok(req.with_resolved_seeds(random_u64))
 }
@@ -80,8 +91,8 @@ fn random_u64() -> u64 {
 }
 
 /// Submits a parsed request; the reply of every submission route.
-pub async fn submit(st: &AppState, client: String, request: Yue2Request) -> Result<JobId, HttpResponse> {
-    match st.scheduler.send(Submit { client, request }).await {
+pub async fn submit(st: &AppState, client: String, request: Yue2Request, vae: Option<VaeTask>) -> Result<JobId, HttpResponse> {
+    match st.scheduler.send(Submit { client, request, vae }).await {
         Ok(Ok(id)) => Ok(id),
         Ok(Err(SubmitError::Full(cap))) => Err(HttpResponse::TooManyRequests()
             .insert_header((header::RETRY_AFTER, "5"))
@@ -97,9 +108,135 @@ pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) 
         Ok(r) => r,
         Err(resp) => return resp,
     };
-    match submit(&st, client_key(&req), request).await {
+    match submit(&st, client_key(&req), request, None).await {
         Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
         Err(resp) => resp,
+    }
+}
+
+fn too_large(limit: usize) -> HttpResponse {
+    error(actix_web::http::StatusCode::PAYLOAD_TOO_LARGE, format!("upload larger than {limit} bytes"))
+}
+
+/// `POST /vae`: multipart/form-data with exactly one of `audio` (encode to latents) or
+/// `src_latents` (raw f32 `[T, 64]`, decode to audio), and an optional `request` JSON part
+/// whose output_format, peak_clip and mp3_bitrate drive a decode. The upload is checked
+/// here (400 on audio that does not decode, latents that are not whole frames or exceed
+/// the context), written under the data directory, and queued like any job.
+pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<AppState>) -> HttpResponse {
+    let is_form = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("multipart/form-data"));
+    if !is_form {
+        return bad("POST /vae takes multipart/form-data with an 'audio' or a 'src_latents' part");
+    }
+    let limit = st.vae.max_upload_bytes;
+    let mut form = actix_multipart::Multipart::new(req.headers(), payload);
+    let (mut audio, mut latents, mut request) = (None::<Vec<u8>>, None::<Vec<u8>>, None::<Vec<u8>>);
+    let mut total = 0usize;
+    while let Some(field) = form.next().await {
+        let mut field = match field {
+            Ok(f) => f,
+            Err(e) => return bad(format!("multipart: {e}")),
+        };
+        let name = field.name().unwrap_or_default().to_string();
+        let mut buf = Vec::new();
+        while let Some(chunk) = field.next().await {
+            let chunk = match chunk {
+                Ok(c) => c,
+                Err(e) => return bad(format!("multipart part '{name}': {e}")),
+            };
+            total += chunk.len();
+            if total > limit {
+                return too_large(limit);
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        let slot = match name.as_str() {
+            "audio" => &mut audio,
+            "src_latents" => &mut latents,
+            "request" => &mut request,
+            other => return bad(format!("unknown part '{other}' (audio, src_latents, request)")),
+        };
+        if slot.is_some() {
+            return bad(format!("{name}: given twice"));
+        }
+        *slot = Some(buf);
+    }
+    // The request part is a request like /synth's, of which a decode reads output_format,
+    // peak_clip and mp3_bitrate: every field is type- and bound-checked, but a VAE job has
+    // no use for the "style or lyrics" rule of a song.
+    let options = match &request {
+        Some(body) => {
+            let r = match Yue2Request::from_json(body) {
+                Ok(r) => r,
+                Err(e) => return bad(e.to_string()),
+            };
+            let mut probe = r.clone();
+            if probe.style.is_empty() && probe.lyrics.is_empty() {
+                probe.style = "vae".into();
+            }
+            if let Err(e) = probe.validate(&st.limits) {
+                return bad(e.to_string());
+            }
+            r
+        }
+        None => Yue2Request::default(),
+    };
+    let lat = st.vae.latent_channels;
+    let context = st.limits.context as usize;
+    let (op, bytes) = match (audio, latents) {
+        (Some(_), Some(_)) => return bad("give exactly one of 'audio' (encode) or 'src_latents' (decode), not both"),
+        (None, None) => return bad("give exactly one of 'audio' (encode) or 'src_latents' (decode)"),
+        (Some(a), None) => {
+            if !st.vae.has_encoder {
+                return bad("audio: this VAE file has no encoder; only src_latents can be decoded");
+            }
+            let checked = web::block(move || yued_audio::decode::decode(&a).map(|pcm| (pcm.seconds(), a))).await;
+            match checked {
+                Ok(Ok((secs, a))) => {
+                    if secs * 25.0 > context as f64 {
+                        return bad(format!("audio: {secs:.1} s is longer than the context of {context} frames ({:.0} s)", context as f64 / 25.0));
+                    }
+                    (VaeOp::Encode, a)
+                }
+                Ok(Err(e)) => return bad(format!("audio: {e}")),
+                Err(_) => return unavailable("the decode check did not run"),
+            }
+        }
+        (None, Some(z)) => {
+            let frame = 4 * lat;
+            if z.is_empty() || z.len() % frame != 0 {
+                return bad(format!("src_latents: {} bytes are not whole frames of {lat} f32 values ({frame} bytes)", z.len()));
+            }
+            if z.len() / frame > context {
+                return bad(format!("src_latents: {} frames exceed the context of {context}", z.len() / frame));
+            }
+            if z.chunks_exact(4).any(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()) {
+                return bad("src_latents: the latents hold NaN or infinite values");
+            }
+            (VaeOp::Decode, z)
+        }
+    };
+    let path = st.vae.uploads.join(format!("{:016x}.upload", random_u64()));
+    let written = {
+        let path = path.clone();
+        web::block(move || -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(&path)?;
+            f.write_all(&bytes)?;
+            f.sync_all()
+        })
+        .await
+    };
+    if !matches!(written, Ok(Ok(()))) {
+        let _ = std::fs::remove_file(&path);
+        return error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, "could not store the upload");
+    }
+    match submit(&st, client_key(&req), options, Some(VaeTask { op, input: path.clone() })).await {
+        Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
+        Err(resp) => {
+            let _ = std::fs::remove_file(&path);
+            resp
+        }
     }
 }
 

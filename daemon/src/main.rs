@@ -1,5 +1,5 @@
-//! `yued`: the daemon (`serve`) and the model tools (`demo-model`, `gguf inspect`,
-//! `tokenize`, `quantize`).
+//! `yued`: the daemon (`serve`) and the model and audio tools (`demo-model`, `gguf`,
+//! `tokenize`, `quantize`, `plan`, `lm-eval`, `synth`, `codec`, `audio-convert`, `convert`).
 use clap::{Parser, Subcommand};
 
 mod cli;
@@ -41,6 +41,8 @@ enum Command {
         #[command(subcommand)]
         command: cli::codec::CodecCommand,
     },
+    /// Convert audio between containers (by output extension), resampling on request.
+    AudioConvert(cli::audio_convert::AudioConvertArgs),
     /// Convert checkpoint folders (safetensors) to GGUF.
     Convert {
         #[command(subcommand)]
@@ -61,6 +63,7 @@ fn main() {
         Command::Synth(a) => cli::synth::run(a),
         Command::Convert { command } => cli::convert::run(command),
         Command::Codec { command } => cli::codec::run(command),
+        Command::AudioConvert(a) => cli::audio_convert::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

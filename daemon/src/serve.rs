@@ -84,6 +84,9 @@ pub struct ServeArgs {
     /// `text` or `json` log lines.
     #[arg(long)]
     pub log_format: Option<String>,
+    /// Largest `/vae` upload in bytes (default 256 MiB).
+    #[arg(long)]
+    pub max_upload_bytes: Option<usize>,
 }
 
 impl ServeArgs {
@@ -108,6 +111,7 @@ impl ServeArgs {
         set("threads", self.threads.map(|v| v.to_string()))?;
         set("vae_core", self.vae_core.map(|v| v.to_string()))?;
         set("vae_halo", self.vae_halo.map(|v| v.to_string()))?;
+        set("max_upload_bytes", self.max_upload_bytes.map(|v| v.to_string()))?;
         if self.keep_loaded {
             c.keep_loaded = true;
         }
@@ -137,6 +141,8 @@ struct Models {
     vae: PathBuf,
     info: BackboneInfo,
     demo: Option<String>,
+    latent_channels: usize,
+    vae_has_encoder: bool,
 }
 
 fn resolve_models(c: &Config) -> anyhow::Result<Models> {
@@ -157,9 +163,9 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let info = BackboneInfo::from_gguf(&f)?;
     BpeTokenizer::from_gguf(&f)?;
     let vf = GgufFile::open(&vae)?;
-    yued_engine::vae::VaeModel::info(&vf)?;
+    let vae_info = yued_engine::vae::VaeModel::info(&vf)?;
     let demo = f.get(DEMO_KEY).and_then(|v| v.as_str()).map(String::from);
-    Ok(Models { model, vae, info, demo })
+    Ok(Models { model, vae, info, demo, latent_channels: vae_info.latent_channels, vae_has_encoder: vae_info.has_encoder })
 }
 
 /// API keys, when configured: 401 without one (the WebUI page and /health stay open).
@@ -214,6 +220,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     }
     std::fs::create_dir_all(&c.data_dir).with_context(|| format!("creating {}", c.data_dir.display()))?;
     let journal = Journal::open(&c.data_dir.join("journal"))?;
+    let uploads = c.data_dir.join("uploads");
+    std::fs::create_dir_all(&uploads).with_context(|| format!("creating {}", uploads.display()))?;
     let results = Arc::new(ResultStore::open(&c.data_dir.join("results"), Retention { ttl_secs: c.result_ttl_secs, max_bytes: c.result_max_bytes, max_count: c.result_max_count })?);
     let context = if c.max_seq > 0 { (c.max_seq as usize).min(models.info.config.max_position_embeddings) } else { models.info.config.max_position_embeddings };
     let limits = Limits { max_batch: c.max_batch, context: context as u32, codebook_size: models.info.tokens.codebook_size, ..Limits::default() };
@@ -249,6 +257,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             started: std::time::Instant::now(),
             demo_weights: demo,
             max_body_bytes: cfg.max_body_bytes,
+            vae: http::VaeLimits { uploads, max_upload_bytes: cfg.max_upload_bytes, latent_channels: models.latent_channels, has_encoder: models.vae_has_encoder },
         });
         let max_body = cfg.max_body_bytes;
         let server = HttpServer::new(move || {
@@ -259,6 +268,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
                 .wrap(from_fn(require_key))
                 .service(web::resource("/synth").route(web::post().to(http::post_synth)).default_service(na()))
+                .service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(na()))
                 .service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(na()))
                 .service(web::resource("/health").route(web::get().to(http::health)).default_service(na()))
                 .service(web::resource("/status").route(web::get().to(http::health)).default_service(na()))

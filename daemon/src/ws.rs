@@ -83,7 +83,7 @@ pub async fn synth_stream(req: HttpRequest, body: web::Payload, q: web::Query<St
                 return;
             }
         };
-        let id = match submit(&st, client, request).await {
+        let id = match submit(&st, client, request, None).await {
             Ok(id) => id,
             Err(resp) => {
                 let msg = format!("submission refused ({})", resp.status());

@@ -170,3 +170,62 @@ fn codec_encodes_audio_to_latents_and_back_in_every_format() {
     std::fs::write(&junk, b"this is not audio at all").unwrap();
     assert!(fails(&["codec", "encode", "--vae", s(&vae), "-i", s(&junk), "--device", "CPU"]).contains("does not decode"));
 }
+
+/// A mono 44.1 kHz sweep: the resampling and channel paths, not the 48 kHz stereo default.
+fn write_sweep_44k_mono(path: &Path, frames: usize) {
+    let spec = hound::WavSpec { channels: 1, sample_rate: 44100, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for i in 0..frames {
+        let t = i as f32 / 44100.0;
+        w.write_sample(((2.0 * std::f32::consts::PI * (300.0 + 400.0 * t) * t).sin() * 12000.0) as i16).unwrap();
+    }
+    w.finalize().unwrap();
+}
+
+#[test]
+fn codec_encode_resamples_any_rate_and_channel_count() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&["demo-model", "--out", s(d)]);
+    let vae = d.join("yue2-demo-tiny-vae.gguf");
+    let wav = d.join("mono44.wav");
+    write_sweep_44k_mono(&wav, 44100);
+    let out = d.join("z.vae");
+    ok(&["codec", "encode", "--vae", s(&vae), "-i", s(&wav), "-o", s(&out), "--device", "CPU"]);
+    // 1 s at 44.1 kHz is exactly 48000 samples at 48 kHz: 25 frames.
+    assert_eq!(std::fs::metadata(&out).unwrap().len(), 25 * 64 * 4);
+}
+
+#[test]
+fn audio_convert_picks_the_format_by_extension_and_keeps_the_length() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let wav = d.join("in.wav");
+    write_sweep_44k_mono(&wav, 44100 + 300);
+    for (ext, exact) in [("flac", true), ("mp3", false), ("ogg", true), ("m4a", true), ("aac", false), ("opus", true)] {
+        let out = d.join(format!("out.{ext}"));
+        ok(&["audio-convert", "-i", s(&wav), "-o", s(&out), "-b", "160"]);
+        let back = d.join(format!("back-{ext}.wav"));
+        ok(&["audio-convert", "-i", s(&out), "-o", s(&back), "--format", "wav24", "--rate", "44100"]);
+        let r = hound::WavReader::open(&back).unwrap();
+        assert_eq!((r.spec().sample_rate, r.spec().channels, r.spec().bits_per_sample), (44100, 1, 24), "{ext}");
+        let n = r.duration() as usize;
+        if exact {
+            // Opus travels at 48 kHz and comes back resampled: still the same length.
+            assert_eq!(n, 44100 + 300, "{ext}");
+        } else {
+            // MP3 within a frame; raw ADTS plays the encoder priming (2048) and the last frame's padding.
+            assert!(n.abs_diff(44100 + 300) <= 3200, "{ext}: {n} frames");
+        }
+    }
+    // A 48 kHz stereo WAV from the mono input, and the errors.
+    let st = d.join("st.wav");
+    ok(&["audio-convert", "-i", s(&wav), "-o", s(&st), "--rate", "48000", "--channels", "2", "--format", "wav32"]);
+    let r = hound::WavReader::open(&st).unwrap();
+    assert_eq!((r.spec().sample_rate, r.spec().channels, r.duration()), (48000, 2, 48327));
+    assert!(fails(&["audio-convert", "-i", s(&wav), "-o", s(&d.join("x.xyz"))]).contains("unknown output extension"));
+    assert!(fails(&["audio-convert", "-i", s(&wav), "-o", s(&d.join("x.wav")), "--format", "mp3"]).contains("not a WAV flavour"));
+    let junk = d.join("junk.wav");
+    std::fs::write(&junk, b"RIFF....WAVEjunk").unwrap();
+    assert!(fails(&["audio-convert", "-i", s(&junk), "-o", s(&d.join("y.flac"))]).contains("does not decode"));
+}

@@ -1,7 +1,7 @@
 use super::common::DeviceArgs;
 use anyhow::Context;
 use std::path::PathBuf;
-use yued_audio::{peak_normalize, Pcm};
+use yued_actors::codec::{audio_to_latents, latents_to_audio, DecodeOptions};
 use yued_engine::generate::CancelToken;
 use yued_engine::gguf::GgufFile;
 use yued_engine::latent::{decode_latents, encode_latents, LatentFormat};
@@ -11,7 +11,8 @@ use yued_protocol::OutputFormat;
 /// The neural codec: audio to Oobleck latents and back, with the VAE alone.
 #[derive(clap::Subcommand)]
 pub enum CodecCommand {
-    /// Audio (WAV, MP3, FLAC, Ogg, Opus; 48 kHz) to latents (.vae, or .nac8 / .nac4).
+    /// Audio (WAV, MP3, FLAC, Ogg Vorbis/Opus, AAC/M4A; any rate and channel count,
+    /// converted to 48 kHz stereo) to latents (.vae, or .nac8 / .nac4 with --q8 / --q4).
     Encode(CodecArgs),
     /// Latents (any of the three formats, detected by magic) to audio.
     Decode(CodecArgs),
@@ -34,10 +35,10 @@ pub struct CodecArgs {
     /// Quantize the latents to 4 bits (encode).
     #[arg(long, conflicts_with = "q8")]
     pub q4: bool,
-    /// Audio format of a decode: mp3, opus, flac, wav16, wav24, wav32.
+    /// Audio format of a decode: mp3, opus, ogg, flac, aac, m4a, wav16, wav24, wav32.
     #[arg(long, default_value = "wav16")]
     pub format: String,
-    /// MP3 bitrate in kbps.
+    /// MP3 bitrate in kbps (decode to mp3).
     #[arg(long, default_value_t = 128)]
     pub bitrate: u32,
     /// VAE tile core frames.
@@ -61,34 +62,20 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
     let lat = vae.info.latent_channels;
     let bytes = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     if encode {
-        let pcm = yued_audio::decode::decode(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
-        anyhow::ensure!(pcm.sample_rate == vae.info.sample_rate, "{}: {} Hz; the VAE takes {} Hz (resampling is not available in this build)", a.input.display(), pcm.sample_rate, vae.info.sample_rate);
-        let hop = vae.info.hop();
-        let n = pcm.frames().div_ceil(hop) * hop;
-        let mut planar = Vec::with_capacity(n * 2);
-        for ch in 0..2 {
-            let src = pcm.channel(ch.min(pcm.channels - 1));
-            planar.extend_from_slice(src);
-            planar.extend(std::iter::repeat_n(0.0, n - src.len()));
-        }
-        let z = vae.encode(&backend, &planar).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let z = audio_to_latents(&mut vae, &backend, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
         let fmt = if a.q8 { LatentFormat::Nac8 } else if a.q4 { LatentFormat::Nac4 } else { LatentFormat::RawF32 };
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(fmt.extension()));
         std::fs::write(&out, encode_latents(&z, lat, fmt))?;
         println!("{}: {} frames ({:.2} s) as {}", out.display(), z.len() / lat, (z.len() / lat) as f64 / 25.0, fmt.extension());
     } else {
         let format: OutputFormat = a.format.parse().map_err(|e| anyhow::anyhow!("--format: {e}"))?;
-        anyhow::ensure!(yued_audio::encode::supported(format), "--format: '{}' has no encoder in this build", format.name());
         let (_, z) = decode_latents(&bytes, lat).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
         let pb = super::progress_bar((z.len() / lat).div_ceil(a.vae_core.max(1)) as u64, "decode");
-        let mut pcm = vae.decode_tiled(&backend, &z, a.vae_core, a.vae_halo, &CancelToken::new(), &mut |_| pb.inc(1)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let opts = DecodeOptions { format, peak_clip: 10, mp3_bitrate: a.bitrate, core: a.vae_core, halo: a.vae_halo };
+        let (audio, encoded) = latents_to_audio(&mut vae, &backend, &z, opts, &CancelToken::new(), &mut |_| pb.inc(1)).map_err(|e| anyhow::anyhow!("{e}"))?;
         pb.finish_and_clear();
-        if format.normalizes() {
-            peak_normalize(&mut pcm, 10);
-        }
-        let audio = Pcm::new(vae.info.sample_rate, vae.info.audio_channels, pcm);
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(format.extension()));
-        std::fs::write(&out, yued_audio::encode::encode(&audio, format, a.bitrate)?)?;
+        std::fs::write(&out, encoded)?;
         println!("{}: {:.2} s", out.display(), audio.seconds());
     }
     Ok(())

@@ -1,4 +1,5 @@
 //! One module per model-tool subcommand.
+pub mod audio_convert;
 pub mod codec;
 pub mod common;
 pub mod convert;

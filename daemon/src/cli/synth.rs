@@ -91,7 +91,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
         eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", a.model.display());
     }
     req.validate(&p.limits(req.lm_batch_size.max(1))).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
-    anyhow::ensure!(yued_audio::encode::supported(req.output_format), "{}: output_format '{}' has no encoder in this build (mp3, opus, flac, wav16, wav24, wav32)", a.request.display(), req.output_format.name());
+    anyhow::ensure!(yued_audio::encode::supported(req.output_format), "{}: output_format '{}' has no encoder in this build", a.request.display(), req.output_format.name());
     let pb = super::progress_bar(1, "loading");
     let mut stage = None;
     let tiles_per_track = |frames: usize| frames.div_ceil(a.vae_core.max(1)) as u64;
