@@ -4,6 +4,7 @@
 //! to the event callback the moment it exists.
 use crate::ar::ArModel;
 use crate::generate::{ArProgress, ArStage, ArStages, CancelToken, GenError, Song};
+use crate::kv_cache::KvSet;
 use crate::ggml::{Backend, GgmlError};
 use crate::gguf::{GgufError, GgufFile};
 use crate::model::BackboneInfo;
@@ -74,12 +75,37 @@ pub enum Event<'a> {
     Tile { track: usize, tile: Tile<'a> },
 }
 
-/// A song's semantic stream, ready for the NAR.
-struct SongCodes {
-    index: u32,
-    prefix: Vec<u32>,
-    codes: Vec<u32>,
-    ended: bool,
+/// A song as the AR half leaves it: score, codes, and the sequences the NAR attends to.
+#[derive(Clone, Debug)]
+pub struct SongMeta {
+    pub index: u32,
+    pub abc: String,
+    /// The planning seed that wrote the score (None: the score was given or there is none).
+    pub plan_seed: Option<u64>,
+    pub codes: Vec<u32>,
+    /// The model wrote music_end (false: the budget cut it).
+    pub ended: bool,
+}
+
+/// One acoustic chunk of a song: its frame range and the KV set holding
+/// `prefix + chunk codes + music_end`, prefilled by the AR half.
+pub struct ChunkKv {
+    pub start: usize,
+    pub end: usize,
+    pub kv: KvSet,
+}
+
+/// Everything the synthesis half needs of one song. The KV sets travel with it: they are
+/// the only state the two halves share, and they outlive the AR module's residency.
+pub struct SongWork {
+    pub meta: SongMeta,
+    pub chunks: Vec<ChunkKv>,
+}
+
+impl SongWork {
+    pub fn kv_bytes(&self) -> usize {
+        self.chunks.iter().map(|c| c.kv.bytes()).sum()
+    }
 }
 
 /// One rendered track.
@@ -115,39 +141,34 @@ impl Default for PipelineOptions {
     }
 }
 
-/// The resident modules and everything a request needs.
-pub struct Pipeline {
-    pub backend: Backend,
+/// What every stage of a request reads besides the modules: the text side of the backbone
+/// file (configuration, tokenizer, prompt texts) and the bounds. Cheap, immutable, shared
+/// by the stage threads of the daemon; the modules are passed in by whoever holds them.
+pub struct Shared {
     pub info: BackboneInfo,
     pub tokenizer: BpeTokenizer,
     pub instructions: Instructions,
-    pub ar: ArModel,
-    pub nar: NarModel,
-    pub vae: VaeModel,
     pub max_seq: usize,
     pub vae_core: usize,
     pub vae_halo: usize,
 }
 
-impl Pipeline {
-    pub fn load(model: &Path, vae: &Path, backend: Backend, opts: &PipelineOptions) -> Result<Self, PipelineError> {
+impl Shared {
+    pub fn open(model: &Path, opts: &PipelineOptions) -> Result<Self, PipelineError> {
         let f = GgufFile::open(model)?;
-        let info = BackboneInfo::from_gguf(&f)?;
-        let tokenizer = BpeTokenizer::from_gguf(&f).map_err(|e| PipelineError::Other(e.to_string()))?;
-        let instructions = Instructions::from_gguf(&f);
-        let ar = ArModel::load(&f, &info, &backend)?;
-        let nar = NarModel::load(&f, &info, &backend)?;
-        let vf = GgufFile::open(vae)?;
-        let vae = VaeModel::load(&vf, &backend)?;
-        if vae.info.latent_channels != nar.latent {
-            return Err(PipelineError::Other(format!("the VAE takes {} latent channels, the backbone writes {}", vae.info.latent_channels, nar.latent)));
-        }
+        Self::from_gguf(&f, opts)
+    }
+
+    pub fn from_gguf(f: &GgufFile, opts: &PipelineOptions) -> Result<Self, PipelineError> {
+        let info = BackboneInfo::from_gguf(f)?;
+        let tokenizer = BpeTokenizer::from_gguf(f).map_err(|e| PipelineError::Other(e.to_string()))?;
+        let instructions = Instructions::from_gguf(f);
         let ctx = info.config.max_position_embeddings;
         let max_seq = if opts.max_seq > 0 { opts.max_seq.min(ctx) } else { ctx };
         if opts.vae_core == 0 {
             return Err(PipelineError::Other("--vae-core must be at least 1".into()));
         }
-        Ok(Pipeline { backend, info, tokenizer, instructions, ar, nar, vae, max_seq, vae_core: opts.vae_core, vae_halo: opts.vae_halo })
+        Ok(Shared { info, tokenizer, instructions, max_seq, vae_core: opts.vae_core, vae_halo: opts.vae_halo })
     }
 
     /// The request bounds this pipeline enforces.
@@ -155,19 +176,22 @@ impl Pipeline {
         Limits { max_batch, context: self.max_seq as u32, codebook_size: self.info.tokens.codebook_size, ..Limits::default() }
     }
 
-    fn stages(&mut self) -> ArStages<'_> {
-        ArStages { model: &mut self.ar, backend: &self.backend, tokenizer: &self.tokenizer, tokens: self.info.tokens, instructions: &self.instructions, max_seq: self.max_seq }
+    pub fn ar_stages<'a>(&'a self, model: &'a mut ArModel, backend: &'a Backend) -> ArStages<'a> {
+        ArStages { model, backend, tokenizer: &self.tokenizer, tokens: self.info.tokens, instructions: &self.instructions, max_seq: self.max_seq }
     }
 
-    /// Runs a validated request whose seeds are resolved (non-negative).
-    pub fn run(&mut self, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<Track>, PipelineError> {
+    /// The AR half of a request (its seeds resolved): scores, semantic streams (or the
+    /// replayed one), then one prefill per acoustic chunk. The KV sets of the generation are
+    /// dropped: the NAR reads a fresh one-forward prefill of prefix + codes + music_end, the
+    /// same sequence a replay prefills, so a replay renders the same audio bit for bit.
+    pub fn compose(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<SongWork>, PipelineError> {
         if req.lm_seed < 0 || req.seed < 0 {
             return Err(PipelineError::Other("seeds must be resolved before the pipeline runs".into()));
         }
-        self.stages().check_fits(req)?;
+        self.ar_stages(ar, backend).check_fits(req)?;
         let replay = !req.semantic_tokens.is_empty();
         let n_songs = if replay { 1 } else { req.lm_batch_size.max(1) as usize };
-        // Scores.
+        // Scores: (text, ids, planning seed).
         let mut scores: Vec<(String, Vec<u32>, Option<u64>)> = Vec::with_capacity(n_songs);
         for i in 0..n_songs {
             if !req.abc.is_empty() {
@@ -175,7 +199,7 @@ impl Pipeline {
             } else if replay || req.cot == CotMode::Off {
                 scores.push((String::new(), Vec::new(), None));
             } else {
-                let plan = self.stages().plan(req, i as u32, cancel, &mut |p: ArProgress| events(Event::Progress { stage: Stage::Plan, song: p.song, done: p.done, total: p.total }))?;
+                let plan = self.ar_stages(ar, backend).plan(req, i as u32, cancel, &mut |p: ArProgress| events(Event::Progress { stage: Stage::Plan, song: p.song, done: p.done, total: p.total }))?;
                 events(Event::Score { song: i as u32, abc: &plan.abc });
                 // The score travels as text: the next stages read its canonical tokenization,
                 // exactly what a replay of the track will read.
@@ -183,83 +207,72 @@ impl Pipeline {
                 scores.push((plan.abc, ids, Some(plan.seed)));
             }
         }
-        // Semantic stream: (prefix, codes, ended) per song. The AR KV sets are dropped here:
-        // the NAR reads a fresh one-forward prefill of prefix + codes + music_end, the same
-        // sequence a replay prefills, so a replay renders the same audio bit for bit.
-        let songs: Vec<SongCodes> = if replay {
-            let prefix = self.stages().semantic_prefix(req, &scores[0].1)?;
-            vec![SongCodes { index: 0, prefix, codes: req.semantic_codes()?, ended: true }]
+        let streams: Vec<(u32, Vec<u32>, Vec<u32>, bool)> = if replay {
+            let prefix = self.ar_stages(ar, backend).semantic_prefix(req, &scores[0].1)?;
+            vec![(0, prefix, req.semantic_codes()?, true)]
         } else {
             let ids: Vec<Vec<u32>> = scores.iter().map(|s| s.1.clone()).collect();
-            let songs: Vec<Song> = self.stages().semantic(req, &ids, cancel, &mut |p: ArProgress| {
+            let songs: Vec<Song> = self.ar_stages(ar, backend).semantic(req, &ids, cancel, &mut |p: ArProgress| {
                 let stage = if p.stage == ArStage::Plan { Stage::Plan } else { Stage::Semantic };
                 events(Event::Progress { stage, song: p.song, done: p.done, total: p.total })
             })?;
-            songs.into_iter().map(|s| SongCodes { index: s.index, prefix: s.prefix, codes: s.codes, ended: s.ended }).collect()
+            songs.into_iter().map(|s| (s.index, s.prefix, s.codes, s.ended)).collect()
         };
-        let mut tracks = Vec::new();
-        let m = req.synth_batch_size.max(1) as usize;
-        for song in songs.iter() {
-            events(Event::Codes { song: song.index, abc: &scores[song.index as usize].0, codes: &song.codes });
-            let frames = song.codes.len();
+        let mut out = Vec::with_capacity(streams.len());
+        for (index, prefix, codes, ended) in streams {
+            let (abc, _, plan_seed) = scores[index as usize].clone();
+            events(Event::Codes { song: index, abc: &abc, codes: &codes });
+            let frames = codes.len();
             if frames == 0 {
-                return Err(PipelineError::Other(format!("song {} has no semantic frame to render", song.index)));
+                return Err(PipelineError::Other(format!("song {index} has no semantic frame to render")));
             }
-            let noise: Vec<Vec<f32>> = (0..m).map(|j| randn(req.seed as u64 + j as u64, frames * self.nar.latent)).collect();
-            let latents = self.render_song(song, &noise, req.steps as usize, cancel, events, tracks.len())?;
-            for (j, lat) in latents.into_iter().enumerate() {
-                let track = tracks.len();
-                let pcm = self.vae.decode_tiled(&self.backend, &lat, self.vae_core, self.vae_halo, cancel, &mut |tile| {
-                    events(Event::Tile { track, tile });
-                })?;
-                let (abc, _, plan_seed) = &scores[song.index as usize];
-                let mut rq = req.clone();
-                rq.abc = abc.clone();
-                rq.semantic_tokens = song.codes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-                rq.source_tokens.clear();
-                rq.lm_seed = plan_seed.map(|s| s as i64).unwrap_or(req.lm_seed + song.index as i64);
-                rq.seed = req.seed + j as i64;
-                rq.lm_batch_size = 1;
-                rq.synth_batch_size = 1;
-                if rq.cot != CotMode::Off && abc.is_empty() {
-                    rq.cot = req.cot;
+            let per_chunk = chunk_frames(self.max_seq, prefix.len());
+            if per_chunk == 0 {
+                return Err(RequestError::new("abc", format!("the prefix of {} tokens leaves no room for a latent block in a context of {}", prefix.len(), self.max_seq)).into());
+            }
+            let n_chunks = frames.div_ceil(per_chunk);
+            if n_chunks > 1 {
+                tracing::info!(song = index, frames, chunks = n_chunks, "song longer than one context window: rendering in chunks");
+            }
+            let mut chunks = Vec::with_capacity(n_chunks);
+            for c in 0..n_chunks {
+                if cancel.is_cancelled() {
+                    return Err(PipelineError::Cancelled);
                 }
-                tracks.push(Track { song: song.index, variation: j as u32, replay: rq, abc: abc.clone(), codes: song.codes.clone(), frames, latents: lat, pcm, truncated: !song.ended });
+                let (a, b) = (c * per_chunk, ((c + 1) * per_chunk).min(frames));
+                let song = self.ar_stages(ar, backend).prefill_sequence(prefix.clone(), &[], &codes[a..b])?;
+                chunks.push(ChunkKv { start: a, end: b, kv: song.kv });
             }
+            out.push(SongWork { meta: SongMeta { index, abc, plan_seed, codes, ended }, chunks });
         }
-        Ok(tracks)
+        Ok(out)
     }
 
-    /// NAR over every chunk of a song for all its variations; returns each variation's
-    /// time-major latents. Chunks are `(max_seq - prefix - 3) / 2` frames, each its own
-    /// `prefix + chunk codes + music_end` sequence.
-    fn render_song(&mut self, song: &SongCodes, noise: &[Vec<f32>], steps: usize, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>), first_track: usize) -> Result<Vec<Vec<f32>>, PipelineError> {
-        let lat = self.nar.latent;
-        let frames = song.codes.len();
-        let m = noise.len();
-        let per_chunk = chunk_frames(self.max_seq, song.prefix.len());
-        if per_chunk == 0 {
-            return Err(RequestError::new("abc", format!("the prefix of {} tokens leaves no room for a latent block in a context of {}", song.prefix.len(), self.max_seq)).into());
-        }
-        let n_chunks = frames.div_ceil(per_chunk);
-        if n_chunks > 1 {
-            tracing::info!(song = song.index, frames, chunks = n_chunks, "song longer than one context window: rendering in chunks");
-        }
+    /// The synthesis half of one song: flow matching over each chunk for all the request's
+    /// variations, in one graph per chunk. Each chunk's latents go out as `Event::Latents`
+    /// (track `first_track + variation`) the moment they exist, and each chunk's KV set is
+    /// freed right after its solve. Returns every variation's time-major latents.
+    pub fn render(&self, nar: &mut NarModel, backend: &Backend, song: SongWork, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>), first_track: usize) -> Result<Vec<Vec<f32>>, PipelineError> {
+        let lat = nar.latent;
+        let frames = song.meta.codes.len();
+        let m = req.synth_batch_size.max(1) as usize;
+        let steps = req.steps as usize;
+        let noise: Vec<Vec<f32>> = (0..m).map(|j| randn(req.seed as u64 + j as u64, frames * lat)).collect();
         let mut out = vec![Vec::with_capacity(frames * lat); m];
+        let n_chunks = song.chunks.len();
         let total_steps = steps * n_chunks;
-        for c in 0..n_chunks {
-            let (a, b) = (c * per_chunk, ((c + 1) * per_chunk).min(frames));
+        for (c, chunk) in song.chunks.into_iter().enumerate() {
+            let (a, b) = (chunk.start, chunk.end);
             let n = b - a;
-            let chunk_song = self.stages().prefill_sequence(song.prefix.clone(), &[], &song.codes[a..b])?;
-            let kv = &chunk_song.kv;
             let mut x = Vec::with_capacity(m * n * lat);
-            for nz in noise {
+            for nz in &noise {
                 x.extend_from_slice(&nz[a * lat..b * lat]);
             }
             let done_before = c * steps;
-            let y = self.nar.solve(&self.backend, kv, &x, n, m, steps, cancel, &mut |s, _| {
-                events(Event::Progress { stage: Stage::Synth, song: song.index, done: done_before + s, total: total_steps })
+            let y = nar.solve(backend, &chunk.kv, &x, n, m, steps, cancel, &mut |s, _| {
+                events(Event::Progress { stage: Stage::Synth, song: song.meta.index, done: done_before + s, total: total_steps })
             })?;
+            drop(chunk);
             for j in 0..m {
                 let part = &y[j * n * lat..(j + 1) * n * lat];
                 events(Event::Latents { track: first_track + j, start_frame: a, latents: part });
@@ -267,6 +280,69 @@ impl Pipeline {
             }
         }
         Ok(out)
+    }
+}
+
+/// The request that renders variation `variation` of `song` again, bit for bit.
+pub fn replay_request(req: &Yue2Request, song: &SongMeta, variation: u32) -> Yue2Request {
+    let mut rq = req.clone();
+    rq.abc = song.abc.clone();
+    rq.semantic_tokens = song.codes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+    rq.source_tokens.clear();
+    rq.lm_seed = song.plan_seed.map(|s| s as i64).unwrap_or(req.lm_seed + song.index as i64);
+    rq.seed = req.seed + variation as i64;
+    rq.lm_batch_size = 1;
+    rq.synth_batch_size = 1;
+    rq
+}
+
+/// All three modules resident on one backend: the synchronous whole-request path of
+/// `yued synth` and of the tests. The daemon runs the same stage functions on its own
+/// threads, each module leased from its ModelStore.
+pub struct Pipeline {
+    pub backend: Backend,
+    pub shared: Shared,
+    pub ar: ArModel,
+    pub nar: NarModel,
+    pub vae: VaeModel,
+}
+
+impl Pipeline {
+    pub fn load(model: &Path, vae: &Path, backend: Backend, opts: &PipelineOptions) -> Result<Self, PipelineError> {
+        let f = GgufFile::open(model)?;
+        let shared = Shared::from_gguf(&f, opts)?;
+        let ar = ArModel::load(&f, &shared.info, &backend)?;
+        let nar = NarModel::load(&f, &shared.info, &backend)?;
+        let vf = GgufFile::open(vae)?;
+        let vae = VaeModel::load(&vf, &backend)?;
+        if vae.info.latent_channels != nar.latent {
+            return Err(PipelineError::Other(format!("the VAE takes {} latent channels, the backbone writes {}", vae.info.latent_channels, nar.latent)));
+        }
+        Ok(Pipeline { backend, shared, ar, nar, vae })
+    }
+
+    /// The request bounds this pipeline enforces.
+    pub fn limits(&self, max_batch: u32) -> Limits {
+        self.shared.limits(max_batch)
+    }
+
+    /// Runs a validated request whose seeds are resolved (non-negative).
+    pub fn run(&mut self, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<Track>, PipelineError> {
+        let songs = self.shared.compose(&mut self.ar, &self.backend, req, cancel, events)?;
+        let mut tracks = Vec::new();
+        for song in songs {
+            let meta = song.meta.clone();
+            let latents = self.shared.render(&mut self.nar, &self.backend, song, req, cancel, events, tracks.len())?;
+            for (j, lat) in latents.into_iter().enumerate() {
+                let track = tracks.len();
+                let pcm = self.vae.decode_tiled(&self.backend, &lat, self.shared.vae_core, self.shared.vae_halo, cancel, &mut |tile| {
+                    events(Event::Tile { track, tile });
+                })?;
+                let frames = meta.codes.len();
+                tracks.push(Track { song: meta.index, variation: j as u32, replay: replay_request(req, &meta, j as u32), abc: meta.abc.clone(), codes: meta.codes.clone(), frames, latents: lat, pcm, truncated: !meta.ended });
+            }
+        }
+        Ok(tracks)
     }
 }
 

@@ -48,6 +48,99 @@ impl VaeInfo {
 }
 
 /// One decoded tile handed to the caller as soon as it exists.
+/// The tiled decode of one track whose length is known, fed in pieces: latents arrive as
+/// the NAR finishes each chunk, and every tile whose core and right halo are available is
+/// decoded at once. Same tiles, hence the same samples, as one `decode_tiled` call.
+pub struct TileStream {
+    channels: usize,
+    audio_channels: usize,
+    hop: usize,
+    frames: usize,
+    core: usize,
+    halo: usize,
+    latents: Vec<f32>,
+    /// First frame of the next tile's core.
+    next: usize,
+    index: usize,
+    total: usize,
+    out: Vec<f32>,
+}
+
+impl TileStream {
+    pub fn new(info: &VaeInfo, frames: usize, core: usize, halo: usize) -> Result<Self, VaeError> {
+        if core == 0 {
+            return Err(VaeError::Input("tile core must be at least one frame".into()));
+        }
+        if frames == 0 {
+            return Err(VaeError::Input("a track of zero frames".into()));
+        }
+        let total = info.samples_for(frames);
+        Ok(TileStream {
+            channels: info.latent_channels,
+            audio_channels: info.audio_channels,
+            hop: info.hop(),
+            frames,
+            core,
+            halo,
+            latents: Vec::with_capacity(frames * info.latent_channels),
+            next: 0,
+            index: 0,
+            total,
+            out: vec![0f32; total * info.audio_channels],
+        })
+    }
+
+    /// Frames received so far.
+    pub fn received(&self) -> usize {
+        self.latents.len() / self.channels
+    }
+
+    pub fn is_complete(&self) -> bool {
+        self.next >= self.frames
+    }
+
+    /// Appends time-major latents and decodes every tile they complete.
+    pub fn push(&mut self, vae: &mut VaeModel, backend: &Backend, latents: &[f32], cancel: &CancelToken, on_tile: &mut dyn FnMut(Tile<'_>)) -> Result<(), VaeError> {
+        let c = self.channels;
+        if !latents.len().is_multiple_of(c) || self.received() + latents.len() / c > self.frames {
+            return Err(VaeError::Input(format!("{} latent values do not fit the {} frames of this track ({} received)", latents.len(), self.frames, self.received())));
+        }
+        self.latents.extend_from_slice(latents);
+        let have = self.received();
+        let (hop, ch, total) = (self.hop, self.audio_channels, self.total);
+        while self.next < self.frames {
+            let a = self.next;
+            let b = (a + self.core).min(self.frames);
+            let (s, e) = (a.saturating_sub(self.halo), (b + self.halo).min(self.frames));
+            if e > have {
+                break;
+            }
+            if cancel.is_cancelled() {
+                return Err(VaeError::Cancelled);
+            }
+            let pcm = vae.decode(backend, &self.latents[s * c..e * c])?;
+            let tile_len = vae.info.samples_for(e - s);
+            let off = (a - s) * hop;
+            let n = if b == self.frames { total - a * hop } else { (b - a) * hop };
+            let mut planar = Vec::with_capacity(n * ch);
+            for k in 0..ch {
+                let src = &pcm[k * tile_len + off..k * tile_len + off + n];
+                self.out[k * total + a * hop..k * total + a * hop + n].copy_from_slice(src);
+                planar.extend_from_slice(src);
+            }
+            on_tile(Tile { index: self.index, start_sample: a * hop, pcm: &planar, samples: n });
+            self.index += 1;
+            self.next = b;
+        }
+        Ok(())
+    }
+
+    /// The whole planar signal and the latents it was decoded from.
+    pub fn finish(self) -> (Vec<f32>, Vec<f32>) {
+        (self.out, self.latents)
+    }
+}
+
 pub struct Tile<'a> {
     pub index: usize,
     /// First output sample (per channel) of this tile in the whole song.
@@ -190,40 +283,12 @@ impl VaeModel {
     /// planar signal, identical to a single pass.
     pub fn decode_tiled(&mut self, backend: &Backend, latents: &[f32], core: usize, halo: usize, cancel: &CancelToken, on_tile: &mut dyn FnMut(Tile<'_>)) -> Result<Vec<f32>, VaeError> {
         let c = self.info.latent_channels;
-        if core == 0 {
-            return Err(VaeError::Input("tile core must be at least one frame".into()));
-        }
         if latents.is_empty() || !latents.len().is_multiple_of(c) {
             return Err(VaeError::Input(format!("{} latent values are not whole frames of {c}", latents.len())));
         }
-        let frames = latents.len() / c;
-        let hop = self.info.hop();
-        let total = self.info.samples_for(frames);
-        let ch = self.info.audio_channels;
-        let mut out = vec![0f32; total * ch];
-        let mut index = 0;
-        let mut a = 0;
-        while a < frames {
-            if cancel.is_cancelled() {
-                return Err(VaeError::Cancelled);
-            }
-            let b = (a + core).min(frames);
-            let (s, e) = (a.saturating_sub(halo), (b + halo).min(frames));
-            let pcm = self.decode(backend, &latents[s * c..e * c])?;
-            let tile_len = self.info.samples_for(e - s);
-            let off = (a - s) * hop;
-            let n = if b == frames { total - a * hop } else { (b - a) * hop };
-            let mut planar = Vec::with_capacity(n * ch);
-            for k in 0..ch {
-                let src = &pcm[k * tile_len + off..k * tile_len + off + n];
-                out[k * total + a * hop..k * total + a * hop + n].copy_from_slice(src);
-                planar.extend_from_slice(src);
-            }
-            on_tile(Tile { index, start_sample: a * hop, pcm: &planar, samples: n });
-            index += 1;
-            a = b;
-        }
-        Ok(out)
+        let mut stream = TileStream::new(&self.info, latents.len() / c, core, halo)?;
+        stream.push(self, backend, latents, cancel, on_tile)?;
+        Ok(stream.finish().0)
     }
 
     /// Encodes planar audio ([channels, N], N a multiple of the hop) to the posterior mean,

@@ -42,6 +42,29 @@ fn tiled_decode_equals_one_pass() {
 }
 
 #[test]
+fn a_tile_stream_fed_in_uneven_chunks_equals_the_tiled_decode() {
+    let (backend, mut m) = demo_vae();
+    let z = latents(23, 4);
+    let cancel = CancelToken::new();
+    let tiled = m.decode_tiled(&backend, &z, 5, 3, &cancel, &mut |_| {}).unwrap();
+    let mut s = TileStream::new(&m.info, 23, 5, 3).unwrap();
+    let mut seen = Vec::new();
+    // Chunks of 7, 1, 9, 6 frames: tiles wait for their right halo.
+    for (a, b) in [(0, 7), (7, 8), (8, 17), (17, 23)] {
+        s.push(&mut m, &backend, &z[a * 64..b * 64], &cancel, &mut |t| seen.push((t.index, t.start_sample / 1920, b))).unwrap();
+    }
+    assert!(s.is_complete());
+    // Tile k's core [5k, 5k+5) needs frames up to 5k+8: tile 0 after the second chunk,
+    // tile 1 (needs 13) after the third, tiles 2, 3 and 4 (18, 23, 23) after the fourth.
+    assert_eq!(seen, vec![(0, 0, 8), (1, 5, 17), (2, 10, 23), (3, 15, 23), (4, 20, 23)]);
+    let (pcm, lat) = s.finish();
+    assert_eq!(pcm, tiled, "bit-identical to the one-call tiled decode");
+    assert_eq!(lat, z);
+    let mut s = TileStream::new(&m.info, 4, 5, 3).unwrap();
+    assert!(s.push(&mut m, &backend, &z[..5 * 64], &cancel, &mut |_| {}).is_err(), "more frames than the track holds");
+}
+
+#[test]
 fn cancel_stops_between_tiles() {
     let (backend, mut m) = demo_vae();
     let z = latents(12, 3);
