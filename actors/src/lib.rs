@@ -2,15 +2,22 @@
 //!
 //! - [`scheduler::Scheduler`]: the job table, the fair FIFO queue, the admission cap, and
 //!   the sled journal it writes every state change to before acknowledging it;
-//! - [`worker`]: the compute thread (fed by a crossbeam channel) that owns the models
-//!   and runs the pipeline, never on the HTTP executor;
+//! - [`model_store::ModelStore`]: the module instances and their residency (STRICT /
+//!   NEVER), leased to the compute stages;
+//! - [`worker`]: the compute stages, each a thread fed by a crossbeam channel, never the
+//!   HTTP executor: [`ar_decoder`] -> [`nar_renderer`] -> [`vae_tiler`] -> [`encoder`];
 //! - [`hub::StreamHub`]: per-job listener queues for the WebSocket streams;
 //! - [`results::ResultStore`]: finished results on disk, with expiry;
 //! - [`metrics::Metrics`]: the Prometheus registry.
+pub mod ar_decoder;
 pub mod codec;
+pub mod encoder;
 pub mod hub;
 pub mod journal;
 pub mod metrics;
+pub mod model_store;
+pub mod nar_renderer;
 pub mod results;
 pub mod scheduler;
+pub mod vae_tiler;
 pub mod worker;

@@ -7,7 +7,7 @@ use crate::metrics::Metrics;
 use crate::results::{now_ms, ResultStore};
 use crate::worker::{RunJob, WorkerCmd};
 use actix::prelude::*;
-use std::collections::{HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 use yued_engine::generate::CancelToken;
@@ -34,7 +34,11 @@ pub struct Scheduler {
     jobs: HashMap<JobId, Entry>,
     queues: HashMap<String, VecDeque<JobId>>,
     rr: VecDeque<String>,
-    running: Option<JobId>,
+    /// The job in the entry stage (the ArDecoder); the next one is dispatched when it
+    /// hands its songs on.
+    entry: Option<JobId>,
+    /// Every job in the compute stages (the entry one included).
+    active: BTreeSet<JobId>,
     worker: crossbeam_channel::Sender<WorkerCmd>,
     worker_ready: bool,
     hub: Addr<StreamHub>,
@@ -58,7 +62,7 @@ impl Scheduler {
     /// Restores the table from the journal: queued and interrupted jobs go back in the
     /// queue in id order (an interrupted job with journaled codes resumes from them).
     pub fn new(journal: Journal, worker: crossbeam_channel::Sender<WorkerCmd>, hub: Addr<StreamHub>, results: Arc<ResultStore>, metrics: Metrics, cap: usize) -> Result<Self, crate::journal::JournalError> {
-        let mut s = Scheduler { journal, jobs: HashMap::new(), queues: HashMap::new(), rr: VecDeque::new(), running: None, worker, worker_ready: false, hub, results, metrics, cap, accepting: true };
+        let mut s = Scheduler { journal, jobs: HashMap::new(), queues: HashMap::new(), rr: VecDeque::new(), entry: None, active: BTreeSet::new(), worker, worker_ready: false, hub, results, metrics, cap, accepting: true };
         let mut restored = 0;
         for mut r in s.journal.load()? {
             let id = r.id.clone();
@@ -92,9 +96,9 @@ impl Scheduler {
         self.queues.values().map(|q| q.len()).sum()
     }
 
-    /// Active work: queued plus running.
-    fn active(&self) -> usize {
-        self.queued_count() + self.running.is_some() as usize
+    /// Active work: queued plus in the compute stages.
+    fn active_count(&self) -> usize {
+        self.queued_count() + self.active.len()
     }
 
     /// The dispatch order of the queued jobs (round-robin over clients).
@@ -141,7 +145,7 @@ impl Scheduler {
     }
 
     fn dispatch(&mut self) {
-        if self.running.is_some() || !self.worker_ready || !self.accepting {
+        if self.entry.is_some() || !self.worker_ready || !self.accepting {
             return;
         }
         let Some(id) = self.pop_next() else { return };
@@ -150,9 +154,10 @@ impl Scheduler {
         let run = RunJob { id: id.clone(), request: e.record.request.clone(), known_songs: e.record.songs.clone(), cancel: e.cancel.clone(), queue_seconds: e.submitted.elapsed().as_secs_f64(), vae: e.record.vae.clone() };
         self.metrics.queue_wait_seconds.observe(run.queue_seconds);
         self.persist(&id);
-        self.running = Some(id.clone());
+        self.entry = Some(id.clone());
+        self.active.insert(id.clone());
         self.metrics.queue_depth.set(self.queued_count() as i64);
-        self.metrics.jobs_running.set(1);
+        self.metrics.jobs_running.set(self.active.len() as i64);
         tracing::info!(job = %id, "job started");
         if self.worker.send(WorkerCmd::Run(Box::new(run))).is_err() {
             tracing::error!("the compute worker is gone");
@@ -222,7 +227,7 @@ impl Handler<Submit> for Scheduler {
         if !self.accepting {
             return Err(SubmitError::ShuttingDown);
         }
-        if self.active() >= self.cap {
+        if self.active_count() >= self.cap {
             self.metrics.admission_rejections_total.inc();
             return Err(SubmitError::Full(self.cap));
         }
@@ -354,6 +359,10 @@ pub struct Finished {
 impl Handler<Finished> for Scheduler {
     type Result = ();
     fn handle(&mut self, m: Finished, _: &mut Self::Context) {
+        // Several stages may notice a cancellation or a failure: the first report wins.
+        if !self.active.remove(&m.id) {
+            return;
+        }
         let state = match &m.outcome {
             Outcome::Done { .. } => JobState::Done,
             Outcome::Failed(_) => JobState::Failed,
@@ -363,6 +372,7 @@ impl Handler<Finished> for Scheduler {
             // Shutdown interrupted it: it stays queued in the journal and resumes later.
             if let Some(e) = self.jobs.get_mut(&m.id) {
                 e.record.state = JobState::Queued;
+                e.progress = None;
             }
             self.persist(&m.id);
             tracing::info!(job = %m.id, "job interrupted by shutdown; it resumes at the next start");
@@ -370,8 +380,24 @@ impl Handler<Finished> for Scheduler {
             tracing::info!(job = %m.id, state = state.as_str(), "job finished");
             self.finish(&m.id, state, &m.outcome);
         }
-        self.running = None;
-        self.metrics.jobs_running.set(0);
+        self.metrics.jobs_running.set(self.active.len() as i64);
+        self.dispatch();
+    }
+}
+
+/// The entry stage handed a job on (or ended it): the next job may start.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EntryFree {
+    pub id: JobId,
+}
+
+impl Handler<EntryFree> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, m: EntryFree, _: &mut Self::Context) {
+        if self.entry.as_ref() == Some(&m.id) {
+            self.entry = None;
+        }
         self.dispatch();
     }
 }
@@ -397,7 +423,8 @@ pub struct Snapshot;
 #[derive(Debug, Clone, serde::Serialize)]
 pub struct QueueSnapshot {
     pub queued: usize,
-    pub running: Option<String>,
+    /// Jobs in the compute stages (several overlap under --keep-loaded).
+    pub running: Vec<String>,
     pub cap: usize,
     pub worker_ready: bool,
     pub accepting: bool,
@@ -413,7 +440,7 @@ impl Handler<Snapshot> for Scheduler {
         let (bytes, count) = self.results.usage();
         MessageResult(QueueSnapshot {
             queued: self.queued_count(),
-            running: self.running.as_ref().map(|j| j.to_string()),
+            running: self.active.iter().map(|j| j.to_string()).collect(),
             cap: self.cap,
             worker_ready: self.worker_ready,
             accepting: self.accepting,
@@ -425,7 +452,7 @@ impl Handler<Snapshot> for Scheduler {
     }
 }
 
-/// Stop accepting, cancel the running job (it lands within one step and stays queued in
+/// Stop accepting, cancel the running jobs (each lands within one step and stays queued in
 /// the journal), flush.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -435,7 +462,7 @@ impl Handler<Shutdown> for Scheduler {
     type Result = ();
     fn handle(&mut self, _: Shutdown, _: &mut Self::Context) {
         self.accepting = false;
-        if let Some(id) = &self.running {
+        for id in &self.active {
             if let Some(e) = self.jobs.get(id) {
                 e.cancel.cancel();
             }

@@ -244,7 +244,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         let hub = StreamHub::new(metrics.clone()).start();
         let (tx, rx) = crossbeam_channel::unbounded();
         let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cfg.admission_cap)?.start();
-        let worker_thread = worker::spawn(worker_cfg, rx, scheduler.clone(), hub.clone(), results.clone(), metrics.clone());
+        let stages = worker::spawn(worker_cfg, rx, scheduler.clone(), hub.clone(), results.clone(), metrics.clone());
         let state = web::Data::new(AppState {
             scheduler: scheduler.clone(),
             hub,
@@ -288,9 +288,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         server.run().await?;
         tracing::info!("shutting down: cancelling the running job and flushing the journal");
         let _ = scheduler.send(Shutdown).await;
-        let joined = actix_web::rt::task::spawn_blocking(move || worker_thread.join()).await;
-        if joined.is_err() {
-            tracing::error!("the compute worker did not stop cleanly");
+        if actix_web::rt::task::spawn_blocking(move || stages.join()).await.is_err() {
+            tracing::error!("the compute stages did not stop cleanly");
         }
         // Let the scheduler record the interrupted job before the system stops.
         actix_web::rt::time::sleep(std::time::Duration::from_millis(100)).await;

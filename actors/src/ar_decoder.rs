@@ -1,0 +1,109 @@
+//! The ArDecoder stage: the entry of the compute pipeline. Leases the AR half, writes the
+//! scores and the semantic streams (or takes the replayed / journaled ones), prefills one
+//! KV set per acoustic chunk, releases the AR half, and hands the songs with their KV sets
+//! to the NarRenderer. `/vae` jobs pass straight through to the VaeTiler.
+use crate::hub::Publish;
+use crate::journal::SongCodes;
+use crate::nar_renderer::{NarCmd, NarWork};
+use crate::scheduler::{CodesReady, EntryFree};
+use crate::vae_tiler::VaeCmd;
+use crate::worker::{JobCtx, Links, ProgressSink, WorkerCmd};
+use crossbeam_channel::{Receiver, Sender};
+use std::sync::Arc;
+use std::time::Instant;
+use yued_engine::ggml::Backend;
+use yued_engine::pipeline::{Event, PipelineError, Shared, SongWork};
+use yued_protocol::StreamEvent;
+use crate::model_store::ModuleKey;
+
+pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<WorkerCmd>, nar_tx: Sender<NarCmd>, vae_tx: Sender<VaeCmd>) {
+    let backend = links.backend();
+    if let Err(e) = &backend {
+        tracing::error!(error = %e, "the AR stage has no backend: every job will fail");
+    }
+    while let Ok(cmd) = rx.recv() {
+        let job = match cmd {
+            WorkerCmd::Shutdown => break,
+            WorkerCmd::Run(job) => job,
+        };
+        let id = job.id.clone();
+        let span = tracing::info_span!("job", job = %id);
+        let _g = span.enter();
+        let ctx = Arc::new(JobCtx {
+            id: id.clone(),
+            request: job.request,
+            known_songs: job.known_songs,
+            cancel: job.cancel,
+            queue_seconds: job.queue_seconds,
+            started: Instant::now(),
+            loads_at_start: links.store.residency().loads,
+        });
+        if let Some(task) = job.vae {
+            let _ = vae_tx.send(VaeCmd::VaeJob(ctx, task));
+            links.scheduler.do_send(EntryFree { id });
+            continue;
+        }
+        let result = match (&shared, &backend) {
+            (Some(shared), Ok(backend)) => compose(&links, shared, backend, &ctx),
+            (None, _) => Err(PipelineError::Other("the model failed to load; see the daemon log".into())),
+            (_, Err(e)) => Err(PipelineError::Other(format!("no compute backend: {e}"))),
+        };
+        match result {
+            Ok(songs) => {
+                let sets: usize = songs.iter().map(|s| s.chunks.len()).sum();
+                links.metrics.kv_sets_in_use.add(sets as i64);
+                tracing::info!(songs = songs.len(), kv_sets = sets, kv_bytes = songs.iter().map(SongWork::kv_bytes).sum::<usize>(), "codes ready: handing over to the NAR");
+                // Blocks while the NAR has a job waiting: bounded memory, in order.
+                if nar_tx.send(NarCmd::Render(NarWork { job: ctx, songs })).is_err() {
+                    tracing::error!("the NAR stage is gone");
+                }
+            }
+            Err(PipelineError::Cancelled) => links.cancelled(&ctx),
+            Err(e) => links.fail(&ctx, e.to_string()),
+        }
+        links.scheduler.do_send(EntryFree { id });
+    }
+    let _ = nar_tx.send(NarCmd::Shutdown);
+    tracing::info!("AR stage stopped");
+}
+
+fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> Result<Vec<SongWork>, PipelineError> {
+    let req = &ctx.request;
+    let mut lease = links.store.lease(ModuleKey::Ar, backend).map_err(PipelineError::Other)?;
+    let mut sink = ProgressSink::new(links, &ctx.id);
+    let resume = !ctx.known_songs.is_empty() && (ctx.known_songs.len() as u32 == req.lm_batch_size.max(1) || !req.semantic_tokens.is_empty());
+    let mut events = |e: Event<'_>, journal: bool| match e {
+        Event::Progress { stage, done, total, .. } => sink.report(stage, done, total),
+        Event::Score { abc, .. } => links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Score { abc: abc.to_string() })),
+        Event::Codes { song, abc, codes } => {
+            if journal {
+                links.scheduler.do_send(CodesReady { id: ctx.id.clone(), song: SongCodes { song, abc: abc.to_string(), codes: codes.to_vec() } });
+            }
+            links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Codes { frames: codes.len() as u32 }));
+        }
+        _ => {}
+    };
+    if !resume {
+        return shared.compose(lease.ar(), backend, req, &ctx.cancel, &mut |e| events(e, true));
+    }
+    // Resume from the journaled codes: every song through the replay path, under its own
+    // index and score (the replay requests of its tracks come out as the first run's).
+    tracing::info!(songs = ctx.known_songs.len(), "resuming from journaled codes");
+    let mut known = ctx.known_songs.clone();
+    known.sort_by_key(|s| s.song);
+    let mut out = Vec::with_capacity(known.len());
+    for s in known {
+        let mut r = req.clone();
+        r.semantic_tokens = s.codes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+        r.abc = s.abc.clone();
+        r.source_tokens.clear();
+        r.lm_batch_size = 1;
+        r.lm_seed = req.lm_seed + s.song as i64;
+        for mut w in shared.compose(lease.ar(), backend, &r, &ctx.cancel, &mut |e| events(e, false))? {
+            w.meta.index = s.song;
+            w.meta.abc = s.abc.clone();
+            out.push(w);
+        }
+    }
+    Ok(out)
+}

@@ -1,0 +1,107 @@
+//! The Encoder stage: gathers a job's finished tracks, normalises and encodes each into
+//! the requested container off the compute threads (checking the cancel token between
+//! tracks), writes the result to the ResultStore and reports the job done with its
+//! schema-1 metrics.
+use crate::results::ResultStore;
+use crate::scheduler::{Finished, Outcome};
+use crate::worker::{JobCtx, Links, ProgressSink};
+use crossbeam_channel::Receiver;
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Instant;
+use yued_audio::encode::encode;
+use yued_audio::{peak_normalize, Pcm};
+use yued_engine::pipeline::Track;
+use yued_protocol::{JobId, JobMetrics, Stage};
+
+pub(crate) enum EncCmd {
+    /// Track `index` of the job's `of`.
+    Track { job: Arc<JobCtx>, index: usize, of: usize, track: Box<Track> },
+    Shutdown,
+}
+
+pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>) {
+    let mut pending: HashMap<JobId, Vec<Option<Track>>> = HashMap::new();
+    while let Ok(cmd) = rx.recv() {
+        let (job, index, of, track) = match cmd {
+            EncCmd::Shutdown => break,
+            EncCmd::Track { job, index, of, track } => (job, index, of, track),
+        };
+        let span = tracing::info_span!("job", job = %job.id);
+        let _g = span.enter();
+        if job.cancel.is_cancelled() {
+            pending.remove(&job.id);
+            links.cancelled(&job);
+            continue;
+        }
+        let slots = pending.entry(job.id.clone()).or_insert_with(|| (0..of).map(|_| None).collect());
+        if index < slots.len() {
+            slots[index] = Some(*track);
+        }
+        if slots.iter().any(Option::is_none) {
+            continue;
+        }
+        let tracks: Vec<Track> = pending.remove(&job.id).unwrap().into_iter().map(Option::unwrap).collect();
+        let outcome = package(&links, &job, &tracks, &results);
+        links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+    }
+    tracing::info!("encoder stopped");
+}
+
+fn package(links: &Links, job: &JobCtx, tracks: &[Track], results: &ResultStore) -> Outcome {
+    let pipeline_seconds = job.started.elapsed().as_secs_f64();
+    let t1 = Instant::now();
+    let req = &job.request;
+    let mut sink = ProgressSink::new(links, &job.id);
+    let mut files = Vec::with_capacity(3 * tracks.len());
+    let mut audio_seconds = 0.0;
+    let mut truncated = false;
+    for (k, t) in tracks.iter().enumerate() {
+        if job.cancel.is_cancelled() {
+            return Outcome::Cancelled;
+        }
+        sink.report(Stage::Encode, k, tracks.len());
+        let mut pcm = t.pcm.clone();
+        if req.output_format.normalizes() {
+            peak_normalize(&mut pcm, req.peak_clip);
+        }
+        let audio = Pcm::new(48000, 2, pcm);
+        audio_seconds += audio.seconds();
+        truncated |= t.truncated;
+        let encoded = match encode(&audio, req.output_format, req.mp3_bitrate) {
+            Ok(w) => w,
+            Err(e) => return Outcome::Failed(format!("encoding track {k}: {e}")),
+        };
+        files.push((format!("track{k:02}.json"), "application/json".to_string(), serde_json::to_vec_pretty(&t.replay).unwrap()));
+        files.push((format!("track{k:02}.{}", req.output_format.extension()), req.output_format.mime().to_string(), encoded));
+        files.push((format!("track{k:02}.vae"), "application/octet-stream".to_string(), t.latents.iter().flat_map(|x| x.to_le_bytes()).collect()));
+    }
+    if job.cancel.is_cancelled() {
+        return Outcome::Cancelled;
+    }
+    sink.report(Stage::Encode, tracks.len(), tracks.len());
+    if let Err(e) = results.save(&job.id, files) {
+        return Outcome::Failed(format!("saving the result: {e}"));
+    }
+    let encoding = t1.elapsed().as_secs_f64();
+    links.metrics.audio_seconds_total.inc_by(audio_seconds);
+    if pipeline_seconds > 0.0 {
+        links.metrics.real_time_factor.observe(audio_seconds / pipeline_seconds);
+    }
+    let r = links.store.residency();
+    let m = JobMetrics {
+        queue_seconds: job.queue_seconds,
+        pipeline_seconds,
+        encoding_packaging_seconds: encoding,
+        worker_seconds: pipeline_seconds + encoding,
+        audio_seconds,
+        steps: req.steps,
+        truncated,
+        keep_loaded: links.cfg.keep_loaded,
+        module_loads: r.loads - job.loads_at_start,
+        resident_modules: r.modules as u32,
+        resident_weight_bytes: r.weight_bytes as u64,
+        ..JobMetrics::default()
+    };
+    Outcome::Done { tracks: tracks.len() as u32, audio_seconds, metrics: Some(m) }
+}

@@ -1,0 +1,87 @@
+//! The NarRenderer stage: flow matching over each song's chunks, every variation in one
+//! graph per chunk. It pins the synthesis group for the job (STRICT keeps the AR half out
+//! until the VaeTiler has decoded the last tile), announces the job's tracks to the
+//! VaeTiler, then sends each chunk's latents the moment its solve ends.
+use crate::model_store::{Group, ModuleKey};
+use crate::vae_tiler::{TrackPlan, VaeCmd};
+use crate::worker::{JobCtx, Links, ProgressSink};
+use crossbeam_channel::{Receiver, Sender};
+use std::sync::Arc;
+use yued_engine::ggml::Backend;
+use yued_engine::pipeline::{Event, PipelineError, Shared, SongWork};
+
+pub(crate) struct NarWork {
+    pub job: Arc<JobCtx>,
+    pub songs: Vec<SongWork>,
+}
+
+pub(crate) enum NarCmd {
+    Render(NarWork),
+    Shutdown,
+}
+
+pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<NarCmd>, vae_tx: Sender<VaeCmd>) {
+    let backend = links.backend();
+    while let Ok(cmd) = rx.recv() {
+        let work = match cmd {
+            NarCmd::Shutdown => break,
+            NarCmd::Render(w) => w,
+        };
+        let job = work.job.clone();
+        let span = tracing::info_span!("job", job = %job.id);
+        let _g = span.enter();
+        let sets: usize = work.songs.iter().map(|s| s.chunks.len()).sum();
+        let result = match (&shared, &backend) {
+            (Some(shared), Ok(backend)) => render(&links, shared, backend, work, &vae_tx),
+            _ => Err(PipelineError::Other("the NAR stage has no model or backend".into())),
+        };
+        links.metrics.kv_sets_in_use.sub(sets as i64);
+        match result {
+            Ok(()) => {}
+            Err(e) => {
+                if matches!(e, PipelineError::Cancelled) {
+                    links.cancelled(&job);
+                } else {
+                    links.fail(&job, e.to_string());
+                }
+                let _ = vae_tx.send(VaeCmd::Abort(job.id.clone()));
+            }
+        }
+    }
+    let _ = vae_tx.send(VaeCmd::Shutdown);
+    tracing::info!("NAR stage stopped");
+}
+
+fn render(links: &Links, shared: &Shared, backend: &Backend, work: NarWork, vae_tx: &Sender<VaeCmd>) -> Result<(), PipelineError> {
+    let job = work.job;
+    if job.cancel.is_cancelled() {
+        return Err(PipelineError::Cancelled);
+    }
+    let req = &job.request;
+    let m = req.synth_batch_size.max(1) as usize;
+    let pin = links.store.pin(Group::Synthesis);
+    let tracks: Vec<TrackPlan> = work.songs.iter().flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32 })).collect();
+    let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
+    let mut lease = links.store.lease(ModuleKey::Nar, backend).map_err(PipelineError::Other)?;
+    let mut sink = ProgressSink::new(links, &job.id);
+    let mut first = 0;
+    for song in work.songs {
+        shared.render(
+            lease.nar(),
+            backend,
+            song,
+            req,
+            &job.cancel,
+            &mut |e| match e {
+                Event::Progress { stage, done, total, .. } => sink.report(stage, done, total),
+                Event::Latents { track, start_frame, latents } => {
+                    let _ = vae_tx.send(VaeCmd::Latents { id: job.id.clone(), track, start_frame, latents: latents.to_vec() });
+                }
+                _ => {}
+            },
+            first,
+        )?;
+        first += m;
+    }
+    Ok(())
+}

@@ -1,0 +1,227 @@
+//! The VaeTiler stage: decodes each track tile by tile as its latent chunks arrive
+//! (a tile waits only for its right halo), publishes every tile to the StreamHub the
+//! moment it is decoded, and hands each finished track to the Encoder. It also runs the
+//! `/vae` jobs, the VAE's own work.
+use crate::encoder::EncCmd;
+use crate::hub::{PcmTile, Publish};
+use crate::journal::{VaeOp, VaeTask};
+use crate::model_store::{GroupPin, ModuleKey};
+use crate::results::ResultStore;
+use crate::scheduler::{Finished, Outcome};
+use crate::worker::{JobCtx, Links, ProgressSink};
+use crossbeam_channel::{Receiver, Sender};
+use std::collections::HashMap;
+use std::sync::Arc;
+use yued_engine::ggml::Backend;
+use yued_engine::gguf::GgufFile;
+use yued_engine::pipeline::{replay_request, SongMeta, Track};
+use yued_engine::vae::{TileStream, VaeError, VaeModel};
+use yued_protocol::{JobId, Stage};
+
+/// One track the NAR will send chunks of.
+pub(crate) struct TrackPlan {
+    pub meta: SongMeta,
+    pub variation: u32,
+}
+
+pub(crate) enum VaeCmd {
+    /// A job's tracks, in track order, and the synthesis-group pin held until the last
+    /// tile is out.
+    Begin { job: Arc<JobCtx>, tracks: Vec<TrackPlan>, pin: GroupPin },
+    Latents { id: JobId, track: usize, start_frame: usize, latents: Vec<f32> },
+    /// The NAR gave up on the job: drop its state.
+    Abort(JobId),
+    VaeJob(Arc<JobCtx>, VaeTask),
+    Shutdown,
+}
+
+struct JobState {
+    job: Arc<JobCtx>,
+    tracks: Vec<(TrackPlan, Option<TileStream>)>,
+    remaining: usize,
+    _pin: GroupPin,
+    /// The stream only ever attenuates, by the loudest peak heard so far (the file is
+    /// normalised over the whole song, which is not known yet).
+    stream_peak: f32,
+    tiles_sent: u32,
+    tiles_total: usize,
+    sink: ProgressSink,
+}
+
+pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, results: Arc<ResultStore>) {
+    let backend = links.backend();
+    let info = GgufFile::open(&links.cfg.vae).map_err(|e| e.to_string()).and_then(|f| VaeModel::info(&f).map_err(|e| e.to_string()));
+    let mut jobs: HashMap<JobId, JobState> = HashMap::new();
+    let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
+    while let Ok(cmd) = rx.recv() {
+        match cmd {
+            VaeCmd::Shutdown => break,
+            VaeCmd::Abort(id) => {
+                jobs.remove(&id);
+            }
+            VaeCmd::Begin { job, tracks, pin } => {
+                let info = match &info {
+                    Ok(i) => i,
+                    Err(e) => {
+                        links.fail(&job, format!("the VAE file: {e}"));
+                        continue;
+                    }
+                };
+                let mut planned = Vec::with_capacity(tracks.len());
+                let mut tiles_total = 0;
+                for t in tracks {
+                    let frames = t.meta.codes.len();
+                    tiles_total += frames.div_ceil(core.max(1));
+                    let s = TileStream::new(info, frames, core, halo).ok();
+                    planned.push((t, s));
+                }
+                let sink = ProgressSink::new(&links, &job.id);
+                let remaining = planned.len();
+                jobs.insert(job.id.clone(), JobState { job, tracks: planned, remaining, _pin: pin, stream_peak: 1.0, tiles_sent: 0, tiles_total, sink });
+            }
+            VaeCmd::Latents { id, track, start_frame, latents } => {
+                let Some(st) = jobs.get_mut(&id) else { continue };
+                let span = tracing::info_span!("job", job = %id);
+                let _g = span.enter();
+                if st.job.cancel.is_cancelled() {
+                    links.cancelled(&st.job);
+                    jobs.remove(&id);
+                    continue;
+                }
+                let job = st.job.clone();
+                match decode_chunk(&links, backend.as_ref().map_err(|e| e.clone()), st, track, start_frame, &latents) {
+                    Ok(Some(t)) => {
+                        let of = st.tracks.len();
+                        let _ = enc_tx.send(EncCmd::Track { job, index: track, of, track: Box::new(t) });
+                        st.remaining -= 1;
+                        if st.remaining == 0 {
+                            st.sink.close();
+                            jobs.remove(&id);
+                        }
+                    }
+                    Ok(None) => {}
+                    Err(VaeError::Cancelled) => {
+                        links.cancelled(&job);
+                        jobs.remove(&id);
+                    }
+                    Err(e) => {
+                        links.fail(&job, format!("VAE decode: {e}"));
+                        jobs.remove(&id);
+                    }
+                }
+            }
+            VaeCmd::VaeJob(job, task) => {
+                let span = tracing::info_span!("job", job = %job.id);
+                let _g = span.enter();
+                let outcome = match &backend {
+                    Ok(b) => run_vae_job(&links, b, &job, &task, &results),
+                    Err(e) => Outcome::Failed(format!("no compute backend: {e}")),
+                };
+                links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+            }
+        }
+    }
+    let _ = enc_tx.send(EncCmd::Shutdown);
+    tracing::info!("VAE stage stopped");
+}
+
+/// Feeds one chunk to its track's tile stream; the finished track when this was its last.
+fn decode_chunk(links: &Links, backend: Result<&Backend, String>, st: &mut JobState, track: usize, start_frame: usize, latents: &[f32]) -> Result<Option<Track>, VaeError> {
+    let backend = backend.map_err(VaeError::Input)?;
+    let (plan, stream) = st.tracks.get_mut(track).ok_or_else(|| VaeError::Input(format!("no track {track} in this job")))?;
+    let stream_ref = stream.as_mut().ok_or_else(|| VaeError::Input("the track has no tile plan".into()))?;
+    if stream_ref.received() != start_frame {
+        return Err(VaeError::Input(format!("track {track}: chunk at frame {start_frame}, expected {}", stream_ref.received())));
+    }
+    let mut lease = links.store.lease(ModuleKey::Vae, backend).map_err(VaeError::Input)?;
+    let (job, hub) = (&st.job, &links.hub);
+    let (peak, sent, total, sink) = (&mut st.stream_peak, &mut st.tiles_sent, st.tiles_total, &mut st.sink);
+    stream_ref.push(lease.vae(), backend, latents, &job.cancel, &mut |tile| {
+        let p = tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs()));
+        *peak = peak.max(p);
+        let planar: Vec<f32> = tile.pcm.iter().map(|x| x / *peak).collect();
+        hub.do_send(Publish::Tile(job.id.clone(), PcmTile { track: track as u32, index: *sent, start_sample: tile.start_sample as u64, channels: 2, planar }));
+        *sent += 1;
+        sink.report(Stage::Decode, *sent as usize, total);
+    })?;
+    drop(lease);
+    if !stream_ref.is_complete() {
+        return Ok(None);
+    }
+    let (pcm, lat) = stream.take().unwrap().finish();
+    let meta = &plan.meta;
+    let frames = meta.codes.len();
+    Ok(Some(Track {
+        song: meta.index,
+        variation: plan.variation,
+        replay: replay_request(&st.job.request, meta, plan.variation),
+        abc: meta.abc.clone(),
+        codes: meta.codes.clone(),
+        latents: lat,
+        pcm,
+        frames,
+        truncated: !meta.ended,
+    }))
+}
+
+/// A `/vae` job: encode an uploaded file to raw latents, or decode uploaded latents to the
+/// request's output format, streaming the decoded tiles like a song's.
+fn run_vae_job(links: &Links, backend: &Backend, job: &JobCtx, task: &VaeTask, results: &ResultStore) -> Outcome {
+    if job.cancel.is_cancelled() {
+        return Outcome::Cancelled;
+    }
+    let bytes = match std::fs::read(&task.input) {
+        Ok(b) => b,
+        Err(e) => return Outcome::Failed(format!("reading the upload {}: {e}", task.input.display())),
+    };
+    let mut lease = match links.store.lease(ModuleKey::Vae, backend) {
+        Ok(l) => l,
+        Err(e) => return Outcome::Failed(e),
+    };
+    let vae = lease.vae();
+    let lat = vae.info.latent_channels;
+    let mut sink = ProgressSink::new(links, &job.id);
+    let (files, audio_seconds) = match task.op {
+        VaeOp::Encode => {
+            sink.report(Stage::Encode, 0, 1);
+            let z = match crate::codec::audio_to_latents(vae, backend, &bytes) {
+                Ok(z) => z,
+                Err(e) => return Outcome::Failed(format!("audio: {e}")),
+            };
+            sink.report(Stage::Encode, 1, 1);
+            tracing::info!(frames = z.len() / lat, "vae encode done");
+            (vec![("latents.vae".to_string(), "application/octet-stream".to_string(), z.iter().flat_map(|x| x.to_le_bytes()).collect())], (z.len() / lat) as f64 / 25.0)
+        }
+        VaeOp::Decode => {
+            let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let req = &job.request;
+            let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
+            let tiles = (z.len() / lat).div_ceil(core.max(1));
+            let mut index = 0u32;
+            let mut peak = 1.0f32;
+            let opts = crate::codec::DecodeOptions { format: req.output_format, peak_clip: req.peak_clip, mp3_bitrate: req.mp3_bitrate, core, halo };
+            let decoded = crate::codec::latents_to_audio(vae, backend, &z, opts, &job.cancel, &mut |tile| {
+                peak = peak.max(tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
+                let planar: Vec<f32> = tile.pcm.iter().map(|x| x / peak).collect();
+                links.hub.do_send(Publish::Tile(job.id.clone(), PcmTile { track: 0, index, start_sample: tile.start_sample as u64, channels: 2, planar }));
+                index += 1;
+                sink.report(Stage::Decode, index as usize, tiles);
+            });
+            if job.cancel.is_cancelled() {
+                return Outcome::Cancelled;
+            }
+            let (audio, encoded) = match decoded {
+                Ok(x) => x,
+                Err(e) => return Outcome::Failed(format!("decode: {e}")),
+            };
+            let f = req.output_format;
+            (vec![(format!("audio.{}", f.extension()), f.mime().to_string(), encoded)], audio.seconds())
+        }
+    };
+    drop(lease);
+    if let Err(e) = results.save(&job.id, files) {
+        return Outcome::Failed(format!("saving the result: {e}"));
+    }
+    Outcome::Done { tracks: 1, audio_seconds, metrics: None }
+}
+
