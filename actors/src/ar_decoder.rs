@@ -13,7 +13,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use yued_engine::ggml::Backend;
 use yued_engine::pipeline::{Event, PipelineError, Shared, SongWork};
-use yued_protocol::StreamEvent;
+use yued_protocol::{Stage, StreamEvent};
 use crate::model_store::ModuleKey;
 
 pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<WorkerCmd>, nar_tx: Sender<NarCmd>, vae_tx: Sender<VaeCmd>) {
@@ -72,8 +72,12 @@ fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> R
     let mut lease = links.store.lease(ModuleKey::Ar, backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &ctx.id);
     let resume = !ctx.known_songs.is_empty() && (ctx.known_songs.len() as u32 == req.lm_batch_size.max(1) || !req.semantic_tokens.is_empty());
+    let mut meter = TokenMeter::default();
     let mut events = |e: Event<'_>, journal: bool| match e {
-        Event::Progress { stage, done, total, .. } => sink.report(stage, done, total),
+        Event::Progress { stage, song, done, total } => {
+            meter.count(links, stage, song, done);
+            sink.report(stage, done, total)
+        }
         Event::Score { abc, .. } => links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Score { abc: abc.to_string() })),
         Event::Codes { song, abc, codes } => {
             if journal {
@@ -84,7 +88,9 @@ fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> R
         _ => {}
     };
     if !resume {
-        return shared.compose(lease.ar(), backend, req, &ctx.cancel, &mut |e| events(e, true));
+        let r = shared.compose(lease.ar(), backend, req, &ctx.cancel, &mut |e| events(e, true));
+        meter.finish(links);
+        return r;
     }
     // Resume from the journaled codes: every song through the replay path, under its own
     // index and score (the replay requests of its tracks come out as the first run's).
@@ -105,5 +111,38 @@ fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> R
             out.push(w);
         }
     }
+    meter.finish(links);
     Ok(out)
+}
+
+/// Sampled tokens per AR stage, from the progress counts: `yued_ar_tokens_total` as they
+/// come, and each stage's tokens per second of wall time when the job leaves the stage.
+#[derive(Default)]
+struct TokenMeter {
+    last: std::collections::HashMap<(Stage, u32), usize>,
+    stages: Vec<(Stage, Instant, u64)>,
+}
+
+impl TokenMeter {
+    fn count(&mut self, links: &Links, stage: Stage, song: u32, done: usize) {
+        let prev = self.last.insert((stage, song), done).unwrap_or(0);
+        let delta = done.saturating_sub(prev) as u64;
+        if delta == 0 {
+            return;
+        }
+        links.metrics.ar_tokens_total.with_label_values(&[stage.as_str()]).inc_by(delta);
+        match self.stages.iter_mut().find(|s| s.0 == stage) {
+            Some(s) => s.2 += delta,
+            None => self.stages.push((stage, Instant::now(), delta)),
+        }
+    }
+
+    fn finish(&self, links: &Links) {
+        for (stage, at, tokens) in &self.stages {
+            let secs = at.elapsed().as_secs_f64();
+            if secs > 0.0 {
+                links.metrics.ar_tokens_per_second.with_label_values(&[stage.as_str()]).observe(*tokens as f64 / secs);
+            }
+        }
+    }
 }

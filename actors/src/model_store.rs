@@ -88,7 +88,7 @@ impl Module {
 pub type Loader = dyn Fn(ModuleKey, &Backend) -> Result<Module, String> + Send + Sync;
 
 enum Slot {
-    Idle(Module),
+    Idle(Box<Module>),
     /// Out on a lease (or being loaded for one); `bytes` of weights.
     Leased { bytes: usize },
 }
@@ -174,7 +174,7 @@ impl ModelStore {
         *st.held.entry(group).or_default() += 1;
         if let Some(Slot::Idle(m)) = st.slots.remove(&key) {
             st.slots.insert(key, Slot::Leased { bytes: m.weight_bytes() });
-            return Ok(Lease { store: self.clone(), key, module: Some(m) });
+            return Ok(Lease { store: self.clone(), key, module: Some(*m) });
         }
         if self.policy == Policy::Strict {
             let evict: Vec<ModuleKey> = st.slots.keys().copied().filter(|k| k.group() != group).collect();
@@ -210,7 +210,7 @@ impl ModelStore {
 
     fn give_back(&self, key: ModuleKey, m: Module) {
         let mut st = self.state.lock().unwrap();
-        st.slots.insert(key, Slot::Idle(m));
+        st.slots.insert(key, Slot::Idle(Box::new(m)));
         *st.held.entry(key.group()).or_default() -= 1;
         self.changed.notify_all();
     }

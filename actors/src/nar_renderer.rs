@@ -74,12 +74,12 @@ fn render(links: &Links, shared: &Shared, backend: &Backend, work: NarWork, vae_
             &job.cancel,
             &mut |e| match e {
                 Event::Progress { stage, done, total, .. } => sink.report(stage, done, total),
-                Event::Latents { track, start_frame, latents } => {
+                Event::Latents { variation, start_frame, latents, .. } => {
+                    let track = first + variation as usize;
                     let _ = vae_tx.send(VaeCmd::Latents { id: job.id.clone(), track, start_frame, latents: latents.to_vec() });
                 }
                 _ => {}
             },
-            first,
         )?;
         first += m;
     }

@@ -69,8 +69,8 @@ pub enum Event<'a> {
     Score { song: u32, abc: &'a str },
     /// A song's semantic stream is complete (with the score it was written under).
     Codes { song: u32, abc: &'a str, codes: &'a [u32] },
-    /// One NAR chunk of one variation: frames `start_frame..` of the track's latents.
-    Latents { track: usize, start_frame: usize, latents: &'a [f32] },
+    /// One NAR chunk of one variation of a song: frames `start_frame..` of its latents.
+    Latents { song: u32, variation: u32, start_frame: usize, latents: &'a [f32] },
     /// One decoded VAE tile of a track (raw, before normalisation).
     Tile { track: usize, tile: Tile<'a> },
 }
@@ -250,9 +250,9 @@ impl Shared {
 
     /// The synthesis half of one song: flow matching over each chunk for all the request's
     /// variations, in one graph per chunk. Each chunk's latents go out as `Event::Latents`
-    /// (track `first_track + variation`) the moment they exist, and each chunk's KV set is
-    /// freed right after its solve. Returns every variation's time-major latents.
-    pub fn render(&self, nar: &mut NarModel, backend: &Backend, song: SongWork, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>), first_track: usize) -> Result<Vec<Vec<f32>>, PipelineError> {
+    /// the moment they exist, and each chunk's KV set is freed right after its solve.
+    /// Returns every variation's time-major latents.
+    pub fn render(&self, nar: &mut NarModel, backend: &Backend, song: SongWork, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<Vec<f32>>, PipelineError> {
         let lat = nar.latent;
         let frames = song.meta.codes.len();
         let m = req.synth_batch_size.max(1) as usize;
@@ -275,7 +275,7 @@ impl Shared {
             drop(chunk);
             for j in 0..m {
                 let part = &y[j * n * lat..(j + 1) * n * lat];
-                events(Event::Latents { track: first_track + j, start_frame: a, latents: part });
+                events(Event::Latents { song: song.meta.index, variation: j as u32, start_frame: a, latents: part });
                 out[j].extend_from_slice(part);
             }
         }
@@ -332,7 +332,7 @@ impl Pipeline {
         let mut tracks = Vec::new();
         for song in songs {
             let meta = song.meta.clone();
-            let latents = self.shared.render(&mut self.nar, &self.backend, song, req, cancel, events, tracks.len())?;
+            let latents = self.shared.render(&mut self.nar, &self.backend, song, req, cancel, events)?;
             for (j, lat) in latents.into_iter().enumerate() {
                 let track = tracks.len();
                 let pcm = self.vae.decode_tiled(&self.backend, &lat, self.shared.vae_core, self.shared.vae_halo, cancel, &mut |tile| {
