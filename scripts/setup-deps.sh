@@ -2,7 +2,8 @@
 # Installs what building and testing yued needs on a fresh Debian machine: cmake and
 # libclang (ggml is compiled from source by llama-cpp-sys-2, its headers go through
 # bindgen; libopus is built with cmake too) and, for the tests only, ffmpeg (an independent
-# reader of every audio container yued writes). `--build-only` skips the test tools.
+# reader of every audio container yued writes) and Chromium (the WebUI's browser test).
+# `--build-only` skips the test tools.
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
 missing=()
@@ -12,13 +13,17 @@ if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ls /usr/lib/x86_6
 fi
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 if [ "${1:-}" != "--build-only" ]; then
-  # ffmpeg without its recommends: the command-line tools are all the tests use.
-  if ! command -v ffprobe >/dev/null 2>&1; then
+  # Test tools, without their recommends: ffmpeg (the independent reader of every
+  # container) and Chromium (the WebUI test's browser).
+  tools=()
+  command -v ffprobe >/dev/null 2>&1 || tools+=(ffmpeg)
+  [ -x /usr/bin/chromium ] || tools+=(chromium fonts-liberation)
+  if [ ${#tools[@]} -gt 0 ]; then
     SUDO=""
     [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    echo "setup-deps: installing ffmpeg (test tool)" >&2
+    echo "setup-deps: installing ${tools[*]} (test tools)" >&2
     $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends ffmpeg >/dev/null
+    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${tools[@]}" >/dev/null
   fi
 fi
 if [ ${#missing[@]} -gt 0 ]; then

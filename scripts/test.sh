@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# The whole test suite, as CI runs it: system packages, the reference data the tests read
-# (the Qwen ranks file from PyPI), then every crate's tests.
+# The whole test suite, as CI runs it: system packages (build tools, ffmpeg, Chromium), the
+# reference data the tests read (the Qwen ranks file from PyPI), the WebUI test's npm
+# packages, then every crate's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh
 bash scripts/fetch-qwen-tiktoken.sh >/dev/null
-# The ffmpeg cross-check must run here, never skip.
+# The WebUI test's driver (playwright-core, pinned by the lockfile).
+(cd clients/web && npm ci --no-audit --no-fund --loglevel=error)
+# The ffmpeg cross-check and the browser test must run here, never skip.
 export YUED_REQUIRE_FFMPEG=1
+export YUED_REQUIRE_BROWSER=1
 cargo test --workspace --locked "$@"

@@ -17,6 +17,8 @@ use yued_protocol::{JobId, JobMetrics, Stage};
 pub(crate) enum EncCmd {
     /// Track `index` of the job's `of`.
     Track { job: Arc<JobCtx>, index: usize, of: usize, track: Box<Track> },
+    /// The audio of a `/vae` decode: one file in the request's format.
+    Audio { job: Arc<JobCtx>, pcm: Pcm },
     Shutdown,
 }
 
@@ -26,6 +28,13 @@ pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>)
         let (job, index, of, track) = match cmd {
             EncCmd::Shutdown => break,
             EncCmd::Track { job, index, of, track } => (job, index, of, track),
+            EncCmd::Audio { job, pcm } => {
+                let span = tracing::info_span!("job", job = %job.id);
+                let _g = span.enter();
+                let outcome = package_audio(&links, &job, pcm, &results);
+                links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+                continue;
+            }
         };
         let span = tracing::info_span!("job", job = %job.id);
         let _g = span.enter();
@@ -46,6 +55,32 @@ pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>)
         links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
     }
     tracing::info!("encoder stopped");
+}
+
+fn package_audio(links: &Links, job: &JobCtx, mut audio: Pcm, results: &ResultStore) -> Outcome {
+    if job.cancel.is_cancelled() {
+        return Outcome::Cancelled;
+    }
+    let req = &job.request;
+    let mut sink = ProgressSink::new(links, &job.id);
+    sink.report(Stage::Encode, 0, 1);
+    if req.output_format.normalizes() {
+        peak_normalize(&mut audio.data, req.peak_clip);
+    }
+    let encoded = match encode(&audio, req.output_format, req.mp3_bitrate) {
+        Ok(b) => b,
+        Err(e) => return Outcome::Failed(format!("encoding: {e}")),
+    };
+    if job.cancel.is_cancelled() {
+        return Outcome::Cancelled;
+    }
+    sink.report(Stage::Encode, 1, 1);
+    let f = req.output_format;
+    if let Err(e) = results.save(&job.id, vec![(format!("audio.{}", f.extension()), f.mime().to_string(), encoded)]) {
+        return Outcome::Failed(format!("saving the result: {e}"));
+    }
+    links.metrics.audio_seconds_total.inc_by(audio.seconds());
+    Outcome::Done { tracks: 1, audio_seconds: audio.seconds(), metrics: None }
 }
 
 fn package(links: &Links, job: &JobCtx, tracks: &[Track], results: &ResultStore) -> Outcome {

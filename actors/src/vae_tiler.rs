@@ -114,10 +114,12 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                 let span = tracing::info_span!("job", job = %job.id);
                 let _g = span.enter();
                 let outcome = match &backend {
-                    Ok(b) => run_vae_job(&links, b, &job, &task, &results),
-                    Err(e) => Outcome::Failed(format!("no compute backend: {e}")),
+                    Ok(b) => run_vae_job(&links, b, &job, &task, &results, &enc_tx),
+                    Err(e) => Some(Outcome::Failed(format!("no compute backend: {e}"))),
                 };
-                links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+                if let Some(outcome) = outcome {
+                    links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+                }
             }
         }
     }
@@ -164,64 +166,63 @@ fn decode_chunk(links: &Links, backend: Result<&Backend, String>, st: &mut JobSt
     }))
 }
 
-/// A `/vae` job: encode an uploaded file to raw latents, or decode uploaded latents to the
-/// request's output format, streaming the decoded tiles like a song's.
-fn run_vae_job(links: &Links, backend: &Backend, job: &JobCtx, task: &VaeTask, results: &ResultStore) -> Outcome {
+/// A `/vae` job: encode an uploaded file to raw latents (the result is saved here), or
+/// decode uploaded latents tile by tile, streaming the tiles like a song's, and hand the
+/// audio to the Encoder (which then reports the job: `None` here).
+fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTask, results: &ResultStore, enc_tx: &Sender<EncCmd>) -> Option<Outcome> {
     if job.cancel.is_cancelled() {
-        return Outcome::Cancelled;
+        return Some(Outcome::Cancelled);
     }
     let bytes = match std::fs::read(&task.input) {
         Ok(b) => b,
-        Err(e) => return Outcome::Failed(format!("reading the upload {}: {e}", task.input.display())),
+        Err(e) => return Some(Outcome::Failed(format!("reading the upload {}: {e}", task.input.display()))),
     };
     let mut lease = match links.store.lease(ModuleKey::Vae, backend) {
         Ok(l) => l,
-        Err(e) => return Outcome::Failed(e),
+        Err(e) => return Some(Outcome::Failed(e)),
     };
     let vae = lease.vae();
     let lat = vae.info.latent_channels;
     let mut sink = ProgressSink::new(links, &job.id);
-    let (files, audio_seconds) = match task.op {
+    match task.op {
         VaeOp::Encode => {
             sink.report(Stage::Encode, 0, 1);
             let z = match crate::codec::audio_to_latents(vae, backend, &bytes) {
                 Ok(z) => z,
-                Err(e) => return Outcome::Failed(format!("audio: {e}")),
+                Err(e) => return Some(Outcome::Failed(format!("audio: {e}"))),
             };
+            drop(lease);
             sink.report(Stage::Encode, 1, 1);
             tracing::info!(frames = z.len() / lat, "vae encode done");
-            (vec![("latents.vae".to_string(), "application/octet-stream".to_string(), z.iter().flat_map(|x| x.to_le_bytes()).collect())], (z.len() / lat) as f64 / 25.0)
+            let files = vec![("latents.vae".to_string(), "application/octet-stream".to_string(), z.iter().flat_map(|x| x.to_le_bytes()).collect())];
+            if let Err(e) = results.save(&job.id, files) {
+                return Some(Outcome::Failed(format!("saving the result: {e}")));
+            }
+            Some(Outcome::Done { tracks: 1, audio_seconds: (z.len() / lat) as f64 / 25.0, metrics: None })
         }
         VaeOp::Decode => {
             let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-            let req = &job.request;
             let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
             let tiles = (z.len() / lat).div_ceil(core.max(1));
             let mut index = 0u32;
             let mut peak = 1.0f32;
-            let opts = crate::codec::DecodeOptions { format: req.output_format, peak_clip: req.peak_clip, mp3_bitrate: req.mp3_bitrate, core, halo };
-            let decoded = crate::codec::latents_to_audio(vae, backend, &z, opts, &job.cancel, &mut |tile| {
+            let (rate, channels) = (vae.info.sample_rate, vae.info.audio_channels);
+            let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| {
                 peak = peak.max(tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
                 let planar: Vec<f32> = tile.pcm.iter().map(|x| x / peak).collect();
                 links.hub.do_send(Publish::Tile(job.id.clone(), PcmTile { track: 0, index, start_sample: tile.start_sample as u64, channels: 2, planar }));
                 index += 1;
                 sink.report(Stage::Decode, index as usize, tiles);
             });
-            if job.cancel.is_cancelled() {
-                return Outcome::Cancelled;
+            drop(lease);
+            match decoded {
+                Ok(pcm) => {
+                    let _ = enc_tx.send(EncCmd::Audio { job: job.clone(), pcm: yued_audio::Pcm::new(rate, channels, pcm) });
+                    None
+                }
+                Err(VaeError::Cancelled) => Some(Outcome::Cancelled),
+                Err(e) => Some(Outcome::Failed(format!("decode: {e}"))),
             }
-            let (audio, encoded) = match decoded {
-                Ok(x) => x,
-                Err(e) => return Outcome::Failed(format!("decode: {e}")),
-            };
-            let f = req.output_format;
-            (vec![(format!("audio.{}", f.extension()), f.mime().to_string(), encoded)], audio.seconds())
         }
-    };
-    drop(lease);
-    if let Err(e) = results.save(&job.id, files) {
-        return Outcome::Failed(format!("saving the result: {e}"));
     }
-    Outcome::Done { tracks: 1, audio_seconds, metrics: None }
 }
-

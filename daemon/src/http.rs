@@ -57,10 +57,15 @@ fn unavailable(msg: impl Into<String>) -> HttpResponse {
     error(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, msg)
 }
 
-/// The API key a request presents (`Authorization: Bearer K` or `X-API-Key: K`).
+/// The API key a request presents (`Authorization: Bearer K`, `X-API-Key: K`, or an
+/// `api_key` query parameter for the browser's WebSocket and EventSource, which cannot
+/// set headers).
 pub fn presented_key(req: &HttpRequest) -> Option<String> {
     if let Some(v) = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()) {
         return Some(v.trim().to_string());
+    }
+    if let Some(k) = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string()).ok().and_then(|q| q.get("api_key").cloned()) {
+        return Some(k);
     }
     let auth = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
     auth.strip_prefix("Bearer ").map(|k| k.trim().to_string())

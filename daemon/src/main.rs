@@ -6,6 +6,7 @@ mod cli;
 mod http;
 mod logs;
 mod serve;
+mod webui;
 mod ws;
 
 #[derive(Parser)]

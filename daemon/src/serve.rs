@@ -4,12 +4,12 @@
 //! queued in the journal and resumes at the next start), flush, exit.
 use crate::http::{self, AppState};
 use crate::logs::LogRing;
-use crate::ws;
+use crate::{webui, ws};
 use actix::Actor;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::StatusCode;
-use actix_web::middleware::{from_fn, ErrorHandlerResponse, ErrorHandlers, Next};
+use actix_web::middleware::{from_fn, Compress, ErrorHandlerResponse, ErrorHandlers, Next};
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::Context;
 use std::collections::HashSet;
@@ -172,7 +172,7 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
 async fn require_key(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let st = req.app_data::<web::Data<AppState>>().cloned();
     if let Some(st) = st {
-        let open = matches!(req.path(), "/" | "/health");
+        let open = matches!(req.path(), "/" | "/health") || req.path().starts_with("/assets/");
         if !st.api_keys.is_empty() && !open {
             let ok = http::presented_key(req.request()).is_some_and(|k| st.api_keys.contains(&k));
             if !ok {
@@ -267,6 +267,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 .app_data(web::PayloadConfig::new(max_body))
                 .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
                 .wrap(from_fn(require_key))
+                .service(web::resource("/").wrap(Compress::default()).route(web::get().to(webui::index)).default_service(na()))
+                .service(web::resource("/assets/{name}").wrap(Compress::default()).route(web::get().to(webui::assets)).default_service(na()))
                 .service(web::resource("/synth").route(web::post().to(http::post_synth)).default_service(na()))
                 .service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(na()))
                 .service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(na()))

@@ -1,0 +1,27 @@
+//! The WebUI at `/`: the bundle built from `clients/web` (`scripts/build-webui.sh`, Vite)
+//! is committed under `clients/web/dist` and compiled into the binary, so `cargo build`
+//! alone serves a working page with every asset local (no CDN, no npm at run time).
+use actix_web::http::header;
+use actix_web::{web, HttpResponse};
+
+const INDEX: &[u8] = include_bytes!("../../clients/web/dist/index.html");
+const APP_JS: &[u8] = include_bytes!("../../clients/web/dist/assets/app.js");
+const APP_CSS: &[u8] = include_bytes!("../../clients/web/dist/assets/index.css");
+
+fn asset(body: &'static [u8], content_type: &str, cache: &str) -> HttpResponse {
+    HttpResponse::Ok().content_type(content_type).insert_header((header::CACHE_CONTROL, cache.to_string())).body(body)
+}
+
+pub async fn index() -> HttpResponse {
+    asset(INDEX, "text/html; charset=utf-8", "no-cache")
+}
+
+pub async fn assets(name: web::Path<String>) -> HttpResponse {
+    // The names are fixed by the Vite config; a rebuild changes the binary, so `no-cache`
+    // with revalidation keeps a browser from mixing two builds.
+    match name.as_str() {
+        "app.js" => asset(APP_JS, "text/javascript; charset=utf-8", "no-cache"),
+        "index.css" => asset(APP_CSS, "text/css; charset=utf-8", "no-cache"),
+        _ => crate::http::error(actix_web::http::StatusCode::NOT_FOUND, format!("no asset {name}")),
+    }
+}
