@@ -65,6 +65,9 @@ impl Metrics {
         r.register(Box::new(m.ws_listeners.clone())).unwrap();
         r.register(Box::new(m.ws_bytes_total.clone())).unwrap();
         r.register(Box::new(m.ws_dropped_listeners_total.clone())).unwrap();
+        // The standard process_* series (resident memory, CPU seconds, open descriptors).
+        #[cfg(target_os = "linux")]
+        r.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).unwrap();
         for s in ["done", "failed", "cancelled"] {
             m.jobs_finished_total.with_label_values(&[s]);
         }

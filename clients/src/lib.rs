@@ -1,5 +1,7 @@
 //! A typed client of the yued native job contract (`/synth`, `/job`, `/props`, the
 //! WebSocket stream), built on the `yued-protocol` types only.
+pub mod load;
+
 use std::time::Duration;
 use yued_protocol::{ErrorBody, JobId, JobStatus, Props, StreamEvent, SubmitReply, Yue2Request, MULTIPART_BOUNDARY};
 
@@ -48,6 +50,11 @@ impl Client {
     /// `base` like `http://127.0.0.1:8087`.
     pub fn new(base: &str, key: Option<String>) -> Self {
         Client { base: base.trim_end_matches('/').to_string(), key, http: reqwest::blocking::Client::builder().timeout(Duration::from_secs(600)).build().expect("http client") }
+    }
+
+    /// The API key this client presents, if any.
+    pub fn api_key(&self) -> Option<&str> {
+        self.key.as_deref()
     }
 
     fn auth(&self, rb: reqwest::blocking::RequestBuilder) -> reqwest::blocking::RequestBuilder {

@@ -42,6 +42,8 @@ enum Command {
         #[command(subcommand)]
         command: cli::codec::CodecCommand,
     },
+    /// Measure the speed of a model pair (default: the full-size demo) and print a table.
+    Bench(cli::bench::BenchArgs),
     /// Convert audio between containers (by output extension), resampling on request.
     AudioConvert(cli::audio_convert::AudioConvertArgs),
     /// Convert checkpoint folders (safetensors) to GGUF.
@@ -65,6 +67,7 @@ fn main() {
         Command::Convert { command } => cli::convert::run(command),
         Command::Codec { command } => cli::codec::run(command),
         Command::AudioConvert(a) => cli::audio_convert::run(a),
+        Command::Bench(a) => cli::bench::run(a),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

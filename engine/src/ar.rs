@@ -63,6 +63,16 @@ impl ArModel {
     }
 
     /// Device bytes of the weights.
+    /// Weight bytes one forward step must read when it samples `rows` logit rows: every
+    /// layer, the final norm, the sampled rows of the LM head, and one embedding row per
+    /// new token (a gather, not a scan of the table).
+    pub fn step_read_bytes(&self, rows: usize, tokens: usize) -> usize {
+        let embed = self.weights.get(names::EMBED).nbytes();
+        let head = self.weights.get(names::LM_HEAD).nbytes();
+        let vocab = self.cfg.vocab_size.max(1);
+        self.weights.bytes() - embed - head + head * rows / vocab + embed * tokens / vocab
+    }
+
     pub fn weight_bytes(&self) -> usize {
         self.weights.bytes()
     }

@@ -30,3 +30,31 @@ fn yue_synth_streams_to_a_growing_wav_and_unpacks_the_result() {
     let o = Command::new(&yue).args(["--server", &d.url(""), "props"]).output().unwrap();
     assert!(String::from_utf8_lossy(&o.stdout).contains("\"sample_rate\": 48000"));
 }
+
+/// The serving-overhead tools on the real daemon: an open-loop load on /health and a
+/// WebSocket fan-out where every listener receives every tile of a job.
+#[test]
+fn yue_load_and_fanout_measure_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--vae-core", "8"]);
+    let yue = sibling_bin("yue");
+    let server = d.url("");
+    let out = std::process::Command::new(&yue).args(["--server", &server, "load", "--path", "/health", "--rps", "200", "--seconds", "1"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["requests"], 200);
+    assert_eq!(r["statuses"]["200"], 200, "{r}");
+    assert!(r["p99_ms"].as_f64().unwrap() > 0.0);
+    // 20 listeners join a queued job (the first keeps the worker busy) and all hear it all.
+    let _busy = d.submit(&song(6.0, 4));
+    let id = d.submit(&song(3.0, 2));
+    let out = std::process::Command::new(&yue).args(["--server", &server, "fanout", &id, "--listeners", "20"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(r["completed"], 20, "{r}");
+    assert_eq!(r["tiles_min"], r["tiles_max"], "every listener got every tile: {r}");
+    assert!(r["tiles_min"].as_u64().unwrap() >= 9, "75 frames in tiles of 8: {r}");
+    // The process series for RSS and CPU are exported.
+    let m = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
+    assert!(m.contains("process_resident_memory_bytes") && m.contains("process_cpu_seconds_total"));
+}

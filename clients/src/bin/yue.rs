@@ -49,6 +49,30 @@ enum Cmd {
     Cancel { id: String },
     /// Print the daemon's properties (version, models, formats, default request).
     Props,
+    /// Serving overhead: an open-loop request rate against one route; prints the achieved
+    /// rate and latency percentiles (from each request's scheduled time) as JSON.
+    Load {
+        /// Route, e.g. /health or /job?id=ID.
+        #[arg(long, default_value = "/health")]
+        path: String,
+        /// POST this JSON body instead of a GET (e.g. a request to /synth).
+        #[arg(long)]
+        post: Option<String>,
+        /// Requests per second to send.
+        #[arg(long, default_value_t = 1000)]
+        rps: u32,
+        #[arg(long, default_value_t = 5.0)]
+        seconds: f64,
+        /// Requests in flight at most.
+        #[arg(long, default_value_t = 64)]
+        connections: usize,
+    },
+    /// WebSocket fan-out: N listeners on one job's stream, every tile counted; JSON out.
+    Fanout {
+        id: String,
+        #[arg(long, default_value_t = 200)]
+        listeners: usize,
+    },
 }
 
 fn job_id(s: &str) -> anyhow::Result<JobId> {
@@ -77,6 +101,18 @@ fn unpack(client: &Client, id: &JobId, out: &PathBuf) -> anyhow::Result<()> {
 
 fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
     match cmd {
+        Cmd::Load { path, post, rps, seconds, connections } => {
+            let rt = tokio::runtime::Runtime::new()?;
+            let url = format!("{}{path}", server.trim_end_matches('/'));
+            let r = rt.block_on(yue_client::load::http_load(&url, post, client.api_key().map(String::from), rps, seconds, connections))?;
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        }
+        Cmd::Fanout { id, listeners } => {
+            let rt = tokio::runtime::Runtime::new()?;
+            let ws = server.replacen("http", "ws", 1);
+            let r = rt.block_on(yue_client::load::ws_fanout(&ws, &id, client.api_key().map(String::from), listeners))?;
+            println!("{}", serde_json::to_string_pretty(&r)?);
+        }
         Cmd::Props => println!("{}", serde_json::to_string_pretty(&client.props()?)?),
         Cmd::Status { id: None } => {
             let v: serde_json::Value = reqwest::blocking::get(format!("{}/status", server.trim_end_matches('/')))?.json()?;

@@ -1,5 +1,6 @@
 //! One module per model-tool subcommand.
 pub mod audio_convert;
+pub mod bench;
 pub mod codec;
 pub mod common;
 pub mod convert;

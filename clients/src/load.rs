@@ -1,0 +1,132 @@
+//! Serving-overhead measurements against a running daemon: an open-loop HTTP load (a fixed
+//! request rate, latency counted from each request's scheduled time so a stalled server
+//! cannot hide its queueing) and a WebSocket fan-out (N listeners on one job, every tile
+//! counted). Used by `yue load` and `yue fanout`.
+use futures_util::StreamExt;
+use std::collections::BTreeMap;
+use std::time::{Duration, Instant};
+
+/// What an HTTP load run measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct LoadReport {
+    pub requests: usize,
+    pub seconds: f64,
+    pub achieved_rps: f64,
+    pub p50_ms: f64,
+    pub p90_ms: f64,
+    pub p99_ms: f64,
+    pub max_ms: f64,
+    /// Responses by status code (0: a transport error).
+    pub statuses: BTreeMap<u16, usize>,
+}
+
+fn percentile(sorted: &[f64], p: f64) -> f64 {
+    if sorted.is_empty() {
+        return 0.0;
+    }
+    let k = ((p / 100.0) * (sorted.len() - 1) as f64).round() as usize;
+    sorted[k.min(sorted.len() - 1)]
+}
+
+/// Sends `rps` requests per second for `seconds` over at most `connections` in flight:
+/// GET `url`, or POST `body` as JSON when given.
+pub async fn http_load(url: &str, body: Option<String>, api_key: Option<String>, rps: u32, seconds: f64, connections: usize) -> anyhow::Result<LoadReport> {
+    let client = reqwest::Client::builder().pool_max_idle_per_host(connections).timeout(Duration::from_secs(30)).build()?;
+    let total = ((rps as f64) * seconds).round().max(1.0) as usize;
+    let interval = Duration::from_secs_f64(1.0 / rps.max(1) as f64);
+    let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(connections.max(1)));
+    let t0 = Instant::now();
+    let mut tasks = Vec::with_capacity(total);
+    for i in 0..total {
+        let due = t0 + interval * i as u32;
+        tokio::time::sleep_until(due.into()).await;
+        let permit = sem.clone().acquire_owned().await?;
+        let (client, url, body, key) = (client.clone(), url.to_string(), body.clone(), api_key.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut rq = match body {
+                Some(b) => client.post(&url).header("content-type", "application/json").body(b),
+                None => client.get(&url),
+            };
+            if let Some(k) = key {
+                rq = rq.header("x-api-key", k);
+            }
+            let status = match rq.send().await {
+                Ok(r) => {
+                    let s = r.status().as_u16();
+                    let _ = r.bytes().await;
+                    s
+                }
+                Err(_) => 0,
+            };
+            drop(permit);
+            (due.elapsed().as_secs_f64() * 1e3, status)
+        }));
+    }
+    let mut lat = Vec::with_capacity(total);
+    let mut statuses = BTreeMap::new();
+    for t in tasks {
+        let (ms, s) = t.await?;
+        lat.push(ms);
+        *statuses.entry(s).or_insert(0) += 1;
+    }
+    let secs = t0.elapsed().as_secs_f64();
+    lat.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    Ok(LoadReport { requests: total, seconds: secs, achieved_rps: total as f64 / secs, p50_ms: percentile(&lat, 50.0), p90_ms: percentile(&lat, 90.0), p99_ms: percentile(&lat, 99.0), max_ms: *lat.last().unwrap_or(&0.0), statuses })
+}
+
+/// What a WebSocket fan-out measured.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct FanoutReport {
+    pub listeners: usize,
+    /// Audio frames (tiles) each listener received, fewest and most.
+    pub tiles_min: usize,
+    pub tiles_max: usize,
+    /// Listeners that saw the job's end (`done`, `failed` or `cancelled`).
+    pub completed: usize,
+    /// Listeners the daemon closed early (a slow consumer), with the close reasons.
+    pub dropped: usize,
+    pub bytes: u64,
+    pub seconds: f64,
+}
+
+/// Opens `listeners` WebSockets on `/stream?id=ID&format=pcm16` and reads them to the end.
+pub async fn ws_fanout(ws_base: &str, id: &str, api_key: Option<String>, listeners: usize) -> anyhow::Result<FanoutReport> {
+    let t0 = Instant::now();
+    let mut tasks = Vec::with_capacity(listeners);
+    for _ in 0..listeners {
+        let mut url = format!("{}/stream?id={id}&format=pcm16", ws_base.trim_end_matches('/'));
+        if let Some(k) = &api_key {
+            url.push_str(&format!("&api_key={k}"));
+        }
+        tasks.push(tokio::spawn(async move {
+            let (mut ws, _) = tokio_tungstenite::connect_async(url).await?;
+            let (mut tiles, mut bytes, mut completed) = (0usize, 0u64, false);
+            while let Some(m) = ws.next().await {
+                match m? {
+                    tokio_tungstenite::tungstenite::Message::Binary(b) => {
+                        tiles += 1;
+                        bytes += b.len() as u64;
+                    }
+                    tokio_tungstenite::tungstenite::Message::Text(t) => {
+                        if t.contains("\"event\":\"done\"") || t.contains("\"event\":\"failed\"") || t.contains("\"event\":\"cancelled\"") {
+                            completed = true;
+                            break;
+                        }
+                    }
+                    tokio_tungstenite::tungstenite::Message::Close(_) => break,
+                    _ => {}
+                }
+            }
+            anyhow::Ok((tiles, bytes, completed))
+        }));
+    }
+    let (mut tiles_min, mut tiles_max, mut completed, mut bytes) = (usize::MAX, 0, 0, 0u64);
+    for t in tasks {
+        let (tiles, b, done) = t.await??;
+        tiles_min = tiles_min.min(tiles);
+        tiles_max = tiles_max.max(tiles);
+        completed += done as usize;
+        bytes += b;
+    }
+    Ok(FanoutReport { listeners, tiles_min: if listeners == 0 { 0 } else { tiles_min }, tiles_max, completed, dropped: listeners - completed, bytes, seconds: t0.elapsed().as_secs_f64() })
+}

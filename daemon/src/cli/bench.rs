@@ -1,0 +1,258 @@
+//! `yued bench`: the speed table of one model pair, measured in one run on one machine.
+//! AR prefill and decode (batch 1, the guidance pair, lm_batch_size 4; at several cache
+//! lengths) next to the bytes each decode step must read and the machine's read bandwidth
+//! measured in the same run; NAR per ODE step; VAE per second of audio; and the real-time
+//! factor of a whole song. Every figure is the median of `--reps` runs, with min and max.
+use super::common::DeviceArgs;
+use anyhow::Context;
+use std::path::PathBuf;
+use std::time::Instant;
+use yued_engine::ar::{ArModel, Positions, SeqInput};
+use yued_engine::demo::{write_demo, Preset};
+use yued_engine::generate::CancelToken;
+use yued_engine::gguf::GgufFile;
+use yued_engine::kv_cache::KvSet;
+use yued_engine::model::BackboneInfo;
+use yued_engine::nar::NarModel;
+use yued_engine::pipeline::{Pipeline, PipelineOptions};
+use yued_engine::vae::VaeModel;
+use yued_protocol::{CotMode, Yue2Request};
+
+#[derive(clap::Args)]
+pub struct BenchArgs {
+    /// Demo preset measured when no --model/--vae is given: `full` (the published YuE2
+    /// dimensions, Q8_0, random weights, ~4 GB written once into --cache) or `tiny`.
+    #[arg(long, default_value = "full")]
+    pub preset: String,
+    /// Backbone GGUF (with --vae) instead of a demo preset.
+    #[arg(long, requires = "vae")]
+    pub model: Option<PathBuf>,
+    /// VAE GGUF (with --model).
+    #[arg(long, requires = "model")]
+    pub vae: Option<PathBuf>,
+    /// Where demo models are written and reused between runs.
+    #[arg(long, default_value = "yued-data/bench-models")]
+    pub cache: PathBuf,
+    /// Repetitions per figure (median, min, max).
+    #[arg(long, default_value_t = 5)]
+    pub reps: usize,
+    /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e.
+    #[arg(long, default_value = "mem,prefill,decode,nar,vae,e2e")]
+    pub only: String,
+    /// Smaller points (cache lengths, frames) for a quick look or a smoke test.
+    #[arg(long)]
+    pub quick: bool,
+    /// Seconds of audio of the end-to-end run.
+    #[arg(long, default_value_t = 30.0)]
+    pub e2e_seconds: f64,
+    /// Also write the table as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    #[command(flatten)]
+    pub device: DeviceArgs,
+}
+
+/// Median, min and max of a set of timings.
+#[derive(Clone, Copy, Debug, serde::Serialize)]
+pub struct Stats {
+    pub median: f64,
+    pub min: f64,
+    pub max: f64,
+}
+
+fn stats(mut v: Vec<f64>) -> Stats {
+    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
+    let n = v.len();
+    let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
+    Stats { median, min: v[0], max: v[n - 1] }
+}
+
+impl Stats {
+    fn map(self, f: impl Fn(f64) -> f64) -> Stats {
+        let (a, b) = (f(self.min), f(self.max));
+        Stats { median: f(self.median), min: a.min(b), max: a.max(b) }
+    }
+}
+
+/// One line of the table.
+#[derive(Debug, serde::Serialize)]
+pub struct Row {
+    pub section: &'static str,
+    pub what: String,
+    pub unit: &'static str,
+    #[serde(flatten)]
+    pub stats: Stats,
+    pub note: String,
+}
+
+/// Runs `f` once to warm up, then `reps` times; seconds per run.
+fn time(reps: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<Stats> {
+    f()?;
+    let mut v = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let t = Instant::now();
+        f()?;
+        v.push(t.elapsed().as_secs_f64());
+    }
+    Ok(stats(v))
+}
+
+/// Read bandwidth of this machine: a parallel sum over a buffer far larger than the caches.
+fn read_bandwidth(reps: usize, threads: usize) -> anyhow::Result<Stats> {
+    let n = 256usize << 20; // 1 GiB of f32
+    let data: Vec<f32> = (0..n).map(|i| (i & 1023) as f32).collect();
+    let threads = threads.max(1);
+    let per = n.div_ceil(threads);
+    let mut sink = 0f32;
+    let s = time(reps, || {
+        let total: f32 = std::thread::scope(|sc| {
+            let hs: Vec<_> = data.chunks(per).map(|c| sc.spawn(move || c.iter().copied().fold(0f32, |a, b| a + b))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        });
+        sink += total;
+        Ok(())
+    })?;
+    std::hint::black_box(sink);
+    Ok(s.map(|secs| (n * 4) as f64 / secs / 1e9))
+}
+
+fn models(a: &BenchArgs) -> anyhow::Result<(PathBuf, PathBuf, String)> {
+    if let (Some(m), Some(v)) = (&a.model, &a.vae) {
+        return Ok((m.clone(), v.clone(), m.display().to_string()));
+    }
+    let preset = match a.preset.as_str() {
+        "tiny" => Preset::Tiny,
+        "full" => Preset::Full,
+        p => anyhow::bail!("--preset: '{p}' (tiny or full)"),
+    };
+    let dir = a.cache.join(&a.preset);
+    let tag = &a.preset;
+    let (m, v) = (dir.join(format!("yue2-demo-{tag}.gguf")), dir.join(format!("yue2-demo-{tag}-vae.gguf")));
+    if !m.exists() || !v.exists() {
+        eprintln!("writing the {tag} demo model into {} (once)", dir.display());
+        let pb = super::progress_bar(100, "demo model");
+        write_demo(&dir, preset, 0, &mut |done, total| pb.set_position((done * 100 / total.max(1)) as u64)).context("writing the demo model")?;
+        pb.finish_and_clear();
+    }
+    Ok((m, v, format!("demo preset {tag} (random weights)")))
+}
+
+pub fn run(a: BenchArgs) -> anyhow::Result<()> {
+    if cfg!(debug_assertions) {
+        eprintln!("warning: a debug build; measure with `cargo run --release -p yued -- bench`");
+    }
+    let only: Vec<&str> = a.only.split(',').map(str::trim).collect();
+    let want = |s: &str| only.contains(&s);
+    let threads = if a.device.threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { a.device.threads };
+    let backend = a.device.open()?;
+    let (model, vae, label) = models(&a)?;
+    let mut rows: Vec<Row> = Vec::new();
+    let mut push = |section, what: String, unit, stats, note: String| {
+        let r = Row { section, what, unit, stats, note };
+        eprintln!("  {:<8} {:<46} {:>10.3} {:<8} [{:.3} .. {:.3}] {}", r.section, r.what, r.stats.median, r.unit, r.stats.min, r.stats.max, r.note);
+        rows.push(r);
+    };
+    eprintln!("yued bench: {label}, device {}, {threads} threads, {} reps", backend.name(), a.reps);
+    let mut bandwidth = None;
+    if want("mem") || want("decode") {
+        let bw = read_bandwidth(a.reps, threads)?;
+        bandwidth = Some(bw.median);
+        push("mem", "host read bandwidth (parallel sum, 1 GiB)".into(), "GB/s", bw, String::new());
+    }
+    let f = GgufFile::open(&model)?;
+    let info = BackboneInfo::from_gguf(&f)?;
+    let cfg = info.config.clone();
+    let rows_sem = info.tokens.semantic_rows();
+    if want("prefill") || want("decode") {
+        let mut ar = ArModel::load(&f, &info, &backend)?;
+        if want("prefill") {
+            for n in if a.quick { vec![128, 512] } else { vec![512, 2048] } {
+                let tokens: Vec<u32> = (0..n).map(|i| (i * 7919 % cfg.vocab_size.min(150_000)) as u32).collect();
+                let mut sets = vec![KvSet::new(&backend, &cfg, n)?];
+                let s = time(a.reps, || {
+                    sets[0].reset();
+                    ar.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens, set: 0 }], rows_sem.clone(), Positions::Last)?;
+                    Ok(())
+                })?;
+                push("prefill", format!("AR prefill {n} tokens"), "tok/s", s.map(|t| n as f64 / t), format!("{:.1} ms per forward", s.median * 1e3));
+            }
+        }
+        if want("decode") {
+            let lengths = if a.quick { vec![0, 512] } else { vec![0, 2048, 8192] };
+            for (batch, what) in [(1usize, "batch 1"), (2, "guidance pair"), (4, "lm_batch_size 4")] {
+                for &len in &lengths {
+                    let mut sets = (0..batch).map(|_| KvSet::new(&backend, &cfg, len + 1)).collect::<Result<Vec<_>, _>>()?;
+                    let toks: Vec<[u32; 1]> = (0..batch).map(|b| [info.tokens.code_token(17 + b as u32)]).collect();
+                    let s = time(a.reps, || {
+                        for set in sets.iter_mut() {
+                            set.assume_filled(len);
+                        }
+                        let seqs: Vec<SeqInput<'_>> = toks.iter().enumerate().map(|(i, t)| SeqInput { tokens: t, set: i }).collect();
+                        ar.forward(&backend, &mut sets, &seqs, rows_sem.clone(), Positions::Last)?;
+                        Ok(())
+                    })?;
+                    let weights = ar.step_read_bytes(rows_sem.len(), batch);
+                    let kv = batch * KvSet::bytes_for(&cfg, len);
+                    let bytes = (weights + kv) as f64;
+                    let gbs = bytes / s.median / 1e9;
+                    let ratio = bandwidth.map(|b| format!(" = {:.0}% of the measured read bandwidth", 100.0 * gbs / b)).unwrap_or_default();
+                    push("decode", format!("AR decode, {what}, cache {len}"), "ms/step", s.map(|t| t * 1e3), format!("reads {:.1} MB (weights {:.1} + KV {:.1}): {gbs:.1} GB/s{ratio}", bytes / 1e6, weights as f64 / 1e6, kv as f64 / 1e6));
+                }
+            }
+        }
+    }
+    if want("nar") {
+        let mut nar = NarModel::load(&f, &info, &backend)?;
+        let prefix = 300;
+        for n in if a.quick { vec![50, 250] } else { vec![250, 1500, 5000] } {
+            let window = prefix + n + 1;
+            if window + n > cfg.max_position_embeddings {
+                continue;
+            }
+            let mut kv = KvSet::new(&backend, &cfg, window)?;
+            kv.assume_filled(window);
+            let x = yued_engine::rng::torch_cpu::randn(1, n * nar.latent);
+            let s = time(a.reps, || {
+                nar.velocity(&backend, &kv, &x, n, 1, 0.5)?;
+                Ok(())
+            })?;
+            // The midpoint solver evaluates the velocity twice per step.
+            push("nar", format!("NAR ODE step, {n} frames ({:.0} s)", n as f64 / 25.0), "ms/step", s.map(|t| 2e3 * t), format!("window {window} tokens"));
+        }
+    }
+    if want("vae") {
+        let vf = GgufFile::open(&vae)?;
+        let mut v = VaeModel::load(&vf, &backend)?;
+        let frames = if a.quick { 50 } else { 250 };
+        let z = yued_engine::rng::torch_cpu::randn(2, frames * v.info.latent_channels);
+        let secs = frames as f64 / 25.0;
+        let s = time(a.reps, || {
+            v.decode_tiled(&backend, &z, 512, 16, &CancelToken::new(), &mut |_| {})?;
+            Ok(())
+        })?;
+        push("vae", format!("VAE tiled decode (core 512, halo 16), {secs:.0} s"), "ms/s", s.map(|t| t * 1e3 / secs), String::new());
+    }
+    if want("e2e") {
+        drop(f);
+        let mut p = Pipeline::load(&model, &vae, a.device.open()?, &PipelineOptions::default())?;
+        let mut req = Yue2Request { style: "bench".into(), lyrics: "[verse] la la la".into(), cot: CotMode::Off, duration: a.e2e_seconds, lm_seed: 1, seed: 2, ..Default::default() };
+        req.semantic_sampling.min_tokens = (a.e2e_seconds * 25.0) as u32;
+        let reps = if a.quick { 1 } else { a.reps.min(3) };
+        let mut audio = 0.0;
+        let s = time(reps.saturating_sub(1).max(1), || {
+            let tracks = p.run(&req, &CancelToken::new(), &mut |_| {})?;
+            audio = tracks.iter().map(|t| t.frames as f64 / 25.0).sum();
+            Ok(())
+        })?;
+        push("e2e", format!("whole song, {:.0} s of audio, cot off, {} steps", a.e2e_seconds, req.steps), "x realtime", s.map(|t| audio / t), format!("{:.1} s per song", s.median));
+    }
+    println!("{:<8} {:<46} {:>10} {:>10} {:>10}  {:<10} note", "section", "what", "median", "min", "max", "unit");
+    for r in &rows {
+        println!("{:<8} {:<46} {:>10.3} {:>10.3} {:>10.3}  {:<10} {}", r.section, r.what, r.stats.median, r.stats.min, r.stats.max, r.unit, r.note);
+    }
+    if let Some(path) = &a.json {
+        let doc = serde_json::json!({ "model": label, "device": backend.name(), "threads": threads, "reps": a.reps, "rows": rows });
+        std::fs::write(path, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {}", path.display()))?;
+    }
+    Ok(())
+}
