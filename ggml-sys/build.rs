@@ -1,11 +1,13 @@
 //! Generates Rust bindings for the ggml, ggml-backend, ggml-alloc, ggml-cpu and gguf headers
-//! that `llama-cpp-sys-2` installs (its cmake install prefix reaches us as `DEP_LLAMA_ROOT`).
+//! that `llama-cpp-sys-2` installs (its cmake install prefix reaches us as `DEP_LLAMA_ROOT`),
+//! and for `llama.h`: the benchmark runs llama.cpp's own decode, from the same build, next
+//! to ours.
 use std::{env, path::PathBuf};
 
 fn main() {
     let root = env::var("DEP_LLAMA_ROOT").expect("llama-cpp-sys-2 did not export its install root");
     let include = PathBuf::from(&root).join("include");
-    let mut headers = vec!["ggml.h", "ggml-alloc.h", "ggml-backend.h", "ggml-cpu.h", "gguf.h"];
+    let mut headers = vec!["ggml.h", "ggml-alloc.h", "ggml-backend.h", "ggml-cpu.h", "gguf.h", "llama.h"];
     if env::var_os("CARGO_FEATURE_CUDA").is_some() {
         headers.push("ggml-cuda.h");
     }
@@ -19,7 +21,7 @@ fn main() {
     let bindings = bindgen::Builder::default()
         .header_contents("yued_ggml_wrapper.h", &wrapper)
         .clang_arg(format!("-I{}", include.display()))
-        .allowlist_item("(ggml|gguf|GGML|GGUF)_.*")
+        .allowlist_item("(ggml|gguf|GGML|GGUF|llama|LLAMA)_.*")
         .prepend_enum_name(false)
         .layout_tests(false)
         .generate()

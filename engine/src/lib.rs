@@ -11,6 +11,7 @@ pub mod abc_check;
 pub mod ar;
 pub mod convert;
 pub mod demo;
+pub mod export_qwen3;
 pub mod ggml;
 pub mod generate;
 pub mod gguf;

@@ -45,6 +45,11 @@ pub struct BenchArgs {
     /// Seconds of audio of the end-to-end run.
     #[arg(long, default_value_t = 30.0)]
     pub e2e_seconds: f64,
+    /// Side by side: llama.cpp's own decode (libllama from the same build as our ggml) on
+    /// the same AR weights, exported as a standard qwen3 GGUF next to the model, at equal
+    /// batch, cache length and threads; each decode row gets a yued / llama.cpp ratio.
+    #[arg(long)]
+    pub llama_cpp: bool,
     /// Also write the table as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -177,6 +182,16 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                 push("prefill", format!("AR prefill {n} tokens"), "tok/s", s.map(|t| n as f64 / t), format!("{:.1} ms per forward", s.median * 1e3));
             }
         }
+        let llama = if a.llama_cpp && want("decode") {
+            let q = model.with_extension("qwen3.gguf");
+            if !q.exists() {
+                eprintln!("exporting the AR half as a qwen3 GGUF: {}", q.display());
+                yued_engine::export_qwen3::export_qwen3(&model, &q)?;
+            }
+            Some(yued_engine::ggml::llama_ref::LlamaRef::load(&q, backend.name() != "CPU").map_err(|e| anyhow::anyhow!(e))?)
+        } else {
+            None
+        };
         if want("decode") {
             let lengths = if a.quick { vec![0, 512] } else { vec![0, 2048, 8192] };
             for (batch, what) in [(1usize, "batch 1"), (2, "guidance pair"), (4, "lm_batch_size 4")] {
@@ -197,6 +212,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                     let gbs = bytes / s.median / 1e9;
                     let ratio = bandwidth.map(|b| format!(" = {:.0}% of the measured read bandwidth", 100.0 * gbs / b)).unwrap_or_default();
                     push("decode", format!("AR decode, {what}, cache {len}"), "ms/step", s.map(|t| t * 1e3), format!("reads {:.1} MB (weights {:.1} + KV {:.1}): {gbs:.1} GB/s{ratio}", bytes / 1e6, weights as f64 / 1e6, kv as f64 / 1e6));
+                    if let Some(l) = &llama {
+                        let ls = stats(l.decode_steps(batch, len, a.reps.max(1), threads).map_err(|e| anyhow::anyhow!(e))?);
+                        push("llama", format!("llama.cpp decode, {what}, cache {len}"), "ms/step", ls.map(|t| t * 1e3), format!("yued / llama.cpp = {:.2}", s.median / ls.median));
+                    }
                 }
             }
         }

@@ -11,6 +11,7 @@
 //! Shape preconditions that ggml would `abort()` on are checked here first and reported as
 //! Rust panics with the shapes in the message (they are programming errors, not user input).
 
+pub mod llama_ref;
 mod ops;
 mod store;
 mod types;

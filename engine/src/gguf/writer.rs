@@ -9,6 +9,9 @@ use std::path::{Path, PathBuf};
 #[derive(Default)]
 pub struct GgufWriter {
     kv: Vec<(String, Value)>,
+    /// Element type of array keys set through a typed setter: an empty array still
+    /// declares it (readers such as llama.cpp check the type of an empty merges list).
+    array_types: std::collections::HashMap<String, u32>,
     tensors: Vec<(String, GgmlType, Vec<i64>)>,
 }
 
@@ -35,9 +38,11 @@ impl GgufWriter {
         self.set(key, Value::F32(v))
     }
     pub fn set_strs<S: AsRef<str>>(&mut self, key: &str, v: &[S]) -> &mut Self {
+        self.array_types.insert(key.to_string(), Value::String(String::new()).type_code());
         self.set(key, Value::Array(v.iter().map(|s| Value::String(s.as_ref().to_string())).collect()))
     }
     pub fn set_i32s(&mut self, key: &str, v: &[i32]) -> &mut Self {
+        self.array_types.insert(key.to_string(), Value::I32(0).type_code());
         self.set(key, Value::Array(v.iter().map(|&x| Value::I32(x)).collect()))
     }
     /// Declares a tensor (`ne` innermost first). Data is written later in the same order.
@@ -63,7 +68,13 @@ impl GgufWriter {
         for (k, v) in &self.kv {
             put_str(&mut head, k);
             head.extend_from_slice(&v.type_code().to_le_bytes());
-            put_value(&mut head, v);
+            match (v, self.array_types.get(k)) {
+                (Value::Array(a), Some(elem)) if a.is_empty() => {
+                    head.extend_from_slice(&elem.to_le_bytes());
+                    head.extend_from_slice(&0u64.to_le_bytes());
+                }
+                _ => put_value(&mut head, v),
+            }
         }
         let align = DEFAULT_ALIGNMENT;
         let mut offset = 0u64;

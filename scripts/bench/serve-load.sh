@@ -1,0 +1,42 @@
+#!/usr/bin/env bash
+# Serving overhead of the daemon on loopback, with the release build and the demo model:
+#   /health and /job?id= at a fixed request rate (p50/p99 from each request's scheduled
+#   time), POST /synth refused at the admission cap (the cost of a 429), and a WebSocket
+#   fan-out of N listeners on one job; the daemon's RSS and CPU seconds (its own
+#   process_* metrics) around each step.
+# Usage: scripts/bench/serve-load.sh [RPS=1000] [SECONDS=10] [LISTENERS=200]
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+RPS=${1:-1000}; SECS=${2:-10}; LISTENERS=${3:-200}
+cargo build --release -p yued -p yue-client >&2
+YUED=target/release/yued; YUE=target/release/yue
+DATA=$(mktemp -d); PORT=${PORT:-18087}; SERVER=http://127.0.0.1:$PORT
+$YUED serve --port "$PORT" --data-dir "$DATA" --admission-cap 2 --vae-core 32 2>"$DATA/log" &
+PID=$!
+trap 'kill $PID 2>/dev/null; rm -rf "$DATA"' EXIT
+until curl -sf "$SERVER/health" | grep -q '"worker_ready":true'; do sleep 0.2; done
+proc() {
+  curl -s "$SERVER/metrics" | python3 -c '
+import sys
+m = {l.split()[0]: float(l.split()[1]) for l in sys.stdin if l.startswith("process_")}
+print(f"rss {m[\"process_resident_memory_bytes\"] / 2**20:.1f} MB, cpu {m[\"process_cpu_seconds_total\"]:.2f} s")'
+}
+song='{"style":"bench","lyrics":"[verse] la","cot":"off","duration":30,"steps":8,"output_format":"wav16","semantic_sampling":{"min_tokens":750}}'
+echo "daemon up: $(proc)"
+row() { python3 -c 'import json,sys; r=json.load(sys.stdin); print(f"{sys.argv[1]:<28} {r[\"achieved_rps\"]:8.0f} rps  p50 {r[\"p50_ms\"]:7.2f} ms  p99 {r[\"p99_ms\"]:7.2f} ms  max {r[\"max_ms\"]:7.2f} ms  statuses {r[\"statuses\"]}")' "$1"; }
+$YUE --server "$SERVER" load --path /health --rps "$RPS" --seconds "$SECS" | row "GET /health"
+echo "  after: $(proc)"
+ID=$(curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$song" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+$YUE --server "$SERVER" load --path "/job?id=$ID" --rps "$RPS" --seconds "$SECS" | row "GET /job?id= (running job)"
+echo "  after: $(proc)"
+curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$song" >/dev/null   # fills the cap of 2
+$YUE --server "$SERVER" load --path /synth --post "$song" --rps "$RPS" --seconds "$SECS" | row "POST /synth at the cap (429)"
+echo "  after: $(proc)"
+# Fan-out: the queue is cleared, then N listeners follow one fresh 30 s song to its end.
+for id in $(curl -s "$SERVER/status" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["queue"]["running"]))'); do
+  $YUE --server "$SERVER" cancel "$id" >/dev/null || true
+done
+until curl -s "$SERVER/status" | grep -q '"running":\[\]'; do sleep 0.2; done
+FAN=$(curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$song" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+$YUE --server "$SERVER" fanout "$FAN" --listeners "$LISTENERS" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(f"WS fan-out, {r[\"listeners\"]} listeners: tiles per listener {r[\"tiles_min\"]}..{r[\"tiles_max\"]}, completed {r[\"completed\"]}, dropped {r[\"dropped\"]}, {r[\"bytes\"]/1e6:.1f} MB in {r[\"seconds\"]:.1f} s")'
+echo "  after: $(proc)"
