@@ -107,11 +107,9 @@ pub async fn ws_fanout(ws_base: &str, id: &str, api_key: Option<String>, listene
                         tiles += 1;
                         bytes += b.len() as u64;
                     }
-                    tokio_tungstenite::tungstenite::Message::Text(t) => {
-                        if t.contains("\"event\":\"done\"") || t.contains("\"event\":\"failed\"") || t.contains("\"event\":\"cancelled\"") {
-                            completed = true;
-                            break;
-                        }
+                    tokio_tungstenite::tungstenite::Message::Text(t) if t.contains("\"event\":\"done\"") || t.contains("\"event\":\"failed\"") || t.contains("\"event\":\"cancelled\"") => {
+                        completed = true;
+                        break;
                     }
                     tokio_tungstenite::tungstenite::Message::Close(_) => break,
                     _ => {}
