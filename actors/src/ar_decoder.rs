@@ -14,7 +14,7 @@ use std::time::Instant;
 use yued_engine::ggml::Backend;
 use yued_engine::pipeline::{Event, PipelineError, Shared, SongWork};
 use yued_protocol::{Stage, StreamEvent};
-use crate::model_store::ModuleKey;
+use crate::model_store::{Group, ModuleKey};
 
 pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<WorkerCmd>, nar_tx: Sender<NarCmd>, vae_tx: Sender<VaeCmd>) {
     let backend = links.backend();
@@ -39,7 +39,10 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
             loads_at_start: links.store.residency().loads,
         });
         if let Some(task) = job.vae {
-            let _ = vae_tx.send(VaeCmd::VaeJob(ctx, task));
+            // The synthesis group is taken for the job before the next one may start, so
+            // under STRICT the next AR cannot slip in ahead of this job's VAE work.
+            let pin = links.store.pin(Group::Synthesis);
+            let _ = vae_tx.send(VaeCmd::VaeJob(ctx, task, pin));
             links.scheduler.do_send(EntryFree { id });
             continue;
         }
@@ -53,8 +56,12 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
                 let sets: usize = songs.iter().map(|s| s.chunks.len()).sum();
                 links.metrics.kv_sets_in_use.add(sets as i64);
                 tracing::info!(songs = songs.len(), kv_sets = sets, kv_bytes = songs.iter().map(SongWork::kv_bytes).sum::<usize>(), "codes ready: handing over to the NAR");
-                // Blocks while the NAR has a job waiting: bounded memory, in order.
-                if nar_tx.send(NarCmd::Render(NarWork { job: ctx, songs })).is_err() {
+                // The AR lease is released (compose returned): pin the synthesis group for
+                // this job now, before the next job may lease the AR half, so under STRICT
+                // the stages run in job order. Then hand over; the send blocks while the NAR
+                // has a job waiting (bounded memory, in order).
+                let pin = links.store.pin(Group::Synthesis);
+                if nar_tx.send(NarCmd::Render(NarWork { job: ctx, songs, pin })).is_err() {
                     tracing::error!("the NAR stage is gone");
                 }
             }

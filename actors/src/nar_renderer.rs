@@ -1,8 +1,9 @@
 //! The NarRenderer stage: flow matching over each song's chunks, every variation in one
-//! graph per chunk. It pins the synthesis group for the job (STRICT keeps the AR half out
-//! until the VaeTiler has decoded the last tile), announces the job's tracks to the
-//! VaeTiler, then sends each chunk's latents the moment its solve ends.
-use crate::model_store::{Group, ModuleKey};
+//! graph per chunk. The job arrives with a pin on the synthesis group (taken by the
+//! ArDecoder; STRICT keeps the AR half out until the VaeTiler has decoded the last tile),
+//! which goes on to the VaeTiler with the announcement of the job's tracks; each chunk's
+//! latents follow the moment its solve ends.
+use crate::model_store::{GroupPin, ModuleKey};
 use crate::vae_tiler::{TrackPlan, VaeCmd};
 use crate::worker::{JobCtx, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
@@ -13,6 +14,8 @@ use yued_engine::pipeline::{Event, PipelineError, Shared, SongWork};
 pub(crate) struct NarWork {
     pub job: Arc<JobCtx>,
     pub songs: Vec<SongWork>,
+    /// Holds the synthesis group for the job until its last tile is decoded.
+    pub pin: GroupPin,
 }
 
 pub(crate) enum NarCmd {
@@ -59,7 +62,7 @@ fn render(links: &Links, shared: &Shared, backend: &Backend, work: NarWork, vae_
     }
     let req = &job.request;
     let m = req.synth_batch_size.max(1) as usize;
-    let pin = links.store.pin(Group::Synthesis);
+    let pin = work.pin;
     let tracks: Vec<TrackPlan> = work.songs.iter().flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32 })).collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
     let mut lease = links.store.lease(ModuleKey::Nar, backend).map_err(PipelineError::Other)?;

@@ -31,7 +31,8 @@ pub(crate) enum VaeCmd {
     Latents { id: JobId, track: usize, start_frame: usize, latents: Vec<f32> },
     /// The NAR gave up on the job: drop its state.
     Abort(JobId),
-    VaeJob(Arc<JobCtx>, VaeTask),
+    /// A `/vae` job, with its synthesis-group pin.
+    VaeJob(Arc<JobCtx>, VaeTask, GroupPin),
     Shutdown,
 }
 
@@ -110,7 +111,7 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                     }
                 }
             }
-            VaeCmd::VaeJob(job, task) => {
+            VaeCmd::VaeJob(job, task, _pin) => {
                 let span = tracing::info_span!("job", job = %job.id);
                 let _g = span.enter();
                 let outcome = match &backend {
