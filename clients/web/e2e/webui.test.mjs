@@ -126,6 +126,20 @@ try {
   check(head === "fLaC" && statSync(path).size > 1000, `a FLAC file downloads (${head}, ${statSync(path).size} bytes)`);
   await shot("downloaded");
 
+  // "New variation" resubmits the replay request with another seed; its card's Cancel
+  // button cancels it.
+  await page.locator(`li.job[data-id="${id}"] button.variation`).click();
+  await page.waitForFunction((id) => {
+    const first = document.querySelector("li.job");
+    return first && first.dataset.id !== id;
+  }, id, { timeout: 10000 });
+  const second = await page.locator("li.job").first().getAttribute("data-id");
+  const replay = await (await fetch(`${base}/job?id=${second}`)).json();
+  check(["queued", "running"].includes(replay.status), `the variation was queued (${replay.status})`);
+  await page.locator(`li.job[data-id="${second}"] button.cancel`).click();
+  await page.waitForFunction((id) => document.querySelector(`li.job[data-id="${id}"] .status`)?.dataset.status === "cancelled", second, { timeout: 30000 });
+  await shot("variation-cancelled");
+
   // The daemon log in its panel (SSE), the job's story among it.
   await page.click("#logs-panel summary");
   await page.waitForFunction((id) => document.getElementById("logs").textContent.includes(id), id, { timeout: 15000 });
