@@ -99,7 +99,11 @@ impl Links {
         self.scheduler.do_send(Finished { id: job.id.clone(), outcome: Outcome::Cancelled });
     }
 
+    /// The backend of a stage thread. The thread (and the ggml workers it starts, which
+    /// inherit it) first drops to a lower scheduling priority: on a machine whose cores the
+    /// compute saturates, the HTTP and WebSocket threads still answer at once.
     pub fn backend(&self) -> Result<Backend, String> {
+        yued_engine::ggml::lower_thread_priority();
         let b = Backend::new(&self.cfg.device).map_err(|e| e.to_string())?;
         b.set_threads(self.cfg.threads);
         Ok(b)

@@ -15,28 +15,24 @@ $YUED serve --port "$PORT" --data-dir "$DATA" --admission-cap 2 --vae-core 32 2>
 PID=$!
 trap 'kill $PID 2>/dev/null; rm -rf "$DATA"' EXIT
 until curl -sf "$SERVER/health" | grep -q '"worker_ready":true'; do sleep 0.2; done
-proc() {
-  curl -s "$SERVER/metrics" | python3 -c '
-import sys
-m = {l.split()[0]: float(l.split()[1]) for l in sys.stdin if l.startswith("process_")}
-print(f"rss {m[\"process_resident_memory_bytes\"] / 2**20:.1f} MB, cpu {m[\"process_cpu_seconds_total\"]:.2f} s")'
-}
+FMT="python3 scripts/bench/fmt.py"
+proc() { curl -s "$SERVER/metrics" | $FMT proc; }
+row() { $FMT row "$1"; }
 song='{"style":"bench","lyrics":"[verse] la","cot":"off","duration":30,"steps":8,"output_format":"wav16","semantic_sampling":{"min_tokens":750}}'
 echo "daemon up: $(proc)"
-row() { python3 -c 'import json,sys; r=json.load(sys.stdin); print(f"{sys.argv[1]:<28} {r[\"achieved_rps\"]:8.0f} rps  p50 {r[\"p50_ms\"]:7.2f} ms  p99 {r[\"p99_ms\"]:7.2f} ms  max {r[\"max_ms\"]:7.2f} ms  statuses {r[\"statuses\"]}")' "$1"; }
 $YUE --server "$SERVER" load --path /health --rps "$RPS" --seconds "$SECS" | row "GET /health"
 echo "  after: $(proc)"
-ID=$(curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$song" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
+ID=$(curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$song" | $FMT id)
 $YUE --server "$SERVER" load --path "/job?id=$ID" --rps "$RPS" --seconds "$SECS" | row "GET /job?id= (running job)"
 echo "  after: $(proc)"
 curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$song" >/dev/null   # fills the cap of 2
 $YUE --server "$SERVER" load --path /synth --post "$song" --rps "$RPS" --seconds "$SECS" | row "POST /synth at the cap (429)"
 echo "  after: $(proc)"
 # Fan-out: the queue is cleared, then N listeners follow one fresh 30 s song to its end.
-for id in $(curl -s "$SERVER/status" | python3 -c 'import json,sys; print(" ".join(json.load(sys.stdin)["queue"]["running"]))'); do
+for id in $(curl -s "$SERVER/status" | $FMT running); do
   $YUE --server "$SERVER" cancel "$id" >/dev/null || true
 done
 until curl -s "$SERVER/status" | grep -q '"running":\[\]'; do sleep 0.2; done
-FAN=$(curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$song" | python3 -c 'import json,sys; print(json.load(sys.stdin)["id"])')
-$YUE --server "$SERVER" fanout "$FAN" --listeners "$LISTENERS" | python3 -c 'import json,sys; r=json.load(sys.stdin); print(f"WS fan-out, {r[\"listeners\"]} listeners: tiles per listener {r[\"tiles_min\"]}..{r[\"tiles_max\"]}, completed {r[\"completed\"]}, dropped {r[\"dropped\"]}, {r[\"bytes\"]/1e6:.1f} MB in {r[\"seconds\"]:.1f} s")'
+FAN=$(curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$song" | $FMT id)
+$YUE --server "$SERVER" fanout "$FAN" --listeners "$LISTENERS" | $FMT fanout
 echo "  after: $(proc)"

@@ -103,22 +103,24 @@ fn time(reps: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Resul
 }
 
 /// Read bandwidth of this machine: a parallel sum over a buffer far larger than the caches.
+/// Integer adds (associative, so the compiler vectorises them into several accumulators):
+/// a float fold would measure the add latency, not the memory.
 fn read_bandwidth(reps: usize, threads: usize) -> anyhow::Result<Stats> {
-    let n = 256usize << 20; // 1 GiB of f32
-    let data: Vec<f32> = (0..n).map(|i| (i & 1023) as f32).collect();
+    let n = 128usize << 20; // 1 GiB of u64
+    let data: Vec<u64> = (0..n as u64).collect();
     let threads = threads.max(1);
     let per = n.div_ceil(threads);
-    let mut sink = 0f32;
+    let mut sink = 0u64;
     let s = time(reps, || {
-        let total: f32 = std::thread::scope(|sc| {
-            let hs: Vec<_> = data.chunks(per).map(|c| sc.spawn(move || c.iter().copied().fold(0f32, |a, b| a + b))).collect();
-            hs.into_iter().map(|h| h.join().unwrap()).sum()
+        let total: u64 = std::thread::scope(|sc| {
+            let hs: Vec<_> = data.chunks(per).map(|c| sc.spawn(move || c.iter().fold(0u64, |a, &b| a.wrapping_add(b)))).collect();
+            hs.into_iter().map(|h| h.join().unwrap()).fold(0u64, u64::wrapping_add)
         });
-        sink += total;
+        sink = sink.wrapping_add(total);
         Ok(())
     })?;
     std::hint::black_box(sink);
-    Ok(s.map(|secs| (n * 4) as f64 / secs / 1e9))
+    Ok(s.map(|secs| (n * 8) as f64 / secs / 1e9))
 }
 
 fn models(a: &BenchArgs) -> anyhow::Result<(PathBuf, PathBuf, String)> {

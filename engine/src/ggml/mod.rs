@@ -12,6 +12,18 @@
 //! Rust panics with the shapes in the message (they are programming errors, not user input).
 
 pub mod llama_ref;
+
+/// Lowers the calling thread to nice 10 (Linux: a thread's nice value is its own, and the
+/// ggml workers it starts inherit it). Compute threads call it so that, on a machine whose
+/// cores they saturate, the daemon's HTTP and WebSocket threads still answer at once.
+pub fn lower_thread_priority() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: setpriority on the calling thread (who = 0) with a valid value; a failure is
+    // harmless and ignored.
+    unsafe {
+        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+    }
+}
 mod ops;
 mod store;
 mod types;
