@@ -18,7 +18,10 @@ fn two_jobs(d: &Daemon) -> ((bool, bool), serde_json::Value, serde_json::Value) 
     let t0 = Instant::now();
     let (mut overlap, mut overlap_synth) = (false, false);
     loop {
-        let (sa, sb) = (d.status(&a), d.status(&b));
+        // B first, then A: A's stages only move forward (one song, one chunk), so A still
+        // in synth when read after B proves both held at the moment B was read.
+        let sb = d.status(&b);
+        let sa = d.status(&a);
         let stage = |s: &serde_json::Value| s["stage"].as_str().unwrap_or("").to_string();
         if sa["status"] == "running" && sb["status"] == "running" && matches!(stage(&sa).as_str(), "synth" | "decode") && matches!(stage(&sb).as_str(), "plan" | "semantic") && sb["progress"].as_f64().unwrap_or(0.0) > 0.0 {
             overlap = true;
