@@ -151,8 +151,10 @@ impl NarModel {
         pe.write_f32(&frame_table(n, h as usize));
         let positions: Vec<i32> = (0..mm).flat_map(|_| (0..nb).map(|r| (ar_len + r) as i32)).collect();
         pos.write_i32(&positions);
-        zero.write_f32(&vec![0.0; (h * mm) as usize]);
-        mask.write_f32_as_own_type(&vec![0.0; ((ar_len + nb) * nb) as usize]);
+        zero.fill_zero();
+        // The explicit all-zero mask: every query sees every key. Zeroed in place, not
+        // built on the host (5000 frames behind a 5000-token window would be 100 MB per call).
+        mask.fill_zero();
         backend.compute(&g)?;
         Ok(vel.read_f32())
     }

@@ -252,6 +252,13 @@ impl<'a> Tensor<'a> {
         // SAFETY: bounds checked above; the tensor has a buffer.
         unsafe { sys::ggml_backend_tensor_set(self.raw(), bytes.as_ptr().cast(), offset, bytes.len()) }
     }
+    /// Sets every byte of the tensor's backend memory to zero (0.0 in F32, F16 and BF16)
+    /// without building the values on the host first.
+    pub fn fill_zero(&self) {
+        assert!(self.is_allocated(), "tensor '{}' has no buffer", self.name());
+        // SAFETY: the whole tensor, which has a buffer.
+        unsafe { sys::ggml_backend_tensor_memset(self.raw(), 0, 0, self.nbytes()) }
+    }
     /// Reads raw bytes at `offset` from the tensor's backend memory.
     pub fn read_bytes(&self, offset: usize, out: &mut [u8]) {
         assert!(self.is_allocated(), "tensor '{}' has no buffer", self.name());
