@@ -116,5 +116,23 @@ mod tests {
         let times = l.decode_steps(2, 40, 3, 1).unwrap();
         assert_eq!(times.len(), 3);
         assert!(times.iter().all(|t| *t > 0.0));
+
+        // And its qwen3 forward is ours: the same logits for the same tokens (an independent
+        // implementation of the AR half, beside the numpy reference of the fixtures).
+        let tokens: Vec<u32> = (0..37u32).map(|i| (i * 97 + 5) % 1288).collect();
+        let theirs = l.last_logits(&tokens.iter().map(|&t| t as i32).collect::<Vec<_>>(), 1).unwrap();
+        let backend = crate::ggml::Backend::cpu(1).unwrap();
+        let info = BackboneInfo::from_gguf(&src).unwrap();
+        let mut ar = crate::ar::ArModel::load(&src, &info, &backend).unwrap();
+        let mut sets = vec![crate::kv_cache::KvSet::new(&backend, &info.config, tokens.len()).unwrap()];
+        let ours = ar.forward(&backend, &mut sets, &[crate::ar::SeqInput { tokens: &tokens, set: 0 }], 0..1288, crate::ar::Positions::Last).unwrap();
+        let ours = &ours.per_seq[0][0];
+        assert_eq!(ours.len(), theirs.len());
+        let diff: f64 = ours.iter().zip(&theirs).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
+        let norm: f64 = theirs.iter().map(|b| (*b as f64).powi(2)).sum::<f64>().sqrt();
+        let argmax = |v: &[f32]| v.iter().enumerate().max_by(|a, b| a.1.partial_cmp(b.1).unwrap()).unwrap().0;
+        eprintln!("relative RMS against llama.cpp: {:e}", diff / norm);
+        assert!(diff / norm < 1e-4, "relative RMS {} against llama.cpp", diff / norm);
+        assert_eq!(argmax(ours), argmax(&theirs));
     }
 }

@@ -119,6 +119,56 @@ impl LlamaRef {
     }
 }
 
+impl LlamaRef {
+    /// The logits of the last token after one prefill of `tokens` (full vocabulary).
+    pub fn last_logits(&self, tokens: &[i32], threads: usize) -> Result<Vec<f32>, String> {
+        assert!(!tokens.is_empty());
+        // SAFETY: as in `decode_steps`; the logits pointer is read before the context goes.
+        unsafe {
+            let mut cp = sys::llama_context_default_params();
+            cp.n_ctx = (tokens.len() + 8).next_multiple_of(256) as u32;
+            cp.n_batch = cp.n_ctx;
+            cp.n_ubatch = cp.n_ctx;
+            cp.n_seq_max = 1;
+            cp.n_threads = threads as i32;
+            cp.n_threads_batch = threads as i32;
+            cp.type_k = sys::GGML_TYPE_F16;
+            cp.type_v = sys::GGML_TYPE_F16;
+            cp.flash_attn_type = sys::LLAMA_FLASH_ATTN_TYPE_ENABLED;
+            let ctx = sys::llama_init_from_model(self.model, cp);
+            if ctx.is_null() {
+                return Err("llama.cpp could not create a context".into());
+            }
+            let n = tokens.len();
+            let b = sys::llama_batch_init(n as i32, 0, 1);
+            let mut b = b;
+            b.n_tokens = n as i32;
+            for (i, &t) in tokens.iter().enumerate() {
+                *b.token.add(i) = t;
+                *b.pos.add(i) = i as i32;
+                *b.n_seq_id.add(i) = 1;
+                *(*b.seq_id.add(i)) = 0;
+                *b.logits.add(i) = (i + 1 == n) as i8;
+            }
+            let rc = sys::llama_decode(ctx, b);
+            sys::llama_batch_free(b);
+            let out = if rc != 0 {
+                Err(format!("llama_decode returned {rc}"))
+            } else {
+                let vocab = sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(self.model)) as usize;
+                let p = sys::llama_get_logits_ith(ctx, -1);
+                if p.is_null() {
+                    Err("no logits".into())
+                } else {
+                    Ok(std::slice::from_raw_parts(p, vocab).to_vec())
+                }
+            };
+            sys::llama_free(ctx);
+            out
+        }
+    }
+}
+
 impl Drop for LlamaRef {
     fn drop(&mut self) {
         // SAFETY: the model was loaded by us and every context on it is already freed.
