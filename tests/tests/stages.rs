@@ -74,3 +74,39 @@ fn strict_swaps_the_halves_for_every_job() {
     assert!(d.log().contains("evicting"), "the store logs its evictions");
     assert_eq!(metric(&d, "yued_kv_sets_in_use"), 0.0);
 }
+
+/// SIGTERM while two jobs are in the stages (one rendering, one in the AR half under
+/// --keep-loaded): the daemon stops within seconds, both jobs stay queued in the journal,
+/// and after a restart on the same data directory both complete with their ids.
+#[test]
+fn sigterm_stops_the_stages_and_a_restart_finishes_the_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Daemon::start(&data, &["--keep-loaded"]);
+    let a = d.submit(&song(8.0, 16));
+    let b = d.submit(&song(8.0, 16));
+    let t0 = Instant::now();
+    while d.status(&a)["status"] != "running" || d.status(&a)["stage"] != "synth" {
+        assert!(t0.elapsed() < Duration::from_secs(120), "A never reached synth: {}", d.status(&a));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    let (port, args) = (d.port, d.args.clone());
+    let mut d = d;
+    let pid = d.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let t1 = Instant::now();
+    let code = loop {
+        if let Some(s) = d.child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t1.elapsed() < Duration::from_secs(30), "yued did not stop after SIGTERM; log: {}", d.log());
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(code.success(), "exit status {code:?}; log: {}", d.log());
+    drop(d);
+    let d = Daemon::start_on(&data, port, args);
+    for id in [&a, &b] {
+        let s = d.wait(id, Duration::from_secs(300));
+        assert_eq!(s["status"], "done", "{id}: {s}");
+    }
+}
