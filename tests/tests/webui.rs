@@ -16,6 +16,7 @@ fn the_webui_composes_plays_live_renders_the_score_and_survives_a_reload() {
         return;
     }
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("webui-screenshots");
+    let _ = std::fs::remove_dir_all(&shots); // only this run's screenshots count
     let out = Command::new("node")
         .arg("e2e/webui.test.mjs")
         .current_dir(&web)
@@ -27,7 +28,7 @@ fn the_webui_composes_plays_live_renders_the_score_and_survives_a_reload() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the WebUI e2e failed:\n{text}");
     eprintln!("{text}");
-    for step in ["loaded", "form", "progress", "playing", "score-and-result", "reloaded", "downloaded", "variation-cancelled", "logs"] {
+    for step in ["loaded", "form", "queued", "progress", "playing", "score-and-result", "reloaded", "downloaded", "variation-cancelled", "logs"] {
         assert!(std::fs::read_dir(&shots).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(&format!("-{step}.png"))), "no screenshot of {step}");
     }
 }

@@ -78,13 +78,21 @@ try {
   await page.fill('[id="semantic_sampling.min_tokens"]', "400");
   await page.selectOption("#output_format", "flac");
   await shot("form");
+  // Another client's job first, so ours waits in the queue for a moment.
+  const blocker = await (await fetch(`${base}/synth`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ style: "blocker", cot: "off", duration: 6, steps: 4, output_format: "wav16", semantic_sampling: { min_tokens: 150 } }) })).json();
+  check(/^[0-9a-f]{16}$/.test(blocker.id), `blocker job ${JSON.stringify(blocker)}`);
   await page.click("#submit");
 
   const card = page.locator("li.job").first();
   await card.waitFor({ timeout: 10000 });
   const id = await card.getAttribute("data-id");
   check(/^[0-9a-f]{16}$/.test(id), `job id ${id}`);
-  // Queue and stage progress.
+  // The queue, then the stage progress.
+  await page.waitForFunction(() => {
+    const li = document.querySelector("li.job");
+    return li?.querySelector(".status")?.dataset.status === "queued" && /queue position \d/.test(li.querySelector(".stage").textContent);
+  }, null, { timeout: 30000 });
+  await shot("queued");
   await page.waitForFunction(() => {
     const li = document.querySelector("li.job");
     const s = li?.querySelector(".status")?.dataset.status;
