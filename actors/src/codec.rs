@@ -1,8 +1,8 @@
 //! The neural codec on the VAE alone, shared by `yued codec` and the daemon's `/vae` jobs:
 //! any decodable audio -> 48 kHz stereo -> posterior-mean latents, and latents -> the
 //! requested audio container. No actor or HTTP here; the caller owns the VAE.
-use yued_audio::encode::encode;
-use yued_audio::{peak_normalize, Pcm};
+use yued_audio::encode::normalize_and_encode;
+use yued_audio::Pcm;
 use yued_engine::generate::CancelToken;
 use yued_engine::ggml::Backend;
 use yued_engine::vae::{Tile, VaeModel};
@@ -43,14 +43,8 @@ pub struct DecodeOptions {
 /// Decodes time-major latents tile by tile (each tile handed to `on_tile` as it lands) and
 /// encodes the whole into `opts.format`, normalised unless the format is wav32.
 pub fn latents_to_audio(vae: &mut VaeModel, backend: &Backend, latents: &[f32], opts: DecodeOptions, cancel: &CancelToken, on_tile: &mut dyn FnMut(Tile<'_>)) -> Result<(Pcm, Vec<u8>), String> {
-    let mut pcm = vae.decode_tiled(backend, latents, opts.core, opts.halo, cancel, on_tile).map_err(|e| e.to_string())?;
-    if opts.format.normalizes() {
-        peak_normalize(&mut pcm, opts.peak_clip);
-    }
+    let pcm = vae.decode_tiled(backend, latents, opts.core, opts.halo, cancel, on_tile).map_err(|e| e.to_string())?;
     let audio = Pcm::new(vae.info.sample_rate, vae.info.audio_channels, pcm);
-    if cancel.is_cancelled() {
-        return Err("cancelled".into());
-    }
-    let bytes = encode(&audio, opts.format, opts.mp3_bitrate).map_err(|e| e.to_string())?;
+    let bytes = normalize_and_encode(audio.clone(), opts.format, opts.peak_clip, opts.mp3_bitrate).map_err(|e| e.to_string())?;
     Ok((audio, bytes))
 }

@@ -9,8 +9,8 @@ use crossbeam_channel::Receiver;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Instant;
-use yued_audio::encode::encode;
-use yued_audio::{peak_normalize, Pcm};
+use yued_audio::encode::normalize_and_encode;
+use yued_audio::Pcm;
 use yued_engine::pipeline::Track;
 use yued_protocol::{JobId, JobMetrics, Stage};
 
@@ -57,17 +57,15 @@ pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>)
     tracing::info!("encoder stopped");
 }
 
-fn package_audio(links: &Links, job: &JobCtx, mut audio: Pcm, results: &ResultStore) -> Outcome {
+fn package_audio(links: &Links, job: &JobCtx, audio: Pcm, results: &ResultStore) -> Outcome {
     if job.cancel.is_cancelled() {
         return Outcome::Cancelled;
     }
     let req = &job.request;
     let mut sink = ProgressSink::new(links, &job.id);
     sink.report(Stage::Encode, 0, 1);
-    if req.output_format.normalizes() {
-        peak_normalize(&mut audio.data, req.peak_clip);
-    }
-    let encoded = match encode(&audio, req.output_format, req.mp3_bitrate) {
+    let seconds = audio.seconds();
+    let encoded = match normalize_and_encode(audio, req.output_format, req.peak_clip, req.mp3_bitrate) {
         Ok(b) => b,
         Err(e) => return Outcome::Failed(format!("encoding: {e}")),
     };
@@ -79,8 +77,8 @@ fn package_audio(links: &Links, job: &JobCtx, mut audio: Pcm, results: &ResultSt
     if let Err(e) = results.save(&job.id, vec![(format!("audio.{}", f.extension()), f.mime().to_string(), encoded)]) {
         return Outcome::Failed(format!("saving the result: {e}"));
     }
-    links.metrics.audio_seconds_total.inc_by(audio.seconds());
-    Outcome::Done { tracks: 1, audio_seconds: audio.seconds(), metrics: None }
+    links.metrics.audio_seconds_total.inc_by(seconds);
+    Outcome::Done { tracks: 1, audio_seconds: seconds, metrics: None }
 }
 
 fn package(links: &Links, job: &JobCtx, tracks: &[Track], results: &ResultStore) -> Outcome {
@@ -96,14 +94,10 @@ fn package(links: &Links, job: &JobCtx, tracks: &[Track], results: &ResultStore)
             return Outcome::Cancelled;
         }
         sink.report(Stage::Encode, k, tracks.len());
-        let mut pcm = t.pcm.clone();
-        if req.output_format.normalizes() {
-            peak_normalize(&mut pcm, req.peak_clip);
-        }
-        let audio = Pcm::new(48000, 2, pcm);
+        let audio = Pcm::new(48000, 2, t.pcm.clone());
         audio_seconds += audio.seconds();
         truncated |= t.truncated;
-        let encoded = match encode(&audio, req.output_format, req.mp3_bitrate) {
+        let encoded = match normalize_and_encode(audio, req.output_format, req.peak_clip, req.mp3_bitrate) {
             Ok(w) => w,
             Err(e) => return Outcome::Failed(format!("encoding track {k}: {e}")),
         };

@@ -3,7 +3,7 @@
 //! moment it is decoded, and hands each finished track to the Encoder. It also runs the
 //! `/vae` jobs, the VAE's own work.
 use crate::encoder::EncCmd;
-use crate::hub::{PcmTile, Publish};
+use crate::hub::{PcmTile, Publish, StreamHub};
 use crate::journal::{VaeOp, VaeTask};
 use crate::model_store::{GroupPin, ModuleKey};
 use crate::results::ResultStore;
@@ -15,7 +15,8 @@ use std::sync::Arc;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::pipeline::{replay_request, SongMeta, Track};
-use yued_engine::vae::{TileStream, VaeError, VaeModel};
+use actix::Addr;
+use yued_engine::vae::{Tile, TileStream, VaeError, VaeModel};
 use yued_protocol::{JobId, Stage};
 
 /// One track the NAR will send chunks of.
@@ -36,17 +37,37 @@ pub(crate) enum VaeCmd {
     Shutdown,
 }
 
-struct JobState {
-    job: Arc<JobCtx>,
-    tracks: Vec<(TrackPlan, Option<TileStream>)>,
-    remaining: usize,
-    _pin: GroupPin,
+/// A job's decoded tiles on their way to the listeners, with the decode progress.
+struct LiveTiles {
+    id: JobId,
     /// The stream only ever attenuates, by the loudest peak heard so far (the file is
     /// normalised over the whole song, which is not known yet).
-    stream_peak: f32,
-    tiles_sent: u32,
-    tiles_total: usize,
+    peak: f32,
+    sent: u32,
+    total: usize,
     sink: ProgressSink,
+}
+
+impl LiveTiles {
+    fn new(links: &Links, id: &JobId, total: usize) -> Self {
+        LiveTiles { id: id.clone(), peak: 1.0, sent: 0, total, sink: ProgressSink::new(links, id) }
+    }
+
+    fn publish(&mut self, hub: &Addr<StreamHub>, track: usize, tile: Tile<'_>) {
+        self.peak = self.peak.max(tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
+        let planar: Vec<f32> = tile.pcm.iter().map(|x| x / self.peak).collect();
+        hub.do_send(Publish::Tile(self.id.clone(), PcmTile { track: track as u32, index: self.sent, start_sample: tile.start_sample as u64, channels: 2, planar }));
+        self.sent += 1;
+        self.sink.report(Stage::Decode, self.sent as usize, self.total);
+    }
+}
+
+struct JobState {
+    job: Arc<JobCtx>,
+    /// Each track's plan and its stream, taken when the track is complete.
+    tracks: Vec<(TrackPlan, Option<TileStream>)>,
+    _pin: GroupPin,
+    live: LiveTiles,
 }
 
 pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, results: Arc<ResultStore>) {
@@ -68,17 +89,15 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                         continue;
                     }
                 };
-                let mut planned = Vec::with_capacity(tracks.len());
-                let mut tiles_total = 0;
-                for t in tracks {
-                    let frames = t.meta.codes.len();
-                    tiles_total += frames.div_ceil(core.max(1));
-                    let s = TileStream::new(info, frames, core, halo).ok();
-                    planned.push((t, s));
+                let tiles_total = tracks.iter().map(|t| t.meta.codes.len().div_ceil(core.max(1))).sum();
+                let planned: Result<Vec<_>, _> = tracks.into_iter().map(|t| TileStream::new(info, t.meta.codes.len(), core, halo).map(|s| (t, Some(s)))).collect();
+                match planned {
+                    Ok(tracks) => {
+                        let live = LiveTiles::new(&links, &job.id, tiles_total);
+                        jobs.insert(job.id.clone(), JobState { job, tracks, _pin: pin, live });
+                    }
+                    Err(e) => links.fail(&job, format!("VAE tile plan: {e}")),
                 }
-                let sink = ProgressSink::new(&links, &job.id);
-                let remaining = planned.len();
-                jobs.insert(job.id.clone(), JobState { job, tracks: planned, remaining, _pin: pin, stream_peak: 1.0, tiles_sent: 0, tiles_total, sink });
             }
             VaeCmd::Latents { id, track, start_frame, latents } => {
                 let Some(st) = jobs.get_mut(&id) else { continue };
@@ -94,9 +113,9 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                     Ok(Some(t)) => {
                         let of = st.tracks.len();
                         let _ = enc_tx.send(EncCmd::Track { job, index: track, of, track: Box::new(t) });
-                        st.remaining -= 1;
-                        if st.remaining == 0 {
-                            st.sink.close();
+                        // A finished track has given its stream up: the job is done when all have.
+                        if st.tracks.iter().all(|(_, s)| s.is_none()) {
+                            st.live.sink.close();
                             jobs.remove(&id);
                         }
                     }
@@ -132,21 +151,13 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
 fn decode_chunk(links: &Links, backend: Result<&Backend, String>, st: &mut JobState, track: usize, start_frame: usize, latents: &[f32]) -> Result<Option<Track>, VaeError> {
     let backend = backend.map_err(VaeError::Input)?;
     let (plan, stream) = st.tracks.get_mut(track).ok_or_else(|| VaeError::Input(format!("no track {track} in this job")))?;
-    let stream_ref = stream.as_mut().ok_or_else(|| VaeError::Input("the track has no tile plan".into()))?;
+    let stream_ref = stream.as_mut().ok_or_else(|| VaeError::Input(format!("track {track} is already complete")))?;
     if stream_ref.received() != start_frame {
         return Err(VaeError::Input(format!("track {track}: chunk at frame {start_frame}, expected {}", stream_ref.received())));
     }
     let mut lease = links.store.lease(ModuleKey::Vae, backend).map_err(VaeError::Input)?;
-    let (job, hub) = (&st.job, &links.hub);
-    let (peak, sent, total, sink) = (&mut st.stream_peak, &mut st.tiles_sent, st.tiles_total, &mut st.sink);
-    stream_ref.push(lease.vae(), backend, latents, &job.cancel, &mut |tile| {
-        let p = tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs()));
-        *peak = peak.max(p);
-        let planar: Vec<f32> = tile.pcm.iter().map(|x| x / *peak).collect();
-        hub.do_send(Publish::Tile(job.id.clone(), PcmTile { track: track as u32, index: *sent, start_sample: tile.start_sample as u64, channels: 2, planar }));
-        *sent += 1;
-        sink.report(Stage::Decode, *sent as usize, total);
-    })?;
+    let live = &mut st.live;
+    stream_ref.push(lease.vae(), backend, latents, &st.job.cancel, &mut |tile| live.publish(&links.hub, track, tile))?;
     drop(lease);
     if !stream_ref.is_complete() {
         return Ok(None);
@@ -204,17 +215,9 @@ fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTa
         VaeOp::Decode => {
             let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
             let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
-            let tiles = (z.len() / lat).div_ceil(core.max(1));
-            let mut index = 0u32;
-            let mut peak = 1.0f32;
+            let mut live = LiveTiles::new(links, &job.id, (z.len() / lat).div_ceil(core.max(1)));
             let (rate, channels) = (vae.info.sample_rate, vae.info.audio_channels);
-            let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| {
-                peak = peak.max(tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
-                let planar: Vec<f32> = tile.pcm.iter().map(|x| x / peak).collect();
-                links.hub.do_send(Publish::Tile(job.id.clone(), PcmTile { track: 0, index, start_sample: tile.start_sample as u64, channels: 2, planar }));
-                index += 1;
-                sink.report(Stage::Decode, index as usize, tiles);
-            });
+            let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| live.publish(&links.hub, 0, tile));
             drop(lease);
             match decoded {
                 Ok(pcm) => {

@@ -16,6 +16,15 @@ pub const AAC_KBPS: u32 = 192;
 /// Vorbis quality (-0.1..1.0); 0.6 is about 192 kbps for 48 kHz stereo.
 pub const VORBIS_QUALITY: f32 = 0.6;
 
+/// The delivery path of rendered audio: percentile peak normalisation (unless the format
+/// is wav32, which keeps the raw float), then the container.
+pub fn normalize_and_encode(mut pcm: Pcm, f: OutputFormat, peak_clip: i64, mp3_kbps: u32) -> Result<Vec<u8>, AudioError> {
+    if f.normalizes() {
+        crate::peak_normalize(&mut pcm.data, peak_clip);
+    }
+    encode(&pcm, f, mp3_kbps)
+}
+
 /// Encodes `pcm` (already normalised where the format wants it) into `f`.
 pub fn encode(pcm: &Pcm, f: OutputFormat, mp3_kbps: u32) -> Result<Vec<u8>, AudioError> {
     match f {

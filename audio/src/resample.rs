@@ -73,11 +73,6 @@ pub fn to_channels(pcm: &Pcm, channels: usize) -> Pcm {
     Pcm::new(pcm.sample_rate, channels, data)
 }
 
-/// What the VAE encoder needs: 48 kHz stereo.
-pub fn to_vae_input(pcm: &Pcm) -> Result<Pcm, AudioError> {
-    resample(&to_channels(pcm, 2), 48_000)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;

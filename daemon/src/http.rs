@@ -170,20 +170,10 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
     // peak_clip and mp3_bitrate: every field is type- and bound-checked, but a VAE job has
     // no use for the "style or lyrics" rule of a song.
     let options = match &request {
-        Some(body) => {
-            let r = match Yue2Request::from_json(body) {
-                Ok(r) => r,
-                Err(e) => return bad(e.to_string()),
-            };
-            let mut probe = r.clone();
-            if probe.style.is_empty() && probe.lyrics.is_empty() {
-                probe.style = "vae".into();
-            }
-            if let Err(e) = probe.validate(&st.limits) {
-                return bad(e.to_string());
-            }
-            r
-        }
+        Some(body) => match Yue2Request::from_json(body).and_then(|r| r.validate_options(&st.limits).map(|()| r)) {
+            Ok(r) => r,
+            Err(e) => return bad(e.to_string()),
+        },
         None => Yue2Request::default(),
     };
     let lat = st.vae.latent_channels;

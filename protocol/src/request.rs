@@ -599,20 +599,25 @@ impl Yue2Request {
     /// empty *and* it brings no other content: no `abc`, no `semantic_tokens`, no
     /// `source_tokens`. A replay (codes only) or a cover (score only) stays valid.
     pub fn validate(&self, limits: &Limits) -> Result<(), RequestError> {
-        let err = |field: &str, msg: String| Err(RequestError::new(field, msg));
-
         if self.style.is_empty()
             && self.lyrics.is_empty()
             && self.abc.is_empty()
             && self.semantic_tokens.trim().is_empty()
             && self.source_tokens.trim().is_empty()
         {
-            return err(
+            return Err(RequestError::new(
                 "style",
-                "a request needs style or lyrics (or an abc score, semantic_tokens or source_tokens)"
-                    .into(),
-            );
+                "a request needs style or lyrics (or an abc score, semantic_tokens or source_tokens)",
+            ));
         }
+        self.validate_options(limits)
+    }
+
+    /// Every field's type and bound, without the content rule: what a request that only
+    /// carries options (the `request` part of a `/vae` decode) must satisfy.
+    pub fn validate_options(&self, limits: &Limits) -> Result<(), RequestError> {
+        let err = |field: &str, msg: String| Err(RequestError::new(field, msg));
+
         if !(self.duration.is_finite() && self.duration > 0.0) {
             return err(
                 "duration",

@@ -2,7 +2,7 @@ use super::common::{random_u64, read_request, DeviceArgs};
 use super::npy;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
-use yued_audio::{peak_normalize, Pcm};
+use yued_audio::Pcm;
 use yued_engine::generate::CancelToken;
 use yued_engine::pipeline::{Event, Pipeline, PipelineOptions, Track};
 use yued_engine::rng::torch_cpu::randn;
@@ -134,17 +134,13 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
 }
 
 fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2Request) -> anyhow::Result<()> {
-    let mut pcm = t.pcm.clone();
-    if req.output_format.normalizes() {
-        peak_normalize(&mut pcm, req.peak_clip);
-    }
-    let audio = Pcm::new(48000, 2, pcm);
+    let seconds = (t.pcm.len() / 2) as f64 / 48000.0;
     let out = numbered(&a.out, suffix, req.output_format.extension());
-    let bytes = yued_audio::encode::encode(&audio, req.output_format, req.mp3_bitrate)?;
+    let bytes = yued_audio::encode::normalize_and_encode(Pcm::new(48000, 2, t.pcm.clone()), req.output_format, req.peak_clip, req.mp3_bitrate)?;
     std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
     let json = numbered(&a.out, suffix, "json");
     std::fs::write(&json, serde_json::to_string_pretty(&t.replay)?)?;
-    println!("{}: {:.2} s ({} frames{}), replay {}", out.display(), audio.seconds(), t.frames, if t.truncated { ", cut by the budget" } else { "" }, json.display());
+    println!("{}: {:.2} s ({} frames{}), replay {}", out.display(), seconds, t.frames, if t.truncated { ", cut by the budget" } else { "" }, json.display());
     if let Some(p) = &a.score {
         std::fs::write(numbered(p, suffix, "abc"), &t.abc)?;
     }

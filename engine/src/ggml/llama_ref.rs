@@ -22,6 +22,30 @@ unsafe extern "C" fn quiet(level: sys::ggml_log_level, text: *const std::os::raw
 }
 
 impl LlamaRef {
+    /// A context as yued runs: F16 KV, flash attention, `threads` for every batch size.
+    /// The caller frees it with `llama_free`.
+    unsafe fn context(&self, n_ctx: usize, n_batch: usize, n_seq: usize, threads: usize) -> Result<*mut sys::llama_context, String> {
+        // SAFETY: default params filled in, the model is loaded; a null context is an error.
+        unsafe {
+            let mut cp = sys::llama_context_default_params();
+            cp.n_ctx = n_ctx as u32;
+            cp.n_batch = n_batch as u32;
+            cp.n_ubatch = n_batch as u32;
+            cp.n_seq_max = n_seq as u32;
+            cp.n_threads = threads as i32;
+            cp.n_threads_batch = threads as i32;
+            cp.type_k = sys::GGML_TYPE_F16;
+            cp.type_v = sys::GGML_TYPE_F16;
+            cp.flash_attn_type = sys::LLAMA_FLASH_ATTN_TYPE_ENABLED;
+            cp.no_perf = true;
+            let ctx = sys::llama_init_from_model(self.model, cp);
+            if ctx.is_null() {
+                return Err("llama.cpp could not create a context".into());
+            }
+            Ok(ctx)
+        }
+    }
+
     /// Loads a llama.cpp GGUF (all layers on the GPU when `gpu` and the build has one).
     pub fn load(path: &Path, gpu: bool) -> Result<Self, String> {
         let c = CString::new(path.to_string_lossy().as_bytes()).map_err(|e| e.to_string())?;
@@ -47,21 +71,7 @@ impl LlamaRef {
         // SAFETY: the context and batches are created, used and freed here; every index
         // written into a batch is below the size it was created with.
         unsafe {
-            let mut cp = sys::llama_context_default_params();
-            cp.n_ctx = (per_seq * batch) as u32;
-            cp.n_batch = chunk.max(batch) as u32;
-            cp.n_ubatch = cp.n_batch;
-            cp.n_seq_max = batch as u32;
-            cp.n_threads = threads as i32;
-            cp.n_threads_batch = threads as i32;
-            cp.type_k = sys::GGML_TYPE_F16;
-            cp.type_v = sys::GGML_TYPE_F16;
-            cp.flash_attn_type = sys::LLAMA_FLASH_ATTN_TYPE_ENABLED;
-            cp.no_perf = true;
-            let ctx = sys::llama_init_from_model(self.model, cp);
-            if ctx.is_null() {
-                return Err("llama.cpp could not create a context".into());
-            }
+            let ctx = self.context(per_seq * batch, chunk.max(batch), batch, threads)?;
             let vocab = sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(self.model)).max(2);
             let token = |i: usize| (i % (vocab as usize - 1)) as i32;
             let run = |n: usize, fill: &dyn Fn(&mut sys::llama_batch, usize)| -> Result<(), String> {
@@ -125,20 +135,8 @@ impl LlamaRef {
         assert!(!tokens.is_empty());
         // SAFETY: as in `decode_steps`; the logits pointer is read before the context goes.
         unsafe {
-            let mut cp = sys::llama_context_default_params();
-            cp.n_ctx = (tokens.len() + 8).next_multiple_of(256) as u32;
-            cp.n_batch = cp.n_ctx;
-            cp.n_ubatch = cp.n_ctx;
-            cp.n_seq_max = 1;
-            cp.n_threads = threads as i32;
-            cp.n_threads_batch = threads as i32;
-            cp.type_k = sys::GGML_TYPE_F16;
-            cp.type_v = sys::GGML_TYPE_F16;
-            cp.flash_attn_type = sys::LLAMA_FLASH_ATTN_TYPE_ENABLED;
-            let ctx = sys::llama_init_from_model(self.model, cp);
-            if ctx.is_null() {
-                return Err("llama.cpp could not create a context".into());
-            }
+            let n_ctx = (tokens.len() + 8).next_multiple_of(256);
+            let ctx = self.context(n_ctx, n_ctx, 1, threads)?;
             let n = tokens.len();
             let b = sys::llama_batch_init(n as i32, 0, 1);
             let mut b = b;
