@@ -9,7 +9,7 @@
 //!
 //! The LM head runs only on the rows a stage samples from (a contiguous id range), and only
 //! on the positions asked for, so a semantic decode step multiplies 32769 rows, not 184704.
-use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
+use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Graph, OwnedGraph, Tensor, TensorStore};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
 use crate::model::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
@@ -46,6 +46,10 @@ pub struct ArModel {
     weights: TensorStore,
     alloc: Allocator,
     vocab_type: GgmlType,
+    /// The last step's graph, placed by `alloc` (see [`ArModel::forward`]).
+    step: Option<StepGraph>,
+    builds: u64,
+    reuses: u64,
 }
 
 /// Names and shapes of the AR tensors (311 at the published dimensions).
@@ -59,7 +63,7 @@ impl ArModel {
     pub fn load(f: &GgufFile, info: &BackboneInfo, backend: &Backend) -> Result<Self, LoadError> {
         let weights = load_tensors(f, &ar_tensors(&info.config), backend, "AR weights")?;
         let vocab_type = weights.get(names::LM_HEAD).ty();
-        Ok(ArModel { cfg: info.config.clone(), weights, alloc: Allocator::new(backend), vocab_type })
+        Ok(ArModel { cfg: info.config.clone(), weights, alloc: Allocator::new(backend), vocab_type, step: None, builds: 0, reuses: 0 })
     }
 
     /// Device bytes of the weights.
@@ -86,6 +90,12 @@ impl ArModel {
 
     /// Runs the new tokens of every sequence through the model, appends their K/V to the
     /// sequences' sets and returns the logits of `rows` at `positions`.
+    ///
+    /// The graph of a call is kept and reused by the next call of the same shape (same sets
+    /// in the same order, same token counts, same attention windows, rows and positions):
+    /// the per-step differences — token ids, positions, where the new K/V rows go, which
+    /// cache entries are visible — are all graph inputs. A window is the set's length
+    /// rounded up to [`WINDOW_STEP`], so a decode loop rebuilds once per 256 steps.
     pub fn forward(&mut self, backend: &Backend, sets: &mut [KvSet], seqs: &[SeqInput<'_>], rows: Range<u32>, positions: Positions) -> Result<Logits, GgmlError> {
         let c = &self.cfg;
         assert!(!seqs.is_empty(), "forward of no sequence");
@@ -97,132 +107,80 @@ impl ArModel {
             assert!(set.len() + s.tokens.len() <= set.capacity(), "KV set {} full: {} + {} > {}", s.set, set.len(), s.tokens.len(), set.capacity());
             assert!(s.tokens.iter().all(|&t| (t as usize) < c.vocab_size), "token id outside the vocabulary");
         }
-        let (hd, nh, nkv) = (c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
-        let n_tok: i64 = seqs.iter().map(|s| s.tokens.len() as i64).sum();
-        let n_layers = c.num_hidden_layers;
-        let eps = c.rms_norm_eps as f32;
-        let n_nodes = 256 + n_layers * (48 + 24 * seqs.len());
-        let gctx = Context::new(n_nodes, n_nodes)?;
-        let mut graph = gctx.new_graph(n_nodes);
+        let key = StepKey {
+            seqs: seqs
+                .iter()
+                .map(|s| {
+                    let set = &sets[s.set];
+                    let t = s.tokens.len();
+                    let window = (set.len() + t).next_multiple_of(WINDOW_STEP).min(set.capacity());
+                    SeqShape { set_id: set.id(), set: s.set, tokens: t, window }
+                })
+                .collect(),
+            rows: rows.clone(),
+            positions,
+        };
+        if self.step.as_ref().is_none_or(|g| g.key != key) {
+            // Drop the old graph before placing the new one: the allocator reuses its memory.
+            self.step = None;
+            let n_nodes = graph_nodes(c, seqs.len());
+            let ctx = Context::new(n_nodes, n_nodes)?;
+            let parts = {
+                let mut graph = ctx.new_graph(n_nodes);
+                let kept = build_step(&ctx, &mut graph, c, &self.weights, sets, &key);
+                graph.detach(&kept)
+            };
+            // SAFETY: the graph points at the weights, which live as long as `self` (and so
+            // as long as the cached graph), and at the KV sets named in the key. It is only
+            // computed again when a later call passes sets with the same ids, which are then
+            // alive (borrowed by that call); ids are never reused.
+            let graph = unsafe { OwnedGraph::new(ctx, parts) };
+            self.alloc.alloc_graph(&graph.graph())?;
+            self.step = Some(StepGraph { key, graph });
+            self.builds += 1;
+        } else {
+            self.reuses += 1;
+        }
+        let g = &self.step.as_ref().expect("graph just built").graph;
 
         // Inputs.
-        let ids = gctx.new_tensor(GgmlType::I32, &[n_tok]).set_name("ids").set_input();
-        let pos = gctx.new_tensor(GgmlType::I32, &[n_tok]).set_name("pos").set_input();
-        let mut masks: Vec<Option<Tensor<'_>>> = Vec::with_capacity(seqs.len());
-        for (i, s) in seqs.iter().enumerate() {
-            let t = s.tokens.len() as i64;
-            masks.push((t > 1).then(|| {
-                let n_kv = (sets[s.set].len() as i64) + t;
-                gctx.new_tensor(GgmlType::F16, &[n_kv, t]).set_name(&format!("mask{i}")).set_input()
-            }));
-        }
-        let n_out: i64 = match positions {
-            Positions::Last => seqs.len() as i64,
-            Positions::All => n_tok,
-        };
-        let out_idx = gctx.new_tensor(GgmlType::I32, &[n_out]).set_name("out_idx").set_input();
-
-        let weights = &self.weights;
-        let w = |name: &str| weights.get(name);
-        let lw = |l: usize, s: &str| weights.get(&names::layer(l, s));
-        let mut x = gctx.get_rows(w(names::EMBED), ids);
-        let scale = 1.0 / (hd as f32).sqrt();
-        for l in 0..n_layers {
-            let h = gctx.mul(gctx.rms_norm(x, eps), lw(l, "input_layernorm.weight"));
-            let q = gctx.reshape_3d(gctx.mul_mat(lw(l, "self_attn.q_proj.weight"), h), hd, nh, n_tok);
-            let k = gctx.reshape_3d(gctx.mul_mat(lw(l, "self_attn.k_proj.weight"), h), hd, nkv, n_tok);
-            let v = gctx.mul_mat(lw(l, "self_attn.v_proj.weight"), h); // [hd*nkv, n_tok]
-            let q = gctx.mul(gctx.rms_norm(q, eps), lw(l, "self_attn.q_norm.weight"));
-            let k = gctx.mul(gctx.rms_norm(k, eps), lw(l, "self_attn.k_norm.weight"));
-            let q = gctx.rope_neox(q, pos, hd as i32, c.rope_theta as f32);
-            let k = gctx.rope_neox(k, pos, hd as i32, c.rope_theta as f32);
-            let k = gctx.reshape_2d(k, hd * nkv, n_tok);
-
-            let mut outs: Option<Tensor<'_>> = None;
-            let mut start = 0i64;
-            for (i, s) in seqs.iter().enumerate() {
-                let t = s.tokens.len() as i64;
-                let set = &sets[s.set];
-                let (kc, vc) = (set.k(l), set.v(l));
-                let past = set.len() as i64;
-                let row_bytes = kc.nb()[1];
-                // Append this sequence's K/V, then attend over the whole window.
-                let k_i = gctx.view_2d(k, hd * nkv, t, k.nb()[1], (start as usize) * k.nb()[1]);
-                let v_i = gctx.view_2d(v, hd * nkv, t, v.nb()[1], (start as usize) * v.nb()[1]);
-                graph.expand(gctx.cpy(k_i, gctx.view_2d(kc, hd * nkv, t, row_bytes, past as usize * row_bytes)));
-                graph.expand(gctx.cpy(v_i, gctx.view_2d(vc, hd * nkv, t, row_bytes, past as usize * row_bytes)));
-                let n_kv = past + t;
-                let elt = kc.ty().type_size();
-                let kw = gctx.view_3d(kc, hd, n_kv, nkv, row_bytes, hd as usize * elt, 0);
-                let vw = gctx.view_3d(vc, hd, n_kv, nkv, row_bytes, hd as usize * elt, 0);
-                let q_i = gctx.view_3d(q, hd, nh, t, q.nb()[1], q.nb()[2], start as usize * q.nb()[2]);
-                let q_i = gctx.permute(q_i, [0, 2, 1, 3]); // [hd, t, nh]
-                let a = gctx.flash_attn_ext(q_i, kw, vw, masks[i], scale); // [hd, nh, t]
-                let a = gctx.reshape_2d(a, hd * nh, t);
-                outs = Some(match outs {
-                    None => a,
-                    Some(prev) => gctx.concat(prev, a, 1),
-                });
-                start += t;
-            }
-            let attn = gctx.mul_mat(lw(l, "self_attn.o_proj.weight"), outs.unwrap());
-            x = gctx.add(x, attn);
-            let h2 = gctx.mul(gctx.rms_norm(x, eps), lw(l, "post_attention_layernorm.weight"));
-            let g = gctx.mul_mat(lw(l, "mlp.gate_proj.weight"), h2);
-            let u = gctx.mul_mat(lw(l, "mlp.up_proj.weight"), h2);
-            x = gctx.add(x, gctx.mul_mat(lw(l, "mlp.down_proj.weight"), gctx.swiglu(g, u)));
-        }
-        let x = gctx.get_rows(x, out_idx);
-        let x = gctx.mul(gctx.rms_norm(x, eps), w(names::NORM));
-        let head = w(names::LM_HEAD);
-        let n_rows = (rows.end - rows.start) as i64;
-        let head = gctx.view_2d(head, head.ne()[0], n_rows, head.nb()[1], rows.start as usize * head.nb()[1]);
-        let logits = gctx.mul_mat(head, x).set_name("logits").set_output();
-        graph.expand(logits);
-
-        self.alloc.alloc_graph(&graph)?;
-        // Upload inputs.
-        let mut id_v = Vec::with_capacity(n_tok as usize);
-        let mut pos_v = Vec::with_capacity(n_tok as usize);
-        let mut out_v = Vec::with_capacity(n_out as usize);
+        let mut id_v = Vec::new();
+        let mut pos_v = Vec::new();
+        let mut out_v = Vec::new();
         let mut at = 0i32;
-        for s in seqs {
-            let past = sets[s.set].len() as i32;
-            for (j, &t) in s.tokens.iter().enumerate() {
-                id_v.push(t as i32);
-                pos_v.push(past + j as i32);
+        for (i, s) in seqs.iter().enumerate() {
+            let past = sets[s.set].len();
+            let t = s.tokens.len();
+            for (j, &tok) in s.tokens.iter().enumerate() {
+                id_v.push(tok as i32);
+                pos_v.push((past + j) as i32);
                 if positions == Positions::All {
                     out_v.push(at + j as i32);
                 }
             }
-            at += s.tokens.len() as i32;
+            at += t as i32;
             if positions == Positions::Last {
                 out_v.push(at - 1);
             }
-        }
-        ids.write_i32(&id_v);
-        pos.write_i32(&pos_v);
-        out_idx.write_i32(&out_v);
-        for (i, s) in seqs.iter().enumerate() {
-            if let Some(m) = masks[i] {
-                let past = sets[s.set].len();
-                let t = s.tokens.len();
-                let n_kv = past + t;
-                let mut mv = vec![0f32; n_kv * t];
-                for qi in 0..t {
-                    for kj in (past + qi + 1)..n_kv {
-                        mv[qi * n_kv + kj] = f32::NEG_INFINITY;
-                    }
-                }
-                m.write_f32_as_own_type(&mv);
+            let rows_at: Vec<i64> = (past..past + t).map(|p| p as i64).collect();
+            g.tensor(INPUTS + 2 * i).write_i64(&rows_at);
+            // Query j sees cache entries 0..=past+j; the rest of the window is -inf.
+            let window = g.tensor(INPUTS + 2 * i + 1).ne()[0] as usize;
+            let mut mask = vec![F16_NEG_INF; window * t];
+            for j in 0..t {
+                mask[j * window..j * window + past + j + 1].fill(0);
             }
+            g.tensor(INPUTS + 2 * i + 1).write_f16_bits(&mask);
         }
-        backend.compute(&graph)?;
-        let flat = logits.read_f32();
+        g.tensor(IDS).write_i32(&id_v);
+        g.tensor(POS).write_i32(&pos_v);
+        g.tensor(OUT_IDX).write_i32(&out_v);
+        backend.compute(&g.graph())?;
+        let flat = g.tensor(LOGITS).read_f32();
         for s in seqs {
             sets[s.set].advance(s.tokens.len());
         }
-        let nr = n_rows as usize;
+        let nr = rows.len();
         let mut per_seq = Vec::with_capacity(seqs.len());
         let mut row = 0usize;
         for s in seqs {
@@ -232,6 +190,137 @@ impl ArModel {
         }
         Ok(Logits { rows, per_seq })
     }
+
+    /// Drops the kept step graph, so the next call builds its own (tests, and a caller that
+    /// wants the compute memory of a big prefill graph back).
+    pub fn forget_graph(&mut self) {
+        self.step = None;
+    }
+
+    /// How many forward calls built a graph and how many reused the previous one.
+    pub fn graph_stats(&self) -> (u64, u64) {
+        (self.builds, self.reuses)
+    }
+}
+
+/// Attention windows grow in steps of this many cache entries (llama.cpp pads the same way).
+pub const WINDOW_STEP: usize = 256;
+
+/// F16 bit pattern of -inf (a masked cache entry); 0 is 0.0.
+const F16_NEG_INF: u16 = 0xFC00;
+
+/// Indices of the kept tensors of a step graph: the shared inputs, the logits, then per
+/// sequence its cache row indices and its mask.
+const IDS: usize = 0;
+const POS: usize = 1;
+const OUT_IDX: usize = 2;
+const LOGITS: usize = 3;
+const INPUTS: usize = 4;
+
+/// What a step graph depends on besides its inputs.
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct StepKey {
+    seqs: Vec<SeqShape>,
+    rows: Range<u32>,
+    positions: Positions,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct SeqShape {
+    set_id: u64,
+    /// Index of the set in the call's slice.
+    set: usize,
+    tokens: usize,
+    /// Cache entries the attention reads (a multiple of WINDOW_STEP, or the capacity).
+    window: usize,
+}
+
+struct StepGraph {
+    key: StepKey,
+    graph: OwnedGraph,
+}
+
+fn graph_nodes(c: &Yue2Config, n_seqs: usize) -> usize {
+    256 + c.num_hidden_layers * (48 + 24 * n_seqs)
+}
+
+/// Builds the forward graph of one step shape. Returns the kept tensors in the order of
+/// the index constants above.
+fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, weights: &'a TensorStore, sets: &'a [KvSet], key: &StepKey) -> Vec<Tensor<'a>> {
+    let (hd, nh, nkv) = (c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
+    let n_tok: i64 = key.seqs.iter().map(|s| s.tokens as i64).sum();
+    let eps = c.rms_norm_eps as f32;
+    let n_out: i64 = match key.positions {
+        Positions::Last => key.seqs.len() as i64,
+        Positions::All => n_tok,
+    };
+    let ids = gctx.new_tensor(GgmlType::I32, &[n_tok]).set_name("ids").set_input();
+    let pos = gctx.new_tensor(GgmlType::I32, &[n_tok]).set_name("pos").set_input();
+    let out_idx = gctx.new_tensor(GgmlType::I32, &[n_out]).set_name("out_idx").set_input();
+    let mut per_seq = Vec::with_capacity(2 * key.seqs.len());
+    for (i, s) in key.seqs.iter().enumerate() {
+        per_seq.push(gctx.new_tensor(GgmlType::I64, &[s.tokens as i64]).set_name(&format!("kv_rows{i}")).set_input());
+        per_seq.push(gctx.new_tensor(GgmlType::F16, &[s.window as i64, s.tokens as i64]).set_name(&format!("mask{i}")).set_input());
+    }
+
+    let w = |name: &str| weights.get(name);
+    let lw = |l: usize, s: &str| weights.get(&names::layer(l, s));
+    let mut x = gctx.get_rows(w(names::EMBED), ids);
+    let scale = 1.0 / (hd as f32).sqrt();
+    for l in 0..c.num_hidden_layers {
+        let h = gctx.mul(gctx.rms_norm(x, eps), lw(l, "input_layernorm.weight"));
+        let q = gctx.reshape_3d(gctx.mul_mat(lw(l, "self_attn.q_proj.weight"), h), hd, nh, n_tok);
+        let k = gctx.reshape_3d(gctx.mul_mat(lw(l, "self_attn.k_proj.weight"), h), hd, nkv, n_tok);
+        let v = gctx.mul_mat(lw(l, "self_attn.v_proj.weight"), h); // [hd*nkv, n_tok]
+        let q = gctx.mul(gctx.rms_norm(q, eps), lw(l, "self_attn.q_norm.weight"));
+        let k = gctx.mul(gctx.rms_norm(k, eps), lw(l, "self_attn.k_norm.weight"));
+        let q = gctx.rope_neox(q, pos, hd as i32, c.rope_theta as f32);
+        let k = gctx.rope_neox(k, pos, hd as i32, c.rope_theta as f32);
+        let k = gctx.reshape_2d(k, hd * nkv, n_tok);
+
+        let mut outs: Option<Tensor<'_>> = None;
+        let mut start = 0i64;
+        for (i, s) in key.seqs.iter().enumerate() {
+            let t = s.tokens as i64;
+            let set = &sets[s.set];
+            let (kc, vc) = (set.k(l), set.v(l));
+            let row_bytes = kc.nb()[1];
+            // Write this sequence's K/V at its cache rows, then attend over the window.
+            let k_i = gctx.view_2d(k, hd * nkv, t, k.nb()[1], start as usize * k.nb()[1]);
+            let v_i = gctx.view_2d(v, hd * nkv, t, v.nb()[1], start as usize * v.nb()[1]);
+            graph.expand(gctx.set_rows(kc, k_i, per_seq[2 * i]));
+            graph.expand(gctx.set_rows(vc, v_i, per_seq[2 * i]));
+            let n_kv = s.window as i64;
+            let elt = kc.ty().type_size();
+            let kw = gctx.view_3d(kc, hd, n_kv, nkv, row_bytes, hd as usize * elt, 0);
+            let vw = gctx.view_3d(vc, hd, n_kv, nkv, row_bytes, hd as usize * elt, 0);
+            let q_i = gctx.view_3d(q, hd, nh, t, q.nb()[1], q.nb()[2], start as usize * q.nb()[2]);
+            let q_i = gctx.permute(q_i, [0, 2, 1, 3]); // [hd, t, nh]
+            let a = gctx.flash_attn_ext(q_i, kw, vw, Some(per_seq[2 * i + 1]), scale); // [hd, nh, t]
+            let a = gctx.reshape_2d(a, hd * nh, t);
+            outs = Some(match outs {
+                None => a,
+                Some(prev) => gctx.concat(prev, a, 1),
+            });
+            start += t;
+        }
+        let attn = gctx.mul_mat(lw(l, "self_attn.o_proj.weight"), outs.unwrap());
+        x = gctx.add(x, attn);
+        let h2 = gctx.mul(gctx.rms_norm(x, eps), lw(l, "post_attention_layernorm.weight"));
+        let g = gctx.mul_mat(lw(l, "mlp.gate_proj.weight"), h2);
+        let u = gctx.mul_mat(lw(l, "mlp.up_proj.weight"), h2);
+        x = gctx.add(x, gctx.mul_mat(lw(l, "mlp.down_proj.weight"), gctx.swiglu(g, u)));
+    }
+    let x = gctx.get_rows(x, out_idx);
+    let x = gctx.mul(gctx.rms_norm(x, eps), w(names::NORM));
+    let head = w(names::LM_HEAD);
+    let n_rows = (key.rows.end - key.rows.start) as i64;
+    let head = gctx.view_2d(head, head.ne()[0], n_rows, head.nb()[1], key.rows.start as usize * head.nb()[1]);
+    let logits = gctx.mul_mat(head, x).set_name("logits").set_output();
+    graph.expand(logits);
+    let mut kept = vec![ids, pos, out_idx, logits];
+    kept.extend(per_seq);
+    kept
 }
 
 #[cfg(test)]

@@ -81,6 +81,10 @@ fn batched_decode_with_mixed_cache_lengths_matches_reference() {
     }
     assert_eq!(sets[1].len(), b.tokens.len());
     assert_eq!(sets[0].len(), 8 + step);
+    // Every batched step after the first reused the first one's graph.
+    let (builds, reuses) = m.graph_stats();
+    assert_eq!(builds, 3, "two prefills and one decode shape");
+    assert_eq!(reuses as usize, step - 1);
     // A continues alone.
     while 8 + step < a.tokens.len() {
         let ta = [a.tokens[8 + step]];
@@ -88,6 +92,103 @@ fn batched_decode_with_mixed_cache_lengths_matches_reference() {
         check_row(&out.per_seq[0][0], &a.logits[8 + step], &format!("decode A alone step {step}"));
         step += 1;
     }
+}
+
+/// Decoding one token at a time through reused graphs, across the boundaries where the
+/// attention window grows (256, 512), into two sets taking turns and sharing batches, gives
+/// the logits of one prefill of the same tokens.
+#[test]
+fn reused_step_graphs_across_window_boundaries_equal_one_prefill() {
+    let (backend, mut m) = setup();
+    let vocab = m.cfg.vocab_size as u32;
+    let n = 600usize;
+    let tokens: Vec<u32> = (0..n).map(|i| ((i * 7919 + 13) % vocab as usize) as u32).collect();
+    let mut whole = vec![KvSet::new(&backend, &m.cfg, n).unwrap()];
+    let want = m.forward(&backend, &mut whole, &[SeqInput { tokens: &tokens, set: 0 }], 0..vocab, Positions::All).unwrap();
+    let want = &want.per_seq[0];
+
+    let mut sets = vec![KvSet::new(&backend, &m.cfg, n).unwrap(), KvSet::new(&backend, &m.cfg, n).unwrap()];
+    let start = 240;
+    m.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens[..start], set: 0 }], 0..vocab, Positions::Last).unwrap();
+    m.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens[..start - 7], set: 1 }], 0..vocab, Positions::Last).unwrap();
+    let (b0, r0) = m.graph_stats();
+    let mut worst = 0f64;
+    let mut check = |got: &[f32], at: usize| {
+        let e = rel_rms(got, &want[at]);
+        worst = worst.max(e);
+        // Prefill and decode multiply in different kernels (F16 rounding of the activations
+        // in different places): close, not bit-equal.
+        assert!(e < 3e-3, "position {at}: relative RMS {e:.3e} against the prefill");
+    };
+    let (mut p0, mut p1) = (start, start - 7);
+    while p0 < n {
+        // Set 0 alone for 3 steps, then both in one batch for 2, then set 1 alone once.
+        for _ in 0..3 {
+            if p0 < n {
+                let out = m.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens[p0..p0 + 1], set: 0 }], 0..vocab, Positions::Last).unwrap();
+                check(&out.per_seq[0][0], p0);
+                p0 += 1;
+            }
+        }
+        for _ in 0..2 {
+            if p0 < n && p1 < n {
+                let seqs = [SeqInput { tokens: &tokens[p1..p1 + 1], set: 1 }, SeqInput { tokens: &tokens[p0..p0 + 1], set: 0 }];
+                let out = m.forward(&backend, &mut sets, &seqs, 0..vocab, Positions::Last).unwrap();
+                check(&out.per_seq[0][0], p1);
+                check(&out.per_seq[1][0], p0);
+                p0 += 1;
+                p1 += 1;
+            }
+        }
+        if p1 < n {
+            let out = m.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens[p1..p1 + 1], set: 1 }], 0..vocab, Positions::Last).unwrap();
+            check(&out.per_seq[0][0], p1);
+            p1 += 1;
+        }
+    }
+    // Shapes alternate, so most calls rebuild here; the sequence still has to be right.
+    let (b1, r1) = m.graph_stats();
+    assert!(b1 > b0 && r1 >= r0);
+    // A plain decode run reuses: 20 steps of set 1 inside one window build at most twice.
+    let mut one = vec![KvSet::new(&backend, &m.cfg, n).unwrap()];
+    m.forward(&backend, &mut one, &[SeqInput { tokens: &tokens[..500], set: 0 }], 0..vocab, Positions::Last).unwrap();
+    let (b2, r2) = m.graph_stats();
+    for p in 500..520 {
+        let out = m.forward(&backend, &mut one, &[SeqInput { tokens: &tokens[p..p + 1], set: 0 }], 0..vocab, Positions::Last).unwrap();
+        check(&out.per_seq[0][0], p);
+    }
+    let (b3, r3) = m.graph_stats();
+    assert_eq!((b3 - b2, r3 - r2), (2, 18), "one build per window (500..512, 512..520)");
+    eprintln!("worst relative RMS against the prefill: {worst:.2e}");
+}
+
+/// A reused graph computes exactly what a freshly built one computes.
+#[test]
+fn a_reused_step_graph_is_bit_identical_to_a_fresh_one() {
+    let (backend, mut m) = setup();
+    let vocab = m.cfg.vocab_size as u32;
+    let tokens: Vec<u32> = (0..300).map(|i| ((i * 104_729 + 5) % vocab as usize) as u32).collect();
+    let run = |m: &mut ArModel, fresh: bool| -> Vec<Vec<f32>> {
+        let mut sets = vec![KvSet::new(&backend, &m.cfg, 300).unwrap(), KvSet::new(&backend, &m.cfg, 300).unwrap()];
+        m.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens[..250], set: 0 }], 0..vocab, Positions::Last).unwrap();
+        m.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens[..200], set: 1 }], 0..vocab, Positions::Last).unwrap();
+        let mut out = Vec::new();
+        for i in 0..12 {
+            if fresh {
+                m.forget_graph();
+            }
+            let seqs = [SeqInput { tokens: &tokens[250 + i..251 + i], set: 0 }, SeqInput { tokens: &tokens[200 + i..201 + i], set: 1 }];
+            let l = m.forward(&backend, &mut sets, &seqs, 0..vocab, Positions::Last).unwrap();
+            out.extend(l.per_seq.into_iter().map(|mut p| p.remove(0)));
+        }
+        out
+    };
+    let fresh = run(&mut m, true);
+    let (_, r0) = m.graph_stats();
+    let reused = run(&mut m, false);
+    let (_, r1) = m.graph_stats();
+    assert_eq!(r1 - r0, 10, "12 steps, one rebuild where set 0 crosses 256 entries");
+    assert!(fresh == reused, "reused graphs gave other logits");
 }
 
 #[test]

@@ -271,6 +271,16 @@ impl<'a> Tensor<'a> {
         assert_eq!(self.ty(), GgmlType::F32, "write_f32 on a {} tensor '{}'", self.ty().name(), self.name());
         self.write_bytes(0, as_bytes(v));
     }
+    /// Uploads i64 values into an I64 tensor (row indices of `set_rows`).
+    pub fn write_i64(&self, v: &[i64]) {
+        assert_eq!(self.ty(), GgmlType::I64, "write_i64 on a {} tensor '{}'", self.ty().name(), self.name());
+        self.write_bytes(0, as_bytes(v));
+    }
+    /// Uploads raw 16-bit words into an F16 tensor (masks built as bit patterns).
+    pub fn write_f16_bits(&self, v: &[u16]) {
+        assert_eq!(self.ty(), GgmlType::F16, "write_f16_bits on a {} tensor '{}'", self.ty().name(), self.name());
+        self.write_bytes(0, as_bytes(v));
+    }
     /// Uploads i32 values into an I32 tensor.
     pub fn write_i32(&self, v: &[i32]) {
         assert_eq!(self.ty(), GgmlType::I32, "write_i32 on a {} tensor '{}'", self.ty().name(), self.name());
@@ -308,7 +318,19 @@ pub struct Graph<'a> {
     _ctx: PhantomData<&'a Context>,
 }
 
+/// A graph and some of its tensors without the borrow of their context: the way to move
+/// both into an [`OwnedGraph`] together with the context.
+pub struct DetachedGraph {
+    graph: NonNull<sys::ggml_cgraph>,
+    tensors: Vec<NonNull<sys::ggml_tensor>>,
+}
+
 impl<'a> Graph<'a> {
+    /// Lets go of the context's borrow, keeping handles on the graph and on `kept`.
+    pub fn detach(self, kept: &[Tensor<'a>]) -> DetachedGraph {
+        DetachedGraph { graph: self.ptr, tensors: kept.iter().map(|t| t.ptr).collect() }
+    }
+
     /// Adds `t` and everything it depends on.
     pub fn expand(&mut self, t: Tensor<'a>) {
         // SAFETY: both live in contexts that outlive 'a.
@@ -320,6 +342,48 @@ impl<'a> Graph<'a> {
     }
     pub(crate) fn raw(&self) -> *mut sys::ggml_cgraph {
         self.ptr.as_ptr()
+    }
+}
+
+/// A graph kept across computes, with the context that holds its nodes and the tensors the
+/// caller writes before each compute or reads after it. Building and placing a graph costs
+/// as much as a small model's whole decode step, and a GPU backend can replay an unchanged
+/// graph (CUDA graphs) instead of launching it kernel by kernel: a decode loop builds one
+/// of these per shape and reuses it for every step of that shape.
+pub struct OwnedGraph {
+    ctx: Context,
+    graph: NonNull<sys::ggml_cgraph>,
+    tensors: Vec<NonNull<sys::ggml_tensor>>,
+}
+
+// SAFETY: the graph and tensors live in `ctx`, which this value owns and which is Send; it is
+// used from one thread at a time (no Sync).
+unsafe impl Send for OwnedGraph {}
+
+impl OwnedGraph {
+    /// Takes ownership of `ctx` together with a graph built in it and the tensors `parts`
+    /// keeps handles on (reachable later by their index).
+    ///
+    /// # Safety
+    /// `parts` must come from a graph of `ctx`. The graph may reference tensors of other
+    /// contexts (weights, KV caches): the caller must make sure every such tensor and its
+    /// memory outlive each use of [`OwnedGraph::graph`].
+    pub unsafe fn new(ctx: Context, parts: DetachedGraph) -> Self {
+        OwnedGraph { ctx, graph: parts.graph, tensors: parts.tensors }
+    }
+
+    pub fn graph(&self) -> Graph<'_> {
+        Graph { ptr: self.graph, _ctx: PhantomData }
+    }
+
+    /// The `i`-th tensor `build` kept.
+    pub fn tensor(&self, i: usize) -> Tensor<'_> {
+        Tensor { ptr: self.tensors[i], _ctx: PhantomData }
+    }
+
+    /// Bytes of node metadata.
+    pub fn mem_size(&self) -> usize {
+        self.ctx.mem_size()
     }
 }
 

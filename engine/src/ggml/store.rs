@@ -1,6 +1,8 @@
 //! A named set of tensors with their device memory: model weights, one KV cache set.
 use super::{Backend, Buffer, Context, GgmlError, GgmlType, Tensor};
+use ggml_sys as sys;
 use std::collections::HashMap;
+use std::ptr::NonNull;
 
 /// Tensors created by name, then allocated together in one backend buffer. The store owns
 /// the metadata context and the buffer; [`TensorStore::get`] hands out handles that borrow
@@ -8,21 +10,31 @@ use std::collections::HashMap;
 pub struct TensorStore {
     ctx: Context,
     buffer: Option<Buffer>,
+    /// Name -> position in `order`/`tensors`.
     index: HashMap<String, usize>,
     order: Vec<String>,
+    /// The tensor structs, in declaration order. They live in `ctx` (heap memory of ggml
+    /// that does not move with the store), so handing them out by pointer is a lookup,
+    /// not ggml's linear scan of the context by name — graph builders call `get` per layer.
+    tensors: Vec<NonNull<sys::ggml_tensor>>,
 }
+
+// SAFETY: the pointers point into `ctx`, which the store owns and which is Send; the store is
+// used from one thread at a time (no Sync), as before it held them.
+unsafe impl Send for TensorStore {}
 
 impl TensorStore {
     /// A store with room for `capacity` tensors.
     pub fn new(capacity: usize) -> Result<Self, GgmlError> {
-        Ok(TensorStore { ctx: Context::new(capacity, 0)?, buffer: None, index: HashMap::new(), order: Vec::new() })
+        Ok(TensorStore { ctx: Context::new(capacity, 0)?, buffer: None, index: HashMap::new(), order: Vec::new(), tensors: Vec::new() })
     }
 
     /// Declares a tensor (before [`TensorStore::allocate`]).
     pub fn declare(&mut self, name: &str, ty: GgmlType, ne: &[i64]) {
         assert!(self.buffer.is_none(), "declare after allocate");
         assert!(!self.index.contains_key(name), "tensor '{name}' declared twice");
-        self.ctx.new_tensor(ty, ne).set_name(name);
+        let t = self.ctx.new_tensor(ty, ne).set_name(name);
+        self.tensors.push(NonNull::new(t.raw()).expect("declared tensor is NULL"));
         self.index.insert(name.to_string(), self.order.len());
         self.order.push(name.to_string());
     }
@@ -39,8 +51,13 @@ impl TensorStore {
 
     /// A declared tensor by name.
     pub fn get(&self, name: &str) -> Tensor<'_> {
-        assert!(self.index.contains_key(name), "no tensor '{name}' in this store");
-        self.ctx.get_tensor(name).unwrap_or_else(|| panic!("tensor '{name}' lost its metadata (name longer than ggml allows?)"))
+        let i = *self.index.get(name).unwrap_or_else(|| panic!("no tensor '{name}' in this store"));
+        self.at(i)
+    }
+
+    /// The `i`-th declared tensor.
+    pub fn at(&self, i: usize) -> Tensor<'_> {
+        Tensor::from_raw(self.tensors[i].as_ptr())
     }
 
     pub fn contains(&self, name: &str) -> bool {

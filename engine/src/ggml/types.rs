@@ -11,6 +11,7 @@ impl GgmlType {
     pub const F16: GgmlType = GgmlType(sys::GGML_TYPE_F16);
     pub const BF16: GgmlType = GgmlType(sys::GGML_TYPE_BF16);
     pub const I32: GgmlType = GgmlType(sys::GGML_TYPE_I32);
+    pub const I64: GgmlType = GgmlType(sys::GGML_TYPE_I64);
     pub const Q8_0: GgmlType = GgmlType(sys::GGML_TYPE_Q8_0);
     pub const Q6_K: GgmlType = GgmlType(sys::GGML_TYPE_Q6_K);
     pub const Q5_K: GgmlType = GgmlType(sys::GGML_TYPE_Q5_K);
