@@ -3,6 +3,11 @@
 //! published for the job (a late joiner hears the song from the start), then the live
 //! items. A listener's queue is bounded: one that falls too far behind is dropped (its
 //! socket is closed with a reason) instead of stalling the render or growing memory.
+//!
+//! The hub only distributes: a tile arrives already as s16 bytes and Ogg Opus pages, made
+//! by a [`TileEncoder`] on the compute thread that decoded it. Encoding a tile of Opus
+//! takes milliseconds; done here it would hold up every other message of the actor thread
+//! the hub shares with the scheduler, and with it every `/job` answer.
 use crate::metrics::Metrics;
 use actix::prelude::*;
 use bytes::Bytes;
@@ -46,11 +51,84 @@ pub fn pcm16_bytes(t: &PcmTile) -> Bytes {
     Bytes::from(out)
 }
 
+/// A tile as listeners receive it.
+#[derive(Clone, Debug)]
+pub struct EncodedTile {
+    pub track: u32,
+    pub index: u32,
+    pub start_sample: u64,
+    pub channels: usize,
+    /// Sample frames (per channel).
+    pub samples: u64,
+    /// Interleaved s16 little-endian.
+    pub pcm16: Bytes,
+    /// The Ogg pages of the job's Opus stream this tile completed (may be empty).
+    pub opus_pages: Bytes,
+}
+
+/// A job's stream encoder, owned by the producer of its tiles: every Opus listener
+/// receives the pages of this one encoder, so a late joiner's concatenation is the same
+/// valid file as an early one's.
+pub struct TileEncoder {
+    serial: u32,
+    opus: Option<OggOpusStream>,
+    job: JobId,
+}
+
+impl TileEncoder {
+    pub fn new(job: &JobId) -> Self {
+        TileEncoder { serial: (job.to_u64() & 0xffff_ffff) as u32, opus: None, job: job.clone() }
+    }
+
+    pub fn encode(&mut self, t: &PcmTile) -> EncodedTile {
+        if self.opus.is_none() {
+            match OggOpusStream::new(t.channels, STREAM_OPUS_BITRATE, self.serial) {
+                Ok(o) => self.opus = Some(o),
+                Err(err) => tracing::error!(job = %self.job, %err, "opening the Opus stream"),
+            }
+        }
+        let opus_pages = match self.opus.as_mut().map(|o| o.push(&t.planar)) {
+            Some(Ok(p)) => Bytes::from(p),
+            Some(Err(err)) => {
+                tracing::error!(job = %self.job, %err, "Opus encoding");
+                Bytes::new()
+            }
+            None => Bytes::new(),
+        };
+        EncodedTile {
+            track: t.track,
+            index: t.index,
+            start_sample: t.start_sample,
+            channels: t.channels,
+            samples: (t.planar.len() / t.channels.max(1)) as u64,
+            pcm16: pcm16_bytes(t),
+            opus_pages,
+        }
+    }
+
+    /// Closes the Opus stream: its last pages, to publish as [`Publish::StreamEnd`] after
+    /// the last tile. Empty when nothing was encoded.
+    pub fn finish(&mut self) -> Bytes {
+        match self.opus.take().map(|o| o.finish()) {
+            Some(Ok(pages)) => Bytes::from(pages),
+            Some(Err(err)) => {
+                tracing::error!(job = %self.job, %err, "closing the Opus stream");
+                Bytes::new()
+            }
+            None => Bytes::new(),
+        }
+    }
+}
+
 #[derive(Message)]
 #[rtype(result = "()")]
 pub enum Publish {
     Event(JobId, StreamEvent),
-    Tile(JobId, PcmTile),
+    Tile(JobId, EncodedTile),
+    /// The last Ogg pages of a job's stream, after its last tile and before the terminal
+    /// event. A job that ends otherwise (cancelled, failed) has none: its Opus stream just
+    /// stops, as a broadcast that is cut off does.
+    StreamEnd(JobId, Bytes),
 }
 
 /// Subscribes to a job's stream; `None` when the hub holds nothing for it.
@@ -72,16 +150,12 @@ struct JobStream {
     history: Vec<Publish2>,
     listeners: Vec<Listener>,
     finished: bool,
-    /// The job's one Ogg Opus encoder: every Opus listener receives the same pages, so a
-    /// late joiner's concatenation is the same valid file.
-    opus: Option<OggOpusStream>,
 }
 
 #[derive(Clone)]
 enum Publish2 {
     Event(StreamEvent),
-    /// A tile with its s16 frame and the Ogg pages it completed.
-    Tile(PcmTile, Bytes, Bytes),
+    Tile(EncodedTile),
     /// The last Ogg pages (end of stream), before the terminal event.
     OpusTail(Bytes),
 }
@@ -103,15 +177,15 @@ impl StreamHub {
     fn items(item: &Publish2, codec: StreamCodec, first_tile: bool) -> Vec<StreamItem> {
         match item {
             Publish2::Event(e) => vec![StreamItem::Text(e.to_text())],
-            Publish2::Tile(t, pcm16, pages) => {
+            Publish2::Tile(t) => {
                 let mut v = Vec::new();
                 if first_tile {
                     v.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate: 48000, channels: t.channels as u16 }.to_text()));
                 }
-                v.push(StreamItem::Text(StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: (t.planar.len() / t.channels.max(1)) as u64 }.to_text()));
+                v.push(StreamItem::Text(StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }.to_text()));
                 match codec {
-                    StreamCodec::Pcm16 => v.push(StreamItem::Binary(pcm16.clone())),
-                    StreamCodec::Opus if !pages.is_empty() => v.push(StreamItem::Binary(pages.clone())),
+                    StreamCodec::Pcm16 => v.push(StreamItem::Binary(t.pcm16.clone())),
+                    StreamCodec::Opus if !t.opus_pages.is_empty() => v.push(StreamItem::Binary(t.opus_pages.clone())),
                     StreamCodec::Opus => {}
                 }
                 v
@@ -130,37 +204,9 @@ impl Handler<Publish> for StreamHub {
     type Result = ();
     fn handle(&mut self, msg: Publish, _: &mut Self::Context) {
         let (job, item) = match msg {
-            Publish::Event(j, e) => {
-                if e.is_terminal() {
-                    // Close the Opus stream first, so its last pages precede the event.
-                    let tail = self.jobs.get_mut(&j).and_then(|s| s.opus.take()).map(|o| o.finish());
-                    match tail {
-                        Some(Ok(pages)) => self.distribute(j.clone(), Publish2::OpusTail(Bytes::from(pages))),
-                        Some(Err(err)) => tracing::error!(job = %j, %err, "closing the Opus stream"),
-                        None => {}
-                    }
-                }
-                (j, Publish2::Event(e))
-            }
-            Publish::Tile(j, t) => {
-                let b = pcm16_bytes(&t);
-                let s = self.jobs.entry(j.clone()).or_default();
-                if s.opus.is_none() {
-                    match OggOpusStream::new(t.channels, STREAM_OPUS_BITRATE, (j.to_u64() & 0xffff_ffff) as u32) {
-                        Ok(o) => s.opus = Some(o),
-                        Err(err) => tracing::error!(job = %j, %err, "opening the Opus stream"),
-                    }
-                }
-                let pages = match s.opus.as_mut().map(|o| o.push(&t.planar)) {
-                    Some(Ok(p)) => Bytes::from(p),
-                    Some(Err(err)) => {
-                        tracing::error!(job = %j, %err, "Opus encoding");
-                        Bytes::new()
-                    }
-                    None => Bytes::new(),
-                };
-                (j, Publish2::Tile(t, b, pages))
-            }
+            Publish::Event(j, e) => (j, Publish2::Event(e)),
+            Publish::Tile(j, t) => (j, Publish2::Tile(t)),
+            Publish::StreamEnd(j, pages) => (j, Publish2::OpusTail(pages)),
         };
         self.distribute(job, item);
     }
@@ -244,7 +290,8 @@ mod tests {
         let hub = StreamHub::new(metrics.clone()).start();
         let job = JobId::from_u64(1);
         hub.send(Publish::Event(job.clone(), StreamEvent::Queued { position: 0 })).await.unwrap();
-        hub.send(Publish::Tile(job.clone(), tile(0))).await.unwrap();
+        let mut enc = TileEncoder::new(&job);
+        hub.send(Publish::Tile(job.clone(), enc.encode(&tile(0)))).await.unwrap();
         let mut rx = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
         let mut got = Vec::new();
         while let Ok(it) = rx.try_recv() {
@@ -259,7 +306,7 @@ mod tests {
         // live items arrive; a listener that never reads is dropped once full
         let _slow = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
         for i in 1..=(LISTENER_BACKLOG as u32) {
-            hub.send(Publish::Tile(job.clone(), tile(i))).await.unwrap();
+            hub.send(Publish::Tile(job.clone(), enc.encode(&tile(i)))).await.unwrap();
             while rx.try_recv().is_ok() {}
         }
         hub.send(Publish::Event(job.clone(), StreamEvent::Done { tracks: 1, audio_seconds: 1.0 })).await.unwrap();

@@ -3,7 +3,7 @@
 //! moment it is decoded, and hands each finished track to the Encoder. It also runs the
 //! `/vae` jobs, the VAE's own work.
 use crate::encoder::EncCmd;
-use crate::hub::{PcmTile, Publish, StreamHub};
+use crate::hub::{PcmTile, Publish, StreamHub, TileEncoder};
 use crate::journal::{VaeOp, VaeTask};
 use crate::model_store::{GroupPin, ModuleKey};
 use crate::results::ResultStore;
@@ -46,19 +46,28 @@ struct LiveTiles {
     sent: u32,
     total: usize,
     sink: ProgressSink,
+    /// s16 and Ogg Opus for the listeners, made here on the compute thread (see the hub).
+    encoder: TileEncoder,
 }
 
 impl LiveTiles {
     fn new(links: &Links, id: &JobId, total: usize) -> Self {
-        LiveTiles { id: id.clone(), peak: 1.0, sent: 0, total, sink: ProgressSink::new(links, id) }
+        LiveTiles { id: id.clone(), peak: 1.0, sent: 0, total, sink: ProgressSink::new(links, id), encoder: TileEncoder::new(id) }
     }
 
     fn publish(&mut self, hub: &Addr<StreamHub>, track: usize, tile: Tile<'_>) {
         self.peak = self.peak.max(tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
         let planar: Vec<f32> = tile.pcm.iter().map(|x| x / self.peak).collect();
-        hub.do_send(Publish::Tile(self.id.clone(), PcmTile { track: track as u32, index: self.sent, start_sample: tile.start_sample as u64, channels: 2, planar }));
+        let encoded = self.encoder.encode(&PcmTile { track: track as u32, index: self.sent, start_sample: tile.start_sample as u64, channels: 2, planar });
+        hub.do_send(Publish::Tile(self.id.clone(), encoded));
         self.sent += 1;
         self.sink.report(Stage::Decode, self.sent as usize, self.total);
+    }
+
+    /// After the job's last tile: the end of its Opus stream, then the stage is over.
+    fn finish(&mut self, hub: &Addr<StreamHub>) {
+        hub.do_send(Publish::StreamEnd(self.id.clone(), self.encoder.finish()));
+        self.sink.close();
     }
 }
 
@@ -112,10 +121,15 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                 match decode_chunk(&links, backend.as_ref().map_err(|e| e.clone()), st, track, start_frame, &latents) {
                     Ok(Some(t)) => {
                         let of = st.tracks.len();
+                        // A finished track has given its stream up: the job is done when all
+                        // have. The stream's end goes out before the last track reaches the
+                        // Encoder, so it precedes the terminal event.
+                        let last = st.tracks.iter().all(|(_, s)| s.is_none());
+                        if last {
+                            st.live.finish(&links.hub);
+                        }
                         let _ = enc_tx.send(EncCmd::Track { job, index: track, of, track: Box::new(t) });
-                        // A finished track has given its stream up: the job is done when all have.
-                        if st.tracks.iter().all(|(_, s)| s.is_none()) {
-                            st.live.sink.close();
+                        if last {
                             jobs.remove(&id);
                         }
                     }
@@ -221,6 +235,7 @@ fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTa
             drop(lease);
             match decoded {
                 Ok(pcm) => {
+                    live.finish(&links.hub);
                     let _ = enc_tx.send(EncCmd::Audio { job: job.clone(), pcm: yued_audio::Pcm::new(rate, channels, pcm) });
                     None
                 }

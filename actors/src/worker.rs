@@ -54,6 +54,7 @@ pub struct WorkerConfig {
     pub vae: PathBuf,
     pub device: String,
     pub threads: usize,
+    pub priority: yued_engine::ggml::ComputePriority,
     pub options: PipelineOptions,
     pub keep_loaded: bool,
 }
@@ -100,10 +101,10 @@ impl Links {
     }
 
     /// The backend of a stage thread. The thread (and the ggml workers it starts, which
-    /// inherit it) first drops to a lower scheduling priority: on a machine whose cores the
-    /// compute saturates, the HTTP and WebSocket threads still answer at once.
+    /// inherit it) first takes the configured compute priority (default: lower than the
+    /// HTTP and WebSocket threads, which then still answer at once on saturated cores).
     pub fn backend(&self) -> Result<Backend, String> {
-        yued_engine::ggml::lower_thread_priority();
+        yued_engine::ggml::set_thread_priority(self.cfg.priority);
         let b = Backend::new(&self.cfg.device).map_err(|e| e.to_string())?;
         b.set_threads(self.cfg.threads);
         Ok(b)

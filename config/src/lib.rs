@@ -32,6 +32,9 @@ pub struct Config {
     pub device: String,
     /// CPU threads for ggml (0 = every core).
     pub threads: usize,
+    /// Scheduling priority of the compute threads: `low` (nice 10), `idle` (SCHED_IDLE:
+    /// they run only when nothing else wants the core) or `normal`.
+    pub compute_priority: String,
     /// Largest `lm_batch_size` a request may ask for (one KV set each).
     pub max_batch: u32,
     /// KV cache length bound (0 = the model context).
@@ -70,6 +73,7 @@ impl Default for Config {
             vae: None,
             device: "auto".into(),
             threads: 0,
+            compute_priority: "low".into(),
             max_batch: 1,
             max_seq: 0,
             keep_loaded: false,
@@ -88,7 +92,7 @@ impl Default for Config {
 }
 
 const KEYS: &[&str] = &[
-    "host", "port", "data_dir", "model", "vae", "device", "threads", "max_batch", "max_seq", "keep_loaded", "admission_cap", "vae_core", "vae_halo", "api_keys",
+    "host", "port", "data_dir", "model", "vae", "device", "threads", "compute_priority", "max_batch", "max_seq", "keep_loaded", "admission_cap", "vae_core", "vae_halo", "api_keys",
     "max_body_bytes", "max_upload_bytes", "result_ttl_secs", "result_max_bytes", "result_max_count", "log_format",
 ];
 
@@ -147,6 +151,7 @@ impl Config {
             "result_max_bytes" => self.result_max_bytes = num(value, bad)?,
             "result_max_count" => self.result_max_count = num(value, bad)?,
             "log_format" => self.log_format = value.into(),
+            "compute_priority" => self.compute_priority = value.trim().to_ascii_lowercase(),
             _ => return Err(ConfigError::Value { key: key.into(), message: "unknown setting".into() }),
         }
         Ok(())
@@ -166,6 +171,9 @@ impl Config {
         }
         if !["text", "json"].contains(&self.log_format.as_str()) {
             return bad("log_format", "must be text or json");
+        }
+        if !["low", "idle", "normal"].contains(&self.compute_priority.as_str()) {
+            return bad("compute_priority", "must be low, idle or normal");
         }
         Ok(())
     }
@@ -202,5 +210,10 @@ mod tests {
         let e = Config::load(None, vec![("YUED_MAX_BATCH".to_string(), "0".to_string())]).unwrap_err().to_string();
         assert!(e.contains("max_batch"), "{e}");
         assert!(Config::default().set("nope", "1").is_err());
+        let e = Config::load(None, vec![("YUED_COMPUTE_PRIORITY".to_string(), "realtime".to_string())]).unwrap_err().to_string();
+        assert!(e.contains("compute_priority"), "{e}");
+        let c = Config::load(None, vec![("YUED_COMPUTE_PRIORITY".to_string(), " Idle".to_string())]).unwrap();
+        assert_eq!(c.compute_priority, "idle");
+        assert_eq!(Config::default().compute_priority, "low");
     }
 }

@@ -75,6 +75,11 @@ pub struct ServeArgs {
     /// CPU threads for ggml (0 = every core).
     #[arg(long)]
     pub threads: Option<usize>,
+    /// Scheduling priority of the compute threads: low (nice 10, default), idle
+    /// (SCHED_IDLE: lowest HTTP latency while rendering on a CPU-only box; other busy
+    /// programs slow the songs down) or normal.
+    #[arg(long, value_parser = ["low", "idle", "normal"])]
+    pub compute_priority: Option<String>,
     /// VAE tile core frames.
     #[arg(long)]
     pub vae_core: Option<u32>,
@@ -109,6 +114,7 @@ impl ServeArgs {
         set("log_format", self.log_format.clone())?;
         set("admission_cap", self.admission_cap.map(|v| v.to_string()))?;
         set("threads", self.threads.map(|v| v.to_string()))?;
+        set("compute_priority", self.compute_priority.clone())?;
         set("vae_core", self.vae_core.map(|v| v.to_string()))?;
         set("vae_halo", self.vae_halo.map(|v| v.to_string()))?;
         set("max_upload_bytes", self.max_upload_bytes.map(|v| v.to_string()))?;
@@ -234,6 +240,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         vae: models.vae.clone(),
         device: c.device.clone(),
         threads: c.threads,
+        priority: c.compute_priority.parse().map_err(|e: String| anyhow::anyhow!(e))?,
         options: PipelineOptions { max_seq: c.max_seq as usize, vae_core: c.vae_core as usize, vae_halo: c.vae_halo as usize },
         keep_loaded: c.keep_loaded,
     };

@@ -13,16 +13,53 @@
 
 pub mod llama_ref;
 
-/// Lowers the calling thread to nice 10 (Linux: a thread's nice value is its own, and the
-/// ggml workers it starts inherit it). Compute threads call it so that, on a machine whose
-/// cores they saturate, the daemon's HTTP and WebSocket threads still answer at once.
-pub fn lower_thread_priority() {
-    #[cfg(target_os = "linux")]
-    // SAFETY: setpriority on the calling thread (who = 0) with a valid value; a failure is
-    // harmless and ignored.
-    unsafe {
-        libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+/// How much a compute thread yields to the rest of the process and the machine.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ComputePriority {
+    /// Unchanged (nice 0).
+    Normal,
+    /// nice 10: the daemon's HTTP and WebSocket threads win a contended core most of the time.
+    #[default]
+    Low,
+    /// SCHED_IDLE: the compute runs only on cycles nothing else wants; any waking thread
+    /// preempts it at once. Lowest serving latency on a CPU-only box, but other busy
+    /// programs on the machine slow the songs down a lot.
+    Idle,
+}
+
+impl std::str::FromStr for ComputePriority {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().to_ascii_lowercase().as_str() {
+            "normal" => Ok(ComputePriority::Normal),
+            "low" => Ok(ComputePriority::Low),
+            "idle" => Ok(ComputePriority::Idle),
+            other => Err(format!("compute priority '{other}': expected low, idle or normal")),
+        }
     }
+}
+
+/// Sets the calling thread's scheduling priority (Linux: a thread's nice value and policy
+/// are its own, and the ggml workers it starts inherit them). Compute threads call it so
+/// that, on a machine whose cores they saturate, the daemon's HTTP and WebSocket threads
+/// still answer at once. A failure is harmless and ignored; other systems keep the default.
+pub fn set_thread_priority(p: ComputePriority) {
+    #[cfg(target_os = "linux")]
+    // SAFETY: plain syscalls on the calling thread (who/pid = 0) with valid arguments.
+    unsafe {
+        match p {
+            ComputePriority::Normal => {}
+            ComputePriority::Low => {
+                libc::setpriority(libc::PRIO_PROCESS, 0, 10);
+            }
+            ComputePriority::Idle => {
+                let param = libc::sched_param { sched_priority: 0 };
+                libc::sched_setscheduler(0, libc::SCHED_IDLE, &param);
+            }
+        }
+    }
+    #[cfg(not(target_os = "linux"))]
+    let _ = p;
 }
 mod ops;
 mod store;
