@@ -5,6 +5,7 @@
 #   fan-out of N listeners on one job; the daemon's RSS and CPU seconds (its own
 #   process_* metrics) around each step.
 # Usage: scripts/bench/serve-load.sh [RPS=1000] [SECONDS=10] [LISTENERS=200]
+# (YUED_COMPUTE_PRIORITY=idle|low|normal reaches the daemon like any YUED_ setting.)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 RPS=${1:-1000}; SECS=${2:-10}; LISTENERS=${3:-200}
@@ -19,10 +20,15 @@ FMT="python3 scripts/bench/fmt.py"
 proc() { curl -s "$SERVER/metrics" | $FMT proc; }
 row() { $FMT row "$1"; }
 song='{"style":"bench","lyrics":"[verse] la","cot":"off","duration":30,"steps":8,"output_format":"wav16","semantic_sampling":{"min_tokens":750}}'
+# Long enough (about 4 s of compute per 30 s of audio on 2 cores) to keep rendering for the
+# whole /job window.
+long='{"style":"bench","lyrics":"[verse] la","cot":"off","duration":240,"steps":8,"output_format":"wav16","semantic_sampling":{"min_tokens":6000}}'
 echo "daemon up: $(proc)"
 $YUE --server "$SERVER" load --path /health --rps "$RPS" --seconds "$SECS" | row "GET /health"
 echo "  after: $(proc)"
-ID=$(curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$song" | $FMT id)
+ID=$(curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$long" | $FMT id)
+# Measure while the NAR and the VAE run (the heaviest compute, and the tiles going out).
+until curl -s "$SERVER/job?id=$ID" | grep -Eq '"stage":"(synth|decode)"'; do sleep 0.2; done
 $YUE --server "$SERVER" load --path "/job?id=$ID" --rps "$RPS" --seconds "$SECS" | row "GET /job?id= (running job)"
 echo "  after: $(proc)"
 curl -s "$SERVER/synth" -H 'content-type: application/json' -d "$song" >/dev/null   # fills the cap of 2
