@@ -95,7 +95,7 @@ impl ArModel {
     /// in the same order, same token counts, same attention windows, rows and positions):
     /// the per-step differences — token ids, positions, where the new K/V rows go, which
     /// cache entries are visible — are all graph inputs. A window is the set's length
-    /// rounded up to [`WINDOW_STEP`], so a decode loop rebuilds once per 256 steps.
+    /// rounded up to [`WINDOW_STEP`], so a decode loop rebuilds once per 64 steps.
     pub fn forward(&mut self, backend: &Backend, sets: &mut [KvSet], seqs: &[SeqInput<'_>], rows: Range<u32>, positions: Positions) -> Result<Logits, GgmlError> {
         let c = &self.cfg;
         assert!(!seqs.is_empty(), "forward of no sequence");
@@ -203,8 +203,12 @@ impl ArModel {
     }
 }
 
-/// Attention windows grow in steps of this many cache entries (llama.cpp pads the same way).
-pub const WINDOW_STEP: usize = 256;
+/// Attention windows grow in steps of this many cache entries. Smaller steps rebuild more
+/// often (a graph build is ~0.1% of a full-size step); larger ones scan more masked
+/// entries, and on the CPU they unbalance the threads: ggml splits a single-query
+/// attention's window evenly between threads, so the thread holding the masked tail
+/// idles. llama.cpp pads to 256; 64 measured better for the guidance pair on 2 cores.
+pub const WINDOW_STEP: usize = 64;
 
 /// F16 bit pattern of -inf (a masked cache entry); 0 is 0.0.
 const F16_NEG_INF: u16 = 0xFC00;
