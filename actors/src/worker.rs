@@ -85,6 +85,8 @@ pub(crate) struct Links {
     pub metrics: Metrics,
     pub store: Arc<ModelStore>,
     pub cfg: WorkerConfig,
+    /// One graph at a time on the CPU across the stages (see `CpuTurns`).
+    pub cpu_turns: Arc<yued_engine::ggml::CpuTurns>,
 }
 
 impl Links {
@@ -105,8 +107,9 @@ impl Links {
     /// HTTP and WebSocket threads, which then still answer at once on saturated cores).
     pub fn backend(&self) -> Result<Backend, String> {
         yued_engine::ggml::set_thread_priority(self.cfg.priority);
-        let b = Backend::new(&self.cfg.device).map_err(|e| e.to_string())?;
+        let mut b = Backend::new(&self.cfg.device).map_err(|e| e.to_string())?;
         b.set_threads(self.cfg.threads);
+        b.share_cpu(self.cpu_turns.clone());
         Ok(b)
     }
 }
@@ -198,7 +201,7 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
     };
     let policy = if cfg.keep_loaded { Policy::Never } else { Policy::Strict };
     let store = ModelStore::new(policy, loader(&cfg, shared.clone()), metrics.clone());
-    let links = Links { scheduler: scheduler.clone(), hub, metrics, store: store.clone(), cfg: cfg.clone() };
+    let links = Links { scheduler: scheduler.clone(), hub, metrics, store: store.clone(), cfg: cfg.clone(), cpu_turns: yued_engine::ggml::CpuTurns::new() };
     // The AR -> NAR hand-off holds one job: with the one rendering, at most two jobs' KV
     // sets are alive beside the AR's own.
     let (nar_tx, nar_rx) = crossbeam_channel::bounded(1);

@@ -98,3 +98,54 @@ fn type_table() {
     assert!(!GgmlType(9999).is_valid());
     assert_eq!(GgmlType::from_name("q5_k_m"), Some(GgmlType::Q5_K));
 }
+
+/// Turns are exclusive and every waiter gets one (no starvation by a tight loop).
+#[test]
+fn cpu_turns_are_exclusive_and_in_order() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let turns = CpuTurns::new();
+    let inside = Arc::new(AtomicUsize::new(0));
+    let done = Arc::new(AtomicUsize::new(0));
+    let threads: Vec<_> = (0..3)
+        .map(|_| {
+            let (turns, inside, done) = (turns.clone(), inside.clone(), done.clone());
+            std::thread::spawn(move || {
+                for _ in 0..200 {
+                    let _t = turns.take();
+                    assert_eq!(inside.fetch_add(1, Ordering::SeqCst), 0, "two turns at once");
+                    std::hint::spin_loop();
+                    inside.fetch_sub(1, Ordering::SeqCst);
+                    done.fetch_add(1, Ordering::SeqCst);
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    assert_eq!(done.load(Ordering::SeqCst), 600);
+    // A CPU backend computes through its turns; a held turn makes a compute wait.
+    let held = turns.take();
+    let computed = Arc::new(AtomicUsize::new(0));
+    let (t2, c2) = (turns.clone(), computed.clone());
+    let h = std::thread::spawn(move || {
+        let mut b = Backend::cpu(1).unwrap();
+        b.share_cpu(t2);
+        let ctx = Context::new(8, 8).unwrap();
+        let x = ctx.new_tensor(GgmlType::F32, &[4]).set_input();
+        let y = ctx.scale(x, 2.0).set_output();
+        let mut g = ctx.new_graph(8);
+        g.expand(y);
+        let mut alloc = Allocator::new(&b);
+        alloc.alloc_graph(&g).unwrap();
+        x.write_f32(&[1.0, 2.0, 3.0, 4.0]);
+        b.compute(&g).unwrap();
+        c2.store(1, Ordering::SeqCst);
+        y.read_f32()
+    });
+    std::thread::sleep(std::time::Duration::from_millis(100));
+    assert_eq!(computed.load(Ordering::SeqCst), 0, "computed during another's turn");
+    drop(held);
+    assert_eq!(h.join().unwrap(), vec![2.0, 4.0, 6.0, 8.0]);
+}
