@@ -259,12 +259,29 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         let mut req = Yue2Request { style: "bench".into(), lyrics: "[verse] la la la".into(), cot: CotMode::Off, duration: a.e2e_seconds, lm_seed: 1, seed: 2, ..Default::default() };
         req.semantic_sampling.min_tokens = (a.e2e_seconds * 25.0) as u32;
         let reps = if a.quick { 1 } else { a.reps.min(3) };
+        // Warm up on a 2 s song, not on a whole one: at full size on a CPU a 30 s song
+        // takes a quarter of an hour, and the warm-up only has to touch every graph once.
+        let mut warm = req.clone();
+        warm.duration = a.e2e_seconds.min(2.0);
+        warm.semantic_sampling.min_tokens = (warm.duration * 25.0) as u32;
+        p.run(&warm, &CancelToken::new(), &mut |_| {})?;
         let mut audio = 0.0;
-        let s = time(reps.saturating_sub(1).max(1), || {
-            let tracks = p.run(&req, &CancelToken::new(), &mut |_| {})?;
+        let mut v = Vec::with_capacity(reps);
+        for r in 0..reps {
+            let pb = super::progress_bar(1, "e2e");
+            let t = std::time::Instant::now();
+            let tracks = p.run(&req, &CancelToken::new(), &mut |e| {
+                if let yued_engine::pipeline::Event::Progress { stage, done, total, .. } = e {
+                    pb.set_message(format!("e2e {}/{reps} {stage}", r + 1));
+                    pb.set_length(total as u64);
+                    pb.set_position(done as u64);
+                }
+            })?;
+            v.push(t.elapsed().as_secs_f64());
+            pb.finish_and_clear();
             audio = tracks.iter().map(|t| t.frames as f64 / 25.0).sum();
-            Ok(())
-        })?;
+        }
+        let s = stats(v);
         push("e2e", format!("whole song, {:.0} s of audio, cot off, {} steps", a.e2e_seconds, req.steps), "x realtime", s.map(|t| audio / t), format!("{:.1} s per song", s.median));
     }
     println!("{:<8} {:<46} {:>10} {:>10} {:>10}  {:<10} note", "section", "what", "median", "min", "max", "unit");

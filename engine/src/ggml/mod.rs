@@ -1,6 +1,8 @@
 //! The one safe layer over the ggml C API.
 //!
-//! Every `unsafe` block of the project lives in this module tree. The rest of the engine
+//! Every `unsafe` block of the project lives in this module tree, but one: `ar.rs` keeps a
+//! decode graph across steps ([`OwnedGraph::new`]), whose safety rests on how it keys the
+//! graph to the KV sets it points at. The rest of the engine
 //! builds graphs through [`Context`] (tensor metadata and op nodes), runs them on a
 //! [`Backend`] (CPU, CUDA0, Vulkan0, ...), keeps weights and KV caches in [`Buffer`]s, and
 //! places graph intermediates with a reusable [`Allocator`].
