@@ -22,6 +22,7 @@ pub struct Metrics {
     pub ws_listeners: IntGauge,
     pub ws_bytes_total: IntCounter,
     pub ws_dropped_listeners_total: IntCounter,
+    pub cpu_turn_wait_seconds_total: prometheus::Counter,
 }
 
 impl Metrics {
@@ -45,6 +46,7 @@ impl Metrics {
             ws_listeners: IntGauge::new("yued_stream_listeners", "WebSocket listeners connected").unwrap(),
             ws_bytes_total: IntCounter::new("yued_stream_sent_bytes_total", "Bytes sent to WebSocket listeners").unwrap(),
             ws_dropped_listeners_total: IntCounter::new("yued_stream_dropped_listeners_total", "Listeners closed for falling too far behind").unwrap(),
+            cpu_turn_wait_seconds_total: prometheus::Counter::new("yued_cpu_turn_wait_seconds_total", "Seconds the compute stages waited for the CPU while another stage's graph ran").unwrap(),
             registry,
         };
         let r = &m.registry;
@@ -65,6 +67,7 @@ impl Metrics {
         r.register(Box::new(m.ws_listeners.clone())).unwrap();
         r.register(Box::new(m.ws_bytes_total.clone())).unwrap();
         r.register(Box::new(m.ws_dropped_listeners_total.clone())).unwrap();
+        r.register(Box::new(m.cpu_turn_wait_seconds_total.clone())).unwrap();
         // The standard process_* series (resident memory, CPU seconds, open descriptors).
         #[cfg(target_os = "linux")]
         r.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).unwrap();

@@ -201,7 +201,9 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
     };
     let policy = if cfg.keep_loaded { Policy::Never } else { Policy::Strict };
     let store = ModelStore::new(policy, loader(&cfg, shared.clone()), metrics.clone());
-    let links = Links { scheduler: scheduler.clone(), hub, metrics, store: store.clone(), cfg: cfg.clone(), cpu_turns: yued_engine::ggml::CpuTurns::new() };
+    let waited = metrics.cpu_turn_wait_seconds_total.clone();
+    let cpu_turns = yued_engine::ggml::CpuTurns::with_wait_hook(move |d| waited.inc_by(d.as_secs_f64()));
+    let links = Links { scheduler: scheduler.clone(), hub, metrics, store: store.clone(), cfg: cfg.clone(), cpu_turns };
     // The AR -> NAR hand-off holds one job: with the one rendering, at most two jobs' KV
     // sets are alive beside the AR's own.
     let (nar_tx, nar_rx) = crossbeam_channel::bounded(1);

@@ -438,20 +438,32 @@ pub struct CpuTurns {
     /// (next ticket to hand out, ticket now computing)
     state: std::sync::Mutex<(u64, u64)>,
     turn_over: std::sync::Condvar,
+    /// Told how long each caller waited for its turn (the daemon counts it in a metric).
+    on_wait: Option<Box<dyn Fn(std::time::Duration) + Send + Sync>>,
 }
 
 impl CpuTurns {
     pub fn new() -> std::sync::Arc<Self> {
-        std::sync::Arc::new(CpuTurns { state: std::sync::Mutex::new((0, 0)), turn_over: std::sync::Condvar::new() })
+        std::sync::Arc::new(CpuTurns { state: std::sync::Mutex::new((0, 0)), turn_over: std::sync::Condvar::new(), on_wait: None })
+    }
+
+    /// Like [`CpuTurns::new`], calling `hook` with each wait for a turn.
+    pub fn with_wait_hook(hook: impl Fn(std::time::Duration) + Send + Sync + 'static) -> std::sync::Arc<Self> {
+        std::sync::Arc::new(CpuTurns { state: std::sync::Mutex::new((0, 0)), turn_over: std::sync::Condvar::new(), on_wait: Some(Box::new(hook)) })
     }
 
     /// Waits for this caller's turn; the turn ends when the guard drops.
     fn take(&self) -> CpuTurn<'_> {
+        let asked = std::time::Instant::now();
         let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
         let ticket = st.0;
         st.0 += 1;
         while st.1 != ticket {
             st = self.turn_over.wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+        drop(st);
+        if let Some(hook) = &self.on_wait {
+            hook(asked.elapsed());
         }
         CpuTurn { turns: self }
     }

@@ -104,7 +104,11 @@ fn type_table() {
 fn cpu_turns_are_exclusive_and_in_order() {
     use std::sync::atomic::{AtomicUsize, Ordering};
     use std::sync::Arc;
-    let turns = CpuTurns::new();
+    let waited_us = Arc::new(std::sync::atomic::AtomicU64::new(0));
+    let w = waited_us.clone();
+    let turns = CpuTurns::with_wait_hook(move |d| {
+        w.fetch_add(d.as_micros() as u64, Ordering::SeqCst);
+    });
     let inside = Arc::new(AtomicUsize::new(0));
     let done = Arc::new(AtomicUsize::new(0));
     let threads: Vec<_> = (0..3)
@@ -146,6 +150,9 @@ fn cpu_turns_are_exclusive_and_in_order() {
     });
     std::thread::sleep(std::time::Duration::from_millis(100));
     assert_eq!(computed.load(Ordering::SeqCst), 0, "computed during another's turn");
+    let before = waited_us.load(Ordering::SeqCst);
     drop(held);
     assert_eq!(h.join().unwrap(), vec![2.0, 4.0, 6.0, 8.0]);
+    let waited = waited_us.load(Ordering::SeqCst) - before;
+    assert!(waited >= 50_000, "the held turn's wait was reported as {waited} us");
 }
