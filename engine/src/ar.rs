@@ -95,7 +95,8 @@ impl ArModel {
     /// in the same order, same token counts, same attention windows, rows and positions):
     /// the per-step differences — token ids, positions, where the new K/V rows go, which
     /// cache entries are visible — are all graph inputs. A window is the set's length
-    /// rounded up to [`WINDOW_STEP`], so a decode loop rebuilds once per 64 steps.
+    /// rounded up to [`WINDOW_STEP`] (CPU) or [`DEVICE_WINDOW_STEP`], so a decode loop
+    /// rebuilds once per 64 (256) steps.
     pub fn forward(&mut self, backend: &Backend, sets: &mut [KvSet], seqs: &[SeqInput<'_>], rows: Range<u32>, positions: Positions) -> Result<Logits, GgmlError> {
         let c = &self.cfg;
         assert!(!seqs.is_empty(), "forward of no sequence");
@@ -113,7 +114,7 @@ impl ArModel {
                 .map(|s| {
                     let set = &sets[s.set];
                     let t = s.tokens.len();
-                    let window = (set.len() + t).next_multiple_of(WINDOW_STEP).min(set.capacity());
+                    let window = (set.len() + t).next_multiple_of(window_step(backend)).min(set.capacity());
                     SeqShape { set_id: set.id(), set: s.set, tokens: t, window }
                 })
                 .collect(),
@@ -203,12 +204,24 @@ impl ArModel {
     }
 }
 
-/// Attention windows grow in steps of this many cache entries. Smaller steps rebuild more
-/// often (a graph build is ~0.1% of a full-size step); larger ones scan more masked
-/// entries, and on the CPU they unbalance the threads: ggml splits a single-query
+/// Attention windows on the CPU grow in steps of this many cache entries. Smaller steps
+/// rebuild more often (a graph build is ~0.1% of a full-size step); larger ones scan more
+/// masked entries, and on the CPU they unbalance the threads: ggml splits a single-query
 /// attention's window evenly between threads, so the thread holding the masked tail
-/// idles. llama.cpp pads to 256; 64 measured better for the guidance pair on 2 cores.
+/// idles. 64 measured better than llama.cpp's 256 for the guidance pair on 2 cores.
 pub const WINDOW_STEP: usize = 64;
+
+/// On GPUs the step is 256, as in llama.cpp: ggml-cuda's decode attention kernel (and its
+/// grouped-query path) only takes a window that is a multiple of 256 entries.
+pub const DEVICE_WINDOW_STEP: usize = 256;
+
+fn window_step(backend: &Backend) -> usize {
+    if backend.is_cpu() {
+        WINDOW_STEP
+    } else {
+        DEVICE_WINDOW_STEP
+    }
+}
 
 /// F16 bit pattern of -inf (a masked cache entry); 0 is 0.0.
 const F16_NEG_INF: u16 = 0xFC00;
@@ -235,7 +248,7 @@ struct SeqShape {
     /// Index of the set in the call's slice.
     set: usize,
     tokens: usize,
-    /// Cache entries the attention reads (a multiple of WINDOW_STEP, or the capacity).
+    /// Cache entries the attention reads (a multiple of the window step, or the capacity).
     window: usize,
 }
 
