@@ -9,7 +9,7 @@
 //!
 //! The LM head runs only on the rows a stage samples from (a contiguous id range), and only
 //! on the positions asked for, so a semantic decode step multiplies 32769 rows, not 184704.
-use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Graph, OwnedGraph, Tensor, TensorStore};
+use crate::ggml::{Backend, Context, GgmlError, GgmlType, Graph, GraphCache, Tensor, TensorStore};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
 use crate::model::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
@@ -44,12 +44,9 @@ pub struct Logits {
 pub struct ArModel {
     pub cfg: Yue2Config,
     weights: TensorStore,
-    alloc: Allocator,
     vocab_type: GgmlType,
-    /// The last step's graph, placed by `alloc` (see [`ArModel::forward`]).
-    step: Option<StepGraph>,
-    builds: u64,
-    reuses: u64,
+    /// The compute allocator, keeping the last step's graph (see [`ArModel::forward`]).
+    graphs: GraphCache<StepKey>,
 }
 
 /// Names and shapes of the AR tensors (311 at the published dimensions).
@@ -63,7 +60,7 @@ impl ArModel {
     pub fn load(f: &GgufFile, info: &BackboneInfo, backend: &Backend) -> Result<Self, LoadError> {
         let weights = load_tensors(f, &ar_tensors(&info.config), backend, "AR weights")?;
         let vocab_type = weights.get(names::LM_HEAD).ty();
-        Ok(ArModel { cfg: info.config.clone(), weights, alloc: Allocator::new(backend), vocab_type, step: None, builds: 0, reuses: 0 })
+        Ok(ArModel { cfg: info.config.clone(), weights, vocab_type, graphs: GraphCache::new(backend) })
     }
 
     /// Device bytes of the weights.
@@ -82,7 +79,7 @@ impl ArModel {
     }
     /// Bytes of the compute buffer (grows to the largest graph seen).
     pub fn compute_bytes(&self) -> usize {
-        self.alloc.buffer_size()
+        self.graphs.buffer_size()
     }
     pub fn lm_head_type(&self) -> GgmlType {
         self.vocab_type
@@ -115,34 +112,18 @@ impl ArModel {
                     let set = &sets[s.set];
                     let t = s.tokens.len();
                     let window = (set.len() + t).next_multiple_of(window_step(backend)).min(set.capacity());
-                    SeqShape { set_id: set.id(), set: s.set, tokens: t, window }
+                    SeqShape { tokens: t, window }
                 })
                 .collect(),
             rows: rows.clone(),
             positions,
         };
-        if self.step.as_ref().is_none_or(|g| g.key != key) {
-            // Drop the old graph before placing the new one: the allocator reuses its memory.
-            self.step = None;
-            let n_nodes = graph_nodes(c, seqs.len());
-            let ctx = Context::new(n_nodes, n_nodes)?;
-            let parts = {
-                let mut graph = ctx.new_graph(n_nodes);
-                let kept = build_step(&ctx, &mut graph, c, &self.weights, sets, &key);
-                graph.detach(&kept)
-            };
-            // SAFETY: the graph points at the weights, which live as long as `self` (and so
-            // as long as the cached graph), and at the KV sets named in the key. It is only
-            // computed again when a later call passes sets with the same ids, which are then
-            // alive (borrowed by that call); ids are never reused.
-            let graph = unsafe { OwnedGraph::new(ctx, parts) };
-            self.alloc.alloc_graph(&graph.graph())?;
-            self.step = Some(StepGraph { key, graph });
-            self.builds += 1;
-        } else {
-            self.reuses += 1;
-        }
-        let g = &self.step.as_ref().expect("graph just built").graph;
+        // The graph reads the weights and, in batch order, each sequence's KV set.
+        let mut stores = vec![&self.weights];
+        stores.extend(seqs.iter().map(|s| sets[s.set].store()));
+        let n_nodes = graph_nodes(c, seqs.len());
+        let shape = key.clone();
+        let g = self.graphs.get(key, &stores, n_nodes, |ctx, graph, stores| build_step(ctx, graph, c, stores, &shape))?;
 
         // Inputs.
         let mut id_v = Vec::new();
@@ -176,7 +157,7 @@ impl ArModel {
         g.tensor(IDS).write_i32(&id_v);
         g.tensor(POS).write_i32(&pos_v);
         g.tensor(OUT_IDX).write_i32(&out_v);
-        backend.compute(&g.graph())?;
+        g.compute(backend)?;
         let flat = g.tensor(LOGITS).read_f32();
         for s in seqs {
             sets[s.set].advance(s.tokens.len());
@@ -195,12 +176,12 @@ impl ArModel {
     /// Drops the kept step graph, so the next call builds its own (tests, and a caller that
     /// wants the compute memory of a big prefill graph back).
     pub fn forget_graph(&mut self) {
-        self.step = None;
+        self.graphs.forget();
     }
 
     /// How many forward calls built a graph and how many reused the previous one.
     pub fn graph_stats(&self) -> (u64, u64) {
-        (self.builds, self.reuses)
+        self.graphs.stats()
     }
 }
 
@@ -244,26 +225,19 @@ struct StepKey {
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 struct SeqShape {
-    set_id: u64,
-    /// Index of the set in the call's slice.
-    set: usize,
     tokens: usize,
     /// Cache entries the attention reads (a multiple of the window step, or the capacity).
     window: usize,
-}
-
-struct StepGraph {
-    key: StepKey,
-    graph: OwnedGraph,
 }
 
 fn graph_nodes(c: &Yue2Config, n_seqs: usize) -> usize {
     256 + c.num_hidden_layers * (48 + 24 * n_seqs)
 }
 
-/// Builds the forward graph of one step shape. Returns the kept tensors in the order of
-/// the index constants above.
-fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, weights: &'a TensorStore, sets: &'a [KvSet], key: &StepKey) -> Vec<Tensor<'a>> {
+/// Builds the forward graph of one step shape over `stores`: the weights, then each
+/// sequence's KV set. Returns the kept tensors in the order of the index constants above.
+fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, stores: &[&'a TensorStore], key: &StepKey) -> Vec<Tensor<'a>> {
+    let weights = stores[0];
     let (hd, nh, nkv) = (c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
     let n_tok: i64 = key.seqs.iter().map(|s| s.tokens as i64).sum();
     let eps = c.rms_norm_eps as f32;
@@ -299,8 +273,7 @@ fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, weig
         let mut start = 0i64;
         for (i, s) in key.seqs.iter().enumerate() {
             let t = s.tokens as i64;
-            let set = &sets[s.set];
-            let (kc, vc) = (set.k(l), set.v(l));
+            let (kc, vc) = (KvSet::k_of(stores[1 + i], l), KvSet::v_of(stores[1 + i], l));
             let row_bytes = kc.nb()[1];
             // Write this sequence's K/V at its cache rows, then attend over the window.
             let k_i = gctx.view_2d(k, hd * nkv, t, k.nb()[1], start as usize * k.nb()[1]);

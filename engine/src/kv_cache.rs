@@ -3,19 +3,12 @@
 //! it. A request holds one set per song (two under guidance) and frees them at its end.
 use crate::ggml::{Backend, GgmlError, GgmlType, Tensor, TensorStore};
 use crate::model::Yue2Config;
-use std::sync::atomic::{AtomicU64, Ordering};
-
-/// Source of [`KvSet::id`]s. A set's id is never reused in a process, so a cached decode
-/// graph that names a set (its tensors are views of the set's memory) can never be applied
-/// to another set that happens to land at the same addresses.
-static NEXT_SET_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Element type of the cache.
 pub const KV_TYPE: GgmlType = GgmlType::F16;
 
 /// One sequence's cache.
 pub struct KvSet {
-    id: u64,
     store: TensorStore,
     capacity: usize,
     len: usize,
@@ -33,7 +26,7 @@ impl KvSet {
         }
         store.allocate(backend, "KV cache set", false)?;
         store.clear();
-        Ok(KvSet { id: NEXT_SET_ID.fetch_add(1, Ordering::Relaxed), store, capacity, len: 0, layers: cfg.num_hidden_layers })
+        Ok(KvSet { store, capacity, len: 0, layers: cfg.num_hidden_layers })
     }
 
     /// Bytes a set of `capacity` positions takes.
@@ -41,17 +34,26 @@ impl KvSet {
         2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * capacity * KV_TYPE.type_size()
     }
 
-    /// Unique in the process (see [`NEXT_SET_ID`]).
-    pub fn id(&self) -> u64 {
-        self.id
+    /// The tensors and memory of the set (graph builders reach the layers through
+    /// [`KvSet::k_of`] and [`KvSet::v_of`]).
+    pub fn store(&self) -> &TensorStore {
+        &self.store
     }
     /// Layer `layer`'s K rows, `[n_kv_heads * head_dim, capacity]`.
     pub fn k(&self, layer: usize) -> Tensor<'_> {
-        self.store.at(2 * layer)
+        Self::k_of(&self.store, layer)
     }
     /// Layer `layer`'s V rows, same shape as K.
     pub fn v(&self, layer: usize) -> Tensor<'_> {
-        self.store.at(2 * layer + 1)
+        Self::v_of(&self.store, layer)
+    }
+    /// Layer `layer`'s K rows in a set's store.
+    pub fn k_of(store: &TensorStore, layer: usize) -> Tensor<'_> {
+        store.at(2 * layer)
+    }
+    /// Layer `layer`'s V rows in a set's store.
+    pub fn v_of(store: &TensorStore, layer: usize) -> Tensor<'_> {
+        store.at(2 * layer + 1)
     }
     /// Positions written so far.
     pub fn len(&self) -> usize {

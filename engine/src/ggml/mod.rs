@@ -1,8 +1,6 @@
 //! The one safe layer over the ggml C API.
 //!
-//! Every `unsafe` block of the project lives in this module tree, but one: `ar.rs` keeps a
-//! decode graph across steps ([`OwnedGraph::new`]), whose safety rests on how it keys the
-//! graph to the KV sets it points at. The rest of the engine
+//! Every `unsafe` block of the project lives in this module tree. The rest of the engine
 //! builds graphs through [`Context`] (tensor metadata and op nodes), runs them on a
 //! [`Backend`] (CPU, CUDA0, Vulkan0, ...), keeps weights and KV caches in [`Buffer`]s, and
 //! places graph intermediates with a reusable [`Allocator`].
@@ -357,19 +355,7 @@ pub struct Graph<'a> {
     _ctx: PhantomData<&'a Context>,
 }
 
-/// A graph and some of its tensors without the borrow of their context: the way to move
-/// both into an [`OwnedGraph`] together with the context.
-pub struct DetachedGraph {
-    graph: NonNull<sys::ggml_cgraph>,
-    tensors: Vec<NonNull<sys::ggml_tensor>>,
-}
-
 impl<'a> Graph<'a> {
-    /// Lets go of the context's borrow, keeping handles on the graph and on `kept`.
-    pub fn detach(self, kept: &[Tensor<'a>]) -> DetachedGraph {
-        DetachedGraph { graph: self.ptr, tensors: kept.iter().map(|t| t.ptr).collect() }
-    }
-
     /// Adds `t` and everything it depends on.
     pub fn expand(&mut self, t: Tensor<'a>) {
         // SAFETY: both live in contexts that outlive 'a.
@@ -384,45 +370,101 @@ impl<'a> Graph<'a> {
     }
 }
 
-/// A graph kept across computes, with the context that holds its nodes and the tensors the
-/// caller writes before each compute or reads after it. Building and placing a graph costs
-/// as much as a small model's whole decode step, and a GPU backend can replay an unchanged
-/// graph (CUDA graphs) instead of launching it kernel by kernel: a decode loop builds one
-/// of these per shape and reuses it for every step of that shape.
-pub struct OwnedGraph {
-    ctx: Context,
+/// A compute allocator that keeps the last graph it placed, for the next call of the same
+/// shape. Building and placing a graph costs as much as a small model's whole decode step,
+/// and a GPU backend can replay an unchanged graph (CUDA graphs) instead of launching it
+/// kernel by kernel: a decode loop builds once per shape and reuses the graph every step.
+///
+/// Safe by construction: a graph may point at tensors of other contexts only through the
+/// [`TensorStore`]s handed to [`GraphCache::get`] (the builder is generic over the graph's
+/// lifetime, so anything else it captured would have to be `'static`); the kept graph
+/// remembers those stores' ids, which are never reused, and is handed out again only to a
+/// call that passes the same stores — alive, since that call borrows them. The allocator is
+/// private, so no other graph can move the kept one's memory.
+pub struct GraphCache<K> {
+    alloc: Allocator,
+    kept: Option<Kept<K>>,
+    builds: u64,
+    reuses: u64,
+}
+
+struct Kept<K> {
+    key: K,
+    sources: Vec<u64>,
+    /// Holds the nodes; dropped with the graph.
+    _ctx: Context,
     graph: NonNull<sys::ggml_cgraph>,
     tensors: Vec<NonNull<sys::ggml_tensor>>,
 }
 
-// SAFETY: the graph and tensors live in `ctx`, which this value owns and which is Send; it is
-// used from one thread at a time (no Sync).
-unsafe impl Send for OwnedGraph {}
+// SAFETY: the graph and tensors live in the owned context, which is Send; the cache is used
+// from one thread at a time (no Sync).
+unsafe impl<K: Send> Send for GraphCache<K> {}
 
-impl OwnedGraph {
-    /// Takes ownership of `ctx` together with a graph built in it and the tensors `parts`
-    /// keeps handles on (reachable later by their index).
-    ///
-    /// # Safety
-    /// `parts` must come from a graph of `ctx`. The graph may reference tensors of other
-    /// contexts (weights, KV caches): the caller must make sure every such tensor and its
-    /// memory outlive each use of [`OwnedGraph::graph`].
-    pub unsafe fn new(ctx: Context, parts: DetachedGraph) -> Self {
-        OwnedGraph { ctx, graph: parts.graph, tensors: parts.tensors }
-    }
+/// A graph of a [`GraphCache`], ready to compute while the stores it was asked with are
+/// borrowed. It cannot be extended.
+pub struct KeptGraph<'s> {
+    graph: NonNull<sys::ggml_cgraph>,
+    tensors: &'s [NonNull<sys::ggml_tensor>],
+}
 
-    pub fn graph(&self) -> Graph<'_> {
-        Graph { ptr: self.graph, _ctx: PhantomData }
-    }
-
-    /// The `i`-th tensor `build` kept.
-    pub fn tensor(&self, i: usize) -> Tensor<'_> {
+impl<'s> KeptGraph<'s> {
+    /// The `i`-th tensor the builder returned (inputs to write, outputs to read).
+    pub fn tensor(&self, i: usize) -> Tensor<'s> {
         Tensor { ptr: self.tensors[i], _ctx: PhantomData }
     }
 
-    /// Bytes of node metadata.
-    pub fn mem_size(&self) -> usize {
-        self.ctx.mem_size()
+    pub fn compute(&self, backend: &Backend) -> Result<(), GgmlError> {
+        backend.compute(&Graph { ptr: self.graph, _ctx: PhantomData })
+    }
+}
+
+impl<K: PartialEq> GraphCache<K> {
+    pub fn new(backend: &Backend) -> Self {
+        GraphCache { alloc: Allocator::new(backend), kept: None, builds: 0, reuses: 0 }
+    }
+
+    /// The graph of `key` over `stores`: the kept one if both match, else one that `build`
+    /// makes (in a context of `n_nodes` nodes) and the allocator places, kept from then on.
+    /// `build` gets the stores back with the graph's lifetime and returns the tensors to
+    /// keep handles on.
+    pub fn get<'s, F>(&'s mut self, key: K, stores: &[&'s TensorStore], n_nodes: usize, build: F) -> Result<KeptGraph<'s>, GgmlError>
+    where
+        F: for<'a> FnOnce(&'a Context, &mut Graph<'a>, &[&'a TensorStore]) -> Vec<Tensor<'a>>,
+    {
+        let sources: Vec<u64> = stores.iter().map(|s| s.id()).collect();
+        if self.kept.as_ref().is_some_and(|k| k.key == key && k.sources == sources) {
+            self.reuses += 1;
+        } else {
+            // Drop the old graph first: the allocator reuses its memory.
+            self.kept = None;
+            let ctx = Context::new(n_nodes, n_nodes)?;
+            let (graph, tensors) = {
+                let mut g = ctx.new_graph(n_nodes);
+                let kept = build(&ctx, &mut g, stores);
+                self.alloc.alloc_graph(&g)?;
+                (g.ptr, kept.iter().map(|t| t.ptr).collect())
+            };
+            self.kept = Some(Kept { key, sources, _ctx: ctx, graph, tensors });
+            self.builds += 1;
+        }
+        let k = self.kept.as_ref().expect("kept above");
+        Ok(KeptGraph { graph: k.graph, tensors: &k.tensors })
+    }
+
+    /// Drops the kept graph, so the next call builds its own.
+    pub fn forget(&mut self) {
+        self.kept = None;
+    }
+
+    /// How many calls built a graph and how many reused the kept one.
+    pub fn stats(&self) -> (u64, u64) {
+        (self.builds, self.reuses)
+    }
+
+    /// Bytes of the compute buffer.
+    pub fn buffer_size(&self) -> usize {
+        self.alloc.buffer_size()
     }
 }
 

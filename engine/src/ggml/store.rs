@@ -3,11 +3,17 @@ use super::{Backend, Buffer, Context, GgmlError, GgmlType, Tensor};
 use ggml_sys as sys;
 use std::collections::HashMap;
 use std::ptr::NonNull;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Source of [`TensorStore::id`]s, never reused in a process: a kept graph names the stores
+/// it points into by id (see `GraphCache`).
+static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 
 /// Tensors created by name, then allocated together in one backend buffer. The store owns
 /// the metadata context and the buffer; [`TensorStore::get`] hands out handles that borrow
 /// the store, so none can outlive the memory.
 pub struct TensorStore {
+    id: u64,
     ctx: Context,
     buffer: Option<Buffer>,
     /// Name -> position in `order`/`tensors`.
@@ -26,7 +32,7 @@ unsafe impl Send for TensorStore {}
 impl TensorStore {
     /// A store with room for `capacity` tensors.
     pub fn new(capacity: usize) -> Result<Self, GgmlError> {
-        Ok(TensorStore { ctx: Context::new(capacity, 0)?, buffer: None, index: HashMap::new(), order: Vec::new(), tensors: Vec::new() })
+        Ok(TensorStore { id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed), ctx: Context::new(capacity, 0)?, buffer: None, index: HashMap::new(), order: Vec::new(), tensors: Vec::new() })
     }
 
     /// Declares a tensor (before [`TensorStore::allocate`]).
@@ -53,6 +59,11 @@ impl TensorStore {
     pub fn get(&self, name: &str) -> Tensor<'_> {
         let i = *self.index.get(name).unwrap_or_else(|| panic!("no tensor '{name}' in this store"));
         self.at(i)
+    }
+
+    /// Unique in the process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     /// The `i`-th declared tensor.
