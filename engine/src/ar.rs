@@ -4,8 +4,11 @@
 //! theta from the config) and grouped KV heads, post_attention_layernorm, SwiGLU MLP; then
 //! the shared final norm and the untied lm_head. One entry point, [`ArModel::forward`],
 //! serves both the prefill of one sequence and the batched decode of N sequences over N
-//! KV sets with different lengths: the projections, norms, RoPE and MLP run on all tokens of
-//! the batch at once, only the cache write and the attention are per sequence.
+//! caches with different lengths: the projections, norms, RoPE and MLP run on all tokens of
+//! the batch at once; the cache write and the attention run once per run of sequences on
+//! consecutive streams of one set with equal token counts (a batched decode step of the
+//! guidance pair or of `lm_batch_size` songs: one attention node per layer), otherwise
+//! once per sequence.
 //!
 //! The LM head runs only on the rows a stage samples from (a contiguous id range), and only
 //! on the positions asked for, so a semantic decode step multiplies 32769 rows, not 184704.
@@ -16,10 +19,12 @@ use crate::model::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Y
 use crate::weights::{load_tensors, LoadError};
 use std::ops::Range;
 
-/// One sequence of a forward call: new tokens appended to one KV set.
+/// One sequence of a forward call: new tokens appended to one cache stream.
 pub struct SeqInput<'a> {
     pub tokens: &'a [u32],
-    /// Index of the KV set in the slice passed to `forward`.
+    /// The sequence's cache: a stream index counted across the sets passed to `forward`
+    /// (a set of S streams takes S consecutive indices; with single-stream sets it is the
+    /// set's index in the slice).
     pub set: usize,
 }
 
@@ -98,30 +103,44 @@ impl ArModel {
         let c = &self.cfg;
         assert!(!seqs.is_empty(), "forward of no sequence");
         assert!(rows.start < rows.end && rows.end as usize <= c.vocab_size, "logit rows {rows:?} outside the vocabulary of {}", c.vocab_size);
+        // Where each sequence's cache is: (set, stream).
+        let slots: Vec<(usize, usize)> = sets.iter().enumerate().flat_map(|(i, s)| (0..s.streams()).map(move |k| (i, k))).collect();
+        let at: Vec<(usize, usize)> = seqs.iter().map(|s| *slots.get(s.set).unwrap_or_else(|| panic!("sequence cache {} of {} streams", s.set, slots.len()))).collect();
         for (i, s) in seqs.iter().enumerate() {
             assert!(!s.tokens.is_empty(), "sequence {i} has no new token");
-            assert!(seqs.iter().filter(|o| o.set == s.set).count() == 1, "KV set {} used twice in one forward", s.set);
-            let set = &sets[s.set];
-            assert!(set.len() + s.tokens.len() <= set.capacity(), "KV set {} full: {} + {} > {}", s.set, set.len(), s.tokens.len(), set.capacity());
+            assert!(seqs.iter().filter(|o| o.set == s.set).count() == 1, "KV stream {} used twice in one forward", s.set);
+            let (si, k) = at[i];
+            let set = &sets[si];
+            assert!(set.stream_len(k) + s.tokens.len() <= set.capacity(), "KV stream {} full: {} + {} > {}", s.set, set.stream_len(k), s.tokens.len(), set.capacity());
             assert!(s.tokens.iter().all(|&t| (t as usize) < c.vocab_size), "token id outside the vocabulary");
         }
-        let key = StepKey {
-            seqs: seqs
-                .iter()
-                .map(|s| {
-                    let set = &sets[s.set];
-                    let t = s.tokens.len();
-                    let window = (set.len() + t).next_multiple_of(window_step(backend)).min(set.capacity());
-                    SeqShape { tokens: t, window }
-                })
-                .collect(),
-            rows: rows.clone(),
-            positions,
-        };
-        // The graph reads the weights and, in batch order, each sequence's KV set.
+        // The graph reads the weights and the sets, in order of first use.
+        let mut used: Vec<usize> = Vec::new();
+        for &(si, _) in &at {
+            if !used.contains(&si) {
+                used.push(si);
+            }
+        }
+        let step = window_step(backend);
+        let mut runs: Vec<RunShape> = Vec::new();
+        for (i, s) in seqs.iter().enumerate() {
+            let (si, k) = at[i];
+            let set = &sets[si];
+            let t = s.tokens.len();
+            let window = (set.stream_len(k) + t).next_multiple_of(step).min(set.capacity());
+            let store = used.iter().position(|&u| u == si).expect("listed above");
+            match runs.last_mut() {
+                Some(r) if r.store == store && r.stream0 + r.streams == k && r.tokens == t => {
+                    r.streams += 1;
+                    r.window = r.window.max(window);
+                }
+                _ => runs.push(RunShape { store, stream0: k, streams: 1, tokens: t, window }),
+            }
+        }
+        let key = StepKey { runs, rows: rows.clone(), positions };
         let mut stores = vec![&self.weights];
-        stores.extend(seqs.iter().map(|s| sets[s.set].store()));
-        let n_nodes = graph_nodes(c, seqs.len());
+        stores.extend(used.iter().map(|&si| sets[si].store()));
+        let n_nodes = graph_nodes(c, key.runs.len());
         let shape = key.clone();
         let g = self.graphs.get(key, &stores, n_nodes, |ctx, graph, stores| build_step(ctx, graph, c, stores, &shape))?;
 
@@ -129,38 +148,50 @@ impl ArModel {
         let mut id_v = Vec::new();
         let mut pos_v = Vec::new();
         let mut out_v = Vec::new();
-        let mut at = 0i32;
+        let mut row_at = 0i32;
         for (i, s) in seqs.iter().enumerate() {
-            let past = sets[s.set].len();
+            let (si, k) = at[i];
+            let past = sets[si].stream_len(k);
             let t = s.tokens.len();
             for (j, &tok) in s.tokens.iter().enumerate() {
                 id_v.push(tok as i32);
                 pos_v.push((past + j) as i32);
                 if positions == Positions::All {
-                    out_v.push(at + j as i32);
+                    out_v.push(row_at + j as i32);
                 }
             }
-            at += t as i32;
+            row_at += t as i32;
             if positions == Positions::Last {
-                out_v.push(at - 1);
+                out_v.push(row_at - 1);
             }
-            let rows_at: Vec<i64> = (past..past + t).map(|p| p as i64).collect();
-            g.tensor(INPUTS + 2 * i).write_i64(&rows_at);
-            // Query j sees cache entries 0..=past+j; the rest of the window is -inf.
-            let window = g.tensor(INPUTS + 2 * i + 1).ne()[0] as usize;
-            let mut mask = vec![F16_NEG_INF; window * t];
-            for j in 0..t {
-                mask[j * window..j * window + past + j + 1].fill(0);
+        }
+        let mut first = 0usize;
+        for (ri, r) in shape.runs.iter().enumerate() {
+            let cap = sets[used[r.store]].capacity();
+            let mut rows_at = Vec::with_capacity(r.tokens * r.streams);
+            // Query j of member m sees its stream's entries 0..=past+j; the rest is -inf.
+            let mut mask = vec![F16_NEG_INF; r.window * r.tokens * r.streams];
+            for m in 0..r.streams {
+                let (si, k) = at[first + m];
+                let past = sets[si].stream_len(k);
+                for j in 0..r.tokens {
+                    rows_at.push((k * cap + past + j) as i64);
+                    let q = (m * r.tokens + j) * r.window;
+                    mask[q..q + past + j + 1].fill(0);
+                }
             }
-            g.tensor(INPUTS + 2 * i + 1).write_f16_bits(&mask);
+            g.tensor(INPUTS + 2 * ri).write_i64(&rows_at);
+            g.tensor(INPUTS + 2 * ri + 1).write_f16_bits(&mask);
+            first += r.streams;
         }
         g.tensor(IDS).write_i32(&id_v);
         g.tensor(POS).write_i32(&pos_v);
         g.tensor(OUT_IDX).write_i32(&out_v);
         g.compute(backend)?;
         let flat = g.tensor(LOGITS).read_f32();
-        for s in seqs {
-            sets[s.set].advance(s.tokens.len());
+        for (i, s) in seqs.iter().enumerate() {
+            let (si, k) = at[i];
+            sets[si].advance(k, s.tokens.len());
         }
         let nr = rows.len();
         let mut per_seq = Vec::with_capacity(seqs.len());
@@ -208,7 +239,7 @@ fn window_step(backend: &Backend) -> usize {
 const F16_NEG_INF: u16 = 0xFC00;
 
 /// Indices of the kept tensors of a step graph: the shared inputs, the logits, then per
-/// sequence its cache row indices and its mask.
+/// run its cache row indices and its mask.
 const IDS: usize = 0;
 const POS: usize = 1;
 const OUT_IDX: usize = 2;
@@ -218,40 +249,48 @@ const INPUTS: usize = 4;
 /// What a step graph depends on besides its inputs.
 #[derive(Clone, Debug, PartialEq, Eq)]
 struct StepKey {
-    seqs: Vec<SeqShape>,
+    runs: Vec<RunShape>,
     rows: Range<u32>,
     positions: Positions,
 }
 
+/// Consecutive sequences of a step on consecutive streams of one set, with equal token
+/// counts: one cache write and one attention node per layer.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-struct SeqShape {
+struct RunShape {
+    /// The set, as its index among the graph's stores after the weights.
+    store: usize,
+    stream0: usize,
+    streams: usize,
+    /// New tokens of each member.
     tokens: usize,
-    /// Cache entries the attention reads (a multiple of the window step, or the capacity).
+    /// Cache entries the attention reads (a multiple of the window step, or the capacity;
+    /// the largest of the members').
     window: usize,
 }
 
-fn graph_nodes(c: &Yue2Config, n_seqs: usize) -> usize {
-    256 + c.num_hidden_layers * (48 + 24 * n_seqs)
+fn graph_nodes(c: &Yue2Config, n_runs: usize) -> usize {
+    256 + c.num_hidden_layers * (48 + 24 * n_runs)
 }
 
-/// Builds the forward graph of one step shape over `stores`: the weights, then each
-/// sequence's KV set. Returns the kept tensors in the order of the index constants above.
+/// Builds the forward graph of one step shape over `stores`: the weights, then the KV
+/// sets. Returns the kept tensors in the order of the index constants above.
 fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, stores: &[&'a TensorStore], key: &StepKey) -> Vec<Tensor<'a>> {
     let weights = stores[0];
     let (hd, nh, nkv) = (c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
-    let n_tok: i64 = key.seqs.iter().map(|s| s.tokens as i64).sum();
+    let n_tok: i64 = key.runs.iter().map(|r| (r.tokens * r.streams) as i64).sum();
     let eps = c.rms_norm_eps as f32;
     let n_out: i64 = match key.positions {
-        Positions::Last => key.seqs.len() as i64,
+        Positions::Last => key.runs.iter().map(|r| r.streams as i64).sum(),
         Positions::All => n_tok,
     };
     let ids = gctx.new_tensor(GgmlType::I32, &[n_tok]).set_name("ids").set_input();
     let pos = gctx.new_tensor(GgmlType::I32, &[n_tok]).set_name("pos").set_input();
     let out_idx = gctx.new_tensor(GgmlType::I32, &[n_out]).set_name("out_idx").set_input();
-    let mut per_seq = Vec::with_capacity(2 * key.seqs.len());
-    for (i, s) in key.seqs.iter().enumerate() {
-        per_seq.push(gctx.new_tensor(GgmlType::I64, &[s.tokens as i64]).set_name(&format!("kv_rows{i}")).set_input());
-        per_seq.push(gctx.new_tensor(GgmlType::F16, &[s.window as i64, s.tokens as i64]).set_name(&format!("mask{i}")).set_input());
+    let mut per_run = Vec::with_capacity(2 * key.runs.len());
+    for (i, r) in key.runs.iter().enumerate() {
+        per_run.push(gctx.new_tensor(GgmlType::I64, &[(r.tokens * r.streams) as i64]).set_name(&format!("kv_rows{i}")).set_input());
+        per_run.push(gctx.new_tensor(GgmlType::F16, &[r.window as i64, r.tokens as i64, 1, r.streams as i64]).set_name(&format!("mask{i}")).set_input());
     }
 
     let w = |name: &str| weights.get(name);
@@ -271,28 +310,33 @@ fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, stor
 
         let mut outs: Option<Tensor<'_>> = None;
         let mut start = 0i64;
-        for (i, s) in key.seqs.iter().enumerate() {
-            let t = s.tokens as i64;
-            let (kc, vc) = (KvSet::k_of(stores[1 + i], l), KvSet::v_of(stores[1 + i], l));
-            let row_bytes = kc.nb()[1];
-            // Write this sequence's K/V at its cache rows, then attend over the window.
-            let k_i = gctx.view_2d(k, hd * nkv, t, k.nb()[1], start as usize * k.nb()[1]);
-            let v_i = gctx.view_2d(v, hd * nkv, t, v.nb()[1], start as usize * v.nb()[1]);
-            graph.expand(gctx.set_rows(kc, k_i, per_seq[2 * i]));
-            graph.expand(gctx.set_rows(vc, v_i, per_seq[2 * i]));
-            let n_kv = s.window as i64;
+        for (i, r) in key.runs.iter().enumerate() {
+            let (t, ns) = (r.tokens as i64, r.streams as i64);
+            let n = t * ns;
+            let store = stores[1 + r.store];
+            let (kc, vc) = (KvSet::k_of(store, l), KvSet::v_of(store, l)); // [hd*nkv, capacity, streams]
+            let (row_bytes, stream_bytes) = (kc.nb()[1], kc.nb()[2]);
+            let all_rows = kc.ne()[1] * kc.ne()[2];
+            // Write the run's K/V at their cache rows (stream * capacity + position), then
+            // attend over the window of each member's stream.
+            let k_i = gctx.view_2d(k, hd * nkv, n, k.nb()[1], start as usize * k.nb()[1]);
+            let v_i = gctx.view_2d(v, hd * nkv, n, v.nb()[1], start as usize * v.nb()[1]);
+            graph.expand(gctx.set_rows(gctx.reshape_2d(kc, hd * nkv, all_rows), k_i, per_run[2 * i]));
+            graph.expand(gctx.set_rows(gctx.reshape_2d(vc, hd * nkv, all_rows), v_i, per_run[2 * i]));
+            let n_kv = r.window as i64;
             let elt = kc.ty().type_size();
-            let kw = gctx.view_3d(kc, hd, n_kv, nkv, row_bytes, hd as usize * elt, 0);
-            let vw = gctx.view_3d(vc, hd, n_kv, nkv, row_bytes, hd as usize * elt, 0);
-            let q_i = gctx.view_3d(q, hd, nh, t, q.nb()[1], q.nb()[2], start as usize * q.nb()[2]);
-            let q_i = gctx.permute(q_i, [0, 2, 1, 3]); // [hd, t, nh]
-            let a = gctx.flash_attn_ext(q_i, kw, vw, Some(per_seq[2 * i + 1]), scale); // [hd, nh, t]
-            let a = gctx.reshape_2d(a, hd * nh, t);
+            let off = r.stream0 * stream_bytes;
+            let kw = gctx.view_4d(kc, [hd, n_kv, nkv, ns], row_bytes, hd as usize * elt, stream_bytes, off);
+            let vw = gctx.view_4d(vc, [hd, n_kv, nkv, ns], row_bytes, hd as usize * elt, stream_bytes, off);
+            let q_i = gctx.view_3d(q, hd, nh, n, q.nb()[1], q.nb()[2], start as usize * q.nb()[2]);
+            let q_i = gctx.permute(gctx.reshape_4d(q_i, hd, nh, t, ns), [0, 2, 1, 3]); // [hd, t, nh, ns]
+            let a = gctx.flash_attn_ext(q_i, kw, vw, Some(per_run[2 * i + 1]), scale); // [hd, nh, t, ns]
+            let a = gctx.reshape_2d(a, hd * nh, n);
             outs = Some(match outs {
                 None => a,
                 Some(prev) => gctx.concat(prev, a, 1),
             });
-            start += t;
+            start += n;
         }
         let attn = gctx.mul_mat(lw(l, "self_attn.o_proj.weight"), outs.unwrap());
         x = gctx.add(x, attn);
@@ -309,7 +353,7 @@ fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, stor
     let logits = gctx.mul_mat(head, x).set_name("logits").set_output();
     graph.expand(logits);
     let mut kept = vec![ids, pos, out_idx, logits];
-    kept.extend(per_seq);
+    kept.extend(per_run);
     kept
 }
 

@@ -232,8 +232,8 @@ impl ArStages<'_> {
         let t = self.tokens;
         let rows = t.semantic_rows();
         let mut prefixes = Vec::with_capacity(n);
-        let mut sets = Vec::with_capacity(if guided { 2 * n } else { n });
         let mut uncond_prefixes = Vec::new();
+        let mut caps = Vec::with_capacity(n);
         for score in scores {
             let (mut cond, mut uncond, source) = self.semantic_prefixes(req, score)?;
             let codes_room = budget.max(source.len());
@@ -241,20 +241,24 @@ impl ArStages<'_> {
                 cond.push(t.code_token(*c));
                 uncond.push(t.code_token(*c));
             }
-            let cap = (cond.len() - source.len() + codes_room + 1).min(self.max_seq);
-            sets.push(KvSet::new(self.backend, &self.model.cfg, cap)?);
+            caps.push((cond.len() - source.len() + codes_room + 1).min(self.max_seq));
             prefixes.push((cond, source));
-            uncond_prefixes.push((uncond, cap));
+            uncond_prefixes.push(uncond);
         }
+        // One set whose streams are the songs (0..n) and, under guidance, their
+        // unconditional twins (n..2n): a decode step attends over all of them in one node
+        // per layer. Each song gets its own copy of its stream at the end.
+        let mut capacity = caps.iter().copied().max().unwrap_or(1);
         if guided {
-            for (u, cap) in &uncond_prefixes {
-                sets.push(KvSet::new(self.backend, &self.model.cfg, (*cap).max(u.len() + budget + 1).min(self.max_seq))?);
+            for (u, cap) in uncond_prefixes.iter().zip(&caps) {
+                capacity = capacity.max((*cap).max(u.len() + budget + 1).min(self.max_seq));
             }
         }
+        let mut sets = vec![KvSet::with_streams(self.backend, &self.model.cfg, capacity, if guided { 2 * n } else { n })?];
         // Prefill every stream in one forward (sequences of different lengths).
         let mut seqs: Vec<SeqInput<'_>> = prefixes.iter().enumerate().map(|(i, (p, _))| SeqInput { tokens: p, set: i }).collect();
         if guided {
-            seqs.extend(uncond_prefixes.iter().enumerate().map(|(i, (u, _))| SeqInput { tokens: u, set: n + i }));
+            seqs.extend(uncond_prefixes.iter().enumerate().map(|(i, u)| SeqInput { tokens: u, set: n + i }));
         }
         let mut out = self.model.forward(self.backend, &mut sets, &seqs, rows.clone(), Positions::Last)?;
         let mut logits: Vec<Vec<f32>> = (0..n).map(|i| out.per_seq[i][0].clone()).collect();
@@ -306,9 +310,14 @@ impl ArStages<'_> {
                 pending[i].clear();
             }
         }
-        sets.truncate(n);
+        let set = sets.pop().expect("one set");
+        let kvs = if set.streams() == 1 {
+            vec![set]
+        } else {
+            (0..n).map(|i| set.copy_stream(self.backend, &self.model.cfg, i, caps[i].max(set.stream_len(i)))).collect::<Result<Vec<_>, _>>()?
+        };
         let mut songs = Vec::with_capacity(n);
-        for (i, kv) in sets.into_iter().enumerate().rev() {
+        for (i, kv) in kvs.into_iter().enumerate().rev() {
             let prefix_len = prefixes[i].0.len() - prefixes[i].1.len();
             let prefix = prefixes[i].0[..prefix_len].to_vec();
             songs.push(Song { index: i as u32, score_ids: scores[i].clone(), codes: std::mem::take(&mut codes[i]), ended: ended[i], prefix_len, prefix, kv, pending: std::mem::take(&mut pending[i]) });

@@ -1,35 +1,49 @@
 //! KV cache sets: per layer, K and V rows of `n_kv_heads * head_dim` F16 values for every
-//! position up to the set's capacity. The AR half appends to a set; the NAR half only reads
-//! it. A request holds one set per song (two under guidance) and frees them at its end.
+//! position up to the set's capacity, for one or more sequences (streams). The AR half
+//! appends to a set; the NAR half only reads it. A request holds one set per song (one set
+//! of two streams per song under guidance while the codes are decoded) and frees them at
+//! its end.
+//!
+//! Why streams: the sequences of a batched decode step (the guidance pair, the songs of
+//! `lm_batch_size`) attend in one attention node when their caches are the streams of one
+//! tensor (`[row, capacity, streams]`, as llama.cpp's per-sequence streams), instead of
+//! one node per sequence; at small sizes the per-node thread barriers are the step.
 use crate::ggml::{Backend, GgmlError, GgmlType, Tensor, TensorStore};
 use crate::model::Yue2Config;
 
 /// Element type of the cache.
 pub const KV_TYPE: GgmlType = GgmlType::F16;
 
-/// One sequence's cache.
+/// The caches of one or more sequences (streams) of equal capacity.
 pub struct KvSet {
     store: TensorStore,
     capacity: usize,
-    len: usize,
+    /// Positions written so far, per stream.
+    lens: Vec<usize>,
     layers: usize,
 }
 
 impl KvSet {
-    /// Allocates a set holding `capacity` positions.
+    /// Allocates a single-sequence set holding `capacity` positions.
     pub fn new(backend: &Backend, cfg: &Yue2Config, capacity: usize) -> Result<Self, GgmlError> {
+        Self::with_streams(backend, cfg, capacity, 1)
+    }
+
+    /// Allocates a set of `streams` sequences holding `capacity` positions each.
+    pub fn with_streams(backend: &Backend, cfg: &Yue2Config, capacity: usize, streams: usize) -> Result<Self, GgmlError> {
+        assert!(streams >= 1, "a KV set holds at least one stream");
         let row = (cfg.num_key_value_heads * cfg.head_dim) as i64;
         let mut store = TensorStore::new(2 * cfg.num_hidden_layers)?;
         for l in 0..cfg.num_hidden_layers {
-            store.declare(&format!("k{l}"), KV_TYPE, &[row, capacity as i64]);
-            store.declare(&format!("v{l}"), KV_TYPE, &[row, capacity as i64]);
+            store.declare(&format!("k{l}"), KV_TYPE, &[row, capacity as i64, streams as i64]);
+            store.declare(&format!("v{l}"), KV_TYPE, &[row, capacity as i64, streams as i64]);
         }
         store.allocate(backend, "KV cache set", false)?;
         store.clear();
-        Ok(KvSet { store, capacity, len: 0, layers: cfg.num_hidden_layers })
+        Ok(KvSet { store, capacity, lens: vec![0; streams], layers: cfg.num_hidden_layers })
     }
 
-    /// Bytes a set of `capacity` positions takes.
+    /// Bytes one stream of `capacity` positions takes.
     pub fn bytes_for(cfg: &Yue2Config, capacity: usize) -> usize {
         2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * capacity * KV_TYPE.type_size()
     }
@@ -39,7 +53,7 @@ impl KvSet {
     pub fn store(&self) -> &TensorStore {
         &self.store
     }
-    /// Layer `layer`'s K rows, `[n_kv_heads * head_dim, capacity]`.
+    /// Layer `layer`'s K rows, `[n_kv_heads * head_dim, capacity, streams]`.
     pub fn k(&self, layer: usize) -> Tensor<'_> {
         Self::k_of(&self.store, layer)
     }
@@ -55,13 +69,22 @@ impl KvSet {
     pub fn v_of(store: &TensorStore, layer: usize) -> Tensor<'_> {
         store.at(2 * layer + 1)
     }
-    /// Positions written so far.
+    /// Sequences the set holds.
+    pub fn streams(&self) -> usize {
+        self.lens.len()
+    }
+    /// Positions written so far in stream 0 (a single-sequence set's length).
     pub fn len(&self) -> usize {
-        self.len
+        self.lens[0]
+    }
+    /// Positions written so far in `stream`.
+    pub fn stream_len(&self, stream: usize) -> usize {
+        self.lens[stream]
     }
     pub fn is_empty(&self) -> bool {
-        self.len == 0
+        self.lens.iter().all(|&n| n == 0)
     }
+    /// Positions each stream can hold.
     pub fn capacity(&self) -> usize {
         self.capacity
     }
@@ -71,24 +94,41 @@ impl KvSet {
     pub fn bytes(&self) -> usize {
         self.store.bytes()
     }
-    /// Records that `n` more positions were written (after a successful compute).
-    pub(crate) fn advance(&mut self, n: usize) {
-        assert!(self.len + n <= self.capacity, "KV set overflow: {} + {n} > {}", self.len, self.capacity);
-        self.len += n;
+    /// Records that `n` more positions were written to `stream` (after a successful compute).
+    pub(crate) fn advance(&mut self, stream: usize, n: usize) {
+        let len = &mut self.lens[stream];
+        assert!(*len + n <= self.capacity, "KV set overflow: {} + {n} > {}", *len, self.capacity);
+        *len += n;
     }
-    /// Treats the first `n` positions as written, whatever they hold (zeros after
-    /// allocation). For benchmarks: a decode step's cost depends on the cache length, not on
-    /// its contents, and filling 8192 positions of a 3B model by prefill takes minutes on a CPU.
+    /// Treats the first `n` positions of every stream as written, whatever they hold (zeros
+    /// after allocation). For benchmarks: a decode step's cost depends on the cache length,
+    /// not on its contents, and filling 8192 positions of a 3B model by prefill takes
+    /// minutes on a CPU.
     pub fn assume_filled(&mut self, n: usize) {
         assert!(n <= self.capacity, "KV set of {} positions cannot hold {n}", self.capacity);
-        self.len = n;
+        self.lens.fill(n);
     }
     /// Forgets everything written (the memory is reused).
     pub fn reset(&mut self) {
-        self.len = 0;
+        self.lens.fill(0);
     }
-    /// Keeps only the first `n` positions.
-    pub fn truncate(&mut self, n: usize) {
-        self.len = self.len.min(n);
+
+    /// A single-sequence set of `capacity` positions holding a copy of `stream`'s
+    /// positions: how a song keeps its own cache once the batch it was decoded in ends.
+    pub fn copy_stream(&self, backend: &Backend, cfg: &Yue2Config, stream: usize, capacity: usize) -> Result<KvSet, GgmlError> {
+        let len = self.lens[stream];
+        assert!(len <= capacity, "a copy of {len} positions into a set of {capacity}");
+        let mut out = KvSet::new(backend, cfg, capacity)?;
+        let mut buf = Vec::new();
+        for l in 0..self.layers {
+            for (src, dst) in [(self.k(l), out.k(l)), (self.v(l), out.v(l))] {
+                let row = src.nb()[1];
+                buf.resize(len * row, 0u8);
+                src.read_bytes(stream * src.nb()[2], &mut buf);
+                dst.write_bytes(0, &buf);
+            }
+        }
+        out.lens[0] = len;
+        Ok(out)
     }
 }

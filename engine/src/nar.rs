@@ -80,6 +80,7 @@ impl NarModel {
         let lat = self.latent as i64;
         assert_eq!(x.len(), m * n * self.latent, "state of {} values for {m} x {n} frames", x.len());
         assert!(!kv.is_empty(), "the NAR needs a completed AR sequence");
+        assert_eq!(kv.streams(), 1, "the NAR reads a single-sequence set");
         let (h, hd, nh, nkv) = (c.hidden_size as i64, c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
         let (nf, nb, mm) = (n as i64, n as i64 + 2, m as i64);
         let rows = nb * mm;

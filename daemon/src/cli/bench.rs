@@ -10,6 +10,7 @@ use std::time::Instant;
 use yued_engine::ar::{ArModel, Positions, SeqInput};
 use yued_engine::demo::{write_demo, Preset};
 use yued_engine::generate::CancelToken;
+use yued_engine::ggml::llama_ref::mean_steps;
 use yued_engine::gguf::GgufFile;
 use yued_engine::kv_cache::KvSet;
 use yued_engine::model::BackboneInfo;
@@ -42,6 +43,14 @@ pub struct BenchArgs {
     /// Smaller points (cache lengths, frames) for a quick look or a smoke test.
     #[arg(long)]
     pub quick: bool,
+    /// AR decode cache lengths instead of the defaults (0, 2048, 8192; --quick: 0, 512),
+    /// comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub cache_lengths: Option<Vec<usize>>,
+    /// NAR block sizes in frames instead of the defaults (250, 1500, 5000; --quick: 50,
+    /// 250), comma separated.
+    #[arg(long, value_delimiter = ',')]
+    pub nar_frames: Option<Vec<usize>>,
     /// Seconds of audio of the end-to-end run.
     #[arg(long, default_value_t = 30.0)]
     pub e2e_seconds: f64,
@@ -90,11 +99,21 @@ pub struct Row {
     pub note: String,
 }
 
+/// A warm-up run longer than this counts as the first repetition: what a warm-up pays
+/// (first-touch page faults, the compute buffer's first allocation) is lost in it, and a
+/// full-size NAR block on a CPU takes minutes per run.
+const LONG_RUN_S: f64 = 20.0;
+
 /// Runs `f` once to warm up, then `reps` times; seconds per run.
 fn time(reps: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<Stats> {
+    let t = Instant::now();
     f()?;
+    let warm = t.elapsed().as_secs_f64();
     let mut v = Vec::with_capacity(reps);
-    for _ in 0..reps.max(1) {
+    if warm > LONG_RUN_S {
+        v.push(warm);
+    }
+    while v.len() < reps.max(1) {
         let t = Instant::now();
         f()?;
         v.push(t.elapsed().as_secs_f64());
@@ -195,19 +214,22 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             None
         };
         if want("decode") {
-            let lengths = if a.quick { vec![0, 512] } else { vec![0, 2048, 8192] };
+            let lengths = a.cache_lengths.clone().unwrap_or(if a.quick { vec![0, 512] } else { vec![0, 2048, 8192] });
+            // llama.cpp's filled contexts, one per cache length, shared by the batch sizes.
+            let mut sessions: Vec<(usize, yued_engine::ggml::llama_ref::DecodeSession<'_>)> = Vec::new();
             for (batch, what) in [(1usize, "batch 1"), (2, "guidance pair"), (4, "lm_batch_size 4")] {
                 for &len in &lengths {
-                    let mut sets = (0..batch).map(|_| KvSet::new(&backend, &cfg, len + 1)).collect::<Result<Vec<_>, _>>()?;
+                    // One set of `batch` streams, as the semantic stage holds its batch.
+                    let mut sets = vec![KvSet::with_streams(&backend, &cfg, len + 1, batch)?];
                     let toks: Vec<[u32; 1]> = (0..batch).map(|b| [info.tokens.code_token(17 + b as u32)]).collect();
-                    let s = time(a.reps, || {
-                        for set in sets.iter_mut() {
-                            set.assume_filled(len);
-                        }
+                    let mut step = || -> anyhow::Result<f64> {
+                        sets[0].assume_filled(len);
                         let seqs: Vec<SeqInput<'_>> = toks.iter().enumerate().map(|(i, t)| SeqInput { tokens: t, set: i }).collect();
+                        let t = Instant::now();
                         ar.forward(&backend, &mut sets, &seqs, rows_sem.clone(), Positions::Last)?;
-                        Ok(())
-                    })?;
+                        Ok(t.elapsed().as_secs_f64())
+                    };
+                    let s = stats(mean_steps(a.reps, &mut step)?);
                     let weights = ar.step_read_bytes(rows_sem.len(), batch);
                     let kv = batch * KvSet::bytes_for(&cfg, len);
                     let bytes = (weights + kv) as f64;
@@ -215,7 +237,11 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                     let ratio = bandwidth.map(|b| format!(" = {:.0}% of the measured read bandwidth", 100.0 * gbs / b)).unwrap_or_default();
                     push("decode", format!("AR decode, {what}, cache {len}"), "ms/step", s.map(|t| t * 1e3), format!("reads {:.1} MB (weights {:.1} + KV {:.1}): {gbs:.1} GB/s{ratio}", bytes / 1e6, weights as f64 / 1e6, kv as f64 / 1e6));
                     if let Some(l) = &llama {
-                        let ls = stats(l.decode_steps(batch, len, a.reps.max(1), threads).map_err(|e| anyhow::anyhow!(e))?);
+                        if !sessions.iter().any(|(n, _)| *n == len) {
+                            sessions.push((len, l.session(4, len, threads).map_err(|e| anyhow::anyhow!(e))?));
+                        }
+                        let session = &sessions.iter().find(|(n, _)| *n == len).unwrap().1;
+                        let ls = stats(session.steps(batch, a.reps.max(1)).map_err(|e| anyhow::anyhow!(e))?);
                         push("llama", format!("llama.cpp decode, {what}, cache {len}"), "ms/step", ls.map(|t| t * 1e3), format!("yued / llama.cpp = {:.2}", s.median / ls.median));
                     }
                 }
@@ -225,9 +251,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     if want("nar") {
         let mut nar = NarModel::load(&f, &info, &backend)?;
         let prefix = 300;
-        for n in if a.quick { vec![50, 250] } else { vec![250, 1500, 5000] } {
+        for n in a.nar_frames.clone().unwrap_or(if a.quick { vec![50, 250] } else { vec![250, 1500, 5000] }) {
             let window = prefix + n + 1;
             if window + n > cfg.max_position_embeddings {
+                eprintln!("  nar      {n} frames skipped: a {window}-token window plus the block exceeds the model's {} positions", cfg.max_position_embeddings);
                 continue;
             }
             let mut kv = KvSet::new(&backend, &cfg, window)?;

@@ -94,6 +94,46 @@ fn batched_decode_with_mixed_cache_lengths_matches_reference() {
     }
 }
 
+/// Sequences on the streams of one set: a batch on consecutive streams attends in one node
+/// per layer, other batches (a gap, a swapped order, unequal token counts) per run; all
+/// match the reference, and a stream copied out continues on its own.
+#[test]
+fn streams_of_one_set_decode_in_one_attention_and_copy_out() {
+    let (backend, mut m) = setup();
+    let (a, b) = (load_case("A"), load_case("B"));
+    let vocab = m.cfg.vocab_size as u32;
+    let mut sets = vec![KvSet::with_streams(&backend, &m.cfg, 32, 3).unwrap()];
+    // Prefill of unequal lengths in one forward: two runs (A into stream 0, B into stream 2).
+    let out = m.forward(&backend, &mut sets, &[SeqInput { tokens: &a.tokens[..6], set: 0 }, SeqInput { tokens: &b.tokens[..3], set: 2 }], 0..vocab, Positions::Last).unwrap();
+    check_row(&out.per_seq[0][0], &a.logits[5], "prefill A[..6] in stream 0");
+    check_row(&out.per_seq[1][0], &b.logits[2], "prefill B[..3] in stream 2");
+    m.forward(&backend, &mut sets, &[SeqInput { tokens: &b.tokens[..3], set: 1 }], 0..vocab, Positions::Last).unwrap();
+    assert_eq!((sets[0].stream_len(0), sets[0].stream_len(1), sets[0].stream_len(2)), (6, 3, 3));
+    let (pa, pb) = (6usize, 3usize);
+    // Step 0: streams 0, 1, 2 in order (one run); step 1: 2 and 0 only (two runs, a gap
+    // and a swapped order); step 2: 0, 1 (one run again, stream 2 one token ahead).
+    let steps: [&[usize]; 3] = [&[0, 1, 2], &[2, 0], &[0, 1]];
+    let mut at = [pa, pb, pb];
+    for (k, streams) in steps.iter().enumerate() {
+        let toks: Vec<[u32; 1]> = streams.iter().map(|&s| [if s == 0 { a.tokens[at[0]] } else { b.tokens[at[s]] }]).collect();
+        let seqs: Vec<SeqInput<'_>> = streams.iter().zip(&toks).map(|(&s, t)| SeqInput { tokens: t, set: s }).collect();
+        let out = m.forward(&backend, &mut sets, &seqs, 0..vocab, Positions::Last).unwrap();
+        for (j, &s) in streams.iter().enumerate() {
+            let want = if s == 0 { &a.logits[at[0]] } else { &b.logits[at[s]] };
+            check_row(&out.per_seq[j][0], want, &format!("step {k}, stream {s}"));
+            at[s] += 1;
+        }
+    }
+    assert_eq!((sets[0].stream_len(0), sets[0].stream_len(1), sets[0].stream_len(2)), (at[0], at[1], at[2]));
+    // Stream 0 copied into a set of its own continues A.
+    let mut own = vec![sets[0].copy_stream(&backend, &m.cfg, 0, 32).unwrap()];
+    assert_eq!((own[0].streams(), own[0].len()), (1, at[0]));
+    for p in at[0]..a.tokens.len() {
+        let out = m.forward(&backend, &mut own, &[SeqInput { tokens: &a.tokens[p..p + 1], set: 0 }], 0..vocab, Positions::Last).unwrap();
+        check_row(&out.per_seq[0][0], &a.logits[p], &format!("copied stream, A position {p}"));
+    }
+}
+
 /// Decoding one token at a time through reused graphs, across the boundaries where the
 /// attention window grows (multiples of WINDOW_STEP), into two sets taking turns and sharing batches, gives
 /// the logits of one prefill of the same tokens.
@@ -208,7 +248,7 @@ fn lm_head_row_slice_equals_the_full_head() {
 }
 
 #[test]
-#[should_panic(expected = "KV set 0 full")]
+#[should_panic(expected = "KV stream 0 full")]
 fn overflowing_a_set_is_refused() {
     let (backend, mut m) = setup();
     let mut sets = vec![KvSet::new(&backend, &m.cfg, 4).unwrap()];

@@ -63,70 +63,134 @@ impl LlamaRef {
         }
     }
 
-    /// Seconds of each of `reps` decode steps (after one warm-up) of `batch` sequences that
-    /// each hold `cache` tokens: one new token per sequence, logits for every new token.
-    pub fn decode_steps(&self, batch: usize, cache: usize, reps: usize, threads: usize) -> Result<Vec<f64>, String> {
-        let per_seq = (cache + reps + 8).next_multiple_of(256);
+    /// A context whose `max_batch` sequences each hold `cache` tokens, ready to time decode
+    /// steps of its first 1..=max_batch sequences ([`DecodeSession::steps`]).
+    ///
+    /// Sequence 0 is prefilled in chunks and copied into the others' cache streams (each
+    /// sequence has its own stream, so the copy is a real one): a step then reads `batch`
+    /// caches of `cache` entries, as after `batch` prefills, at a fraction of the time
+    /// (a full-size prefill of 8192 tokens takes minutes on a CPU).
+    pub fn session(&self, max_batch: usize, cache: usize, threads: usize) -> Result<DecodeSession<'_>, String> {
+        let per_seq = (cache + 16).next_multiple_of(256);
         let chunk = 512usize;
-        // SAFETY: the context and batches are created, used and freed here; every index
-        // written into a batch is below the size it was created with.
+        // SAFETY: the context is freed by the session's Drop (or here on error).
+        let ctx = unsafe { self.context(per_seq * max_batch, chunk.max(max_batch), max_batch, threads)? };
+        let vocab = unsafe { sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(self.model)) }.max(2) as usize;
+        let session = DecodeSession { ctx, vocab, cache, max_batch, _model: self };
+        let mut at = 0;
+        while at < cache {
+            let n = chunk.min(cache - at);
+            session.decode(n, &|i| (session.token(at + i), at + i, 0, at + i + 1 == cache))?;
+            at += n;
+        }
+        if cache > 0 {
+            // SAFETY: the context is live; sequence ids are below n_seq_max.
+            unsafe {
+                let mem = sys::llama_get_memory(ctx);
+                for s in 1..max_batch {
+                    sys::llama_memory_seq_cp(mem, 0, s as i32, -1, -1);
+                }
+            }
+        }
+        Ok(session)
+    }
+
+    /// Seconds per decode step of `batch` sequences that each hold `cache` tokens (one new
+    /// token per sequence, logits for every new token), `reps` figures as [`mean_steps`]
+    /// measures them.
+    pub fn decode_steps(&self, batch: usize, cache: usize, reps: usize, threads: usize) -> Result<Vec<f64>, String> {
+        self.session(batch, cache, threads)?.steps(batch, reps)
+    }
+}
+
+/// A llama.cpp context with its sequences filled, for timing decode steps.
+pub struct DecodeSession<'m> {
+    ctx: *mut sys::llama_context,
+    vocab: usize,
+    cache: usize,
+    max_batch: usize,
+    _model: &'m LlamaRef,
+}
+
+impl DecodeSession<'_> {
+    fn token(&self, i: usize) -> i32 {
+        (i % (self.vocab - 1)) as i32
+    }
+
+    /// One `llama_decode` of `n` tokens; `at(i)` gives token i's (id, position, sequence,
+    /// wants logits).
+    fn decode(&self, n: usize, at: &dyn Fn(usize) -> (i32, usize, usize, bool)) -> Result<(), String> {
+        // SAFETY: the batch holds `n` tokens with one sequence id each; every index written
+        // is below `n`; the batch is freed before returning.
         unsafe {
-            let ctx = self.context(per_seq * batch, chunk.max(batch), batch, threads)?;
-            let vocab = sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(self.model)).max(2);
-            let token = |i: usize| (i % (vocab as usize - 1)) as i32;
-            let run = |n: usize, fill: &dyn Fn(&mut sys::llama_batch, usize)| -> Result<(), String> {
-                let mut b = sys::llama_batch_init(n as i32, 0, 1);
-                b.n_tokens = n as i32;
-                for i in 0..n {
-                    fill(&mut b, i);
-                }
-                let rc = sys::llama_decode(ctx, b);
-                sys::llama_batch_free(b);
-                if rc != 0 {
-                    return Err(format!("llama_decode returned {rc}"));
-                }
-                Ok(())
-            };
-            let set = |b: &mut sys::llama_batch, i: usize, tok: i32, pos: usize, seq: usize, logits: bool| {
+            let mut b = sys::llama_batch_init(n as i32, 0, 1);
+            b.n_tokens = n as i32;
+            for i in 0..n {
+                let (tok, pos, seq, logits) = at(i);
                 *b.token.add(i) = tok;
                 *b.pos.add(i) = pos as i32;
                 *b.n_seq_id.add(i) = 1;
                 *(*b.seq_id.add(i)) = seq as i32;
                 *b.logits.add(i) = logits as i8;
-            };
-            let mut result = Ok(Vec::with_capacity(reps));
-            // Fill every sequence to `cache` tokens, in chunks.
-            'outer: for s in 0..batch {
-                let mut at = 0;
-                while at < cache {
-                    let n = chunk.min(cache - at);
-                    if let Err(e) = run(n, &|b, i| set(b, i, token(at + i), at + i, s, at + i + 1 == cache)) {
-                        result = Err(e);
-                        break 'outer;
-                    }
-                    at += n;
-                }
             }
-            if let Ok(times) = result.as_mut() {
-                let mem = sys::llama_get_memory(ctx);
-                for r in 0..=reps {
-                    let t = Instant::now();
-                    if let Err(e) = run(batch, &|b, i| set(b, i, token(cache + i + 7), cache, i, true)) {
-                        result = Err(e);
-                        break;
-                    }
-                    if r > 0 {
-                        times.push(t.elapsed().as_secs_f64());
-                    }
-                    for s in 0..batch {
-                        sys::llama_memory_seq_rm(mem, s as i32, cache as i32, -1);
-                    }
-                }
+            let rc = sys::llama_decode(self.ctx, b);
+            sys::llama_batch_free(b);
+            if rc != 0 {
+                return Err(format!("llama_decode returned {rc}"));
             }
-            sys::llama_free(ctx);
-            result
         }
+        Ok(())
     }
+
+    /// Seconds per decode step of the first `batch` sequences, `reps` figures as
+    /// [`mean_steps`] measures them; each step's token is removed again after it.
+    pub fn steps(&self, batch: usize, reps: usize) -> Result<Vec<f64>, String> {
+        assert!(batch >= 1 && batch <= self.max_batch, "batch {batch} of a session of {}", self.max_batch);
+        let cache = self.cache;
+        // SAFETY: the context is live for the session.
+        let mem = unsafe { sys::llama_get_memory(self.ctx) };
+        let mut step = || -> Result<f64, String> {
+            let t = Instant::now();
+            self.decode(batch, &|i| (self.token(cache + i + 7), cache, i, true))?;
+            let s = t.elapsed().as_secs_f64();
+            for q in 0..batch {
+                // SAFETY: as above; removes the step's token from sequence q.
+                unsafe { sys::llama_memory_seq_rm(mem, q as i32, cache as i32, -1) };
+            }
+            Ok(s)
+        };
+        mean_steps(reps, &mut step)
+    }
+}
+
+impl Drop for DecodeSession<'_> {
+    fn drop(&mut self) {
+        // SAFETY: created by `llama_init_from_model` and freed once.
+        unsafe { sys::llama_free(self.ctx) };
+    }
+}
+
+/// A repetition of a decode step lasts at least this long: sub-millisecond steps (the tiny
+/// model) are averaged over enough steps that one scheduler hiccup is not a figure.
+pub const MIN_REP_SECONDS: f64 = 0.05;
+
+/// `reps` figures of a step's seconds, each the mean over as many steps as fill
+/// [`MIN_REP_SECONDS`] (at least one), after two warm-up steps (the second one sizes the
+/// repetitions). `step` returns the seconds of the part it times. yued's and llama.cpp's
+/// decode are both measured this way.
+pub fn mean_steps<E>(reps: usize, step: &mut dyn FnMut() -> Result<f64, E>) -> Result<Vec<f64>, E> {
+    step()?;
+    let one = step()?;
+    let k = ((MIN_REP_SECONDS / one.max(1e-7)).ceil() as usize).clamp(1, 10_000);
+    let mut out = Vec::with_capacity(reps);
+    for _ in 0..reps.max(1) {
+        let mut sum = 0.0;
+        for _ in 0..k {
+            sum += step()?;
+        }
+        out.push(sum / k as f64);
+    }
+    Ok(out)
 }
 
 impl LlamaRef {

@@ -156,3 +156,29 @@ fn cpu_turns_are_exclusive_and_in_order() {
     let waited = waited_us.load(Ordering::SeqCst) - before;
     assert!(waited >= 50_000, "the held turn's wait was reported as {waited} us");
 }
+
+#[test]
+fn mean_steps_averages_enough_steps_to_fill_a_repetition() {
+    // A 10 ms step: two warm-ups, then 5 steps per repetition (50 ms).
+    let mut calls = 0usize;
+    let mut step = || -> Result<f64, ()> {
+        calls += 1;
+        Ok(0.01)
+    };
+    let v = super::llama_ref::mean_steps(3, &mut step).unwrap();
+    assert_eq!(v.len(), 3);
+    assert!(v.iter().all(|&s| (s - 0.01).abs() < 1e-12), "{v:?}");
+    assert_eq!(calls, 2 + 3 * 5);
+    // A step longer than a repetition is one step per figure; an error stops at once.
+    let mut calls = 0usize;
+    let mut slow = || -> Result<f64, &'static str> {
+        calls += 1;
+        if calls == 4 {
+            Err("boom")
+        } else {
+            Ok(0.2)
+        }
+    };
+    assert_eq!(super::llama_ref::mean_steps(5, &mut slow), Err("boom"));
+    assert_eq!(calls, 4);
+}
