@@ -78,8 +78,10 @@ try {
   await page.fill('[id="semantic_sampling.min_tokens"]', "400");
   await page.selectOption("#output_format", "flac");
   await shot("form");
-  // Another client's job first, so ours waits in the queue for a moment.
-  const blocker = await (await fetch(`${base}/synth`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ style: "blocker", cot: "off", duration: 6, steps: 4, output_format: "wav16", semantic_sampling: { min_tokens: 150 } }) })).json();
+  // Another client's job first, so ours waits in the queue: a long one (its codes alone
+  // take seconds), cancelled once the page has shown ours queued. (A short blocker left
+  // the AR stage within a poll interval on a fast run, and "queued" was never seen.)
+  const blocker = await (await fetch(`${base}/synth`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ style: "blocker", cot: "off", duration: 120, steps: 4, output_format: "wav16", semantic_sampling: { min_tokens: 2500 } }) })).json();
   check(/^[0-9a-f]{16}$/.test(blocker.id), `blocker job ${JSON.stringify(blocker)}`);
   await page.click("#submit");
 
@@ -93,6 +95,8 @@ try {
     return li?.querySelector(".status")?.dataset.status === "queued" && /queue position \d/.test(li.querySelector(".stage").textContent);
   }, null, { timeout: 30000 });
   await shot("queued");
+  const cancelled = await fetch(`${base}/job?id=${blocker.id}&cancel=1`, { method: "POST" });
+  check(cancelled.ok, `cancelling the blocker: HTTP ${cancelled.status}`);
   await page.waitForFunction(() => {
     const li = document.querySelector("li.job");
     const s = li?.querySelector(".status")?.dataset.status;
