@@ -167,20 +167,19 @@ impl ArModel {
         }
         let mut first = 0usize;
         for (ri, r) in shape.runs.iter().enumerate() {
-            let cap = sets[used[r.store]].capacity();
-            let mut rows_at = Vec::with_capacity(r.tokens * r.streams);
+            let mut kv_pos = Vec::with_capacity(r.tokens * r.streams);
             // Query j of member m sees its stream's entries 0..=past+j; the rest is -inf.
             let mut mask = vec![F16_NEG_INF; r.window * r.tokens * r.streams];
             for m in 0..r.streams {
                 let (si, k) = at[first + m];
                 let past = sets[si].stream_len(k);
                 for j in 0..r.tokens {
-                    rows_at.push((k * cap + past + j) as i64);
+                    kv_pos.push((past + j) as i64);
                     let q = (m * r.tokens + j) * r.window;
                     mask[q..q + past + j + 1].fill(0);
                 }
             }
-            g.tensor(INPUTS + 2 * ri).write_i64(&rows_at);
+            g.tensor(INPUTS + 2 * ri).write_i64(&kv_pos);
             g.tensor(INPUTS + 2 * ri + 1).write_f16_bits(&mask);
             first += r.streams;
         }
@@ -289,7 +288,7 @@ fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, stor
     let out_idx = gctx.new_tensor(GgmlType::I32, &[n_out]).set_name("out_idx").set_input();
     let mut per_run = Vec::with_capacity(2 * key.runs.len());
     for (i, r) in key.runs.iter().enumerate() {
-        per_run.push(gctx.new_tensor(GgmlType::I64, &[(r.tokens * r.streams) as i64]).set_name(&format!("kv_rows{i}")).set_input());
+        per_run.push(gctx.new_tensor(GgmlType::I64, &[r.tokens as i64, 1, r.streams as i64]).set_name(&format!("kv_pos{i}")).set_input());
         per_run.push(gctx.new_tensor(GgmlType::F16, &[r.window as i64, r.tokens as i64, 1, r.streams as i64]).set_name(&format!("mask{i}")).set_input());
     }
 
@@ -301,12 +300,11 @@ fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, stor
         let h = gctx.mul(gctx.rms_norm(x, eps), lw(l, "input_layernorm.weight"));
         let q = gctx.reshape_3d(gctx.mul_mat(lw(l, "self_attn.q_proj.weight"), h), hd, nh, n_tok);
         let k = gctx.reshape_3d(gctx.mul_mat(lw(l, "self_attn.k_proj.weight"), h), hd, nkv, n_tok);
-        let v = gctx.mul_mat(lw(l, "self_attn.v_proj.weight"), h); // [hd*nkv, n_tok]
+        let v = gctx.reshape_3d(gctx.mul_mat(lw(l, "self_attn.v_proj.weight"), h), hd, nkv, n_tok);
         let q = gctx.mul(gctx.rms_norm(q, eps), lw(l, "self_attn.q_norm.weight"));
         let k = gctx.mul(gctx.rms_norm(k, eps), lw(l, "self_attn.k_norm.weight"));
         let q = gctx.rope_neox(q, pos, hd as i32, c.rope_theta as f32);
-        let k = gctx.rope_neox(k, pos, hd as i32, c.rope_theta as f32);
-        let k = gctx.reshape_2d(k, hd * nkv, n_tok);
+        let k = gctx.rope_neox(k, pos, hd as i32, c.rope_theta as f32); // [hd, nkv, n_tok]
 
         let mut outs: Option<Tensor<'_>> = None;
         let mut start = 0i64;
@@ -314,20 +312,19 @@ fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, stor
             let (t, ns) = (r.tokens as i64, r.streams as i64);
             let n = t * ns;
             let store = stores[1 + r.store];
-            let (kc, vc) = (KvSet::k_of(store, l), KvSet::v_of(store, l)); // [hd*nkv, capacity, streams]
-            let (row_bytes, stream_bytes) = (kc.nb()[1], kc.nb()[2]);
-            let all_rows = kc.ne()[1] * kc.ne()[2];
-            // Write the run's K/V at their cache rows (stream * capacity + position), then
-            // attend over the window of each member's stream.
-            let k_i = gctx.view_2d(k, hd * nkv, n, k.nb()[1], start as usize * k.nb()[1]);
-            let v_i = gctx.view_2d(v, hd * nkv, n, v.nb()[1], start as usize * v.nb()[1]);
-            graph.expand(gctx.set_rows(gctx.reshape_2d(kc, hd * nkv, all_rows), k_i, per_run[2 * i]));
-            graph.expand(gctx.set_rows(gctx.reshape_2d(vc, hd * nkv, all_rows), v_i, per_run[2 * i]));
+            let (kc, vc) = (KvSet::k_of(store, l), KvSet::v_of(store, l)); // [hd, capacity, nkv, streams]
+            let (nb1, nb2, nb3) = (kc.nb()[1], kc.nb()[2], kc.nb()[3]);
+            let (cap, off) = (kc.ne()[1], r.stream0 * nb3);
+            // Write the run's K/V at their positions in the members' streams, then attend
+            // over the window of each member's stream.
+            for (cache, new) in [(kc, k), (vc, v)] {
+                let dst = gctx.view_4d(cache, [hd, cap, nkv, ns], nb1, nb2, nb3, off);
+                let src = gctx.view_4d(new, [hd, nkv, t, ns], new.nb()[1], new.nb()[2], t as usize * new.nb()[2], start as usize * new.nb()[2]);
+                graph.expand(gctx.set_rows(dst, gctx.permute(src, [0, 2, 1, 3]), per_run[2 * i]));
+            }
             let n_kv = r.window as i64;
-            let elt = kc.ty().type_size();
-            let off = r.stream0 * stream_bytes;
-            let kw = gctx.view_4d(kc, [hd, n_kv, nkv, ns], row_bytes, hd as usize * elt, stream_bytes, off);
-            let vw = gctx.view_4d(vc, [hd, n_kv, nkv, ns], row_bytes, hd as usize * elt, stream_bytes, off);
+            let kw = gctx.view_4d(kc, [hd, n_kv, nkv, ns], nb1, nb2, nb3, off);
+            let vw = gctx.view_4d(vc, [hd, n_kv, nkv, ns], nb1, nb2, nb3, off);
             let q_i = gctx.view_3d(q, hd, nh, n, q.nb()[1], q.nb()[2], start as usize * q.nb()[2]);
             let q_i = gctx.permute(gctx.reshape_4d(q_i, hd, nh, t, ns), [0, 2, 1, 3]); // [hd, t, nh, ns]
             let a = gctx.flash_attn_ext(q_i, kw, vw, Some(per_run[2 * i + 1]), scale); // [hd, nh, t, ns]

@@ -117,9 +117,9 @@ impl NarModel {
             let q = ctx.rope_neox(q, pos, hd as i32, c.rope_theta as f32);
             let k = ctx.rope_neox(k, pos, hd as i32, c.rope_theta as f32);
             let (kc, vc) = (kv.k(l), kv.v(l));
-            let elt = kc.ty().type_size();
-            let kw = ctx.view_3d(kc, hd, ar_len, nkv, kc.nb()[1], hd as usize * elt, 0);
-            let vw = ctx.view_3d(vc, hd, ar_len, nkv, vc.nb()[1], hd as usize * elt, 0);
+            // [head_dim, positions, kv heads] of the set's only stream.
+            let kw = ctx.view_3d(kc, hd, ar_len, nkv, kc.nb()[1], kc.nb()[2], 0);
+            let vw = ctx.view_3d(vc, hd, ar_len, nkv, vc.nb()[1], vc.nb()[2], 0);
             let mut outs: Option<Tensor<'_>> = None;
             for vi in 0..mm {
                 let qm = variation_rows(&ctx, q, nh, nb, vi);
