@@ -209,6 +209,11 @@ impl ArModel {
         self.graphs.forget();
     }
 
+    /// Nodes of the last step graph computing `op` (ggml's op name): for tests.
+    pub fn graph_op_count(&self, op: &str) -> usize {
+        self.graphs.op_count(op)
+    }
+
     /// How many forward calls built a graph and how many reused the previous one.
     pub fn graph_stats(&self) -> (u64, u64) {
         self.graphs.stats()

@@ -118,6 +118,11 @@ fn streams_of_one_set_decode_in_one_attention_and_copy_out() {
         let toks: Vec<[u32; 1]> = streams.iter().map(|&s| [if s == 0 { a.tokens[at[0]] } else { b.tokens[at[s]] }]).collect();
         let seqs: Vec<SeqInput<'_>> = streams.iter().zip(&toks).map(|(&s, t)| SeqInput { tokens: t, set: s }).collect();
         let out = m.forward(&backend, &mut sets, &seqs, 0..vocab, Positions::Last).unwrap();
+        // One attention and one K and one V write per layer and run.
+        let runs = if k == 1 { 2 } else { 1 };
+        let layers = m.cfg.num_hidden_layers;
+        assert_eq!(m.graph_op_count("FLASH_ATTN_EXT"), runs * layers, "step {k}");
+        assert_eq!(m.graph_op_count("SET_ROWS"), 2 * runs * layers, "step {k}");
         for (j, &s) in streams.iter().enumerate() {
             let want = if s == 0 { &a.logits[at[0]] } else { &b.logits[at[s]] };
             check_row(&out.per_seq[j][0], want, &format!("step {k}, stream {s}"));

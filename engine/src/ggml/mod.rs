@@ -466,6 +466,23 @@ impl<K: PartialEq> GraphCache<K> {
     pub fn buffer_size(&self) -> usize {
         self.alloc.buffer_size()
     }
+
+    /// Nodes of the kept graph computing `op` (ggml's name, e.g. `FLASH_ATTN_EXT`): how
+    /// tests check the shape of a graph, not only its numbers.
+    pub fn op_count(&self, op: &str) -> usize {
+        let Some(k) = &self.kept else { return 0 };
+        // SAFETY: the kept graph and its nodes live in the kept context; op names are
+        // static C strings.
+        unsafe {
+            let g = k.graph.as_ptr();
+            (0..sys::ggml_graph_n_nodes(g))
+                .filter(|&i| {
+                    let node = sys::ggml_graph_node(g, i);
+                    std::ffi::CStr::from_ptr(sys::ggml_op_name((*node).op)).to_bytes() == op.as_bytes()
+                })
+                .count()
+        }
+    }
 }
 
 /// Turns at the CPU for backends that would otherwise compute at the same time.
