@@ -93,12 +93,15 @@ impl ArModel {
     /// Runs the new tokens of every sequence through the model, appends their K/V to the
     /// sequences' sets and returns the logits of `rows` at `positions`.
     ///
+    /// Sequences on consecutive streams of one set with equal token counts form a run: one
+    /// cache write per K and V and one attention node per layer for the whole run.
+    ///
     /// The graph of a call is kept and reused by the next call of the same shape (same sets
-    /// in the same order, same token counts, same attention windows, rows and positions):
-    /// the per-step differences — token ids, positions, where the new K/V rows go, which
-    /// cache entries are visible — are all graph inputs. A window is the set's length
-    /// rounded up to [`WINDOW_STEP`] (CPU) or [`DEVICE_WINDOW_STEP`], so a decode loop
-    /// rebuilds once per 64 (256) steps.
+    /// in the same order, same runs, token counts, attention windows, rows and positions):
+    /// the per-step differences — token ids, positions, where the new K/V go, which cache
+    /// entries are visible — are all graph inputs. A window is a stream's length rounded up
+    /// to [`WINDOW_STEP`] (CPU) or [`DEVICE_WINDOW_STEP`] (the largest of a run's members),
+    /// so a decode loop rebuilds once per 64 (256) steps.
     pub fn forward(&mut self, backend: &Backend, sets: &mut [KvSet], seqs: &[SeqInput<'_>], rows: Range<u32>, positions: Positions) -> Result<Logits, GgmlError> {
         let c = &self.cfg;
         assert!(!seqs.is_empty(), "forward of no sequence");
@@ -121,6 +124,7 @@ impl ArModel {
                 used.push(si);
             }
         }
+        // Runs of consecutive sequences on consecutive streams of one set, equal token counts.
         let step = window_step(backend);
         let mut runs: Vec<RunShape> = Vec::new();
         for (i, s) in seqs.iter().enumerate() {
