@@ -14,7 +14,7 @@
 //! `lm_batch_size`) attend in one attention node when their caches are the streams of one
 //! tensor, instead of one node per sequence; at small sizes the per-node thread barriers
 //! are the step.
-use crate::ggml::{Backend, GgmlError, GgmlType, Tensor, TensorStore};
+use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
 use crate::model::Yue2Config;
 
 /// Element type of the cache.
@@ -121,20 +121,25 @@ impl KvSet {
 
     /// A single-sequence set of `capacity` positions holding a copy of `stream`'s
     /// positions: how a song keeps its own cache once the batch it was decoded in ends.
+    /// One graph of copies on the sets' backend (no trip through the host on a GPU).
     pub fn copy_stream(&self, backend: &Backend, cfg: &Yue2Config, stream: usize, capacity: usize) -> Result<KvSet, GgmlError> {
         let len = self.lens[stream];
         assert!(len <= capacity, "a copy of {len} positions into a set of {capacity}");
         let mut out = KvSet::new(backend, cfg, capacity)?;
-        let mut buf = Vec::new();
-        for l in 0..self.layers {
-            for (src, dst) in [(self.k(l), out.k(l)), (self.v(l), out.v(l))] {
-                let nb = src.nb();
-                buf.resize(len * nb[1], 0u8);
-                for h in 0..src.ne()[2] as usize {
-                    src.read_bytes(stream * nb[3] + h * nb[2], &mut buf);
-                    dst.write_bytes(h * dst.nb()[2], &buf);
+        if len > 0 {
+            let n = 2 * self.layers;
+            let ctx = Context::new(4 * n + 8, n + 8)?;
+            let mut g = ctx.new_graph(n + 8);
+            for l in 0..self.layers {
+                for (src, dst) in [(self.k(l), out.k(l)), (self.v(l), out.v(l))] {
+                    let (hd, heads) = (src.ne()[0], src.ne()[2]);
+                    let from = ctx.view_3d(src, hd, len as i64, heads, src.nb()[1], src.nb()[2], stream * src.nb()[3]);
+                    let to = ctx.view_3d(dst, hd, len as i64, heads, dst.nb()[1], dst.nb()[2], 0);
+                    g.expand(ctx.cpy(from, to));
                 }
             }
+            Allocator::new(backend).alloc_graph(&g)?;
+            backend.compute(&g)?;
         }
         out.lens[0] = len;
         Ok(out)

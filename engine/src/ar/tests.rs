@@ -137,6 +137,13 @@ fn streams_of_one_set_decode_in_one_attention_and_copy_out() {
         let out = m.forward(&backend, &mut own, &[SeqInput { tokens: &a.tokens[p..p + 1], set: 0 }], 0..vocab, Positions::Last).unwrap();
         check_row(&out.per_seq[0][0], &a.logits[p], &format!("copied stream, A position {p}"));
     }
+    // So does stream 1 (B), from its offset in the set.
+    let mut own = vec![sets[0].copy_stream(&backend, &m.cfg, 1, 16).unwrap()];
+    assert_eq!(own[0].len(), at[1]);
+    for p in at[1]..b.tokens.len() {
+        let out = m.forward(&backend, &mut own, &[SeqInput { tokens: &b.tokens[p..p + 1], set: 0 }], 0..vocab, Positions::Last).unwrap();
+        check_row(&out.per_seq[0][0], &b.logits[p], &format!("copied stream 1, B position {p}"));
+    }
 }
 
 /// Decoding one token at a time through reused graphs, across the boundaries where the
