@@ -314,7 +314,7 @@ impl ArStages<'_> {
         let kvs = if set.streams() == 1 {
             vec![set]
         } else {
-            (0..n).map(|i| set.copy_stream(self.backend, &self.model.cfg, i, caps[i].max(set.stream_len(i)))).collect::<Result<Vec<_>, _>>()?
+            (0..n).map(|i| set.copy_stream(self.backend, i, caps[i].max(set.stream_len(i)))).collect::<Result<Vec<_>, _>>()?
         };
         let mut songs = Vec::with_capacity(n);
         for (i, kv) in kvs.into_iter().enumerate().rev() {

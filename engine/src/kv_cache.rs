@@ -37,16 +37,20 @@ impl KvSet {
 
     /// Allocates a set of `streams` sequences holding `capacity` positions each.
     pub fn with_streams(backend: &Backend, cfg: &Yue2Config, capacity: usize, streams: usize) -> Result<Self, GgmlError> {
+        Self::alloc(backend, cfg.num_hidden_layers, cfg.head_dim, cfg.num_key_value_heads, capacity, streams)
+    }
+
+    fn alloc(backend: &Backend, layers: usize, head_dim: usize, kv_heads: usize, capacity: usize, streams: usize) -> Result<Self, GgmlError> {
         assert!(streams >= 1, "a KV set holds at least one stream");
-        let shape = [cfg.head_dim as i64, capacity as i64, cfg.num_key_value_heads as i64, streams as i64];
-        let mut store = TensorStore::new(2 * cfg.num_hidden_layers)?;
-        for l in 0..cfg.num_hidden_layers {
+        let shape = [head_dim as i64, capacity as i64, kv_heads as i64, streams as i64];
+        let mut store = TensorStore::new(2 * layers)?;
+        for l in 0..layers {
             store.declare(&format!("k{l}"), KV_TYPE, &shape);
             store.declare(&format!("v{l}"), KV_TYPE, &shape);
         }
         store.allocate(backend, "KV cache set", false)?;
         store.clear();
-        Ok(KvSet { store, capacity, lens: vec![0; streams], layers: cfg.num_hidden_layers })
+        Ok(KvSet { store, capacity, lens: vec![0; streams], layers })
     }
 
     /// Bytes one stream of `capacity` positions takes.
@@ -122,10 +126,11 @@ impl KvSet {
     /// A single-sequence set of `capacity` positions holding a copy of `stream`'s
     /// positions: how a song keeps its own cache once the batch it was decoded in ends.
     /// One graph of copies on the sets' backend (no trip through the host on a GPU).
-    pub fn copy_stream(&self, backend: &Backend, cfg: &Yue2Config, stream: usize, capacity: usize) -> Result<KvSet, GgmlError> {
+    pub fn copy_stream(&self, backend: &Backend, stream: usize, capacity: usize) -> Result<KvSet, GgmlError> {
         let len = self.lens[stream];
         assert!(len <= capacity, "a copy of {len} positions into a set of {capacity}");
-        let mut out = KvSet::new(backend, cfg, capacity)?;
+        let k = self.k(0);
+        let mut out = KvSet::alloc(backend, self.layers, k.ne()[0] as usize, k.ne()[2] as usize, capacity, 1)?;
         if len > 0 {
             let n = 2 * self.layers;
             let ctx = Context::new(4 * n + 8, n + 8)?;

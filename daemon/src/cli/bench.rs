@@ -216,7 +216,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         if want("decode") {
             let lengths = a.cache_lengths.clone().unwrap_or(if a.quick { vec![0, 512] } else { vec![0, 2048, 8192] });
             // llama.cpp's filled contexts, one per cache length, shared by the batch sizes.
-            let mut sessions: Vec<(usize, yued_engine::ggml::llama_ref::DecodeSession<'_>)> = Vec::new();
+            let mut sessions = std::collections::BTreeMap::new();
             for (batch, what) in [(1usize, "batch 1"), (2, "guidance pair"), (4, "lm_batch_size 4")] {
                 for &len in &lengths {
                     // One set of `batch` streams, as the semantic stage holds its batch.
@@ -237,10 +237,10 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                     let ratio = bandwidth.map(|b| format!(" = {:.0}% of the measured read bandwidth", 100.0 * gbs / b)).unwrap_or_default();
                     push("decode", format!("AR decode, {what}, cache {len}"), "ms/step", s.map(|t| t * 1e3), format!("reads {:.1} MB (weights {:.1} + KV {:.1}): {gbs:.1} GB/s{ratio}", bytes / 1e6, weights as f64 / 1e6, kv as f64 / 1e6));
                     if let Some(l) = &llama {
-                        if !sessions.iter().any(|(n, _)| *n == len) {
-                            sessions.push((len, l.session(4, len, threads).map_err(|e| anyhow::anyhow!(e))?));
-                        }
-                        let session = &sessions.iter().find(|(n, _)| *n == len).unwrap().1;
+                        let session = match sessions.entry(len) {
+                            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                            std::collections::btree_map::Entry::Vacant(e) => e.insert(l.session(4, len, threads).map_err(|e| anyhow::anyhow!(e))?),
+                        };
                         let ls = stats(session.steps(batch, a.reps.max(1)).map_err(|e| anyhow::anyhow!(e))?);
                         push("llama", format!("llama.cpp decode, {what}, cache {len}"), "ms/step", ls.map(|t| t * 1e3), format!("yued / llama.cpp = {:.2}", s.median / ls.median));
                     }

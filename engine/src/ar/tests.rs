@@ -131,14 +131,14 @@ fn streams_of_one_set_decode_in_one_attention_and_copy_out() {
     }
     assert_eq!((sets[0].stream_len(0), sets[0].stream_len(1), sets[0].stream_len(2)), (at[0], at[1], at[2]));
     // Stream 0 copied into a set of its own continues A.
-    let mut own = vec![sets[0].copy_stream(&backend, &m.cfg, 0, 32).unwrap()];
+    let mut own = vec![sets[0].copy_stream(&backend, 0, 32).unwrap()];
     assert_eq!((own[0].streams(), own[0].len()), (1, at[0]));
     for p in at[0]..a.tokens.len() {
         let out = m.forward(&backend, &mut own, &[SeqInput { tokens: &a.tokens[p..p + 1], set: 0 }], 0..vocab, Positions::Last).unwrap();
         check_row(&out.per_seq[0][0], &a.logits[p], &format!("copied stream, A position {p}"));
     }
     // So does stream 1 (B), from its offset in the set.
-    let mut own = vec![sets[0].copy_stream(&backend, &m.cfg, 1, 16).unwrap()];
+    let mut own = vec![sets[0].copy_stream(&backend, 1, 16).unwrap()];
     assert_eq!(own[0].len(), at[1]);
     for p in at[1]..b.tokens.len() {
         let out = m.forward(&backend, &mut own, &[SeqInput { tokens: &b.tokens[p..p + 1], set: 0 }], 0..vocab, Positions::Last).unwrap();

@@ -22,10 +22,11 @@ unsafe extern "C" fn quiet(level: sys::ggml_log_level, text: *const std::os::raw
 }
 
 impl LlamaRef {
-    /// A context as yued runs: F16 KV, flash attention, `threads` for every batch size.
-    /// The caller frees it with `llama_free`.
-    unsafe fn context(&self, n_ctx: usize, n_batch: usize, n_seq: usize, threads: usize) -> Result<*mut sys::llama_context, String> {
-        // SAFETY: default params filled in, the model is loaded; a null context is an error.
+    /// A context as yued runs (F16 KV, flash attention, `threads` for every batch size),
+    /// owned by the returned session, which frees it.
+    fn open(&self, n_ctx: usize, n_batch: usize, n_seq: usize, threads: usize) -> Result<DecodeSession<'_>, String> {
+        // SAFETY: default params filled in, the model is loaded; a null context is an error;
+        // a non-null one goes straight into the session.
         unsafe {
             let mut cp = sys::llama_context_default_params();
             cp.n_ctx = n_ctx as u32;
@@ -42,7 +43,8 @@ impl LlamaRef {
             if ctx.is_null() {
                 return Err("llama.cpp could not create a context".into());
             }
-            Ok(ctx)
+            let vocab = sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(self.model)).max(1) as usize;
+            Ok(DecodeSession { ctx, vocab, cache: 0, max_batch: n_seq, _model: self })
         }
     }
 
@@ -73,20 +75,18 @@ impl LlamaRef {
     pub fn session(&self, max_batch: usize, cache: usize, threads: usize) -> Result<DecodeSession<'_>, String> {
         let per_seq = (cache + 16).next_multiple_of(256);
         let chunk = 512usize;
-        // SAFETY: the context is freed by the session's Drop (or here on error).
-        let ctx = unsafe { self.context(per_seq * max_batch, chunk.max(max_batch), max_batch, threads)? };
-        let vocab = unsafe { sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(self.model)) }.max(2) as usize;
-        let session = DecodeSession { ctx, vocab, cache, max_batch, _model: self };
+        let mut session = self.open(per_seq * max_batch, chunk.max(max_batch), max_batch, threads)?;
         let mut at = 0;
         while at < cache {
             let n = chunk.min(cache - at);
             session.decode(n, &|i| (session.token(at + i), at + i, 0, at + i + 1 == cache))?;
             at += n;
         }
+        session.cache = cache;
         if cache > 0 {
             // SAFETY: the context is live; sequence ids are below n_seq_max.
             unsafe {
-                let mem = sys::llama_get_memory(ctx);
+                let mem = sys::llama_get_memory(session.ctx);
                 for s in 1..max_batch {
                     sys::llama_memory_seq_cp(mem, 0, s as i32, -1, -1);
                 }
@@ -103,10 +103,11 @@ impl LlamaRef {
     }
 }
 
-/// A llama.cpp context with its sequences filled, for timing decode steps.
+/// A llama.cpp context (for timing decode steps: with its sequences filled).
 pub struct DecodeSession<'m> {
     ctx: *mut sys::llama_context,
     vocab: usize,
+    /// Tokens every sequence holds.
     cache: usize,
     max_batch: usize,
     _model: &'m LlamaRef,
@@ -114,7 +115,7 @@ pub struct DecodeSession<'m> {
 
 impl DecodeSession<'_> {
     fn token(&self, i: usize) -> i32 {
-        (i % (self.vocab - 1)) as i32
+        (i % self.vocab.saturating_sub(1).max(1)) as i32
     }
 
     /// One `llama_decode` of `n` tokens; `at(i)` gives token i's (id, position, sequence,
@@ -197,36 +198,18 @@ impl LlamaRef {
     /// The logits of the last token after one prefill of `tokens` (full vocabulary).
     pub fn last_logits(&self, tokens: &[i32], threads: usize) -> Result<Vec<f32>, String> {
         assert!(!tokens.is_empty());
-        // SAFETY: as in `decode_steps`; the logits pointer is read before the context goes.
+        let n = tokens.len();
+        let n_ctx = (n + 8).next_multiple_of(256);
+        let session = self.open(n_ctx, n_ctx, 1, threads)?;
+        session.decode(n, &|i| (tokens[i], i, 0, i + 1 == n))?;
+        // SAFETY: the logits of the last decode live in the session's context, which is
+        // alive until the copy below is made.
         unsafe {
-            let n_ctx = (tokens.len() + 8).next_multiple_of(256);
-            let ctx = self.context(n_ctx, n_ctx, 1, threads)?;
-            let n = tokens.len();
-            let b = sys::llama_batch_init(n as i32, 0, 1);
-            let mut b = b;
-            b.n_tokens = n as i32;
-            for (i, &t) in tokens.iter().enumerate() {
-                *b.token.add(i) = t;
-                *b.pos.add(i) = i as i32;
-                *b.n_seq_id.add(i) = 1;
-                *(*b.seq_id.add(i)) = 0;
-                *b.logits.add(i) = (i + 1 == n) as i8;
+            let p = sys::llama_get_logits_ith(session.ctx, -1);
+            if p.is_null() {
+                return Err("no logits".into());
             }
-            let rc = sys::llama_decode(ctx, b);
-            sys::llama_batch_free(b);
-            let out = if rc != 0 {
-                Err(format!("llama_decode returned {rc}"))
-            } else {
-                let vocab = sys::llama_vocab_n_tokens(sys::llama_model_get_vocab(self.model)) as usize;
-                let p = sys::llama_get_logits_ith(ctx, -1);
-                if p.is_null() {
-                    Err("no logits".into())
-                } else {
-                    Ok(std::slice::from_raw_parts(p, vocab).to_vec())
-                }
-            };
-            sys::llama_free(ctx);
-            out
+            Ok(std::slice::from_raw_parts(p, session.vocab).to_vec())
         }
     }
 }
