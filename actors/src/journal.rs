@@ -77,6 +77,9 @@ pub struct Journal {
     jobs: sled::Tree,
 }
 
+/// How long opening waits for a sled file lock released by a handle dropped just before.
+const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
 impl Journal {
     /// Opens (or creates) the journal in `dir`.
     pub fn open(dir: &Path) -> Result<Self, JournalError> {
@@ -88,7 +91,19 @@ impl Journal {
         if !fresh && !dir.join("conf").exists() {
             return Err(open_err("is not a sled database (no conf file): refusing to touch it".into()));
         }
-        let db = sled::Config::new().path(dir).open().map_err(|e| open_err(format!("cannot open as a sled database: {e}")))?;
+        // sled's file lock outlives a dropped handle until its flusher thread exits (up to
+        // its flush interval): a journal reopened at once (a restart in one process, a test)
+        // waits for it rather than failing; a lock still held after LOCK_WAIT is another
+        // live daemon.
+        let started = std::time::Instant::now();
+        let db = loop {
+            match sled::Config::new().path(dir).open() {
+                Ok(db) => break db,
+                // sled wraps the lock's WouldBlock in an error of its own kind: only its text tells.
+                Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") && started.elapsed() < LOCK_WAIT => std::thread::sleep(std::time::Duration::from_millis(20)),
+                Err(e) => return Err(open_err(format!("cannot open as a sled database: {e} (is another yued using this data directory?)"))),
+            }
+        };
         match db.get(FORMAT_KEY)? {
             None if fresh || db.is_empty() => {
                 db.insert(FORMAT_KEY, FORMAT)?;
@@ -170,6 +185,9 @@ mod tests {
         assert_eq!(all[0].state, JobState::Running);
         let c = j.next_id().unwrap();
         assert!(c > all[1].id, "ids never repeat after a restart");
+        // While it is open, a second open waits for the lock, then names the likely cause.
+        let e = Journal::open(&p).err().expect("a held journal cannot be opened twice").to_string();
+        assert!(e.contains("another yued"), "{e}");
     }
 
     #[test]
