@@ -97,7 +97,11 @@ impl NarModel {
         let pe = ctx.new_tensor(GgmlType::F32, &[h, nf, 1]).set_input();
         let pos = ctx.new_tensor(GgmlType::I32, &[rows]).set_input();
         let zero = ctx.new_tensor(GgmlType::F32, &[h, 1, mm]).set_input();
-        let mask = ctx.new_tensor(GgmlType::F16, &[ar_len + nb, nb]).set_input();
+        // Spare zero rows behind the block's: ggml-vulkan's attention reads a little past
+        // the last mask row when the row count is not a multiple of its tile (found on
+        // lavapipe: the velocities then depended on whatever followed the mask in memory).
+        let mask_rows = (nb + 64) / 64 * 64;
+        let mask = ctx.new_tensor(GgmlType::F16, &[ar_len + nb, mask_rows]).set_input();
 
         let temb = ctx.add(ctx.mul_mat(w.get(names::TIME_MLP0_W), tin), w.get(names::TIME_MLP0_B));
         let temb = ctx.add(ctx.mul_mat(w.get(names::TIME_MLP2_W), ctx.silu(temb)), w.get(names::TIME_MLP2_B));

@@ -38,8 +38,10 @@ impl Daemon {
 
     pub fn start_on(data: &Path, port: u16, args: Vec<String>) -> Daemon {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(data.with_extension("log")).unwrap();
+        // `$YUED_TEST_DEVICE` (e.g. `Vulkan0`) runs the suite's daemons on that device.
+        let device = std::env::var("YUED_TEST_DEVICE").ok().filter(|d| !d.is_empty()).unwrap_or_else(|| "CPU".into());
         let child = Command::new(yued_bin())
-            .args(["serve", "--port", &port.to_string(), "--data-dir", data.to_str().unwrap(), "--device", "CPU", "--threads", "1"])
+            .args(["serve", "--port", &port.to_string(), "--data-dir", data.to_str().unwrap(), "--device", &device, "--threads", "1"])
             .args(&args)
             .env("NO_COLOR", "1")
             .stdout(Stdio::null())

@@ -42,7 +42,7 @@ fn check_row(got: &[f32], want: &[f32], what: &str) {
 fn setup() -> (Backend, ArModel) {
     let f = GgufFile::open(fixture("tiny-qwen3.gguf")).unwrap();
     let info = BackboneInfo::from_gguf(&f).unwrap();
-    let backend = Backend::cpu(2).unwrap();
+    let backend = Backend::for_tests(2);
     let model = ArModel::load(&f, &info, &backend).unwrap();
     (backend, model)
 }

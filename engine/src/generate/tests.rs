@@ -18,7 +18,7 @@ fn fixture() -> Fixture {
     let (bb, _) = write_demo(dir.path(), Preset::Tiny, 3, &mut |_, _| {}).unwrap();
     let f = GgufFile::open(bb).unwrap();
     let info = BackboneInfo::from_gguf(&f).unwrap();
-    let backend = Backend::cpu(2).unwrap();
+    let backend = Backend::for_tests(2);
     let model = ArModel::load(&f, &info, &backend).unwrap();
     Fixture { backend, model, tok: BpeTokenizer::from_gguf(&f).unwrap(), tokens: info.tokens, ins: Instructions::default() }
 }

@@ -9,6 +9,8 @@ use std::time::Instant;
 /// A llama.cpp model loaded for timing.
 pub struct LlamaRef {
     model: *mut sys::llama_model,
+    /// Whether the layers went to a GPU; when not, nothing does (see `open`).
+    gpu: bool,
 }
 
 // The model is only used from the thread that measures; llama.cpp models are immutable
@@ -39,6 +41,9 @@ impl LlamaRef {
             cp.type_v = sys::GGML_TYPE_F16;
             cp.flash_attn_type = sys::LLAMA_FLASH_ATTN_TYPE_ENABLED;
             cp.no_perf = true;
+            // With the layers on the CPU, llama.cpp would still send batches of 32 tokens and
+            // more to a GPU of the build ("op offload"): keep a CPU comparison on the CPU.
+            cp.op_offload = self.gpu;
             let ctx = sys::llama_init_from_model(self.model, cp);
             if ctx.is_null() {
                 return Err("llama.cpp could not create a context".into());
@@ -61,7 +66,7 @@ impl LlamaRef {
             if model.is_null() {
                 return Err(format!("llama.cpp could not load {}", path.display()));
             }
-            Ok(LlamaRef { model })
+            Ok(LlamaRef { model, gpu })
         }
     }
 

@@ -87,6 +87,9 @@ pub enum GgmlError {
     Compute { device: String, status: i32 },
     #[error("ggml context allocation failed ({0} bytes of metadata)")]
     Context(usize),
+    /// A graph node the device cannot compute (its kernels would give garbage or crash).
+    #[error("{device} cannot compute {node}")]
+    Unsupported { device: String, node: String },
 }
 
 static LOG_ONCE: Once = Once::new();
@@ -395,6 +398,8 @@ struct Kept<K> {
     _ctx: Context,
     graph: NonNull<sys::ggml_cgraph>,
     tensors: Vec<NonNull<sys::ggml_tensor>>,
+    /// Whether a device has checked it can compute every node (once per graph).
+    checked: std::cell::Cell<bool>,
 }
 
 // SAFETY: the graph and tensors live in the owned context, which is Send; the cache is used
@@ -406,6 +411,7 @@ unsafe impl<K: Send> Send for GraphCache<K> {}
 pub struct KeptGraph<'s> {
     graph: NonNull<sys::ggml_cgraph>,
     tensors: &'s [NonNull<sys::ggml_tensor>],
+    checked: &'s std::cell::Cell<bool>,
 }
 
 impl<'s> KeptGraph<'s> {
@@ -414,8 +420,14 @@ impl<'s> KeptGraph<'s> {
         Tensor { ptr: self.tensors[i], _ctx: PhantomData }
     }
 
+    /// Computes the graph; its nodes are checked against the device only on the first call.
     pub fn compute(&self, backend: &Backend) -> Result<(), GgmlError> {
-        backend.compute(&Graph { ptr: self.graph, _ctx: PhantomData })
+        let graph = Graph { ptr: self.graph, _ctx: PhantomData };
+        if !self.checked.get() {
+            backend.check_supported(&graph)?;
+            self.checked.set(true);
+        }
+        backend.compute_checked(&graph)
     }
 }
 
@@ -445,11 +457,11 @@ impl<K: PartialEq> GraphCache<K> {
                 self.alloc.alloc_graph(&g)?;
                 (g.ptr, kept.iter().map(|t| t.ptr).collect())
             };
-            self.kept = Some(Kept { key, sources, _ctx: ctx, graph, tensors });
+            self.kept = Some(Kept { key, sources, _ctx: ctx, graph, tensors, checked: std::cell::Cell::new(false) });
             self.builds += 1;
         }
         let k = self.kept.as_ref().expect("kept above");
-        Ok(KeptGraph { graph: k.graph, tensors: &k.tensors })
+        Ok(KeptGraph { graph: k.graph, tensors: &k.tensors, checked: &k.checked })
     }
 
     /// Drops the kept graph, so the next call builds its own.
@@ -482,6 +494,26 @@ impl<K: PartialEq> GraphCache<K> {
                 })
                 .count()
         }
+    }
+}
+
+/// `OP 'name' -> type [ne] (src: type [ne] (non-contiguous), ...)`, for errors.
+///
+/// # Safety
+/// `node` must be a valid tensor whose sources are valid.
+unsafe fn describe_node(node: *const sys::ggml_tensor) -> String {
+    // SAFETY: per the contract; op and type names are static C strings.
+    unsafe {
+        let t = |x: *const sys::ggml_tensor| {
+            let ty = CStr::from_ptr(sys::ggml_type_name((*x).type_)).to_string_lossy();
+            let ne = (*x).ne;
+            let cont = if sys::ggml_is_contiguous(x) { "" } else { " non-contiguous" };
+            format!("{ty} [{}, {}, {}, {}]{cont}", ne[0], ne[1], ne[2], ne[3])
+        };
+        let op = CStr::from_ptr(sys::ggml_op_desc(node)).to_string_lossy();
+        let name = CStr::from_ptr((*node).name.as_ptr()).to_string_lossy();
+        let srcs: Vec<String> = (*node).src.iter().filter(|s| !s.is_null()).map(|&s| t(s)).collect();
+        format!("{op} '{name}' -> {} from {}", t(node), srcs.join(", "))
     }
 }
 
@@ -587,6 +619,17 @@ impl Backend {
         Ok(b)
     }
 
+    /// The backend the numeric tests run on: `$YUED_TEST_DEVICE` (e.g. `Vulkan0`, see
+    /// `scripts/test-device.sh`) or the CPU with `threads` threads. Lets the parity tests check
+    /// a GPU backend against the same fixtures as the CPU.
+    #[doc(hidden)]
+    pub fn for_tests(threads: usize) -> Self {
+        match std::env::var("YUED_TEST_DEVICE") {
+            Ok(name) if !name.is_empty() => Backend::new(&name).unwrap_or_else(|e| panic!("YUED_TEST_DEVICE={name}: {e}")),
+            _ => Backend::cpu(threads).expect("CPU backend"),
+        }
+    }
+
     pub fn name(&self) -> &str {
         &self.name
     }
@@ -620,8 +663,17 @@ impl Backend {
         }
     }
 
-    /// Runs a graph whose tensors all have memory.
+    /// Runs a graph whose tensors all have memory. On a device other than the CPU, every
+    /// node is first checked against what the device's kernels support: ggml computes a
+    /// graph given to one backend without asking, and an unsupported case (a type, a
+    /// non-contiguous operand) would be silent garbage instead of an error.
     pub fn compute(&self, graph: &Graph<'_>) -> Result<(), GgmlError> {
+        self.check_supported(graph)?;
+        self.compute_checked(graph)
+    }
+
+    /// [`Backend::compute`] of a graph already checked.
+    fn compute_checked(&self, graph: &Graph<'_>) -> Result<(), GgmlError> {
         let _turn = self.turns.as_ref().map(|t| t.take());
         // SAFETY: the graph's tensors are allocated (the allocator or buffers placed them).
         let status = unsafe { sys::ggml_backend_graph_compute(self.raw(), graph.raw()) };
@@ -630,6 +682,24 @@ impl Backend {
         } else {
             Err(GgmlError::Compute { device: self.name.clone(), status: status as i32 })
         }
+    }
+
+    /// The first node of `graph` this device cannot compute, described.
+    fn check_supported(&self, graph: &Graph<'_>) -> Result<(), GgmlError> {
+        if self.is_cpu {
+            return Ok(()); // the CPU backend computes every op
+        }
+        // SAFETY: the graph's nodes are valid tensors of live contexts.
+        unsafe {
+            let g = graph.raw();
+            for i in 0..sys::ggml_graph_n_nodes(g) {
+                let node = sys::ggml_graph_node(g, i);
+                if !sys::ggml_backend_supports_op(self.raw(), node) {
+                    return Err(GgmlError::Unsupported { device: self.name.clone(), node: describe_node(node) });
+                }
+            }
+        }
+        Ok(())
     }
 
     /// Free and total memory of the device, in bytes.

@@ -1,8 +1,8 @@
-//! Checks of the ggml layer on the CPU backend against plain Rust arithmetic.
+//! Checks of the ggml layer on the test backend (the CPU unless `$YUED_TEST_DEVICE`) against plain Rust arithmetic.
 use super::*;
 
-fn cpu() -> Backend {
-    Backend::cpu(1).expect("CPU backend")
+fn backend() -> Backend {
+    Backend::for_tests(1)
 }
 
 #[test]
@@ -15,7 +15,7 @@ fn cpu_device_is_listed_and_unknown_device_is_an_error() {
 
 #[test]
 fn mul_mat_add_and_norm_match_reference() {
-    let backend = cpu();
+    let backend = backend();
     let wctx = Context::new(2, 0).unwrap();
     // a: [K=3, M=2] (two rows of three), b: [K=3, N=2]
     let a = wctx.new_tensor(GgmlType::F32, &[3, 2]).set_name("a");
@@ -55,7 +55,7 @@ fn quantize_q8_0_roundtrips_within_block_precision() {
 
 #[test]
 fn quantized_mul_mat_is_close_to_f32() {
-    let backend = cpu();
+    let backend = backend();
     let k = 64;
     let wv: Vec<f32> = (0..k * 4).map(|i| ((i * 7 % 13) as f32 - 6.0) / 6.0).collect();
     let xv: Vec<f32> = (0..k).map(|i| ((i * 5 % 11) as f32 - 5.0) / 5.0).collect();

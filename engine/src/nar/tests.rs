@@ -30,7 +30,7 @@ struct Setup {
 fn setup() -> Setup {
     let f = GgufFile::open(path("fixtures/ar/tiny-qwen3.gguf")).unwrap();
     let info = BackboneInfo::from_gguf(&f).unwrap();
-    let backend = Backend::cpu(2).unwrap();
+    let backend = Backend::for_tests(2);
     let ar = ArModel::load(&f, &info, &backend).unwrap();
     let nar = NarModel::load(&f, &info, &backend).unwrap();
     Setup { backend, ar, nar, cfg: info.config }
@@ -75,7 +75,11 @@ fn variations_side_by_side_equal_separate_runs() {
     let both = s.nar.velocity(&s.backend, &kv, &noise, 3, 2, 0.4).unwrap();
     let a = s.nar.velocity(&s.backend, &kv, &noise[..192], 3, 1, 0.4).unwrap();
     let b = s.nar.velocity(&s.backend, &kv, &noise[192..], 3, 1, 0.4).unwrap();
-    assert!(rel_rms(&both[..192], &a) < 1e-5 && rel_rms(&both[192..], &b) < 1e-5);
+    // Variations mixing would be an O(1) error. On the CPU the two shapes take the same
+    // kernels; a GPU picks other matmul kernels (f16 staging) for a different row count.
+    let tol = if s.backend.is_cpu() { 1e-5 } else { 2e-3 };
+    let (ea, eb) = (rel_rms(&both[..192], &a), rel_rms(&both[192..], &b));
+    assert!(ea < tol && eb < tol, "relative RMS {ea:.3e} / {eb:.3e} (tolerance {tol:.0e})");
 }
 
 #[test]
@@ -90,3 +94,20 @@ fn helpers() {
     assert_eq!(pe[..4], [0.0, 1.0, 0.0, 1.0]);
     assert!((pe[4] - 1f32.sin()).abs() < 1e-7);
 }
+
+/// The same velocity from a fresh compute buffer and from one the previous call left full:
+/// nothing may read memory it did not write (on ggml-vulkan the attention once read past
+/// an unpadded mask, so the first call was right and every later one was not).
+#[test]
+fn velocity_does_not_depend_on_what_the_last_call_left_in_memory() {
+    let mut s = setup();
+    let seq: Vec<u32> = vec![256, 72, 259, 260, 261, 270, 280, 262];
+    let kv = prefill(&mut s, &seq);
+    let noise = crate::rng::torch_cpu::randn(7, 3 * 64);
+    let first = s.nar.velocity(&s.backend, &kv, &noise, 3, 1, 0.4).unwrap();
+    let other = crate::rng::torch_cpu::randn(8, 3 * 64);
+    s.nar.velocity(&s.backend, &kv, &other, 3, 1, 0.7).unwrap();
+    let again = s.nar.velocity(&s.backend, &kv, &noise, 3, 1, 0.4).unwrap();
+    assert_eq!(first, again);
+}
+

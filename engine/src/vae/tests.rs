@@ -5,7 +5,7 @@ fn demo_vae() -> (Backend, VaeModel) {
     let dir = tempfile::tempdir().unwrap();
     let (_, vae) = write_demo(dir.path(), Preset::Tiny, 9, &mut |_, _| {}).unwrap();
     let f = GgufFile::open(vae).unwrap();
-    let backend = Backend::cpu(2).unwrap();
+    let backend = Backend::for_tests(2);
     let m = VaeModel::load(&f, &backend).unwrap();
     (backend, m)
 }
@@ -109,7 +109,7 @@ mod torch_reference {
     }
     fn model() -> (Backend, VaeModel) {
         let f = GgufFile::open(path("tiny-vae.gguf")).unwrap();
-        let b = Backend::cpu(2).unwrap();
+        let b = Backend::for_tests(2);
         let m = VaeModel::load(&f, &b).unwrap();
         (b, m)
     }
