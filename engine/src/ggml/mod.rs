@@ -590,6 +590,11 @@ impl Backend {
     /// best available one for `"auto"`.
     pub fn new(name: &str) -> Result<Self, GgmlError> {
         init_logging();
+        // One initialisation at a time: the daemon's stage threads open their backends at
+        // once, and ggml-vulkan's device set-up is not thread-safe (two threads aborted in
+        // the Vulkan loader at start-up). A lock around a C library's init, not state.
+        static INIT: std::sync::Mutex<()> = std::sync::Mutex::new(());
+        let _init = INIT.lock().unwrap_or_else(|p| p.into_inner());
         let raw = if name.eq_ignore_ascii_case("auto") || name.is_empty() {
             // SAFETY: initialises the best registered backend or returns NULL.
             unsafe { sys::ggml_backend_init_best() }
