@@ -19,17 +19,9 @@ if [ "${1:-}" != "--build-only" ]; then
   command -v ffprobe >/dev/null 2>&1 || tools+=(ffmpeg)
   [ -x /usr/bin/chromium ] || tools+=(chromium fonts-liberation)
   if [ ${#tools[@]} -gt 0 ]; then
-    SUDO=""
-    [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-    echo "setup-deps: installing ${tools[*]} (test tools)" >&2
-    $SUDO apt-get update -qq
-    DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${tools[@]}" >/dev/null
+    bash "$(dirname "$0")/apt-install.sh" --no-recommends "setup-deps (test tools)" "${tools[@]}"
   fi
 fi
 if [ ${#missing[@]} -gt 0 ]; then
-  echo "setup-deps: installing ${missing[*]}" >&2
-  SUDO=""
-  [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-  $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq "${missing[@]}" >/dev/null
+  bash "$(dirname "$0")/apt-install.sh" setup-deps "${missing[@]}"
 fi

@@ -23,11 +23,7 @@ case "$kind" in
     [ -d /usr/share/cmake/SPIRV-Headers ] || need+=(spirv-headers)
     ls /usr/share/vulkan/icd.d/lvp_icd*.json >/dev/null 2>&1 || need+=(mesa-vulkan-drivers)
     if [ ${#need[@]} -gt 0 ]; then
-      SUDO=""
-      [ "$(id -u)" -ne 0 ] && SUDO="sudo"
-      echo "test-device: installing ${need[*]}" >&2
-      $SUDO apt-get update -qq
-      DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends "${need[@]}" >/dev/null
+      bash scripts/apt-install.sh --no-recommends test-device "${need[@]}"
     fi
     # ggml 0.26's Vulkan backend needs headers of Vulkan 1.3.261 or later (VK_EXT_layer_settings);
     # Debian 12 ships 1.3.239. Take the headers (only) of Debian 13's libvulkan-dev then.
