@@ -8,9 +8,21 @@
 set -euo pipefail
 missing=()
 command -v cmake >/dev/null 2>&1 || missing+=(cmake)
-if ! ls /usr/lib/llvm-*/lib/libclang*.so* >/dev/null 2>&1 && ! ls /usr/lib/x86_64-linux-gnu/libclang*.so* >/dev/null 2>&1; then
-  missing+=(libclang-dev)
-fi
+# What bindgen (clang-sys) loads: libclang.so, libclang-N.so, libclang.so.N, libclang-N.so.N,
+# never libclang-cpp (a different library that a machine may have without libclang: the
+# glob libclang*.so* took it for libclang and the build died in bindgen).
+has_libclang() {
+  local f
+  for f in /usr/lib/llvm-*/lib/libclang*.so* /usr/lib/*-linux-gnu/libclang*.so* /usr/lib/libclang*.so*; do
+    [ -e "$f" ] || continue
+    case "$(basename "$f")" in
+      libclang-cpp*) ;;
+      libclang.so | libclang-*.so | libclang.so.* | libclang-*.so.*) return 0 ;;
+    esac
+  done
+  return 1
+}
+has_libclang || missing+=(libclang-dev)
 command -v c++ >/dev/null 2>&1 || missing+=(g++)
 if [ "${1:-}" != "--build-only" ]; then
   # Test tools, without their recommends: ffmpeg (the independent reader of every

@@ -38,6 +38,12 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
             started: Instant::now(),
             loads_at_start: links.store.residency().loads,
         });
+        // Test-only fault of the crash-loop test: a job whose style is
+        // $YUED_TEST_ABORT_STYLE aborts the process here, as a C abort in ggml would.
+        if std::env::var("YUED_TEST_ABORT_STYLE").is_ok_and(|s| !s.is_empty() && s == ctx.request.style) {
+            tracing::error!("test fault (YUED_TEST_ABORT_STYLE): aborting the process on this job");
+            std::process::abort();
+        }
         if let Some(task) = job.vae {
             // The synthesis group is taken for the job before the next one may start, so
             // under STRICT the next AR cannot slip in ahead of this job's VAE work.

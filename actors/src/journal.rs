@@ -59,7 +59,16 @@ pub struct JobRecord {
     /// Set for a `/vae` job (the request then only carries the decode's output options).
     #[serde(default)]
     pub vae: Option<VaeTask>,
+    /// Starts of the daemon that found this job running: each is a crash (or a kill) while
+    /// it ran, since a clean shutdown puts a running job back in the queue. A job that
+    /// reaches [`MAX_CRASHES`] is failed instead of resumed into the same crash.
+    #[serde(default)]
+    pub crashes: u32,
 }
+
+/// Crashes while running after which a job is failed rather than resumed: the first
+/// crash may be anything (a kill, a power cut), the resume's crash too says it is the job.
+pub const MAX_CRASHES: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -163,7 +172,7 @@ mod tests {
     use super::*;
 
     fn rec(id: JobId, state: JobState) -> JobRecord {
-        JobRecord { id, client: "c".into(), request: Yue2Request::default(), state, submitted_ms: 1, songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: None }
+        JobRecord { id, client: "c".into(), request: Yue2Request::default(), state, submitted_ms: 1, songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: None, crashes: 0 }
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! over client keys, FIFO within a client), the admission cap shared by every route, and
 //! the journal, to which every state change is written before it is acknowledged.
 use crate::hub::{Publish, StreamHub};
-use crate::journal::{Journal, JobRecord, SongCodes, VaeTask};
+use crate::journal::{Journal, JobRecord, SongCodes, VaeTask, MAX_CRASHES};
 use crate::metrics::Metrics;
 use crate::results::{now_ms, ResultStore};
 use crate::worker::{RunJob, WorkerCmd};
@@ -60,15 +60,26 @@ pub enum SubmitError {
 
 impl Scheduler {
     /// Restores the table from the journal: queued and interrupted jobs go back in the
-    /// queue in id order (an interrupted job with journaled codes resumes from them).
+    /// queue in id order (an interrupted job with journaled codes resumes from them). A job
+    /// found running for the [`MAX_CRASHES`]th time is failed, not resumed: a job that
+    /// crashes the process (a C abort) would otherwise crash every start.
     pub fn new(journal: Journal, worker: crossbeam_channel::Sender<WorkerCmd>, hub: Addr<StreamHub>, results: Arc<ResultStore>, metrics: Metrics, cap: usize) -> Result<Self, crate::journal::JournalError> {
         let mut s = Scheduler { journal, jobs: HashMap::new(), queues: HashMap::new(), rr: VecDeque::new(), entry: None, active: BTreeSet::new(), worker, worker_ready: false, hub, results, metrics, cap, accepting: true };
         let mut restored = 0;
         for mut r in s.journal.load()? {
             let id = r.id.clone();
-            if !r.state.is_terminal() {
+            if r.state == JobState::Running {
+                r.crashes += 1;
+            }
+            if !r.state.is_terminal() && r.crashes >= MAX_CRASHES {
+                let msg = format!("the daemon stopped unexpectedly {} times while running this job (a crash or a kill); it is not resumed again", r.crashes);
+                tracing::error!(job = %id, crashes = r.crashes, "{msg}");
+                r.state = JobState::Failed;
+                r.error = Some(msg);
+                s.journal.put(&r)?;
+            } else if !r.state.is_terminal() {
                 if r.state == JobState::Running {
-                    tracing::info!(job = %id, codes = r.songs.len(), "resuming a job interrupted by a restart");
+                    tracing::info!(job = %id, codes = r.songs.len(), crashes = r.crashes, "resuming a job interrupted by a restart");
                 }
                 r.state = JobState::Queued;
                 s.journal.put(&r)?;
@@ -232,7 +243,7 @@ impl Handler<Submit> for Scheduler {
             return Err(SubmitError::Full(self.cap));
         }
         let id = self.journal.next_id().map_err(|e| SubmitError::Journal(e.to_string()))?;
-        let record = JobRecord { id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: m.vae };
+        let record = JobRecord { id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: m.vae, crashes: 0 };
         self.journal.put(&record).map_err(|e| SubmitError::Journal(e.to_string()))?;
         tracing::info!(job = %id, client = %m.client, "job queued");
         self.jobs.insert(id.clone(), Entry { record, progress: None, cancel: CancelToken::new(), submitted: Instant::now() });

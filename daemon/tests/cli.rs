@@ -140,6 +140,27 @@ fn synth_writes_exact_length_audio_and_a_replay_that_renders_the_same_bytes() {
     assert!(fails(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--device", "CPU"]).contains("steps"));
 }
 
+/// At the published depth (the `deep` demo: 28 layers, 16 query heads over 8 KV heads): a
+/// cot-off song under its default guidance (1.01: a pair of streams, the song's copied
+/// out at the end) and an unguided batch of two songs render end to end.
+#[test]
+fn synth_renders_guided_and_batched_songs_at_the_published_depth() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&["demo-model", "--out", s(d), "--preset", "deep"]);
+    let (bb, vae) = (d.join("yue2-demo-deep.gguf"), d.join("yue2-demo-deep-vae.gguf"));
+    for (name, extra, tracks) in [("guided", "", 1), ("batched", r#", "lm_batch_size": 2, "cfg_scale": 1.0"#, 2)] {
+        let req = d.join(format!("{name}.json"));
+        std::fs::write(&req, format!(r#"{{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 25}}{extra}}}"#)).unwrap();
+        let out = d.join(format!("{name}/song.wav"));
+        let stdout = ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--out", s(&out), "--steps", "2", "--device", "CPU"]);
+        let wavs = std::fs::read_dir(d.join(name)).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "wav")).count();
+        assert_eq!(wavs, tracks, "{name}: {stdout}");
+        let replay: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join(format!("{name}/song{}.json", if tracks == 1 { "" } else { "00" }))).unwrap()).unwrap();
+        assert_eq!(replay["semantic_tokens"].as_str().map(|t| t.split(',').count()), Some(25), "{name}: {replay}");
+    }
+}
+
 #[test]
 fn codec_encodes_audio_to_latents_and_back_in_every_format() {
     let dir = tempfile::tempdir().unwrap();

@@ -65,7 +65,7 @@ impl ArModel {
     pub fn load(f: &GgufFile, info: &BackboneInfo, backend: &Backend) -> Result<Self, LoadError> {
         let weights = load_tensors(f, &ar_tensors(&info.config), backend, "AR weights")?;
         let vocab_type = weights.get(names::LM_HEAD).ty();
-        Ok(ArModel { cfg: info.config.clone(), weights, vocab_type, graphs: GraphCache::new(backend) })
+        Ok(ArModel { cfg: info.config.clone(), weights, vocab_type, graphs: GraphCache::new(backend, "AR step") })
     }
 
     /// Device bytes of the weights.

@@ -1,8 +1,10 @@
 //! Demo models: backbone and VAE GGUFs of the exact YuE2 architecture with deterministic
 //! random weights, so every route, the streaming and the metrics work without the 7 GB
 //! checkpoint. `tiny` is a few MB and runs in seconds on a CPU (shrunken vocabulary,
-//! described by `yue2.token.*` keys); `full` has the published dimensions, written Q8_0,
-//! for benchmarks. The weights are noise: the music is noise too, and the loader says so.
+//! described by `yue2.token.*` keys); `deep` is tiny's vocabulary and widths at the
+//! published depth and head layout (28 layers, 16 query heads over 8 KV heads), so bugs
+//! that need depth show in the test suite; `full` has the published dimensions, written
+//! Q8_0, for benchmarks. The weights are noise: the music is noise too, and the loader says so.
 use crate::ggml::{quantize, GgmlType};
 use crate::gguf::{GgufError, GgufWriter, Value};
 use crate::model::{backbone_tensor_shapes, TokenLayout, Yue2Config, ARCH, VAE_ARCH};
@@ -14,7 +16,19 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Preset {
     Tiny,
+    Deep,
     Full,
+}
+
+impl Preset {
+    /// The name on the command line and in file names.
+    pub fn name(self) -> &'static str {
+        match self {
+            Preset::Tiny => "tiny",
+            Preset::Deep => "deep",
+            Preset::Full => "full",
+        }
+    }
 }
 
 impl std::str::FromStr for Preset {
@@ -22,8 +36,9 @@ impl std::str::FromStr for Preset {
     fn from_str(s: &str) -> Result<Self, String> {
         match s {
             "tiny" => Ok(Preset::Tiny),
+            "deep" => Ok(Preset::Deep),
             "full" => Ok(Preset::Full),
-            _ => Err(format!("unknown preset '{s}' (tiny or full)")),
+            _ => Err(format!("unknown preset '{s}' (tiny, deep or full)")),
         }
     }
 }
@@ -46,11 +61,24 @@ pub struct DemoSpec {
 
 impl DemoSpec {
     pub fn new(p: Preset) -> Self {
+        // 256 byte tokens, then <|endoftext|> <|im_start|> <|im_end|> <abc> </abc>, then
+        // music_start, music_end and 1024 codes.
+        let small_tokens = TokenLayout { endoftext: 256, abc_start: 259, abc_end: 260, music_start: 261, music_end: 262, code_base: 263, codebook_size: 1024 };
         match p {
+            Preset::Deep => DemoSpec {
+                config: Yue2Config {
+                    hidden_size: 64,
+                    intermediate_size: 128,
+                    num_hidden_layers: 28,
+                    num_attention_heads: 16,
+                    num_key_value_heads: 8,
+                    head_dim: 16,
+                    ..DemoSpec::new(Preset::Tiny).config
+                },
+                ..DemoSpec::new(Preset::Tiny)
+            },
             Preset::Tiny => {
-                // 256 byte tokens, then <|endoftext|> <|im_start|> <|im_end|> <abc> </abc>,
-                // then music_start, music_end and 1024 codes.
-                let tokens = TokenLayout { endoftext: 256, abc_start: 259, abc_end: 260, music_start: 261, music_end: 262, code_base: 263, codebook_size: 1024 };
+                let tokens = small_tokens;
                 DemoSpec {
                     config: Yue2Config {
                         hidden_size: 64,
@@ -63,6 +91,7 @@ impl DemoSpec {
                         rope_theta: 1e6,
                         max_position_embeddings: 24576,
                         vocab_size: 1288,
+                        timestep_shift: 1.0,
                     },
                     tokens,
                     matrix_type: GgmlType::F32,
@@ -160,10 +189,7 @@ fn write_tensors(path: &Path, w: &GgufWriter, tensors: &[(String, GgmlType, Vec<
 pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<(PathBuf, PathBuf), GgufError> {
     std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), source })?;
     let spec = DemoSpec::new(preset);
-    let tag = match preset {
-        Preset::Tiny => "tiny",
-        Preset::Full => "full",
-    };
+    let tag = preset.name();
     let c = &spec.config;
 
     let mut w = GgufWriter::new();
@@ -173,7 +199,7 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
         .set_str("yue2.config_json", &c.to_json())
         .set_u32("yue2.block_count", c.num_hidden_layers as u32)
         .set_u32("yue2.demo_seed", seed as u32);
-    if preset == Preset::Tiny {
+    if preset != Preset::Full {
         let t = spec.tokens;
         for (k, v) in [("endoftext", t.endoftext), ("abc_start", t.abc_start), ("abc_end", t.abc_end), ("music_start", t.music_start), ("music_end", t.music_end), ("code_base", t.code_base), ("codebook_size", t.codebook_size)] {
             w.set_u32(&format!("yue2.token.{k}"), v);

@@ -135,4 +135,46 @@ mod tests {
         assert!(diff / norm < 1e-4, "relative RMS {} against llama.cpp", diff / norm);
         assert_eq!(argmax(ours), argmax(&theirs));
     }
+
+    /// At the published depth and head layout (the `deep` demo: 28 layers, 16 query heads
+    /// over 8 KV heads): two sequences prefilled and decoded as the streams of one set (a
+    /// batch, as guidance and `lm_batch_size` run), then each copied into a set of its own
+    /// and decoded on, end on llama.cpp's logits for the same tokens. The stream copy's
+    /// graph was once sized for 2 layers and aborted the process at 28.
+    #[test]
+    fn deep_streams_decode_and_copy_out_as_llama_cpp_computes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (bb, _) = write_demo(dir.path(), Preset::Deep, 5, &mut |_, _| {}).unwrap();
+        let out = dir.path().join("qwen3.gguf");
+        let src = GgufFile::open(&bb).unwrap();
+        let info = BackboneInfo::from_gguf(&src).unwrap();
+        let c = &info.config;
+        assert_eq!((c.num_hidden_layers, c.num_attention_heads, c.num_key_value_heads), (28, 16, 8));
+        assert_eq!(export_qwen3(&bb, &out).unwrap(), 3 + 11 * 28);
+        let l = crate::ggml::llama_ref::LlamaRef::load(&out, false).unwrap();
+        let vocab = c.vocab_size as u32;
+        let seq = |k: u32, n: u32| -> Vec<u32> { (0..n).map(|i| (i * 131 + k * 17 + 3) % vocab).collect() };
+        let (a, b) = (seq(1, 40), seq(2, 33));
+        let backend = crate::ggml::Backend::for_tests(2);
+        let mut ar = crate::ar::ArModel::load(&src, &info, &backend).unwrap();
+        use crate::ar::{Positions, SeqInput};
+        let mut pair = vec![crate::kv_cache::KvSet::with_streams(&backend, c, 64, 2).unwrap()];
+        ar.forward(&backend, &mut pair, &[SeqInput { tokens: &a[..20], set: 0 }, SeqInput { tokens: &b[..12], set: 1 }], 0..vocab, Positions::Last).unwrap();
+        for i in 0..8 {
+            ar.forward(&backend, &mut pair, &[SeqInput { tokens: &a[20 + i..21 + i], set: 0 }, SeqInput { tokens: &b[12 + i..13 + i], set: 1 }], 0..vocab, Positions::Last).unwrap();
+        }
+        for (stream, s) in [(0, &a), (1, &b)] {
+            let mut own = vec![pair[0].copy_stream(&backend, stream, 64).unwrap()];
+            let done = own[0].len();
+            assert_eq!(done, if stream == 0 { 28 } else { 20 });
+            let ours = ar.forward(&backend, &mut own, &[SeqInput { tokens: &s[done..], set: 0 }], 0..vocab, Positions::Last).unwrap();
+            let theirs = l.last_logits(&s.iter().map(|&t| t as i32).collect::<Vec<_>>(), 2).unwrap();
+            let ours = &ours.per_seq[0][0];
+            let diff: f64 = ours.iter().zip(&theirs).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>().sqrt();
+            let norm: f64 = theirs.iter().map(|y| (*y as f64).powi(2)).sum::<f64>().sqrt();
+            eprintln!("deep, stream {stream}: relative RMS against llama.cpp {:e}", diff / norm);
+            let tol = if backend.is_cpu() { 1e-4 } else { 5e-3 };
+            assert!(diff / norm < tol, "stream {stream}: relative RMS {} against llama.cpp", diff / norm);
+        }
+    }
 }

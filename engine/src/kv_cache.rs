@@ -132,9 +132,10 @@ impl KvSet {
         let k = self.k(0);
         let mut out = KvSet::alloc(backend, self.layers, k.ne()[0] as usize, k.ne()[2] as usize, capacity, 1)?;
         if len > 0 {
-            let n = 2 * self.layers;
-            let ctx = Context::new(4 * n + 8, n + 8)?;
-            let mut g = ctx.new_graph(n + 8);
+            // Each of the 2 x layers copies is three nodes (the two views and the copy).
+            let nodes = 3 * 2 * self.layers;
+            let ctx = Context::for_graph(nodes)?;
+            let mut g = ctx.new_graph("KV stream copy", nodes);
             for l in 0..self.layers {
                 for (src, dst) in [(self.k(l), out.k(l)), (self.v(l), out.v(l))] {
                     let (hd, heads) = (src.ne()[0], src.ne()[2]);

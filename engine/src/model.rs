@@ -25,6 +25,14 @@ pub struct Yue2Config {
     /// Context length (the KV cache bound and the NAR chunking rule use it).
     pub max_position_embeddings: usize,
     pub vocab_size: usize,
+    /// The NAR's timestep release curve `shift * s / (1 + (shift - 1) * s)` (1.0 in the
+    /// published checkpoint: the identity).
+    #[serde(default = "unit_shift")]
+    pub timestep_shift: f64,
+}
+
+fn unit_shift() -> f64 {
+    1.0
 }
 
 impl Yue2Config {
@@ -41,6 +49,7 @@ impl Yue2Config {
             rope_theta: 1e6,
             max_position_embeddings: 24576,
             vocab_size: 184704,
+            timestep_shift: 1.0,
         }
     }
 
@@ -73,6 +82,7 @@ impl Yue2Config {
             rope_theta: f("rope_theta", d.rope_theta)?,
             max_position_embeddings: u("max_position_embeddings", d.max_position_embeddings)?,
             vocab_size: u("vocab_size", d.vocab_size)?,
+            timestep_shift: f("timestep_shift", d.timestep_shift)?,
         };
         if !c.num_attention_heads.is_multiple_of(c.num_key_value_heads) {
             return Err(format!("config json: {} attention heads are not a multiple of {} kv heads", c.num_attention_heads, c.num_key_value_heads));

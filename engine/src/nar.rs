@@ -2,13 +2,19 @@
 //!
 //! The NAR layers (nar_input_layernorm, nar_self_attn with q/k norms, nar_pre_mlp_layernorm,
 //! nar_mlp) share the 28-layer shape, the embeddings and the final norm with the AR half.
-//! A latent block `[LATENT_START, frames..., LATENT_END]` (the markers are zero rows; frame
-//! j is `vae2llm(x_j) + time_embedding(t) + pe[j]`) is attended over the AR window of a
-//! completed KV set: fresh K/V of the block are concatenated behind the cached ones, which
-//! are only read, with an explicit all-zero mask (every block row sees every key). RoPE
-//! positions continue the sequence; the frame table `pe` is indexed locally. `llm2vae`
-//! turns the frame rows into velocities. M noise variations of a song run side by side in
-//! one graph.
+//! A latent block `[LATENT_START, frames..., LATENT_END]` of `n + 2` rows, the markers being
+//! zero rows of the *latent input*: row r is `vae2llm(x_r) + time_embedding(t) + pe[r]` for
+//! every r, markers included (so they carry vae2llm's bias), the frame table indexed over
+//! the whole block (LATENT_START = 0, frame j = j + 1, LATENT_END = n + 1). The block is
+//! attended over the AR window of a completed KV set: fresh K/V of the block are
+//! concatenated behind the cached ones, which are only read, with an explicit all-zero mask
+//! (every block row sees every key). RoPE positions continue the sequence. `llm2vae` turns
+//! the frame rows into velocities. M noise variations of a song run side by side in one
+//! graph.
+//!
+//! These three readings of the seed (markers through `vae2llm`, the block-wide frame index,
+//! and the timestep below) are the reference implementation's (yue2.cpp `src/nar.h`, checked
+//! against the PyTorch model); the seed's prose allows others.
 //!
 //! The sinusoidal frame table is computed in f64 and rounded to F32 for the rows a block
 //! needs, rather than stored (the checkpoint's BF16 table is dropped by the converter).
@@ -28,9 +34,19 @@ pub fn nar_tensors(cfg: &Yue2Config, latent: usize) -> Vec<(String, Vec<i64>)> {
     backbone_tensor_shapes(cfg, latent, TIME_FREQ_DIM).into_iter().filter(|(n, _)| is_nar_tensor(n) || n == names::NORM).collect()
 }
 
-/// The timestep sinusoid: logit(t) clamped to +-20, then [cos, sin] of 128 frequencies.
-pub fn time_sinusoid(t: f64) -> Vec<f32> {
-    let tau = if t >= 1.0 { 20.0 } else if t <= 0.0 { -20.0 } else { (t / (1.0 - t)).ln().clamp(-20.0, 20.0) };
+/// The timestep the embedder sees: the raw value `logit(t)` saturated at +-20, then the
+/// release curve `shift * s / (1 + (shift - 1) * s)` of `s = sigmoid(raw)` (at shift 1.0,
+/// `t` itself up to the saturation).
+pub fn shifted_timestep(t: f64, shift: f64) -> f64 {
+    let raw = if t >= 1.0 { 20.0 } else if t <= 0.0 { -20.0 } else { (t / (1.0 - t)).ln().clamp(-20.0, 20.0) };
+    let s = 1.0 / (1.0 + (-raw).exp());
+    shift * s / (1.0 + (shift - 1.0) * s)
+}
+
+/// The timestep sinusoid of [`shifted_timestep`]: [cos, sin] of 128 frequencies
+/// `exp(-ln(1e4) i / 128)`.
+pub fn time_sinusoid(t: f64, shift: f64) -> Vec<f32> {
+    let tau = shifted_timestep(t, shift);
     let half = TIME_FREQ_DIM / 2;
     let args: Vec<f64> = (0..half).map(|i| tau * (-(10000f64.ln()) * i as f64 / half as f64).exp()).collect();
     args.iter().map(|a| a.cos() as f32).chain(args.iter().map(|a| a.sin() as f32)).collect()
@@ -87,16 +103,16 @@ impl NarModel {
         let ar_len = kv.len() as i64;
         let eps = c.rms_norm_eps as f32;
         let n_nodes = 512 + c.num_hidden_layers * (64 + 24 * m);
-        let ctx = Context::new(n_nodes, n_nodes)?;
-        let mut g = ctx.new_graph(n_nodes);
+        let ctx = Context::for_graph(n_nodes)?;
+        let mut g = ctx.new_graph("NAR velocity", n_nodes);
         let w = &self.weights;
         let wl = |l: usize, s: &str| w.get(&names::layer(l, s));
 
-        let xin = ctx.new_tensor(GgmlType::F32, &[lat, nf, mm]).set_input();
+        // The whole block of every variation, marker rows (zeros) included.
+        let xin = ctx.new_tensor(GgmlType::F32, &[lat, nb, mm]).set_input();
         let tin = ctx.new_tensor(GgmlType::F32, &[TIME_FREQ_DIM as i64, 1]).set_input();
-        let pe = ctx.new_tensor(GgmlType::F32, &[h, nf, 1]).set_input();
+        let pe = ctx.new_tensor(GgmlType::F32, &[h, nb, 1]).set_input();
         let pos = ctx.new_tensor(GgmlType::I32, &[rows]).set_input();
-        let zero = ctx.new_tensor(GgmlType::F32, &[h, 1, mm]).set_input();
         // Spare zero rows behind the block's: ggml-vulkan's attention reads a little past
         // the last mask row when the row count is not a multiple of its tile (found on
         // lavapipe: the velocities then depended on whatever followed the mask in memory).
@@ -106,9 +122,8 @@ impl NarModel {
         let temb = ctx.add(ctx.mul_mat(w.get(names::TIME_MLP0_W), tin), w.get(names::TIME_MLP0_B));
         let temb = ctx.add(ctx.mul_mat(w.get(names::TIME_MLP2_W), ctx.silu(temb)), w.get(names::TIME_MLP2_B));
         let temb = ctx.reshape_3d(temb, h, 1, 1);
-        let frames = ctx.add(ctx.mul_mat(w.get(names::VAE2LLM_W), ctx.reshape_2d(xin, lat, nf * mm)), w.get(names::VAE2LLM_B));
-        let frames = ctx.add(ctx.add(ctx.reshape_3d(frames, h, nf, mm), temb), pe);
-        let block = ctx.concat(ctx.concat(zero, frames, 1), zero, 1); // [h, nb, m]
+        let block = ctx.add(ctx.mul_mat(w.get(names::VAE2LLM_W), ctx.reshape_2d(xin, lat, rows)), w.get(names::VAE2LLM_B));
+        let block = ctx.add(ctx.add(ctx.reshape_3d(block, h, nb, mm), temb), pe); // [h, nb, m]
         let mut xb = ctx.reshape_2d(block, h, rows);
         let scale = 1.0 / (hd as f32).sqrt();
         for l in 0..c.num_hidden_layers {
@@ -151,12 +166,17 @@ impl NarModel {
         g.expand(vel);
         self.alloc.alloc_graph(&g)?;
 
-        xin.write_f32(x);
-        tin.write_f32(&time_sinusoid(t));
-        pe.write_f32(&frame_table(n, h as usize));
+        let lw = self.latent;
+        let mut block = vec![0f32; m * (n + 2) * lw];
+        for (v, frames) in x.chunks(n * lw).enumerate() {
+            let at = (v * (n + 2) + 1) * lw;
+            block[at..at + n * lw].copy_from_slice(frames);
+        }
+        xin.write_f32(&block);
+        tin.write_f32(&time_sinusoid(t, c.timestep_shift));
+        pe.write_f32(&frame_table(n + 2, h as usize));
         let positions: Vec<i32> = (0..mm).flat_map(|_| (0..nb).map(|r| (ar_len + r) as i32)).collect();
         pos.write_i32(&positions);
-        zero.fill_zero();
         // The explicit all-zero mask: every query sees every key. Zeroed in place, not
         // built on the host (5000 frames behind a 5000-token window would be 100 MB per call).
         mask.fill_zero();

@@ -11,8 +11,9 @@
 //! unconditional stream of guidance keeps the instruction alone, repeats the same score ids,
 //! and in off mode has no score slot at all.
 //!
-//! The instruction texts belong to the checkpoint: a backbone GGUF may carry them as
-//! `yue2.prompt.instruction.{full,melody,off}`; otherwise the built-in texts below are used.
+//! The instruction texts are data the checkpoint was trained on, like the token ids: the
+//! defaults below are the published model's (the reference implementation's, word for
+//! word). A backbone GGUF may carry others as `yue2.prompt.instruction.{full,melody,off}`.
 use crate::gguf::GgufFile;
 use crate::model::TokenLayout;
 use crate::tokenizer::BpeTokenizer;
@@ -29,9 +30,9 @@ pub struct Instructions {
 impl Default for Instructions {
     fn default() -> Self {
         Instructions {
-            full: "Generate music from the given lyrics and style tags. First write a chord annotated ABC transcription of the song, then its codec tokens.".into(),
-            melody: "Generate music from the given lyrics and style tags. First write a melody-only ABC transcription of the song, then its codec tokens.".into(),
-            off: "Generate music from the given lyrics and style tags as codec tokens.".into(),
+            full: "Generate a chord-annotated ABC transcription, then generate music with codec tokens from the given conditions.".into(),
+            melody: "Generate a melody-only ABC transcription without chord symbols, then generate music with codec tokens from the given conditions.".into(),
+            off: "Generate music with codec tokens from the given conditions.".into(),
         }
     }
 }
@@ -92,10 +93,10 @@ impl PromptBuilder<'_> {
         ids
     }
 
-    /// The unconditional stream of guidance: the instruction alone, the same score ids,
-    /// no score slot in off mode.
+    /// The unconditional stream of guidance: the instruction alone (no newline after it),
+    /// the same score ids, no score slot in off mode.
     pub fn unconditional(&self, cot: CotMode, score: &Score<'_>) -> Vec<u32> {
-        let mut ids = self.header(cot, "\n");
+        let mut ids = self.header(cot, "");
         match score {
             Score::None => {}
             Score::Ids(s) => {
@@ -154,13 +155,13 @@ mod tests {
             assert_eq!(pb.conditional(CotMode::Off, "pop", "la", &Score::None), off);
 
             let mut u = vec![t.endoftext];
-            u.extend(text("M\n"));
+            u.extend(text("M"));
             u.push(t.abc_start);
             u.extend(&abc);
             u.extend([t.abc_end, t.music_start]);
             assert_eq!(pb.unconditional(CotMode::Melody, &Score::Ids(&abc)), u);
             let mut uo = vec![t.endoftext];
-            uo.extend(text("O\n"));
+            uo.extend(text("O"));
             uo.push(t.music_start);
             assert_eq!(pb.unconditional(CotMode::Off, &Score::None), uo);
         });

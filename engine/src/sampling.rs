@@ -2,7 +2,10 @@
 //! mask to the stage's ids, block the end token below the floor, windowed frequency
 //! repetition penalty, temperature, top-k, top-p; then the draw, conformant with
 //! `torch.multinomial(p, 1)`: argmax of p / E over the nucleus, each entry's Exp(1) variate
-//! E drawn from its own Philox subsequence, keyed by the stage seed, offset by the step.
+//! E drawn from its own Philox subsequence. The keying is the reference implementation's,
+//! so a seed renders the same tokens here and there: key = the stage seed (low word
+//! first), counter = (step low, step high, absolute vocabulary id, 0), word 0 — curand's
+//! subsequence = the id, offset = 4 x the step.
 use crate::rng::philox::{curand_uniform, exponential_from_uniform};
 use std::ops::Range;
 use yued_protocol::SamplingPreset;
@@ -114,14 +117,22 @@ pub fn greedy(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset) -> u32
     cx.rows.start + argmax(&masked_penalised(logits, cx, p)) as u32
 }
 
-/// torch.multinomial(p, 1) conformant draw: the row index of argmax p_i / E_i.
-pub fn draw(probs: &[f32], seed: u64, step: u64) -> usize {
+/// The Exp(1) variate of vocabulary id `id` at stage step `step`: word 0 of the Philox
+/// block with key `seed` and counter `(step, id)`.
+pub fn draw_exponential(seed: u64, id: u32, step: u64) -> f32 {
+    // curand_init(seed, subsequence = id, offset = 4 * step) starts at word 0 of block `step`.
+    exponential_from_uniform(curand_uniform(seed, id as u64, step.wrapping_mul(4)))
+}
+
+/// torch.multinomial(p, 1) conformant draw over rows whose first is vocabulary id
+/// `first_id`: the row index of argmax p_i / E_i (the first on ties).
+pub fn draw(probs: &[f32], first_id: u32, seed: u64, step: u64) -> usize {
     let mut best = None::<(usize, f32)>;
     for (i, &p) in probs.iter().enumerate() {
         if p <= 0.0 {
             continue;
         }
-        let e = exponential_from_uniform(curand_uniform(seed, i as u64, step));
+        let e = draw_exponential(seed, first_id + i as u32, step);
         let q = p / e;
         if best.is_none_or(|(_, b)| q > b) {
             best = Some((i, q));
@@ -134,7 +145,7 @@ pub fn draw(probs: &[f32], seed: u64, step: u64) -> usize {
 pub fn sample(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset, seed: u64) -> u32 {
     match probabilities(logits, cx, p) {
         None => greedy(logits, cx, p),
-        Some(probs) => cx.rows.start + draw(&probs, seed, cx.step as u64) as u32,
+        Some(probs) => cx.rows.start + draw(&probs, cx.rows.start, seed, cx.step as u64) as u32,
     }
 }
 

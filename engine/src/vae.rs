@@ -246,6 +246,12 @@ impl VaeModel {
         self.weights.bytes()
     }
 
+    /// Node budget of a decode or encode graph: it grows with the blocks (one per stride,
+    /// about 110 nodes each), never with the length.
+    fn graph_nodes(&self) -> usize {
+        512 + 256 * self.info.strides.len()
+    }
+
     /// Decodes `frames` time-major latents ([T, 64]) in one pass; planar stereo out.
     pub fn decode(&mut self, backend: &Backend, latents: &[f32]) -> Result<Vec<f32>, VaeError> {
         let c = self.info.latent_channels;
@@ -253,8 +259,8 @@ impl VaeModel {
             return Err(VaeError::Input(format!("{} latent values are not whole frames of {c}", latents.len())));
         }
         let frames = latents.len() / c;
-        let ctx = Context::new(4096, 4096)?;
-        let mut g = ctx.new_graph(4096);
+        let ctx = Context::for_graph(self.graph_nodes())?;
+        let mut g = ctx.new_graph("VAE decode", self.graph_nodes());
         let input = ctx.new_tensor(GgmlType::F32, &[c as i64, frames as i64]).set_input();
         let w = &self.weights;
         let x = ctx.cont(ctx.transpose(input)); // [T, C]
@@ -303,8 +309,8 @@ impl VaeModel {
             return Err(VaeError::Input(format!("{} samples are not whole frames of {hop} x {ch} channels", audio.len())));
         }
         let n = audio.len() / ch;
-        let ctx = Context::new(4096, 4096)?;
-        let mut g = ctx.new_graph(4096);
+        let ctx = Context::for_graph(self.graph_nodes())?;
+        let mut g = ctx.new_graph("VAE encode", self.graph_nodes());
         let input = ctx.new_tensor(GgmlType::F32, &[n as i64, ch as i64]).set_input();
         let w = &self.weights;
         let mut x = conv(&ctx, w, "encoder.conv1", input, 1, 3, 1);

@@ -3,47 +3,68 @@
 the flow matching heads, the NAR transformer over the AR KV cache, and the
 midpoint ODE solver.
 
-Reads the tiny weights written by scripts/ref/qwen3_reference.py
-(fixtures/ar/tiny-qwen3.gguf, which also holds every NAR tensor) and writes
-velocity and solver fixtures under fixtures/nar/. A Rust parity test reads them.
+Reads a YuE2 backbone GGUF with F32 weights (default: the tiny weights written by
+scripts/ref/qwen3_reference.py, fixtures/ar/tiny-qwen3.gguf, which also holds every
+NAR tensor) and writes velocity and solver fixtures. A Rust parity test reads them.
+The model dimensions (hidden_size, intermediate_size, num_hidden_layers,
+num_attention_heads, num_key_value_heads, head_dim, rms_norm_eps, rope_theta,
+vocab_size and timestep_shift) come from the file's `yue2.config_json`, the token
+ids from its `yue2.token.*` keys (absent keys take the engine's defaults: the
+published dimensions and ids, timestep_shift 1.0).
 
 Regenerate (from the repository root):
 
     python3 -m pip install -q gguf numpy
-    python3 scripts/ref/nar_reference.py
+    python3 scripts/ref/nar_reference.py                  # tiny: fixtures/nar/
+    python3 scripts/ref/nar_reference.py --gguf PATH --out fixtures/nar/deep --deep
 
-Semantics (the project specification):
+Semantics (the project specification, after the reference C++ implementation):
   * AR cache: the AR half (exactly qwen3_reference.forward) over S, keeping per
     layer K [L, kv, hd] after k_norm and RoPE at 0..L-1, and V [L, kv, hd].
     The NAR never writes to it.
-  * temb(t): tau = clip(logit(t), -20, 20) (t = 1 -> +20), 256 frequencies
-    freqs[i] = exp(-ln(1e4) * i / 128), e = [cos(tau f), sin(tau f)],
-    temb = W2 @ silu(W0 @ e + b0) + b2   (time_embedder.mlp.{0,2}).
+  * temb(t): raw = clip(logit(t), -20, 20) (t >= 1 -> +20, t <= 0 -> -20);
+    release curve sig = sigmoid(raw), t' = shift sig / (1 + (shift - 1) sig)
+    (shift = config "timestep_shift", default 1.0, where t' ~ t: sigmoid(20) =
+    1 - 2.1e-9 at t = 1); 256 frequencies freqs[i] = exp(-ln(1e4) * i / 128),
+    e = [cos(t' f), sin(t' f)], temb = W2 @ silu(W0 @ e + b0) + b2
+    (time_embedder.mlp.{0,2}).
   * pe[p, 2i] = sin(p w_i), pe[p, 2i+1] = cos(p w_i), w_i = exp(-ln(1e4) 2i / H).
-  * block = [LATENT_START = 0, vae2llm(x_j) + temb + pe[j] for j < N, LATENT_END = 0]
-    (N + 2 rows), RoPE positions L .. L + N + 1.
+  * latent block z = [LATENT_START = 0, x_0 .. x_{N-1}, LATENT_END = 0] (N + 2 rows
+    of the 64-wide latent input); hidden row r = vae2llm(z_r) + temb + pe[r], so the
+    markers carry the vae2llm bias, the time embedding and their frame embedding,
+    and frame j is row (and pe index) j + 1, LATENT_END is N + 1.
+    RoPE positions L .. L + N + 1.
   * per layer with the nar_* weights: pre-norm, QK-norm before RoPE, keys and
     values = concat(AR cache, block), no mask, GQA, SwiGLU MLP.
   * velocity_j = llm2vae(rmsnorm(x, model.norm)[j + 1]); the marker rows are dropped.
   * midpoint, dt = 1 / steps, t = 1 - s dt: first = v(x, t);
     mid = x - first dt / 2; x -= v(mid, t - dt / 2) dt.
 
-Outputs (raw little-endian float32; latents and velocities time-major [N, 64],
+Outputs, tiny (raw little-endian float32; latents and velocities time-major [N, 64],
 batches [M, N, 64]; cases.json describes every case):
     noise_n9.f32 noise_b3.f32 noise_b2.f32 noise_n5.f32   numpy default_rng(99), f32-rounded
     v_single.f32 v_t1.f32 ode8.f32 v_batch3.f32 ode_batch2.f32 ode8_n5.f32
-    debug_temb.f32      [3, 64] temb at t = 0.7, 1.0, 0.55
+    debug_temb.f32      [3, H] temb at t = 0.7, 1.0, 0.55
     debug_arcache_n9.f32 [layers, 2 (K, V), L, kv, hd] AR cache of the N = 9 sequence
+Outputs, --deep (a deeper model, e.g. 28 layers; cases.json records the GGUF's sha256):
+    noise_n9.f32 noise_b2.f32 noise_n5.f32   (the same draws as the tiny files of that name)
+    v_single.f32 (t 0.7, N 9) v_batch2.f32 (t 0.55, N 9, M 2) ode4_n5.f32 (4 steps, N 5)
+    debug_temb.f32      [3, H] temb at t = 0.7, 1.0, 0.55
 
-Self-checks: the GGUF matches qwen3_reference.build_weights; the AR forward
-used for the cache reproduces qwen3_reference.forward's logits; a scalar
-per-row implementation (its own token-by-token AR cache, per-row attention
-loops, math.fsum dot products) reproduces every velocity evaluation and every
-solver output to 1e-10. Twelve plausible misreadings of the specification
-(sin/cos order, frequency divisor, raw t, pe indexing and layout, markers,
-RoPE offsets, a causal mask, no AR cache, GQA head mapping) are each shown to
-move v_single, v_t1 or ode8 by more than 1e-2. --skip-naive drops the slow
-scalar check (about 10 s).
+Self-checks: the tiny GGUF's dimensions and ids equal qwen3_reference's constants
+and its weights equal qwen3_reference.build_weights (default --gguf only); the AR
+forward used for the cache reproduces qwen3_reference.forward's logits (run with
+the file's dimensions); a scalar per-row implementation (its own token-by-token AR
+cache, per-row attention loops, math.fsum dot products) reproduces every velocity
+evaluation and every solver output to 1e-10 (--skip-naive drops it: about 4 s
+tiny, 20 s for a 28-layer hidden-64 model). Tiny only: eleven plausible
+misreadings of the specification, among them the old formulation's three choices
+(tau_sinusoid: sinusoid of the raw logit; zero_marker_rows: marker rows exact
+zeros without bias, temb or pe; pe_frame_index: frames numbered from 0), and sin/cos
+order, pe layout, no markers, RoPE offsets, a causal mask, no AR cache and the GQA
+head mapping, are each shown to move v_single, v_t1 or ode8 by more than 1e-2 (a
+frequency divisor of 127 is printed but now moves them by ~1e-3 only). A
+timestep_shift of 3 is shown to change the embedding and the velocity.
 """
 
 from __future__ import annotations
@@ -59,41 +80,112 @@ from collections import OrderedDict
 import numpy as np
 
 HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.abspath(os.path.join(HERE, "..", ".."))
+DEFAULT_GGUF = os.path.join(REPO, "fixtures", "ar", "tiny-qwen3.gguf")
 sys.dont_write_bytecode = True
 sys.path.insert(0, HERE)
-import qwen3_reference as ar  # noqa: E402  (constants, rmsnorm, rotate_half, forward, build_weights)
+import qwen3_reference as ar  # noqa: E402  (tiny constants, rotate_half, forward, build_weights)
 
-H = ar.H
-I = ar.I
-NL = ar.L  # layers
-NH = ar.NH
-NKV = ar.NKV
-HD = ar.HD
-EPS = ar.EPS
-THETA = ar.THETA
 LATENT = 64
 TIME_FREQ_DIM = ar.TIME_FREQ_DIM  # 256
 TAU_CLAMP = 20.0
-GROUP = NH // NKV
+NOISE_SEED = 99
+TOL = 1e-10
 
-CODE_BASE = 263
-CODEBOOK = 57  # yue2.token.codebook_size of the tiny GGUF
-MUSIC_END = 262
-PREFIX = [256, 72, 105, 259, 260, 261]  # endoftext "H" "i" abc_start abc_end music_start
+# Model dimensions and token ids: set from the GGUF by set_dims() before anything runs.
+H = I = NL = NH = NKV = HD = GROUP = V = None
+EPS = THETA = SHIFT = None
+ENDOFTEXT = ABC_START = ABC_END = MUSIC_START = MUSIC_END = CODE_BASE = CODEBOOK = None
+
+# Defaults for keys a file lacks: the engine's (engine/src/model.rs: Yue2Config::full,
+# TokenLayout::FULL); head_dim defaults to hidden_size / heads when hidden_size is given.
+FULL_CONFIG = OrderedDict(hidden_size=2048, intermediate_size=6144, num_hidden_layers=28,
+                          num_attention_heads=16, num_key_value_heads=8, head_dim=128,
+                          rms_norm_eps=1e-6, rope_theta=1e6, vocab_size=184704)
+FULL_TOKENS = OrderedDict(endoftext=151643, abc_start=151847, abc_end=151848, music_start=151851,
+                          music_end=151852, code_base=151853, codebook_size=32768)
+
 # The brief lists six codes (5, 17, 40, 2, 33, 9) but calls them "9 codes" and asks for
 # N = 9 "matching the codes"; one code per latent frame is the pipeline invariant, so the
 # six given codes are kept first and three more are appended to reach nine.
 CODES9 = [5, 17, 40, 2, 33, 9, 51, 26, 12]
-SEQ_N9 = PREFIX + [CODE_BASE + c for c in CODES9] + [MUSIC_END]
-SEQ_N5 = PREFIX + [CODE_BASE + c for c in CODES9[:5]] + [MUSIC_END]
+PREFIX_TEXT = [72, 105]  # "H" "i" (byte tokens of the tiny vocabularies)
 
-NOISE_SEED = 99
-TOL = 1e-10
+
+def prefix():
+    return [ENDOFTEXT] + PREFIX_TEXT + [ABC_START, ABC_END, MUSIC_START]
+
+
+def code_seq(n):
+    return prefix() + [CODE_BASE + c for c in CODES9[:n]] + [MUSIC_END]
 
 
 # --------------------------------------------------------------------------
-# weights
+# metadata and weights
 # --------------------------------------------------------------------------
+
+
+def read_meta(path):
+    """(config dict, token dict) from yue2.config_json and yue2.token.*, with the defaults."""
+    import gguf
+
+    rd = gguf.GGUFReader(path)
+
+    def field_str(key):
+        f = rd.fields[key]
+        return bytes(f.parts[f.data[0]]).decode("utf-8")
+
+    def field_int(key):
+        f = rd.fields[key]
+        return int(f.parts[f.data[0]][0])
+
+    assert field_str("general.architecture") == "yue2", "not a YuE2 backbone"
+    raw = json.loads(field_str("yue2.config_json"))
+    cfg = OrderedDict()
+    for k, d in FULL_CONFIG.items():
+        if k == "head_dim" and raw.get(k) is None and raw.get("hidden_size") is not None:
+            d = raw["hidden_size"] // raw.get("num_attention_heads", FULL_CONFIG["num_attention_heads"])
+        v = raw.get(k)
+        cfg[k] = d if v is None else v
+    for k in ("rms_norm_eps", "rope_theta"):
+        cfg[k] = float(cfg[k])
+    shift = raw.get("timestep_shift")
+    cfg["timestep_shift"] = 1.0 if shift is None else float(shift)
+    assert cfg["timestep_shift"] > 0, cfg["timestep_shift"]
+    if "yue2.block_count" in rd.fields:
+        assert field_int("yue2.block_count") == cfg["num_hidden_layers"], "block_count disagrees with config"
+    tok = OrderedDict((k, field_int("yue2.token." + k) if "yue2.token." + k in rd.fields else d)
+                      for k, d in FULL_TOKENS.items())
+    assert tok["abc_end"] == tok["abc_start"] + 1 and tok["music_end"] == tok["music_start"] + 1
+    assert tok["code_base"] == tok["music_end"] + 1 and tok["code_base"] + tok["codebook_size"] <= cfg["vocab_size"]
+    assert cfg["num_attention_heads"] % cfg["num_key_value_heads"] == 0
+    return cfg, tok
+
+
+def set_dims(cfg, tok):
+    """Sets this module's dimensions and ids; qwen3_reference's constants follow them so
+    that its forward (the AR logits check) runs on the same model."""
+    g = globals()
+    g.update(H=cfg["hidden_size"], I=cfg["intermediate_size"], NL=cfg["num_hidden_layers"],
+             NH=cfg["num_attention_heads"], NKV=cfg["num_key_value_heads"], HD=cfg["head_dim"],
+             EPS=cfg["rms_norm_eps"], THETA=cfg["rope_theta"], V=cfg["vocab_size"],
+             SHIFT=cfg["timestep_shift"])
+    g["GROUP"] = NH // NKV
+    g.update(ENDOFTEXT=tok["endoftext"], ABC_START=tok["abc_start"], ABC_END=tok["abc_end"],
+             MUSIC_START=tok["music_start"], MUSIC_END=tok["music_end"], CODE_BASE=tok["code_base"],
+             CODEBOOK=tok["codebook_size"])
+    for name, val in (("H", H), ("I", I), ("L", NL), ("NH", NH), ("NKV", NKV), ("HD", HD),
+                      ("EPS", EPS), ("THETA", THETA), ("V", V)):
+        setattr(ar, name, val)
+
+
+def check_tiny_dims(cfg, tok):
+    """The tiny GGUF: the dimensions read from the file are qwen3_reference's constants."""
+    for k in ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+              "num_key_value_heads", "head_dim", "rms_norm_eps", "rope_theta", "vocab_size"):
+        assert cfg[k] == ar.CONFIG[k], (k, cfg[k], ar.CONFIG[k])
+    assert cfg["timestep_shift"] == 1.0
+    assert OrderedDict(("yue2.token." + k, v) for k, v in tok.items()) == ar.SPECIAL_IDS, tok
 
 
 def load_weights(path):
@@ -108,23 +200,39 @@ def load_weights(path):
     return w
 
 
-def check_weights(w):
-    ref = ar.build_weights(ar.SEED)
-    assert list(ref) == list(w), "GGUF tensor set differs from qwen3_reference.build_weights"
-    for k, a in ref.items():
-        assert np.array_equal(a.astype(np.float64), w[k]), k
+def check_shapes(w):
+    assert w["model.embed_tokens.weight"].shape == (V, H)
     assert w["vae2llm.weight"].shape == (H, LATENT)
     assert w["llm2vae.weight"].shape == (LATENT, H)
     assert w["time_embedder.mlp.0.weight"].shape == (H, TIME_FREQ_DIM)
     assert w["time_embedder.mlp.2.weight"].shape == (H, H)
+    for l in range(NL):
+        for p in ("", "nar_"):
+            pre = f"model.layers.{l}.{p}"
+            assert w[pre + "self_attn.q_proj.weight"].shape == (NH * HD, H)
+            assert w[pre + "self_attn.k_proj.weight"].shape == (NKV * HD, H)
+            assert w[pre + "self_attn.o_proj.weight"].shape == (H, NH * HD)
+            assert w[pre + "mlp.gate_proj.weight"].shape == (I, H)
+            assert w[pre + "mlp.down_proj.weight"].shape == (H, I)
+
+
+def check_tiny_weights(w):
+    ref = ar.build_weights(ar.SEED)
+    assert list(ref) == list(w), "GGUF tensor set differs from qwen3_reference.build_weights"
+    for k, a in ref.items():
+        assert np.array_equal(a.astype(np.float64), w[k]), k
 
 
 # --------------------------------------------------------------------------
 # vectorised float64 implementation
 # --------------------------------------------------------------------------
 
-rmsnorm = ar.rmsnorm
 rotate_half = ar.rotate_half
+
+
+def rmsnorm(x, w):
+    x = x.astype(np.float64)
+    return x / np.sqrt(np.mean(x * x, axis=-1, keepdims=True) + EPS) * w
 
 
 def rope(x, pos):
@@ -171,28 +279,37 @@ def ar_forward_with_cache(w, ids):
     return logits, cache
 
 
-def timestep_tau(t):
+def timestep_raw(t):
+    """logit(t) saturated at +-TAU_CLAMP (t >= 1 -> +20, t <= 0 -> -20)."""
     t = float(t)
-    assert 0.0 < t <= 1.0, t
     if t >= 1.0:
         return TAU_CLAMP
+    if t <= 0.0:
+        return -TAU_CLAMP
     return float(np.clip(np.log(t / (1.0 - t)), -TAU_CLAMP, TAU_CLAMP))
 
 
-def timestep_embedding(w, t, var=frozenset()):
+def timestep_shifted(t, shift=None):
+    """The release curve: t' = shift sig / (1 + (shift - 1) sig), sig = sigmoid(raw)."""
+    shift = SHIFT if shift is None else shift
+    sig = 1.0 / (1.0 + np.exp(-timestep_raw(t)))
+    return float(shift * sig / (1.0 + (shift - 1.0) * sig))
+
+
+def timestep_embedding(w, t, var=frozenset(), shift=None):
     """var: names of deliberate deviations, used only to show the fixtures tell them apart."""
     half = TIME_FREQ_DIM // 2
     freqs = np.exp(-math.log(10000.0) * np.arange(half, dtype=np.float64) / (half - 1 if "freq_shift1" in var else half))
-    args = (float(t) if "raw_t" in var else timestep_tau(t)) * freqs
+    args = (timestep_raw(t) if "tau_sinusoid" in var else timestep_shifted(t, shift)) * freqs
     e = np.concatenate([np.sin(args), np.cos(args)] if "sin_first" in var else [np.cos(args), np.sin(args)])
     h = silu(w["time_embedder.mlp.0.weight"] @ e + w["time_embedder.mlp.0.bias"])
     return w["time_embedder.mlp.2.weight"] @ h + w["time_embedder.mlp.2.bias"]
 
 
 def frame_pe(n, var=frozenset()):
+    """pe rows 0 .. n - 1 (row p of the block gets pe[p])."""
     wi = np.exp(-math.log(10000.0) * np.arange(0, H, 2, dtype=np.float64) / H)  # [H/2]
-    first = 1 if "pe_block_row" in var else 0
-    ang = np.arange(first, first + n, dtype=np.float64)[:, None] * wi[None, :]
+    ang = np.arange(n, dtype=np.float64)[:, None] * wi[None, :]
     if "pe_halves" in var:
         return np.concatenate([np.sin(ang), np.cos(ang)], axis=-1)
     pe = np.zeros((n, H))
@@ -201,7 +318,7 @@ def frame_pe(n, var=frozenset()):
     return pe
 
 
-def velocity(w, cache, state, t, var=frozenset()):
+def velocity(w, cache, state, t, var=frozenset(), shift=None):
     """state [N, LATENT] -> velocity [N, LATENT] over the AR cache (list of (K, V)).
 
     var: names of deliberate deviations from the specification (empty for the
@@ -210,12 +327,19 @@ def velocity(w, cache, state, t, var=frozenset()):
     N = state.shape[0]
     Lc = cache[0][0].shape[0]
     R = N + 2
-    x = np.zeros((R, H))
-    x[1:N + 1] = state @ w["vae2llm.weight"].T + w["vae2llm.bias"] + timestep_embedding(w, t, var)[None, :] + frame_pe(N, var)
+    z = np.zeros((R, LATENT))  # LATENT_START, the frames, LATENT_END
+    z[1:N + 1] = state
+    temb = timestep_embedding(w, t, var, shift)
+    if "pe_frame_index" in var:  # frames numbered from 0, markers without one
+        pe = np.zeros((R, H))
+        pe[1:N + 1] = frame_pe(N, var)
+    else:
+        pe = frame_pe(R, var)
+    x = z @ w["vae2llm.weight"].T + w["vae2llm.bias"] + temb[None, :] + pe
+    if "zero_marker_rows" in var:
+        x[0] = x[N + 1] = 0.0
     if "no_markers" in var:
         x, R = x[1:N + 1], N
-    if "markers_get_temb" in var:
-        x[0] = x[N + 1] = timestep_embedding(w, t)
     pos = np.arange(R) + (0 if "rope_local" in var else Lc - 1 if "rope_minus1" in var else Lc)
     if "drop_cache" in var:
         cache = [(c[0][:0], c[1][:0]) for c in cache]
@@ -228,9 +352,9 @@ def velocity(w, cache, state, t, var=frozenset()):
         q = rope(rmsnorm(q, w[p + "self_attn.q_norm.weight"]), pos)
         k = rope(rmsnorm(k, w[p + "self_attn.k_norm.weight"]), pos)
         K = np.concatenate([cache[l][0], k], axis=0)
-        V = np.concatenate([cache[l][1], v], axis=0)
+        V_ = np.concatenate([cache[l][1], v], axis=0)
         rep = (lambda a: np.tile(a, (1, GROUP, 1))) if "gqa_modulo" in var else (lambda a: np.repeat(a, GROUP, axis=1))
-        kh, vh = rep(K), rep(V)  # query head h -> kv head h // GROUP
+        kh, vh = rep(K), rep(V_)  # query head h -> kv head h // GROUP
         sc = np.einsum("thd,shd->hts", q, kh) / math.sqrt(HD)  # no mask
         if "causal" in var:
             sc = np.where(np.triu(np.ones((R, K.shape[0]), dtype=bool), k=K.shape[0] - R + 1)[None], -np.inf, sc)
@@ -327,16 +451,21 @@ class Naive:
                 x = [a + b for a, b in zip(x, self.matvec(W[p + "mlp.down_proj.weight"], [self.sig(gi) * ui for gi, ui in zip(g, u)]))]
         return kc, vc
 
-    def temb(self, t):
+    def temb(self, t, shift=None):
         W = self.W
+        shift = SHIFT if shift is None else shift
         if t >= 1.0:
-            tau = TAU_CLAMP
+            raw = TAU_CLAMP
+        elif t <= 0.0:
+            raw = -TAU_CLAMP
         else:
-            tau = min(TAU_CLAMP, max(-TAU_CLAMP, math.log(t) - math.log1p(-t)))
+            raw = min(TAU_CLAMP, max(-TAU_CLAMP, math.log(t) - math.log1p(-t)))
+        sig = 1.0 / (1.0 + math.exp(-raw))
+        tp = shift * sig / (1.0 + (shift - 1.0) * sig)
         half = TIME_FREQ_DIM // 2
         e = [0.0] * TIME_FREQ_DIM
         for i in range(half):
-            a = tau * math.exp(-math.log(10000.0) * i / half)
+            a = tp * math.exp(-math.log(10000.0) * i / half)
             e[i] = math.cos(a)
             e[half + i] = math.sin(a)
         hmid = [self.sig(a + b) for a, b in zip(self.matvec(W["time_embedder.mlp.0.weight"], e), W["time_embedder.mlp.0.bias"])]
@@ -357,12 +486,13 @@ class Naive:
         Lc = len(kc[0][0])
         N = len(state)
         te = self.temb(t)
-        rows = [[0.0] * H]
-        for j in range(N):
-            a = self.matvec(W["vae2llm.weight"], list(state[j]))
-            pe = self.pe_row(j)
+        # block row r: LATENT_START (a zero latent), frame r - 1, LATENT_END (a zero latent)
+        latents = [[0.0] * LATENT] + [list(state[j]) for j in range(N)] + [[0.0] * LATENT]
+        rows = []
+        for r, z in enumerate(latents):
+            a = self.matvec(W["vae2llm.weight"], z)
+            pe = self.pe_row(r)
             rows.append([a[d] + W["vae2llm.bias"][d] + te[d] + pe[d] for d in range(H)])
-        rows.append([0.0] * H)
         R = len(rows)
         for l in range(NL):
             p = f"model.layers.{l}.nar_"
@@ -412,52 +542,86 @@ def sha256(path):
         return hashlib.sha256(f.read()).hexdigest()
 
 
+# Deliberate deviations (tiny mode): each must move v_single, v_t1 or ode8 by > 1e-2.
+# tau_sinusoid, zero_marker_rows and pe_frame_index are the old formulation's choices.
+DEVIATIONS = ("tau_sinusoid", "zero_marker_rows", "pe_frame_index", "sin_first",
+              "pe_halves", "no_markers", "rope_local", "rope_minus1", "causal",
+              "drop_cache", "gqa_modulo")
+# Deviations the fixtures can no longer resolve: with the sinusoid of t' in [0, 1] (not of
+# the logit in [-20, 20]) a frequency divisor of 127 instead of 128 moves the velocities by
+# ~1e-3 only, below a float32 parity test's tolerance. Printed, not asserted.
+WEAK_DEVIATIONS = ("freq_shift1",)
+
+
 def main():
-    repo = os.path.abspath(os.path.join(HERE, "..", ".."))
     apr = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    apr.add_argument("--gguf", default=os.path.join(repo, "fixtures", "ar", "tiny-qwen3.gguf"))
-    apr.add_argument("--out", default=os.path.join(repo, "fixtures", "nar"))
+    apr.add_argument("--gguf", default=DEFAULT_GGUF, help="YuE2 backbone GGUF with F32 weights (default: the tiny one)")
+    apr.add_argument("--out", default=None, help="output directory (default fixtures/nar, with --deep fixtures/nar/deep)")
+    apr.add_argument("--deep", action="store_true", help="the small case set for a deeper model (28 layers)")
     apr.add_argument("--skip-naive", action="store_true", help="skip the slow scalar self-check")
     args = apr.parse_args()
-    out = args.out
+    out = args.out or os.path.join(REPO, "fixtures", "nar", "deep" if args.deep else "")
+    out = os.path.normpath(out)
     os.makedirs(out, exist_ok=True)
+    tiny = os.path.realpath(args.gguf) == os.path.realpath(DEFAULT_GGUF)
+    if args.deep and tiny:
+        sys.exit("--deep needs --gguf PATH of the deeper model")
+    run_naive = not args.skip_naive
 
+    cfg, tok = read_meta(args.gguf)
+    if tiny:
+        check_tiny_dims(cfg, tok)
+    set_dims(cfg, tok)
     w = load_weights(args.gguf)
-    check_weights(w)
+    check_shapes(w)
+    if tiny:
+        check_tiny_weights(w)
+    gguf_sha = sha256(args.gguf)
 
-    seq9, seq5 = SEQ_N9, SEQ_N5
+    seq9, seq5 = code_seq(9), code_seq(5)
     for seq, n in ((seq9, 9), (seq5, 5)):
-        assert seq[:len(PREFIX)] == PREFIX and seq[-1] == MUSIC_END and len(seq) == len(PREFIX) + n + 1
-        assert all(CODE_BASE <= c < CODE_BASE + CODEBOOK for c in seq[len(PREFIX):-1])
-        assert all(0 <= c < ar.V for c in seq)
+        assert seq[:6] == prefix() and seq[-1] == MUSIC_END and len(seq) == 6 + n + 1
+        assert all(CODE_BASE <= c < CODE_BASE + CODEBOOK for c in seq[6:-1])
+        assert all(0 <= c < V for c in seq)
+    if tiny:
+        assert seq9 == [256, 72, 105, 259, 260, 261] + [263 + c for c in CODES9] + [262]
 
-    # ---- noise: one generator, drawn in this order
+    # ---- noise: one generator, drawn in this order (deep mode writes the files it uses)
     rng = np.random.default_rng(NOISE_SEED)
     noise = OrderedDict()
     noise["noise_n9.f32"] = rng.standard_normal((9, LATENT)).astype(np.float32)
     noise["noise_b3.f32"] = rng.standard_normal((3, 9, LATENT)).astype(np.float32)
     noise["noise_b2.f32"] = rng.standard_normal((2, 9, LATENT)).astype(np.float32)
     noise["noise_n5.f32"] = rng.standard_normal((5, LATENT)).astype(np.float32)
+    draw_order = {fn: i for i, fn in enumerate(noise)}
 
     # ---- AR caches
     caches = {}
     for name, seq in (("n9", seq9), ("n5", seq5)):
         logits, cache = ar_forward_with_cache(w, seq)
-        ref_logits = ar.forward(w, seq)
+        ref_logits = ar.forward(w, seq)  # qwen3_reference with this file's dimensions
         err = float(np.max(np.abs(logits - ref_logits)))
         assert err < 1e-12, f"AR cache forward differs from qwen3_reference.forward: {err}"
         caches[name] = cache
 
-    # ---- cases
-    spec = [
-        # name, kind, seq-key, N, t, steps, noise file, M
-        ("v_single", "velocity", "n9", 9, 0.7, None, "noise_n9.f32", 1),
-        ("v_t1", "velocity", "n9", 9, 1.0, None, "noise_n9.f32", 1),
-        ("ode8", "ode", "n9", 9, None, 8, "noise_n9.f32", 1),
-        ("v_batch3", "velocity", "n9", 9, 0.55, None, "noise_b3.f32", 3),
-        ("ode_batch2", "ode", "n9", 9, None, 8, "noise_b2.f32", 2),
-        ("ode8_n5", "ode", "n5", 5, None, 8, "noise_n5.f32", 1),
-    ]
+    # ---- cases: name, kind, seq-key, N, t, steps, noise file, M
+    if args.deep:
+        spec = [
+            ("v_single", "velocity", "n9", 9, 0.7, None, "noise_n9.f32", 1),
+            ("v_batch2", "velocity", "n9", 9, 0.55, None, "noise_b2.f32", 2),
+            ("ode4_n5", "ode", "n5", 5, None, 4, "noise_n5.f32", 1),
+        ]
+    else:
+        spec = [
+            ("v_single", "velocity", "n9", 9, 0.7, None, "noise_n9.f32", 1),
+            ("v_t1", "velocity", "n9", 9, 1.0, None, "noise_n9.f32", 1),
+            ("ode8", "ode", "n9", 9, None, 8, "noise_n9.f32", 1),
+            ("v_batch3", "velocity", "n9", 9, 0.55, None, "noise_b3.f32", 3),
+            ("ode_batch2", "ode", "n9", 9, None, 8, "noise_b2.f32", 2),
+            ("ode8_n5", "ode", "n5", 5, None, 8, "noise_n5.f32", 1),
+        ]
+    used = {c[6] for c in spec}
+    noise = OrderedDict((fn, a) for fn, a in noise.items() if fn in used)
     seqs = {"n9": seq9, "n5": seq5}
 
     results = OrderedDict()
@@ -479,7 +643,7 @@ def main():
 
     # ---- independent scalar self-check
     naive_err = OrderedDict()
-    if not args.skip_naive:
+    if run_naive:
         nv = Naive(w)
         ncaches = {}
         for sk, seq in seqs.items():
@@ -492,10 +656,13 @@ def main():
                 assert e < TOL, f"AR cache {sk} layer {l}: {e}"
             ncaches[sk] = (kc, vc)
         # temb / pe spot checks
-        for t in (0.7, 1.0, 0.55, 1e-12, 0.5):
+        for t in (0.7, 1.0, 0.55, 1e-12, 0.5, 0.0, 1.0 - 1e-9):
             e = np.max(np.abs(np.array(nv.temb(t)) - timestep_embedding(w, t)))
             assert e < TOL, f"temb({t}): {e}"
-        e = np.max(np.abs(np.array([nv.pe_row(p) for p in range(9)]) - frame_pe(9)))
+        for t in (0.7, 1.0, 0.2):
+            e = np.max(np.abs(np.array(nv.temb(t, shift=3.0)) - timestep_embedding(w, t, shift=3.0)))
+            assert e < TOL, f"temb({t}, shift 3): {e}"
+        e = np.max(np.abs(np.array([nv.pe_row(p) for p in range(11)]) - frame_pe(11)))
         assert e < TOL, f"pe: {e}"
         for name, kind, sk, N, t, steps, nf, M in spec:
             x0 = noise[nf].astype(np.float64)
@@ -510,27 +677,50 @@ def main():
             naive_err[name] = e
 
     # ---- property checks
-    # the midpoint solver with steps = 1 is the explicit formula
     c9 = caches["n9"]
     x0 = noise["noise_n9.f32"].astype(np.float64)
+    # the midpoint solver with steps = 1 is the explicit formula
     one = midpoint(lambda s, tt: velocity(w, c9, s, tt), x0, 1)
     f1 = velocity(w, c9, x0, 1.0)
     assert np.max(np.abs(one - (x0 - velocity(w, c9, x0 - f1 / 2, 0.5)))) < 1e-14
-    # the clamp: t = 1 is tau = +20 and distinct from a t just under 1 whose logit is under 20
-    assert timestep_tau(1.0) == 20.0 and timestep_tau(1.0 - 1e-12) == 20.0 and timestep_tau(0.7) < 1.0
+    # the clamp: t = 1 and t = 1 - 1e-12 (logit 27.6) both saturate at +20, t <= 0 at -20
+    assert timestep_raw(1.0) == 20.0 and timestep_raw(1.0 - 1e-12) == 20.0 and timestep_raw(1.0 - 1e-9) == 20.0
+    assert timestep_raw(0.0) == -20.0 and timestep_raw(1e-12) == -20.0 and abs(timestep_raw(0.7)) < 1.0
+    # ... so t = 1 - 1e-9 (logit 20.7) gives the velocity of t = 1 exactly
+    assert np.array_equal(velocity(w, c9, x0, 1.0 - 1e-9), f1)
+    # the release curve: shift 1 gives t back (up to the clamp), sigmoid(20) at t = 1
+    for t in (0.05, 0.3, 0.5, 0.7, 0.95):
+        assert abs(timestep_shifted(t, 1.0) - t) < 1e-15, t
+    sig20 = 1.0 / (1.0 + math.exp(-20.0))
+    assert timestep_shifted(1.0, 1.0) == sig20 and 2e-9 < 1.0 - sig20 < 2.1e-9
+    # ... and sigmoid(-20) = 2.1e-9 (not t) for t = 1e-12, whose logit (-27.6) saturates
+    assert abs(timestep_shifted(1e-12, 1.0) - 1.0 / (1.0 + math.exp(20.0))) < 1e-24 and timestep_shifted(1e-12, 1.0) > 2e-9
+    assert abs(timestep_shifted(0.5, 3.0) - 0.75) < 1e-15 and abs(timestep_shifted(0.25, 3.0) - 0.5) < 1e-15
+    # a shift != 1 changes the embedding and the velocity
+    d_temb = float(np.max(np.abs(timestep_embedding(w, 0.7, shift=3.0) - timestep_embedding(w, 0.7, shift=1.0))))
+    d_vel = float(np.max(np.abs(velocity(w, c9, x0, 0.7, shift=3.0) - velocity(w, c9, x0, 0.7, shift=1.0))))
+    assert d_temb > 1e-2 and d_vel > 1e-2, (d_temb, d_vel)
+    if SHIFT == 1.0:
+        assert np.array_equal(velocity(w, c9, x0, 0.7, shift=1.0), results["v_single"])
     # velocity of a block depends on the AR cache (the NAR actually attends to it)
     assert np.max(np.abs(velocity(w, caches["n5"], x0[:5], 0.7) - velocity(w, c9, x0, 0.7)[:5])) > 1e-3
     # every plausible misreading of the specification moves the fixtures far beyond f32 noise
     sens = OrderedDict()
-    for var in ("sin_first", "freq_shift1", "raw_t", "pe_block_row", "pe_halves", "no_markers",
-                "markers_get_temb", "rope_local", "rope_minus1", "causal", "drop_cache", "gqa_modulo"):
-        vs = float(np.max(np.abs(velocity(w, c9, x0, 0.7, frozenset([var])) - results["v_single"])))
-        v1 = float(np.max(np.abs(velocity(w, c9, x0, 1.0, frozenset([var])) - results["v_t1"])))
-        od = float(np.max(np.abs(midpoint(lambda s, tt: velocity(w, c9, s, tt, frozenset([var])), x0, 8) - results["ode8"])))
-        sens[var] = (vs, v1, od)
-        assert max(vs, v1, od) > 1e-2, (var, vs, v1, od)
-    # the clamp: without it t = 1 has no embedding; t = 1 - 1e-9 (logit 20.7) must give v_t1 exactly
-    assert np.array_equal(velocity(w, c9, x0, 1.0 - 1e-9), results["v_t1"])
+    if not args.deep:
+        assert np.array_equal(results["v_t1"], f1)
+        for var in DEVIATIONS + WEAK_DEVIATIONS:
+            vs = float(np.max(np.abs(velocity(w, c9, x0, 0.7, frozenset([var])) - results["v_single"])))
+            v1 = float(np.max(np.abs(velocity(w, c9, x0, 1.0, frozenset([var])) - results["v_t1"])))
+            od = float(np.max(np.abs(midpoint(lambda s, tt: velocity(w, c9, s, tt, frozenset([var])), x0, 8) - results["ode8"])))
+            sens[var] = (vs, v1, od)
+            assert max(vs, v1, od) > (1e-2 if var in DEVIATIONS else 1e-4), (var, vs, v1, od)
+        # the old formulation (all three of its choices at once) is far from the new one
+        old = frozenset(["tau_sinusoid", "zero_marker_rows", "pe_frame_index"])
+        sens["old (all three)"] = tuple(
+            float(np.max(np.abs(a - results[k]))) for a, k in (
+                (velocity(w, c9, x0, 0.7, old), "v_single"), (velocity(w, c9, x0, 1.0, old), "v_t1"),
+                (midpoint(lambda s, tt: velocity(w, c9, s, tt, old), x0, 8), "ode8")))
+        assert max(sens["old (all three)"]) > 1e-2
     # the f32 outputs are well away from f32 rounding noise
     for name, res in results.items():
         assert rms_of(res) > 1e-2, name
@@ -550,23 +740,33 @@ def main():
         files[fn] = res
     dbg_t = [0.7, 1.0, 0.55]
     temb = np.stack([timestep_embedding(w, t) for t in dbg_t])
-    arc = np.stack([np.stack([c9[l][0], c9[l][1]]) for l in range(NL)])  # [NL, 2, L, kv, HD]
-    for fn, a in (("debug_temb.f32", temb), ("debug_arcache_n9.f32", arc)):
+    debug_files = [("debug_temb.f32", temb)]
+    if not args.deep:
+        arc = np.stack([np.stack([c9[l][0], c9[l][1]]) for l in range(NL)])  # [NL, 2, L, kv, HD]
+        debug_files.append(("debug_arcache_n9.f32", arc))
+    for fn, a in debug_files:
         with open(os.path.join(out, fn), "wb") as f:
             f.write(np.ascontiguousarray(a.astype("<f4")).tobytes())
         files[fn] = a
 
+    gpath = os.path.realpath(args.gguf)
+    rel = os.path.relpath(gpath, REPO)
     cases = OrderedDict()
     cases["format"] = "raw little-endian float32, C order; latents/velocities [N, 64], batches [M, N, 64]"
-    cases["weights"] = "fixtures/ar/tiny-qwen3.gguf"
+    cases["weights"] = gpath if rel.startswith("..") else rel
+    cases["gguf_sha256"] = gguf_sha
+    cases["config"] = cfg
+    cases["tokens"] = tok
     cases["latent_dim"] = LATENT
     cases["time_freq_dim"] = TIME_FREQ_DIM
     cases["tau_clamp"] = TAU_CLAMP
+    cases["timestep_shift"] = SHIFT
     cases["noise_seed"] = NOISE_SEED
     cases["noise"] = OrderedDict(
-        (fn, OrderedDict(shape=list(a.shape), draw_order=i)) for i, (fn, a) in enumerate(noise.items())
+        (fn, OrderedDict(shape=list(a.shape), draw_order=draw_order[fn])) for fn, a in noise.items()
     )
-    cases["noise_note"] = "numpy default_rng(99).standard_normal drawn in draw_order into one stream, then float32-rounded"
+    cases["noise_note"] = ("numpy default_rng(99).standard_normal drawn in draw_order into one stream "
+                           "(noise_n9 [9,64], noise_b3 [3,9,64], noise_b2 [2,9,64], noise_n5 [5,64]), then float32-rounded")
     cl = []
     for name, kind, sk, N, t, steps, nf, M in spec:
         seq = seqs[sk]
@@ -586,36 +786,43 @@ def main():
         c["rms"] = rms_of(results[name])
         cl.append(c)
     cases["cases"] = cl
-    cases["debug"] = OrderedDict(
-        temb=OrderedDict(file="debug_temb.f32", t=dbg_t, shape=list(temb.shape)),
-        arcache=OrderedDict(file="debug_arcache_n9.f32", seq="v_single", shape=list(arc.shape),
-                            layout="[layer, 0=K (after k_norm and RoPE) / 1=V, position, kv_head, head_dim]"),
-    )
+    dbg = OrderedDict(temb=OrderedDict(file="debug_temb.f32", t=dbg_t, t_shifted=[timestep_shifted(t) for t in dbg_t],
+                                       shape=list(temb.shape)))
+    if not args.deep:
+        dbg["arcache"] = OrderedDict(file="debug_arcache_n9.f32", seq="v_single", shape=list(arc.shape),
+                                     layout="[layer, 0=K (after k_norm and RoPE) / 1=V, position, kv_head, head_dim]")
+    cases["debug"] = dbg
     with open(os.path.join(out, "cases.json"), "w") as f:
         json.dump(cases, f, indent=1)
         f.write("\n")
 
     # ---- summary
     total = 0
-    print(f"weights {args.gguf} (sha256 {sha256(args.gguf)[:16]}), matches qwen3_reference.build_weights")
+    print(f"weights {args.gguf} (sha256 {gguf_sha[:16]})" + (", matches qwen3_reference.build_weights" if tiny else ""))
+    print("dims " + ", ".join(f"{k} {v}" for k, v in cfg.items()))
+    print("tokens " + ", ".join(f"{k} {v}" for k, v in tok.items()))
     print(f"S9 ({len(seq9)}) {seq9}\nS5 ({len(seq5)}) {seq5}")
-    print(f"{'file':24s} {'shape':>14s} {'rms':>12s} {'max|x|':>10s} {'bytes':>6s}  sha256")
+    print(f"{'file':24s} {'shape':>16s} {'rms':>12s} {'max|x|':>10s} {'bytes':>6s}  sha256")
     for fn, a in files.items():
         p = os.path.join(out, fn)
         sz = os.path.getsize(p)
         total += sz
-        print(f"{fn:24s} {str(list(a.shape)):>14s} {rms_of(a):12.8f} {np.max(np.abs(a)):10.6f} {sz:6d}  {sha256(p)[:16]}")
+        print(f"{fn:24s} {str(list(a.shape)):>16s} {rms_of(a):12.8f} {np.max(np.abs(a)):10.6f} {sz:6d}  {sha256(p)[:16]}")
     total += os.path.getsize(os.path.join(out, "cases.json"))
     print(f"total {total} bytes in {out}")
     assert total < 200 * 1024
-    print("max |change| of v_single / v_t1 / ode8 under a deliberate deviation (the largest must exceed 1e-2):")
-    for var, (vs, v1, od) in sens.items():
-        print(f"  {var:18s} {vs:10.3e} {v1:10.3e} {od:10.3e}")
+    print(f"timestep_shift 3 vs 1 at t = 0.7: max |temb change| {d_temb:.3e}, max |velocity change| {d_vel:.3e}")
+    if sens:
+        print("max |change| of v_single / v_t1 / ode8 under a deliberate deviation (the largest must exceed 1e-2):")
+        for var, (vs, v1, od) in sens.items():
+            note = "  (below the fixtures' resolution: not asserted > 1e-2)" if var in WEAK_DEVIATIONS else ""
+            print(f"  {var:18s} {vs:10.3e} {v1:10.3e} {od:10.3e}{note}")
+    checks = "GGUF == generator, " if tiny else ""
     if naive_err:
         print("scalar per-row implementation vs vectorised, max abs err: " + ", ".join(f"{k} {v:.2e}" for k, v in naive_err.items()))
-        print(f"all checks passed (GGUF == generator, AR logits == qwen3_reference, AR cache/temb/pe/velocity/ODE scalar < {TOL:g})")
+        print(f"all checks passed ({checks}AR logits == qwen3_reference, AR cache/temb/pe/velocity/ODE scalar < {TOL:g})")
     else:
-        print("scalar self-check skipped")
+        print(f"all checks passed ({checks}AR logits == qwen3_reference); scalar self-check skipped")
 
 
 if __name__ == "__main__":

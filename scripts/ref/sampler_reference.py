@@ -3,8 +3,12 @@
 
 Usage: python3 scripts/ref/sampler_reference.py [--check]
 
-Writes fixtures/sampler/philox.json and fixtures/sampler/cases.json (with --check the
-freshly computed fixtures are compared with the committed ones instead of written).
+Writes fixtures/sampler/philox.json, fixtures/sampler/cases.json and
+fixtures/sampler/draws.json (with --check the freshly computed fixtures are compared
+with the committed ones instead of written). draws.json holds explicit known-answer
+draws (candidate ids / probabilities / seed / step -> winning id, and for one of them
+every candidate's word, uniform and exponential), computed with the explicit counter
+formula and cross-checked against the curand_init model.
 Needs numpy only. If `randomgen` happens to be importable, the Philox block function is
 additionally cross-checked against randomgen.Philox(number=4, width=32); that check is
 optional and skipped (with a note) when randomgen is missing.
@@ -58,10 +62,16 @@ Verified (against public source text / independent implementations, not a GPU):
 
 Assumed (could not be checked without a GPU / the exact torch build):
 
- * The project's own mapping (seed spec): Philox key = stage seed (as u64, lo word
-   first), subsequence = the entry's index inside the stage's row range, offset = step
-   index. Real torch uses the generator's philox offset (a multiple of 4 that grows
-   per call) and the flat index over the full vocab; the spec pins the mapping above.
+ * The project's own mapping, taken from the reference implementation: for a
+   surviving candidate with ABSOLUTE vocabulary id `id` (not its index inside the
+   stage's row range) at stage step `step`, the 32-bit word is
+       word 0 of Philox4x32_10(ctr = (lo(step), hi(step), id, 0), key = (lo(seed), hi(seed)))
+   i.e. curand_init(seed, subsequence = id, offset = 4 * step) followed by curand():
+   block `step` of subsequence `id`, first word (check_keying verifies this identity
+   against the curand_init model above). Real torch uses the generator's philox offset
+   (a multiple of 4 that grows per call) and the flat index over the full vocab; the
+   reference pins the mapping above. (Before: subsequence = index relative to
+   vocab_rows[0], offset = step.)
  * CUDA's logf (max 1 ulp error, not necessarily correctly rounded) returns the same
    float as round_f32(log(double(u))) used here. Old torch builds (<= 1.5) used the
    fast __logf and `rand == 1` squashing instead; the modern formula is modelled.
@@ -100,6 +110,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)
 OUT_DIR = os.path.join(REPO, "fixtures", "sampler")
 PHILOX_JSON = os.path.join(OUT_DIR, "philox.json")
 CASES_JSON = os.path.join(OUT_DIR, "cases.json")
+DRAWS_JSON = os.path.join(OUT_DIR, "draws.json")
 
 M32 = 0xFFFFFFFF
 PHILOX_M0 = 0xD2511F53
@@ -232,6 +243,47 @@ def first_draw(seed, subsequence, offset):
     return x, curand_uniform_from_u32(x)
 
 
+def draw_counter(seed, step, token_id):
+    """The draw's Philox input for candidate `token_id` (absolute vocabulary id) at `step`."""
+    assert 0 <= token_id <= M32 and 0 <= step < (1 << 64) and 0 <= seed < (1 << 64)
+    return [step & M32, (step >> 32) & M32, token_id, 0], [seed & M32, (seed >> 32) & M32]
+
+
+def draw_word(seed, step, token_id):
+    """Explicit counter formula: word 0 of Philox4x32_10((lo step, hi step, id, 0), (lo seed, hi seed))."""
+    ctr, key = draw_counter(seed, step, token_id)
+    return philox4x32_10(ctr, key)[0]
+
+
+def draw_word_curand(seed, step, token_id):
+    """The same word through the curand_init model: subsequence = id, offset = 4 * step."""
+    return first_draw(seed, token_id, 4 * step)[0]
+
+
+def draw_winner(ids, probs, seed, step, word=draw_word):
+    """argmax over the candidates (p > 0) of p / E (float32), first (lowest id) on ties.
+    ids ascending absolute ids, probs float32. Returns (winner id, margin, per-candidate rows)."""
+    rows = []
+    for tid, p in zip(ids, probs):
+        p = np.float32(p)
+        if not p > 0:
+            continue
+        x = word(seed, step, int(tid))
+        u = curand_uniform_from_u32(x)
+        e = torch_cuda_exponential(u)
+        rows.append((int(tid), x, u, e, np.float32(p / e)))
+    assert rows, "no candidate"
+    assert all(a[0] < b[0] for a, b in zip(rows, rows[1:])), "ids must ascend"
+    best = rows[0]
+    for r in rows[1:]:
+        if r[4] > best[4]:  # strict: ties keep the lowest id, as torch.argmax
+            best = r
+    rest = [r[4] for r in rows if r[0] != best[0]]
+    second = max(rest) if rest else None
+    margin = None if second is None or second == 0 else float(best[4]) / float(second) - 1.0
+    return best[0], margin, rows
+
+
 # ----------------------------------------------------------------------------- sampler
 def _softmax64(x):
     finite = np.isfinite(x)
@@ -304,22 +356,13 @@ def sample(logits_f32, start, allowed, end_id, step, history, params, seed):
         probs[i] = 1.0
         return probs, start + i, {"nucleus": 1, "draw_margin": None}
     probs = _softmax64(final).astype(np.float32)
-    scores = []  # (score, index) over the nucleus, in index order
-    for i in range(n):
-        if not probs[i] > 0:
-            continue
-        _, u = first_draw(seed, i, step)
-        e = torch_cuda_exponential(u)
-        scores.append((np.float32(probs[i] / e), i))
-    best, best_i = scores[0]
-    for s, i in scores[1:]:
-        if s > best:  # strict: ties keep the lowest index, as torch.argmax
-            best, best_i = s, i
-    rest = [s for s, i in scores if i != best_i]
-    second = max(rest) if rest else None
+    ids = np.arange(start, start + n)
+    best_id, margin, rows = draw_winner(ids, probs, seed, step, word=draw_word_curand)
+    # the explicit counter formula draws the same id
+    assert draw_winner(ids, probs, seed, step)[0] == best_id
     nucleus = int((probs > 0).sum())
-    margin = None if second is None or second == 0 else float(best) / float(second) - 1.0
-    return probs, start + best_i, {"nucleus": nucleus, "draw_margin": margin}
+    assert nucleus == len(rows)
+    return probs, best_id, {"nucleus": nucleus, "draw_margin": margin}
 
 
 # ----------------------------------------------------------------------------- checks
@@ -344,6 +387,30 @@ def check_kat():
     want = [first_draw(7, 3, 2 + j)[0] for j in range(6)]
     assert seq == want, (seq, want)
     return "KAT ok (3 Random123 vectors); curand_init/skipahead layout self-consistent"
+
+
+def check_keying():
+    """The draw's explicit counter formula equals curand_init(seed, id, 4 * step) + curand()."""
+    rng = np.random.default_rng(2718)
+    combos = [(0, 0, 0), (42, 0, 1), (42, 3, 151852), ((1 << 40) + 7, 4294967296 + 3, 151900),
+              ((1 << 64) - 1, (1 << 62) - 1, M32), (1 << 32, 1 << 32, 300), ((1 << 63) - 1, 7, 184703)]
+    for _ in range(200):
+        combos.append((int(rng.integers(0, 1 << 63)) * 2 + int(rng.integers(0, 2)),
+                       int(rng.integers(0, 1 << 40)) if rng.random() < 0.5 else int(rng.integers(0, 10000)),
+                       int(rng.integers(0, 1 << 32))))
+    for seed, step, tid in combos:
+        a, b = draw_word(seed, step, tid), draw_word_curand(seed, step, tid)
+        assert a == b, (seed, step, tid, a, b)
+        # and it is a real stream position: the curand stream of subsequence id from offset 0
+        # yields it as word 4 * step (checked for small steps only)
+        if step < 3:
+            st = CurandPhilox(seed, tid, 0)
+            assert [st.next_u32() for _ in range(4 * step + 1)][-1] == a
+    # the hi words of seed and step and the id word all matter
+    assert draw_word(1 << 32, 0, 5) != draw_word(0, 0, 5)
+    assert draw_word(9, 1 << 32, 5) != draw_word(9, 0, 5)
+    assert draw_word(9, 3, 151852) != draw_word(9, 3, 0)
+    return "draw keying: explicit (step lo, step hi, id, 0) word 0 == curand_init(seed, id, 4*step) on %d combos" % len(combos)
 
 
 def check_randomgen():
@@ -518,11 +585,71 @@ def build_cases_fixture():
         diag.append((spec["name"], d["nucleus"], draw, d["draw_margin"]))
     doc = ("Sampler chain cases: logits index 0 = id vocab_rows[0]; allowed = [lo, hi) id range kept by "
            "the mask; probs = float32 softmax after mask/floor/penalty/temperature/top-k/top-p (one-hot "
-           "for temperature 0); draw = argmax over the nucleus of p_i / E_i with E_i from "
-           "curand_init(seed, i - vocab_rows[0], step) -> curand_uniform -> torch CUDA exponential; "
+           "for temperature 0); draw = argmax over the nucleus of p_i / E_i (float32, first index on ties) "
+           "with E_i from word 0 of Philox4x32_10(ctr = (lo step, hi step, id_i, 0), key = (lo seed, hi seed)) "
+           "for the ABSOLUTE id id_i (= curand_init(seed, id_i, 4 * step) + curand) -> curand_uniform -> "
+           "torch CUDA exponential; "
            "draw_margin = best/second-best score - 1 (null: single candidate). "
            "Generated by scripts/ref/sampler_reference.py")
     return {"_doc": doc, "cases": cases}, diag
+
+
+def _candidates(rng, lo, hi, keep):
+    """Ascending ids in [lo, hi) surviving with probability `keep`, and normalised float32 probs."""
+    ids = [i for i in range(lo, hi) if rng.random() < keep]
+    logits = rng.normal(0.0, 1.0, len(ids))
+    p = np.exp(logits - logits.max())
+    return ids, (p / p.sum()).astype(np.float32)
+
+
+DRAW_STEPS = list(range(8)) + [4294967296, 4294967296 + 3]
+
+
+def build_draws_fixture():
+    rng = np.random.default_rng(20240917)
+    sem_ids, sem_p = _candidates(rng, 151852, 151901, 0.7)
+    low_ids, low_p = _candidates(rng, 300, 341, 0.8)
+    sets = [("semantic_151852", sem_ids, sem_p, (1 << 40) + 7, [151852, 151901]),
+            ("semantic_151852", sem_ids, sem_p, 1 << 32, [151852, 151901]),
+            ("semantic_151852", sem_ids, sem_p, 1234, [151852, 151901]),
+            ("low_300", low_ids, low_p, 42, [300, 341]),
+            ("low_300", low_ids, low_p, (1 << 63) - 1, [300, 341])]
+    draws, diag, moved = [], [], 0
+    for name, ids, probs, seed, rows_range in sets:
+        assert ids[0] > 0 and all(probs > 0) and rows_range[0] <= ids[0] and ids[-1] < rows_range[1]
+        winners, margins = [], []
+        for step in DRAW_STEPS:
+            w, m, _ = draw_winner(ids, probs, seed, step)
+            w2, m2, _ = draw_winner(ids, probs, seed, step, word=draw_word_curand)
+            assert (w, m) == (w2, m2), (name, seed, step)
+            # the old keying (relative index, offset = step) would draw something else somewhere
+            wo, _, _ = draw_winner(ids, probs, seed, step, word=lambda sd, st, t: first_draw(sd, t - ids[0], st)[0])
+            moved += wo != w
+            winners.append(w)
+            margins.append(m)
+        draws.append({"name": name, "rows": rows_range, "seed": seed, "ids": ids, "probs": f32list(probs),
+                      "steps": DRAW_STEPS, "winners": winners, "margins": margins})
+        diag.append((name, seed, winners, min(m for m in margins if m is not None)))
+    assert moved > 0, "the old keying draws the same ids everywhere"
+    # one fully spelled-out draw
+    name, ids, probs, seed, _ = sets[0]
+    step = 4294967296 + 3
+    w, m, rows = draw_winner(ids, probs, seed, step)
+    key = draw_counter(seed, step, 0)[1]
+    detail = {"name": name, "seed": seed, "step": step, "key": key, "winner": w, "margin": m,
+              "candidates": [{"id": tid, "ctr": draw_counter(seed, step, tid)[0], "p": float(np.float32(p)),
+                              "u32": x, "uniform": float(u), "exponential": float(e), "score": float(sc)}
+                             for (tid, x, u, e, sc), p in zip(rows, probs)]}
+    doc = ("Explicit draw known answers. Each entry of `draws`: candidates `ids` (ascending ABSOLUTE "
+           "vocabulary ids, every one with p > 0; the other ids of the [lo, hi) range `rows` have p = 0) with "
+           "float32 `probs`, a stage "
+           "`seed` (u64); for each `steps[k]` the drawn id is `winners[k]` (margins[k] = best/second "
+           "score - 1). Draw: for each candidate, x = word 0 of Philox4x32_10(ctr = (lo32 step, hi32 step, "
+           "id, 0), key = (lo32 seed, hi32 seed)); u = float32(x * 2^-32 + 2^-33); E = torch CUDA "
+           "exponential (-log u, float32, -FLT_EPSILON/2 for u >= 1 - FLT_EPSILON/2); winner = argmax "
+           "float32(p / E), lowest id on ties. `detail` spells out every candidate of one draw (ctr, "
+           "u32 word, uniform, exponential, score). Generated by scripts/ref/sampler_reference.py")
+    return {"_doc": doc, "draws": draws, "detail": detail}, diag, moved
 
 
 def dump(obj):
@@ -535,17 +662,24 @@ def main():
     args = ap.parse_args()
 
     print(check_kat())
+    print(check_keying())
     print(check_randomgen())
     philox = build_philox_fixture()
     cases, diag = build_cases_fixture()
-    outputs = [(PHILOX_JSON, dump(philox)), (CASES_JSON, dump(cases))]
+    draws, ddiag, moved = build_draws_fixture()
+    outputs = [(PHILOX_JSON, dump(philox)), (CASES_JSON, dump(cases)), (DRAWS_JSON, dump(draws))]
 
     print("%-30s %8s %12s %12s" % ("case", "nucleus", "draw", "margin"))
     for name, nuc, draw, margin in diag:
         print("%-30s %8d %12d %12s" % (name, nuc, draw, "-" if margin is None else "%.3g" % margin))
     steps = [d for d in diag if d[0].startswith("steps_same_seed")]
     print("steps 0..5 draws:", [d[2] for d in steps], "(distinct: %d)" % len({d[2] for d in steps}))
+    for name, seed, winners, mmin in ddiag:
+        print("draws %-16s seed %-20d winners %s (min margin %.3g)" % (name, seed, winners, mmin))
+    print("draws: the old keying (relative index, offset = step) changes %d of %d winners"
+          % (moved, len(ddiag) * len(DRAW_STEPS)))
     small = [d[0] for d in diag if d[3] is not None and d[3] < 1e-5]
+    small += ["draws %s seed %d" % (d[0], d[1]) for d in ddiag if d[3] < 1e-5]
     if small:
         print("WARNING: draws with margin < 1e-5 (ulp-sensitive):", small)
 

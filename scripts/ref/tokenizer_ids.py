@@ -16,7 +16,9 @@ ids = enc.encode(unicodedata.normalize("NFC", text),
 i.e. text is NFC-normalised first (as the Rust tokenizer does) and special
 tokens are never recognised inside text. The qwen.tiktoken path defaults to
 ${YUED_CACHE_DIR:-<repo>/.cache}/qwen.tiktoken (see scripts/fetch-qwen-tiktoken.sh).
-With --check the fixture is compared against the existing file instead of written.
+Also writes fixtures/tokenizer/prompts.json: the prompt id streams of the three cot modes
+(the published instruction texts, assembled here from the seed's layout).
+With --check the fixtures are compared against the existing files instead of written.
 """
 import base64
 import json
@@ -71,6 +73,40 @@ EXTRA_CASES = [
     ),
     "",
 ]
+
+
+# The published prompt layout (seed "Prompt"; the reference implementation's src/prompt.h):
+# the instruction texts are data the model was trained on.
+PROMPTS = os.path.join(REPO, "fixtures", "tokenizer", "prompts.json")
+EOD, ABC_START, ABC_END, MUSIC_START = 151643, 151847, 151848, 151851
+INSTRUCTIONS = {
+    "full": "Generate a chord-annotated ABC transcription, then generate music with codec tokens from the given conditions.",
+    "melody": "Generate a melody-only ABC transcription without chord symbols, then generate music with codec tokens from the given conditions.",
+    "off": "Generate music with codec tokens from the given conditions.",
+}
+PROMPT_STYLE = "warm piano pop, female vocal"
+PROMPT_LYRICS = "[verse]\nCity lights are calling me home\n\n[chorus]\nOh, the night is young"
+PROMPT_ABC = "X:1\nM:4/4\nL:1/8\nK:C\n|\"C\"CDEF GABc|\n"
+
+
+def prompt_cases(enc):
+    """Conditional and unconditional id streams of each cot mode, assembled here."""
+    bpe = lambda t: enc.encode(unicodedata.normalize("NFC", t), allowed_special=set(), disallowed_special=())  # noqa: E731
+    abc = bpe(PROMPT_ABC)
+    out = []
+    for mode, ins in INSTRUCTIONS.items():
+        text = ins + "\n[Tags]\n" + PROMPT_STYLE + "\n[Lyrics]\n" + PROMPT_LYRICS + "\n"
+        cond = [EOD] + bpe(text) + [ABC_START]
+        if mode == "off":
+            cond += [ABC_END, MUSIC_START]
+            uncond = [EOD] + bpe(ins) + [MUSIC_START]
+        else:
+            uncond = [EOD] + bpe(ins) + [ABC_START] + abc + [ABC_END, MUSIC_START]
+        out.append({"cot": mode, "instruction": ins, "conditional": cond, "unconditional": uncond})
+    return {"style": PROMPT_STYLE, "lyrics": PROMPT_LYRICS, "abc": PROMPT_ABC, "abc_ids": abc,
+            "note": "conditional: open score slot (ends on abc_start) in full/melody, closed in off; "
+                    "unconditional: the instruction alone, then the given score (none in off mode)",
+            "modes": out}
 
 
 def ensure_tiktoken():
@@ -145,13 +181,15 @@ def main(argv):
         out_lines.append(json.dumps({"text": text, "ids": ids}, ensure_ascii=False))
     payload = "\n".join(out_lines) + "\n"
 
-    if check:
-        with open(EXPECTED, "r", encoding="utf-8", newline="") as f:
-            if f.read() != payload:
-                raise SystemExit(f"{EXPECTED} is stale; rerun without --check")
-    else:
-        with open(EXPECTED, "w", encoding="utf-8", newline="") as f:
-            f.write(payload)
+    prompts = json.dumps(prompt_cases(enc), ensure_ascii=False, indent=1) + "\n"
+    for path, text in ((EXPECTED, payload), (PROMPTS, prompts)):
+        if check:
+            with open(path, "r", encoding="utf-8", newline="") as f:
+                if f.read() != text:
+                    raise SystemExit(f"{path} is stale; rerun without --check")
+        else:
+            with open(path, "w", encoding="utf-8", newline="") as f:
+                f.write(text)
 
     print(f"{'checked' if check else 'wrote'} {os.path.relpath(EXPECTED, REPO)}: "
           f"{len(cases)} cases ({len(cases) - len(EXTRA_CASES)} corpus + {len(EXTRA_CASES)} multi-line), "

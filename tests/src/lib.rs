@@ -37,17 +37,28 @@ impl Daemon {
     }
 
     pub fn start_on(data: &Path, port: u16, args: Vec<String>) -> Daemon {
+        Self::start_with_env(data, port, args, &[])
+    }
+
+    /// The `yued serve` process alone (its log appended to `data`.log), not waited for.
+    pub fn spawn(data: &Path, port: u16, args: &[String], env: &[(&str, &str)]) -> Child {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(data.with_extension("log")).unwrap();
         // `$YUED_TEST_DEVICE` (e.g. `Vulkan0`) runs the suite's daemons on that device.
         let device = std::env::var("YUED_TEST_DEVICE").ok().filter(|d| !d.is_empty()).unwrap_or_else(|| "CPU".into());
-        let child = Command::new(yued_bin())
+        Command::new(yued_bin())
             .args(["serve", "--port", &port.to_string(), "--data-dir", data.to_str().unwrap(), "--device", &device, "--threads", "1"])
-            .args(&args)
+            .args(args)
             .env("NO_COLOR", "1")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
-            .expect("start yued");
+            .expect("start yued")
+    }
+
+    /// Starts the daemon with extra environment variables and waits until it serves.
+    pub fn start_with_env(data: &Path, port: u16, args: Vec<String>, env: &[(&str, &str)]) -> Daemon {
+        let child = Self::spawn(data, port, &args, env);
         let d = Daemon { child, port, data: data.to_path_buf(), args, http: reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap() };
         let t0 = Instant::now();
         loop {
@@ -120,6 +131,27 @@ impl Drop for Daemon {
         let _ = self.child.kill();
         let _ = self.child.wait();
     }
+}
+
+/// Writes the `deep` demo model (the published depth and head layout at tiny widths) into
+/// `dir` through `yued demo-model`; returns the serve flags that load it.
+pub fn deep_model(dir: &Path) -> Vec<String> {
+    let out = Command::new(yued_bin()).args(["demo-model", "--preset", "deep", "--out", dir.to_str().unwrap()]).output().expect("run yued demo-model");
+    assert!(out.status.success(), "yued demo-model --preset deep: {}", String::from_utf8_lossy(&out.stderr));
+    let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
+    vec!["--model".into(), p("yue2-demo-deep.gguf"), "--vae".into(), p("yue2-demo-deep-vae.gguf")]
+}
+
+/// Waits up to `limit` for a process to exit; its status, or `None` if it still runs.
+pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::ExitStatus> {
+    let t0 = Instant::now();
+    while t0.elapsed() < limit {
+        if let Some(st) = child.try_wait().unwrap() {
+            return Some(st);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
 }
 
 /// A short song request on the demo model.

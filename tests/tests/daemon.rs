@@ -279,3 +279,36 @@ fn synth_stream_takes_the_request_and_a_cancel_command() {
     assert_eq!(events.last().unwrap()["event"], "cancelled", "{events:?}");
     assert_eq!(d.status(&id)["status"], "cancelled");
 }
+
+/// A job that aborts the process (the test-only fault `YUED_TEST_ABORT_STYLE`, as a C abort
+/// in ggml would) is resumed once after the first crash and failed with a message after
+/// the second, never resumed into a crash loop; the daemon then serves the next job.
+#[test]
+fn a_job_that_crashes_the_daemon_twice_is_failed_not_resumed_again() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let env = [("YUED_TEST_ABORT_STYLE", "crash-loop")];
+    let port = free_port();
+    let mut d = Daemon::start_with_env(&data, port, vec![], &env);
+    let poison = d.submit(&song(1.0, 1).replace("lo-fi piano", "crash-loop"));
+    let st = wait_exit(&mut d.child, Duration::from_secs(60)).expect("the fault aborts the daemon");
+    assert!(!st.success(), "{st:?}");
+    // The restart resumes it (one crash may be anything): the process aborts again.
+    let mut again = Daemon::spawn(&data, port, &[], &env);
+    let st = wait_exit(&mut again, Duration::from_secs(120)).unwrap_or_else(|| panic!("the resumed job did not crash again; log: {}", d.log()));
+    assert!(!st.success(), "{st:?}");
+    assert!(d.log().contains("crashes=1"), "the resume counted the first crash; log: {}", d.log());
+    // The third start fails it instead and keeps serving.
+    drop(d);
+    let d = Daemon::start_with_env(&data, port, vec![], &env);
+    let s = d.wait(&poison, Duration::from_secs(10));
+    assert_eq!(s["status"], "failed", "{s}");
+    let err = s["error"].as_str().unwrap_or_default();
+    assert!(err.contains("2 times") && err.contains("not resumed"), "{s}");
+    let fine = d.submit(&song(1.0, 1));
+    assert_eq!(d.wait(&fine, Duration::from_secs(300))["status"], "done");
+    // The failure is journaled: a fourth start still reports it and runs nothing.
+    let (data, port, args) = d.kill9();
+    let d = Daemon::start_with_env(&data, port, args, &env);
+    assert_eq!(d.status(&poison)["status"], "failed");
+}

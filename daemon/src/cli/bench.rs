@@ -22,7 +22,8 @@ use yued_protocol::{CotMode, Yue2Request};
 #[derive(clap::Args)]
 pub struct BenchArgs {
     /// Demo preset measured when no --model/--vae is given: `full` (the published YuE2
-    /// dimensions, Q8_0, random weights, ~4 GB written once into --cache) or `tiny`.
+    /// dimensions, Q8_0, random weights, ~4 GB written once into --cache), `deep` (the
+    /// published depth at tiny widths) or `tiny`.
     #[arg(long, default_value = "full")]
     pub preset: String,
     /// Backbone GGUF (with --vae) instead of a demo preset.
@@ -146,11 +147,7 @@ fn models(a: &BenchArgs) -> anyhow::Result<(PathBuf, PathBuf, String)> {
     if let (Some(m), Some(v)) = (&a.model, &a.vae) {
         return Ok((m.clone(), v.clone(), m.display().to_string()));
     }
-    let preset = match a.preset.as_str() {
-        "tiny" => Preset::Tiny,
-        "full" => Preset::Full,
-        p => anyhow::bail!("--preset: '{p}' (tiny or full)"),
-    };
+    let preset: Preset = a.preset.parse().map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
     let dir = a.cache.join(&a.preset);
     let tag = &a.preset;
     let (m, v) = (dir.join(format!("yue2-demo-{tag}.gguf")), dir.join(format!("yue2-demo-{tag}-vae.gguf")));
@@ -309,7 +306,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             audio = tracks.iter().map(|t| t.frames as f64 / 25.0).sum();
         }
         let s = stats(v);
-        push("e2e", format!("whole song, {:.0} s of audio, cot off, {} steps", a.e2e_seconds, req.steps), "x realtime", s.map(|t| audio / t), format!("{:.1} s per song", s.median));
+        // The request's defaults, guidance included (1.01 in cot off: both streams decode
+        // as one batch and the song's stream is copied out of the pair at the end).
+        push("e2e", format!("whole song, {:.0} s, cot off, cfg {}, {} steps", a.e2e_seconds, req.effective_cfg_scale(), req.steps), "x realtime", s.map(|t| audio / t), format!("{:.1} s per song", s.median));
     }
     println!("{:<8} {:<46} {:>10} {:>10} {:>10}  {:<10} note", "section", "what", "median", "min", "max", "unit");
     for r in &rows {

@@ -7,7 +7,9 @@ pub struct DemoArgs {
     /// Directory to write `yue2-demo-{preset}.gguf` and `yue2-demo-{preset}-vae.gguf` into.
     #[arg(long)]
     pub out: PathBuf,
-    /// `tiny` (a few MB, seconds on CPU) or `full` (the published dimensions, Q8_0, ~4 GB).
+    /// `tiny` (a few MB, seconds on CPU), `deep` (tiny's widths at the published depth and
+    /// head layout: 28 layers, 16 query heads over 8 KV heads; ~17 MB) or `full` (the
+    /// published dimensions, Q8_0, ~4 GB).
     #[arg(long, default_value = "tiny")]
     pub preset: Preset,
     /// Seed of the random weights (the same seed writes the same bytes).

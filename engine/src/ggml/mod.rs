@@ -90,6 +90,9 @@ pub enum GgmlError {
     /// A graph node the device cannot compute (its kernels would give garbage or crash).
     #[error("{device} cannot compute {node}")]
     Unsupported { device: String, node: String },
+    /// A graph holds more nodes or leaves than it was sized for (ggml would abort).
+    #[error("graph '{graph}' needs {nodes} nodes and {leafs} leaves but was sized for {size}")]
+    GraphFull { graph: String, nodes: usize, leafs: usize, size: usize },
 }
 
 static LOG_ONCE: Once = Once::new();
@@ -184,6 +187,7 @@ impl Context {
 
     /// A new tensor of `ne` (innermost dimension first, up to 4).
     pub fn new_tensor(&self, ty: GgmlType, ne: &[i64]) -> Tensor<'_> {
+        self.ensure_room(1);
         assert!((1..=4).contains(&ne.len()), "tensor rank {} out of 1..=4", ne.len());
         assert!(ne.iter().all(|&n| n >= 0), "negative dimension in {ne:?}");
         if ty.block_size() > 1 {
@@ -202,11 +206,41 @@ impl Context {
         NonNull::new(p).map(|ptr| Tensor { ptr, _ctx: PhantomData })
     }
 
-    /// An empty compute graph with room for `nodes` nodes.
-    pub fn new_graph(&self, nodes: usize) -> Graph<'_> {
-        // SAFETY: the context was sized by the caller to hold the graph.
+    /// A context for one graph of up to `nodes` nodes (and as many leaves):
+    /// room for the graph and for two tensors per node (views and inputs included).
+    pub fn for_graph(nodes: usize) -> Result<Self, GgmlError> {
+        Context::new(2 * nodes + 16, nodes)
+    }
+
+    /// An empty compute graph named `name` (errors name it) with room for `nodes` nodes and
+    /// `nodes` leaves.
+    pub fn new_graph(&self, name: &str, nodes: usize) -> Graph<'_> {
+        // SAFETY: pure size computation.
+        let need = unsafe { sys::ggml_graph_overhead_custom(nodes, false) };
+        // SAFETY: reads the arena's counters.
+        let used = unsafe { sys::ggml_used_mem(self.raw()) };
+        assert!(used + need <= self.mem_size, "ggml context of {} bytes has no room for graph '{name}' of {nodes} nodes", self.mem_size);
+        // SAFETY: room checked above.
         let p = unsafe { sys::ggml_new_graph_custom(self.raw(), nodes, false) };
-        Graph { ptr: NonNull::new(p).expect("ggml_new_graph_custom returned NULL"), _ctx: PhantomData }
+        Graph {
+            ptr: NonNull::new(p).expect("ggml_new_graph_custom returned NULL"),
+            name: name.to_string(),
+            size: nodes,
+            seen: std::collections::HashSet::new(),
+            nodes: 0,
+            leafs: 0,
+            over: None,
+            _ctx: PhantomData,
+        }
+    }
+
+    /// Panics, naming the arena's size, when it cannot hold `n` more tensors: ggml would
+    /// abort. Graph contexts are sized from their graphs (see [`Context::for_graph`]), so
+    /// this is a programming error, never an input's.
+    pub(crate) fn ensure_room(&self, n: usize) {
+        // SAFETY: pure size computation and a read of the arena's counters.
+        let (per, used) = unsafe { (sys::ggml_tensor_overhead(), sys::ggml_used_mem(self.raw())) };
+        assert!(used + n * per <= self.mem_size, "ggml context of {} bytes ({} tensors) is full", self.mem_size, self.mem_size / per);
     }
 }
 
@@ -353,17 +387,78 @@ impl std::fmt::Debug for Tensor<'_> {
 }
 
 /// A compute graph built in a [`Context`].
+///
+/// It counts what it holds the way ggml does (every tensor reached through sources once:
+/// a leaf when it has no op, a node otherwise), so a graph sized too small for its depth,
+/// batch or length is an error naming it ([`GgmlError::GraphFull`], from the allocator or
+/// the compute) instead of ggml's `abort()`: an expand that would not fit is not passed
+/// to ggml at all.
 pub struct Graph<'a> {
     ptr: NonNull<sys::ggml_cgraph>,
+    name: String,
+    size: usize,
+    /// Every tensor the graph holds (nodes and leaves), by address.
+    seen: std::collections::HashSet<usize>,
+    nodes: usize,
+    leafs: usize,
+    /// Nodes and leaves the graph would need, once an expand did not fit.
+    over: Option<(usize, usize)>,
     _ctx: PhantomData<&'a Context>,
 }
 
 impl<'a> Graph<'a> {
-    /// Adds `t` and everything it depends on.
-    pub fn expand(&mut self, t: Tensor<'a>) {
-        // SAFETY: both live in contexts that outlive 'a.
-        unsafe { sys::ggml_build_forward_expand(self.ptr.as_ptr(), t.raw()) }
+    /// A graph already built and checked (a kept one being computed again).
+    fn built(ptr: NonNull<sys::ggml_cgraph>) -> Self {
+        Graph { ptr, name: String::new(), size: usize::MAX, seen: Default::default(), nodes: 0, leafs: 0, over: None, _ctx: PhantomData }
     }
+
+    /// Adds `t` and everything it depends on, if the graph has room for them (else the
+    /// graph is marked full and every later use of it fails with [`GgmlError::GraphFull`]).
+    pub fn expand(&mut self, t: Tensor<'a>) {
+        let (mut nodes, mut leafs) = (0, 0);
+        let mut new: Vec<usize> = Vec::new();
+        let mut stack = vec![t.raw()];
+        while let Some(p) = stack.pop() {
+            let at = p as usize;
+            if self.seen.contains(&at) || new.contains(&at) {
+                continue;
+            }
+            new.push(at);
+            // SAFETY: tensors of contexts that outlive 'a; their sources are live tensors.
+            let node = unsafe { &*p };
+            stack.extend(node.src.iter().filter(|s| !s.is_null()).copied());
+            if node.op == sys::GGML_OP_NONE && node.flags & sys::GGML_TENSOR_FLAG_PARAM as i32 == 0 {
+                leafs += 1;
+            } else {
+                nodes += 1;
+            }
+        }
+        self.seen.extend(new);
+        if let Some((n, l)) = &mut self.over {
+            *n += nodes;
+            *l += leafs;
+            return;
+        }
+        if self.nodes + nodes > self.size || self.leafs + leafs > self.size {
+            self.over = Some((self.nodes + nodes, self.leafs + leafs));
+            return;
+        }
+        self.nodes += nodes;
+        self.leafs += leafs;
+        // SAFETY: both live in contexts that outlive 'a; room for every new node and leaf
+        // was checked above.
+        unsafe { sys::ggml_build_forward_expand(self.ptr.as_ptr(), t.raw()) }
+        debug_assert_eq!(self.n_nodes() as usize, self.nodes, "graph '{}': node count differs from ggml's", self.name);
+    }
+
+    /// Whether everything expanded fits; else the error naming the graph and its needs.
+    pub fn check_capacity(&self) -> Result<(), GgmlError> {
+        match self.over {
+            None => Ok(()),
+            Some((nodes, leafs)) => Err(GgmlError::GraphFull { graph: self.name.clone(), nodes, leafs, size: self.size }),
+        }
+    }
+
     pub fn n_nodes(&self) -> i32 {
         // SAFETY: reads the graph.
         unsafe { sys::ggml_graph_n_nodes(self.ptr.as_ptr()) }
@@ -385,6 +480,8 @@ impl<'a> Graph<'a> {
 /// call that passes the same stores — alive, since that call borrows them. The allocator is
 /// private, so no other graph can move the kept one's memory.
 pub struct GraphCache<K> {
+    /// Names the graphs in errors.
+    name: &'static str,
     alloc: Allocator,
     kept: Option<Kept<K>>,
     builds: u64,
@@ -422,7 +519,7 @@ impl<'s> KeptGraph<'s> {
 
     /// Computes the graph; its nodes are checked against the device only on the first call.
     pub fn compute(&self, backend: &Backend) -> Result<(), GgmlError> {
-        let graph = Graph { ptr: self.graph, _ctx: PhantomData };
+        let graph = Graph::built(self.graph);
         if !self.checked.get() {
             backend.check_supported(&graph)?;
             self.checked.set(true);
@@ -432,8 +529,9 @@ impl<'s> KeptGraph<'s> {
 }
 
 impl<K: PartialEq> GraphCache<K> {
-    pub fn new(backend: &Backend) -> Self {
-        GraphCache { alloc: Allocator::new(backend), kept: None, builds: 0, reuses: 0 }
+    /// A cache of the graphs named `name` (errors say which graph did not fit).
+    pub fn new(backend: &Backend, name: &'static str) -> Self {
+        GraphCache { name, alloc: Allocator::new(backend), kept: None, builds: 0, reuses: 0 }
     }
 
     /// The graph of `key` over `stores`: the kept one if both match, else one that `build`
@@ -450,9 +548,9 @@ impl<K: PartialEq> GraphCache<K> {
         } else {
             // Drop the old graph first: the allocator reuses its memory.
             self.kept = None;
-            let ctx = Context::new(n_nodes, n_nodes)?;
+            let ctx = Context::for_graph(n_nodes)?;
             let (graph, tensors) = {
-                let mut g = ctx.new_graph(n_nodes);
+                let mut g = ctx.new_graph(self.name, n_nodes);
                 let kept = build(&ctx, &mut g, stores);
                 self.alloc.alloc_graph(&g)?;
                 (g.ptr, kept.iter().map(|t| t.ptr).collect())
@@ -673,6 +771,7 @@ impl Backend {
     /// graph given to one backend without asking, and an unsupported case (a type, a
     /// non-contiguous operand) would be silent garbage instead of an error.
     pub fn compute(&self, graph: &Graph<'_>) -> Result<(), GgmlError> {
+        graph.check_capacity()?;
         self.check_supported(graph)?;
         self.compute_checked(graph)
     }
@@ -787,6 +886,7 @@ impl Allocator {
 
     /// Places every unallocated tensor of `graph`.
     pub fn alloc_graph(&mut self, graph: &Graph<'_>) -> Result<(), GgmlError> {
+        graph.check_capacity()?;
         // SAFETY: valid allocator and graph.
         let ok = unsafe { sys::ggml_gallocr_alloc_graph(self.ptr.as_ptr(), graph.raw()) };
         if ok {

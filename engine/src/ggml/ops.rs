@@ -9,8 +9,11 @@ fn can_repeat(small: &Tensor<'_>, big: &Tensor<'_>) -> bool {
 }
 
 impl Context {
-    fn wrap<'a>(&'a self, p: *mut sys::ggml_tensor) -> Tensor<'a> {
-        Tensor::from_raw(p)
+    /// Runs one ggml builder once the arena has room for the tensors it makes (at most
+    /// four; ggml would abort on a full arena).
+    fn op<'a>(&'a self, build: impl FnOnce() -> *mut sys::ggml_tensor) -> Tensor<'a> {
+        self.ensure_room(4);
+        Tensor::from_raw(build())
     }
 
     /// `a^T b` in ggml terms: a [K, M], b [K, N, ...] -> [M, N, ...].
@@ -18,105 +21,105 @@ impl Context {
         let (na, nb) = (a.ne(), b.ne());
         assert!(na[0] == nb[0] && nb[2] % na[2] == 0 && nb[3] % na[3] == 0, "mul_mat shape mismatch {:?} x {:?} ({} x {})", na, nb, a.name(), b.name());
         // SAFETY: shapes checked; both tensors live at least as long as 'a.
-        self.wrap(unsafe { sys::ggml_mul_mat(self.raw(), a.raw(), b.raw()) })
+        self.op(|| unsafe { sys::ggml_mul_mat(self.raw(), a.raw(), b.raw()) })
     }
     pub fn add<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         assert!(can_repeat(&b, &a), "add cannot broadcast {:?} onto {:?}", b.ne(), a.ne());
         // SAFETY: shapes checked.
-        self.wrap(unsafe { sys::ggml_add(self.raw(), a.raw(), b.raw()) })
+        self.op(|| unsafe { sys::ggml_add(self.raw(), a.raw(), b.raw()) })
     }
     pub fn sub<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         assert!(can_repeat(&b, &a), "sub cannot broadcast {:?} onto {:?}", b.ne(), a.ne());
         // SAFETY: shapes checked.
-        self.wrap(unsafe { sys::ggml_sub(self.raw(), a.raw(), b.raw()) })
+        self.op(|| unsafe { sys::ggml_sub(self.raw(), a.raw(), b.raw()) })
     }
     pub fn mul<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         assert!(can_repeat(&b, &a), "mul cannot broadcast {:?} onto {:?}", b.ne(), a.ne());
         // SAFETY: shapes checked.
-        self.wrap(unsafe { sys::ggml_mul(self.raw(), a.raw(), b.raw()) })
+        self.op(|| unsafe { sys::ggml_mul(self.raw(), a.raw(), b.raw()) })
     }
     pub fn div<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         assert!(can_repeat(&b, &a), "div cannot broadcast {:?} onto {:?}", b.ne(), a.ne());
         // SAFETY: shapes checked.
-        self.wrap(unsafe { sys::ggml_div(self.raw(), a.raw(), b.raw()) })
+        self.op(|| unsafe { sys::ggml_div(self.raw(), a.raw(), b.raw()) })
     }
     pub fn scale<'a>(&'a self, a: Tensor<'a>, s: f32) -> Tensor<'a> {
         // SAFETY: elementwise.
-        self.wrap(unsafe { sys::ggml_scale(self.raw(), a.raw(), s) })
+        self.op(|| unsafe { sys::ggml_scale(self.raw(), a.raw(), s) })
     }
     pub fn rms_norm<'a>(&'a self, a: Tensor<'a>, eps: f32) -> Tensor<'a> {
         // SAFETY: row-wise op on any shape.
-        self.wrap(unsafe { sys::ggml_rms_norm(self.raw(), a.raw(), eps) })
+        self.op(|| unsafe { sys::ggml_rms_norm(self.raw(), a.raw(), eps) })
     }
     pub fn silu<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: elementwise.
-        self.wrap(unsafe { sys::ggml_silu(self.raw(), a.raw()) })
+        self.op(|| unsafe { sys::ggml_silu(self.raw(), a.raw()) })
     }
     /// `silu(gate) * up`, the SwiGLU of a gated MLP.
     pub fn swiglu<'a>(&'a self, gate: Tensor<'a>, up: Tensor<'a>) -> Tensor<'a> {
         assert_eq!(gate.ne(), up.ne(), "swiglu halves differ");
         // SAFETY: equal shapes.
-        self.wrap(unsafe { sys::ggml_swiglu_split(self.raw(), gate.raw(), up.raw()) })
+        self.op(|| unsafe { sys::ggml_swiglu_split(self.raw(), gate.raw(), up.raw()) })
     }
     pub fn sin<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: elementwise.
-        self.wrap(unsafe { sys::ggml_sin(self.raw(), a.raw()) })
+        self.op(|| unsafe { sys::ggml_sin(self.raw(), a.raw()) })
     }
     pub fn cos<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: elementwise.
-        self.wrap(unsafe { sys::ggml_cos(self.raw(), a.raw()) })
+        self.op(|| unsafe { sys::ggml_cos(self.raw(), a.raw()) })
     }
     pub fn sqr<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: elementwise.
-        self.wrap(unsafe { sys::ggml_sqr(self.raw(), a.raw()) })
+        self.op(|| unsafe { sys::ggml_sqr(self.raw(), a.raw()) })
     }
     pub fn exp<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: elementwise.
-        self.wrap(unsafe { sys::ggml_exp(self.raw(), a.raw()) })
+        self.op(|| unsafe { sys::ggml_exp(self.raw(), a.raw()) })
     }
     pub fn cont<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: copies into a fresh contiguous tensor.
-        self.wrap(unsafe { sys::ggml_cont(self.raw(), a.raw()) })
+        self.op(|| unsafe { sys::ggml_cont(self.raw(), a.raw()) })
     }
     /// Copies `a` into `b` (converting types); the result aliases `b`.
     pub fn cpy<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         assert_eq!(a.nelements(), b.nelements(), "cpy element counts differ: {:?} -> {:?}", a.ne(), b.ne());
         // SAFETY: equal element counts.
-        self.wrap(unsafe { sys::ggml_cpy(self.raw(), a.raw(), b.raw()) })
+        self.op(|| unsafe { sys::ggml_cpy(self.raw(), a.raw(), b.raw()) })
     }
     /// Casts to another float type.
     pub fn cast<'a>(&'a self, a: Tensor<'a>, ty: GgmlType) -> Tensor<'a> {
         // SAFETY: creates a new tensor of the same shape.
-        self.wrap(unsafe { sys::ggml_cast(self.raw(), a.raw(), ty.raw()) })
+        self.op(|| unsafe { sys::ggml_cast(self.raw(), a.raw(), ty.raw()) })
     }
     pub fn concat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>, dim: i32) -> Tensor<'a> {
         let (na, nb) = (a.ne(), b.ne());
         assert!((0..4).all(|i| i == dim as usize || na[i] == nb[i]), "concat on dim {dim} of {na:?} and {nb:?}");
         // SAFETY: shapes checked.
-        self.wrap(unsafe { sys::ggml_concat(self.raw(), a.raw(), b.raw(), dim) })
+        self.op(|| unsafe { sys::ggml_concat(self.raw(), a.raw(), b.raw(), dim) })
     }
     pub fn get_rows<'a>(&'a self, a: Tensor<'a>, ids: Tensor<'a>) -> Tensor<'a> {
         assert_eq!(ids.ty(), GgmlType::I32, "get_rows ids must be I32");
         // SAFETY: ids are I32; out-of-range ids are the caller's contract (validated upstream).
-        self.wrap(unsafe { sys::ggml_get_rows(self.raw(), a.raw(), ids.raw()) })
+        self.op(|| unsafe { sys::ggml_get_rows(self.raw(), a.raw(), ids.raw()) })
     }
     pub fn reshape_2d<'a>(&'a self, a: Tensor<'a>, n0: i64, n1: i64) -> Tensor<'a> {
         assert_eq!(a.nelements(), n0 * n1, "reshape {:?} -> [{n0}, {n1}]", a.ne());
         // SAFETY: element count checked; ggml also needs contiguity.
         assert!(a.is_contiguous(), "reshape of a non-contiguous tensor");
-        self.wrap(unsafe { sys::ggml_reshape_2d(self.raw(), a.raw(), n0, n1) })
+        self.op(|| unsafe { sys::ggml_reshape_2d(self.raw(), a.raw(), n0, n1) })
     }
     pub fn reshape_3d<'a>(&'a self, a: Tensor<'a>, n0: i64, n1: i64, n2: i64) -> Tensor<'a> {
         assert_eq!(a.nelements(), n0 * n1 * n2, "reshape {:?} -> [{n0}, {n1}, {n2}]", a.ne());
         assert!(a.is_contiguous(), "reshape of a non-contiguous tensor");
         // SAFETY: checked above.
-        self.wrap(unsafe { sys::ggml_reshape_3d(self.raw(), a.raw(), n0, n1, n2) })
+        self.op(|| unsafe { sys::ggml_reshape_3d(self.raw(), a.raw(), n0, n1, n2) })
     }
     pub fn reshape_4d<'a>(&'a self, a: Tensor<'a>, n0: i64, n1: i64, n2: i64, n3: i64) -> Tensor<'a> {
         assert_eq!(a.nelements(), n0 * n1 * n2 * n3, "reshape {:?} -> [{n0}, {n1}, {n2}, {n3}]", a.ne());
         assert!(a.is_contiguous(), "reshape of a non-contiguous tensor");
         // SAFETY: checked above.
-        self.wrap(unsafe { sys::ggml_reshape_4d(self.raw(), a.raw(), n0, n1, n2, n3) })
+        self.op(|| unsafe { sys::ggml_reshape_4d(self.raw(), a.raw(), n0, n1, n2, n3) })
     }
     fn check_view(a: &Tensor<'_>, bytes_needed: usize) {
         assert!(bytes_needed <= a.nbytes(), "view of {bytes_needed} bytes overflows {:?} ({} bytes)", a, a.nbytes());
@@ -124,14 +127,14 @@ impl Context {
     pub fn view_1d<'a>(&'a self, a: Tensor<'a>, n0: i64, offset: usize) -> Tensor<'a> {
         Self::check_view(&a, offset + a.ty().row_size(n0 as usize));
         // SAFETY: bounds checked.
-        self.wrap(unsafe { sys::ggml_view_1d(self.raw(), a.raw(), n0, offset) })
+        self.op(|| unsafe { sys::ggml_view_1d(self.raw(), a.raw(), n0, offset) })
     }
     pub fn view_2d<'a>(&'a self, a: Tensor<'a>, n0: i64, n1: i64, nb1: usize, offset: usize) -> Tensor<'a> {
         if n1 > 0 {
             Self::check_view(&a, offset + (n1 as usize - 1) * nb1 + a.ty().row_size(n0 as usize));
         }
         // SAFETY: bounds checked.
-        self.wrap(unsafe { sys::ggml_view_2d(self.raw(), a.raw(), n0, n1, nb1, offset) })
+        self.op(|| unsafe { sys::ggml_view_2d(self.raw(), a.raw(), n0, n1, nb1, offset) })
     }
     #[allow(clippy::too_many_arguments)]
     pub fn view_3d<'a>(&'a self, a: Tensor<'a>, n0: i64, n1: i64, n2: i64, nb1: usize, nb2: usize, offset: usize) -> Tensor<'a> {
@@ -139,7 +142,7 @@ impl Context {
             Self::check_view(&a, offset + (n2 as usize - 1) * nb2 + (n1 as usize - 1) * nb1 + a.ty().row_size(n0 as usize));
         }
         // SAFETY: bounds checked.
-        self.wrap(unsafe { sys::ggml_view_3d(self.raw(), a.raw(), n0, n1, n2, nb1, nb2, offset) })
+        self.op(|| unsafe { sys::ggml_view_3d(self.raw(), a.raw(), n0, n1, n2, nb1, nb2, offset) })
     }
     #[allow(clippy::too_many_arguments)]
     pub fn view_4d<'a>(&'a self, a: Tensor<'a>, ne: [i64; 4], nb1: usize, nb2: usize, nb3: usize, offset: usize) -> Tensor<'a> {
@@ -148,7 +151,7 @@ impl Context {
             Self::check_view(&a, last);
         }
         // SAFETY: bounds checked.
-        self.wrap(unsafe { sys::ggml_view_4d(self.raw(), a.raw(), ne[0], ne[1], ne[2], ne[3], nb1, nb2, nb3, offset) })
+        self.op(|| unsafe { sys::ggml_view_4d(self.raw(), a.raw(), ne[0], ne[1], ne[2], ne[3], nb1, nb2, nb3, offset) })
     }
     /// Permutes axes: axis i of `a` becomes axis `p[i]` of the result.
     pub fn permute<'a>(&'a self, a: Tensor<'a>, p: [i32; 4]) -> Tensor<'a> {
@@ -158,18 +161,18 @@ impl Context {
             seen[x as usize] = true;
         }
         // SAFETY: valid permutation.
-        self.wrap(unsafe { sys::ggml_permute(self.raw(), a.raw(), p[0], p[1], p[2], p[3]) })
+        self.op(|| unsafe { sys::ggml_permute(self.raw(), a.raw(), p[0], p[1], p[2], p[3]) })
     }
     pub fn transpose<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: view op.
-        self.wrap(unsafe { sys::ggml_transpose(self.raw(), a.raw()) })
+        self.op(|| unsafe { sys::ggml_transpose(self.raw(), a.raw()) })
     }
     /// NeoX-style rotary embedding of `a` [head_dim, heads, tokens] at positions `pos` (I32, one per token).
     pub fn rope_neox<'a>(&'a self, a: Tensor<'a>, pos: Tensor<'a>, n_dims: i32, freq_base: f32) -> Tensor<'a> {
         assert_eq!(pos.ty(), GgmlType::I32, "rope positions must be I32");
         assert_eq!(pos.ne()[0], a.ne()[2], "rope: {} positions for {} tokens", pos.ne()[0], a.ne()[2]);
         // SAFETY: checked above.
-        self.wrap(unsafe {
+        self.op(|| unsafe {
             sys::ggml_rope_ext(self.raw(), a.raw(), pos.raw(), std::ptr::null_mut(), n_dims, sys::GGML_ROPE_TYPE_NEOX as i32, 0, freq_base, 1.0, 0.0, 1.0, 0.0, 0.0)
         })
     }
@@ -177,7 +180,7 @@ impl Context {
     pub fn soft_max_ext<'a>(&'a self, a: Tensor<'a>, mask: Option<Tensor<'a>>, scale: f32) -> Tensor<'a> {
         let m = mask.map(|m| m.raw()).unwrap_or(std::ptr::null_mut());
         // SAFETY: ggml checks mask shape compatibility internally on build (asserts); callers build masks of [n_kv, n_q].
-        self.wrap(unsafe { sys::ggml_soft_max_ext(self.raw(), a.raw(), m, scale, 0.0) })
+        self.op(|| unsafe { sys::ggml_soft_max_ext(self.raw(), a.raw(), m, scale, 0.0) })
     }
     /// Fused attention. q [D, n_q, H], k/v [D, n_kv, H_kv], mask F16 [n_kv, n_q_padded].
     pub fn flash_attn_ext<'a>(&'a self, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>, mask: Option<Tensor<'a>>, scale: f32) -> Tensor<'a> {
@@ -185,20 +188,19 @@ impl Context {
         assert_eq!(q.ne()[2] % k.ne()[2], 0, "flash_attn: {} q heads over {} kv heads", q.ne()[2], k.ne()[2]);
         let m = mask.map(|m| m.raw()).unwrap_or(std::ptr::null_mut());
         // SAFETY: shapes checked.
-        let t = unsafe { sys::ggml_flash_attn_ext(self.raw(), q.raw(), k.raw(), v.raw(), m, scale, 0.0, 0.0) };
-        self.wrap(t)
+        self.op(|| unsafe { sys::ggml_flash_attn_ext(self.raw(), q.raw(), k.raw(), v.raw(), m, scale, 0.0, 0.0) })
     }
     /// Writes rows of `src` into `dst` at row indices `idx` (I64); the result aliases `dst`.
     pub fn set_rows<'a>(&'a self, dst: Tensor<'a>, src: Tensor<'a>, idx: Tensor<'a>) -> Tensor<'a> {
         assert_eq!(dst.ne()[0], src.ne()[0], "set_rows row widths differ");
         // SAFETY: widths checked; indices are the caller's contract.
-        self.wrap(unsafe { sys::ggml_set_rows(self.raw(), dst.raw(), src.raw(), idx.raw()) })
+        self.op(|| unsafe { sys::ggml_set_rows(self.raw(), dst.raw(), src.raw(), idx.raw()) })
     }
     /// 1D convolution as im2col + mul_mat. kernel [K, Cin, Cout], x [T, Cin] -> [T', Cout].
     pub fn conv_1d<'a>(&'a self, kernel: Tensor<'a>, x: Tensor<'a>, stride: i32, pad: i32, dilation: i32) -> Tensor<'a> {
         assert_eq!(kernel.ne()[1], x.ne()[1], "conv_1d channel mismatch: kernel {:?} input {:?}", kernel.ne(), x.ne());
         // SAFETY: channel counts checked.
-        self.wrap(unsafe { sys::ggml_conv_1d(self.raw(), kernel.raw(), x.raw(), stride, pad, dilation) })
+        self.op(|| unsafe { sys::ggml_conv_1d(self.raw(), kernel.raw(), x.raw(), stride, pad, dilation) })
     }
     /// 1D convolution in F32 throughout (im2col kept in F32, unlike `ggml_conv_1d` which
     /// rounds the columns to F16). kernel [K, Cin, Cout], x [T, Cin] -> [T', Cout].
@@ -206,7 +208,7 @@ impl Context {
         assert_eq!(kernel.ne()[1], x.ne()[1], "conv_1d channel mismatch: kernel {:?} input {:?}", kernel.ne(), x.ne());
         let (k, cin, cout) = (kernel.ne()[0], kernel.ne()[1], kernel.ne()[2]);
         // SAFETY: channel counts checked; F32 im2col is supported by every backend we use.
-        let im = self.wrap(unsafe { sys::ggml_im2col(self.raw(), kernel.raw(), x.raw(), stride, 0, pad, 0, dilation, 0, false, sys::GGML_TYPE_F32) });
+        let im = self.op(|| unsafe { sys::ggml_im2col(self.raw(), kernel.raw(), x.raw(), stride, 0, pad, 0, dilation, 0, false, sys::GGML_TYPE_F32) });
         let (ol, n) = (im.ne()[1], im.ne()[2]);
         let cols = self.reshape_2d(im, k * cin, ol * n);
         let w = self.reshape_2d(kernel, k * cin, cout);
@@ -217,16 +219,16 @@ impl Context {
     pub fn conv_transpose_1d<'a>(&'a self, kernel: Tensor<'a>, x: Tensor<'a>, stride: i32) -> Tensor<'a> {
         assert_eq!(kernel.ne()[2], x.ne()[1], "conv_transpose_1d channel mismatch: kernel {:?} input {:?}", kernel.ne(), x.ne());
         // SAFETY: ggml requires p0 = 0 and d0 = 1; checked shapes.
-        self.wrap(unsafe { sys::ggml_conv_transpose_1d(self.raw(), kernel.raw(), x.raw(), stride, 0, 1) })
+        self.op(|| unsafe { sys::ggml_conv_transpose_1d(self.raw(), kernel.raw(), x.raw(), stride, 0, 1) })
     }
     /// Zero padding at the end of each dimension.
     pub fn pad<'a>(&'a self, a: Tensor<'a>, p: [i32; 4]) -> Tensor<'a> {
         // SAFETY: creates a larger tensor.
-        self.wrap(unsafe { sys::ggml_pad(self.raw(), a.raw(), p[0], p[1], p[2], p[3]) })
+        self.op(|| unsafe { sys::ggml_pad(self.raw(), a.raw(), p[0], p[1], p[2], p[3]) })
     }
     /// Zero padding on both sides of dim 0.
     pub fn pad_ext_0<'a>(&'a self, a: Tensor<'a>, left: i32, right: i32) -> Tensor<'a> {
         // SAFETY: creates a larger tensor.
-        self.wrap(unsafe { sys::ggml_pad_ext(self.raw(), a.raw(), left, right, 0, 0, 0, 0, 0, 0) })
+        self.op(|| unsafe { sys::ggml_pad_ext(self.raw(), a.raw(), left, right, 0, 0, 0, 0, 0, 0) })
     }
 }

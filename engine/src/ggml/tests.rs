@@ -28,7 +28,7 @@ fn mul_mat_add_and_norm_match_reference() {
     let b = gctx.new_tensor(GgmlType::F32, &[3, 2]).set_input();
     let y = gctx.add(gctx.mul_mat(a, b), bias).set_output(); // outputs keep their memory
     let n = gctx.rms_norm(y, 1e-6).set_output();
-    let mut g = gctx.new_graph(64);
+    let mut g = gctx.new_graph("test", 64);
     g.expand(n);
     let mut alloc = Allocator::new(&backend);
     alloc.alloc_graph(&g).unwrap();
@@ -66,7 +66,7 @@ fn quantized_mul_mat_is_close_to_f32() {
     let gctx = Context::new(8, 16).unwrap();
     let x = gctx.new_tensor(GgmlType::F32, &[k as i64, 1]).set_input();
     let y = gctx.mul_mat(w, x).set_output();
-    let mut g = gctx.new_graph(16);
+    let mut g = gctx.new_graph("test", 16);
     g.expand(y);
     let mut alloc = Allocator::new(&backend);
     alloc.alloc_graph(&g).unwrap();
@@ -139,7 +139,7 @@ fn cpu_turns_are_exclusive_and_in_order() {
         let ctx = Context::new(8, 8).unwrap();
         let x = ctx.new_tensor(GgmlType::F32, &[4]).set_input();
         let y = ctx.scale(x, 2.0).set_output();
-        let mut g = ctx.new_graph(8);
+        let mut g = ctx.new_graph("test", 8);
         g.expand(y);
         let mut alloc = Allocator::new(&b);
         alloc.alloc_graph(&g).unwrap();
@@ -181,4 +181,41 @@ fn mean_steps_averages_enough_steps_to_fill_a_repetition() {
     };
     assert_eq!(super::llama_ref::mean_steps(5, &mut slow), Err("boom"));
     assert_eq!(calls, 4);
+}
+
+/// A graph holding more than it was sized for is an error naming it, from the allocator and
+/// from the compute, and ggml never sees the expand (it would abort the process); the same
+/// chain in a graph of the right size computes.
+#[test]
+fn a_graph_over_its_size_is_an_error_naming_it() {
+    let backend = backend();
+    let build = |size: usize| {
+        let ctx = Context::for_graph(64).unwrap();
+        let x = ctx.new_tensor(GgmlType::F32, &[4]).set_input();
+        let mut y = x;
+        for _ in 0..10 {
+            y = ctx.scale(y, 2.0);
+        }
+        let y = y.set_output();
+        let mut g = ctx.new_graph("ten scales", size);
+        g.expand(y);
+        g.expand(y); // nothing new: no double count
+        let mut alloc = Allocator::new(&backend);
+        let allocated = alloc.alloc_graph(&g);
+        let computed = backend.compute(&g);
+        if allocated.is_ok() {
+            x.write_f32(&[1.0, 2.0, 3.0, 4.0]);
+            backend.compute(&g).unwrap();
+            assert_eq!(y.read_f32(), vec![1024.0, 2048.0, 3072.0, 4096.0]);
+        }
+        (allocated.err(), computed.err(), g.n_nodes())
+    };
+    let (alloc_err, compute_err, n) = build(9);
+    let msg = alloc_err.expect("9 slots for 10 nodes").to_string();
+    assert!(msg.contains("'ten scales'") && msg.contains("10 nodes") && msg.contains("sized for 9"), "{msg}");
+    assert!(matches!(compute_err, Some(GgmlError::GraphFull { nodes: 10, leafs: 1, size: 9, .. })), "{compute_err:?}");
+    assert_eq!(n, 0, "ggml was never handed the expand");
+    let (alloc_err, _, n) = build(10);
+    assert!(alloc_err.is_none(), "{alloc_err:?}");
+    assert_eq!(n, 10);
 }

