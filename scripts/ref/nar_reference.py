@@ -16,7 +16,8 @@ Regenerate (from the repository root):
 
     python3 -m pip install -q gguf numpy
     python3 scripts/ref/nar_reference.py                  # tiny: fixtures/nar/
-    python3 scripts/ref/nar_reference.py --gguf PATH --out fixtures/nar/deep --deep
+    cargo run -p yued -- demo-model --preset deep --seed 0 --out /tmp/deep
+    python3 scripts/ref/nar_reference.py --gguf /tmp/deep/yue2-demo-deep.gguf --out fixtures/nar/deep --deep
 
 Semantics (the project specification, after the reference C++ implementation):
   * AR cache: the AR half (exactly qwen3_reference.forward) over S, keeping per
@@ -753,7 +754,7 @@ def main():
     rel = os.path.relpath(gpath, REPO)
     cases = OrderedDict()
     cases["format"] = "raw little-endian float32, C order; latents/velocities [N, 64], batches [M, N, 64]"
-    cases["weights"] = gpath if rel.startswith("..") else rel
+    cases["weights"] = (gpath if rel.startswith("..") else rel) if not args.deep else "yued demo-model --preset deep --seed 0 (the file: " + os.path.basename(gpath) + ", sha256 below)"
     cases["gguf_sha256"] = gguf_sha
     cases["config"] = cfg
     cases["tokens"] = tok

@@ -28,7 +28,11 @@ struct Setup {
 }
 
 fn setup() -> Setup {
-    let f = GgufFile::open(path("fixtures/ar/tiny-qwen3.gguf")).unwrap();
+    setup_from(&path("fixtures/ar/tiny-qwen3.gguf"))
+}
+
+fn setup_from(gguf: &std::path::Path) -> Setup {
+    let f = GgufFile::open(gguf).unwrap();
     let info = BackboneInfo::from_gguf(&f).unwrap();
     let backend = Backend::for_tests(2);
     let ar = ArModel::load(&f, &info, &backend).unwrap();
@@ -42,28 +46,52 @@ fn prefill(s: &mut Setup, seq: &[u32]) -> KvSet {
     sets.pop().unwrap()
 }
 
-#[test]
-fn velocities_and_ode_match_the_reference() {
-    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path("fixtures/nar/cases.json")).unwrap()).unwrap();
-    let mut s = setup();
+/// Runs every case of `dir/cases.json` on `s`; returns how many ran. The tolerance covers
+/// the F16 KV cache the NAR reads (the reference keeps float64 throughout).
+fn run_cases(s: &mut Setup, dir: &str) -> usize {
+    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path(&format!("{dir}/cases.json"))).unwrap()).unwrap();
     let mut checked = 0;
     for c in cases["cases"].as_array().unwrap() {
         let name = c["name"].as_str().unwrap();
         let seq: Vec<u32> = c["seq"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
         let (n, m) = (c["n_frames"].as_u64().unwrap() as usize, c["variations"].as_u64().unwrap() as usize);
-        let noise = read_f32(&format!("fixtures/nar/{}", c["noise"].as_str().unwrap()));
-        let want = read_f32(&format!("fixtures/nar/{}", c["output"].as_str().unwrap()));
-        let kv = prefill(&mut s, &seq);
+        let noise = read_f32(&format!("{dir}/{}", c["noise"].as_str().unwrap()));
+        let want = read_f32(&format!("{dir}/{}", c["output"].as_str().unwrap()));
+        let kv = prefill(s, &seq);
         let got = match c["kind"].as_str().unwrap() {
             "velocity" => s.nar.velocity(&s.backend, &kv, &noise, n, m, c["t"].as_f64().unwrap()).unwrap(),
             _ => s.nar.solve(&s.backend, &kv, &noise, n, m, c["steps"].as_u64().unwrap() as usize, &CancelToken::new(), &mut |_, _| {}).unwrap(),
         };
         let e = rel_rms(&got, &want);
-        assert!(e < 5e-2, "{name}: relative RMS {e:.3e}");
+        eprintln!("{dir} {name}: relative RMS {e:.3e}");
+        let tol = if s.backend.is_cpu() { 1e-2 } else { 3e-2 };
+        assert!(e < tol, "{name}: relative RMS {e:.3e} (tolerance {tol:.0e})");
         assert_eq!(kv.len(), seq.len(), "{name}: the NAR must not write into the cache");
         checked += 1;
     }
-    assert!(checked >= 6);
+    checked
+}
+
+#[test]
+fn velocities_and_ode_match_the_reference() {
+    assert!(run_cases(&mut setup(), "fixtures/nar") >= 6);
+}
+
+/// The same reference at the published depth and head layout: the `deep` demo (28 layers,
+/// 16 query heads over 8 KV heads), written here by the generator whose file the fixtures
+/// were computed from (its sha256 is in the fixture, so a change to the generator is named
+/// rather than read as a numeric failure).
+#[test]
+fn velocities_and_ode_match_the_reference_at_the_published_depth() {
+    use sha2::Digest;
+    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path("fixtures/nar/deep/cases.json")).unwrap()).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let (bb, _) = crate::demo::write_demo(dir.path(), crate::demo::Preset::Deep, 0, &mut |_, _| {}).unwrap();
+    let sha: String = sha2::Sha256::digest(std::fs::read(&bb).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
+    assert_eq!(sha, cases["gguf_sha256"].as_str().unwrap(), "the deep demo generator changed: regenerate fixtures/nar/deep (see scripts/ref/nar_reference.py --deep)");
+    let mut s = setup_from(&bb);
+    assert_eq!(s.cfg.num_hidden_layers, 28);
+    assert!(run_cases(&mut s, "fixtures/nar/deep") >= 3);
 }
 
 #[test]

@@ -118,3 +118,41 @@ fn sampler_chain_and_draw_match_the_reference() {
         assert_eq!(sample(&logits, &cx, &p, seed) as u64, c["draw"].as_u64().unwrap(), "{name}: drawn id");
     }
 }
+
+/// The draw's keying against explicit known answers (fixtures/sampler/draws.json, from
+/// scripts/ref/sampler_reference.py): candidate sets that do not start at id 0, seeds and
+/// steps past 2^32, and one draw's every Philox word, uniform and exponential. The key is
+/// the stage seed, the counter (step, absolute vocabulary id): the reference
+/// implementation's, so a seed renders the same tokens in both.
+#[test]
+fn draws_are_keyed_by_step_and_absolute_id() {
+    use crate::rng::philox::*;
+    let f = fixture("draws.json");
+    let draws = f["draws"].as_array().unwrap();
+    assert!(draws.len() >= 4);
+    for d in draws {
+        let rows = u32s(&d["rows"]);
+        let ids = u32s(&d["ids"]);
+        assert!(rows[0] > 0 && ids[0] > rows[0], "a set that starts past id 0");
+        let mut probs = vec![0f32; (rows[1] - rows[0]) as usize];
+        for (id, p) in ids.iter().zip(d["probs"].as_array().unwrap()) {
+            probs[(id - rows[0]) as usize] = p.as_f64().unwrap() as f32;
+        }
+        let seed = d["seed"].as_u64().unwrap();
+        for (step, want) in d["steps"].as_array().unwrap().iter().zip(d["winners"].as_array().unwrap()) {
+            let got = rows[0] + draw(&probs, rows[0], seed, step.as_u64().unwrap()) as u32;
+            assert_eq!(got as u64, want.as_u64().unwrap(), "{} seed {seed} step {step}", d["name"]);
+        }
+    }
+    let detail = &f["detail"];
+    let (seed, step) = (detail["seed"].as_u64().unwrap(), detail["step"].as_u64().unwrap());
+    for c in detail["candidates"].as_array().unwrap() {
+        let id = c["id"].as_u64().unwrap() as u32;
+        let ctr = u32s(&c["ctr"]);
+        assert_eq!(ctr, vec![step as u32, (step >> 32) as u32, id, 0]);
+        let word = philox4x32_10([ctr[0], ctr[1], ctr[2], ctr[3]], [seed as u32, (seed >> 32) as u32])[0];
+        assert_eq!(word as u64, c["u32"].as_u64().unwrap(), "id {id}");
+        assert_eq!(curand_uniform_from_u32(word), c["uniform"].as_f64().unwrap() as f32, "id {id}");
+        assert_eq!(draw_exponential(seed, id, step), c["exponential"].as_f64().unwrap() as f32, "id {id}");
+    }
+}
