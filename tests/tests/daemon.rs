@@ -290,7 +290,11 @@ fn a_job_that_crashes_the_daemon_twice_is_failed_not_resumed_again() {
     let env = [("YUED_TEST_ABORT_STYLE", "crash-loop")];
     let port = free_port();
     let mut d = Daemon::start_with_env(&data, port, vec![], &env);
-    let poison = d.submit(&song(1.0, 1).replace("lo-fi piano", "crash-loop"));
+    // The daemon may abort before it answers the submit: the poison's id is the next one.
+    let first = d.submit(&song(1.0, 1));
+    assert_eq!(d.wait(&first, Duration::from_secs(300))["status"], "done");
+    let poison = format!("{:016x}", u64::from_str_radix(&first, 16).unwrap() + 1);
+    let _ = d.http.post(d.url("/synth")).header("content-type", "application/json").body(song(1.0, 1).replace("lo-fi piano", "crash-loop")).send();
     let st = wait_exit(&mut d.child, Duration::from_secs(60)).expect("the fault aborts the daemon");
     assert!(!st.success(), "{st:?}");
     // The restart resumes it (one crash may be anything): the process aborts again.

@@ -13,7 +13,9 @@ fn guided_and_batched_songs_render_at_the_published_depth() {
     let dir = tempfile::tempdir().unwrap();
     let models = dir.path().join("models");
     let flags = deep_model(&models);
-    let d = Daemon::start(&dir.path().join("data"), &flags.iter().map(String::as_str).collect::<Vec<_>>());
+    let mut args: Vec<&str> = flags.iter().map(String::as_str).collect();
+    args.extend(["--max-batch", "2"]);
+    let d = Daemon::start(&dir.path().join("data"), &args);
     // cot off: the default guidance is 1.01, so both streams decode as a pair and the
     // song's stream is copied out of the pair's set.
     let guided = d.submit(&request(""));
@@ -22,6 +24,9 @@ fn guided_and_batched_songs_render_at_the_published_depth() {
     for (id, tracks) in [(&guided, 1), (&batched, 2)] {
         let s = d.wait(id, Duration::from_secs(600));
         assert_eq!(s["status"], "done", "{id}: {s}; log: {}", d.log());
-        assert_eq!(s["tracks"], tracks, "{s}");
+        let r = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap();
+        let parts = multipart_parts(&r.bytes().unwrap(), "yue2-batch-boundary");
+        let audio = parts.iter().filter(|(ct, _)| ct.starts_with("audio/")).count();
+        assert_eq!(audio, tracks, "{id}: parts {:?}", parts.iter().map(|p| &p.0).collect::<Vec<_>>());
     }
 }
