@@ -12,7 +12,7 @@ use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
 use yued_engine::ggml::Backend;
-use yued_engine::pipeline::{Event, PipelineError, Shared, SongWork};
+use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared, SongWork};
 use yued_protocol::{Stage, StreamEvent};
 use crate::model_store::{Group, ModuleKey};
 

@@ -3,9 +3,9 @@
 //! requested audio container. No actor or HTTP here; the caller owns the VAE.
 use yued_audio::encode::normalize_and_encode;
 use yued_audio::Pcm;
-use yued_engine::generate::CancelToken;
+use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::ggml::Backend;
-use yued_engine::vae::{Tile, VaeModel};
+use yued_engine::models::yue2::vae::{Tile, VaeModel};
 use yued_protocol::OutputFormat;
 
 /// Decodes an audio file, converts it to the VAE's rate and channel count, and encodes it:

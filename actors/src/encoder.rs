@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use yued_audio::encode::normalize_and_encode;
 use yued_audio::Pcm;
-use yued_engine::pipeline::Track;
+use yued_engine::models::yue2::pipeline::Track;
 use yued_protocol::{JobId, JobMetrics, Stage};
 
 pub(crate) enum EncCmd {

@@ -14,10 +14,10 @@ use crate::metrics::Metrics;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use yued_engine::ar::ArModel;
+use yued_engine::models::yue2::ar::ArModel;
 use yued_engine::ggml::Backend;
-use yued_engine::nar::NarModel;
-use yued_engine::vae::VaeModel;
+use yued_engine::models::yue2::nar::NarModel;
+use yued_engine::models::yue2::vae::VaeModel;
 
 /// The modules the store knows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -274,9 +274,9 @@ impl Drop for GroupPin {
 mod tests {
     use super::*;
     use std::time::Duration;
-    use yued_engine::demo::{write_demo, Preset};
+    use yued_engine::models::yue2::demo::{write_demo, Preset};
     use yued_engine::gguf::GgufFile;
-    use yued_engine::model::BackboneInfo;
+    use yued_engine::models::yue2::config::BackboneInfo;
 
     fn store(policy: Policy) -> (tempfile::TempDir, Arc<ModelStore>) {
         let dir = tempfile::tempdir().unwrap();

@@ -9,7 +9,7 @@ use crate::worker::{JobCtx, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use yued_engine::ggml::Backend;
-use yued_engine::pipeline::{Event, PipelineError, Shared, SongWork};
+use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared, SongWork};
 
 pub(crate) struct NarWork {
     pub job: Arc<JobCtx>,

@@ -10,7 +10,7 @@ use actix::prelude::*;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
-use yued_engine::generate::CancelToken;
+use yued_engine::models::yue2::generate::CancelToken;
 use yued_protocol::{JobId, JobMetrics, JobState, JobStatus, Stage, StreamEvent, Yue2Request};
 
 struct Entry {

@@ -14,9 +14,9 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
-use yued_engine::pipeline::{replay_request, SongMeta, Track};
+use yued_engine::models::yue2::pipeline::{replay_request, SongMeta, Track};
 use actix::Addr;
-use yued_engine::vae::{Tile, TileStream, VaeError, VaeModel};
+use yued_engine::models::yue2::vae::{Tile, TileStream, VaeError, VaeModel};
 use yued_protocol::{JobId, Stage};
 
 /// One track the NAR will send chunks of.

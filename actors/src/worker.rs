@@ -22,13 +22,13 @@ use actix::Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
-use yued_engine::ar::ArModel;
-use yued_engine::generate::CancelToken;
+use yued_engine::models::yue2::ar::ArModel;
+use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
-use yued_engine::nar::NarModel;
-use yued_engine::pipeline::{PipelineOptions, Shared};
-use yued_engine::vae::VaeModel;
+use yued_engine::models::yue2::nar::NarModel;
+use yued_engine::models::yue2::pipeline::{PipelineOptions, Shared};
+use yued_engine::models::yue2::vae::VaeModel;
 use yued_protocol::{JobId, OutputFormat, Stage, StreamEvent, Yue2Request};
 
 pub enum WorkerCmd {

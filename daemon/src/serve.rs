@@ -24,11 +24,11 @@ use yued_actors::results::{ResultStore, Retention};
 use yued_actors::scheduler::{Scheduler, Shutdown};
 use yued_actors::worker::{self, WorkerConfig};
 use yued_config::Config;
-use yued_engine::pipeline::PipelineOptions;
+use yued_engine::models::yue2::pipeline::PipelineOptions;
 use yued_protocol::{Limits, Props};
-use yued_engine::demo::{write_demo, Preset, DEMO_KEY};
+use yued_engine::models::yue2::demo::{write_demo, Preset, DEMO_KEY};
 use yued_engine::gguf::GgufFile;
-use yued_engine::model::BackboneInfo;
+use yued_engine::models::yue2::config::BackboneInfo;
 use yued_engine::tokenizer::BpeTokenizer;
 
 #[derive(clap::Args)]
@@ -169,7 +169,7 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let info = BackboneInfo::from_gguf(&f)?;
     BpeTokenizer::from_gguf(&f)?;
     let vf = GgufFile::open(&vae)?;
-    let vae_info = yued_engine::vae::VaeModel::info(&vf)?;
+    let vae_info = yued_engine::models::yue2::vae::VaeModel::info(&vf)?;
     let demo = f.get(DEMO_KEY).and_then(|v| v.as_str()).map(String::from);
     Ok(Models { model, vae, info, demo, latent_channels: vae_info.latent_channels, vae_has_encoder: vae_info.has_encoder })
 }

@@ -15,7 +15,14 @@
 //! tensor, instead of one node per sequence; at small sizes the per-node thread barriers
 //! are the step.
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
-use crate::model::Yue2Config;
+
+/// The shape of a model's cache: what a set needs to know of the model.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct KvDims {
+    pub layers: usize,
+    pub head_dim: usize,
+    pub kv_heads: usize,
+}
 
 /// Element type of the cache.
 pub const KV_TYPE: GgmlType = GgmlType::F16;
@@ -31,13 +38,13 @@ pub struct KvSet {
 
 impl KvSet {
     /// Allocates a single-sequence set holding `capacity` positions.
-    pub fn new(backend: &Backend, cfg: &Yue2Config, capacity: usize) -> Result<Self, GgmlError> {
-        Self::with_streams(backend, cfg, capacity, 1)
+    pub fn new(backend: &Backend, dims: KvDims, capacity: usize) -> Result<Self, GgmlError> {
+        Self::with_streams(backend, dims, capacity, 1)
     }
 
     /// Allocates a set of `streams` sequences holding `capacity` positions each.
-    pub fn with_streams(backend: &Backend, cfg: &Yue2Config, capacity: usize, streams: usize) -> Result<Self, GgmlError> {
-        Self::alloc(backend, cfg.num_hidden_layers, cfg.head_dim, cfg.num_key_value_heads, capacity, streams)
+    pub fn with_streams(backend: &Backend, dims: KvDims, capacity: usize, streams: usize) -> Result<Self, GgmlError> {
+        Self::alloc(backend, dims.layers, dims.head_dim, dims.kv_heads, capacity, streams)
     }
 
     fn alloc(backend: &Backend, layers: usize, head_dim: usize, kv_heads: usize, capacity: usize, streams: usize) -> Result<Self, GgmlError> {
@@ -54,8 +61,8 @@ impl KvSet {
     }
 
     /// Bytes one stream of `capacity` positions takes.
-    pub fn bytes_for(cfg: &Yue2Config, capacity: usize) -> usize {
-        2 * cfg.num_hidden_layers * cfg.num_key_value_heads * cfg.head_dim * capacity * KV_TYPE.type_size()
+    pub fn bytes_for(dims: KvDims, capacity: usize) -> usize {
+        2 * dims.layers * dims.kv_heads * dims.head_dim * capacity * KV_TYPE.type_size()
     }
 
     /// The tensors and memory of the set (graph builders reach the layers through

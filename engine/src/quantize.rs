@@ -7,7 +7,7 @@
 //! - a VAE file (`general.architecture = yue2-vae`) is refused: it is never quantized.
 use crate::ggml::{decode_to_f32, quantize, GgmlType};
 use crate::gguf::{GgufError, GgufFile, GgufWriter};
-use crate::model::{names, VAE_ARCH};
+use crate::models::yue2::config::{names, VAE_ARCH};
 use std::path::Path;
 
 /// Target of a quantization run.
@@ -92,7 +92,7 @@ pub fn quantize_file(input: &Path, output: &Path, target: QuantTarget, progress:
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::{write_demo, Preset};
+    use crate::models::yue2::demo::{write_demo, Preset};
 
     #[test]
     fn policy_matches_the_seed() {

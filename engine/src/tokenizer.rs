@@ -146,7 +146,7 @@ impl BpeTokenizer {
 /// `layout.endoftext`): `<|endoftext|>`, `<|im_start|>`, `<|im_end|>`, then
 /// `<|extra_i|>` slots up to music_start, with `<abc>` and `</abc>` taking the slots of
 /// abc_start and abc_end. In the published layout that is 208 entries, 151851 in all.
-pub fn append_qwen_specials(toks: &mut Vec<String>, types: &mut Vec<i32>, layout: &crate::model::TokenLayout) {
+pub fn append_qwen_specials(toks: &mut Vec<String>, types: &mut Vec<i32>, layout: &crate::models::yue2::config::TokenLayout) {
     assert_eq!(toks.len(), layout.endoftext as usize, "ordinary tokens must end at endoftext");
     let eot = layout.endoftext as usize;
     for t in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] {

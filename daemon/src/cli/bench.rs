@@ -7,16 +7,16 @@ use super::common::DeviceArgs;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Instant;
-use yued_engine::ar::{ArModel, Positions, SeqInput};
-use yued_engine::demo::{write_demo, Preset};
-use yued_engine::generate::CancelToken;
+use yued_engine::models::yue2::ar::{ArModel, Positions, SeqInput};
+use yued_engine::models::yue2::demo::{write_demo, Preset};
+use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::ggml::llama_ref::mean_steps;
 use yued_engine::gguf::GgufFile;
 use yued_engine::kv_cache::KvSet;
-use yued_engine::model::BackboneInfo;
-use yued_engine::nar::NarModel;
-use yued_engine::pipeline::{Pipeline, PipelineOptions};
-use yued_engine::vae::VaeModel;
+use yued_engine::models::yue2::config::BackboneInfo;
+use yued_engine::models::yue2::nar::NarModel;
+use yued_engine::models::yue2::pipeline::{Pipeline, PipelineOptions};
+use yued_engine::models::yue2::vae::VaeModel;
 use yued_protocol::{CotMode, Yue2Request};
 
 #[derive(clap::Args)]
@@ -191,7 +191,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         if want("prefill") {
             for n in if a.quick { vec![128, 512] } else { vec![512, 2048] } {
                 let tokens: Vec<u32> = (0..n).map(|i| (i * 7919 % cfg.vocab_size.min(150_000)) as u32).collect();
-                let mut sets = vec![KvSet::new(&backend, &cfg, n)?];
+                let mut sets = vec![KvSet::new(&backend, cfg.kv_dims(), n)?];
                 let s = time(a.reps, || {
                     sets[0].reset();
                     ar.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens, set: 0 }], rows_sem.clone(), Positions::Last)?;
@@ -204,7 +204,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             let q = model.with_extension("qwen3.gguf");
             if !q.exists() {
                 eprintln!("exporting the AR half as a qwen3 GGUF: {}", q.display());
-                yued_engine::export_qwen3::export_qwen3(&model, &q)?;
+                yued_engine::models::yue2::export_qwen3::export_qwen3(&model, &q)?;
             }
             Some(yued_engine::ggml::llama_ref::LlamaRef::load(&q, backend.name() != "CPU").map_err(|e| anyhow::anyhow!(e))?)
         } else {
@@ -217,7 +217,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             for (batch, what) in [(1usize, "batch 1"), (2, "guidance pair"), (4, "lm_batch_size 4")] {
                 for &len in &lengths {
                     // One set of `batch` streams, as the semantic stage holds its batch.
-                    let mut sets = vec![KvSet::with_streams(&backend, &cfg, len + 1, batch)?];
+                    let mut sets = vec![KvSet::with_streams(&backend, cfg.kv_dims(), len + 1, batch)?];
                     let toks: Vec<[u32; 1]> = (0..batch).map(|b| [info.tokens.code_token(17 + b as u32)]).collect();
                     let mut step = || -> anyhow::Result<f64> {
                         sets[0].assume_filled(len);
@@ -228,7 +228,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                     };
                     let s = stats(mean_steps(a.reps, &mut step)?);
                     let weights = ar.step_read_bytes(rows_sem.len(), batch);
-                    let kv = batch * KvSet::bytes_for(&cfg, len);
+                    let kv = batch * KvSet::bytes_for(cfg.kv_dims(), len);
                     let bytes = (weights + kv) as f64;
                     let gbs = bytes / s.median / 1e9;
                     let ratio = bandwidth.map(|b| format!(" = {:.0}% of the measured read bandwidth", 100.0 * gbs / b)).unwrap_or_default();
@@ -254,7 +254,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                 eprintln!("  nar      {n} frames skipped: a {window}-token window plus the block exceeds the model's {} positions", cfg.max_position_embeddings);
                 continue;
             }
-            let mut kv = KvSet::new(&backend, &cfg, window)?;
+            let mut kv = KvSet::new(&backend, cfg.kv_dims(), window)?;
             kv.assume_filled(window);
             let x = yued_engine::rng::torch_cpu::randn(1, n * nar.latent);
             let s = time(a.reps, || {
@@ -295,7 +295,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             let pb = super::progress_bar(1, "e2e");
             let t = std::time::Instant::now();
             let tracks = p.run(&req, &CancelToken::new(), &mut |e| {
-                if let yued_engine::pipeline::Event::Progress { stage, done, total, .. } = e {
+                if let yued_engine::models::yue2::pipeline::Event::Progress { stage, done, total, .. } = e {
                     pb.set_message(format!("e2e {}/{reps} {stage}", r + 1));
                     pb.set_length(total as u64);
                     pb.set_position(done as u64);

@@ -2,10 +2,10 @@ use super::common::DeviceArgs;
 use anyhow::Context;
 use std::path::PathBuf;
 use yued_actors::codec::{audio_to_latents, latents_to_audio, DecodeOptions};
-use yued_engine::generate::CancelToken;
+use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::gguf::GgufFile;
 use yued_engine::latent::{decode_latents, encode_latents, LatentFormat};
-use yued_engine::vae::VaeModel;
+use yued_engine::models::yue2::vae::VaeModel;
 use yued_protocol::OutputFormat;
 
 /// The neural codec: audio to Oobleck latents and back, with the VAE alone.

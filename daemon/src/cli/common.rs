@@ -3,8 +3,8 @@ use anyhow::Context;
 use std::path::Path;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
-use yued_engine::model::BackboneInfo;
-use yued_engine::prompt::Instructions;
+use yued_engine::models::yue2::config::BackboneInfo;
+use yued_engine::models::yue2::prompt::Instructions;
 use yued_engine::tokenizer::BpeTokenizer;
 
 /// Device flags of every compute subcommand.
@@ -40,7 +40,7 @@ impl Backbone {
         let info = BackboneInfo::from_gguf(&file)?;
         let tokenizer = BpeTokenizer::from_gguf(&file)?;
         let instructions = Instructions::from_gguf(&file);
-        if let Some(p) = file.get(yued_engine::demo::DEMO_KEY) {
+        if let Some(p) = file.get(yued_engine::models::yue2::demo::DEMO_KEY) {
             eprintln!("warning: {} holds RANDOM demo weights ({})", path.display(), p.summary());
         }
         Ok(Backbone { file, info, tokenizer, instructions })

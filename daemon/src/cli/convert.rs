@@ -22,8 +22,8 @@ pub enum ConvertCommand {
 
 pub fn run(c: ConvertCommand) -> anyhow::Result<()> {
     let (n, out) = match c {
-        ConvertCommand::Backbone { dir, out } => (yued_engine::convert::convert_backbone(&dir, &out).with_context(|| format!("converting {}", dir.display()))?, out),
-        ConvertCommand::Vae { dir, out } => (yued_engine::convert::convert_vae(&dir, &out).with_context(|| format!("converting {}", dir.display()))?, out),
+        ConvertCommand::Backbone { dir, out } => (yued_engine::models::yue2::convert::convert_backbone(&dir, &out).with_context(|| format!("converting {}", dir.display()))?, out),
+        ConvertCommand::Vae { dir, out } => (yued_engine::models::yue2::convert::convert_vae(&dir, &out).with_context(|| format!("converting {}", dir.display()))?, out),
     };
     println!("wrote {} ({n} tensors)", out.display());
     Ok(())

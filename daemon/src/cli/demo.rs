@@ -1,6 +1,6 @@
 use anyhow::Context;
 use std::path::PathBuf;
-use yued_engine::demo::{write_demo, Preset};
+use yued_engine::models::yue2::demo::{write_demo, Preset};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {

@@ -1,6 +1,6 @@
 use super::common::{Backbone, DeviceArgs};
 use std::path::PathBuf;
-use yued_engine::ar::{ArModel, Positions, SeqInput};
+use yued_engine::models::yue2::ar::{ArModel, Positions, SeqInput};
 use yued_engine::kv_cache::KvSet;
 
 /// How lm-eval feeds the tokens.
@@ -46,7 +46,7 @@ pub fn run(a: LmEvalArgs) -> anyhow::Result<()> {
     anyhow::ensure!(tokens.len() <= bb.info.config.max_position_embeddings, "--tokens: {} tokens exceed the context", tokens.len());
     let backend = a.device.open()?;
     let mut model = ArModel::load(&bb.file, &bb.info, &backend)?;
-    let mut sets = vec![KvSet::new(&backend, &bb.info.config, tokens.len())?];
+    let mut sets = vec![KvSet::new(&backend, bb.info.config.kv_dims(), tokens.len())?];
     let rows = 0..vocab as u32;
     let mut out: Vec<f32> = Vec::with_capacity(tokens.len() * vocab);
     match a.mode {

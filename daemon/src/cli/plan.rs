@@ -1,7 +1,7 @@
 use super::common::{random_u64, read_request, Backbone, DeviceArgs};
 use std::path::PathBuf;
-use yued_engine::ar::ArModel;
-use yued_engine::generate::{ArStages, CancelToken, GenError};
+use yued_engine::models::yue2::ar::ArModel;
+use yued_engine::models::yue2::generate::{ArStages, CancelToken, GenError};
 use yued_protocol::Limits;
 
 /// Runs the planning stage alone and writes the score the model intends to play.
@@ -43,7 +43,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     let mut model = ArModel::load(&bb.file, &bb.info, &backend)?;
     let mut st = ArStages { model: &mut model, backend: &backend, tokenizer: &bb.tokenizer, tokens: bb.info.tokens, instructions: &bb.instructions, max_seq: bb.max_seq(a.max_seq) };
     if let Some(p) = &a.dump_tokens {
-        let prefix = yued_engine::prompt::PromptBuilder { tokenizer: &bb.tokenizer, tokens: bb.info.tokens, instructions: &bb.instructions }.conditional(req.cot, &req.style, &req.lyrics, &yued_engine::prompt::Score::Open);
+        let prefix = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &bb.tokenizer, tokens: bb.info.tokens, instructions: &bb.instructions }.conditional(req.cot, &req.style, &req.lyrics, &yued_engine::models::yue2::prompt::Score::Open);
         std::fs::write(p, prefix.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","))?;
     }
     let pb = super::progress_bar(req.abc_sampling.max_tokens as u64, "plan");

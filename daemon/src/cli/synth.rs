@@ -3,8 +3,8 @@ use super::npy;
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use yued_audio::Pcm;
-use yued_engine::generate::CancelToken;
-use yued_engine::pipeline::{Event, Pipeline, PipelineOptions, Track};
+use yued_engine::models::yue2::generate::CancelToken;
+use yued_engine::models::yue2::pipeline::{Event, Pipeline, PipelineOptions, Track};
 use yued_engine::rng::torch_cpu::randn;
 use yued_protocol::Stage;
 
@@ -87,7 +87,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     let backend = a.device.open()?;
     eprintln!("loading {} and {} on {}", a.model.display(), a.vae.display(), backend.name());
     let mut p = Pipeline::load(&a.model, &a.vae, backend, &PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo })?;
-    if yued_engine::gguf::GgufFile::open(&a.model)?.get(yued_engine::demo::DEMO_KEY).is_some() {
+    if yued_engine::gguf::GgufFile::open(&a.model)?.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
         eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", a.model.display());
     }
     req.validate(&p.limits(req.lm_batch_size.max(1))).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;

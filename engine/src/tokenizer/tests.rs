@@ -80,13 +80,13 @@ fn qwen() -> BpeTokenizer {
 /// the seed's layout (fixtures/tokenizer/prompts.json).
 #[test]
 fn published_prompts_match_the_reference_ids() {
-    use crate::prompt::{Instructions, PromptBuilder, Score};
+    use crate::models::yue2::prompt::{Instructions, PromptBuilder, Score};
     use yued_protocol::CotMode;
     let tok = qwen();
     let f: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo_root().join("fixtures/tokenizer/prompts.json")).unwrap()).unwrap();
     let ids = |v: &serde_json::Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };
     let ins = Instructions::default();
-    let pb = PromptBuilder { tokenizer: &tok, tokens: crate::model::TokenLayout::FULL, instructions: &ins };
+    let pb = PromptBuilder { tokenizer: &tok, tokens: crate::models::yue2::config::TokenLayout::FULL, instructions: &ins };
     let (style, lyrics) = (f["style"].as_str().unwrap(), f["lyrics"].as_str().unwrap());
     let abc = tok.encode(f["abc"].as_str().unwrap());
     assert_eq!(abc, ids(&f["abc_ids"]));

@@ -15,7 +15,7 @@
 //! defaults below are the published model's (the reference implementation's, word for
 //! word). A backbone GGUF may carry others as `yue2.prompt.instruction.{full,melody,off}`.
 use crate::gguf::GgufFile;
-use crate::model::TokenLayout;
+use crate::models::yue2::config::TokenLayout;
 use crate::tokenizer::BpeTokenizer;
 use yued_protocol::CotMode;
 
@@ -122,14 +122,14 @@ pub fn source_section(codes: &[u32], start: f64, end: f64) -> &[u32] {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::{write_demo, Preset};
+    use crate::models::yue2::demo::{write_demo, Preset};
 
     fn with_tiny<R>(f: impl FnOnce(&BpeTokenizer, TokenLayout) -> R) -> R {
         let dir = tempfile::tempdir().unwrap();
         let (bb, _) = write_demo(dir.path(), Preset::Tiny, 0, &mut |_, _| {}).unwrap();
         let g = GgufFile::open(bb).unwrap();
         let tok = BpeTokenizer::from_gguf(&g).unwrap();
-        let info = crate::model::BackboneInfo::from_gguf(&g).unwrap();
+        let info = crate::models::yue2::config::BackboneInfo::from_gguf(&g).unwrap();
         f(&tok, info.tokens)
     }
 

@@ -1,6 +1,6 @@
 //! Whole requests on the tiny demo model.
 use super::*;
-use crate::demo::{write_demo, Preset};
+use crate::models::yue2::demo::{write_demo, Preset};
 
 fn pipeline(max_seq: usize) -> (tempfile::TempDir, Pipeline) {
     let dir = tempfile::tempdir().unwrap();

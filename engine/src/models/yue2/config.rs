@@ -93,6 +93,22 @@ impl Yue2Config {
     pub fn to_json(&self) -> String {
         serde_json::to_string_pretty(self).unwrap()
     }
+
+    /// What a decoder layer's graph needs (both halves share it).
+    pub fn qwen3_dims(&self) -> crate::nn::qwen3::Qwen3Dims {
+        crate::nn::qwen3::Qwen3Dims {
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            eps: self.rms_norm_eps as f32,
+            rope_theta: self.rope_theta as f32,
+        }
+    }
+
+    /// The shape of this backbone's KV cache.
+    pub fn kv_dims(&self) -> crate::kv_cache::KvDims {
+        crate::kv_cache::KvDims { layers: self.num_hidden_layers, head_dim: self.head_dim, kv_heads: self.num_key_value_heads }
+    }
 }
 
 /// Where the control tokens and the semantic codes sit in the vocabulary.
@@ -210,7 +226,14 @@ pub mod names {
         format!("model.layers.{l}.{rest}")
     }
 
-    /// Per-layer tensors of the autoregressive half (11 per layer).
+    /// Layer `l`'s tensor of `role` in the AR half (`nar = false`) or the NAR half.
+    pub fn layer_role(l: usize, nar: bool, role: crate::nn::qwen3::Role) -> String {
+        let i = crate::nn::qwen3::Role::ALL.iter().position(|&r| r == role).expect("every role is listed");
+        layer(l, if nar { NAR_LAYER[i] } else { AR_LAYER[i] })
+    }
+
+    /// Per-layer tensors of the autoregressive half (11 per layer), in the order of
+    /// [`crate::nn::qwen3::Role::ALL`].
     pub const AR_LAYER: [&str; 11] = [
         "input_layernorm.weight",
         "self_attn.q_proj.weight",
@@ -224,7 +247,7 @@ pub mod names {
         "mlp.up_proj.weight",
         "mlp.down_proj.weight",
     ];
-    /// Per-layer tensors of the non-autoregressive half (11 per layer).
+    /// Per-layer tensors of the non-autoregressive half (11 per layer), same order.
     pub const NAR_LAYER: [&str; 11] = [
         "nar_input_layernorm.weight",
         "nar_self_attn.q_proj.weight",
@@ -300,8 +323,8 @@ mod tests {
         assert_eq!(shapes.len(), 627);
         let ar = shapes.iter().filter(|(n, _)| !is_nar_tensor(n)).count();
         assert_eq!(ar, 311);
-        assert_eq!(crate::ar::ar_tensors(&Yue2Config::full()).len(), 311);
-        assert_eq!(crate::nar::nar_tensors(&Yue2Config::full(), 64).len(), 316 + 1, "plus the shared final norm");
+        assert_eq!(crate::models::yue2::ar::ar_tensors(&Yue2Config::full()).len(), 311);
+        assert_eq!(crate::models::yue2::nar::nar_tensors(&Yue2Config::full(), 64).len(), 316 + 1, "plus the shared final norm");
     }
 
     #[test]

@@ -2,12 +2,12 @@
 //! semantic stream (25 Hz codes), plus the replay prefill. Synchronous and blocking: the
 //! daemon runs it on a compute thread and hears from it through the progress callback;
 //! a cancel token is checked between steps.
-use crate::abc_check::check_abc;
-use crate::ar::{ArModel, Positions, SeqInput};
+use crate::models::yue2::abc_check::check_abc;
+use crate::models::yue2::ar::{ArModel, Positions, SeqInput};
 use crate::ggml::{Backend, GgmlError};
 use crate::kv_cache::KvSet;
-use crate::model::TokenLayout;
-use crate::prompt::{source_section, Instructions, PromptBuilder, Score};
+use crate::models::yue2::config::TokenLayout;
+use crate::models::yue2::prompt::{source_section, Instructions, PromptBuilder, Score};
 use crate::sampling::{cfg_combine, sample, SampleContext};
 use crate::tokenizer::BpeTokenizer;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -183,7 +183,7 @@ impl ArStages<'_> {
 
     fn plan_once(&mut self, prefix: &[u32], seed: u64, preset: &SamplingPreset, song: u32, cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress)) -> Result<(Vec<u32>, bool), GenError> {
         let budget = preset.max_tokens as usize;
-        let mut sets = vec![KvSet::new(self.backend, &self.model.cfg, (prefix.len() + budget).min(self.max_seq))?];
+        let mut sets = vec![KvSet::new(self.backend, self.model.cfg.kv_dims(), (prefix.len() + budget).min(self.max_seq))?];
         let rows = self.tokens.score_rows();
         let mut out = self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: prefix, set: 0 }], rows.clone(), Positions::Last)?;
         let mut ids = Vec::new();
@@ -254,7 +254,7 @@ impl ArStages<'_> {
                 capacity = capacity.max((*cap).max(u.len() + budget + 1).min(self.max_seq));
             }
         }
-        let mut sets = vec![KvSet::with_streams(self.backend, &self.model.cfg, capacity, if guided { 2 * n } else { n })?];
+        let mut sets = vec![KvSet::with_streams(self.backend, self.model.cfg.kv_dims(), capacity, if guided { 2 * n } else { n })?];
         // Prefill every stream in one forward (sequences of different lengths).
         let mut seqs: Vec<SeqInput<'_>> = prefixes.iter().enumerate().map(|(i, (p, _))| SeqInput { tokens: p, set: i }).collect();
         if guided {
@@ -335,7 +335,7 @@ impl ArStages<'_> {
         let mut tail = std::mem::take(&mut song.pending);
         tail.push(self.tokens.music_end);
         let end = self.tokens.music_end;
-        let mut sets = vec![std::mem::replace(&mut song.kv, KvSet::new(self.backend, &self.model.cfg, 1)?)];
+        let mut sets = vec![std::mem::replace(&mut song.kv, KvSet::new(self.backend, self.model.cfg.kv_dims(), 1)?)];
         let r = self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: &tail, set: 0 }], end..end + 1, Positions::Last);
         song.kv = sets.pop().unwrap();
         r?;
@@ -357,7 +357,7 @@ impl ArStages<'_> {
         if seq.len() > self.max_seq {
             return Err(RequestError::new("semantic_tokens", format!("{} tokens with the prefix exceed the KV cache of {}", seq.len(), self.max_seq)).into());
         }
-        let mut sets = vec![KvSet::new(self.backend, &self.model.cfg, seq.len())?];
+        let mut sets = vec![KvSet::new(self.backend, self.model.cfg.kv_dims(), seq.len())?];
         let end = self.tokens.music_end;
         self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: &seq, set: 0 }], end..end + 1, Positions::Last)?;
         let prefix = seq[..prefix_len].to_vec();

@@ -13,9 +13,11 @@
 //! The LM head runs only on the rows a stage samples from (a contiguous id range), and only
 //! on the positions asked for, so a semantic decode step multiplies 32769 rows, not 184704.
 use crate::ggml::{Backend, Context, GgmlError, GgmlType, Graph, GraphCache, Tensor, TensorStore};
+use crate::nn::qwen3::Qwen3Layer;
+use crate::nn::rms_norm;
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
-use crate::model::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
+use crate::models::yue2::config::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
 use crate::weights::{load_tensors, LoadError};
 use std::ops::Range;
 
@@ -285,7 +287,6 @@ fn graph_nodes(c: &Yue2Config, n_runs: usize) -> usize {
 /// sets. Returns the kept tensors in the order of the index constants above.
 fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, stores: &[&'a TensorStore], key: &StepKey) -> Vec<Tensor<'a>> {
     let weights = stores[0];
-    let (hd, nh, nkv) = (c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
     let n_tok: i64 = key.runs.iter().map(|r| (r.tokens * r.streams) as i64).sum();
     let eps = c.rms_norm_eps as f32;
     let n_out: i64 = match key.positions {
@@ -302,57 +303,14 @@ fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, stor
     }
 
     let w = |name: &str| weights.get(name);
-    let lw = |l: usize, s: &str| weights.get(&names::layer(l, s));
+    let dims = c.qwen3_dims();
     let mut x = gctx.get_rows(w(names::EMBED), ids);
-    let scale = 1.0 / (hd as f32).sqrt();
     for l in 0..c.num_hidden_layers {
-        let h = gctx.mul(gctx.rms_norm(x, eps), lw(l, "input_layernorm.weight"));
-        let q = gctx.reshape_3d(gctx.mul_mat(lw(l, "self_attn.q_proj.weight"), h), hd, nh, n_tok);
-        let k = gctx.reshape_3d(gctx.mul_mat(lw(l, "self_attn.k_proj.weight"), h), hd, nkv, n_tok);
-        let v = gctx.reshape_3d(gctx.mul_mat(lw(l, "self_attn.v_proj.weight"), h), hd, nkv, n_tok);
-        let q = gctx.mul(gctx.rms_norm(q, eps), lw(l, "self_attn.q_norm.weight"));
-        let k = gctx.mul(gctx.rms_norm(k, eps), lw(l, "self_attn.k_norm.weight"));
-        let q = gctx.rope_neox(q, pos, hd as i32, c.rope_theta as f32);
-        let k = gctx.rope_neox(k, pos, hd as i32, c.rope_theta as f32); // [hd, nkv, n_tok]
-
-        let mut outs: Option<Tensor<'_>> = None;
-        let mut start = 0i64;
-        for (i, r) in key.runs.iter().enumerate() {
-            let (t, ns) = (r.tokens as i64, r.streams as i64);
-            let n = t * ns;
-            let store = stores[1 + r.store];
-            let (kc, vc) = (KvSet::k_of(store, l), KvSet::v_of(store, l)); // [hd, capacity, nkv, streams]
-            let (nb1, nb2, nb3) = (kc.nb()[1], kc.nb()[2], kc.nb()[3]);
-            let (cap, off) = (kc.ne()[1], r.stream0 * nb3);
-            // Write the run's K/V at their positions in the members' streams, then attend
-            // over the window of each member's stream.
-            for (cache, new) in [(kc, k), (vc, v)] {
-                let dst = gctx.view_4d(cache, [hd, cap, nkv, ns], nb1, nb2, nb3, off);
-                let src = gctx.view_4d(new, [hd, nkv, t, ns], new.nb()[1], new.nb()[2], t as usize * new.nb()[2], start as usize * new.nb()[2]);
-                graph.expand(gctx.set_rows(dst, gctx.permute(src, [0, 2, 1, 3]), per_run[2 * i]));
-            }
-            let n_kv = r.window as i64;
-            let kw = gctx.view_4d(kc, [hd, n_kv, nkv, ns], nb1, nb2, nb3, off);
-            let vw = gctx.view_4d(vc, [hd, n_kv, nkv, ns], nb1, nb2, nb3, off);
-            let q_i = gctx.view_3d(q, hd, nh, n, q.nb()[1], q.nb()[2], start as usize * q.nb()[2]);
-            let q_i = gctx.permute(gctx.reshape_4d(q_i, hd, nh, t, ns), [0, 2, 1, 3]); // [hd, t, nh, ns]
-            let a = gctx.flash_attn_ext(q_i, kw, vw, Some(per_run[2 * i + 1]), scale); // [hd, nh, t, ns]
-            let a = gctx.reshape_2d(a, hd * nh, n);
-            outs = Some(match outs {
-                None => a,
-                Some(prev) => gctx.concat(prev, a, 1),
-            });
-            start += n;
-        }
-        let attn = gctx.mul_mat(lw(l, "self_attn.o_proj.weight"), outs.unwrap());
-        x = gctx.add(x, attn);
-        let h2 = gctx.mul(gctx.rms_norm(x, eps), lw(l, "post_attention_layernorm.weight"));
-        let g = gctx.mul_mat(lw(l, "mlp.gate_proj.weight"), h2);
-        let u = gctx.mul_mat(lw(l, "mlp.up_proj.weight"), h2);
-        x = gctx.add(x, gctx.mul_mat(lw(l, "mlp.down_proj.weight"), gctx.swiglu(g, u)));
+        let layer = Qwen3Layer::from_fn(|role| weights.get(&names::layer_role(l, false, role)));
+        x = layer.forward(gctx, &dims, x, pos, |q, k, v| attend_runs(gctx, graph, stores, key, &per_run, l, q, k, v));
     }
     let x = gctx.get_rows(x, out_idx);
-    let x = gctx.mul(gctx.rms_norm(x, eps), w(names::NORM));
+    let x = rms_norm(gctx, x, w(names::NORM), eps);
     let head = w(names::LM_HEAD);
     let n_rows = (key.rows.end - key.rows.start) as i64;
     let head = gctx.view_2d(head, head.ne()[0], n_rows, head.nb()[1], key.rows.start as usize * head.nb()[1]);
@@ -361,6 +319,43 @@ fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &Yue2Config, stor
     let mut kept = vec![ids, pos, out_idx, logits];
     kept.extend(per_run);
     kept
+}
+
+/// The attention of layer `l` for every run of a step: each run writes its new K/V at its
+/// members' positions in their streams, then attends over each member's window. `q`, `k`,
+/// `v`: [head_dim, heads, tokens] in run order; returns [heads x head_dim, tokens].
+#[allow(clippy::too_many_arguments)]
+fn attend_runs<'a>(gctx: &'a Context, graph: &mut Graph<'a>, stores: &[&'a TensorStore], key: &StepKey, per_run: &[Tensor<'a>], l: usize, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>) -> Tensor<'a> {
+    let (hd, nh, nkv) = (q.ne()[0], q.ne()[1], k.ne()[1]);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let mut outs: Option<Tensor<'_>> = None;
+    let mut start = 0i64;
+    for (i, r) in key.runs.iter().enumerate() {
+        let (t, ns) = (r.tokens as i64, r.streams as i64);
+        let n = t * ns;
+        let store = stores[1 + r.store];
+        let (kc, vc) = (KvSet::k_of(store, l), KvSet::v_of(store, l)); // [hd, capacity, nkv, streams]
+        let (nb1, nb2, nb3) = (kc.nb()[1], kc.nb()[2], kc.nb()[3]);
+        let (cap, off) = (kc.ne()[1], r.stream0 * nb3);
+        for (cache, new) in [(kc, k), (vc, v)] {
+            let dst = gctx.view_4d(cache, [hd, cap, nkv, ns], nb1, nb2, nb3, off);
+            let src = gctx.view_4d(new, [hd, nkv, t, ns], new.nb()[1], new.nb()[2], t as usize * new.nb()[2], start as usize * new.nb()[2]);
+            graph.expand(gctx.set_rows(dst, gctx.permute(src, [0, 2, 1, 3]), per_run[2 * i]));
+        }
+        let n_kv = r.window as i64;
+        let kw = gctx.view_4d(kc, [hd, n_kv, nkv, ns], nb1, nb2, nb3, off);
+        let vw = gctx.view_4d(vc, [hd, n_kv, nkv, ns], nb1, nb2, nb3, off);
+        let q_i = gctx.view_3d(q, hd, nh, n, q.nb()[1], q.nb()[2], start as usize * q.nb()[2]);
+        let q_i = gctx.permute(gctx.reshape_4d(q_i, hd, nh, t, ns), [0, 2, 1, 3]); // [hd, t, nh, ns]
+        let a = gctx.flash_attn_ext(q_i, kw, vw, Some(per_run[2 * i + 1]), scale); // [hd, nh, t, ns]
+        let a = gctx.reshape_2d(a, hd * nh, n);
+        outs = Some(match outs {
+            None => a,
+            Some(prev) => gctx.concat(prev, a, 1),
+        });
+        start += n;
+    }
+    outs.expect("a step has at least one run")
 }
 
 #[cfg(test)]

@@ -7,9 +7,9 @@
 //! Q8_0, for benchmarks. The weights are noise: the music is noise too, and the loader says so.
 use crate::ggml::{quantize, GgmlType};
 use crate::gguf::{GgufError, GgufWriter, Value};
-use crate::model::{backbone_tensor_shapes, TokenLayout, Yue2Config, ARCH, VAE_ARCH};
+use crate::models::yue2::config::{backbone_tensor_shapes, TokenLayout, Yue2Config, ARCH, VAE_ARCH};
 use crate::tokenizer::{append_qwen_specials, byte_to_char_table, token_type};
-use crate::vae_layout;
+use crate::models::yue2::vae_layout;
 use std::path::{Path, PathBuf};
 
 /// Which demo to write.
@@ -157,7 +157,7 @@ fn random_values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
         (0.0, 0.3) // log-scale snake parameters around exp(0) = 1
     } else if name.ends_with(".weight_g") {
         (1.0, 0.2)
-    } else if name == crate::model::names::EMBED {
+    } else if name == crate::models::yue2::config::names::EMBED {
         (0.0, 1.0)
     } else {
         (0.0, 3f32.sqrt() / (ne[0] as f32).sqrt()) // unit variance out of a fan-in of ne[0]
@@ -244,7 +244,7 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
 mod tests {
     use super::*;
     use crate::gguf::GgufFile;
-    use crate::model::BackboneInfo;
+    use crate::models::yue2::config::BackboneInfo;
     use crate::tokenizer::BpeTokenizer;
 
     #[test]

@@ -14,7 +14,7 @@
 //! zero one.
 use crate::ggml::GgmlType;
 use crate::gguf::{GgufError, GgufWriter};
-use crate::model::{TokenLayout, Yue2Config, ARCH, VAE_ARCH};
+use crate::models::yue2::config::{TokenLayout, Yue2Config, ARCH, VAE_ARCH};
 use crate::tokenizer::{append_qwen_specials, convert_tiktoken, token_type};
 use memmap2::Mmap;
 use safetensors::{Dtype, SafeTensors};
@@ -230,7 +230,7 @@ pub fn convert_vae(dir: &Path, out: &Path) -> Result<usize, ConvertError> {
     data.finish()?;
     // The result must load as a VAE (every shape checked).
     let f = crate::gguf::GgufFile::open(out)?;
-    crate::vae::VaeModel::info(&f)?;
+    crate::models::yue2::vae::VaeModel::info(&f)?;
     Ok(tensors.len())
 }
 

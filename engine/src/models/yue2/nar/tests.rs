@@ -1,8 +1,8 @@
 //! The NAR half and the midpoint solver against the float64 numpy reference
 //! (scripts/ref/nar_reference.py) on the tiny weights of fixtures/ar.
 use super::*;
-use crate::ar::{ArModel, Positions, SeqInput};
-use crate::model::BackboneInfo;
+use crate::models::yue2::ar::{ArModel, Positions, SeqInput};
+use crate::models::yue2::config::BackboneInfo;
 use std::path::PathBuf;
 
 fn path(p: &str) -> PathBuf {
@@ -41,7 +41,7 @@ fn setup_from(gguf: &std::path::Path) -> Setup {
 }
 
 fn prefill(s: &mut Setup, seq: &[u32]) -> KvSet {
-    let mut sets = vec![KvSet::new(&s.backend, &s.cfg, seq.len()).unwrap()];
+    let mut sets = vec![KvSet::new(&s.backend, s.cfg.kv_dims(), seq.len()).unwrap()];
     s.ar.forward(&s.backend, &mut sets, &[SeqInput { tokens: seq, set: 0 }], 0..1, Positions::Last).unwrap();
     sets.pop().unwrap()
 }
@@ -86,7 +86,7 @@ fn velocities_and_ode_match_the_reference_at_the_published_depth() {
     use sha2::Digest;
     let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path("fixtures/nar/deep/cases.json")).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (bb, _) = crate::demo::write_demo(dir.path(), crate::demo::Preset::Deep, 0, &mut |_, _| {}).unwrap();
+    let (bb, _) = crate::models::yue2::demo::write_demo(dir.path(), crate::models::yue2::demo::Preset::Deep, 0, &mut |_, _| {}).unwrap();
     let sha: String = sha2::Sha256::digest(std::fs::read(&bb).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
     assert_eq!(sha, cases["gguf_sha256"].as_str().unwrap(), "the deep demo generator changed: regenerate fixtures/nar/deep (see scripts/ref/nar_reference.py --deep)");
     let mut s = setup_from(&bb);

@@ -18,11 +18,13 @@
 //!
 //! The sinusoidal frame table is computed in f64 and rounded to F32 for the rows a block
 //! needs, rather than stored (the checkpoint's BF16 table is dropped by the converter).
-use crate::generate::CancelToken;
+use crate::models::yue2::generate::CancelToken;
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
+use crate::nn::qwen3::Qwen3Layer;
+use crate::nn::rms_norm;
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
-use crate::model::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
+use crate::models::yue2::config::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
 use crate::weights::{load_tensors, LoadError};
 
 /// Frequency channels of the timestep sinusoid.
@@ -97,7 +99,7 @@ impl NarModel {
         assert_eq!(x.len(), m * n * self.latent, "state of {} values for {m} x {n} frames", x.len());
         assert!(!kv.is_empty(), "the NAR needs a completed AR sequence");
         assert_eq!(kv.streams(), 1, "the NAR reads a single-sequence set");
-        let (h, hd, nh, nkv) = (c.hidden_size as i64, c.head_dim as i64, c.num_attention_heads as i64, c.num_key_value_heads as i64);
+        let h = c.hidden_size as i64;
         let (nf, nb, mm) = (n as i64, n as i64 + 2, m as i64);
         let rows = nb * mm;
         let ar_len = kv.len() as i64;
@@ -106,7 +108,6 @@ impl NarModel {
         let ctx = Context::for_graph(n_nodes)?;
         let mut g = ctx.new_graph("NAR velocity", n_nodes);
         let w = &self.weights;
-        let wl = |l: usize, s: &str| w.get(&names::layer(l, s));
 
         // The whole block of every variation, marker rows (zeros) included.
         let xin = ctx.new_tensor(GgmlType::F32, &[lat, nb, mm]).set_input();
@@ -125,41 +126,12 @@ impl NarModel {
         let block = ctx.add(ctx.mul_mat(w.get(names::VAE2LLM_W), ctx.reshape_2d(xin, lat, rows)), w.get(names::VAE2LLM_B));
         let block = ctx.add(ctx.add(ctx.reshape_3d(block, h, nb, mm), temb), pe); // [h, nb, m]
         let mut xb = ctx.reshape_2d(block, h, rows);
-        let scale = 1.0 / (hd as f32).sqrt();
+        let dims = c.qwen3_dims();
         for l in 0..c.num_hidden_layers {
-            let hn = ctx.mul(ctx.rms_norm(xb, eps), wl(l, "nar_input_layernorm.weight"));
-            let q = ctx.reshape_3d(ctx.mul_mat(wl(l, "nar_self_attn.q_proj.weight"), hn), hd, nh, rows);
-            let k = ctx.reshape_3d(ctx.mul_mat(wl(l, "nar_self_attn.k_proj.weight"), hn), hd, nkv, rows);
-            let v = ctx.reshape_3d(ctx.mul_mat(wl(l, "nar_self_attn.v_proj.weight"), hn), hd, nkv, rows);
-            let q = ctx.mul(ctx.rms_norm(q, eps), wl(l, "nar_self_attn.q_norm.weight"));
-            let k = ctx.mul(ctx.rms_norm(k, eps), wl(l, "nar_self_attn.k_norm.weight"));
-            let q = ctx.rope_neox(q, pos, hd as i32, c.rope_theta as f32);
-            let k = ctx.rope_neox(k, pos, hd as i32, c.rope_theta as f32);
-            let (kc, vc) = (kv.k(l), kv.v(l));
-            // [head_dim, positions, kv heads] of the set's only stream.
-            let kw = ctx.view_3d(kc, hd, ar_len, nkv, kc.nb()[1], kc.nb()[2], 0);
-            let vw = ctx.view_3d(vc, hd, ar_len, nkv, vc.nb()[1], vc.nb()[2], 0);
-            let mut outs: Option<Tensor<'_>> = None;
-            for vi in 0..mm {
-                let qm = variation_rows(&ctx, q, nh, nb, vi);
-                let km = ctx.cast(variation_rows(&ctx, k, nkv, nb, vi), kc.ty());
-                let vm = ctx.cast(variation_rows(&ctx, v, nkv, nb, vi), vc.ty());
-                let kall = ctx.concat(kw, km, 1);
-                let vall = ctx.concat(vw, vm, 1);
-                let a = ctx.flash_attn_ext(qm, kall, vall, Some(mask), scale); // [hd, nh, nb]
-                let a = ctx.reshape_2d(a, hd * nh, nb);
-                outs = Some(match outs {
-                    None => a,
-                    Some(p) => ctx.concat(p, a, 1),
-                });
-            }
-            xb = ctx.add(xb, ctx.mul_mat(wl(l, "nar_self_attn.o_proj.weight"), outs.unwrap()));
-            let h2 = ctx.mul(ctx.rms_norm(xb, eps), wl(l, "nar_pre_mlp_layernorm.weight"));
-            let gt = ctx.mul_mat(wl(l, "nar_mlp.gate_proj.weight"), h2);
-            let up = ctx.mul_mat(wl(l, "nar_mlp.up_proj.weight"), h2);
-            xb = ctx.add(xb, ctx.mul_mat(wl(l, "nar_mlp.down_proj.weight"), ctx.swiglu(gt, up)));
+            let layer = Qwen3Layer::from_fn(|role| w.get(&names::layer_role(l, true, role)));
+            xb = layer.forward(&ctx, &dims, xb, pos, |q, k, v| attend_block(&ctx, kv, l, mask, nb, mm, q, k, v));
         }
-        let y = ctx.mul(ctx.rms_norm(xb, eps), w.get(names::NORM));
+        let y = rms_norm(&ctx, xb, w.get(names::NORM), eps);
         let y = ctx.reshape_3d(y, h, nb, mm);
         let y = ctx.cont(ctx.view_3d(y, h, nf, mm, y.nb()[1], y.nb()[2], y.nb()[1]));
         let vel = ctx.add(ctx.mul_mat(w.get(names::LLM2VAE_W), ctx.reshape_2d(y, h, nf * mm)), w.get(names::LLM2VAE_B)).set_output();
@@ -207,6 +179,33 @@ impl NarModel {
         }
         Ok(x)
     }
+}
+
+/// The NAR attention of layer `l`: each variation's block rows (`nb` of the `q`, `k`, `v`
+/// rows) attend over the AR window of `kv`'s only stream followed by their own K/V, which
+/// are never written to the cache; `mask` is all zeros. Returns [heads x head_dim, rows].
+#[allow(clippy::too_many_arguments)]
+fn attend_block<'a>(ctx: &'a Context, kv: &'a KvSet, l: usize, mask: Tensor<'a>, nb: i64, mm: i64, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>) -> Tensor<'a> {
+    let (hd, nh, nkv) = (q.ne()[0], q.ne()[1], k.ne()[1]);
+    let scale = 1.0 / (hd as f32).sqrt();
+    let (kc, vc) = (kv.k(l), kv.v(l));
+    let ar_len = kv.len() as i64;
+    // [head_dim, positions, kv heads] of the set's only stream.
+    let kw = ctx.view_3d(kc, hd, ar_len, nkv, kc.nb()[1], kc.nb()[2], 0);
+    let vw = ctx.view_3d(vc, hd, ar_len, nkv, vc.nb()[1], vc.nb()[2], 0);
+    let mut outs: Option<Tensor<'_>> = None;
+    for vi in 0..mm {
+        let qm = variation_rows(ctx, q, nh, nb, vi);
+        let km = ctx.cast(variation_rows(ctx, k, nkv, nb, vi), kc.ty());
+        let vm = ctx.cast(variation_rows(ctx, v, nkv, nb, vi), vc.ty());
+        let a = ctx.flash_attn_ext(qm, ctx.concat(kw, km, 1), ctx.concat(vw, vm, 1), Some(mask), scale); // [hd, nh, nb]
+        let a = ctx.reshape_2d(a, hd * nh, nb);
+        outs = Some(match outs {
+            None => a,
+            Some(p) => ctx.concat(p, a, 1),
+        });
+    }
+    outs.expect("at least one variation")
 }
 
 /// The `nb` block rows of variation `vi` of a [hd, heads, rows] tensor, as [hd, nb, heads].

@@ -1,5 +1,5 @@
 use super::*;
-use crate::demo::{write_demo, Preset};
+use crate::models::yue2::demo::{write_demo, Preset};
 
 fn demo_vae() -> (Backend, VaeModel) {
     let dir = tempfile::tempdir().unwrap();

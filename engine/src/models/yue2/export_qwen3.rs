@@ -4,7 +4,7 @@
 //! vocabulary (the control and code ids above the BPE). Its purpose is the side-by-side
 //! benchmark: llama.cpp decoding exactly the weights yued decodes.
 use crate::gguf::{GgufError, GgufFile, GgufWriter, Value};
-use crate::model::{is_nar_tensor, BackboneInfo};
+use crate::models::yue2::config::{is_nar_tensor, BackboneInfo};
 use std::path::Path;
 
 /// The llama.cpp name of an AR tensor, None for tensors of the NAR half.
@@ -91,7 +91,7 @@ pub fn export_qwen3(model: &Path, out: &Path) -> Result<usize, GgufError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::demo::{write_demo, Preset};
+    use crate::models::yue2::demo::{write_demo, Preset};
 
     #[test]
     fn the_ar_half_exports_under_llama_cpp_names_with_the_same_bytes() {
@@ -123,9 +123,9 @@ mod tests {
         let theirs = l.last_logits(&tokens.iter().map(|&t| t as i32).collect::<Vec<_>>(), 1).unwrap();
         let backend = crate::ggml::Backend::cpu(1).unwrap();
         let info = BackboneInfo::from_gguf(&src).unwrap();
-        let mut ar = crate::ar::ArModel::load(&src, &info, &backend).unwrap();
-        let mut sets = vec![crate::kv_cache::KvSet::new(&backend, &info.config, tokens.len()).unwrap()];
-        let ours = ar.forward(&backend, &mut sets, &[crate::ar::SeqInput { tokens: &tokens, set: 0 }], 0..1288, crate::ar::Positions::Last).unwrap();
+        let mut ar = crate::models::yue2::ar::ArModel::load(&src, &info, &backend).unwrap();
+        let mut sets = vec![crate::kv_cache::KvSet::new(&backend, info.config.kv_dims(), tokens.len()).unwrap()];
+        let ours = ar.forward(&backend, &mut sets, &[crate::models::yue2::ar::SeqInput { tokens: &tokens, set: 0 }], 0..1288, crate::models::yue2::ar::Positions::Last).unwrap();
         let ours = &ours.per_seq[0][0];
         assert_eq!(ours.len(), theirs.len());
         let diff: f64 = ours.iter().zip(&theirs).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
@@ -156,9 +156,9 @@ mod tests {
         let seq = |k: u32, n: u32| -> Vec<u32> { (0..n).map(|i| (i * 131 + k * 17 + 3) % vocab).collect() };
         let (a, b) = (seq(1, 40), seq(2, 33));
         let backend = crate::ggml::Backend::for_tests(2);
-        let mut ar = crate::ar::ArModel::load(&src, &info, &backend).unwrap();
-        use crate::ar::{Positions, SeqInput};
-        let mut pair = vec![crate::kv_cache::KvSet::with_streams(&backend, c, 64, 2).unwrap()];
+        let mut ar = crate::models::yue2::ar::ArModel::load(&src, &info, &backend).unwrap();
+        use crate::models::yue2::ar::{Positions, SeqInput};
+        let mut pair = vec![crate::kv_cache::KvSet::with_streams(&backend, c.kv_dims(), 64, 2).unwrap()];
         ar.forward(&backend, &mut pair, &[SeqInput { tokens: &a[..20], set: 0 }, SeqInput { tokens: &b[..12], set: 1 }], 0..vocab, Positions::Last).unwrap();
         for i in 0..8 {
             ar.forward(&backend, &mut pair, &[SeqInput { tokens: &a[20 + i..21 + i], set: 0 }, SeqInput { tokens: &b[12 + i..13 + i], set: 1 }], 0..vocab, Positions::Last).unwrap();

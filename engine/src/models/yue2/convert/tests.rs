@@ -1,6 +1,6 @@
 use super::*;
 use crate::gguf::GgufFile;
-use crate::model::{backbone_tensor_shapes, BackboneInfo};
+use crate::models::yue2::config::{backbone_tensor_shapes, BackboneInfo};
 use crate::tokenizer::BpeTokenizer;
 use safetensors::tensor::TensorView;
 

@@ -2,17 +2,17 @@
 //! matching per chunk with the request's noise variations, tiled VAE decode. Synchronous;
 //! everything a listener may want early (score, codes, latent chunks, PCM tiles) is handed
 //! to the event callback the moment it exists.
-use crate::ar::ArModel;
-use crate::generate::{ArProgress, ArStage, ArStages, CancelToken, GenError, Song};
+use crate::models::yue2::ar::ArModel;
+use crate::models::yue2::generate::{ArProgress, ArStage, ArStages, CancelToken, GenError, Song};
 use crate::kv_cache::KvSet;
 use crate::ggml::{Backend, GgmlError};
 use crate::gguf::{GgufError, GgufFile};
-use crate::model::BackboneInfo;
-use crate::nar::{chunk_frames, NarError, NarModel};
-use crate::prompt::Instructions;
+use crate::models::yue2::config::BackboneInfo;
+use crate::models::yue2::nar::{chunk_frames, NarError, NarModel};
+use crate::models::yue2::prompt::Instructions;
 use crate::rng::torch_cpu::randn;
 use crate::tokenizer::BpeTokenizer;
-use crate::vae::{Tile, VaeError, VaeModel};
+use crate::models::yue2::vae::{Tile, VaeError, VaeModel};
 use crate::weights::LoadError;
 use std::path::Path;
 use yued_protocol::{CotMode, Limits, RequestError, Stage, Yue2Request};

@@ -52,7 +52,7 @@ fn prefill_matches_reference_at_every_position() {
     let (backend, mut m) = setup();
     let case = load_case("A");
     let vocab = m.cfg.vocab_size as u32;
-    let mut sets = vec![KvSet::new(&backend, &m.cfg, 64).unwrap()];
+    let mut sets = vec![KvSet::new(&backend, m.cfg.kv_dims(), 64).unwrap()];
     let out = m.forward(&backend, &mut sets, &[SeqInput { tokens: &case.tokens, set: 0 }], 0..vocab, Positions::All).unwrap();
     assert_eq!(sets[0].len(), case.tokens.len());
     for (p, row) in out.per_seq[0].iter().enumerate() {
@@ -65,7 +65,7 @@ fn batched_decode_with_mixed_cache_lengths_matches_reference() {
     let (backend, mut m) = setup();
     let (a, b) = (load_case("A"), load_case("B"));
     let vocab = m.cfg.vocab_size as u32;
-    let mut sets = vec![KvSet::new(&backend, &m.cfg, 32).unwrap(), KvSet::new(&backend, &m.cfg, 32).unwrap()];
+    let mut sets = vec![KvSet::new(&backend, m.cfg.kv_dims(), 32).unwrap(), KvSet::new(&backend, m.cfg.kv_dims(), 32).unwrap()];
     // Prefill different lengths into the two sets.
     let pa = m.forward(&backend, &mut sets, &[SeqInput { tokens: &a.tokens[..8], set: 0 }], 0..vocab, Positions::Last).unwrap();
     check_row(&pa.per_seq[0][0], &a.logits[7], "prefill A[..8] last");
@@ -102,7 +102,7 @@ fn streams_of_one_set_decode_in_one_attention_and_copy_out() {
     let (backend, mut m) = setup();
     let (a, b) = (load_case("A"), load_case("B"));
     let vocab = m.cfg.vocab_size as u32;
-    let mut sets = vec![KvSet::with_streams(&backend, &m.cfg, 32, 3).unwrap()];
+    let mut sets = vec![KvSet::with_streams(&backend, m.cfg.kv_dims(), 32, 3).unwrap()];
     // Prefill of unequal lengths in one forward: two runs (A into stream 0, B into stream 2).
     let out = m.forward(&backend, &mut sets, &[SeqInput { tokens: &a.tokens[..6], set: 0 }, SeqInput { tokens: &b.tokens[..3], set: 2 }], 0..vocab, Positions::Last).unwrap();
     check_row(&out.per_seq[0][0], &a.logits[5], "prefill A[..6] in stream 0");
@@ -155,11 +155,11 @@ fn reused_step_graphs_across_window_boundaries_equal_one_prefill() {
     let vocab = m.cfg.vocab_size as u32;
     let n = 600usize;
     let tokens: Vec<u32> = (0..n).map(|i| ((i * 7919 + 13) % vocab as usize) as u32).collect();
-    let mut whole = vec![KvSet::new(&backend, &m.cfg, n).unwrap()];
+    let mut whole = vec![KvSet::new(&backend, m.cfg.kv_dims(), n).unwrap()];
     let want = m.forward(&backend, &mut whole, &[SeqInput { tokens: &tokens, set: 0 }], 0..vocab, Positions::All).unwrap();
     let want = &want.per_seq[0];
 
-    let mut sets = vec![KvSet::new(&backend, &m.cfg, n).unwrap(), KvSet::new(&backend, &m.cfg, n).unwrap()];
+    let mut sets = vec![KvSet::new(&backend, m.cfg.kv_dims(), n).unwrap(), KvSet::new(&backend, m.cfg.kv_dims(), n).unwrap()];
     let start = 240;
     m.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens[..start], set: 0 }], 0..vocab, Positions::Last).unwrap();
     m.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens[..start - 7], set: 1 }], 0..vocab, Positions::Last).unwrap();
@@ -202,7 +202,7 @@ fn reused_step_graphs_across_window_boundaries_equal_one_prefill() {
     let (b1, r1) = m.graph_stats();
     assert!(b1 > b0 && r1 >= r0);
     // A plain decode run reuses: 20 steps of set 1 inside one window build at most twice.
-    let mut one = vec![KvSet::new(&backend, &m.cfg, n).unwrap()];
+    let mut one = vec![KvSet::new(&backend, m.cfg.kv_dims(), n).unwrap()];
     m.forward(&backend, &mut one, &[SeqInput { tokens: &tokens[..500], set: 0 }], 0..vocab, Positions::Last).unwrap();
     let (b2, r2) = m.graph_stats();
     for p in 500..520 {
@@ -222,7 +222,7 @@ fn a_reused_step_graph_is_bit_identical_to_a_fresh_one() {
     let vocab = m.cfg.vocab_size as u32;
     let tokens: Vec<u32> = (0..300).map(|i| ((i * 104_729 + 5) % vocab as usize) as u32).collect();
     let run = |m: &mut ArModel, fresh: bool| -> Vec<Vec<f32>> {
-        let mut sets = vec![KvSet::new(&backend, &m.cfg, 300).unwrap(), KvSet::new(&backend, &m.cfg, 300).unwrap()];
+        let mut sets = vec![KvSet::new(&backend, m.cfg.kv_dims(), 300).unwrap(), KvSet::new(&backend, m.cfg.kv_dims(), 300).unwrap()];
         m.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens[..250], set: 0 }], 0..vocab, Positions::Last).unwrap();
         m.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens[..200], set: 1 }], 0..vocab, Positions::Last).unwrap();
         let mut out = Vec::new();
@@ -249,9 +249,9 @@ fn lm_head_row_slice_equals_the_full_head() {
     let (backend, mut m) = setup();
     let case = load_case("B");
     let vocab = m.cfg.vocab_size as u32;
-    let mut s1 = vec![KvSet::new(&backend, &m.cfg, 16).unwrap()];
+    let mut s1 = vec![KvSet::new(&backend, m.cfg.kv_dims(), 16).unwrap()];
     let full = m.forward(&backend, &mut s1, &[SeqInput { tokens: &case.tokens, set: 0 }], 0..vocab, Positions::Last).unwrap();
-    let mut s2 = vec![KvSet::new(&backend, &m.cfg, 16).unwrap()];
+    let mut s2 = vec![KvSet::new(&backend, m.cfg.kv_dims(), 16).unwrap()];
     let part = m.forward(&backend, &mut s2, &[SeqInput { tokens: &case.tokens, set: 0 }], 262..320, Positions::Last).unwrap();
     assert_eq!(part.per_seq[0][0].len(), 58);
     let want = &full.per_seq[0][0][262..320];
@@ -263,6 +263,6 @@ fn lm_head_row_slice_equals_the_full_head() {
 #[should_panic(expected = "KV stream 0 full")]
 fn overflowing_a_set_is_refused() {
     let (backend, mut m) = setup();
-    let mut sets = vec![KvSet::new(&backend, &m.cfg, 4).unwrap()];
+    let mut sets = vec![KvSet::new(&backend, m.cfg.kv_dims(), 4).unwrap()];
     let _ = m.forward(&backend, &mut sets, &[SeqInput { tokens: &[1, 2, 3, 4, 5], set: 0 }], 0..10, Positions::Last);
 }

@@ -1,0 +1,10 @@
+//! Building blocks the families' graphs share, written once: the Qwen3 decoder layer (the
+//! YuE2 AR half, the YuE2 NAR half and the MiniMax LM are all Qwen3 stacks) and RMSNorm.
+pub mod qwen3;
+
+use crate::ggml::{Context, Tensor};
+
+/// RMSNorm with a learned scale: `x / rms(x) * w` over the innermost dimension.
+pub fn rms_norm<'a>(ctx: &'a Context, x: Tensor<'a>, w: Tensor<'a>, eps: f32) -> Tensor<'a> {
+    ctx.mul(ctx.rms_norm(x, eps), w)
+}
