@@ -94,7 +94,7 @@ fn package(links: &Links, job: &JobCtx, tracks: &[Track], results: &ResultStore)
             return Outcome::Cancelled;
         }
         sink.report(Stage::Encode, k, tracks.len());
-        let audio = Pcm::new(48000, 2, t.pcm.clone());
+        let audio = Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm.clone());
         audio_seconds += audio.seconds();
         truncated |= t.truncated;
         let encoded = match normalize_and_encode(audio, req.output_format, req.peak_clip, req.mp3_bitrate) {

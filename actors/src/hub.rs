@@ -34,6 +34,7 @@ pub struct PcmTile {
     pub track: u32,
     pub index: u32,
     pub start_sample: u64,
+    pub sample_rate: u32,
     pub channels: usize,
     pub planar: Vec<f32>,
 }
@@ -57,6 +58,7 @@ pub struct EncodedTile {
     pub track: u32,
     pub index: u32,
     pub start_sample: u64,
+    pub sample_rate: u32,
     pub channels: usize,
     /// Sample frames (per channel).
     pub samples: u64,
@@ -99,6 +101,7 @@ impl TileEncoder {
             track: t.track,
             index: t.index,
             start_sample: t.start_sample,
+            sample_rate: t.sample_rate,
             channels: t.channels,
             samples: (t.planar.len() / t.channels.max(1)) as u64,
             pcm16: pcm16_bytes(t),
@@ -180,7 +183,7 @@ impl StreamHub {
             Publish2::Tile(t) => {
                 let mut v = Vec::new();
                 if first_tile {
-                    v.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate: 48000, channels: t.channels as u16 }.to_text()));
+                    v.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate: t.sample_rate, channels: t.channels as u16 }.to_text()));
                 }
                 v.push(StreamItem::Text(StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }.to_text()));
                 match codec {
@@ -281,7 +284,7 @@ mod tests {
     use super::*;
 
     fn tile(i: u32) -> PcmTile {
-        PcmTile { track: 0, index: i, start_sample: i as u64 * 4, channels: 2, planar: vec![0.5, 1.0, -0.5, -2.0, 0.0, 0.25, 0.0, 0.0] }
+        PcmTile { track: 0, index: i, start_sample: i as u64 * 4, sample_rate: 48000, channels: 2, planar: vec![0.5, 1.0, -0.5, -2.0, 0.0, 0.25, 0.0, 0.0] }
     }
 
     #[actix_rt::test]

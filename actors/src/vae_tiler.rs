@@ -12,6 +12,7 @@ use crate::worker::{JobCtx, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::Arc;
+use yued_engine::models::AudioSpec;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::pipeline::{replay_request, SongMeta, Track};
@@ -55,10 +56,10 @@ impl LiveTiles {
         LiveTiles { id: id.clone(), peak: 1.0, sent: 0, total, sink: ProgressSink::new(links, id), encoder: TileEncoder::new(id) }
     }
 
-    fn publish(&mut self, hub: &Addr<StreamHub>, track: usize, tile: Tile<'_>) {
+    fn publish(&mut self, hub: &Addr<StreamHub>, track: usize, spec: AudioSpec, tile: Tile<'_>) {
         self.peak = self.peak.max(tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
         let planar: Vec<f32> = tile.pcm.iter().map(|x| x / self.peak).collect();
-        let encoded = self.encoder.encode(&PcmTile { track: track as u32, index: self.sent, start_sample: tile.start_sample as u64, channels: 2, planar });
+        let encoded = self.encoder.encode(&PcmTile { track: track as u32, index: self.sent, start_sample: tile.start_sample as u64, sample_rate: spec.sample_rate, channels: spec.channels, planar });
         hub.do_send(Publish::Tile(self.id.clone(), encoded));
         self.sent += 1;
         self.sink.report(Stage::Decode, self.sent as usize, self.total);
@@ -171,7 +172,8 @@ fn decode_chunk(links: &Links, backend: Result<&Backend, String>, st: &mut JobSt
     }
     let mut lease = links.store.lease(ModuleKey::Vae, backend).map_err(VaeError::Input)?;
     let live = &mut st.live;
-    stream_ref.push(lease.vae(), backend, latents, &st.job.cancel, &mut |tile| live.publish(&links.hub, track, tile))?;
+    let stream_ref_spec = lease.vae().info.audio_spec();
+    stream_ref.push(lease.vae(), backend, latents, &st.job.cancel, &mut |tile| live.publish(&links.hub, track, stream_ref_spec, tile))?;
     drop(lease);
     if !stream_ref.is_complete() {
         return Ok(None);
@@ -187,6 +189,7 @@ fn decode_chunk(links: &Links, backend: Result<&Backend, String>, st: &mut JobSt
         codes: meta.codes.clone(),
         latents: lat,
         pcm,
+        audio: stream_ref_spec,
         frames,
         truncated: !meta.ended,
     }))
@@ -209,6 +212,7 @@ fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTa
     };
     let vae = lease.vae();
     let lat = vae.info.latent_channels;
+    let spec = vae.info.audio_spec();
     let mut sink = ProgressSink::new(links, &job.id);
     match task.op {
         VaeOp::Encode => {
@@ -224,14 +228,14 @@ fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTa
             if let Err(e) = results.save(&job.id, files) {
                 return Some(Outcome::Failed(format!("saving the result: {e}")));
             }
-            Some(Outcome::Done { tracks: 1, audio_seconds: (z.len() / lat) as f64 / 25.0, metrics: None })
+            Some(Outcome::Done { tracks: 1, audio_seconds: spec.latent_seconds(z.len() / lat), metrics: None })
         }
         VaeOp::Decode => {
             let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
             let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
             let mut live = LiveTiles::new(links, &job.id, (z.len() / lat).div_ceil(core.max(1)));
             let (rate, channels) = (vae.info.sample_rate, vae.info.audio_channels);
-            let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| live.publish(&links.hub, 0, tile));
+            let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| live.publish(&links.hub, 0, spec, tile));
             drop(lease);
             match decoded {
                 Ok(pcm) => {

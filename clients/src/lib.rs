@@ -192,19 +192,19 @@ fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
     hay.windows(needle.len()).position(|w| w == needle)
 }
 
-/// A WAV header for 16-bit stereo 48 kHz with `data_bytes` of samples (0xFFFFFFFF-ish
-/// sizes let a player start on a file that is still growing).
-pub fn wav_header(data_bytes: u32) -> Vec<u8> {
+/// A WAV header for 16-bit PCM at `sample_rate` Hz over `channels` with `data_bytes` of
+/// samples (0xFFFFFFFF-ish sizes let a player start on a file that is still growing).
+pub fn wav_header(data_bytes: u32, sample_rate: u32, channels: u16) -> Vec<u8> {
     let mut h = Vec::with_capacity(44);
     h.extend_from_slice(b"RIFF");
     h.extend_from_slice(&data_bytes.saturating_add(36).to_le_bytes());
     h.extend_from_slice(b"WAVEfmt ");
     h.extend_from_slice(&16u32.to_le_bytes());
     h.extend_from_slice(&1u16.to_le_bytes());
-    h.extend_from_slice(&2u16.to_le_bytes());
-    h.extend_from_slice(&48000u32.to_le_bytes());
-    h.extend_from_slice(&(48000u32 * 4).to_le_bytes());
-    h.extend_from_slice(&4u16.to_le_bytes());
+    h.extend_from_slice(&channels.to_le_bytes());
+    h.extend_from_slice(&sample_rate.to_le_bytes());
+    h.extend_from_slice(&(sample_rate * 2 * channels as u32).to_le_bytes());
+    h.extend_from_slice(&(2 * channels).to_le_bytes());
     h.extend_from_slice(&16u16.to_le_bytes());
     h.extend_from_slice(b"data");
     h.extend_from_slice(&data_bytes.to_le_bytes());
@@ -227,8 +227,10 @@ mod tests {
 
     #[test]
     fn wav_header_is_canonical() {
-        let h = wav_header(400);
+        let h = wav_header(400, 44100, 2);
         assert_eq!(h.len(), 44);
+        assert_eq!(u32::from_le_bytes(h[24..28].try_into().unwrap()), 44100);
+        assert_eq!(u32::from_le_bytes(h[28..32].try_into().unwrap()), 44100 * 4);
         assert_eq!(&h[36..40], b"data");
         assert_eq!(u32::from_le_bytes(h[4..8].try_into().unwrap()), 436);
     }

@@ -37,7 +37,8 @@ pub struct VaeLimits {
     /// Uploads wait here (under the data directory) until their job ends.
     pub uploads: std::path::PathBuf,
     pub max_upload_bytes: usize,
-    pub latent_channels: usize,
+    /// The loaded VAE's audio (rates, channels, latent width).
+    pub audio: yued_engine::models::AudioSpec,
     pub has_encoder: bool,
 }
 
@@ -176,7 +177,7 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         },
         None => Yue2Request::default(),
     };
-    let lat = st.vae.latent_channels;
+    let lat = st.vae.audio.latent_channels;
     let context = st.limits.context as usize;
     let (op, bytes) = match (audio, latents) {
         (Some(_), Some(_)) => return bad("give exactly one of 'audio' (encode) or 'src_latents' (decode), not both"),
@@ -188,8 +189,9 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
             let checked = web::block(move || yued_audio::decode::decode(&a).map(|pcm| (pcm.seconds(), a))).await;
             match checked {
                 Ok(Ok((secs, a))) => {
-                    if secs * 25.0 > context as f64 {
-                        return bad(format!("audio: {secs:.1} s is longer than the context of {context} frames ({:.0} s)", context as f64 / 25.0));
+                    let rate = st.vae.audio.latent_rate();
+                    if secs * rate > context as f64 {
+                        return bad(format!("audio: {secs:.1} s is longer than the context of {context} frames ({:.0} s)", context as f64 / rate));
                     }
                     (VaeOp::Encode, a)
                 }

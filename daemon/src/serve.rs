@@ -147,7 +147,7 @@ struct Models {
     vae: PathBuf,
     info: BackboneInfo,
     demo: Option<String>,
-    latent_channels: usize,
+    audio: yued_engine::models::AudioSpec,
     vae_has_encoder: bool,
 }
 
@@ -171,7 +171,7 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let vf = GgufFile::open(&vae)?;
     let vae_info = yued_engine::models::yue2::vae::VaeModel::info(&vf)?;
     let demo = f.get(DEMO_KEY).and_then(|v| v.as_str()).map(String::from);
-    Ok(Models { model, vae, info, demo, latent_channels: vae_info.latent_channels, vae_has_encoder: vae_info.has_encoder })
+    Ok(Models { model, vae, info, demo, audio: vae_info.audio_spec(), vae_has_encoder: vae_info.has_encoder })
 }
 
 /// API keys, when configured: 401 without one (the WebUI page and /health stay open).
@@ -264,7 +264,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             started: std::time::Instant::now(),
             demo_weights: demo,
             max_body_bytes: cfg.max_body_bytes,
-            vae: http::VaeLimits { uploads, max_upload_bytes: cfg.max_upload_bytes, latent_channels: models.latent_channels, has_encoder: models.vae_has_encoder },
+            vae: http::VaeLimits { uploads, max_upload_bytes: cfg.max_upload_bytes, audio: models.audio, has_encoder: models.vae_has_encoder },
         });
         let max_body = cfg.max_body_bytes;
         let server = HttpServer::new(move || {

@@ -23,17 +23,7 @@ pub use request::{
 };
 pub use stream::{StreamCodec, StreamCommand, StreamEvent};
 
-/// Output sample rate of the VAE, in Hz; every rendered track is 48 kHz stereo.
-pub const SAMPLE_RATE: u32 = 48_000;
-
-/// Semantic codes and acoustic latents share this rate: one code per latent frame.
-pub const FRAME_RATE: u32 = 25;
-
-/// Upsampling factor of the VAE decoder, `SAMPLE_RATE / FRAME_RATE`.
-pub const SAMPLES_PER_FRAME: u32 = 1920;
-
-/// Width of one acoustic latent frame (the raw `.vae` layout is `[T, 64]` f32).
-pub const LATENT_CHANNELS: u32 = 64;
+pub use request::yue2::{FRAME_RATE, LATENT_CHANNELS, SAMPLES_PER_FRAME, SAMPLE_RATE};
 
 /// Boundary of the `multipart/mixed` body returned by `GET /job?id=N&result=1`.
 pub const MULTIPART_BOUNDARY: &str = "yue2-batch-boundary";

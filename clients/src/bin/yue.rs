@@ -135,13 +135,16 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
             pb.set_style(ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len}").unwrap().progress_chars("=> "));
             let mut file = match &stream {
                 Some(p) => {
+                    // The header is written again once the stream's format event tells the
+                    // rate and channels, and at the end with the length.
                     let mut f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
-                    f.write_all(&wav_header(u32::MAX - 36))?;
+                    f.write_all(&wav_header(u32::MAX - 36, 48000, 2))?;
                     Some(f)
                 }
                 None => None,
             };
             let mut written = 0u64;
+            let mut format = (48000u32, 2u16);
             let mut outcome: Option<StreamEvent> = None;
             let mut io_err = None;
             client.stream(&id, "pcm16", &mut |m| match m {
@@ -152,7 +155,16 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
                     pb.set_position(done);
                 }
                 StreamMessage::Event(StreamEvent::Score { abc }) => pb.println(format!("score: {} lines", abc.lines().count())),
-                StreamMessage::Event(StreamEvent::Codes { frames }) => pb.println(format!("codes: {frames} frames ({:.1} s)", frames as f64 / 25.0)),
+                StreamMessage::Event(StreamEvent::Codes { frames }) => pb.println(format!("codes: {frames} frames")),
+                StreamMessage::Event(StreamEvent::Format { sample_rate, channels, .. }) => {
+                    format = (sample_rate, channels);
+                    if let Some(f) = file.as_mut() {
+                        let header = wav_header(u32::MAX - 36, sample_rate, channels);
+                        if let Err(e) = f.seek(SeekFrom::Start(0)).and_then(|_| f.write_all(&header)).and_then(|_| f.seek(SeekFrom::End(0)).map(|_| ())) {
+                            io_err = Some(e);
+                        }
+                    }
+                }
                 StreamMessage::Audio(b) => {
                     if let Some(f) = file.as_mut() {
                         if let Err(e) = f.write_all(&b).and_then(|_| f.flush()) {
@@ -170,8 +182,8 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
             }
             if let (Some(f), Some(p)) = (file.as_mut(), &stream) {
                 f.seek(SeekFrom::Start(0))?;
-                f.write_all(&wav_header(written.min(u32::MAX as u64 - 36) as u32))?;
-                println!("streamed {} ({:.1} s)", p.display(), written as f64 / 4.0 / 48000.0);
+                f.write_all(&wav_header(written.min(u32::MAX as u64 - 36) as u32, format.0, format.1))?;
+                println!("streamed {} ({:.1} s)", p.display(), written as f64 / (2.0 * format.1 as f64) / format.0 as f64);
             }
             match outcome {
                 Some(StreamEvent::Done { tracks, audio_seconds }) => {

@@ -184,6 +184,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
     let f = GgufFile::open(&model)?;
     let info = BackboneInfo::from_gguf(&f)?;
+    let spec = VaeModel::info(&GgufFile::open(&vae)?)?.audio_spec();
     let cfg = info.config.clone();
     let rows_sem = info.tokens.semantic_rows();
     if want("prefill") || want("decode") {
@@ -262,7 +263,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                 Ok(())
             })?;
             // The midpoint solver evaluates the velocity twice per step.
-            push("nar", format!("NAR ODE step, {n} frames ({:.0} s)", n as f64 / 25.0), "ms/step", s.map(|t| 2e3 * t), format!("window {window} tokens"));
+            push("nar", format!("NAR ODE step, {n} frames ({:.0} s)", spec.latent_seconds(n)), "ms/step", s.map(|t| 2e3 * t), format!("window {window} tokens"));
         }
     }
     if want("vae") {
@@ -270,7 +271,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         let mut v = VaeModel::load(&vf, &backend)?;
         let frames = if a.quick { 50 } else { 250 };
         let z = yued_engine::rng::torch_cpu::randn(2, frames * v.info.latent_channels);
-        let secs = frames as f64 / 25.0;
+        let secs = spec.latent_seconds(frames);
         let s = time(a.reps, || {
             v.decode_tiled(&backend, &z, 512, 16, &CancelToken::new(), &mut |_| {})?;
             Ok(())
@@ -281,13 +282,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         drop(f);
         let mut p = Pipeline::load(&model, &vae, a.device.open()?, &PipelineOptions::default())?;
         let mut req = Yue2Request { style: "bench".into(), lyrics: "[verse] la la la".into(), cot: CotMode::Off, duration: a.e2e_seconds, lm_seed: 1, seed: 2, ..Default::default() };
-        req.semantic_sampling.min_tokens = (a.e2e_seconds * 25.0) as u32;
+        req.semantic_sampling.min_tokens = (a.e2e_seconds * spec.code_rate) as u32;
         let reps = if a.quick { 1 } else { a.reps.min(3) };
         // Warm up on a 2 s song, not on a whole one: at full size on a CPU a 30 s song
         // takes a quarter of an hour, and the warm-up only has to touch every graph once.
         let mut warm = req.clone();
         warm.duration = a.e2e_seconds.min(2.0);
-        warm.semantic_sampling.min_tokens = (warm.duration * 25.0) as u32;
+        warm.semantic_sampling.min_tokens = (warm.duration * spec.code_rate) as u32;
         p.run(&warm, &CancelToken::new(), &mut |_| {})?;
         let mut audio = 0.0;
         let mut v = Vec::with_capacity(reps);
@@ -303,7 +304,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             })?;
             v.push(t.elapsed().as_secs_f64());
             pb.finish_and_clear();
-            audio = tracks.iter().map(|t| t.frames as f64 / 25.0).sum();
+            audio = tracks.iter().map(|t| t.audio.latent_seconds(t.frames)).sum();
         }
         let s = stats(v);
         // The request's defaults, guidance included (1.01 in cot off: both streams decode

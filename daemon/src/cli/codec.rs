@@ -66,7 +66,7 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
         let fmt = if a.q8 { LatentFormat::Nac8 } else if a.q4 { LatentFormat::Nac4 } else { LatentFormat::RawF32 };
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(fmt.extension()));
         std::fs::write(&out, encode_latents(&z, lat, fmt))?;
-        println!("{}: {} frames ({:.2} s) as {}", out.display(), z.len() / lat, (z.len() / lat) as f64 / 25.0, fmt.extension());
+        println!("{}: {} frames ({:.2} s) as {}", out.display(), z.len() / lat, vae.info.audio_spec().latent_seconds(z.len() / lat), fmt.extension());
     } else {
         let format: OutputFormat = a.format.parse().map_err(|e| anyhow::anyhow!("--format: {e}"))?;
         let (_, z) = decode_latents(&bytes, lat).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;

@@ -87,6 +87,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     let backend = a.device.open()?;
     eprintln!("loading {} and {} on {}", a.model.display(), a.vae.display(), backend.name());
     let mut p = Pipeline::load(&a.model, &a.vae, backend, &PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo })?;
+    let spec = p.audio_spec();
     if yued_engine::gguf::GgufFile::open(&a.model)?.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
         eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", a.model.display());
     }
@@ -107,7 +108,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
                 pb.set_position(done as u64);
             }
             Event::Score { song, abc } => pb.println(format!("song {song}: score of {} lines", abc.lines().count())),
-            Event::Codes { song, codes, .. } => pb.println(format!("song {song}: {} semantic frames ({:.1} s)", codes.len(), codes.len() as f64 / 25.0)),
+            Event::Codes { song, codes, .. } => pb.println(format!("song {song}: {} semantic frames ({:.1} s)", codes.len(), spec.code_seconds(codes.len()))),
             Event::Latents { .. } => {}
             Event::Tile { track, tile } => {
                 if stage != Some(Stage::Decode) {
@@ -117,7 +118,7 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
                 }
                 let _ = track;
                 pb.inc(1);
-                pb.set_length(pb.position().max(tiles_per_track(tile.samples.div_ceil(1920))));
+                pb.set_length(pb.position().max(tiles_per_track(tile.samples.div_ceil(spec.samples_per_latent))));
             }
         })
         .map_err(|e| anyhow::anyhow!("{e}"))?;
@@ -134,9 +135,10 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
 }
 
 fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2Request) -> anyhow::Result<()> {
-    let seconds = (t.pcm.len() / 2) as f64 / 48000.0;
+    let pcm = Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm.clone());
+    let seconds = pcm.seconds();
     let out = numbered(&a.out, suffix, req.output_format.extension());
-    let bytes = yued_audio::encode::normalize_and_encode(Pcm::new(48000, 2, t.pcm.clone()), req.output_format, req.peak_clip, req.mp3_bitrate)?;
+    let bytes = yued_audio::encode::normalize_and_encode(pcm, req.output_format, req.peak_clip, req.mp3_bitrate)?;
     std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
     let json = numbered(&a.out, suffix, "json");
     std::fs::write(&json, serde_json::to_string_pretty(&t.replay)?)?;

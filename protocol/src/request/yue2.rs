@@ -1,5 +1,18 @@
-//! The YuE2 request (seed 000's `POST /synth` body): every field, its default and bound.
+//! The YuE2 request (seed 000's `POST /synth` body): every field, its default and bound,
+//! and YuE2's audio facts as its `/props` publishes them.
 use super::*;
+
+/// Output sample rate of YuE2's VAE, in Hz: every rendered track is 48 kHz stereo.
+pub const SAMPLE_RATE: u32 = 48_000;
+
+/// Semantic codes and acoustic latents share this rate: one code per latent frame.
+pub const FRAME_RATE: u32 = 25;
+
+/// Upsampling factor of the VAE decoder, `SAMPLE_RATE / FRAME_RATE`.
+pub const SAMPLES_PER_FRAME: u32 = 1920;
+
+/// Width of one acoustic latent frame (the raw `.vae` layout is `[T, 64]` f32).
+pub const LATENT_CHANNELS: u32 = 64;
 
 /// Chain of thought mode: who writes the ABC score, and how detailed it is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]

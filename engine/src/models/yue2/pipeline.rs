@@ -119,8 +119,10 @@ pub struct Track {
     pub codes: Vec<u32>,
     /// Time-major [frames, 64].
     pub latents: Vec<f32>,
-    /// Planar stereo, full range, not normalised.
+    /// Planar, full range, not normalised.
     pub pcm: Vec<f32>,
+    /// The rate and channels of `pcm`.
+    pub audio: crate::models::AudioSpec,
     pub frames: usize,
     /// The semantic budget cut the song before the model ended it.
     pub truncated: bool,
@@ -326,6 +328,11 @@ impl Pipeline {
         self.shared.limits(max_batch)
     }
 
+    /// The audio the pipeline renders.
+    pub fn audio_spec(&self) -> crate::models::AudioSpec {
+        self.vae.info.audio_spec()
+    }
+
     /// Runs a validated request whose seeds are resolved (non-negative).
     pub fn run(&mut self, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<Track>, PipelineError> {
         let songs = self.shared.compose(&mut self.ar, &self.backend, req, cancel, events)?;
@@ -339,7 +346,7 @@ impl Pipeline {
                     events(Event::Tile { track, tile });
                 })?;
                 let frames = meta.codes.len();
-                tracks.push(Track { song: meta.index, variation: j as u32, replay: replay_request(req, &meta, j as u32), abc: meta.abc.clone(), codes: meta.codes.clone(), frames, latents: lat, pcm, truncated: !meta.ended });
+                tracks.push(Track { song: meta.index, variation: j as u32, replay: replay_request(req, &meta, j as u32), abc: meta.abc.clone(), codes: meta.codes.clone(), frames, latents: lat, pcm, audio: self.vae.info.audio_spec(), truncated: !meta.ended });
             }
         }
         Ok(tracks)

@@ -33,6 +33,12 @@ pub struct VaeInfo {
 }
 
 impl VaeInfo {
+    /// The audio this VAE makes; YuE2 writes one semantic code per latent frame.
+    pub fn audio_spec(&self) -> crate::models::AudioSpec {
+        let hop = self.hop();
+        crate::models::AudioSpec { sample_rate: self.sample_rate, channels: self.audio_channels, latent_channels: self.latent_channels, samples_per_latent: hop, code_rate: self.sample_rate as f64 / hop as f64 }
+    }
+
     /// Samples per latent frame.
     pub fn hop(&self) -> usize {
         self.strides.iter().product()
