@@ -4,10 +4,8 @@
 //! to the NarRenderer. `/vae` jobs pass straight through to the VaeTiler.
 use crate::hub::Publish;
 use crate::journal::SongCodes;
-use crate::nar_renderer::{NarCmd, NarWork};
-use crate::scheduler::{CodesReady, EntryFree};
-use crate::vae_tiler::VaeCmd;
-use crate::worker::{JobCtx, Links, ProgressSink, WorkerCmd};
+use crate::messages::{CodesReady, EntryFree, JobCtx, NarCmd, NarWork, VaeCmd, WorkerCmd};
+use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;

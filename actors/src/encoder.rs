@@ -3,8 +3,8 @@
 //! tracks), writes the result to the ResultStore and reports the job done with its
 //! schema-1 metrics.
 use crate::results::ResultStore;
-use crate::scheduler::{Finished, Outcome};
-use crate::worker::{JobCtx, Links, ProgressSink};
+use crate::messages::{EncCmd, Finished, JobCtx, Outcome};
+use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::Receiver;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -13,14 +13,6 @@ use yued_audio::encode::normalize_and_encode;
 use yued_audio::Pcm;
 use yued_engine::models::yue2::pipeline::Track;
 use yued_protocol::{JobId, JobMetrics, Stage};
-
-pub(crate) enum EncCmd {
-    /// Track `index` of the job's `of`.
-    Track { job: Arc<JobCtx>, index: usize, of: usize, track: Box<Track> },
-    /// The audio of a `/vae` decode: one file in the request's format.
-    Audio { job: Arc<JobCtx>, pcm: Pcm },
-    Shutdown,
-}
 
 pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>) {
     let mut pending: HashMap<JobId, Vec<Option<Track>>> = HashMap::new();

@@ -4,8 +4,9 @@
 //!   the sled journal it writes every state change to before acknowledging it;
 //! - [`model_store::ModelStore`]: the module instances and their residency (STRICT /
 //!   NEVER), leased to the compute stages;
-//! - [`worker`]: the compute stages, each a thread fed by a crossbeam channel, never the
-//!   HTTP executor: [`ar_decoder`] -> [`nar_renderer`] -> [`vae_tiler`] -> [`encoder`];
+//! - [`worker`]: the wiring of the compute stages, each a thread fed by a crossbeam channel,
+//!   never the HTTP executor: [`ar_decoder`] -> [`nar_renderer`] -> [`vae_tiler`] ->
+//!   [`encoder`]; what they send each other is in [`messages`], a leaf module;
 //! - [`hub::StreamHub`]: per-job listener queues for the WebSocket streams;
 //! - [`results::ResultStore`]: finished results on disk, with expiry;
 //! - [`metrics::Metrics`]: the Prometheus registry.
@@ -14,10 +15,12 @@ pub mod codec;
 pub mod encoder;
 pub mod hub;
 pub mod journal;
+pub mod messages;
 pub mod metrics;
 pub mod model_store;
 pub mod nar_renderer;
 pub mod results;
 pub mod scheduler;
+pub(crate) mod stage;
 pub mod vae_tiler;
 pub mod worker;

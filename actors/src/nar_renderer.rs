@@ -3,25 +3,13 @@
 //! ArDecoder; STRICT keeps the AR half out until the VaeTiler has decoded the last tile),
 //! which goes on to the VaeTiler with the announcement of the job's tracks; each chunk's
 //! latents follow the moment its solve ends.
-use crate::model_store::{GroupPin, ModuleKey};
-use crate::vae_tiler::{TrackPlan, VaeCmd};
-use crate::worker::{JobCtx, Links, ProgressSink};
+use crate::model_store::ModuleKey;
+use crate::messages::{NarCmd, NarWork, TrackPlan, VaeCmd};
+use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use yued_engine::ggml::Backend;
-use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared, SongWork};
-
-pub(crate) struct NarWork {
-    pub job: Arc<JobCtx>,
-    pub songs: Vec<SongWork>,
-    /// Holds the synthesis group for the job until its last tile is decoded.
-    pub pin: GroupPin,
-}
-
-pub(crate) enum NarCmd {
-    Render(NarWork),
-    Shutdown,
-}
+use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared};
 
 pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<NarCmd>, vae_tx: Sender<VaeCmd>) {
     let backend = links.backend();

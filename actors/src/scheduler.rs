@@ -2,31 +2,22 @@
 //! over client keys, FIFO within a client), the admission cap shared by every route, and
 //! the journal, to which every state change is written before it is acknowledged.
 use crate::hub::{Publish, StreamHub};
-use crate::journal::{Journal, JobRecord, SongCodes, VaeTask, MAX_CRASHES};
+use crate::journal::{Journal, JobRecord, VaeTask, MAX_CRASHES};
 use crate::metrics::Metrics;
 use crate::results::{now_ms, ResultStore};
-use crate::worker::{RunJob, WorkerCmd};
+use crate::messages::{CodesReady, EntryFree, Finished, Outcome, Progress, RunJob, WorkerCmd, WorkerReady};
 use actix::prelude::*;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 use yued_engine::models::yue2::generate::CancelToken;
-use yued_protocol::{JobId, JobMetrics, JobState, JobStatus, Stage, StreamEvent, Yue2Request};
+use yued_protocol::{JobId, JobState, JobStatus, Stage, StreamEvent, Yue2Request};
 
 struct Entry {
     record: JobRecord,
     progress: Option<(Stage, usize, usize)>,
     cancel: CancelToken,
     submitted: Instant,
-}
-
-/// Outcome the worker reports.
-#[derive(Debug)]
-pub enum Outcome {
-    /// `metrics` is the schema-1 object of a synthesis job; other jobs have none.
-    Done { tracks: u32, audio_seconds: f64, metrics: Option<JobMetrics> },
-    Failed(String),
-    Cancelled,
 }
 
 pub struct Scheduler {
@@ -321,16 +312,6 @@ impl Handler<Cancel> for Scheduler {
     }
 }
 
-/// Progress of the running job (from the worker).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Progress {
-    pub id: JobId,
-    pub stage: Stage,
-    pub done: usize,
-    pub total: usize,
-}
-
 impl Handler<Progress> for Scheduler {
     type Result = ();
     fn handle(&mut self, m: Progress, _: &mut Self::Context) {
@@ -338,14 +319,6 @@ impl Handler<Progress> for Scheduler {
             e.progress = Some((m.stage, m.done, m.total));
         }
     }
-}
-
-/// A song's semantic stream is known: journal it so a restart resumes from it.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct CodesReady {
-    pub id: JobId,
-    pub song: SongCodes,
 }
 
 impl Handler<CodesReady> for Scheduler {
@@ -357,14 +330,6 @@ impl Handler<CodesReady> for Scheduler {
             self.persist(&m.id);
         }
     }
-}
-
-/// The worker finished a job.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct Finished {
-    pub id: JobId,
-    pub outcome: Outcome,
 }
 
 impl Handler<Finished> for Scheduler {
@@ -396,13 +361,6 @@ impl Handler<Finished> for Scheduler {
     }
 }
 
-/// The entry stage handed a job on (or ended it): the next job may start.
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct EntryFree {
-    pub id: JobId,
-}
-
 impl Handler<EntryFree> for Scheduler {
     type Result = ();
     fn handle(&mut self, m: EntryFree, _: &mut Self::Context) {
@@ -412,11 +370,6 @@ impl Handler<EntryFree> for Scheduler {
         self.dispatch();
     }
 }
-
-/// The worker loaded its models (or failed to).
-#[derive(Message)]
-#[rtype(result = "()")]
-pub struct WorkerReady;
 
 impl Handler<WorkerReady> for Scheduler {
     type Result = ();

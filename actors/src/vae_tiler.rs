@@ -2,41 +2,22 @@
 //! (a tile waits only for its right halo), publishes every tile to the StreamHub the
 //! moment it is decoded, and hands each finished track to the Encoder. It also runs the
 //! `/vae` jobs, the VAE's own work.
-use crate::encoder::EncCmd;
 use crate::hub::{PcmTile, Publish, StreamHub, TileEncoder};
 use crate::journal::{VaeOp, VaeTask};
 use crate::model_store::{GroupPin, ModuleKey};
 use crate::results::ResultStore;
-use crate::scheduler::{Finished, Outcome};
-use crate::worker::{JobCtx, Links, ProgressSink};
+use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackPlan, VaeCmd};
+use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::Arc;
 use yued_engine::models::AudioSpec;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
-use yued_engine::models::yue2::pipeline::{replay_request, SongMeta, Track};
+use yued_engine::models::yue2::pipeline::{replay_request, Track};
 use actix::Addr;
 use yued_engine::models::yue2::vae::{Tile, TileStream, VaeError, VaeModel};
 use yued_protocol::{JobId, Stage};
-
-/// One track the NAR will send chunks of.
-pub(crate) struct TrackPlan {
-    pub meta: SongMeta,
-    pub variation: u32,
-}
-
-pub(crate) enum VaeCmd {
-    /// A job's tracks, in track order, and the synthesis-group pin held until the last
-    /// tile is out.
-    Begin { job: Arc<JobCtx>, tracks: Vec<TrackPlan>, pin: GroupPin },
-    Latents { id: JobId, track: usize, start_frame: usize, latents: Vec<f32> },
-    /// The NAR gave up on the job: drop its state.
-    Abort(JobId),
-    /// A `/vae` job, with its synthesis-group pin.
-    VaeJob(Arc<JobCtx>, VaeTask, GroupPin),
-    Shutdown,
-}
 
 /// A job's decoded tiles on their way to the listeners, with the decode progress.
 struct LiveTiles {

@@ -12,41 +12,22 @@
 //! `--keep-loaded` the next job's AR runs while this one renders; under STRICT the next
 //! AR lease waits until the synthesis group is released. Any stage that fails a job reports
 //! it to the scheduler first, then cancels the job's token so the others drop its work.
-use crate::hub::{Publish, StreamHub};
-use crate::journal::{SongCodes, VaeTask};
+use crate::hub::StreamHub;
 use crate::metrics::Metrics;
 use crate::model_store::{Loader, ModelStore, Module, ModuleKey, Policy};
 use crate::results::ResultStore;
-use crate::scheduler::{Finished, Outcome, Progress, Scheduler, WorkerReady};
+use crate::messages::{WorkerCmd, WorkerReady};
+use crate::scheduler::Scheduler;
+use crate::stage::Links;
 use actix::Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::time::Instant;
 use yued_engine::models::yue2::ar::ArModel;
-use yued_engine::models::yue2::generate::CancelToken;
-use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::nar::NarModel;
 use yued_engine::models::yue2::pipeline::{PipelineOptions, Shared};
 use yued_engine::models::yue2::vae::VaeModel;
-use yued_protocol::{JobId, OutputFormat, Stage, StreamEvent, Yue2Request};
-
-pub enum WorkerCmd {
-    Run(Box<RunJob>),
-    Shutdown,
-}
-
-/// A job as the scheduler dispatches it.
-pub struct RunJob {
-    pub id: JobId,
-    pub request: Yue2Request,
-    /// Songs whose codes the journal already holds (a resumed job).
-    pub known_songs: Vec<SongCodes>,
-    pub cancel: CancelToken,
-    pub queue_seconds: f64,
-    /// A `/vae` job instead of a song.
-    pub vae: Option<VaeTask>,
-}
+use yued_protocol::OutputFormat;
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -62,103 +43,6 @@ pub struct WorkerConfig {
 /// Whether this build can write the format.
 pub fn format_supported(f: OutputFormat) -> bool {
     yued_audio::encode::supported(f)
-}
-
-/// A job in flight, shared by the stages that work on it.
-pub struct JobCtx {
-    pub id: JobId,
-    pub request: Yue2Request,
-    pub known_songs: Vec<SongCodes>,
-    pub cancel: CancelToken,
-    pub queue_seconds: f64,
-    /// When the job left the queue.
-    pub started: Instant,
-    /// The store's load counter then: the job's own loads are the difference.
-    pub loads_at_start: u64,
-}
-
-/// What every stage thread holds.
-#[derive(Clone)]
-pub(crate) struct Links {
-    pub scheduler: Addr<Scheduler>,
-    pub hub: Addr<StreamHub>,
-    pub metrics: Metrics,
-    pub store: Arc<ModelStore>,
-    pub cfg: WorkerConfig,
-    /// One graph at a time on the CPU across the stages (see `CpuTurns`).
-    pub cpu_turns: Arc<yued_engine::ggml::CpuTurns>,
-}
-
-impl Links {
-    /// Reports a failure (first, so it wins over the cancellations it causes), then
-    /// cancels the job so the other stages drop its work.
-    pub fn fail(&self, job: &JobCtx, msg: String) {
-        tracing::error!(job = %job.id, error = %msg, "job failed");
-        self.scheduler.do_send(Finished { id: job.id.clone(), outcome: Outcome::Failed(msg) });
-        job.cancel.cancel();
-    }
-
-    pub fn cancelled(&self, job: &JobCtx) {
-        self.scheduler.do_send(Finished { id: job.id.clone(), outcome: Outcome::Cancelled });
-    }
-
-    /// The backend of a stage thread. The thread (and the ggml workers it starts, which
-    /// inherit it) first takes the configured compute priority (default: lower than the
-    /// HTTP and WebSocket threads, which then still answer at once on saturated cores).
-    pub fn backend(&self) -> Result<Backend, String> {
-        yued_engine::ggml::set_thread_priority(self.cfg.priority);
-        let mut b = Backend::new(&self.cfg.device).map_err(|e| e.to_string())?;
-        b.set_threads(self.cfg.threads);
-        b.share_cpu(self.cpu_turns.clone());
-        Ok(b)
-    }
-}
-
-/// Stage progress to the scheduler (for `/job`) and the stream (for listeners), at most
-/// one message per percent, and the per-stage duration histogram.
-pub(crate) struct ProgressSink {
-    links: Links,
-    id: JobId,
-    last: Option<(Stage, usize)>,
-    stage_started: Option<(Stage, Instant)>,
-}
-
-impl ProgressSink {
-    pub fn new(links: &Links, id: &JobId) -> Self {
-        ProgressSink { links: links.clone(), id: id.clone(), last: None, stage_started: None }
-    }
-
-    pub fn report(&mut self, stage: Stage, done: usize, total: usize) {
-        if self.stage_started.map(|(s, _)| s) != Some(stage) {
-            self.close();
-            self.stage_started = Some((stage, Instant::now()));
-        }
-        let step = (total / 100).max(1);
-        let pass = match self.last {
-            Some((s, d)) => s != stage || done >= d + step || done == total,
-            None => true,
-        };
-        if !pass {
-            return;
-        }
-        self.last = Some((stage, done));
-        self.links.scheduler.do_send(Progress { id: self.id.clone(), stage, done, total });
-        let progress = if total > 0 { done as f32 / total as f32 } else { 0.0 };
-        self.links.hub.do_send(Publish::Event(self.id.clone(), StreamEvent::Stage { stage, progress, done: done as u64, total: total as u64 }));
-    }
-
-    /// Records the running stage's duration.
-    pub fn close(&mut self) {
-        if let Some((s, at)) = self.stage_started.take() {
-            self.links.metrics.stage_seconds.with_label_values(&[s.as_str()]).observe(at.elapsed().as_secs_f64());
-        }
-    }
-}
-
-impl Drop for ProgressSink {
-    fn drop(&mut self) {
-        self.close();
-    }
 }
 
 /// The running stage threads.

@@ -1,0 +1,144 @@
+//! What the actors and the stage threads send each other, in one leaf module: the
+//! scheduler's dispatch, the hand-offs between the stages and their reports back. Every
+//! actor module depends on it and it on none of them, so no two actors import each other.
+use crate::journal::{SongCodes, VaeTask};
+use crate::model_store::GroupPin;
+use actix::Message;
+use std::sync::Arc;
+use std::time::Instant;
+use yued_audio::Pcm;
+use yued_engine::models::yue2::generate::CancelToken;
+use yued_engine::models::yue2::pipeline::{SongMeta, SongWork, Track};
+use yued_protocol::{JobId, JobMetrics, Stage, Yue2Request};
+
+// ---- the stages to the scheduler
+
+/// Outcome the worker reports.
+#[derive(Debug)]
+pub enum Outcome {
+    /// `metrics` is the schema-1 object of a synthesis job; other jobs have none.
+    Done { tracks: u32, audio_seconds: f64, metrics: Option<JobMetrics> },
+    Failed(String),
+    Cancelled,
+}
+
+
+/// Progress of the running job (from the worker).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Progress {
+    pub id: JobId,
+    pub stage: Stage,
+    pub done: usize,
+    pub total: usize,
+}
+
+
+/// A song's semantic stream is known: journal it so a restart resumes from it.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct CodesReady {
+    pub id: JobId,
+    pub song: SongCodes,
+}
+
+
+/// The worker finished a job.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Finished {
+    pub id: JobId,
+    pub outcome: Outcome,
+}
+
+
+/// The entry stage handed a job on (or ended it): the next job may start.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct EntryFree {
+    pub id: JobId,
+}
+
+
+/// The worker loaded its models (or failed to).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct WorkerReady;
+
+
+// ---- the scheduler to the entry stage
+
+pub enum WorkerCmd {
+    Run(Box<RunJob>),
+    Shutdown,
+}
+
+/// A job as the scheduler dispatches it.
+pub struct RunJob {
+    pub id: JobId,
+    pub request: Yue2Request,
+    /// Songs whose codes the journal already holds (a resumed job).
+    pub known_songs: Vec<SongCodes>,
+    pub cancel: CancelToken,
+    pub queue_seconds: f64,
+    /// A `/vae` job instead of a song.
+    pub vae: Option<VaeTask>,
+}
+
+
+// ---- between the stages
+
+/// A job in flight, shared by the stages that work on it.
+pub struct JobCtx {
+    pub id: JobId,
+    pub request: Yue2Request,
+    pub known_songs: Vec<SongCodes>,
+    pub cancel: CancelToken,
+    pub queue_seconds: f64,
+    /// When the job left the queue.
+    pub started: Instant,
+    /// The store's load counter then: the job's own loads are the difference.
+    pub loads_at_start: u64,
+}
+
+
+pub struct NarWork {
+    pub job: Arc<JobCtx>,
+    pub songs: Vec<SongWork>,
+    /// Holds the synthesis group for the job until its last tile is decoded.
+    pub pin: GroupPin,
+}
+
+pub enum NarCmd {
+    Render(NarWork),
+    Shutdown,
+}
+
+
+/// One track the NAR will send chunks of.
+pub struct TrackPlan {
+    pub meta: SongMeta,
+    pub variation: u32,
+}
+
+pub enum VaeCmd {
+    /// A job's tracks, in track order, and the synthesis-group pin held until the last
+    /// tile is out.
+    Begin { job: Arc<JobCtx>, tracks: Vec<TrackPlan>, pin: GroupPin },
+    Latents { id: JobId, track: usize, start_frame: usize, latents: Vec<f32> },
+    /// The NAR gave up on the job: drop its state.
+    Abort(JobId),
+    /// A `/vae` job, with its synthesis-group pin.
+    VaeJob(Arc<JobCtx>, VaeTask, GroupPin),
+    Shutdown,
+}
+
+
+pub enum EncCmd {
+    /// Track `index` of the job's `of`.
+    Track { job: Arc<JobCtx>, index: usize, of: usize, track: Box<Track> },
+    /// The audio of a `/vae` decode: one file in the request's format.
+    Audio { job: Arc<JobCtx>, pcm: Pcm },
+    Shutdown,
+}
+

@@ -1,0 +1,98 @@
+//! What every stage thread holds and uses: the links to the actors, the job-failure
+//! reports, the stage backend, and the progress sink.
+use crate::hub::{Publish, StreamHub};
+use crate::messages::{Finished, JobCtx, Outcome, Progress};
+use crate::metrics::Metrics;
+use crate::model_store::ModelStore;
+use crate::scheduler::Scheduler;
+use crate::worker::WorkerConfig;
+use actix::Addr;
+use std::sync::Arc;
+use std::time::Instant;
+use yued_engine::ggml::Backend;
+use yued_protocol::{JobId, Stage, StreamEvent};
+
+/// What every stage thread holds.
+#[derive(Clone)]
+pub(crate) struct Links {
+    pub scheduler: Addr<Scheduler>,
+    pub hub: Addr<StreamHub>,
+    pub metrics: Metrics,
+    pub store: Arc<ModelStore>,
+    pub cfg: WorkerConfig,
+    /// One graph at a time on the CPU across the stages (see `CpuTurns`).
+    pub cpu_turns: Arc<yued_engine::ggml::CpuTurns>,
+}
+
+impl Links {
+    /// Reports a failure (first, so it wins over the cancellations it causes), then
+    /// cancels the job so the other stages drop its work.
+    pub fn fail(&self, job: &JobCtx, msg: String) {
+        tracing::error!(job = %job.id, error = %msg, "job failed");
+        self.scheduler.do_send(Finished { id: job.id.clone(), outcome: Outcome::Failed(msg) });
+        job.cancel.cancel();
+    }
+
+    pub fn cancelled(&self, job: &JobCtx) {
+        self.scheduler.do_send(Finished { id: job.id.clone(), outcome: Outcome::Cancelled });
+    }
+
+    /// The backend of a stage thread. The thread (and the ggml workers it starts, which
+    /// inherit it) first takes the configured compute priority (default: lower than the
+    /// HTTP and WebSocket threads, which then still answer at once on saturated cores).
+    pub fn backend(&self) -> Result<Backend, String> {
+        yued_engine::ggml::set_thread_priority(self.cfg.priority);
+        let mut b = Backend::new(&self.cfg.device).map_err(|e| e.to_string())?;
+        b.set_threads(self.cfg.threads);
+        b.share_cpu(self.cpu_turns.clone());
+        Ok(b)
+    }
+}
+
+/// Stage progress to the scheduler (for `/job`) and the stream (for listeners), at most
+/// one message per percent, and the per-stage duration histogram.
+pub(crate) struct ProgressSink {
+    links: Links,
+    id: JobId,
+    last: Option<(Stage, usize)>,
+    stage_started: Option<(Stage, Instant)>,
+}
+
+impl ProgressSink {
+    pub fn new(links: &Links, id: &JobId) -> Self {
+        ProgressSink { links: links.clone(), id: id.clone(), last: None, stage_started: None }
+    }
+
+    pub fn report(&mut self, stage: Stage, done: usize, total: usize) {
+        if self.stage_started.map(|(s, _)| s) != Some(stage) {
+            self.close();
+            self.stage_started = Some((stage, Instant::now()));
+        }
+        let step = (total / 100).max(1);
+        let pass = match self.last {
+            Some((s, d)) => s != stage || done >= d + step || done == total,
+            None => true,
+        };
+        if !pass {
+            return;
+        }
+        self.last = Some((stage, done));
+        self.links.scheduler.do_send(Progress { id: self.id.clone(), stage, done, total });
+        let progress = if total > 0 { done as f32 / total as f32 } else { 0.0 };
+        self.links.hub.do_send(Publish::Event(self.id.clone(), StreamEvent::Stage { stage, progress, done: done as u64, total: total as u64 }));
+    }
+
+    /// Records the running stage's duration.
+    pub fn close(&mut self) {
+        if let Some((s, at)) = self.stage_started.take() {
+            self.links.metrics.stage_seconds.with_label_values(&[s.as_str()]).observe(at.elapsed().as_secs_f64());
+        }
+    }
+}
+
+impl Drop for ProgressSink {
+    fn drop(&mut self) {
+        self.close();
+    }
+}
+
