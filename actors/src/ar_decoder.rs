@@ -27,9 +27,13 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
         let id = job.id.clone();
         let span = tracing::info_span!("job", job = %id);
         let _g = span.enter();
+        // The stages run YuE2 (the only family the daemon serves so far).
+        let request = match job.request {
+            yued_protocol::Request::Yue2(r) => r,
+        };
         let ctx = Arc::new(JobCtx {
             id: id.clone(),
-            request: job.request,
+            request,
             known_songs: job.known_songs,
             cancel: job.cancel,
             queue_seconds: job.queue_seconds,

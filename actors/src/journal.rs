@@ -4,7 +4,7 @@
 //! or a newer format, is refused with a clear error, never wiped.
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
-use yued_protocol::{JobId, JobMetrics, JobState, Yue2Request};
+use yued_protocol::{JobId, JobMetrics, JobState, Request};
 
 const FORMAT_KEY: &[u8] = b"yued.journal.format";
 const FORMAT: &[u8] = b"1";
@@ -35,14 +35,20 @@ pub struct VaeTask {
     pub input: PathBuf,
 }
 
+/// The record layout this release writes. 1 (no `version` key): the request was a YuE2
+/// request's fields alone; 2: the request names its family (`"family": "yue2"`).
+pub const RECORD_VERSION: u32 = 2;
+
 /// Everything the daemon keeps about a job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct JobRecord {
+    /// The layout of the record ([`RECORD_VERSION`] when written by this release).
+    pub version: u32,
     pub id: JobId,
     /// Fairness key: the API key or the peer address.
     pub client: String,
-    /// The request with its seeds resolved.
-    pub request: Yue2Request,
+    /// The request with its seeds resolved, of its family.
+    pub request: Request,
     pub state: JobState,
     /// Unix milliseconds.
     pub submitted_ms: u64,
@@ -134,13 +140,17 @@ impl Journal {
         Ok(())
     }
 
-    /// Every record, oldest id first.
+    /// Every record, oldest id first, in this release's layout (older layouts are read and
+    /// upgraded; a record of a newer layout is refused by name).
     pub fn load(&self) -> Result<Vec<JobRecord>, JournalError> {
         let mut out = Vec::new();
         for kv in self.jobs.iter() {
             let (k, v) = kv?;
             let key = k.iter().map(|b| format!("{b:02x}")).collect::<String>();
-            let r: JobRecord = serde_json::from_slice(&v).map_err(|e| JournalError::Corrupt { key, message: e.to_string() })?;
+            let corrupt = |message: String| JournalError::Corrupt { key: key.clone(), message };
+            let mut value: serde_json::Value = serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?;
+            upgrade(&mut value).map_err(corrupt)?;
+            let r: JobRecord = serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
             out.push(r);
         }
         Ok(out)
@@ -167,12 +177,32 @@ impl Journal {
     }
 }
 
+/// Brings a record of an older layout to [`RECORD_VERSION`].
+fn upgrade(v: &mut serde_json::Value) -> Result<(), String> {
+    let obj = v.as_object_mut().ok_or("a record is a JSON object")?;
+    let version = match obj.get("version") {
+        None => 1,
+        Some(n) => n.as_u64().ok_or("'version' is not a number")? as u32,
+    };
+    if version > RECORD_VERSION {
+        return Err(format!("record layout {version} is newer than this yued's {RECORD_VERSION}"));
+    }
+    if version < 2 {
+        // Version 1 held a YuE2 request's fields alone.
+        let req = obj.get_mut("request").and_then(|r| r.as_object_mut()).ok_or("no 'request' object")?;
+        req.insert("family".into(), "yue2".into());
+    }
+    obj.insert("version".into(), RECORD_VERSION.into());
+    Ok(())
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+    use yued_protocol::Yue2Request;
 
     fn rec(id: JobId, state: JobState) -> JobRecord {
-        JobRecord { id, client: "c".into(), request: Yue2Request::default(), state, submitted_ms: 1, songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: None, crashes: 0 }
+        JobRecord { version: RECORD_VERSION, id, client: "c".into(), request: Yue2Request::default().into(), state, submitted_ms: 1, songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: None, crashes: 0 }
     }
 
     #[test]
@@ -197,6 +227,42 @@ mod tests {
         // While it is open, a second open waits for the lock, then names the likely cause.
         let e = Journal::open(&p).err().expect("a held journal cannot be opened twice").to_string();
         assert!(e.contains("another yued"), "{e}");
+    }
+
+    /// A journal written by the release before families (record layout 1, committed under
+    /// fixtures/journal/v1: a done, a running, a queued and a cancelled job) still loads,
+    /// as YuE2 jobs with their requests intact; the upgraded records are written back in
+    /// the current layout.
+    #[test]
+    fn a_journal_of_the_previous_layout_loads() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/journal/v1");
+        let p = dir.path().join("journal");
+        std::fs::create_dir_all(&p).unwrap();
+        for f in ["conf", "db"] {
+            std::fs::copy(fixture.join(f), p.join(f)).unwrap();
+        }
+        let j = Journal::open(&p).unwrap();
+        let all = j.load().unwrap();
+        let states: Vec<_> = all.iter().map(|r| (r.id.to_u64(), r.state)).collect();
+        assert_eq!(states, vec![(1, JobState::Done), (2, JobState::Running), (3, JobState::Queued), (4, JobState::Cancelled)]);
+        let r2 = &all[1];
+        assert_eq!(r2.version, RECORD_VERSION);
+        let q = r2.request.as_yue2().expect("a YuE2 job");
+        assert_eq!((q.style.as_str(), q.lm_seed, q.seed, q.steps), ("warm pop", 7, 9, 256));
+        assert_eq!(q.output_format, yued_protocol::OutputFormat::Flac);
+        assert_eq!(all[0].tracks, 1);
+        // Written back, it reads as the current layout.
+        j.put(r2).unwrap();
+        let raw: serde_json::Value = serde_json::from_slice(&j.jobs.get(2u64.to_be_bytes()).unwrap().unwrap()).unwrap();
+        assert_eq!((raw["version"].as_u64(), raw["request"]["family"].as_str()), (Some(RECORD_VERSION as u64), Some("yue2")));
+        assert!(j.next_id().unwrap().to_u64() > 4, "ids go on after the old ones");
+        // A record from a newer release is refused, naming it.
+        let mut newer = raw.clone();
+        newer["version"] = 99.into();
+        j.jobs.insert(9u64.to_be_bytes(), serde_json::to_vec(&newer).unwrap()).unwrap();
+        let e = j.load().err().unwrap().to_string();
+        assert!(e.contains("0000000000000009") && e.contains("newer"), "{e}");
     }
 
     #[test]

@@ -9,7 +9,7 @@ use std::time::Instant;
 use yued_audio::Pcm;
 use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::models::yue2::pipeline::{SongMeta, SongWork, Track};
-use yued_protocol::{JobId, JobMetrics, Stage, Yue2Request};
+use yued_protocol::{JobId, JobMetrics, Request, Stage, Yue2Request};
 
 // ---- the stages to the scheduler
 
@@ -76,7 +76,8 @@ pub enum WorkerCmd {
 /// A job as the scheduler dispatches it.
 pub struct RunJob {
     pub id: JobId,
-    pub request: Yue2Request,
+    /// The request of the job's family.
+    pub request: Request,
     /// Songs whose codes the journal already holds (a resumed job).
     pub known_songs: Vec<SongCodes>,
     pub cancel: CancelToken,

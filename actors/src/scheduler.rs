@@ -11,7 +11,7 @@ use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 use std::time::Instant;
 use yued_engine::models::yue2::generate::CancelToken;
-use yued_protocol::{JobId, JobState, JobStatus, Stage, StreamEvent, Yue2Request};
+use yued_protocol::{JobId, JobState, JobStatus, Stage, StreamEvent, Request};
 
 struct Entry {
     record: JobRecord,
@@ -218,7 +218,7 @@ impl Actor for Scheduler {
 #[rtype(result = "Result<JobId, SubmitError>")]
 pub struct Submit {
     pub client: String,
-    pub request: Yue2Request,
+    pub request: Request,
     /// Set for a `/vae` job; its upload is already on disk.
     pub vae: Option<VaeTask>,
 }
@@ -234,7 +234,7 @@ impl Handler<Submit> for Scheduler {
             return Err(SubmitError::Full(self.cap));
         }
         let id = self.journal.next_id().map_err(|e| SubmitError::Journal(e.to_string()))?;
-        let record = JobRecord { id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: m.vae, crashes: 0 };
+        let record = JobRecord { version: crate::journal::RECORD_VERSION, id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: m.vae, crashes: 0 };
         self.journal.put(&record).map_err(|e| SubmitError::Journal(e.to_string()))?;
         tracing::info!(job = %id, client = %m.client, "job queued");
         self.jobs.insert(id.clone(), Entry { record, progress: None, cancel: CancelToken::new(), submitted: Instant::now() });

@@ -98,7 +98,7 @@ fn random_u64() -> u64 {
 
 /// Submits a parsed request; the reply of every submission route.
 pub async fn submit(st: &AppState, client: String, request: Yue2Request, vae: Option<VaeTask>) -> Result<JobId, HttpResponse> {
-    match st.scheduler.send(Submit { client, request, vae }).await {
+    match st.scheduler.send(Submit { client, request: request.into(), vae }).await {
         Ok(Ok(id)) => Ok(id),
         Ok(Err(SubmitError::Full(cap))) => Err(HttpResponse::TooManyRequests()
             .insert_header((header::RETRY_AFTER, "5"))

@@ -17,7 +17,7 @@ pub use job::{
 };
 pub use props::{AdapterInfo, OutputFormatInfo, Props};
 pub use request::{
-    parse_codes, AdapterRef, CotMode, Limits, OutputFormat, RequestError, SamplingPreset,
+    parse_codes, AdapterRef, CotMode, Family, Limits, OutputFormat, Request, RequestError, SamplingPreset,
     Yue2Request, CODEBOOK_SIZE, DEFAULT_CONTEXT, MAX_PLAN_RETRIES, MAX_SYNTH_BATCH,
     MP3_BITRATE_MAX, MP3_BITRATE_MIN, PEAK_CLIP_MAX, RANDOM_SEED, RANDOM_SEED_LIMIT,
 };
