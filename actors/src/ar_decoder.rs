@@ -10,9 +10,9 @@ use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
 use yued_engine::ggml::Backend;
+use yued_engine::models::yue2::ar::ArModel;
 use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared, SongWork};
 use yued_protocol::{Stage, StreamEvent};
-use crate::model_store::{Group, ModuleKey};
 
 pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<WorkerCmd>, nar_tx: Sender<NarCmd>, vae_tx: Sender<VaeCmd>) {
     let backend = links.backend();
@@ -49,7 +49,7 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
         if let Some(task) = job.vae {
             // The synthesis group is taken for the job before the next one may start, so
             // under STRICT the next AR cannot slip in ahead of this job's VAE work.
-            let pin = links.store.pin(Group::Synthesis);
+            let pin = links.store.pin(crate::yue2::synthesis_group());
             let _ = vae_tx.send(VaeCmd::VaeJob(ctx, task, pin));
             links.scheduler.do_send(EntryFree { id });
             continue;
@@ -68,7 +68,7 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
                 // this job now, before the next job may lease the AR half, so under STRICT
                 // the stages run in job order. Then hand over; the send blocks while the NAR
                 // has a job waiting (bounded memory, in order).
-                let pin = links.store.pin(Group::Synthesis);
+                let pin = links.store.pin(crate::yue2::synthesis_group());
                 if nar_tx.send(NarCmd::Render(NarWork { job: ctx, songs, pin })).is_err() {
                     tracing::error!("the NAR stage is gone");
                 }
@@ -84,7 +84,7 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
 
 fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> Result<Vec<SongWork>, PipelineError> {
     let req = &ctx.request;
-    let mut lease = links.store.lease(ModuleKey::Ar, backend).map_err(PipelineError::Other)?;
+    let mut lease = links.store.lease(&crate::yue2::ar(&links.cfg), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &ctx.id);
     let resume = !ctx.known_songs.is_empty() && (ctx.known_songs.len() as u32 == req.lm_batch_size.max(1) || !req.semantic_tokens.is_empty());
     let mut meter = TokenMeter::default();
@@ -103,7 +103,7 @@ fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> R
         _ => {}
     };
     if !resume {
-        let r = shared.compose(lease.ar(), backend, req, &ctx.cancel, &mut |e| events(e, true));
+        let r = shared.compose(lease.get::<ArModel>(), backend, req, &ctx.cancel, &mut |e| events(e, true));
         meter.finish(links);
         return r;
     }
@@ -120,7 +120,7 @@ fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> R
         r.source_tokens.clear();
         r.lm_batch_size = 1;
         r.lm_seed = req.lm_seed + s.song as i64;
-        for mut w in shared.compose(lease.ar(), backend, &r, &ctx.cancel, &mut |e| events(e, false))? {
+        for mut w in shared.compose(lease.get::<ArModel>(), backend, &r, &ctx.cancel, &mut |e| events(e, false))? {
             w.meta.index = s.song;
             w.meta.abc = s.abc.clone();
             out.push(w);

@@ -1,61 +1,50 @@
-//! The ModelStore: the single owner of the module instances (the AR half, the NAR half,
-//! the VAE) and of the residency policy. Stage threads lease a module for the time they
-//! compute with it; the store loads it on demand and, under STRICT, keeps at most one
-//! coexistence group resident: the AR group { AR } or the synthesis group { NAR, VAE }.
+//! The ModelStore: the single owner of the loaded components of every family and of the
+//! residency policy. Stage threads lease a component for the time they compute with it;
+//! the store loads it on demand. Components are keyed by (family, component, file), and
+//! each family declares its coexistence groups (YuE2: { AR } and the synthesis group
+//! { NAR, VAE }): under STRICT at most one group is resident at a time, across families.
 //! A lease that conflicts with a group still held waits (it never aborts the daemon); a
-//! lease of an unloaded module first evicts the idle modules of the other group. NEVER
-//! (`--keep-loaded`) keeps everything that was ever loaded.
+//! lease of an unloaded component first evicts the idle components of the other groups.
+//! NEVER (`--keep-loaded`) keeps everything that was ever loaded, and a component named
+//! with another file loads beside the first.
 //!
-//! A lease moves the module out of the store to the leasing thread (exclusive `&mut`, no
-//! lock held while computing) and back when dropped. A group pin holds a group without a
-//! module: the NAR renderer pins the synthesis group for a job until the VAE tiler has
-//! decoded its last tile, so the next job's AR half cannot evict the VAE between chunks.
+//! A lease moves the component out of the store to the leasing thread (exclusive `&mut`,
+//! no lock held while computing) and back when dropped. A group pin holds a group without
+//! a component: the NAR renderer pins the synthesis group for a job until the VAE tiler
+//! has decoded its last tile, so the next job's AR half cannot evict the VAE between chunks.
+//! The store knows no family: what a component is and how it loads is the loader's.
 use crate::metrics::Metrics;
+use std::any::Any;
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
-use yued_engine::models::yue2::ar::ArModel;
 use yued_engine::ggml::Backend;
-use yued_engine::models::yue2::nar::NarModel;
-use yued_engine::models::yue2::vae::VaeModel;
+use yued_protocol::Family;
 
-/// The modules the store knows.
+/// A coexistence group of a family (STRICT keeps one resident).
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum ModuleKey {
-    Ar,
-    Nar,
-    Vae,
+pub struct Group {
+    pub family: Family,
+    pub name: &'static str,
 }
 
-impl ModuleKey {
-    pub fn group(self) -> Group {
-        match self {
-            ModuleKey::Ar => Group::Ar,
-            ModuleKey::Nar | ModuleKey::Vae => Group::Synthesis,
-        }
+/// Which component: its family, its part, its group, its file.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ComponentKey {
+    pub family: Family,
+    pub component: &'static str,
+    pub group: &'static str,
+    pub file: PathBuf,
+}
+
+impl ComponentKey {
+    pub fn group(&self) -> Group {
+        Group { family: self.family, name: self.group }
     }
-    pub fn as_str(self) -> &'static str {
-        match self {
-            ModuleKey::Ar => "ar",
-            ModuleKey::Nar => "nar",
-            ModuleKey::Vae => "vae",
-        }
-    }
-}
-
-/// Coexistence groups of the STRICT policy.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
-pub enum Group {
-    Ar,
-    Synthesis,
-}
-
-impl Group {
-    fn other(self) -> Group {
-        match self {
-            Group::Ar => Group::Synthesis,
-            Group::Synthesis => Group::Ar,
-        }
+    /// `family/component`, for logs and errors.
+    pub fn name(&self) -> String {
+        format!("{}/{}", self.family, self.component)
     }
 }
 
@@ -67,43 +56,33 @@ pub enum Policy {
     Never,
 }
 
-/// A loaded module.
-pub enum Module {
-    Ar(ArModel),
-    Nar(NarModel),
-    Vae(VaeModel),
+/// A loaded component of any family.
+pub trait Component: Any + Send {
+    /// Device bytes of its weights.
+    fn weight_bytes(&self) -> usize;
+    fn as_any_mut(&mut self) -> &mut dyn Any;
 }
 
-impl Module {
-    pub fn weight_bytes(&self) -> usize {
-        match self {
-            Module::Ar(m) => m.weight_bytes(),
-            Module::Nar(m) => m.weight_bytes(),
-            Module::Vae(m) => m.weight_bytes(),
-        }
-    }
-}
+/// A loaded component.
+pub type Module = Box<dyn Component>;
 
-/// Loads a module onto a backend (the files and their checks live with the caller).
-pub type Loader = dyn Fn(ModuleKey, &Backend) -> Result<Module, String> + Send + Sync;
+/// Loads a component onto a backend (the files and their checks live with the caller).
+pub type Loader = dyn Fn(&ComponentKey, &Backend) -> Result<Module, String> + Send + Sync;
 
 enum Slot {
-    Idle(Box<Module>),
+    Idle(Module),
     /// Out on a lease (or being loaded for one); `bytes` of weights.
     Leased { bytes: usize },
 }
 
 #[derive(Default)]
 struct State {
-    slots: HashMap<ModuleKey, Slot>,
+    slots: HashMap<ComponentKey, Slot>,
     /// Leases and pins per group.
     held: HashMap<Group, usize>,
 }
 
 impl State {
-    fn held(&self, g: Group) -> usize {
-        self.held.get(&g).copied().unwrap_or(0)
-    }
     fn resident_bytes(&self) -> usize {
         self.slots.values().map(|s| match s {
             Slot::Idle(m) => m.weight_bytes(),
@@ -143,12 +122,13 @@ impl ModelStore {
         Residency { loads: self.loads.load(Ordering::SeqCst), modules: st.slots.len(), weight_bytes: st.resident_bytes() }
     }
 
+    /// Under STRICT, whether a group other than `g` is held.
     fn conflicts(&self, st: &State, g: Group) -> bool {
-        self.policy == Policy::Strict && st.held(g.other()) > 0
+        self.policy == Policy::Strict && st.held.iter().any(|(h, &n)| *h != g && n > 0)
     }
 
-    /// Holds `group` resident without taking a module (STRICT keeps the other group out).
-    /// Waits while the other group is held.
+    /// Holds `group` resident without taking a component (STRICT keeps the other groups
+    /// out). Waits while another group is held.
     pub fn pin(self: &Arc<Self>, group: Group) -> GroupPin {
         let mut st = self.state.lock().unwrap();
         while self.conflicts(&st, group) {
@@ -159,31 +139,32 @@ impl ModelStore {
     }
 
     /// Takes `key` for exclusive use on `backend`'s thread, loading it if needed; waits
-    /// while a module of the other group is held under STRICT, or while `key` itself is out.
-    pub fn lease(self: &Arc<Self>, key: ModuleKey, backend: &Backend) -> Result<Lease, String> {
+    /// while a component of another group is held under STRICT, or while `key` itself is
+    /// out.
+    pub fn lease(self: &Arc<Self>, key: &ComponentKey, backend: &Backend) -> Result<Lease, String> {
         let group = key.group();
         let mut st = self.state.lock().unwrap();
         loop {
             let conflict = self.conflicts(&st, group);
-            let out = matches!(st.slots.get(&key), Some(Slot::Leased { .. }));
+            let out = matches!(st.slots.get(key), Some(Slot::Leased { .. }));
             if !conflict && !out {
                 break;
             }
             st = self.changed.wait(st).unwrap();
         }
         *st.held.entry(group).or_default() += 1;
-        if let Some(Slot::Idle(m)) = st.slots.remove(&key) {
-            st.slots.insert(key, Slot::Leased { bytes: m.weight_bytes() });
-            return Ok(Lease { store: self.clone(), key, module: Some(*m) });
+        if let Some(Slot::Idle(m)) = st.slots.remove(key) {
+            st.slots.insert(key.clone(), Slot::Leased { bytes: m.weight_bytes() });
+            return Ok(Lease { store: self.clone(), key: key.clone(), module: Some(m) });
         }
         if self.policy == Policy::Strict {
-            let evict: Vec<ModuleKey> = st.slots.keys().copied().filter(|k| k.group() != group).collect();
+            let evict: Vec<ComponentKey> = st.slots.keys().filter(|k| k.group() != group).cloned().collect();
             for k in evict {
                 st.slots.remove(&k);
-                tracing::info!(module = k.as_str(), "evicting (STRICT: one coexistence group at a time)");
+                tracing::info!(module = %k.name(), "evicting (STRICT: one coexistence group at a time)");
             }
         }
-        st.slots.insert(key, Slot::Leased { bytes: 0 });
+        st.slots.insert(key.clone(), Slot::Leased { bytes: 0 });
         self.metrics.resident_weight_bytes.set(st.resident_bytes() as i64);
         drop(st);
         // Load without the lock: other groups' leases and the metrics stay responsive.
@@ -192,25 +173,25 @@ impl ModelStore {
         let mut st = self.state.lock().unwrap();
         match loaded {
             Ok(m) => {
-                st.slots.insert(key, Slot::Leased { bytes: m.weight_bytes() });
+                st.slots.insert(key.clone(), Slot::Leased { bytes: m.weight_bytes() });
                 self.loads.fetch_add(1, Ordering::SeqCst);
                 self.metrics.module_loads_total.inc();
                 self.metrics.resident_weight_bytes.set(st.resident_bytes() as i64);
-                tracing::info!(module = key.as_str(), weight_bytes = m.weight_bytes(), seconds = t0.elapsed().as_secs_f64(), "module loaded");
-                Ok(Lease { store: self.clone(), key, module: Some(m) })
+                tracing::info!(module = %key.name(), file = %key.file.display(), weight_bytes = m.weight_bytes(), seconds = t0.elapsed().as_secs_f64(), "module loaded");
+                Ok(Lease { store: self.clone(), key: key.clone(), module: Some(m) })
             }
             Err(e) => {
-                st.slots.remove(&key);
+                st.slots.remove(key);
                 *st.held.entry(group).or_default() -= 1;
                 self.changed.notify_all();
-                Err(format!("loading the {} module: {e}", key.as_str()))
+                Err(format!("loading the {} module: {e}", key.name()))
             }
         }
     }
 
-    fn give_back(&self, key: ModuleKey, m: Module) {
+    fn give_back(&self, key: &ComponentKey, m: Module) {
         let mut st = self.state.lock().unwrap();
-        st.slots.insert(key, Slot::Idle(Box::new(m)));
+        st.slots.insert(key.clone(), Slot::Idle(m));
         *st.held.entry(key.group()).or_default() -= 1;
         self.changed.notify_all();
     }
@@ -222,43 +203,30 @@ impl ModelStore {
     }
 }
 
-/// A module out of the store; returned when dropped.
+/// A component out of the store; returned when dropped.
 pub struct Lease {
     store: Arc<ModelStore>,
-    key: ModuleKey,
+    key: ComponentKey,
     module: Option<Module>,
 }
 
 impl Lease {
-    pub fn ar(&mut self) -> &mut ArModel {
-        match self.module.as_mut() {
-            Some(Module::Ar(m)) => m,
-            _ => panic!("lease of {:?} used as the AR module", self.key),
-        }
-    }
-    pub fn nar(&mut self) -> &mut NarModel {
-        match self.module.as_mut() {
-            Some(Module::Nar(m)) => m,
-            _ => panic!("lease of {:?} used as the NAR module", self.key),
-        }
-    }
-    pub fn vae(&mut self) -> &mut VaeModel {
-        match self.module.as_mut() {
-            Some(Module::Vae(m)) => m,
-            _ => panic!("lease of {:?} used as the VAE module", self.key),
-        }
+    /// The component as its concrete type.
+    pub fn get<T: Component>(&mut self) -> &mut T {
+        let name = self.key.name();
+        self.module.as_mut().and_then(|m| m.as_any_mut().downcast_mut::<T>()).unwrap_or_else(|| panic!("lease of {name} used as a {}", std::any::type_name::<T>()))
     }
 }
 
 impl Drop for Lease {
     fn drop(&mut self) {
         if let Some(m) = self.module.take() {
-            self.store.give_back(self.key, m);
+            self.store.give_back(&self.key, m);
         }
     }
 }
 
-/// A hold on a group without a module; released when dropped.
+/// A hold on a group without a component; released when dropped.
 pub struct GroupPin {
     store: Arc<ModelStore>,
     group: Group,
@@ -273,39 +241,42 @@ impl Drop for GroupPin {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::worker::WorkerConfig;
     use std::time::Duration;
     use yued_engine::models::yue2::demo::{write_demo, Preset};
-    use yued_engine::gguf::GgufFile;
-    use yued_engine::models::yue2::config::BackboneInfo;
+    use yued_engine::models::yue2::pipeline::{PipelineOptions, Shared};
 
-    fn store(policy: Policy) -> (tempfile::TempDir, Arc<ModelStore>) {
+    struct Keys {
+        ar: ComponentKey,
+        nar: ComponentKey,
+        vae: ComponentKey,
+    }
+
+    fn store(policy: Policy) -> (tempfile::TempDir, Arc<ModelStore>, Keys) {
         let dir = tempfile::tempdir().unwrap();
         let (bb, vae) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
-        let loader: Box<Loader> = Box::new(move |k, backend| {
-            let f = GgufFile::open(if k == ModuleKey::Vae { &vae } else { &bb }).map_err(|e| e.to_string())?;
-            Ok(match k {
-                ModuleKey::Ar => Module::Ar(ArModel::load(&f, &BackboneInfo::from_gguf(&f).map_err(|e| e.to_string())?, backend).map_err(|e| e.to_string())?),
-                ModuleKey::Nar => Module::Nar(NarModel::load(&f, &BackboneInfo::from_gguf(&f).map_err(|e| e.to_string())?, backend).map_err(|e| e.to_string())?),
-                ModuleKey::Vae => Module::Vae(VaeModel::load(&f, backend).map_err(|e| e.to_string())?),
-            })
-        });
-        (dir, ModelStore::new(policy, loader, Metrics::new()))
+        let cfg = WorkerConfig { model: bb.clone(), vae, device: "CPU".into(), threads: 1, priority: Default::default(), options: PipelineOptions::default(), keep_loaded: false };
+        let shared = Shared::open(&bb, &PipelineOptions::default()).unwrap();
+        let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(k, backend, &shared));
+        let keys = Keys { ar: crate::yue2::ar(&cfg), nar: crate::yue2::nar(&cfg), vae: crate::yue2::vae(&cfg) };
+        (dir, ModelStore::new(policy, loader, Metrics::new()), keys)
     }
 
     #[test]
     fn strict_keeps_one_group_and_a_conflicting_lease_waits() {
-        let (_d, s) = store(Policy::Strict);
+        let (_d, s, k) = store(Policy::Strict);
         let b = Backend::cpu(1).unwrap();
-        let ar = s.lease(ModuleKey::Ar, &b).unwrap();
+        let ar = s.lease(&k.ar, &b).unwrap();
         assert_eq!(s.residency().modules, 1);
         // The synthesis group waits until the AR lease is dropped.
         let s2 = s.clone();
+        let (nar_key, vae_key) = (k.nar.clone(), k.vae.clone());
         let (tx, rx) = std::sync::mpsc::channel();
         let t = std::thread::spawn(move || {
             let b = Backend::cpu(1).unwrap();
-            let nar = s2.lease(ModuleKey::Nar, &b).unwrap();
+            let nar = s2.lease(&nar_key, &b).unwrap();
             tx.send(()).unwrap();
-            let vae = s2.lease(ModuleKey::Vae, &b).unwrap();
+            let vae = s2.lease(&vae_key, &b).unwrap();
             drop((nar, vae));
         });
         assert!(rx.recv_timeout(Duration::from_millis(300)).is_err(), "the NAR lease must wait for the AR group");
@@ -315,18 +286,21 @@ mod tests {
         // AR was evicted when the synthesis group loaded: NAR + VAE resident, 3 loads so far.
         let r = s.residency();
         assert_eq!((r.loads, r.modules), (3, 2));
-        // A re-lease of a resident module is a cache hit on the same instance.
-        drop(s.lease(ModuleKey::Vae, &b).unwrap());
+        // A re-lease of a resident component is a cache hit on the same instance, of its type.
+        let mut vae = s.lease(&k.vae, &b).unwrap();
+        assert_eq!(vae.get::<yued_engine::models::yue2::vae::VaeModel>().info.sample_rate, 48000);
+        drop(vae);
         assert_eq!(s.residency().loads, 3);
         // Back to AR: the synthesis group goes.
-        drop(s.lease(ModuleKey::Ar, &b).unwrap());
+        drop(s.lease(&k.ar, &b).unwrap());
         assert_eq!((s.residency().loads, s.residency().modules), (4, 1));
         // A pin keeps the synthesis group; AR waits for it.
-        let pin = s.pin(Group::Synthesis);
+        let pin = s.pin(crate::yue2::synthesis_group());
         let s3 = s.clone();
+        let ar_key = k.ar.clone();
         let t = std::thread::spawn(move || {
             let b = Backend::cpu(1).unwrap();
-            drop(s3.lease(ModuleKey::Ar, &b).unwrap());
+            drop(s3.lease(&ar_key, &b).unwrap());
         });
         std::thread::sleep(Duration::from_millis(200));
         assert!(!t.is_finished(), "AR waits for the pinned synthesis group");
@@ -336,15 +310,37 @@ mod tests {
 
     #[test]
     fn never_keeps_everything_and_nothing_waits() {
-        let (_d, s) = store(Policy::Never);
+        let (_d, s, k) = store(Policy::Never);
         let b = Backend::cpu(1).unwrap();
-        let ar = s.lease(ModuleKey::Ar, &b).unwrap();
-        let nar = s.lease(ModuleKey::Nar, &b).unwrap();
-        let vae = s.lease(ModuleKey::Vae, &b).unwrap();
+        let ar = s.lease(&k.ar, &b).unwrap();
+        let nar = s.lease(&k.nar, &b).unwrap();
+        let vae = s.lease(&k.vae, &b).unwrap();
         drop((ar, nar, vae));
-        drop(s.lease(ModuleKey::Ar, &b).unwrap());
+        drop(s.lease(&k.ar, &b).unwrap());
         let r = s.residency();
         assert_eq!((r.loads, r.modules), (3, 3));
         assert!(r.weight_bytes > 0);
+    }
+
+    /// The same component named with another file is another entry: under NEVER both stay
+    /// resident (seed 001's per-request component files), and a lease used as the wrong
+    /// type names both.
+    #[test]
+    fn a_component_of_another_file_loads_beside_the_first() {
+        let (d, s, k) = store(Policy::Never);
+        let b = Backend::cpu(1).unwrap();
+        let other = d.path().join("other");
+        let (_, vae2) = write_demo(&other, Preset::Tiny, 2, &mut |_, _| {}).unwrap();
+        let k2 = ComponentKey { file: vae2, ..k.vae.clone() };
+        drop(s.lease(&k.vae, &b).unwrap());
+        drop(s.lease(&k2, &b).unwrap());
+        assert_eq!((s.residency().loads, s.residency().modules), (2, 2));
+        let mut l = s.lease(&k2, &b).unwrap();
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+            l.get::<yued_engine::models::yue2::ar::ArModel>();
+        }))
+        .unwrap_err();
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        assert!(msg.contains("yue2/vae") && msg.contains("ArModel"), "{msg}");
     }
 }

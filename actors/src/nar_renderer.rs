@@ -3,12 +3,12 @@
 //! ArDecoder; STRICT keeps the AR half out until the VaeTiler has decoded the last tile),
 //! which goes on to the VaeTiler with the announcement of the job's tracks; each chunk's
 //! latents follow the moment its solve ends.
-use crate::model_store::ModuleKey;
 use crate::messages::{NarCmd, NarWork, TrackPlan, VaeCmd};
 use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use yued_engine::ggml::Backend;
+use yued_engine::models::yue2::nar::NarModel;
 use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared};
 
 pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<NarCmd>, vae_tx: Sender<VaeCmd>) {
@@ -53,12 +53,12 @@ fn render(links: &Links, shared: &Shared, backend: &Backend, work: NarWork, vae_
     let pin = work.pin;
     let tracks: Vec<TrackPlan> = work.songs.iter().flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32 })).collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
-    let mut lease = links.store.lease(ModuleKey::Nar, backend).map_err(PipelineError::Other)?;
+    let mut lease = links.store.lease(&crate::yue2::nar(&links.cfg), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &job.id);
     let mut first = 0;
     for song in work.songs {
         shared.render(
-            lease.nar(),
+            lease.get::<NarModel>(),
             backend,
             song,
             req,

@@ -4,7 +4,7 @@
 //! `/vae` jobs, the VAE's own work.
 use crate::hub::{PcmTile, Publish, StreamHub, TileEncoder};
 use crate::journal::{VaeOp, VaeTask};
-use crate::model_store::{GroupPin, ModuleKey};
+use crate::model_store::GroupPin;
 use crate::results::ResultStore;
 use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackPlan, VaeCmd};
 use crate::stage::{Links, ProgressSink};
@@ -151,10 +151,10 @@ fn decode_chunk(links: &Links, backend: Result<&Backend, String>, st: &mut JobSt
     if stream_ref.received() != start_frame {
         return Err(VaeError::Input(format!("track {track}: chunk at frame {start_frame}, expected {}", stream_ref.received())));
     }
-    let mut lease = links.store.lease(ModuleKey::Vae, backend).map_err(VaeError::Input)?;
+    let mut lease = links.store.lease(&crate::yue2::vae(&links.cfg), backend).map_err(VaeError::Input)?;
     let live = &mut st.live;
-    let stream_ref_spec = lease.vae().info.audio_spec();
-    stream_ref.push(lease.vae(), backend, latents, &st.job.cancel, &mut |tile| live.publish(&links.hub, track, stream_ref_spec, tile))?;
+    let stream_ref_spec = lease.get::<VaeModel>().info.audio_spec();
+    stream_ref.push(lease.get::<VaeModel>(), backend, latents, &st.job.cancel, &mut |tile| live.publish(&links.hub, track, stream_ref_spec, tile))?;
     drop(lease);
     if !stream_ref.is_complete() {
         return Ok(None);
@@ -187,11 +187,11 @@ fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTa
         Ok(b) => b,
         Err(e) => return Some(Outcome::Failed(format!("reading the upload {}: {e}", task.input.display()))),
     };
-    let mut lease = match links.store.lease(ModuleKey::Vae, backend) {
+    let mut lease = match links.store.lease(&crate::yue2::vae(&links.cfg), backend) {
         Ok(l) => l,
         Err(e) => return Some(Outcome::Failed(e)),
     };
-    let vae = lease.vae();
+    let vae = lease.get::<VaeModel>();
     let lat = vae.info.latent_channels;
     let spec = vae.info.audio_spec();
     let mut sink = ProgressSink::new(links, &job.id);

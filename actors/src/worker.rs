@@ -14,7 +14,7 @@
 //! it to the scheduler first, then cancels the job's token so the others drop its work.
 use crate::hub::StreamHub;
 use crate::metrics::Metrics;
-use crate::model_store::{Loader, ModelStore, Module, ModuleKey, Policy};
+use crate::model_store::{Loader, ModelStore, Policy};
 use crate::results::ResultStore;
 use crate::messages::{WorkerCmd, WorkerReady};
 use crate::scheduler::Scheduler;
@@ -22,12 +22,8 @@ use crate::stage::Links;
 use actix::Addr;
 use std::path::PathBuf;
 use std::sync::Arc;
-use yued_engine::models::yue2::ar::ArModel;
-use yued_engine::gguf::GgufFile;
-use yued_engine::models::yue2::nar::NarModel;
 use yued_engine::models::yue2::pipeline::{PipelineOptions, Shared};
-use yued_engine::models::yue2::vae::VaeModel;
-use yued_protocol::OutputFormat;
+use yued_protocol::{Family, OutputFormat};
 
 #[derive(Clone, Debug)]
 pub struct WorkerConfig {
@@ -61,16 +57,10 @@ impl Stages {
     }
 }
 
-fn loader(cfg: &WorkerConfig, shared: Option<Arc<Shared>>) -> Box<Loader> {
-    let (model, vae) = (cfg.model.clone(), cfg.vae.clone());
-    Box::new(move |key, backend| {
-        let shared = shared.as_ref().ok_or("the backbone file did not load; see the daemon log")?;
-        let f = GgufFile::open(if key == ModuleKey::Vae { &vae } else { &model }).map_err(|e| e.to_string())?;
-        Ok(match key {
-            ModuleKey::Ar => Module::Ar(ArModel::load(&f, &shared.info, backend).map_err(|e| e.to_string())?),
-            ModuleKey::Nar => Module::Nar(NarModel::load(&f, &shared.info, backend).map_err(|e| e.to_string())?),
-            ModuleKey::Vae => Module::Vae(VaeModel::load(&f, backend).map_err(|e| e.to_string())?),
-        })
+/// The store's loader: each family loads its own components.
+fn loader(shared: Option<Arc<Shared>>) -> Box<Loader> {
+    Box::new(move |key, backend| match key.family {
+        Family::Yue2 => crate::yue2::load(key, backend, shared.as_ref().ok_or("the backbone file did not load; see the daemon log")?),
     })
 }
 
@@ -84,7 +74,7 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
         }
     };
     let policy = if cfg.keep_loaded { Policy::Never } else { Policy::Strict };
-    let store = ModelStore::new(policy, loader(&cfg, shared.clone()), metrics.clone());
+    let store = ModelStore::new(policy, loader(shared.clone()), metrics.clone());
     let waited = metrics.cpu_turn_wait_seconds_total.clone();
     let cpu_turns = yued_engine::ggml::CpuTurns::with_wait_hook(move |d| waited.inc_by(d.as_secs_f64()));
     let links = Links { scheduler: scheduler.clone(), hub, metrics, store: store.clone(), cfg: cfg.clone(), cpu_turns };
@@ -121,8 +111,8 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
             if policy == Policy::Never && shared.is_some() {
                 match ready_links.backend() {
                     Ok(b) => {
-                        for k in [ModuleKey::Ar, ModuleKey::Nar, ModuleKey::Vae] {
-                            if let Err(e) = store.lease(k, &b) {
+                        for k in crate::yue2::components(&ready_links.cfg) {
+                            if let Err(e) = store.lease(&k, &b) {
                                 tracing::error!(error = %e, "warm-up load failed");
                             }
                         }
