@@ -28,6 +28,8 @@ pub struct Config {
     pub model: Option<PathBuf>,
     /// VAE GGUF; empty = the demo VAE.
     pub vae: Option<PathBuf>,
+    /// A directory of model files sorted by architecture (`--model`/`--vae` win over it).
+    pub models: Option<PathBuf>,
     /// Compute device (`auto`, `CPU`, `CUDA0`, `Vulkan0`, ...).
     pub device: String,
     /// CPU threads for ggml (0 = every core).
@@ -71,6 +73,7 @@ impl Default for Config {
             data_dir: PathBuf::from("yued-data"),
             model: None,
             vae: None,
+            models: None,
             device: "auto".into(),
             threads: 0,
             compute_priority: "low".into(),
@@ -92,7 +95,7 @@ impl Default for Config {
 }
 
 const KEYS: &[&str] = &[
-    "host", "port", "data_dir", "model", "vae", "device", "threads", "compute_priority", "max_batch", "max_seq", "keep_loaded", "admission_cap", "vae_core", "vae_halo", "api_keys",
+    "host", "port", "data_dir", "model", "vae", "models", "device", "threads", "compute_priority", "max_batch", "max_seq", "keep_loaded", "admission_cap", "vae_core", "vae_halo", "api_keys",
     "max_body_bytes", "max_upload_bytes", "result_ttl_secs", "result_max_bytes", "result_max_count", "log_format",
 ];
 
@@ -130,6 +133,7 @@ impl Config {
             "data_dir" => self.data_dir = value.into(),
             "model" => self.model = (!value.is_empty()).then(|| value.into()),
             "vae" => self.vae = (!value.is_empty()).then(|| value.into()),
+            "models" => self.models = (!value.is_empty()).then(|| value.into()),
             "device" => self.device = value.into(),
             "threads" => self.threads = num(value, bad)?,
             "max_batch" => self.max_batch = num(value, bad)?,

@@ -28,6 +28,7 @@ use yued_engine::models::yue2::pipeline::PipelineOptions;
 use yued_protocol::{Limits, Props};
 use yued_engine::models::yue2::demo::{write_demo, Preset, DEMO_KEY};
 use yued_engine::gguf::GgufFile;
+use yued_engine::registry::{Bucket, Registry};
 use yued_engine::models::yue2::config::BackboneInfo;
 use yued_engine::tokenizer::BpeTokenizer;
 
@@ -42,6 +43,11 @@ pub struct ServeArgs {
     /// VAE GGUF (default: the demo VAE).
     #[arg(long)]
     pub vae: Option<PathBuf>,
+    /// A directory of model files: every GGUF is sorted by its `general.architecture`
+    /// (yue2, yue2-vae; MiniMax Music 3's mm3-lm, mm3-depth, mm3-cond, mm3-dit, mm3-vae) and
+    /// the first of each bucket in name order is served; --model/--vae win over it.
+    #[arg(long)]
+    pub models: Option<PathBuf>,
     /// Listen address (default 127.0.0.1).
     #[arg(long)]
     pub host: Option<String>,
@@ -105,6 +111,7 @@ impl ServeArgs {
         };
         set("model", self.model.as_ref().map(|p| p.display().to_string()))?;
         set("vae", self.vae.as_ref().map(|p| p.display().to_string()))?;
+        set("models", self.models.as_ref().map(|p| p.display().to_string()))?;
         set("host", self.host.clone())?;
         set("port", self.port.map(|p| p.to_string()))?;
         set("data_dir", self.data_dir.as_ref().map(|p| p.display().to_string()))?;
@@ -154,6 +161,25 @@ struct Models {
 fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let (model, vae) = match (&c.model, &c.vae) {
         (Some(m), Some(v)) => (m.clone(), v.clone()),
+        (None, None) if c.models.is_some() => {
+            let dir = c.models.as_ref().expect("checked");
+            let (reg, skipped) = Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
+            for s in &skipped {
+                tracing::warn!(file = %s.path.display(), reason = %s.reason, "model file skipped");
+            }
+            for b in Bucket::ALL {
+                for e in reg.entries(b) {
+                    tracing::info!(bucket = b.arch(), file = %e.name, "model file");
+                }
+            }
+            for b in [Bucket::Mm3Lm, Bucket::Mm3Depth, Bucket::Mm3Cond, Bucket::Mm3Dit, Bucket::Mm3Vae] {
+                if !reg.entries(b).is_empty() {
+                    tracing::warn!(bucket = b.arch(), "MiniMax Music 3 files are registered but not served yet");
+                }
+            }
+            let pick = |b: Bucket| reg.resolve(b, "").map(|e| e.path.clone()).map_err(|e| anyhow::anyhow!("--models {}: {e}", dir.display()));
+            (pick(Bucket::Yue2)?, pick(Bucket::Yue2Vae)?)
+        }
         (None, None) => {
             let dir = c.data_dir.join("models");
             let (m, v) = (dir.join("yue2-demo-tiny.gguf"), dir.join("yue2-demo-tiny-vae.gguf"));
@@ -166,6 +192,10 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
         _ => anyhow::bail!("--model and --vae go together (or neither, for the demo model)"),
     };
     let f = GgufFile::open(&model)?;
+    for (path, file, want) in [(&model, &f, Bucket::Yue2), (&vae, &GgufFile::open(&vae)?, Bucket::Yue2Vae)] {
+        let arch = file.get_str("general.architecture")?;
+        anyhow::ensure!(arch == want.arch(), "{}: a '{arch}' model where a '{}' one belongs", path.display(), want.arch());
+    }
     let info = BackboneInfo::from_gguf(&f)?;
     BpeTokenizer::from_gguf(&f)?;
     let vf = GgufFile::open(&vae)?;

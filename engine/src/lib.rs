@@ -6,7 +6,8 @@
 //! - [`nn`]: the building blocks the families' graphs share (the Qwen3 decoder layer);
 //! - [`kv_cache`]: KV cache sets; [`tokenizer`]: the byte-level BPE of a GGUF;
 //! - [`rng`], [`sampling`]: the random streams and the token sampler;
-//! - [`latent`]: latent files; [`quantize`]: the per-tensor quantization policy.
+//! - [`latent`]: latent files; [`quantize`]: the per-tensor quantization policy;
+//! - [`registry`]: the model files of a directory, by architecture.
 //!
 //! One folder per model family under [`models`].
 
@@ -17,6 +18,7 @@ pub mod latent;
 pub mod models;
 pub mod nn;
 pub mod quantize;
+pub mod registry;
 pub mod rng;
 pub mod sampling;
 pub mod tokenizer;

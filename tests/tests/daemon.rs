@@ -316,3 +316,27 @@ fn a_job_that_crashes_the_daemon_twice_is_failed_not_resumed_again() {
     let d = Daemon::start_with_env(&data, port, args, &env);
     assert_eq!(d.status(&poison)["status"], "failed");
 }
+
+/// `--models DIR` sorts a directory's GGUFs by architecture and serves the YuE2 pair (a
+/// file of another architecture is skipped, said in the log); a file of the wrong
+/// architecture given to `--model` is a clear error and a non-zero exit.
+#[test]
+fn serve_takes_a_models_directory_and_refuses_a_wrong_architecture() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    let flags = deep_model(&models); // writes yue2-demo-deep{,-vae}.gguf there
+    std::fs::write(models.join("broken.gguf"), b"not a gguf").unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--models", models.to_str().unwrap()]);
+    let id = d.submit(&song(1.0, 1));
+    assert_eq!(d.wait(&id, Duration::from_secs(300))["status"], "done");
+    let log = d.log();
+    assert!(log.contains("yue2-demo-deep.gguf") && log.contains("broken.gguf"), "the scan says what it took and skipped: {log}");
+    drop(d);
+    // The VAE where the backbone belongs.
+    let data = dir.path().join("data2");
+    let mut child = Daemon::spawn(&data, free_port(), &["--model".into(), flags[3].clone(), "--vae".into(), flags[3].clone()], &[]);
+    let st = wait_exit(&mut child, Duration::from_secs(60)).expect("a wrong architecture stops the daemon");
+    assert!(!st.success());
+    let log = std::fs::read_to_string(data.with_extension("log")).unwrap();
+    assert!(log.contains("'yue2-vae' model where a 'yue2' one belongs"), "{log}");
+}
