@@ -61,6 +61,7 @@ impl Stages {
 fn loader(shared: Option<Arc<Shared>>) -> Box<Loader> {
     Box::new(move |key, backend| match key.family {
         Family::Yue2 => crate::yue2::load(key, backend, shared.as_ref().ok_or("the backbone file did not load; see the daemon log")?),
+        Family::Mm3 => Err(format!("{}: MiniMax Music 3 components are not served yet", key.name())),
     })
 }
 

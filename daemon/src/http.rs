@@ -14,7 +14,7 @@ use yued_actors::journal::{VaeOp, VaeTask};
 use yued_actors::metrics::Metrics;
 use yued_actors::results::ResultStore;
 use yued_actors::scheduler::{Cancel, GetState, GetStatus, Scheduler, Snapshot, Submit, SubmitError};
-use yued_protocol::{ErrorBody, JobId, JobState, Limits, Props, SubmitReply, Yue2Request, MULTIPART_BOUNDARY};
+use yued_protocol::{ErrorBody, JobId, JobState, Limits, Props, Request, SubmitReply, Yue2Request, MULTIPART_BOUNDARY};
 
 /// Everything the handlers share.
 pub struct AppState {
@@ -24,6 +24,8 @@ pub struct AppState {
     pub metrics: Metrics,
     pub props: Props,
     pub limits: Limits,
+    /// The families whose requests are routed to the stages.
+    pub families: Vec<yued_protocol::Family>,
     pub api_keys: HashSet<String>,
     pub logs: LogRing,
     pub started: std::time::Instant,
@@ -79,14 +81,22 @@ pub fn client_key(req: &HttpRequest) -> String {
         .unwrap_or_else(|| req.peer_addr().map(|a| format!("ip:{}", a.ip())).unwrap_or_else(|| "ip:unknown".into()))
 }
 
-/// Parses, validates and resolves a request body (the 400 paths of `/synth`).
-pub fn parse_request(body: &[u8], limits: &Limits) -> Result<Yue2Request, HttpResponse> {
-    let req = Yue2Request::from_json(body).map_err(|e| bad(e.to_string()))?;
-    req.validate(limits).map_err(|e| bad(e.to_string()))?;
+/// Routes, parses, validates and resolves a request body; the error says what is wrong,
+/// naming the field (the 400 paths of `/synth` and `/synth/stream`).
+pub fn check_request(body: &[u8], st: &AppState) -> Result<Yue2Request, String> {
+    let req = match Request::from_json(body, &st.families).map_err(|e| e.to_string())? {
+        Request::Yue2(r) => r,
+    };
+    req.validate(&st.limits).map_err(|e| e.to_string())?;
     if !yued_actors::worker::format_supported(req.output_format) {
-        return Err(bad(format!("output_format: '{}' has no encoder in this build", req.output_format.name())));
+        return Err(format!("output_format: '{}' has no encoder in this build", req.output_format.name()));
     }
     Ok(req.with_resolved_seeds(random_u64))
+}
+
+/// [`check_request`] as the HTTP reply of a bad one.
+pub fn parse_request(body: &[u8], st: &AppState) -> Result<Yue2Request, HttpResponse> {
+    check_request(body, st).map_err(bad)
 }
 
 fn random_u64() -> u64 {
@@ -110,7 +120,7 @@ pub async fn submit(st: &AppState, client: String, request: Yue2Request, vae: Op
 }
 
 pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> HttpResponse {
-    let request = match parse_request(&body, &st.limits) {
+    let request = match parse_request(&body, &st) {
         Ok(r) => r,
         Err(resp) => return resp,
     };

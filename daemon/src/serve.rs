@@ -289,6 +289,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             metrics,
             props,
             limits,
+            families: vec![yued_protocol::Family::Yue2],
             api_keys: cfg.api_keys.iter().cloned().collect::<HashSet<_>>(),
             logs: ring,
             started: std::time::Instant::now(),

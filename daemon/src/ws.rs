@@ -6,7 +6,7 @@
 //! `/synth/stream` an explicit `{"cmd":"cancel"}` does.
 // Handlers return ready HTTP responses as their error values on purpose.
 #![allow(clippy::result_large_err)]
-use crate::http::{client_key, error, job_id, parse_request, submit, AppState};
+use crate::http::{check_request, client_key, error, job_id, submit, AppState};
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::{CloseCode, CloseReason};
 use futures_util::StreamExt;
@@ -70,14 +70,9 @@ pub async fn synth_stream(req: HttpRequest, body: web::Payload, q: web::Query<St
                 _ => return,
             }
         };
-        let request = match parse_request(first.as_bytes(), &st.limits) {
+        let request = match check_request(first.as_bytes(), &st) {
             Ok(r) => r,
-            Err(_) => {
-                let msg = yued_protocol::Yue2Request::from_json(first.as_bytes())
-                    .and_then(|r| r.validate(&st.limits).map(|_| r))
-                    .err()
-                    .map(|e| e.to_string())
-                    .unwrap_or_else(|| "output_format: no encoder in this build (mp3, opus, flac, wav16, wav24, wav32)".into());
+            Err(msg) => {
                 let _ = session.text(StreamEvent::Failed { error: msg.clone() }.to_text()).await;
                 let _ = session.close(Some(CloseReason { code: CloseCode::Policy, description: Some(truncate(&msg)) })).await;
                 return;

@@ -39,11 +39,11 @@ impl Bucket {
         Bucket::ALL.into_iter().find(|b| b.arch() == arch)
     }
 
-    /// The family whose component it is (`None`: MiniMax Music 3, not served yet).
-    pub fn family(self) -> Option<Family> {
+    /// The family whose component it is.
+    pub fn family(self) -> Family {
         match self {
-            Bucket::Yue2 | Bucket::Yue2Vae => Some(Family::Yue2),
-            _ => None,
+            Bucket::Yue2 | Bucket::Yue2Vae => Family::Yue2,
+            _ => Family::Mm3,
         }
     }
 }

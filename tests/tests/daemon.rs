@@ -165,6 +165,9 @@ fn malformed_requests_get_400_naming_the_field_and_nothing_is_journaled() {
         (r#"{"style": "x", "semantic_tokens": "1,2", "source_tokens": "3"}"#, "source_tokens"),
         (r#"{"style": "x", "semantic_tokens": "1,99999"}"#, "semantic_tokens"),
         (r#"{}"#, "style"),
+        (r#"{"family": "mm3", "caption": "x", "lyrics": "la"}"#, "family"),
+        (r#"{"family": "opera", "style": "x"}"#, "family"),
+        (r#"{"family": 2, "style": "x"}"#, "family"),
     ];
     for (body, field) in cases {
         let (s, v, _) = d.submit_as(body, None);

@@ -37,13 +37,98 @@ pub use yue2::{AdapterRef, CotMode, Yue2Request};
 pub enum Family {
     /// YuE2 (seed 000).
     Yue2,
+    /// MiniMax Music 3 (seed 001).
+    Mm3,
 }
 
 impl Family {
+    pub const ALL: [Family; 2] = [Family::Yue2, Family::Mm3];
+
     pub fn as_str(self) -> &'static str {
         match self {
             Family::Yue2 => "yue2",
+            Family::Mm3 => "mm3",
         }
+    }
+
+    /// The fields of a request body that only this family's request has.
+    pub fn own_fields(self) -> &'static [&'static str] {
+        match self {
+            Family::Yue2 => &["style", "cot", "abc", "semantic_tokens", "source_tokens"],
+            Family::Mm3 => &["caption", "lm_model", "depth_model", "cond_model", "dit_model", "vae_model"],
+        }
+    }
+}
+
+impl FromStr for Family {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Family::ALL.into_iter().find(|f| f.as_str() == s).ok_or_else(|| format!("unknown family '{s}' (yue2 or mm3)"))
+    }
+}
+
+/// Which family a `POST /synth` body is for, among the `served` ones: its `"family"` when
+/// given; else the only family served; else the family whose own fields it has (`caption`
+/// or a `*_model` component: MiniMax Music 3; `style`, `cot`, `abc`, `semantic_tokens`,
+/// `source_tokens`: YuE2). Both kinds, neither, or a family not served is an error naming
+/// the fields.
+pub fn route(body: &Value, served: &[Family]) -> Result<Family, RequestError> {
+    let obj = body.as_object().ok_or_else(|| RequestError::new("body", "must be a JSON object"))?;
+    let serving = || served.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ");
+    let family = match obj.get("family") {
+        Some(Value::String(s)) => s.parse::<Family>().map_err(|e| RequestError::new("family", e))?,
+        Some(Value::Null) | None => {
+            if let [only] = served {
+                return Ok(*only);
+            }
+            let present = |f: Family| f.own_fields().iter().copied().filter(|k| obj.get(*k).is_some_and(|v| !v.is_null())).collect::<Vec<_>>();
+            let hits: Vec<(Family, Vec<&str>)> = served.iter().map(|&f| (f, present(f))).filter(|(_, h)| !h.is_empty()).collect();
+            match hits.as_slice() {
+                [(f, _)] => *f,
+                [] => return Err(RequestError::new("family", format!("the body has no field only one family has: name the family (\"family\": {})", serving()))),
+                many => {
+                    let fields: Vec<String> = many.iter().map(|(f, h)| format!("{} ({})", h.join(", "), f)).collect();
+                    return Err(RequestError::new("family", format!("fields of two families: {}; name the family", fields.join(" and "))));
+                }
+            }
+        }
+        Some(_) => return Err(RequestError::new("family", "must be a string")),
+    };
+    if !served.contains(&family) {
+        return Err(RequestError::new("family", format!("'{family}' is not served by this daemon (it serves {})", serving())));
+    }
+    Ok(family)
+}
+
+#[cfg(test)]
+mod route_tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn the_family_is_named_or_follows_from_the_fields() {
+        let both = [Family::Yue2, Family::Mm3];
+        let yue2 = [Family::Yue2];
+        // One family served: every request is its (unknown fields are the family's business).
+        assert_eq!(route(&json!({"caption": "x"}), &yue2), Ok(Family::Yue2));
+        assert_eq!(route(&json!({}), &yue2), Ok(Family::Yue2));
+        // Named.
+        assert_eq!(route(&json!({"family": "mm3", "style": "x"}), &both), Ok(Family::Mm3));
+        let e = route(&json!({"family": "mm3"}), &yue2).unwrap_err();
+        assert_eq!(e.field, "family");
+        assert!(e.message.contains("not served") && e.message.contains("yue2"), "{e}");
+        assert!(route(&json!({"family": "opera"}), &both).unwrap_err().message.contains("unknown family 'opera'"));
+        assert_eq!(route(&json!({"family": 3}), &both).unwrap_err().field, "family");
+        // Both served: the fields decide.
+        assert_eq!(route(&json!({"style": "pop", "lyrics": "la"}), &both), Ok(Family::Yue2));
+        assert_eq!(route(&json!({"caption": "pop", "lyrics": "la"}), &both), Ok(Family::Mm3));
+        assert_eq!(route(&json!({"dit_model": "d.gguf"}), &both), Ok(Family::Mm3));
+        let e = route(&json!({"caption": "a", "cot": "off"}), &both).unwrap_err();
+        assert!(e.message.contains("caption (mm3)") && e.message.contains("cot (yue2)"), "{e}");
+        assert!(route(&json!({"lyrics": "la"}), &both).unwrap_err().message.contains("name the family"));
+        // A null counts as absent.
+        assert_eq!(route(&json!({"caption": null, "style": "x"}), &both), Ok(Family::Yue2));
+        assert_eq!(route(&json!([1]), &both).unwrap_err().field, "body");
     }
 }
 
@@ -62,6 +147,16 @@ pub enum Request {
 }
 
 impl Request {
+    /// The family of a request body among the `served` ones ([`route`]), parsed as its
+    /// family's request (type errors name the field).
+    pub fn from_json(body: &[u8], served: &[Family]) -> Result<Request, RequestError> {
+        let value: Value = serde_json::from_slice(body).map_err(|e| RequestError::new("body", format!("malformed JSON: {e}")))?;
+        match route(&value, served)? {
+            Family::Yue2 => Ok(Request::Yue2(Yue2Request::from_value(value)?)),
+            f => Err(RequestError::new("family", format!("'{f}' requests are not implemented yet"))),
+        }
+    }
+
     pub fn family(&self) -> Family {
         match self {
             Request::Yue2(_) => Family::Yue2,
