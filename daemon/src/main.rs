@@ -33,6 +33,8 @@ enum Command {
     Quantize(cli::quantize::QuantizeArgs),
     /// Run the planning stage alone and write the ABC score.
     Plan(cli::plan::PlanArgs),
+    /// Run the autoregressive half alone: one replayable request (score, codes, seeds) per song.
+    Compose(cli::compose::ComposeArgs),
     /// Write the full-vocabulary logits of a token sequence (prefill or decode).
     LmEval(cli::lm_eval::LmEvalArgs),
     /// Render a request to audio: plan, semantic codes, flow matching, VAE.
@@ -62,6 +64,7 @@ fn main() {
         Command::Tokenize(a) => cli::tokenize::run(a),
         Command::Quantize(a) => cli::quantize::run(a),
         Command::Plan(a) => cli::plan::run(a),
+        Command::Compose(a) => cli::compose::run(a),
         Command::LmEval(a) => cli::lm_eval::run(a),
         Command::Synth(a) => cli::synth::run(a),
         Command::Convert { command } => cli::convert::run(command),

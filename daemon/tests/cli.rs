@@ -161,6 +161,37 @@ fn synth_renders_guided_and_batched_songs_at_the_published_depth() {
     }
 }
 
+/// `yued compose` runs the AR half alone and writes one replayable request per song: the
+/// same codes `yued synth` writes for that song at the same seeds, and `yued synth` renders
+/// it without sampling again.
+#[test]
+fn compose_writes_the_replayable_request_of_each_song() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&["demo-model", "--out", s(&d.join("models"))]);
+    let req = d.join("req.json");
+    std::fs::write(&req, r#"{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "lm_batch_size": 2, "output_format": "wav16", "semantic_sampling": {"min_tokens": 25}}"#).unwrap();
+    let out = d.join("composed/request.json");
+    let stdout = ok(&["compose", "--models", s(&d.join("models")), "--request", s(&req), "--out", s(&out), "--lm-seed", "11", "--device", "CPU"]);
+    assert!(stdout.contains("request00.json") && stdout.contains("request01.json"), "{stdout}");
+    let composed: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("composed/request01.json")).unwrap()).unwrap();
+    assert_eq!(composed["lm_seed"], 12, "song 1 samples with lm_seed + 1");
+    assert_eq!(composed["lm_batch_size"], 1);
+    let codes = composed["semantic_tokens"].as_str().unwrap().to_string();
+    assert_eq!(codes.split(',').count(), 25);
+    // synth at the same seeds writes the same codes for song 1.
+    let (bb, vae) = (d.join("models/yue2-demo-tiny.gguf"), d.join("models/yue2-demo-tiny-vae.gguf"));
+    ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--out", s(&d.join("synth/song.wav")), "--lm-seed", "11", "--steps", "1", "--device", "CPU"]);
+    let synth: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("synth/song10.json")).unwrap()).unwrap();
+    assert_eq!(synth["semantic_tokens"].as_str().unwrap(), codes);
+    // And the composed request renders.
+    ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&d.join("composed/request01.json")), "--out", s(&d.join("replay.wav")), "--steps", "1", "--device", "CPU"]);
+    assert!(d.join("replay.wav").exists());
+    // A body of a family this build does not serve is refused, naming the field.
+    std::fs::write(&req, r#"{"family": "mm3", "caption": "x", "lyrics": "la"}"#).unwrap();
+    assert!(fails(&["compose", "--models", s(&d.join("models")), "--request", s(&req), "--device", "CPU"]).contains("family"));
+}
+
 #[test]
 fn codec_encodes_audio_to_latents_and_back_in_every_format() {
     let dir = tempfile::tempdir().unwrap();

@@ -3,6 +3,7 @@ pub mod audio_convert;
 pub mod bench;
 pub mod codec;
 pub mod common;
+pub mod compose;
 pub mod convert;
 pub mod demo;
 pub mod inspect;

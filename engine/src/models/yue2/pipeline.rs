@@ -187,6 +187,17 @@ impl Shared {
     /// dropped: the NAR reads a fresh one-forward prefill of prefix + codes + music_end, the
     /// same sequence a replay prefills, so a replay renders the same audio bit for bit.
     pub fn compose(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<SongWork>, PipelineError> {
+        let songs = self.compose_codes(ar, backend, req, cancel, events)?;
+        let mut out = Vec::with_capacity(songs.len());
+        for (meta, prefix) in songs {
+            out.push(self.prefill_chunks(ar, backend, meta, prefix, cancel)?);
+        }
+        Ok(out)
+    }
+
+    /// The scores and semantic streams of a request (its seeds resolved), without the
+    /// chunk prefills: each song with its semantic prefix. What `yued compose` writes out.
+    pub fn compose_codes(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
         if req.lm_seed < 0 || req.seed < 0 {
             return Err(PipelineError::Other("seeds must be resolved before the pipeline runs".into()));
         }
@@ -224,10 +235,20 @@ impl Shared {
         for (index, prefix, codes, ended) in streams {
             let (abc, _, plan_seed) = scores[index as usize].clone();
             events(Event::Codes { song: index, abc: &abc, codes: &codes });
-            let frames = codes.len();
-            if frames == 0 {
+            if codes.is_empty() {
                 return Err(PipelineError::Other(format!("song {index} has no semantic frame to render")));
             }
+            out.push((SongMeta { index, abc, plan_seed, codes, ended }, prefix));
+        }
+        Ok(out)
+    }
+
+    /// One KV set per acoustic chunk of a composed song: prefix + the chunk's codes, the
+    /// sequence the NAR attends to.
+    pub fn prefill_chunks(&self, ar: &mut ArModel, backend: &Backend, meta: SongMeta, prefix: Vec<u32>, cancel: &CancelToken) -> Result<SongWork, PipelineError> {
+        let (index, codes) = (meta.index, &meta.codes);
+        let frames = codes.len();
+        {
             let per_chunk = chunk_frames(self.max_seq, prefix.len());
             if per_chunk == 0 {
                 return Err(RequestError::new("abc", format!("the prefix of {} tokens leaves no room for a latent block in a context of {}", prefix.len(), self.max_seq)).into());
@@ -245,9 +266,8 @@ impl Shared {
                 let song = self.ar_stages(ar, backend).prefill_sequence(prefix.clone(), &[], &codes[a..b])?;
                 chunks.push(ChunkKv { start: a, end: b, kv: song.kv });
             }
-            out.push(SongWork { meta: SongMeta { index, abc, plan_seed, codes, ended }, chunks });
+            Ok(SongWork { meta, chunks })
         }
-        Ok(out)
     }
 
     /// The synthesis half of one song: flow matching over each chunk for all the request's
