@@ -4,6 +4,11 @@
 //! items. A listener's queue is bounded: one that falls too far behind is dropped (its
 //! socket is closed with a reason) instead of stalling the render or growing memory.
 //!
+//! A job's stream exists from its `queued` event (the scheduler's first word on a job) to
+//! its terminal event, and is freed then: a finished job's story is its result on disk, and
+//! a listener who comes after is answered from there (the daemon's WebSocket replays the
+//! result), never by a stream that waits for events that will not come.
+//!
 //! The hub only distributes: a tile arrives already as s16 bytes and Ogg Opus pages, made
 //! by a [`TileEncoder`] on the compute thread that decoded it. Encoding a tile of Opus
 //! takes milliseconds; done here it would hold up every other message of the actor thread
@@ -11,15 +16,13 @@
 use crate::metrics::Metrics;
 use actix::prelude::*;
 use bytes::Bytes;
-use std::collections::{HashMap, VecDeque};
+use std::collections::HashMap;
 use tokio::sync::mpsc;
 use yued_audio::ogg_opus::OggOpusStream;
 use yued_protocol::{JobId, StreamCodec, StreamEvent};
 
 /// Live items a listener may lag behind before it is dropped.
 pub const LISTENER_BACKLOG: usize = 256;
-/// Finished jobs whose stream history stays in memory for late joiners.
-pub const FINISHED_KEPT: usize = 4;
 
 /// What a listener receives.
 #[derive(Clone, Debug, PartialEq)]
@@ -134,7 +137,8 @@ pub enum Publish {
     StreamEnd(JobId, Bytes),
 }
 
-/// Subscribes to a job's stream; `None` when the hub holds nothing for it.
+/// Subscribes to a job's stream; `None` when the hub holds none for it (the job ended, or
+/// was never queued here).
 #[derive(Message)]
 #[rtype(result = "Option<mpsc::Receiver<StreamItem>>")]
 pub struct Subscribe {
@@ -152,7 +156,6 @@ struct JobStream {
     /// Everything published, in order: events and tiles.
     history: Vec<Publish2>,
     listeners: Vec<Listener>,
-    finished: bool,
 }
 
 #[derive(Clone)]
@@ -168,13 +171,12 @@ pub const STREAM_OPUS_BITRATE: i32 = 128_000;
 
 pub struct StreamHub {
     jobs: HashMap<JobId, JobStream>,
-    finished_order: VecDeque<JobId>,
     metrics: Metrics,
 }
 
 impl StreamHub {
     pub fn new(metrics: Metrics) -> Self {
-        StreamHub { jobs: HashMap::new(), finished_order: VecDeque::new(), metrics }
+        StreamHub { jobs: HashMap::new(), metrics }
     }
 
     fn items(item: &Publish2, codec: StreamCodec, first_tile: bool) -> Vec<StreamItem> {
@@ -216,10 +218,21 @@ impl Handler<Publish> for StreamHub {
 }
 
 impl StreamHub {
-    /// Sends one item to every listener of the job and keeps it for late joiners.
+    /// Jobs whose stream the hub holds.
+    pub fn streams(&self) -> usize {
+        self.jobs.len()
+    }
+
+    /// Sends one item to every listener of the job and keeps it for late joiners. A job's
+    /// stream starts with its `queued` event; anything else for a job without one (a stage
+    /// reporting after the job ended) is dropped.
     fn distribute(&mut self, job: JobId, item: Publish2) {
         let terminal = matches!(&item, Publish2::Event(e) if e.is_terminal());
         let first_tile = matches!(&item, Publish2::Tile(..));
+        let opens = matches!(&item, Publish2::Event(StreamEvent::Queued { .. }));
+        if !opens && !self.jobs.contains_key(&job) {
+            return;
+        }
         let s = self.jobs.entry(job.clone()).or_default();
         let had_tile = s.history.iter().any(|h| matches!(h, Publish2::Tile(..)));
         let mut dropped = 0;
@@ -241,24 +254,20 @@ impl StreamHub {
             self.metrics.ws_dropped_listeners_total.inc_by(dropped);
             tracing::warn!(job = %job, dropped, "stream listeners dropped (too slow or gone)");
         }
-        s.history.push(item);
-        if terminal && !s.finished {
-            s.finished = true;
-            s.listeners.clear(); // closing the channels ends the sockets after the terminal event
-            self.finished_order.push_back(job);
-            while self.finished_order.len() > FINISHED_KEPT {
-                if let Some(old) = self.finished_order.pop_front() {
-                    self.jobs.remove(&old);
-                }
-            }
+        if terminal {
+            // Dropping the senders ends the sockets after the terminal event.
+            self.jobs.remove(&job);
+        } else {
+            s.history.push(item);
         }
+        self.metrics.ws_streams.set(self.jobs.len() as i64);
     }
 }
 
 impl Handler<Subscribe> for StreamHub {
     type Result = Option<mpsc::Receiver<StreamItem>>;
     fn handle(&mut self, msg: Subscribe, _: &mut Self::Context) -> Self::Result {
-        let s = self.jobs.entry(msg.job).or_default();
+        let s = self.jobs.get_mut(&msg.job)?;
         let mut backlog: Vec<StreamItem> = Vec::new();
         let mut seen_tile = false;
         for h in &s.history {
@@ -272,9 +281,7 @@ impl Handler<Subscribe> for StreamHub {
         for it in backlog {
             let _ = tx.try_send(it);
         }
-        if !s.finished {
-            s.listeners.push(Listener { codec: msg.codec, tx });
-        }
+        s.listeners.push(Listener { codec: msg.codec, tx });
         Some(rx)
     }
 }
@@ -320,5 +327,13 @@ mod tests {
         }
         assert!(matches!(last, Some(StreamItem::Text(t)) if t.contains("\"done\"")));
         assert_eq!(metrics.ws_dropped_listeners_total.get(), 1, "the listener that never read was dropped");
+        // The ended job's stream is freed: a late listener is told there is none (the
+        // daemon then answers from the result), and a stage's late report opens nothing.
+        assert!(hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().is_none());
+        hub.send(Publish::Event(job.clone(), StreamEvent::Cancelled {})).await.unwrap();
+        assert!(hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().is_none());
+        assert_eq!(metrics.ws_streams.get(), 0);
+        // A job never queued has no stream either.
+        assert!(hub.send(Subscribe { job: JobId::from_u64(99), codec: StreamCodec::Opus }).await.unwrap().is_none());
     }
 }

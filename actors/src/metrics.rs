@@ -20,6 +20,8 @@ pub struct Metrics {
     pub resident_weight_bytes: IntGauge,
     pub kv_sets_in_use: IntGauge,
     pub ws_listeners: IntGauge,
+    /// Jobs whose live stream the hub holds (queued to their end).
+    pub ws_streams: IntGauge,
     pub ws_bytes_total: IntCounter,
     pub ws_dropped_listeners_total: IntCounter,
     pub cpu_turn_wait_seconds_total: prometheus::Counter,
@@ -44,6 +46,7 @@ impl Metrics {
             resident_weight_bytes: IntGauge::new("yued_resident_weight_bytes", "Bytes of model weights resident on the device").unwrap(),
             kv_sets_in_use: IntGauge::new("yued_kv_sets_in_use", "KV cache sets allocated").unwrap(),
             ws_listeners: IntGauge::new("yued_stream_listeners", "WebSocket listeners connected").unwrap(),
+            ws_streams: IntGauge::new("yued_stream_jobs", "Jobs whose live stream the hub holds (from queued to their end)").unwrap(),
             ws_bytes_total: IntCounter::new("yued_stream_sent_bytes_total", "Bytes sent to WebSocket listeners").unwrap(),
             ws_dropped_listeners_total: IntCounter::new("yued_stream_dropped_listeners_total", "Listeners closed for falling too far behind").unwrap(),
             cpu_turn_wait_seconds_total: prometheus::Counter::new("yued_cpu_turn_wait_seconds_total", "Seconds the compute stages waited for the CPU while another stage's graph ran").unwrap(),
@@ -65,6 +68,7 @@ impl Metrics {
         r.register(Box::new(m.resident_weight_bytes.clone())).unwrap();
         r.register(Box::new(m.kv_sets_in_use.clone())).unwrap();
         r.register(Box::new(m.ws_listeners.clone())).unwrap();
+        r.register(Box::new(m.ws_streams.clone())).unwrap();
         r.register(Box::new(m.ws_bytes_total.clone())).unwrap();
         r.register(Box::new(m.ws_dropped_listeners_total.clone())).unwrap();
         r.register(Box::new(m.cpu_turn_wait_seconds_total.clone())).unwrap();

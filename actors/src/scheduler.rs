@@ -82,6 +82,8 @@ impl Scheduler {
         if restored > 0 {
             tracing::info!(restored, "jobs restored from the journal");
         }
+        // Opens the restored jobs' streams (a stream starts with its queued event).
+        s.publish_positions();
         s.metrics.queue_depth.set(s.queued_count() as i64);
         Ok(s)
     }

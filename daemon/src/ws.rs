@@ -10,9 +10,9 @@ use crate::http::{check_request, client_key, error, job_id, submit, AppState};
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::{CloseCode, CloseReason};
 use futures_util::StreamExt;
-use yued_actors::hub::{StreamItem, Subscribe};
-use yued_actors::scheduler::{Cancel, GetState};
-use yued_protocol::{JobId, StreamCodec, StreamCommand, StreamEvent};
+use yued_actors::hub::{PcmTile, StreamItem, Subscribe, TileEncoder};
+use yued_actors::scheduler::{Cancel, GetState, GetStatus};
+use yued_protocol::{JobId, JobState, StreamCodec, StreamCommand, StreamEvent};
 
 #[derive(serde::Deserialize)]
 pub struct StreamQuery {
@@ -105,12 +105,95 @@ fn truncate(s: &str) -> String {
     out
 }
 
+/// The stream of a job that has ended, at once: a done job's result audio as tiles (as the
+/// live stream sent them: format, tile events, s16 or one Ogg Opus stream) then `done`; a
+/// failed or cancelled job's terminal event; then a close.
+async fn replay_ended(st: &AppState, mut session: actix_ws::Session, id: &JobId, codec: StreamCodec) {
+    let status = st.scheduler.send(GetStatus(id.clone())).await.ok().flatten();
+    let close = |description: &str| CloseReason { code: CloseCode::Normal, description: Some(description.into()) };
+    let Some(status) = status.filter(|s| s.status.is_terminal()) else {
+        let _ = session.close(Some(CloseReason { code: CloseCode::Error, description: Some("no stream for this job".into()) })).await;
+        return;
+    };
+    let (items, reason) = match status.status {
+        JobState::Failed => (vec![StreamItem::Text(StreamEvent::Failed { error: status.error.unwrap_or_default() }.to_text())], "job finished"),
+        JobState::Cancelled => (vec![StreamItem::Text(StreamEvent::Cancelled {}.to_text())], "job finished"),
+        _ => {
+            let parts = st.results.parts(id).unwrap_or_default();
+            let tile_samples = st.vae.audio.samples_per_latent * 512;
+            let job = id.clone();
+            match web::block(move || result_as_tiles(&job, &parts, codec, tile_samples)).await {
+                Ok(Some(items)) => (items, "job finished"),
+                _ => (vec![StreamItem::Text(StreamEvent::Done { tracks: 0, audio_seconds: 0.0 }.to_text())], "the job's result has expired"),
+            }
+        }
+    };
+    for it in items {
+        let sent = match it {
+            StreamItem::Text(t) => session.text(t).await,
+            StreamItem::Binary(b) => session.binary(b).await,
+        };
+        if sent.is_err() {
+            return;
+        }
+    }
+    let _ = session.close(Some(close(reason))).await;
+}
+
+/// A stored result's audio tracks decoded and cut into tiles of `tile_samples`, encoded as
+/// the live stream's, ending on `done`; `None` when the result has no audio left.
+fn result_as_tiles(job: &JobId, parts: &[(std::path::PathBuf, String)], codec: StreamCodec, tile_samples: usize) -> Option<Vec<StreamItem>> {
+    let mut encoder = TileEncoder::new(job);
+    let mut items = Vec::new();
+    let (mut tracks, mut seconds, mut index) = (0u32, 0.0, 0u32);
+    for (path, ct) in parts.iter().filter(|(_, ct)| ct.starts_with("audio/")) {
+        let pcm = yued_audio::decode::decode(&std::fs::read(path).ok()?).map_err(|e| tracing::warn!(job = %job, file = %path.display(), content_type = %ct, error = %e, "result audio does not decode")).ok()?;
+        let n = pcm.data.len() / pcm.channels;
+        for start in (0..n).step_by(tile_samples.max(1)) {
+            let end = (start + tile_samples).min(n);
+            let planar: Vec<f32> = (0..pcm.channels).flat_map(|c| pcm.data[c * n + start..c * n + end].iter().copied()).collect();
+            let t = encoder.encode(&PcmTile { track: tracks, index, start_sample: start as u64, sample_rate: pcm.sample_rate, channels: pcm.channels, planar });
+            if index == 0 {
+                items.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate: t.sample_rate, channels: t.channels as u16 }.to_text()));
+            }
+            items.push(StreamItem::Text(StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }.to_text()));
+            match codec {
+                StreamCodec::Pcm16 => items.push(StreamItem::Binary(t.pcm16)),
+                StreamCodec::Opus if !t.opus_pages.is_empty() => items.push(StreamItem::Binary(t.opus_pages)),
+                StreamCodec::Opus => {}
+            }
+            index += 1;
+        }
+        tracks += 1;
+        seconds += pcm.seconds();
+    }
+    if tracks == 0 {
+        return None;
+    }
+    let tail = encoder.finish();
+    if codec == StreamCodec::Opus && !tail.is_empty() {
+        items.push(StreamItem::Binary(tail));
+    }
+    items.push(StreamItem::Text(StreamEvent::Done { tracks, audio_seconds: seconds }.to_text()));
+    Some(items)
+}
+
 /// Pumps the hub's items for `id` into the socket until the terminal event, answering
 /// pings and (when `can_cancel`) the cancel command.
 async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mut msgs: actix_ws::AggregatedMessageStream, id: JobId, codec: StreamCodec, can_cancel: bool) {
-    let Ok(Some(mut rx)) = st.hub.send(Subscribe { job: id.clone(), codec }).await else {
-        let _ = session.close(Some(CloseReason { code: CloseCode::Error, description: Some("stream hub unavailable".into()) })).await;
-        return;
+    let mut rx = match st.hub.send(Subscribe { job: id.clone(), codec }).await {
+        Ok(Some(rx)) => rx,
+        Ok(None) => {
+            // The job has ended (the hub frees a stream at its end): its story is on disk.
+            st.metrics.ws_listeners.inc();
+            replay_ended(&st, session, &id, codec).await;
+            st.metrics.ws_listeners.dec();
+            return;
+        }
+        Err(_) => {
+            let _ = session.close(Some(CloseReason { code: CloseCode::Error, description: Some("stream hub unavailable".into()) })).await;
+            return;
+        }
     };
     st.metrics.ws_listeners.inc();
     let mut ended = false;

@@ -343,3 +343,61 @@ fn serve_takes_a_models_directory_and_refuses_a_wrong_architecture() {
     let log = std::fs::read_to_string(data.with_extension("log")).unwrap();
     assert!(log.contains("'yue2-vae' model where a 'yue2' one belongs"), "{log}");
 }
+
+/// A listener on a job that has ended gets its final state at once and a close, never a
+/// silent open socket: a done job's audio replayed from the result as tiles (the exact
+/// length of the song in s16; one Ogg Opus stream by default) then `done`; a cancelled
+/// job's `cancelled`. The hub frees a job's stream at its end: the listener and stream
+/// gauges are back to 0.
+#[test]
+fn a_listener_on_an_ended_job_gets_its_final_state_and_a_close() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--vae-core", "16"]);
+    let done = d.submit(&song(2.0, 1));
+    assert_eq!(d.wait(&done, Duration::from_secs(300))["status"], "done");
+    let blocker = d.submit(&song(30.0, 8));
+    let cancelled = d.submit(&song(1.0, 1));
+    let r = d.http.post(d.url(&format!("/job?id={cancelled}&cancel=1"))).send().unwrap();
+    assert!(r.status().is_success());
+    assert_eq!(d.wait(&cancelled, Duration::from_secs(60))["status"], "cancelled");
+    d.http.post(d.url(&format!("/job?id={blocker}&cancel=1"))).send().unwrap();
+    d.wait(&blocker, Duration::from_secs(120));
+    let listen = |path: String| {
+        rt().block_on(async {
+            let (mut ws, _) = tokio_tungstenite::connect_async(path).await.unwrap();
+            let (mut events, mut binary, mut closed) = (Vec::new(), Vec::new(), None);
+            let t0 = Instant::now();
+            while let Ok(Some(m)) = tokio::time::timeout(Duration::from_secs(10), ws.next()).await {
+                match m.unwrap() {
+                    Message::Text(t) => events.push(serde_json::from_str::<serde_json::Value>(t.as_str()).unwrap()),
+                    Message::Binary(b) => binary.extend_from_slice(&b),
+                    Message::Close(c) => {
+                        closed = Some(c.map(|c| c.reason.to_string()).unwrap_or_default());
+                        break;
+                    }
+                    _ => {}
+                }
+            }
+            (events, binary, closed, t0.elapsed())
+        })
+    };
+    let (events, pcm, closed, took) = listen(d.ws_url(&format!("/stream?id={done}&format=pcm16")));
+    assert_eq!(closed.as_deref(), Some("job finished"), "{events:?}");
+    assert!(took < Duration::from_secs(5), "at once, not after a silence: {took:?}");
+    assert_eq!(events.first().unwrap()["event"], "format");
+    assert!(events.iter().filter(|e| e["event"] == "tile").count() >= 1);
+    let last = events.last().unwrap();
+    assert_eq!((last["event"].as_str(), last["tracks"].as_u64()), (Some("done"), Some(1)));
+    assert_eq!(pcm.len(), (1920 * 50 - 64) * 2 * 2, "the song's exact length in s16 stereo");
+    let (events, opus, closed, _) = listen(d.ws_url(&format!("/stream?id={done}")));
+    assert_eq!(closed.as_deref(), Some("job finished"));
+    assert!(opus.starts_with(b"OggS") && events.last().unwrap()["event"] == "done");
+    let (events, bin, closed, _) = listen(d.ws_url(&format!("/stream?id={cancelled}")));
+    assert_eq!((events.len(), events[0]["event"].as_str(), bin.len()), (1, Some("cancelled"), 0));
+    assert_eq!(closed.as_deref(), Some("job finished"));
+    std::thread::sleep(Duration::from_millis(200));
+    let metrics = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
+    for gauge in ["yued_stream_listeners 0", "yued_stream_jobs 0"] {
+        assert!(metrics.lines().any(|l| l == gauge), "{gauge}: {}", metrics.lines().filter(|l| l.starts_with("yued_stream")).collect::<Vec<_>>().join("\n"));
+    }
+}
