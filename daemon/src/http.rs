@@ -26,6 +26,8 @@ pub struct AppState {
     pub limits: Limits,
     /// The families whose requests are routed to the stages.
     pub families: Vec<yued_protocol::Family>,
+    /// What the submission check of a YuE2 request's length needs.
+    pub prompt: PromptCheck,
     pub api_keys: HashSet<String>,
     pub logs: LogRing,
     pub started: std::time::Instant,
@@ -35,6 +37,14 @@ pub struct AppState {
 }
 
 /// What `/vae` needs to check and keep an upload.
+/// The loaded backbone's tokenizer, token layout and instruction texts: a YuE2 request's
+/// prompt length is known at submission, so one that cannot fit the KV cache is refused then.
+pub struct PromptCheck {
+    pub tokenizer: yued_engine::tokenizer::BpeTokenizer,
+    pub tokens: yued_engine::models::yue2::config::TokenLayout,
+    pub instructions: yued_engine::models::yue2::prompt::Instructions,
+}
+
 pub struct VaeLimits {
     /// Uploads wait here (under the data directory) until their job ends.
     pub uploads: std::path::PathBuf,
@@ -88,16 +98,16 @@ pub fn check_request(body: &[u8], st: &AppState) -> Result<Yue2Request, String> 
         Request::Yue2(r) => r,
     };
     req.validate(&st.limits).map_err(|e| e.to_string())?;
+    let p = &st.prompt;
+    let builder = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &p.tokenizer, tokens: p.tokens, instructions: &p.instructions };
+    yued_engine::models::yue2::generate::check_fits(&builder, st.limits.context as usize, &req).map_err(|e| e.to_string())?;
     if !yued_actors::worker::format_supported(req.output_format) {
         return Err(format!("output_format: '{}' has no encoder in this build", req.output_format.name()));
     }
     Ok(req.with_resolved_seeds(random_u64))
 }
 
-/// [`check_request`] as the HTTP reply of a bad one.
-pub fn parse_request(body: &[u8], st: &AppState) -> Result<Yue2Request, HttpResponse> {
-    check_request(body, st).map_err(bad)
-}
+
 
 fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -120,9 +130,12 @@ pub async fn submit(st: &AppState, client: String, request: Yue2Request, vae: Op
 }
 
 pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> HttpResponse {
-    let request = match parse_request(&body, &st) {
-        Ok(r) => r,
-        Err(resp) => return resp,
+    // Off the executor: the length check tokenizes the lyrics (up to the body limit).
+    let state = st.clone();
+    let request = match web::block(move || check_request(&body, &state)).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(msg)) => return bad(msg),
+        Err(_) => return unavailable("the request check did not run"),
     };
     match submit(&st, client_key(&req), request, None).await {
         Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),

@@ -156,6 +156,8 @@ struct Models {
     demo: Option<String>,
     audio: yued_engine::models::AudioSpec,
     vae_has_encoder: bool,
+    tokenizer: BpeTokenizer,
+    instructions: yued_engine::models::yue2::prompt::Instructions,
 }
 
 fn resolve_models(c: &Config) -> anyhow::Result<Models> {
@@ -197,11 +199,12 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
         anyhow::ensure!(arch == want.arch(), "{}: a '{arch}' model where a '{}' one belongs", path.display(), want.arch());
     }
     let info = BackboneInfo::from_gguf(&f)?;
-    BpeTokenizer::from_gguf(&f)?;
+    let tokenizer = BpeTokenizer::from_gguf(&f)?;
+    let instructions = yued_engine::models::yue2::prompt::Instructions::from_gguf(&f);
     let vf = GgufFile::open(&vae)?;
     let vae_info = yued_engine::models::yue2::vae::VaeModel::info(&vf)?;
     let demo = f.get(DEMO_KEY).and_then(|v| v.as_str()).map(String::from);
-    Ok(Models { model, vae, info, demo, audio: vae_info.audio_spec(), vae_has_encoder: vae_info.has_encoder })
+    Ok(Models { model, vae, info, demo, audio: vae_info.audio_spec(), vae_has_encoder: vae_info.has_encoder, tokenizer, instructions })
 }
 
 /// API keys, when configured: 401 without one (the WebUI page and /health stay open).
@@ -290,6 +293,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             props,
             limits,
             families: vec![yued_protocol::Family::Yue2],
+            prompt: http::PromptCheck { tokenizer: models.tokenizer, tokens: models.info.tokens, instructions: models.instructions },
             api_keys: cfg.api_keys.iter().cloned().collect::<HashSet<_>>(),
             logs: ring,
             started: std::time::Instant::now(),

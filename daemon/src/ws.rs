@@ -70,7 +70,9 @@ pub async fn synth_stream(req: HttpRequest, body: web::Payload, q: web::Query<St
                 _ => return,
             }
         };
-        let request = match check_request(first.as_bytes(), &st) {
+        let (state, body) = (st.clone(), first.to_string());
+        let checked = web::block(move || check_request(body.as_bytes(), &state)).await.unwrap_or_else(|_| Err("the request check did not run".into()));
+        let request = match checked {
             Ok(r) => r,
             Err(msg) => {
                 let _ = session.text(StreamEvent::Failed { error: msg.clone() }.to_text()).await;

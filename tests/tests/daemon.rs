@@ -401,3 +401,27 @@ fn a_listener_on_an_ended_job_gets_its_final_state_and_a_close() {
         assert!(metrics.lines().any(|l| l == gauge), "{gauge}: {}", metrics.lines().filter(|l| l.starts_with("yued_stream")).collect::<Vec<_>>().join("\n"));
     }
 }
+
+/// A request whose prompt, score and codes cannot fit the KV cache is refused at
+/// submission with a 400 naming the field (the tokens are known then), not accepted and
+/// failed minutes later; one that fits is accepted.
+#[test]
+fn a_request_that_cannot_fit_the_cache_is_a_400_at_submission() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--max-seq", "512"]);
+    let (s, v, _) = d.submit_as(&song(30.0, 1), None);
+    assert_eq!(s, 400, "{v}");
+    let e = v["error"].as_str().unwrap();
+    assert!(e.starts_with("duration:") && e.contains("512"), "{e}");
+    let long_score = format!(r#"{{"style": "x", "cot": "full", "duration": 2, "abc": "X:1\nK:C\n{}"}}"#, "CDEF GABc|".repeat(60));
+    let (s, v, _) = d.submit_as(&long_score, None);
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("abc:"), "the score is what to shorten: {v}");
+    let (s, v, _) = d.submit_as(&format!(r#"{{"style": "x", "cot": "off", "lyrics": "{}"}}"#, "la ".repeat(600)), None);
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("lyrics:"), "{v}");
+    let h: serde_json::Value = d.http.get(d.url("/health")).send().unwrap().json().unwrap();
+    assert_eq!(h["queue"]["jobs_known"], 0, "nothing refused is journaled");
+    let id = d.submit(&song(2.0, 1));
+    assert_eq!(d.wait(&id, Duration::from_secs(300))["status"], "done");
+}

@@ -131,29 +131,9 @@ impl ArStages<'_> {
     }
 
     /// Refuses, before any compute, a request whose prefix plus budgets cannot fit the
-    /// KV cache (an unplanned score counts at its full budget).
+    /// KV cache (see [`check_fits`]).
     pub fn check_fits(&self, req: &Yue2Request) -> Result<(), GenError> {
-        let p = self.prompts();
-        let score_ids = self.tokenizer.encode(&req.abc);
-        let needs_plan = req.abc.is_empty() && req.cot != CotMode::Off && req.semantic_tokens.is_empty();
-        let score_len = if needs_plan { req.abc_sampling.max_tokens as usize } else { score_ids.len() };
-        let base = p.conditional(req.cot, &req.style, &req.lyrics, &Score::Ids(&[])).len();
-        // A replayed stream renders in chunks, so it only needs room for one frame per
-        // chunk; a generated one must hold every code in one KV set.
-        let (codes, what) = if !req.semantic_tokens.is_empty() {
-            (2, "semantic_tokens")
-        } else {
-            (self.source(req)?.len().max(semantic_budget(req)), "duration")
-        };
-        let need = base + score_len + codes + 1;
-        if need > self.max_seq {
-            return Err(RequestError::new(
-                what,
-                format!("prefix ({base} tokens) + score ({score_len}) + codes ({codes}) + end = {need} tokens do not fit the KV cache of {} (shorten duration or raise --max-seq)", self.max_seq),
-            )
-            .into());
-        }
-        Ok(())
+        check_fits(&self.prompts(), self.max_seq, req).map_err(GenError::from)
     }
 
     /// Stage 1 for song `song`: decodes from the open score slot to abc_end or the budget,
@@ -363,6 +343,40 @@ impl ArStages<'_> {
         let prefix = seq[..prefix_len].to_vec();
         Ok(Song { index: 0, score_ids: score.to_vec(), codes: codes.to_vec(), ended: true, prefix_len, prefix, kv: sets.pop().unwrap(), pending: vec![] })
     }
+}
+
+/// Whether a request's prefix, score (an unplanned one at its full budget), codes and end
+/// fit a KV cache of `max_seq` positions: the daemon checks it at submission, where the
+/// tokens are known, so a request that cannot render is a 400 rather than a job that fails.
+pub fn check_fits(p: &PromptBuilder<'_>, max_seq: usize, req: &Yue2Request) -> Result<(), RequestError> {
+    let score_ids = p.tokenizer.encode(&req.abc);
+    let needs_plan = req.abc.is_empty() && req.cot != CotMode::Off && req.semantic_tokens.is_empty();
+    let score_len = if needs_plan { req.abc_sampling.max_tokens as usize } else { score_ids.len() };
+    let base = p.conditional(req.cot, &req.style, &req.lyrics, &Score::Ids(&[])).len();
+    // A replayed stream renders in chunks, so it only needs room for one frame per chunk; a
+    // generated one must hold every code in one KV set.
+    let (codes, what) = if !req.semantic_tokens.is_empty() {
+        (2, "semantic_tokens")
+    } else {
+        let codes = req.source_codes()?;
+        (source_section(&codes, req.source_start, req.source_end).len().max(semantic_budget(req)), "duration")
+    };
+    let need = base + score_len + codes + 1;
+    if need > max_seq {
+        // Name what to shorten: the prompt alone, the score, or the codes.
+        let what = if base + 2 > max_seq {
+            "lyrics"
+        } else if base + score_len + 2 > max_seq {
+            if needs_plan { "abc_sampling.max_tokens" } else { "abc" }
+        } else {
+            what
+        };
+        return Err(RequestError::new(
+            what,
+            format!("prefix ({base} tokens) + score ({score_len}) + codes ({codes}) + end = {need} tokens do not fit the KV cache of {max_seq} (shorten {what} or raise --max-seq)"),
+        ));
+    }
+    Ok(())
 }
 
 #[cfg(test)]
