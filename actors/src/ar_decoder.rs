@@ -5,7 +5,7 @@
 use crate::hub::Publish;
 use crate::journal::SongCodes;
 use crate::messages::{CodesReady, EntryFree, JobCtx, NarCmd, NarWork, VaeCmd, WorkerCmd};
-use crate::stage::{Links, ProgressSink};
+use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
@@ -54,13 +54,17 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
             links.scheduler.do_send(EntryFree { id });
             continue;
         }
-        let result = match (&shared, &backend) {
-            (Some(shared), Ok(backend)) => compose(&links, shared, backend, &ctx),
-            (None, _) => Err(PipelineError::Other("the model failed to load; see the daemon log".into())),
-            (_, Err(e)) => Err(PipelineError::Other(format!("no compute backend: {e}"))),
-        };
+        let result = guarded(&links, &ctx, "ar", || {
+            test_fault("ar", &ctx);
+            match (&shared, &backend) {
+                (Some(shared), Ok(backend)) => compose(&links, shared, backend, &ctx),
+                (None, _) => Err(PipelineError::Other("the model failed to load; see the daemon log".into())),
+                (_, Err(e)) => Err(PipelineError::Other(format!("no compute backend: {e}"))),
+            }
+        });
         match result {
-            Ok(songs) => {
+            None => {}
+            Some(Ok(songs)) => {
                 let sets: usize = songs.iter().map(|s| s.chunks.len()).sum();
                 links.metrics.kv_sets_in_use.add(sets as i64);
                 tracing::info!(songs = songs.len(), kv_sets = sets, kv_bytes = songs.iter().map(SongWork::kv_bytes).sum::<usize>(), "codes ready: handing over to the NAR");
@@ -73,8 +77,8 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
                     tracing::error!("the NAR stage is gone");
                 }
             }
-            Err(PipelineError::Cancelled) => links.cancelled(&ctx),
-            Err(e) => links.fail(&ctx, e.to_string()),
+            Some(Err(PipelineError::Cancelled)) => links.cancelled(&ctx),
+            Some(Err(e)) => links.fail(&ctx, e.to_string()),
         }
         links.scheduler.do_send(EntryFree { id });
     }

@@ -4,7 +4,7 @@
 //! schema-1 metrics.
 use crate::results::ResultStore;
 use crate::messages::{EncCmd, Finished, JobCtx, Outcome};
-use crate::stage::{Links, ProgressSink};
+use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::Receiver;
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -23,8 +23,9 @@ pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>)
             EncCmd::Audio { job, pcm } => {
                 let span = tracing::info_span!("job", job = %job.id);
                 let _g = span.enter();
-                let outcome = package_audio(&links, &job, pcm, &results);
-                links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+                if let Some(outcome) = guarded(&links, &job, "encode", || package_audio(&links, &job, pcm, &results)) {
+                    links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+                }
                 continue;
             }
         };
@@ -43,8 +44,13 @@ pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>)
             continue;
         }
         let tracks: Vec<Track> = pending.remove(&job.id).unwrap().into_iter().map(Option::unwrap).collect();
-        let outcome = package(&links, &job, &tracks, &results);
-        links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+        let outcome = guarded(&links, &job, "encode", || {
+            test_fault("encode", &job);
+            package(&links, &job, &tracks, &results)
+        });
+        if let Some(outcome) = outcome {
+            links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+        }
     }
     tracing::info!("encoder stopped");
 }

@@ -4,7 +4,7 @@
 //! which goes on to the VaeTiler with the announcement of the job's tracks; each chunk's
 //! latents follow the moment its solve ends.
 use crate::messages::{NarCmd, NarWork, TrackPlan, VaeCmd};
-use crate::stage::{Links, ProgressSink};
+use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use yued_engine::ggml::Backend;
@@ -22,14 +22,20 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<NarCmd
         let span = tracing::info_span!("job", job = %job.id);
         let _g = span.enter();
         let sets: usize = work.songs.iter().map(|s| s.chunks.len()).sum();
-        let result = match (&shared, &backend) {
-            (Some(shared), Ok(backend)) => render(&links, shared, backend, work, &vae_tx),
-            _ => Err(PipelineError::Other("the NAR stage has no model or backend".into())),
-        };
+        let result = guarded(&links, &job, "nar", || {
+            test_fault("nar", &job);
+            match (&shared, &backend) {
+                (Some(shared), Ok(backend)) => render(&links, shared, backend, work, &vae_tx),
+                _ => Err(PipelineError::Other("the NAR stage has no model or backend".into())),
+            }
+        });
         links.metrics.kv_sets_in_use.sub(sets as i64);
         match result {
-            Ok(()) => {}
-            Err(e) => {
+            Some(Ok(())) => {}
+            None => {
+                let _ = vae_tx.send(VaeCmd::Abort(job.id.clone()));
+            }
+            Some(Err(e)) => {
                 if matches!(e, PipelineError::Cancelled) {
                     links.cancelled(&job);
                 } else {

@@ -96,3 +96,29 @@ impl Drop for ProgressSink {
     }
 }
 
+
+/// Runs one work item of a stage so that a panic fails its job instead of the stage: the
+/// job fails with the panic's message (logged in the job's span), whatever the work held
+/// (KV sets, leases, pins) is dropped by the unwinding, and the stage goes on with its next
+/// item. `None` when it panicked (the job is already reported failed).
+pub(crate) fn guarded<T>(links: &Links, job: &JobCtx, stage: &str, work: impl FnOnce() -> T) -> Option<T> {
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
+        Ok(v) => Some(v),
+        Err(payload) => {
+            let msg = payload.downcast_ref::<String>().cloned().or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "a panic".into());
+            tracing::error!(stage, panic = %msg, "the stage panicked on this job; failing it and going on");
+            links.fail(job, format!("internal error in the {stage} stage: {msg}"));
+            None
+        }
+    }
+}
+
+/// Test-only fault of the stage-panic tests: a job whose style is the part after the colon
+/// of `$YUED_TEST_PANIC=<stage>:<style>` panics in that stage.
+pub(crate) fn test_fault(stage: &str, job: &JobCtx) {
+    if let Ok(v) = std::env::var("YUED_TEST_PANIC") {
+        if v.split_once(':').is_some_and(|(s, style)| s == stage && style == job.request.style) {
+            panic!("test fault (YUED_TEST_PANIC) in the {stage} stage");
+        }
+    }
+}

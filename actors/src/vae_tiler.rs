@@ -7,7 +7,7 @@ use crate::journal::{VaeOp, VaeTask};
 use crate::model_store::GroupPin;
 use crate::results::ResultStore;
 use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackPlan, VaeCmd};
-use crate::stage::{Links, ProgressSink};
+use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -100,7 +100,15 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                     continue;
                 }
                 let job = st.job.clone();
-                match decode_chunk(&links, backend.as_ref().map_err(|e| e.clone()), st, track, start_frame, &latents) {
+                let decoded = guarded(&links, &job, "vae", || {
+                    test_fault("vae", &job);
+                    decode_chunk(&links, backend.as_ref().map_err(|e| e.clone()), st, track, start_frame, &latents)
+                });
+                let Some(decoded) = decoded else {
+                    jobs.remove(&id);
+                    continue;
+                };
+                match decoded {
                     Ok(Some(t)) => {
                         let of = st.tracks.len();
                         // A finished track has given its stream up: the job is done when all
@@ -129,10 +137,14 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
             VaeCmd::VaeJob(job, task, _pin) => {
                 let span = tracing::info_span!("job", job = %job.id);
                 let _g = span.enter();
-                let outcome = match &backend {
-                    Ok(b) => run_vae_job(&links, b, &job, &task, &results, &enc_tx),
-                    Err(e) => Some(Outcome::Failed(format!("no compute backend: {e}"))),
-                };
+                let outcome = guarded(&links, &job, "vae", || {
+                    test_fault("vae", &job);
+                    match &backend {
+                        Ok(b) => run_vae_job(&links, b, &job, &task, &results, &enc_tx),
+                        Err(e) => Some(Outcome::Failed(format!("no compute backend: {e}"))),
+                    }
+                })
+                .flatten();
                 if let Some(outcome) = outcome {
                     links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
                 }

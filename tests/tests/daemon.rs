@@ -425,3 +425,27 @@ fn a_request_that_cannot_fit_the_cache_is_a_400_at_submission() {
     let id = d.submit(&song(2.0, 1));
     assert_eq!(d.wait(&id, Duration::from_secs(300))["status"], "done");
 }
+
+/// A panic in any stage (the test-only fault `YUED_TEST_PANIC=<stage>:<style>`) fails that
+/// job with a message naming the stage, frees what the job held (KV sets, leases, pins),
+/// and the stage takes the next job: the queue never stalls behind a `running` job.
+#[test]
+fn a_panicking_stage_fails_its_job_and_takes_the_next() {
+    for stage in ["ar", "nar", "vae", "encode"] {
+        let dir = tempfile::tempdir().unwrap();
+        let fault = format!("{stage}:boom");
+        let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), vec![], &[("YUED_TEST_PANIC", fault.as_str())]);
+        let bad = d.submit(&song(1.0, 1).replace("lo-fi piano", "boom"));
+        let next = d.submit(&song(1.0, 1));
+        let s = d.wait(&bad, Duration::from_secs(120));
+        assert_eq!(s["status"], "failed", "{stage}: {s}");
+        let err = s["error"].as_str().unwrap_or_default();
+        assert!(err.contains(&format!("internal error in the {stage} stage")) && err.contains("test fault"), "{stage}: {s}");
+        assert_eq!(d.wait(&next, Duration::from_secs(300))["status"], "done", "{stage}: the next job runs");
+        let again = d.submit(&song(1.0, 1));
+        assert_eq!(d.wait(&again, Duration::from_secs(300))["status"], "done", "{stage}: and the one after");
+        let metrics = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
+        assert!(metrics.lines().any(|l| l == "yued_kv_sets_in_use 0"), "{stage}: KV sets freed");
+        assert!(d.log().contains("the stage panicked on this job"), "{stage}: logged");
+    }
+}
