@@ -21,7 +21,7 @@ pub struct ResultMeta {
 }
 
 /// Limits of the store.
-#[derive(Clone, Debug)]
+#[derive(Clone, Copy, Debug)]
 pub struct Retention {
     pub ttl_secs: u64,
     pub max_bytes: u64,
@@ -30,7 +30,7 @@ pub struct Retention {
 
 pub struct ResultStore {
     dir: PathBuf,
-    retention: Retention,
+    pub(crate) retention: Retention,
 }
 
 pub fn now_ms() -> u64 {

@@ -175,6 +175,43 @@ impl Scheduler {
         }
     }
 
+    /// Forgets ended jobs as their results go, so the journal and the job table stay
+    /// bounded: a done job when its result has expired or was evicted; a failed or cancelled
+    /// one (no result) once older than the results' TTL; and, beyond the results' count
+    /// limit, the oldest ended jobs. Their records leave the journal; asking for them is a
+    /// 404 like any unknown job.
+    fn prune(&mut self) {
+        let gone = self.results.sweep();
+        if !gone.is_empty() {
+            tracing::info!(expired = gone.len(), "results expired");
+        }
+        let r = self.results.retention;
+        let now = now_ms();
+        let mut ended: Vec<(JobId, JobState, u64)> = self.jobs.iter().filter(|(_, e)| e.record.state.is_terminal()).map(|(id, e)| (id.clone(), e.record.state, e.record.submitted_ms)).collect();
+        ended.sort_by(|a, b| a.0.cmp(&b.0));
+        let over = ended.len().saturating_sub(r.max_count);
+        let mut forget = Vec::new();
+        for (i, (id, state, submitted)) in ended.into_iter().enumerate() {
+            let expired = match state {
+                JobState::Done => !self.results.exists(&id),
+                _ => now.saturating_sub(submitted) > r.ttl_secs * 1000,
+            };
+            if expired || i < over {
+                forget.push(id);
+            }
+        }
+        for id in &forget {
+            if let Err(err) = self.journal.remove(id) {
+                tracing::error!(job = %id, %err, "journal remove failed");
+                continue;
+            }
+            self.jobs.remove(id);
+        }
+        if !forget.is_empty() {
+            tracing::info!(forgotten = forget.len(), known = self.jobs.len(), "ended jobs forgotten with their results");
+        }
+    }
+
     fn finish(&mut self, id: &JobId, state: JobState, outcome: &Outcome) {
         let Some(e) = self.jobs.get_mut(id) else { return };
         e.record.state = state;
@@ -205,13 +242,9 @@ impl Scheduler {
 impl Actor for Scheduler {
     type Context = Context<Self>;
     fn started(&mut self, ctx: &mut Self::Context) {
-        // Results expire in the background.
-        ctx.run_interval(std::time::Duration::from_secs(60), |s, _| {
-            let gone = s.results.sweep();
-            if !gone.is_empty() {
-                tracing::info!(expired = gone.len(), "results expired");
-            }
-        });
+        // Results expire in the background, and the records of ended jobs with them.
+        self.prune();
+        ctx.run_interval(std::time::Duration::from_secs(60), |s, _| s.prune());
     }
 }
 
@@ -357,6 +390,7 @@ impl Handler<Finished> for Scheduler {
         } else {
             tracing::info!(job = %m.id, state = state.as_str(), "job finished");
             self.finish(&m.id, state, &m.outcome);
+            self.prune();
         }
         self.metrics.jobs_running.set(self.active.len() as i64);
         self.dispatch();

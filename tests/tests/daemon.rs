@@ -449,3 +449,31 @@ fn a_panicking_stage_fails_its_job_and_takes_the_next() {
         assert!(d.log().contains("the stage panicked on this job"), "{stage}: logged");
     }
 }
+
+/// Ended jobs are forgotten as their results go (here: beyond the results' count limit of
+/// 2), so the journal and the job table stay bounded; a forgotten job is a 404 like any
+/// unknown one, and stays forgotten after a restart.
+#[test]
+fn ended_jobs_leave_the_journal_with_their_results() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let env = [("YUED_RESULT_MAX_COUNT", "2")];
+    let port = free_port();
+    let d = Daemon::start_with_env(&data, port, vec![], &env);
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        let id = d.submit(&song(1.0, 1));
+        assert_eq!(d.wait(&id, Duration::from_secs(300))["status"], "done");
+        ids.push(id);
+    }
+    let known = |d: &Daemon| d.http.get(d.url("/health")).send().unwrap().json::<serde_json::Value>().unwrap()["queue"]["jobs_known"].as_u64().unwrap();
+    assert_eq!(known(&d), 2);
+    for (i, id) in ids.iter().enumerate() {
+        let code = d.http.get(d.url(&format!("/job?id={id}"))).send().unwrap().status().as_u16();
+        assert_eq!(code, if i < 2 { 404 } else { 200 }, "job {i}");
+    }
+    let (data, port, args) = d.kill9();
+    let d = Daemon::start_with_env(&data, port, args, &env);
+    assert_eq!(known(&d), 2, "the journal holds the two it kept");
+    assert_eq!(d.http.get(d.url(&format!("/job?id={}", ids[0]))).send().unwrap().status().as_u16(), 404);
+}
