@@ -84,12 +84,18 @@ pub enum JournalError {
     Io(#[from] sled::Error),
     #[error("journal record {key}: {message}")]
     Corrupt { key: String, message: String },
+    /// The test-only fault (`$YUED_TEST_JOURNAL_FAULT_FILE` exists).
+    #[error("journal write refused: test fault file {0} exists")]
+    Fault(PathBuf),
 }
 
 /// The sled database behind the journal.
 pub struct Journal {
     db: sled::Db,
     jobs: sled::Tree,
+    /// Test-only fault injection: while this file exists every write fails
+    /// (`$YUED_TEST_JOURNAL_FAULT_FILE`, read at open).
+    fault_file: Option<PathBuf>,
 }
 
 /// How long opening waits for a sled file lock released by a handle dropped just before.
@@ -129,11 +135,20 @@ impl Journal {
             Some(v) => return Err(open_err(format!("journal format {:?} is not supported by this yued", String::from_utf8_lossy(&v)))),
         }
         let jobs = db.open_tree("jobs")?;
-        Ok(Journal { db, jobs })
+        let fault_file = std::env::var_os("YUED_TEST_JOURNAL_FAULT_FILE").filter(|v| !v.is_empty()).map(PathBuf::from);
+        Ok(Journal { db, jobs, fault_file })
+    }
+
+    fn check_fault(&self) -> Result<(), JournalError> {
+        match &self.fault_file {
+            Some(f) if f.exists() => Err(JournalError::Fault(f.clone())),
+            _ => Ok(()),
+        }
     }
 
     /// Writes a record durably.
     pub fn put(&self, r: &JobRecord) -> Result<(), JournalError> {
+        self.check_fault()?;
         let v = serde_json::to_vec(r).expect("records serialize");
         self.jobs.insert(r.id.to_u64().to_be_bytes(), v)?;
         self.jobs.flush()?;
@@ -157,12 +172,14 @@ impl Journal {
     }
 
     pub fn remove(&self, id: &JobId) -> Result<(), JournalError> {
+        self.check_fault()?;
         self.jobs.remove(id.to_u64().to_be_bytes())?;
         Ok(())
     }
 
     /// The next job id (persisted, so ids never repeat across restarts).
     pub fn next_id(&self) -> Result<JobId, JournalError> {
+        self.check_fault()?;
         let n = self
             .db
             .update_and_fetch(NEXT_ID_KEY, |old| {

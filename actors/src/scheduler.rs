@@ -37,6 +37,9 @@ pub struct Scheduler {
     metrics: Metrics,
     cap: usize,
     accepting: bool,
+    /// The last journal write failed (and why): `/health` reports the daemon unhealthy
+    /// until a write succeeds again.
+    journal_error: Option<String>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -55,7 +58,7 @@ impl Scheduler {
     /// found running for the [`MAX_CRASHES`]th time is failed, not resumed: a job that
     /// crashes the process (a C abort) would otherwise crash every start.
     pub fn new(journal: Journal, worker: crossbeam_channel::Sender<WorkerCmd>, hub: Addr<StreamHub>, results: Arc<ResultStore>, metrics: Metrics, cap: usize) -> Result<Self, crate::journal::JournalError> {
-        let mut s = Scheduler { journal, jobs: HashMap::new(), queues: HashMap::new(), rr: VecDeque::new(), entry: None, active: BTreeSet::new(), worker, worker_ready: false, hub, results, metrics, cap, accepting: true };
+        let mut s = Scheduler { journal, jobs: HashMap::new(), queues: HashMap::new(), rr: VecDeque::new(), entry: None, active: BTreeSet::new(), worker, worker_ready: false, hub, results, metrics, cap, accepting: true, journal_error: None };
         let mut restored = 0;
         for mut r in s.journal.load()? {
             let id = r.id.clone();
@@ -140,10 +143,29 @@ impl Scheduler {
         None
     }
 
-    fn persist(&mut self, id: &JobId) {
-        if let Some(e) = self.jobs.get(id) {
-            if let Err(err) = self.journal.put(&e.record) {
-                tracing::error!(job = %id, %err, "journal write failed");
+    /// Writes a job's record; `false` (and the daemon unhealthy until a write succeeds)
+    /// when the journal refused it.
+    fn persist(&mut self, id: &JobId) -> bool {
+        let Some(e) = self.jobs.get(id) else { return true };
+        let r = self.journal.put(&e.record);
+        self.journaled(r.map_err(|err| {
+            tracing::error!(job = %id, %err, "journal write failed");
+            err
+        }))
+    }
+
+    /// Records the outcome of a journal write for `/health`.
+    fn journaled<E: std::fmt::Display>(&mut self, r: Result<(), E>) -> bool {
+        match r {
+            Ok(()) => {
+                if self.journal_error.take().is_some() {
+                    tracing::info!("journal writes succeed again");
+                }
+                true
+            }
+            Err(e) => {
+                self.journal_error = Some(e.to_string());
+                false
             }
         }
     }
@@ -157,7 +179,16 @@ impl Scheduler {
         e.record.state = JobState::Running;
         let run = RunJob { id: id.clone(), request: e.record.request.clone(), known_songs: e.record.songs.clone(), cancel: e.cancel.clone(), queue_seconds: e.submitted.elapsed().as_secs_f64(), vae: e.record.vae.clone() };
         self.metrics.queue_wait_seconds.observe(run.queue_seconds);
-        self.persist(&id);
+        if !self.persist(&id) {
+            // A start the journal cannot record is not made: the job fails loudly now rather
+            // than run unrecorded (a crash would then lose what it did).
+            let why = self.journal_error.clone().unwrap_or_default();
+            tracing::error!(job = %id, "the journal could not record the job's start: failing it");
+            self.finish(&id, JobState::Failed, &Outcome::Failed(format!("the journal could not record the job's start ({why})")));
+            self.metrics.queue_depth.set(self.queued_count() as i64);
+            self.dispatch();
+            return;
+        }
         self.entry = Some(id.clone());
         self.active.insert(id.clone());
         self.metrics.queue_depth.set(self.queued_count() as i64);
@@ -203,6 +234,7 @@ impl Scheduler {
         for id in &forget {
             if let Err(err) = self.journal.remove(id) {
                 tracing::error!(job = %id, %err, "journal remove failed");
+                self.journaled(Err(err));
                 continue;
             }
             self.jobs.remove(id);
@@ -268,9 +300,20 @@ impl Handler<Submit> for Scheduler {
             self.metrics.admission_rejections_total.inc();
             return Err(SubmitError::Full(self.cap));
         }
-        let id = self.journal.next_id().map_err(|e| SubmitError::Journal(e.to_string()))?;
+        let id = self.journal.next_id();
+        let id = id.map_err(|e| SubmitError::Journal(e.to_string()));
+        let id = match id {
+            Ok(id) => id,
+            Err(e) => {
+                self.journaled(Err(&e));
+                return Err(e);
+            }
+        };
         let record = JobRecord { version: crate::journal::RECORD_VERSION, id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: m.vae, crashes: 0 };
-        self.journal.put(&record).map_err(|e| SubmitError::Journal(e.to_string()))?;
+        let put = self.journal.put(&record);
+        if !self.journaled(put.as_ref().map(|_| ()).map_err(|e| e.to_string())) {
+            return Err(SubmitError::Journal(put.unwrap_err().to_string()));
+        }
         tracing::info!(job = %id, client = %m.client, "job queued");
         self.jobs.insert(id.clone(), Entry { record, progress: None, cancel: CancelToken::new(), submitted: Instant::now() });
         self.enqueue(&id, &m.client);
@@ -432,6 +475,9 @@ pub struct QueueSnapshot {
     pub clients_waiting: usize,
     pub results_stored: usize,
     pub results_bytes: u64,
+    /// Why the last journal write failed, while writes fail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub journal_error: Option<String>,
 }
 
 impl Handler<Snapshot> for Scheduler {
@@ -448,6 +494,7 @@ impl Handler<Snapshot> for Scheduler {
             clients_waiting: self.queues.len(),
             results_stored: count,
             results_bytes: bytes,
+            journal_error: self.journal_error.clone(),
         })
     }
 }

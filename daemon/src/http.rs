@@ -124,7 +124,7 @@ pub async fn submit(st: &AppState, client: String, request: Yue2Request, vae: Op
             .insert_header((header::RETRY_AFTER, "5"))
             .json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") })),
         Ok(Err(SubmitError::ShuttingDown)) => Err(unavailable("the server is shutting down")),
-        Ok(Err(e)) => Err(error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+        Ok(Err(SubmitError::Journal(e))) => Err(unavailable(format!("the job could not be journaled, so it is not accepted: {e}"))),
         Err(_) => Err(unavailable("the scheduler is not running")),
     }
 }
@@ -368,8 +368,10 @@ fn file_chunks(path: std::path::PathBuf) -> impl futures_util::Stream<Item = Res
 
 async fn snapshot(st: &AppState) -> HttpResponse {
     match st.scheduler.send(Snapshot).await {
-        Ok(s) => HttpResponse::Ok().insert_header((header::CACHE_CONTROL, "no-store")).json(serde_json::json!({
-            "status": if s.worker_ready { "ok" } else { "loading" },
+        // A journal that refuses writes makes the daemon unhealthy (503) until one succeeds:
+        // nothing it acknowledges then would survive a restart.
+        Ok(s) => HttpResponse::build(if s.journal_error.is_some() { actix_web::http::StatusCode::SERVICE_UNAVAILABLE } else { actix_web::http::StatusCode::OK }).insert_header((header::CACHE_CONTROL, "no-store")).json(serde_json::json!({
+            "status": if s.journal_error.is_some() { "unhealthy" } else if s.worker_ready { "ok" } else { "loading" },
             "uptime_seconds": st.started.elapsed().as_secs_f64(),
             "demo_weights": st.demo_weights,
             "queue": s,

@@ -477,3 +477,43 @@ fn ended_jobs_leave_the_journal_with_their_results() {
     assert_eq!(known(&d), 2, "the journal holds the two it kept");
     assert_eq!(d.http.get(d.url(&format!("/job?id={}", ids[0]))).send().unwrap().status().as_u16(), 404);
 }
+
+/// A change the journal cannot record is not acknowledged (the test-only fault: while
+/// `$YUED_TEST_JOURNAL_FAULT_FILE` exists every journal write fails): a submission is a 503
+/// naming the journal, a queued job whose start cannot be recorded fails loudly instead of
+/// running unrecorded, and `/health` is 503 `unhealthy` until a write succeeds again.
+#[test]
+fn journal_write_failures_are_not_acknowledged_and_make_the_daemon_unhealthy() {
+    let dir = tempfile::tempdir().unwrap();
+    let fault = dir.path().join("journal-fault");
+    let env = [("YUED_TEST_JOURNAL_FAULT_FILE", fault.to_str().unwrap())];
+    let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), vec![], &env);
+    let health = |d: &Daemon| {
+        let r = d.http.get(d.url("/health")).send().unwrap();
+        (r.status().as_u16(), r.json::<serde_json::Value>().unwrap())
+    };
+    assert_eq!(health(&d).0, 200);
+    let running = d.submit(&song(20.0, 8));
+    let queued = d.submit(&song(1.0, 1));
+    let t0 = Instant::now();
+    while d.status(&running)["status"] != "running" {
+        assert!(t0.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    std::fs::write(&fault, b"").unwrap();
+    let (s, v, _) = d.submit_as(&song(1.0, 1), None);
+    assert_eq!(s, 503, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("journal"), "{v}");
+    let (code, h) = health(&d);
+    assert_eq!((code, h["status"].as_str()), (503, Some("unhealthy")), "{h}");
+    assert!(h["queue"]["journal_error"].as_str().unwrap().contains("test fault"), "{h}");
+    // The queued job's start cannot be recorded when the running one ends: it fails loudly.
+    let s = d.wait(&queued, Duration::from_secs(300));
+    assert_eq!(s["status"], "failed", "{s}");
+    assert!(s["error"].as_str().unwrap().contains("journal could not record"), "{s}");
+    // Writes succeed again: the next submission is accepted and the daemon is healthy.
+    std::fs::remove_file(&fault).unwrap();
+    let next = d.submit(&song(1.0, 1));
+    assert_eq!(health(&d).0, 200);
+    assert_eq!(d.wait(&next, Duration::from_secs(300))["status"], "done");
+}
