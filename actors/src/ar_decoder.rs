@@ -4,7 +4,7 @@
 //! to the NarRenderer. `/vae` jobs pass straight through to the VaeTiler.
 use crate::hub::Publish;
 use crate::journal::SongCodes;
-use crate::messages::{CodesReady, EntryFree, JobCtx, NarCmd, NarWork, VaeCmd, WorkerCmd};
+use crate::messages::{CodesReady, EntryFree, Resumed, JobCtx, NarCmd, NarWork, VaeCmd, WorkerCmd};
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
@@ -114,6 +114,7 @@ fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> R
     // Resume from the journaled codes: every song through the replay path, under its own
     // index and score (the replay requests of its tracks come out as the first run's).
     tracing::info!(songs = ctx.known_songs.len(), "resuming from journaled codes");
+    links.scheduler.do_send(Resumed { id: ctx.id.clone() });
     let mut known = ctx.known_songs.clone();
     known.sort_by_key(|s| s.song);
     let mut out = Vec::with_capacity(known.len());

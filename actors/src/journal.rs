@@ -70,6 +70,9 @@ pub struct JobRecord {
     /// reaches [`MAX_CRASHES`] is failed instead of resumed into the same crash.
     #[serde(default)]
     pub crashes: u32,
+    /// Times the job resumed from its journaled codes (the replay path: no sampling).
+    #[serde(default)]
+    pub resumed: u32,
 }
 
 /// Crashes while running after which a job is failed rather than resumed: the first
@@ -219,7 +222,7 @@ mod tests {
     use yued_protocol::Yue2Request;
 
     fn rec(id: JobId, state: JobState) -> JobRecord {
-        JobRecord { version: RECORD_VERSION, id, client: "c".into(), request: Yue2Request::default().into(), state, submitted_ms: 1, songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: None, crashes: 0 }
+        JobRecord { version: RECORD_VERSION, id, client: "c".into(), request: Yue2Request::default().into(), state, submitted_ms: 1, songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: None, crashes: 0, resumed: 0 }
     }
 
     #[test]

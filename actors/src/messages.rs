@@ -60,6 +60,14 @@ pub struct EntryFree {
 }
 
 
+/// The entry stage resumes a job from its journaled codes (the replay path): journaled as
+/// a marker on the record.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Resumed {
+    pub id: JobId,
+}
+
 /// The worker loaded its models (or failed to).
 #[derive(Message)]
 #[rtype(result = "()")]

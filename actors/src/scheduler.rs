@@ -5,7 +5,7 @@ use crate::hub::{Publish, StreamHub};
 use crate::journal::{Journal, JobRecord, VaeTask, MAX_CRASHES};
 use crate::metrics::Metrics;
 use crate::results::{now_ms, ResultStore};
-use crate::messages::{CodesReady, EntryFree, Finished, Outcome, Progress, RunJob, WorkerCmd, WorkerReady};
+use crate::messages::{CodesReady, EntryFree, Finished, Outcome, Progress, Resumed, RunJob, WorkerCmd, WorkerReady};
 use actix::prelude::*;
 use std::collections::{BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
@@ -174,6 +174,16 @@ impl Scheduler {
         if self.entry.is_some() || !self.worker_ready || !self.accepting {
             return;
         }
+        // A job that was running when the daemon died runs alone, so that a second crash
+        // is its own: every job in the stages at a crash is counted, and a job that merely
+        // shared the stages with a poison one must not reach the limit with it.
+        let crashed = |s: &Self, id: &JobId| s.jobs.get(id).is_some_and(|e| e.record.crashes > 0);
+        if self.active.iter().any(|id| crashed(self, id)) {
+            return;
+        }
+        if self.order().first().is_some_and(|next| crashed(self, next)) && !self.active.is_empty() {
+            return;
+        }
         let Some(id) = self.pop_next() else { return };
         let Some(e) = self.jobs.get_mut(&id) else { return };
         e.record.state = JobState::Running;
@@ -309,7 +319,7 @@ impl Handler<Submit> for Scheduler {
                 return Err(e);
             }
         };
-        let record = JobRecord { version: crate::journal::RECORD_VERSION, id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: m.vae, crashes: 0 };
+        let record = JobRecord { version: crate::journal::RECORD_VERSION, id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: m.vae, crashes: 0, resumed: 0 };
         let put = self.journal.put(&record);
         if !self.journaled(put.as_ref().map(|_| ()).map_err(|e| e.to_string())) {
             return Err(SubmitError::Journal(put.unwrap_err().to_string()));
@@ -395,6 +405,16 @@ impl Handler<Progress> for Scheduler {
     fn handle(&mut self, m: Progress, _: &mut Self::Context) {
         if let Some(e) = self.jobs.get_mut(&m.id) {
             e.progress = Some((m.stage, m.done, m.total));
+        }
+    }
+}
+
+impl Handler<Resumed> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, m: Resumed, _: &mut Self::Context) {
+        if let Some(e) = self.jobs.get_mut(&m.id) {
+            e.record.resumed += 1;
+            self.persist(&m.id);
         }
     }
 }
