@@ -13,6 +13,7 @@
 pub mod ar_decoder;
 pub mod codec;
 pub mod encoder;
+pub mod fair_queue;
 pub mod hub;
 pub mod journal;
 pub mod messages;

@@ -1,13 +1,14 @@
 //! The Scheduler: the job table, a FIFO queue that is fair between clients (round-robin
 //! over client keys, FIFO within a client), the admission cap shared by every route, and
 //! the journal, to which every state change is written before it is acknowledged.
+use crate::fair_queue::FairQueue;
 use crate::hub::{Publish, StreamHub};
 use crate::journal::{Journal, JobRecord, VaeTask, MAX_CRASHES};
 use crate::metrics::Metrics;
 use crate::results::{now_ms, ResultStore};
 use crate::messages::{CodesReady, EntryFree, Finished, Outcome, Progress, Resumed, RunJob, WorkerCmd, WorkerReady};
 use actix::prelude::*;
-use std::collections::{BTreeSet, HashMap, VecDeque};
+use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 use yued_engine::models::yue2::generate::CancelToken;
@@ -23,8 +24,8 @@ struct Entry {
 pub struct Scheduler {
     journal: Journal,
     jobs: HashMap<JobId, Entry>,
-    queues: HashMap<String, VecDeque<JobId>>,
-    rr: VecDeque<String>,
+    /// Queued jobs, round-robin over clients.
+    queue: FairQueue<JobId>,
     /// The job in the entry stage (the ArDecoder); the next one is dispatched when it
     /// hands its songs on.
     entry: Option<JobId>,
@@ -58,7 +59,7 @@ impl Scheduler {
     /// found running for the [`MAX_CRASHES`]th time is failed, not resumed: a job that
     /// crashes the process (a C abort) would otherwise crash every start.
     pub fn new(journal: Journal, worker: crossbeam_channel::Sender<WorkerCmd>, hub: Addr<StreamHub>, results: Arc<ResultStore>, metrics: Metrics, cap: usize) -> Result<Self, crate::journal::JournalError> {
-        let mut s = Scheduler { journal, jobs: HashMap::new(), queues: HashMap::new(), rr: VecDeque::new(), entry: None, active: BTreeSet::new(), worker, worker_ready: false, hub, results, metrics, cap, accepting: true, journal_error: None };
+        let mut s = Scheduler { journal, jobs: HashMap::new(), queue: FairQueue::new(), entry: None, active: BTreeSet::new(), worker, worker_ready: false, hub, results, metrics, cap, accepting: true, journal_error: None };
         let mut restored = 0;
         for mut r in s.journal.load()? {
             let id = r.id.clone();
@@ -92,15 +93,11 @@ impl Scheduler {
     }
 
     fn enqueue(&mut self, id: &JobId, client: &str) {
-        let q = self.queues.entry(client.to_string()).or_default();
-        if q.is_empty() && !self.rr.iter().any(|c| c == client) {
-            self.rr.push_back(client.to_string());
-        }
-        q.push_back(id.clone());
+        self.queue.push(client, id.clone());
     }
 
     fn queued_count(&self) -> usize {
-        self.queues.values().map(|q| q.len()).sum()
+        self.queue.len()
     }
 
     /// Active work: queued plus in the compute stages.
@@ -110,37 +107,15 @@ impl Scheduler {
 
     /// The dispatch order of the queued jobs (round-robin over clients).
     fn order(&self) -> Vec<JobId> {
-        let mut qs: Vec<VecDeque<JobId>> = self.rr.iter().filter_map(|c| self.queues.get(c).cloned()).collect();
-        let mut out = Vec::new();
-        while qs.iter().any(|q| !q.is_empty()) {
-            for q in qs.iter_mut() {
-                if let Some(j) = q.pop_front() {
-                    out.push(j);
-                }
-            }
-        }
-        out
+        self.queue.order()
     }
 
     fn position(&self, id: &JobId) -> u32 {
-        self.order().iter().position(|j| j == id).unwrap_or(0) as u32
+        self.queue.position(id).unwrap_or(0) as u32
     }
 
     fn pop_next(&mut self) -> Option<JobId> {
-        while let Some(client) = self.rr.pop_front() {
-            if let Some(q) = self.queues.get_mut(&client) {
-                if let Some(j) = q.pop_front() {
-                    if q.is_empty() {
-                        self.queues.remove(&client);
-                    } else {
-                        self.rr.push_back(client);
-                    }
-                    return Some(j);
-                }
-            }
-            self.queues.remove(&client);
-        }
-        None
+        self.queue.pop()
     }
 
     /// Writes a job's record; `false` (and the daemon unhealthy until a write succeeds)
@@ -181,7 +156,7 @@ impl Scheduler {
         if self.active.iter().any(|id| crashed(self, id)) {
             return;
         }
-        if self.order().first().is_some_and(|next| crashed(self, next)) && !self.active.is_empty() {
+        if self.queue.peek().is_some_and(|next| crashed(self, next)) && !self.active.is_empty() {
             return;
         }
         let Some(id) = self.pop_next() else { return };
@@ -379,11 +354,7 @@ impl Handler<Cancel> for Scheduler {
         let state = self.jobs.get(&m.0)?.record.state;
         match state {
             JobState::Queued => {
-                for q in self.queues.values_mut() {
-                    q.retain(|j| j != &m.0);
-                }
-                self.queues.retain(|_, q| !q.is_empty());
-                self.rr.retain(|c| self.queues.contains_key(c));
+                self.queue.remove(&m.0);
                 self.finish(&m.0, JobState::Cancelled, &Outcome::Cancelled);
                 self.metrics.queue_depth.set(self.queued_count() as i64);
                 self.publish_positions();
@@ -511,7 +482,7 @@ impl Handler<Snapshot> for Scheduler {
             worker_ready: self.worker_ready,
             accepting: self.accepting,
             jobs_known: self.jobs.len(),
-            clients_waiting: self.queues.len(),
+            clients_waiting: self.queue.clients(),
             results_stored: count,
             results_bytes: bytes,
             journal_error: self.journal_error.clone(),
