@@ -53,6 +53,9 @@ pub struct Config {
     pub api_keys: Vec<String>,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
+    /// A WebSocket listener that has been sent nothing for this many seconds gets a Ping;
+    /// one that has answered nothing for three times as long is closed.
+    pub ws_ping_secs: u64,
     /// Largest accepted `/vae` upload (audio or latents), in bytes.
     pub max_upload_bytes: usize,
     /// Results expire after this many seconds.
@@ -85,6 +88,7 @@ impl Default for Config {
             vae_halo: 16,
             api_keys: vec![],
             max_body_bytes: 4 << 20,
+            ws_ping_secs: 10,
             max_upload_bytes: 256 << 20,
             result_ttl_secs: 24 * 3600,
             result_max_bytes: 10 << 30,
@@ -96,7 +100,7 @@ impl Default for Config {
 
 const KEYS: &[&str] = &[
     "host", "port", "data_dir", "model", "vae", "models", "device", "threads", "compute_priority", "max_batch", "max_seq", "keep_loaded", "admission_cap", "vae_core", "vae_halo", "api_keys",
-    "max_body_bytes", "max_upload_bytes", "result_ttl_secs", "result_max_bytes", "result_max_count", "log_format",
+    "max_body_bytes", "ws_ping_secs", "max_upload_bytes", "result_ttl_secs", "result_max_bytes", "result_max_count", "log_format",
 ];
 
 impl Config {
@@ -150,6 +154,7 @@ impl Config {
             "vae_halo" => self.vae_halo = num(value, bad)?,
             "api_keys" => self.api_keys = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
             "max_body_bytes" => self.max_body_bytes = num(value, bad)?,
+            "ws_ping_secs" => self.ws_ping_secs = num(value, bad)?,
             "max_upload_bytes" => self.max_upload_bytes = num(value, bad)?,
             "result_ttl_secs" => self.result_ttl_secs = num(value, bad)?,
             "result_max_bytes" => self.result_max_bytes = num(value, bad)?,
@@ -169,6 +174,9 @@ impl Config {
         }
         if self.admission_cap == 0 {
             return bad("admission_cap", "must be at least 1");
+        }
+        if self.ws_ping_secs == 0 {
+            return bad("ws_ping_secs", "must be at least 1");
         }
         if self.vae_core == 0 {
             return bad("vae_core", "must be at least 1");

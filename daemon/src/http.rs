@@ -26,6 +26,8 @@ pub struct AppState {
     pub limits: Limits,
     /// The families whose requests are routed to the stages.
     pub families: Vec<yued_protocol::Family>,
+    /// Idle time after which a WebSocket listener is pinged (thrice that unanswered: closed).
+    pub ws_ping: std::time::Duration,
     /// What the submission check of a YuE2 request's length needs.
     pub prompt: PromptCheck,
     pub api_keys: HashSet<String>,

@@ -299,6 +299,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             started: std::time::Instant::now(),
             demo_weights: demo,
             max_body_bytes: cfg.max_body_bytes,
+            ws_ping: std::time::Duration::from_secs(cfg.ws_ping_secs),
             vae: http::VaeLimits { uploads, max_upload_bytes: cfg.max_upload_bytes, audio: models.audio, has_encoder: models.vae_has_encoder },
         });
         let max_body = cfg.max_body_bytes;

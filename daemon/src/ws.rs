@@ -199,15 +199,34 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
     };
     st.metrics.ws_listeners.inc();
     let mut ended = false;
+    // Keepalive: a Ping after `ws_ping` of silence towards the peer; a peer that has sent
+    // nothing (not even a Pong) for three times that is gone, and its socket is closed.
+    let mut tick = tokio::time::interval(st.ws_ping);
+    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    tick.tick().await;
+    let (mut last_sent, mut last_heard) = (tokio::time::Instant::now(), tokio::time::Instant::now());
     loop {
         tokio::select! {
+            _ = tick.tick() => {
+                if last_heard.elapsed() >= 3 * st.ws_ping {
+                    tracing::info!(job = %id, "WebSocket peer stopped answering: closing");
+                    let _ = session.close(Some(CloseReason { code: CloseCode::Away, description: Some("peer stopped answering".into()) })).await;
+                    break;
+                }
+                if last_sent.elapsed() >= st.ws_ping {
+                    if session.ping(b"yued").await.is_err() { break; }
+                    last_sent = tokio::time::Instant::now();
+                }
+            }
             item = rx.recv() => match item {
                 Some(StreamItem::Text(t)) => {
                     ended = StreamEvent::from_text(&t).map(|e| e.is_terminal()).unwrap_or(false);
                     if session.text(t).await.is_err() { break; }
+                    last_sent = tokio::time::Instant::now();
                 }
                 Some(StreamItem::Binary(b)) => {
                     if session.binary(b).await.is_err() { break; }
+                    last_sent = tokio::time::Instant::now();
                 }
                 None => {
                     let reason = if ended {
@@ -219,15 +238,20 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
                     break;
                 }
             },
-            m = msgs.next() => match m {
-                Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => { let _ = session.pong(&p).await; }
-                Some(Ok(actix_ws::AggregatedMessage::Text(t))) if can_cancel => {
-                    if let Ok(StreamCommand::Cancel) = StreamCommand::from_text(&t) {
-                        let _ = st.scheduler.send(Cancel(id.clone())).await;
-                    }
+            m = msgs.next() => {
+                if matches!(m, Some(Ok(_))) {
+                    last_heard = tokio::time::Instant::now();
                 }
-                Some(Ok(actix_ws::AggregatedMessage::Close(_))) | None | Some(Err(_)) => break,
-                _ => {}
+                match m {
+                    Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => { let _ = session.pong(&p).await; }
+                    Some(Ok(actix_ws::AggregatedMessage::Text(t))) if can_cancel => {
+                        if let Ok(StreamCommand::Cancel) = StreamCommand::from_text(&t) {
+                            let _ = st.scheduler.send(Cancel(id.clone())).await;
+                        }
+                    }
+                    Some(Ok(actix_ws::AggregatedMessage::Close(_))) | None | Some(Err(_)) => break,
+                    _ => {}
+                }
             }
         }
     }

@@ -534,3 +534,49 @@ fn journal_write_failures_are_not_acknowledged_and_make_the_daemon_unhealthy() {
     assert_eq!(health(&d).0, 200);
     assert_eq!(d.wait(&next, Duration::from_secs(300))["status"], "done");
 }
+
+/// WebSocket keepalive: a listener that has been sent nothing for `ws_ping_secs` gets a
+/// Ping (and stays connected while it answers), and a peer that answers nothing for three
+/// times as long is closed with a reason.
+#[test]
+fn idle_listeners_are_pinged_and_silent_peers_closed() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), vec![], &[("YUED_WS_PING_SECS", "1")]);
+    let blocker = d.submit(&song(60.0, 64));
+    let waiting = d.submit(&song(1.0, 1));
+    let url = d.ws_url(&format!("/stream?id={waiting}"));
+    let (pings, open_after) = rt().block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url.clone()).await.unwrap();
+        let mut pings = 0;
+        let t0 = Instant::now();
+        let mut open = true;
+        while t0.elapsed() < Duration::from_millis(4500) {
+            match tokio::time::timeout(Duration::from_millis(200), ws.next()).await {
+                Ok(Some(Ok(Message::Ping(_)))) => pings += 1,
+                Ok(Some(Ok(Message::Close(_)))) | Ok(None) | Ok(Some(Err(_))) => {
+                    open = false;
+                    break;
+                }
+                _ => {}
+            }
+        }
+        (pings, open)
+    });
+    assert!(pings >= 2, "{pings} pings in 4.5 s of silence at 1 s");
+    assert!(open_after, "a listener that answers stays connected");
+    let reason = rt().block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        tokio::time::sleep(Duration::from_secs(5)).await; // reads nothing, so answers nothing
+        loop {
+            match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
+                Ok(Some(Ok(Message::Close(c)))) => break c.map(|c| c.reason.to_string()),
+                Ok(Some(Ok(_))) => continue,
+                other => panic!("no close: {other:?}"),
+            }
+        }
+    });
+    assert_eq!(reason.as_deref(), Some("peer stopped answering"));
+    for id in [&blocker, &waiting] {
+        d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).send().unwrap();
+    }
+}
