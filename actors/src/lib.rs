@@ -10,6 +10,7 @@
 //! - [`hub::StreamHub`]: per-job listener queues for the WebSocket streams;
 //! - [`results::ResultStore`]: finished results on disk, with expiry;
 //! - [`metrics::Metrics`]: the Prometheus registry.
+#![forbid(unsafe_code)]
 pub mod ar_decoder;
 pub mod codec;
 pub mod encoder;

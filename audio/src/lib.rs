@@ -1,5 +1,6 @@
 //! PCM post-processing and containers. The pipeline hands out planar stereo float at
 //! 48 kHz, full range; this crate normalises it and writes files.
+#![forbid(unsafe_code)]
 pub mod aac;
 pub mod decode;
 pub mod encode;

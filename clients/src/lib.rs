@@ -1,5 +1,6 @@
 //! A typed client of the yued native job contract (`/synth`, `/job`, `/props`, the
 //! WebSocket stream), built on the `yued-protocol` types only.
+#![forbid(unsafe_code)]
 pub mod load;
 
 use std::time::Duration;

@@ -3,6 +3,7 @@
 //! Layering, lowest to highest: built-in defaults, a TOML file (`--config`), `YUED_*`
 //! environment variables (the upper-cased field name, e.g. `YUED_PORT=9000`), then
 //! command-line flags, which the daemon applies last through [`Config::set`].
+#![forbid(unsafe_code)]
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
 

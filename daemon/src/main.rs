@@ -1,5 +1,6 @@
 //! `yued`: the daemon (`serve`) and the model and audio tools (`demo-model`, `gguf`,
 //! `tokenize`, `quantize`, `plan`, `lm-eval`, `synth`, `codec`, `audio-convert`, `convert`).
+#![forbid(unsafe_code)]
 use clap::{Parser, Subcommand};
 
 mod cli;

@@ -10,7 +10,10 @@
 //! - [`registry`]: the model files of a directory, by architecture.
 //!
 //! One folder per model family under [`models`].
+// Every unsafe block is in the ggml layer; nothing else may have one.
+#![deny(unsafe_code)]
 
+#[allow(unsafe_code)]
 pub mod ggml;
 pub mod gguf;
 pub mod kv_cache;

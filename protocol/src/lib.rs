@@ -3,6 +3,7 @@
 //! Everything that crosses the HTTP or WebSocket boundary is defined here once, so the
 //! daemon, the Rust client and the tests cannot drift apart. The crate carries no HTTP or
 //! actor code: it is plain serde types plus the request validation both sides rely on.
+#![forbid(unsafe_code)]
 
 pub mod error;
 pub mod job;

@@ -1,5 +1,6 @@
 //! Helpers of the end-to-end tests: start the real `yued serve` on a free loopback port
 //! with its own data directory, talk to it over HTTP and WebSocket, kill it.
+#![forbid(unsafe_code)]
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};

@@ -1,4 +1,5 @@
 //! `yue`: the command-line client of a yued daemon.
+#![forbid(unsafe_code)]
 use anyhow::Context;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
