@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, as CI runs it: system packages (build tools, ffmpeg, Chromium), the
 # reference data the tests read (the Qwen ranks file from PyPI), the WebUI test's npm
-# packages, then every crate's tests.
+# packages, then the style and lint checks and every crate's tests.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup-deps.sh
@@ -11,4 +11,7 @@ bash scripts/fetch-qwen-tiktoken.sh >/dev/null
 # The ffmpeg cross-check and the browser test must run here, never skip.
 export YUED_REQUIRE_FFMPEG=1
 export YUED_REQUIRE_BROWSER=1
+# Style and lints first (rustfmt.toml; clippy's warnings are errors).
+cargo fmt --all --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
 cargo test --workspace --locked "$@"

@@ -4,7 +4,7 @@
 //! to the NarRenderer. `/vae` jobs pass straight through to the VaeTiler.
 use crate::hub::Publish;
 use crate::journal::SongCodes;
-use crate::messages::{CodesReady, EntryFree, Resumed, JobCtx, NarCmd, NarWork, VaeCmd, WorkerCmd};
+use crate::messages::{CodesReady, EntryFree, JobCtx, NarCmd, NarWork, Resumed, VaeCmd, WorkerCmd};
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
@@ -28,9 +28,7 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
         let span = tracing::info_span!("job", job = %id);
         let _g = span.enter();
         // The stages run YuE2 (the only family the daemon serves so far).
-        let request = match job.request {
-            yued_protocol::Request::Yue2(r) => r,
-        };
+        let yued_protocol::Request::Yue2(request) = job.request;
         let ctx = Arc::new(JobCtx {
             id: id.clone(),
             request,

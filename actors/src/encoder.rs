@@ -2,8 +2,8 @@
 //! the requested container off the compute threads (checking the cancel token between
 //! tracks), writes the result to the ResultStore and reports the job done with its
 //! schema-1 metrics.
-use crate::results::ResultStore;
 use crate::messages::{EncCmd, Finished, JobCtx, Outcome};
+use crate::results::ResultStore;
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::Receiver;
 use std::collections::HashMap;

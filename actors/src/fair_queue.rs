@@ -135,7 +135,8 @@ mod tests {
             served.push(j);
         }
         assert_eq!(served, vec![1, 10, 20, 2, 11, 21, 3]);
-        assert!(q.is_empty() && q.len() == 0 && q.clients() == 0);
+        assert!(q.is_empty() && q.clients() == 0);
+        assert_eq!(q.len(), 0);
     }
 
     #[test]

@@ -222,7 +222,22 @@ mod tests {
     use yued_protocol::Yue2Request;
 
     fn rec(id: JobId, state: JobState) -> JobRecord {
-        JobRecord { version: RECORD_VERSION, id, client: "c".into(), request: Yue2Request::default().into(), state, submitted_ms: 1, songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: None, crashes: 0, resumed: 0 }
+        JobRecord {
+            version: RECORD_VERSION,
+            id,
+            client: "c".into(),
+            request: Yue2Request::default().into(),
+            state,
+            submitted_ms: 1,
+            songs: vec![],
+            error: None,
+            metrics: None,
+            tracks: 0,
+            audio_seconds: 0.0,
+            vae: None,
+            crashes: 0,
+            resumed: 0,
+        }
     }
 
     #[test]

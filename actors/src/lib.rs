@@ -24,6 +24,6 @@ pub mod nar_renderer;
 pub mod results;
 pub mod scheduler;
 pub(crate) mod stage;
-pub mod yue2;
 pub mod vae_tiler;
 pub mod worker;
+pub mod yue2;

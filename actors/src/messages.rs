@@ -17,11 +17,14 @@ use yued_protocol::{JobId, JobMetrics, Request, Stage, Yue2Request};
 #[derive(Debug)]
 pub enum Outcome {
     /// `metrics` is the schema-1 object of a synthesis job; other jobs have none.
-    Done { tracks: u32, audio_seconds: f64, metrics: Option<JobMetrics> },
+    Done {
+        tracks: u32,
+        audio_seconds: f64,
+        metrics: Option<JobMetrics>,
+    },
     Failed(String),
     Cancelled,
 }
-
 
 /// Progress of the running job (from the worker).
 #[derive(Message)]
@@ -33,7 +36,6 @@ pub struct Progress {
     pub total: usize,
 }
 
-
 /// A song's semantic stream is known: journal it so a restart resumes from it.
 #[derive(Message)]
 #[rtype(result = "()")]
@@ -41,7 +43,6 @@ pub struct CodesReady {
     pub id: JobId,
     pub song: SongCodes,
 }
-
 
 /// The worker finished a job.
 #[derive(Message)]
@@ -51,14 +52,12 @@ pub struct Finished {
     pub outcome: Outcome,
 }
 
-
 /// The entry stage handed a job on (or ended it): the next job may start.
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct EntryFree {
     pub id: JobId,
 }
-
 
 /// The entry stage resumes a job from its journaled codes (the replay path): journaled as
 /// a marker on the record.
@@ -72,7 +71,6 @@ pub struct Resumed {
 #[derive(Message)]
 #[rtype(result = "()")]
 pub struct WorkerReady;
-
 
 // ---- the scheduler to the entry stage
 
@@ -94,7 +92,6 @@ pub struct RunJob {
     pub vae: Option<VaeTask>,
 }
 
-
 // ---- between the stages
 
 /// A job in flight, shared by the stages that work on it.
@@ -110,7 +107,6 @@ pub struct JobCtx {
     pub loads_at_start: u64,
 }
 
-
 pub struct NarWork {
     pub job: Arc<JobCtx>,
     pub songs: Vec<SongWork>,
@@ -123,7 +119,6 @@ pub enum NarCmd {
     Shutdown,
 }
 
-
 /// One track the NAR will send chunks of.
 pub struct TrackPlan {
     pub meta: SongMeta,
@@ -133,8 +128,17 @@ pub struct TrackPlan {
 pub enum VaeCmd {
     /// A job's tracks, in track order, and the synthesis-group pin held until the last
     /// tile is out.
-    Begin { job: Arc<JobCtx>, tracks: Vec<TrackPlan>, pin: GroupPin },
-    Latents { id: JobId, track: usize, start_frame: usize, latents: Vec<f32> },
+    Begin {
+        job: Arc<JobCtx>,
+        tracks: Vec<TrackPlan>,
+        pin: GroupPin,
+    },
+    Latents {
+        id: JobId,
+        track: usize,
+        start_frame: usize,
+        latents: Vec<f32>,
+    },
     /// The NAR gave up on the job: drop its state.
     Abort(JobId),
     /// A `/vae` job, with its synthesis-group pin.
@@ -142,12 +146,18 @@ pub enum VaeCmd {
     Shutdown,
 }
 
-
 pub enum EncCmd {
     /// Track `index` of the job's `of`.
-    Track { job: Arc<JobCtx>, index: usize, of: usize, track: Box<Track> },
+    Track {
+        job: Arc<JobCtx>,
+        index: usize,
+        of: usize,
+        track: Box<Track>,
+    },
     /// The audio of a `/vae` decode: one file in the request's format.
-    Audio { job: Arc<JobCtx>, pcm: Pcm },
+    Audio {
+        job: Arc<JobCtx>,
+        pcm: Pcm,
+    },
     Shutdown,
 }
-

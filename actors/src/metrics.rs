@@ -36,11 +36,25 @@ impl Metrics {
             admission_rejections_total: IntCounter::new("yued_admission_rejections_total", "Submissions refused at the admission cap (HTTP 429)").unwrap(),
             queue_depth: IntGauge::new("yued_queue_depth_jobs", "Jobs waiting in the queue").unwrap(),
             jobs_running: IntGauge::new("yued_jobs_running", "Jobs being computed").unwrap(),
-            queue_wait_seconds: Histogram::with_opts(HistogramOpts::new("yued_queue_wait_seconds", "Time from submission to start of work").buckets(prometheus::exponential_buckets(0.01, 3.0, 12).unwrap())).unwrap(),
-            stage_seconds: HistogramVec::new(HistogramOpts::new("yued_stage_duration_seconds", "Wall time of each pipeline stage").buckets(prometheus::exponential_buckets(0.01, 3.0, 12).unwrap()), &["stage"]).unwrap(),
+            queue_wait_seconds: Histogram::with_opts(
+                HistogramOpts::new("yued_queue_wait_seconds", "Time from submission to start of work").buckets(prometheus::exponential_buckets(0.01, 3.0, 12).unwrap()),
+            )
+            .unwrap(),
+            stage_seconds: HistogramVec::new(
+                HistogramOpts::new("yued_stage_duration_seconds", "Wall time of each pipeline stage").buckets(prometheus::exponential_buckets(0.01, 3.0, 12).unwrap()),
+                &["stage"],
+            )
+            .unwrap(),
             ar_tokens_total: IntCounterVec::new(Opts::new("yued_ar_tokens_total", "Tokens sampled by the autoregressive stages"), &["stage"]).unwrap(),
-            ar_tokens_per_second: HistogramVec::new(HistogramOpts::new("yued_ar_tokens_per_second", "Autoregressive decode speed per job and stage").buckets(prometheus::exponential_buckets(1.0, 2.0, 14).unwrap()), &["stage"]).unwrap(),
-            real_time_factor: Histogram::with_opts(HistogramOpts::new("yued_real_time_factor_ratio", "Seconds of audio per second of pipeline work").buckets(prometheus::exponential_buckets(0.01, 2.0, 14).unwrap())).unwrap(),
+            ar_tokens_per_second: HistogramVec::new(
+                HistogramOpts::new("yued_ar_tokens_per_second", "Autoregressive decode speed per job and stage").buckets(prometheus::exponential_buckets(1.0, 2.0, 14).unwrap()),
+                &["stage"],
+            )
+            .unwrap(),
+            real_time_factor: Histogram::with_opts(
+                HistogramOpts::new("yued_real_time_factor_ratio", "Seconds of audio per second of pipeline work").buckets(prometheus::exponential_buckets(0.01, 2.0, 14).unwrap()),
+            )
+            .unwrap(),
             audio_seconds_total: prometheus::Counter::new("yued_audio_produced_seconds_total", "Seconds of audio rendered").unwrap(),
             module_loads_total: IntCounter::new("yued_module_loads_total", "Model modules loaded onto the device").unwrap(),
             resident_weight_bytes: IntGauge::new("yued_resident_weight_bytes", "Bytes of model weights resident on the device").unwrap(),

@@ -72,7 +72,9 @@ pub type Loader = dyn Fn(&ComponentKey, &Backend) -> Result<Module, String> + Se
 enum Slot {
     Idle(Module),
     /// Out on a lease (or being loaded for one); `bytes` of weights.
-    Leased { bytes: usize },
+    Leased {
+        bytes: usize,
+    },
 }
 
 #[derive(Default)]
@@ -84,10 +86,13 @@ struct State {
 
 impl State {
     fn resident_bytes(&self) -> usize {
-        self.slots.values().map(|s| match s {
-            Slot::Idle(m) => m.weight_bytes(),
-            Slot::Leased { bytes } => *bytes,
-        }).sum()
+        self.slots
+            .values()
+            .map(|s| match s {
+                Slot::Idle(m) => m.weight_bytes(),
+                Slot::Leased { bytes } => *bytes,
+            })
+            .sum()
     }
 }
 

@@ -63,21 +63,14 @@ fn render(links: &Links, shared: &Shared, backend: &Backend, work: NarWork, vae_
     let mut sink = ProgressSink::new(links, &job.id);
     let mut first = 0;
     for song in work.songs {
-        shared.render(
-            lease.get::<NarModel>(),
-            backend,
-            song,
-            req,
-            &job.cancel,
-            &mut |e| match e {
-                Event::Progress { stage, done, total, .. } => sink.report(stage, done, total),
-                Event::Latents { variation, start_frame, latents, .. } => {
-                    let track = first + variation as usize;
-                    let _ = vae_tx.send(VaeCmd::Latents { id: job.id.clone(), track, start_frame, latents: latents.to_vec() });
-                }
-                _ => {}
-            },
-        )?;
+        shared.render(lease.get::<NarModel>(), backend, song, req, &job.cancel, &mut |e| match e {
+            Event::Progress { stage, done, total, .. } => sink.report(stage, done, total),
+            Event::Latents { variation, start_frame, latents, .. } => {
+                let track = first + variation as usize;
+                let _ = vae_tx.send(VaeCmd::Latents { id: job.id.clone(), track, start_frame, latents: latents.to_vec() });
+            }
+            _ => {}
+        })?;
         first += m;
     }
     Ok(())

@@ -3,16 +3,16 @@
 //! the journal, to which every state change is written before it is acknowledged.
 use crate::fair_queue::FairQueue;
 use crate::hub::{Publish, StreamHub};
-use crate::journal::{Journal, JobRecord, VaeTask, MAX_CRASHES};
+use crate::journal::{JobRecord, Journal, VaeTask, MAX_CRASHES};
+use crate::messages::{CodesReady, EntryFree, Finished, Outcome, Progress, Resumed, RunJob, WorkerCmd, WorkerReady};
 use crate::metrics::Metrics;
 use crate::results::{now_ms, ResultStore};
-use crate::messages::{CodesReady, EntryFree, Finished, Outcome, Progress, Resumed, RunJob, WorkerCmd, WorkerReady};
 use actix::prelude::*;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
 use yued_engine::models::yue2::generate::CancelToken;
-use yued_protocol::{JobId, JobState, JobStatus, Stage, StreamEvent, Request};
+use yued_protocol::{JobId, JobState, JobStatus, Request, Stage, StreamEvent};
 
 struct Entry {
     record: JobRecord,
@@ -58,8 +58,29 @@ impl Scheduler {
     /// queue in id order (an interrupted job with journaled codes resumes from them). A job
     /// found running for the [`MAX_CRASHES`]th time is failed, not resumed: a job that
     /// crashes the process (a C abort) would otherwise crash every start.
-    pub fn new(journal: Journal, worker: crossbeam_channel::Sender<WorkerCmd>, hub: Addr<StreamHub>, results: Arc<ResultStore>, metrics: Metrics, cap: usize) -> Result<Self, crate::journal::JournalError> {
-        let mut s = Scheduler { journal, jobs: HashMap::new(), queue: FairQueue::new(), entry: None, active: BTreeSet::new(), worker, worker_ready: false, hub, results, metrics, cap, accepting: true, journal_error: None };
+    pub fn new(
+        journal: Journal,
+        worker: crossbeam_channel::Sender<WorkerCmd>,
+        hub: Addr<StreamHub>,
+        results: Arc<ResultStore>,
+        metrics: Metrics,
+        cap: usize,
+    ) -> Result<Self, crate::journal::JournalError> {
+        let mut s = Scheduler {
+            journal,
+            jobs: HashMap::new(),
+            queue: FairQueue::new(),
+            entry: None,
+            active: BTreeSet::new(),
+            worker,
+            worker_ready: false,
+            hub,
+            results,
+            metrics,
+            cap,
+            accepting: true,
+            journal_error: None,
+        };
         let mut restored = 0;
         for mut r in s.journal.load()? {
             let id = r.id.clone();
@@ -162,7 +183,14 @@ impl Scheduler {
         let Some(id) = self.pop_next() else { return };
         let Some(e) = self.jobs.get_mut(&id) else { return };
         e.record.state = JobState::Running;
-        let run = RunJob { id: id.clone(), request: e.record.request.clone(), known_songs: e.record.songs.clone(), cancel: e.cancel.clone(), queue_seconds: e.submitted.elapsed().as_secs_f64(), vae: e.record.vae.clone() };
+        let run = RunJob {
+            id: id.clone(),
+            request: e.record.request.clone(),
+            known_songs: e.record.songs.clone(),
+            cancel: e.cancel.clone(),
+            queue_seconds: e.submitted.elapsed().as_secs_f64(),
+            vae: e.record.vae.clone(),
+        };
         self.metrics.queue_wait_seconds.observe(run.queue_seconds);
         if !self.persist(&id) {
             // A start the journal cannot record is not made: the job fails loudly now rather
@@ -294,7 +322,22 @@ impl Handler<Submit> for Scheduler {
                 return Err(e);
             }
         };
-        let record = JobRecord { version: crate::journal::RECORD_VERSION, id: id.clone(), client: m.client.clone(), request: m.request, state: JobState::Queued, submitted_ms: now_ms(), songs: vec![], error: None, metrics: None, tracks: 0, audio_seconds: 0.0, vae: m.vae, crashes: 0, resumed: 0 };
+        let record = JobRecord {
+            version: crate::journal::RECORD_VERSION,
+            id: id.clone(),
+            client: m.client.clone(),
+            request: m.request,
+            state: JobState::Queued,
+            submitted_ms: now_ms(),
+            songs: vec![],
+            error: None,
+            metrics: None,
+            tracks: 0,
+            audio_seconds: 0.0,
+            vae: m.vae,
+            crashes: 0,
+            resumed: 0,
+        };
         let put = self.journal.put(&record);
         if !self.journaled(put.as_ref().map(|_| ()).map_err(|e| e.to_string())) {
             return Err(SubmitError::Journal(put.unwrap_err().to_string()));

@@ -96,7 +96,6 @@ impl Drop for ProgressSink {
     }
 }
 
-
 /// Runs one work item of a stage so that a panic fails its job instead of the stage: the
 /// job fails with the panic's message (logged in the job's span), whatever the work held
 /// (KV sets, leases, pins) is dropped by the unwinding, and the stage goes on with its next

@@ -4,19 +4,19 @@
 //! `/vae` jobs, the VAE's own work.
 use crate::hub::{PcmTile, Publish, StreamHub, TileEncoder};
 use crate::journal::{VaeOp, VaeTask};
+use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackPlan, VaeCmd};
 use crate::model_store::GroupPin;
 use crate::results::ResultStore;
-use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackPlan, VaeCmd};
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
+use actix::Addr;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::Arc;
-use yued_engine::models::AudioSpec;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::pipeline::{replay_request, Track};
-use actix::Addr;
 use yued_engine::models::yue2::vae::{Tile, TileStream, VaeError, VaeModel};
+use yued_engine::models::AudioSpec;
 use yued_protocol::{JobId, Stage};
 
 /// A job's decoded tiles on their way to the listeners, with the decode progress.

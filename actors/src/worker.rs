@@ -13,10 +13,10 @@
 //! AR lease waits until the synthesis group is released. Any stage that fails a job reports
 //! it to the scheduler first, then cancels the job's token so the others drop its work.
 use crate::hub::StreamHub;
+use crate::messages::{WorkerCmd, WorkerReady};
 use crate::metrics::Metrics;
 use crate::model_store::{Loader, ModelStore, Policy};
 use crate::results::ResultStore;
-use crate::messages::{WorkerCmd, WorkerReady};
 use crate::scheduler::Scheduler;
 use crate::stage::Links;
 use actix::Addr;

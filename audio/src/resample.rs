@@ -61,11 +61,7 @@ pub fn to_channels(pcm: &Pcm, channels: usize) -> Pcm {
         return pcm.clone();
     }
     let n = pcm.frames();
-    let mono: Vec<f32> = if pcm.channels == 1 {
-        pcm.data.clone()
-    } else {
-        (0..n).map(|i| (0..pcm.channels).map(|c| pcm.data[c * n + i]).sum::<f32>() / pcm.channels as f32).collect()
-    };
+    let mono: Vec<f32> = if pcm.channels == 1 { pcm.data.clone() } else { (0..n).map(|i| (0..pcm.channels).map(|c| pcm.data[c * n + i]).sum::<f32>() / pcm.channels as f32).collect() };
     let mut data = Vec::with_capacity(n * channels);
     for _ in 0..channels {
         data.extend_from_slice(&mono);

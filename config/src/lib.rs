@@ -100,8 +100,29 @@ impl Default for Config {
 }
 
 const KEYS: &[&str] = &[
-    "host", "port", "data_dir", "model", "vae", "models", "device", "threads", "compute_priority", "max_batch", "max_seq", "keep_loaded", "admission_cap", "vae_core", "vae_halo", "api_keys",
-    "max_body_bytes", "ws_ping_secs", "max_upload_bytes", "result_ttl_secs", "result_max_bytes", "result_max_count", "log_format",
+    "host",
+    "port",
+    "data_dir",
+    "model",
+    "vae",
+    "models",
+    "device",
+    "threads",
+    "compute_priority",
+    "max_batch",
+    "max_seq",
+    "keep_loaded",
+    "admission_cap",
+    "vae_core",
+    "vae_halo",
+    "api_keys",
+    "max_body_bytes",
+    "ws_ping_secs",
+    "max_upload_bytes",
+    "result_ttl_secs",
+    "result_max_bytes",
+    "result_max_count",
+    "log_format",
 ];
 
 impl Config {

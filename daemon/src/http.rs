@@ -88,17 +88,13 @@ pub fn presented_key(req: &HttpRequest) -> Option<String> {
 
 /// The fairness key of a request: its API key, else its peer address.
 pub fn client_key(req: &HttpRequest) -> String {
-    presented_key(req)
-        .map(|k| format!("key:{k}"))
-        .unwrap_or_else(|| req.peer_addr().map(|a| format!("ip:{}", a.ip())).unwrap_or_else(|| "ip:unknown".into()))
+    presented_key(req).map(|k| format!("key:{k}")).unwrap_or_else(|| req.peer_addr().map(|a| format!("ip:{}", a.ip())).unwrap_or_else(|| "ip:unknown".into()))
 }
 
 /// Routes, parses, validates and resolves a request body; the error says what is wrong,
 /// naming the field (the 400 paths of `/synth` and `/synth/stream`).
 pub fn check_request(body: &[u8], st: &AppState) -> Result<Yue2Request, String> {
-    let req = match Request::from_json(body, &st.families).map_err(|e| e.to_string())? {
-        Request::Yue2(r) => r,
-    };
+    let Request::Yue2(req) = Request::from_json(body, &st.families).map_err(|e| e.to_string())?;
     req.validate(&st.limits).map_err(|e| e.to_string())?;
     let p = &st.prompt;
     let builder = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &p.tokenizer, tokens: p.tokens, instructions: &p.instructions };
@@ -108,8 +104,6 @@ pub fn check_request(body: &[u8], st: &AppState) -> Result<Yue2Request, String> 
     }
     Ok(req.with_resolved_seeds(random_u64))
 }
-
-
 
 fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
@@ -122,9 +116,9 @@ fn random_u64() -> u64 {
 pub async fn submit(st: &AppState, client: String, request: Yue2Request, vae: Option<VaeTask>) -> Result<JobId, HttpResponse> {
     match st.scheduler.send(Submit { client, request: request.into(), vae }).await {
         Ok(Ok(id)) => Ok(id),
-        Ok(Err(SubmitError::Full(cap))) => Err(HttpResponse::TooManyRequests()
-            .insert_header((header::RETRY_AFTER, "5"))
-            .json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") })),
+        Ok(Err(SubmitError::Full(cap))) => {
+            Err(HttpResponse::TooManyRequests().insert_header((header::RETRY_AFTER, "5")).json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") }))
+        }
         Ok(Err(SubmitError::ShuttingDown)) => Err(unavailable("the server is shutting down")),
         Ok(Err(SubmitError::Journal(e))) => Err(unavailable(format!("the job could not be journaled, so it is not accepted: {e}"))),
         Err(_) => Err(unavailable("the scheduler is not running")),
@@ -323,9 +317,7 @@ async fn result(id: &JobId, st: &AppState) -> HttpResponse {
     let mut segments: Vec<Segment> = Vec::new();
     for (path, ct) in parts {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        segments.push(Segment::Bytes(Bytes::from(format!(
-            "--{MULTIPART_BOUNDARY}\r\nContent-Type: {ct}\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n"
-        ))));
+        segments.push(Segment::Bytes(Bytes::from(format!("--{MULTIPART_BOUNDARY}\r\nContent-Type: {ct}\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n"))));
         segments.push(Segment::File(path));
         segments.push(Segment::Bytes(Bytes::from_static(b"\r\n")));
     }
@@ -372,12 +364,14 @@ async fn snapshot(st: &AppState) -> HttpResponse {
     match st.scheduler.send(Snapshot).await {
         // A journal that refuses writes makes the daemon unhealthy (503) until one succeeds:
         // nothing it acknowledges then would survive a restart.
-        Ok(s) => HttpResponse::build(if s.journal_error.is_some() { actix_web::http::StatusCode::SERVICE_UNAVAILABLE } else { actix_web::http::StatusCode::OK }).insert_header((header::CACHE_CONTROL, "no-store")).json(serde_json::json!({
-            "status": if s.journal_error.is_some() { "unhealthy" } else if s.worker_ready { "ok" } else { "loading" },
-            "uptime_seconds": st.started.elapsed().as_secs_f64(),
-            "demo_weights": st.demo_weights,
-            "queue": s,
-        })),
+        Ok(s) => HttpResponse::build(if s.journal_error.is_some() { actix_web::http::StatusCode::SERVICE_UNAVAILABLE } else { actix_web::http::StatusCode::OK })
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .json(serde_json::json!({
+                "status": if s.journal_error.is_some() { "unhealthy" } else if s.worker_ready { "ok" } else { "loading" },
+                "uptime_seconds": st.started.elapsed().as_secs_f64(),
+                "demo_weights": st.demo_weights,
+                "queue": s,
+            })),
         Err(_) => unavailable("the scheduler is not running"),
     }
 }

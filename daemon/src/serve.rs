@@ -24,13 +24,13 @@ use yued_actors::results::{ResultStore, Retention};
 use yued_actors::scheduler::{Scheduler, Shutdown};
 use yued_actors::worker::{self, WorkerConfig};
 use yued_config::Config;
-use yued_engine::models::yue2::pipeline::PipelineOptions;
-use yued_protocol::{Limits, Props};
-use yued_engine::models::yue2::demo::{write_demo, Preset, DEMO_KEY};
 use yued_engine::gguf::GgufFile;
-use yued_engine::registry::{Bucket, Registry};
 use yued_engine::models::yue2::config::BackboneInfo;
+use yued_engine::models::yue2::demo::{write_demo, Preset, DEMO_KEY};
+use yued_engine::models::yue2::pipeline::PipelineOptions;
+use yued_engine::registry::{Bucket, Registry};
 use yued_engine::tokenizer::BpeTokenizer;
+use yued_protocol::{Limits, Props};
 
 #[derive(clap::Args)]
 pub struct ServeArgs {

@@ -149,7 +149,9 @@ fn result_as_tiles(job: &JobId, parts: &[(std::path::PathBuf, String)], codec: S
     let mut items = Vec::new();
     let (mut tracks, mut seconds, mut index) = (0u32, 0.0, 0u32);
     for (path, ct) in parts.iter().filter(|(_, ct)| ct.starts_with("audio/")) {
-        let pcm = yued_audio::decode::decode(&std::fs::read(path).ok()?).map_err(|e| tracing::warn!(job = %job, file = %path.display(), content_type = %ct, error = %e, "result audio does not decode")).ok()?;
+        let pcm = yued_audio::decode::decode(&std::fs::read(path).ok()?)
+            .map_err(|e| tracing::warn!(job = %job, file = %path.display(), content_type = %ct, error = %e, "result audio does not decode"))
+            .ok()?;
         let n = pcm.data.len() / pcm.channels;
         for start in (0..n).step_by(tile_samples.max(1)) {
             let end = (start + tile_samples).min(n);

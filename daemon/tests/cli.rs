@@ -113,10 +113,37 @@ fn synth_writes_exact_length_audio_and_a_replay_that_renders_the_same_bytes() {
     ok(&["demo-model", "--out", s(d)]);
     let (bb, vae) = (d.join("yue2-demo-tiny.gguf"), d.join("yue2-demo-tiny-vae.gguf"));
     let req = d.join("req.json");
-    std::fs::write(&req, r#"{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16", "synth_batch_size": 2, "semantic_sampling": {"min_tokens": 25}}"#).unwrap();
+    std::fs::write(&req, r#"{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16", "synth_batch_size": 2, "semantic_sampling": {"min_tokens": 25}}"#)
+        .unwrap();
     let out = d.join("out/song.wav");
     let dump = d.join("dump");
-    let stdout = ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--out", s(&out), "--seed", "4", "--lm-seed", "5", "--steps", "2", "--vae-core", "8", "--dump", s(&dump), "--latent", s(&d.join("lat.vae")), "--tokens", s(&d.join("codes.csv")), "--device", "CPU"]);
+    let stdout = ok(&[
+        "synth",
+        "--model",
+        s(&bb),
+        "--vae",
+        s(&vae),
+        "--request",
+        s(&req),
+        "--out",
+        s(&out),
+        "--seed",
+        "4",
+        "--lm-seed",
+        "5",
+        "--steps",
+        "2",
+        "--vae-core",
+        "8",
+        "--dump",
+        s(&dump),
+        "--latent",
+        s(&d.join("lat.vae")),
+        "--tokens",
+        s(&d.join("codes.csv")),
+        "--device",
+        "CPU",
+    ]);
     assert!(stdout.contains("song00.wav") && stdout.contains("song01.wav"), "{stdout}");
     for t in ["00", "01"] {
         let wav = d.join(format!("out/song{t}.wav"));
@@ -151,7 +178,8 @@ fn synth_renders_guided_and_batched_songs_at_the_published_depth() {
     let (bb, vae) = (d.join("yue2-demo-deep.gguf"), d.join("yue2-demo-deep-vae.gguf"));
     for (name, extra, tracks) in [("guided", "", 1), ("batched", r#", "lm_batch_size": 2, "cfg_scale": 1.0"#, 2)] {
         let req = d.join(format!("{name}.json"));
-        std::fs::write(&req, format!(r#"{{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 25}}{extra}}}"#)).unwrap();
+        std::fs::write(&req, format!(r#"{{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 25}}{extra}}}"#))
+            .unwrap();
         let out = d.join(format!("{name}/song.wav"));
         let stdout = ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--out", s(&out), "--steps", "2", "--device", "CPU"]);
         let wavs = std::fs::read_dir(d.join(name)).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "wav")).count();
@@ -170,7 +198,8 @@ fn compose_writes_the_replayable_request_of_each_song() {
     let d = dir.path();
     ok(&["demo-model", "--out", s(&d.join("models"))]);
     let req = d.join("req.json");
-    std::fs::write(&req, r#"{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "lm_batch_size": 2, "output_format": "wav16", "semantic_sampling": {"min_tokens": 25}}"#).unwrap();
+    std::fs::write(&req, r#"{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "lm_batch_size": 2, "output_format": "wav16", "semantic_sampling": {"min_tokens": 25}}"#)
+        .unwrap();
     let out = d.join("composed/request.json");
     let stdout = ok(&["compose", "--models", s(&d.join("models")), "--request", s(&req), "--out", s(&out), "--lm-seed", "11", "--device", "CPU"]);
     assert!(stdout.contains("request00.json") && stdout.contains("request01.json"), "{stdout}");

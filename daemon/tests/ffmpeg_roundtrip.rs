@@ -77,11 +77,7 @@ fn ffprobe_and_ffmpeg_read_every_container_we_write() {
     ] {
         let out = dir.path().join(format!("out.{ext}"));
         yued(&["audio-convert", "-i", src.to_str().unwrap(), "-o", out.to_str().unwrap(), "-b", "192"]);
-        let probe = Command::new("ffprobe")
-            .args(["-v", "error", "-show_entries", "stream=codec_name,sample_rate,channels:format=duration", "-of", "json"])
-            .arg(&out)
-            .output()
-            .unwrap();
+        let probe = Command::new("ffprobe").args(["-v", "error", "-show_entries", "stream=codec_name,sample_rate,channels:format=duration", "-of", "json"]).arg(&out).output().unwrap();
         assert!(probe.status.success(), "{ext}: ffprobe failed: {}", String::from_utf8_lossy(&probe.stderr));
         let v: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
         let s = &v["streams"][0];

@@ -72,7 +72,8 @@ pub struct Registry {
 impl Registry {
     /// Reads the header of every `.gguf` file of `dir` (not its subdirectories).
     pub fn scan(dir: &Path) -> std::io::Result<(Registry, Vec<Skipped>)> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file() && p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf"))).collect();
+        let mut files: Vec<PathBuf> =
+            std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file() && p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf"))).collect();
         files.sort();
         let mut reg = Registry::default();
         let mut skipped = Vec::new();

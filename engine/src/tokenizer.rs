@@ -204,9 +204,7 @@ pub fn convert_tiktoken(text: &str) -> Result<TiktokenVocab, String> {
         if bytes.len() < 2 {
             continue;
         }
-        let mut local: Vec<(usize, usize, usize)> = (1..bytes.len())
-            .filter_map(|k| Some((rank, *index.get(&bytes[..k])?, *index.get(&bytes[k..])?)))
-            .collect();
+        let mut local: Vec<(usize, usize, usize)> = (1..bytes.len()).filter_map(|k| Some((rank, *index.get(&bytes[..k])?, *index.get(&bytes[k..])?))).collect();
         local.sort_by_key(|&(_, a, b)| (a, b));
         merges.extend(local);
     }

@@ -12,9 +12,7 @@ pub struct ErrorBody {
 
 impl ErrorBody {
     pub fn new(error: impl Into<String>) -> Self {
-        Self {
-            error: error.into(),
-        }
+        Self { error: error.into() }
     }
 }
 
@@ -32,10 +30,7 @@ mod tests {
     #[test]
     fn error_body_shape() {
         let body: ErrorBody = RequestError::new("steps", "must be at least 1, got 0").into();
-        assert_eq!(
-            serde_json::to_string(&body).unwrap(),
-            r#"{"error":"steps: must be at least 1, got 0"}"#
-        );
+        assert_eq!(serde_json::to_string(&body).unwrap(), r#"{"error":"steps: must be at least 1, got 0"}"#);
         let back: ErrorBody = serde_json::from_str(r#"{"error":"not found"}"#).unwrap();
         assert_eq!(back, ErrorBody::new("not found"));
     }

@@ -96,10 +96,7 @@ pub enum JobState {
 impl JobState {
     /// A terminal job never changes state again, so pollers and listeners can stop.
     pub fn is_terminal(self) -> bool {
-        matches!(
-            self,
-            JobState::Done | JobState::Failed | JobState::Cancelled
-        )
+        matches!(self, JobState::Done | JobState::Failed | JobState::Cancelled)
     }
 
     pub fn as_str(self) -> &'static str {
@@ -136,13 +133,7 @@ pub enum Stage {
 }
 
 impl Stage {
-    pub const ALL: [Stage; 5] = [
-        Stage::Plan,
-        Stage::Semantic,
-        Stage::Synth,
-        Stage::Decode,
-        Stage::Encode,
-    ];
+    pub const ALL: [Stage; 5] = [Stage::Plan, Stage::Semantic, Stage::Synth, Stage::Decode, Stage::Encode];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -190,16 +181,7 @@ pub struct JobStatus {
 impl JobStatus {
     /// A status with every optional field unset.
     pub fn new(status: JobState, queue_position: u32) -> Self {
-        Self {
-            status,
-            queue_position,
-            stage: None,
-            progress: None,
-            tokens_done: None,
-            tokens_budget: None,
-            error: None,
-            metrics: None,
-        }
+        Self { status, queue_position, stage: None, progress: None, tokens_done: None, tokens_budget: None, error: None, metrics: None }
     }
 
     pub fn queued(position: u32) -> Self {
@@ -208,30 +190,16 @@ impl JobStatus {
 
     /// A running job in `stage`; `progress` is clamped into `[0, 1]`.
     pub fn running(stage: Stage, progress: f32) -> Self {
-        let progress = if progress.is_nan() {
-            0.0
-        } else {
-            progress.clamp(0.0, 1.0)
-        };
-        Self {
-            stage: Some(stage),
-            progress: Some(progress),
-            ..Self::new(JobState::Running, 0)
-        }
+        let progress = if progress.is_nan() { 0.0 } else { progress.clamp(0.0, 1.0) };
+        Self { stage: Some(stage), progress: Some(progress), ..Self::new(JobState::Running, 0) }
     }
 
     pub fn done(metrics: Option<JobMetrics>) -> Self {
-        Self {
-            metrics,
-            ..Self::new(JobState::Done, 0)
-        }
+        Self { metrics, ..Self::new(JobState::Done, 0) }
     }
 
     pub fn failed(error: impl Into<String>) -> Self {
-        Self {
-            error: Some(error.into()),
-            ..Self::new(JobState::Failed, 0)
-        }
+        Self { error: Some(error.into()), ..Self::new(JobState::Failed, 0) }
     }
 
     pub fn cancelled() -> Self {
@@ -303,9 +271,7 @@ pub struct CancelReply {
 
 impl CancelReply {
     pub fn cancelled() -> Self {
-        Self {
-            status: JobState::Cancelled,
-        }
+        Self { status: JobState::Cancelled }
     }
 }
 
@@ -319,30 +285,16 @@ mod tests {
         assert_eq!(id.as_str(), "0000000000001a2b");
         assert_eq!(id.to_u64(), 0x1a2b);
         assert_eq!(JobId::from_u64(u64::MAX).as_str(), "ffffffffffffffff");
-        assert_eq!(
-            "00000000deadbeef".parse::<JobId>().unwrap().to_u64(),
-            0xdead_beef
-        );
-        for bad in [
-            "",
-            "1a2b",
-            "00000000DEADBEEF",
-            "00000000deadbeeg",
-            "00000000deadbeef0",
-        ] {
+        assert_eq!("00000000deadbeef".parse::<JobId>().unwrap().to_u64(), 0xdead_beef);
+        for bad in ["", "1a2b", "00000000DEADBEEF", "00000000deadbeeg", "00000000deadbeef0"] {
             assert_eq!(JobId::parse(bad), Err(InvalidJobId(bad.into())), "{bad}");
         }
     }
 
     #[test]
     fn job_id_serde_checks_format() {
-        let reply = SubmitReply {
-            id: JobId::from_u64(0xabc),
-        };
-        assert_eq!(
-            serde_json::to_string(&reply).unwrap(),
-            r#"{"id":"0000000000000abc"}"#
-        );
+        let reply = SubmitReply { id: JobId::from_u64(0xabc) };
+        assert_eq!(serde_json::to_string(&reply).unwrap(), r#"{"id":"0000000000000abc"}"#);
         let back: SubmitReply = serde_json::from_str(r#"{"id":"0000000000000abc"}"#).unwrap();
         assert_eq!(back, reply);
         assert!(serde_json::from_str::<SubmitReply>(r#"{"id":"xyz"}"#).is_err());
@@ -350,80 +302,27 @@ mod tests {
 
     #[test]
     fn states_and_stages_spell_lowercase() {
-        let states = [
-            JobState::Queued,
-            JobState::Running,
-            JobState::Done,
-            JobState::Failed,
-            JobState::Cancelled,
-        ];
-        let spelled: Vec<String> = states
-            .iter()
-            .map(|s| serde_json::to_string(s).unwrap())
-            .collect();
-        assert_eq!(
-            spelled,
-            [
-                r#""queued""#,
-                r#""running""#,
-                r#""done""#,
-                r#""failed""#,
-                r#""cancelled""#
-            ]
-        );
+        let states = [JobState::Queued, JobState::Running, JobState::Done, JobState::Failed, JobState::Cancelled];
+        let spelled: Vec<String> = states.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
+        assert_eq!(spelled, [r#""queued""#, r#""running""#, r#""done""#, r#""failed""#, r#""cancelled""#]);
         let terminal: Vec<bool> = states.iter().map(|s| s.is_terminal()).collect();
         assert_eq!(terminal, [false, false, true, true, true]);
-        let stages: Vec<String> = Stage::ALL
-            .iter()
-            .map(|s| serde_json::to_string(s).unwrap())
-            .collect();
-        assert_eq!(
-            stages,
-            [
-                r#""plan""#,
-                r#""semantic""#,
-                r#""synth""#,
-                r#""decode""#,
-                r#""encode""#
-            ]
-        );
+        let stages: Vec<String> = Stage::ALL.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
+        assert_eq!(stages, [r#""plan""#, r#""semantic""#, r#""synth""#, r#""decode""#, r#""encode""#]);
         assert_eq!(Stage::Decode.to_string(), "decode");
     }
 
     #[test]
     fn status_skips_unset_fields() {
-        assert_eq!(
-            serde_json::to_string(&JobStatus::queued(3)).unwrap(),
-            r#"{"status":"queued","queue_position":3}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&JobStatus::running(Stage::Synth, 0.25)).unwrap(),
-            r#"{"status":"running","queue_position":0,"stage":"synth","progress":0.25}"#
-        );
+        assert_eq!(serde_json::to_string(&JobStatus::queued(3)).unwrap(), r#"{"status":"queued","queue_position":3}"#);
+        assert_eq!(serde_json::to_string(&JobStatus::running(Stage::Synth, 0.25)).unwrap(), r#"{"status":"running","queue_position":0,"stage":"synth","progress":0.25}"#);
         assert_eq!(JobStatus::running(Stage::Plan, 1.5).progress, Some(1.0));
-        assert_eq!(
-            JobStatus::running(Stage::Plan, f32::NAN).progress,
-            Some(0.0)
-        );
-        let semantic = JobStatus {
-            tokens_done: Some(120),
-            tokens_budget: Some(9000),
-            ..JobStatus::running(Stage::Semantic, 0.5)
-        };
-        assert_eq!(
-            serde_json::to_string(&semantic).unwrap(),
-            r#"{"status":"running","queue_position":0,"stage":"semantic","progress":0.5,"tokens_done":120,"tokens_budget":9000}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&JobStatus::failed("out of memory")).unwrap(),
-            r#"{"status":"failed","queue_position":0,"error":"out of memory"}"#
-        );
-        assert_eq!(
-            serde_json::to_string(&CancelReply::cancelled()).unwrap(),
-            r#"{"status":"cancelled"}"#
-        );
-        let back: JobStatus =
-            serde_json::from_str(r#"{"status":"done","queue_position":0}"#).unwrap();
+        assert_eq!(JobStatus::running(Stage::Plan, f32::NAN).progress, Some(0.0));
+        let semantic = JobStatus { tokens_done: Some(120), tokens_budget: Some(9000), ..JobStatus::running(Stage::Semantic, 0.5) };
+        assert_eq!(serde_json::to_string(&semantic).unwrap(), r#"{"status":"running","queue_position":0,"stage":"semantic","progress":0.5,"tokens_done":120,"tokens_budget":9000}"#);
+        assert_eq!(serde_json::to_string(&JobStatus::failed("out of memory")).unwrap(), r#"{"status":"failed","queue_position":0,"error":"out of memory"}"#);
+        assert_eq!(serde_json::to_string(&CancelReply::cancelled()).unwrap(), r#"{"status":"cancelled"}"#);
+        let back: JobStatus = serde_json::from_str(r#"{"status":"done","queue_position":0}"#).unwrap();
         assert_eq!(back, JobStatus::done(None));
     }
 

@@ -15,11 +15,7 @@ pub struct OutputFormatInfo {
 
 impl From<OutputFormat> for OutputFormatInfo {
     fn from(f: OutputFormat) -> Self {
-        Self {
-            name: f.name().into(),
-            extension: f.extension().into(),
-            mime: f.mime().into(),
-        }
+        Self { name: f.name().into(), extension: f.extension().into(), mime: f.mime().into() }
     }
 }
 
@@ -51,12 +47,7 @@ pub struct Props {
 
 impl Props {
     /// Props with the fixed rates, every output format, no adapters and the default request.
-    pub fn new(
-        version: impl Into<String>,
-        model: impl Into<String>,
-        vae: impl Into<String>,
-        max_batch: u32,
-    ) -> Self {
+    pub fn new(version: impl Into<String>, model: impl Into<String>, vae: impl Into<String>, max_batch: u32) -> Self {
         Self {
             version: version.into(),
             model: model.into(),
@@ -79,35 +70,17 @@ mod tests {
 
     #[test]
     fn props_shape() {
-        let mut props = Props::new(
-            "0.1.0",
-            "data/models/YuE2-3B-Q8_0.gguf",
-            "data/models/YuE2-Vae-F32.gguf",
-            1,
-        );
-        props.adapters.push(AdapterInfo {
-            name: "lorn.safetensors".into(),
-            ar: true,
-            nar: false,
-        });
+        let mut props = Props::new("0.1.0", "data/models/YuE2-3B-Q8_0.gguf", "data/models/YuE2-Vae-F32.gguf", 1);
+        props.adapters.push(AdapterInfo { name: "lorn.safetensors".into(), ar: true, nar: false });
         let v: Value = serde_json::from_str(&serde_json::to_string(&props).unwrap()).unwrap();
         assert_eq!(v["sample_rate"], 48000);
         assert_eq!(v["frame_rate"], 25);
         assert_eq!(v["context"], 24576);
         assert_eq!(v["max_batch"], 1);
         assert_eq!(v["output_formats"].as_array().unwrap().len(), 9);
-        assert_eq!(
-            v["output_formats"][0],
-            json!({"name":"mp3","extension":"mp3","mime":"audio/mpeg"})
-        );
-        assert_eq!(
-            v["output_formats"][8],
-            json!({"name":"wav32","extension":"wav","mime":"audio/wav"})
-        );
-        assert_eq!(
-            v["adapters"],
-            json!([{"name":"lorn.safetensors","ar":true,"nar":false}])
-        );
+        assert_eq!(v["output_formats"][0], json!({"name":"mp3","extension":"mp3","mime":"audio/mpeg"}));
+        assert_eq!(v["output_formats"][8], json!({"name":"wav32","extension":"wav","mime":"audio/wav"}));
+        assert_eq!(v["adapters"], json!([{"name":"lorn.safetensors","ar":true,"nar":false}]));
         assert_eq!(v["defaults"]["cot"], "full");
         assert_eq!(v["defaults"]["steps"], 8);
         assert_eq!(v["defaults"]["abc_sampling"]["top_p"], 0.9);

@@ -81,10 +81,7 @@ impl StreamEvent {
 
     /// The last event of a stream: the server closes the socket after it.
     pub fn is_terminal(&self) -> bool {
-        matches!(
-            self,
-            StreamEvent::Done { .. } | StreamEvent::Failed { .. } | StreamEvent::Cancelled {}
-        )
+        matches!(self, StreamEvent::Done { .. } | StreamEvent::Failed { .. } | StreamEvent::Cancelled {})
     }
 }
 
@@ -113,67 +110,15 @@ mod tests {
     #[test]
     fn events_serialize_exactly() {
         let cases = [
-            (
-                StreamEvent::Queued { position: 2 },
-                r#"{"event":"queued","position":2}"#,
-            ),
-            (
-                StreamEvent::Stage {
-                    stage: Stage::Semantic,
-                    progress: 0.25,
-                    done: 250,
-                    total: 1000,
-                },
-                r#"{"event":"stage","stage":"semantic","progress":0.25,"done":250,"total":1000}"#,
-            ),
-            (
-                StreamEvent::Score {
-                    abc: "X:1\nK:C".into(),
-                },
-                r#"{"event":"score","abc":"X:1\nK:C"}"#,
-            ),
-            (
-                StreamEvent::Codes { frames: 1620 },
-                r#"{"event":"codes","frames":1620}"#,
-            ),
-            (
-                StreamEvent::Format {
-                    codec: StreamCodec::Opus,
-                    sample_rate: 48000,
-                    channels: 2,
-                },
-                r#"{"event":"format","codec":"opus","sample_rate":48000,"channels":2}"#,
-            ),
-            (
-                StreamEvent::Format {
-                    codec: StreamCodec::Pcm16,
-                    sample_rate: 48000,
-                    channels: 2,
-                },
-                r#"{"event":"format","codec":"pcm16","sample_rate":48000,"channels":2}"#,
-            ),
-            (
-                StreamEvent::Tile {
-                    track: 1,
-                    index: 1,
-                    start_sample: 983040,
-                    samples: 983040,
-                },
-                r#"{"event":"tile","track":1,"index":1,"start_sample":983040,"samples":983040}"#,
-            ),
-            (
-                StreamEvent::Done {
-                    tracks: 2,
-                    audio_seconds: 64.8,
-                },
-                r#"{"event":"done","tracks":2,"audio_seconds":64.8}"#,
-            ),
-            (
-                StreamEvent::Failed {
-                    error: "cancelled by shutdown".into(),
-                },
-                r#"{"event":"failed","error":"cancelled by shutdown"}"#,
-            ),
+            (StreamEvent::Queued { position: 2 }, r#"{"event":"queued","position":2}"#),
+            (StreamEvent::Stage { stage: Stage::Semantic, progress: 0.25, done: 250, total: 1000 }, r#"{"event":"stage","stage":"semantic","progress":0.25,"done":250,"total":1000}"#),
+            (StreamEvent::Score { abc: "X:1\nK:C".into() }, r#"{"event":"score","abc":"X:1\nK:C"}"#),
+            (StreamEvent::Codes { frames: 1620 }, r#"{"event":"codes","frames":1620}"#),
+            (StreamEvent::Format { codec: StreamCodec::Opus, sample_rate: 48000, channels: 2 }, r#"{"event":"format","codec":"opus","sample_rate":48000,"channels":2}"#),
+            (StreamEvent::Format { codec: StreamCodec::Pcm16, sample_rate: 48000, channels: 2 }, r#"{"event":"format","codec":"pcm16","sample_rate":48000,"channels":2}"#),
+            (StreamEvent::Tile { track: 1, index: 1, start_sample: 983040, samples: 983040 }, r#"{"event":"tile","track":1,"index":1,"start_sample":983040,"samples":983040}"#),
+            (StreamEvent::Done { tracks: 2, audio_seconds: 64.8 }, r#"{"event":"done","tracks":2,"audio_seconds":64.8}"#),
+            (StreamEvent::Failed { error: "cancelled by shutdown".into() }, r#"{"event":"failed","error":"cancelled by shutdown"}"#),
             (StreamEvent::Cancelled {}, r#"{"event":"cancelled"}"#),
         ];
         for (event, text) in cases {
@@ -186,11 +131,7 @@ mod tests {
     fn terminal_events() {
         assert!(StreamEvent::Cancelled {}.is_terminal());
         assert!(StreamEvent::Failed { error: "x".into() }.is_terminal());
-        assert!(StreamEvent::Done {
-            tracks: 1,
-            audio_seconds: 1.0
-        }
-        .is_terminal());
+        assert!(StreamEvent::Done { tracks: 1, audio_seconds: 1.0 }.is_terminal());
         assert!(!StreamEvent::Codes { frames: 1 }.is_terminal());
         assert!(StreamEvent::from_text(r#"{"event":"bogus"}"#).is_err());
     }
@@ -198,10 +139,7 @@ mod tests {
     #[test]
     fn cancel_command() {
         assert_eq!(StreamCommand::Cancel.to_text(), r#"{"cmd":"cancel"}"#);
-        assert_eq!(
-            StreamCommand::from_text(r#"{"cmd":"cancel"}"#).unwrap(),
-            StreamCommand::Cancel
-        );
+        assert_eq!(StreamCommand::from_text(r#"{"cmd":"cancel"}"#).unwrap(), StreamCommand::Cancel);
         assert!(StreamCommand::from_text(r#"{"cmd":"pause"}"#).is_err());
     }
 }

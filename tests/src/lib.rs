@@ -157,7 +157,10 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::Exi
 
 /// A short song request on the demo model.
 pub fn song(duration: f64, steps: u32) -> String {
-    format!(r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": {duration}, "steps": {steps}, "output_format": "wav16", "semantic_sampling": {{"min_tokens": {}}}}}"#, (duration * 25.0) as u32)
+    format!(
+        r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": {duration}, "steps": {steps}, "output_format": "wav16", "semantic_sampling": {{"min_tokens": {}}}}}"#,
+        (duration * 25.0) as u32
+    )
 }
 
 /// The parts of a multipart/mixed body: (headers, content), through the client library.

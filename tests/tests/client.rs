@@ -12,10 +12,7 @@ fn yue_synth_streams_to_a_growing_wav_and_unpacks_the_result() {
     let out = dir.path().join("out");
     let yue = sibling_bin("yue");
     assert!(yue.exists(), "yue not built");
-    let o = Command::new(&yue)
-        .args(["--server", &d.url(""), "synth", req.to_str().unwrap(), "--stream", wav.to_str().unwrap(), "--out", out.to_str().unwrap()])
-        .output()
-        .unwrap();
+    let o = Command::new(&yue).args(["--server", &d.url(""), "synth", req.to_str().unwrap(), "--stream", wav.to_str().unwrap(), "--out", out.to_str().unwrap()]).output().unwrap();
     assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     let r = hound::WavReader::open(&wav).unwrap();
     assert_eq!(r.spec().channels, 2);

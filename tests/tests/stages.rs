@@ -6,7 +6,11 @@ use yued_e2e::*;
 
 fn metric(d: &Daemon, name: &str) -> f64 {
     let text = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
-    text.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' ')).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap_or_else(|| panic!("{name} not in /metrics"))
+    text.lines()
+        .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+        .and_then(|l| l.split_whitespace().nth(1))
+        .and_then(|v| v.parse().ok())
+        .unwrap_or_else(|| panic!("{name} not in /metrics"))
 }
 
 /// Submits two songs (A with `a_steps` flow steps) and waits for both; their final statuses.

@@ -31,7 +31,12 @@ fn result(d: &Daemon, id: &str) -> Vec<(String, Vec<u8>)> {
 
 /// One second of a mono 44.1 kHz sweep as WAV: the upload goes through resampling.
 fn sweep_wav() -> Vec<u8> {
-    let data: Vec<f32> = (0..44100).map(|i| { let t = i as f32 / 44100.0; 0.4 * (2.0 * std::f32::consts::PI * (300.0 + 400.0 * t) * t).sin() }).collect();
+    let data: Vec<f32> = (0..44100)
+        .map(|i| {
+            let t = i as f32 / 44100.0;
+            0.4 * (2.0 * std::f32::consts::PI * (300.0 + 400.0 * t) * t).sin()
+        })
+        .collect();
     yued_audio::encode::encode(&yued_audio::Pcm::new(44100, 1, data), yued_protocol::OutputFormat::Wav16, 128).unwrap()
 }
 

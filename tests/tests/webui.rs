@@ -17,14 +17,7 @@ fn the_webui_composes_plays_live_renders_the_score_and_survives_a_reload() {
     }
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("webui-screenshots");
     let _ = std::fs::remove_dir_all(&shots); // only this run's screenshots count
-    let out = Command::new("node")
-        .arg("e2e/webui.test.mjs")
-        .current_dir(&web)
-        .env("YUED_BIN", yued_e2e::yued_bin())
-        .env("CHROMIUM", &chromium)
-        .env("SCREENSHOTS", &shots)
-        .output()
-        .expect("run node");
+    let out = Command::new("node").arg("e2e/webui.test.mjs").current_dir(&web).env("YUED_BIN", yued_e2e::yued_bin()).env("CHROMIUM", &chromium).env("SCREENSHOTS", &shots).output().expect("run node");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the WebUI e2e failed:\n{text}");
     eprintln!("{text}");

@@ -35,11 +35,7 @@ pub fn format_for(path: &std::path::Path, wav: &str) -> anyhow::Result<OutputFor
         anyhow::ensure!(f.extension() == "wav", "--format: '{wav}' is not a WAV flavour (wav16, wav24, wav32)");
         return Ok(f);
     }
-    OutputFormat::all()
-        .iter()
-        .copied()
-        .find(|f| f.extension() == ext)
-        .ok_or_else(|| anyhow::anyhow!("{}: unknown output extension '.{ext}' (wav, mp3, flac, ogg, opus, aac, m4a)", path.display()))
+    OutputFormat::all().iter().copied().find(|f| f.extension() == ext).ok_or_else(|| anyhow::anyhow!("{}: unknown output extension '.{ext}' (wav, mp3, flac, ogg, opus, aac, m4a)", path.display()))
 }
 
 pub fn run(a: AudioConvertArgs) -> anyhow::Result<()> {

@@ -7,13 +7,13 @@ use super::common::DeviceArgs;
 use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Instant;
-use yued_engine::models::yue2::ar::{ArModel, Positions, SeqInput};
-use yued_engine::models::yue2::demo::{write_demo, Preset};
-use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::ggml::llama_ref::mean_steps;
 use yued_engine::gguf::GgufFile;
 use yued_engine::kv_cache::KvSet;
+use yued_engine::models::yue2::ar::{ArModel, Positions, SeqInput};
 use yued_engine::models::yue2::config::BackboneInfo;
+use yued_engine::models::yue2::demo::{write_demo, Preset};
+use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::models::yue2::nar::NarModel;
 use yued_engine::models::yue2::pipeline::{Pipeline, PipelineOptions};
 use yued_engine::models::yue2::vae::VaeModel;
@@ -233,7 +233,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                     let bytes = (weights + kv) as f64;
                     let gbs = bytes / s.median / 1e9;
                     let ratio = bandwidth.map(|b| format!(" = {:.0}% of the measured read bandwidth", 100.0 * gbs / b)).unwrap_or_default();
-                    push("decode", format!("AR decode, {what}, cache {len}"), "ms/step", s.map(|t| t * 1e3), format!("reads {:.1} MB (weights {:.1} + KV {:.1}): {gbs:.1} GB/s{ratio}", bytes / 1e6, weights as f64 / 1e6, kv as f64 / 1e6));
+                    push(
+                        "decode",
+                        format!("AR decode, {what}, cache {len}"),
+                        "ms/step",
+                        s.map(|t| t * 1e3),
+                        format!("reads {:.1} MB (weights {:.1} + KV {:.1}): {gbs:.1} GB/s{ratio}", bytes / 1e6, weights as f64 / 1e6, kv as f64 / 1e6),
+                    );
                     if let Some(l) = &llama {
                         let session = match sessions.entry(len) {
                             std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
@@ -309,7 +315,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         let s = stats(v);
         // The request's defaults, guidance included (1.01 in cot off: both streams decode
         // as one batch and the song's stream is copied out of the pair at the end).
-        push("e2e", format!("whole song, {:.0} s, cot off, cfg {}, {} steps", a.e2e_seconds, req.effective_cfg_scale(), req.steps), "x realtime", s.map(|t| audio / t), format!("{:.1} s per song", s.median));
+        push(
+            "e2e",
+            format!("whole song, {:.0} s, cot off, cfg {}, {} steps", a.e2e_seconds, req.effective_cfg_scale(), req.steps),
+            "x realtime",
+            s.map(|t| audio / t),
+            format!("{:.1} s per song", s.median),
+        );
     }
     println!("{:<8} {:<46} {:>10} {:>10} {:>10}  {:<10} note", "section", "what", "median", "min", "max", "unit");
     for r in &rows {

@@ -2,9 +2,9 @@ use super::common::DeviceArgs;
 use anyhow::Context;
 use std::path::PathBuf;
 use yued_actors::codec::{audio_to_latents, latents_to_audio, DecodeOptions};
-use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::gguf::GgufFile;
 use yued_engine::latent::{decode_latents, encode_latents, LatentFormat};
+use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::models::yue2::vae::VaeModel;
 use yued_protocol::OutputFormat;
 
@@ -63,7 +63,13 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
     let bytes = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     if encode {
         let z = audio_to_latents(&mut vae, &backend, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
-        let fmt = if a.q8 { LatentFormat::Nac8 } else if a.q4 { LatentFormat::Nac4 } else { LatentFormat::RawF32 };
+        let fmt = if a.q8 {
+            LatentFormat::Nac8
+        } else if a.q4 {
+            LatentFormat::Nac4
+        } else {
+            LatentFormat::RawF32
+        };
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(fmt.extension()));
         std::fs::write(&out, encode_latents(&z, lat, fmt))?;
         println!("{}: {} frames ({:.2} s) as {}", out.display(), z.len() / lat, vae.info.audio_spec().latent_seconds(z.len() / lat), fmt.extension());

@@ -55,9 +55,7 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
         (None, None) => unreachable!("clap requires one"),
     };
     let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
-    let mut req = match Request::from_json(&body, &[Family::Yue2]).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))? {
-        Request::Yue2(r) => r,
-    };
+    let Request::Yue2(mut req) = Request::from_json(&body, &[Family::Yue2]).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
     if let Some(s) = a.lm_seed {
         req.lm_seed = s;
     }

@@ -1,7 +1,7 @@
 use super::common::{Backbone, DeviceArgs};
 use std::path::PathBuf;
-use yued_engine::models::yue2::ar::{ArModel, Positions, SeqInput};
 use yued_engine::kv_cache::KvSet;
+use yued_engine::models::yue2::ar::{ArModel, Positions, SeqInput};
 
 /// How lm-eval feeds the tokens.
 #[derive(Clone, Copy, Debug, clap::ValueEnum)]
@@ -34,11 +34,7 @@ pub struct LmEvalArgs {
 pub fn run(a: LmEvalArgs) -> anyhow::Result<()> {
     let bb = Backbone::open(&a.model)?;
     let vocab = bb.info.config.vocab_size;
-    let tokens: Vec<u32> = a
-        .tokens
-        .split(',')
-        .map(|s| s.trim().parse::<u32>().map_err(|_| anyhow::anyhow!("--tokens: {s:?} is not a token id")))
-        .collect::<Result<_, _>>()?;
+    let tokens: Vec<u32> = a.tokens.split(',').map(|s| s.trim().parse::<u32>().map_err(|_| anyhow::anyhow!("--tokens: {s:?} is not a token id"))).collect::<Result<_, _>>()?;
     anyhow::ensure!(!tokens.is_empty(), "--tokens: no token");
     if let Some(t) = tokens.iter().find(|&&t| t as usize >= vocab) {
         anyhow::bail!("--tokens: id {t} is outside the vocabulary of {vocab}");

@@ -43,7 +43,12 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     let mut model = ArModel::load(&bb.file, &bb.info, &backend)?;
     let mut st = ArStages { model: &mut model, backend: &backend, tokenizer: &bb.tokenizer, tokens: bb.info.tokens, instructions: &bb.instructions, max_seq: bb.max_seq(a.max_seq) };
     if let Some(p) = &a.dump_tokens {
-        let prefix = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &bb.tokenizer, tokens: bb.info.tokens, instructions: &bb.instructions }.conditional(req.cot, &req.style, &req.lyrics, &yued_engine::models::yue2::prompt::Score::Open);
+        let prefix = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &bb.tokenizer, tokens: bb.info.tokens, instructions: &bb.instructions }.conditional(
+            req.cot,
+            &req.style,
+            &req.lyrics,
+            &yued_engine::models::yue2::prompt::Score::Open,
+        );
         std::fs::write(p, prefix.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","))?;
     }
     let pb = super::progress_bar(req.abc_sampling.max_tokens as u64, "plan");

@@ -68,7 +68,6 @@ fn numbered(path: &Path, suffix: &str, ext: &str) -> PathBuf {
     path.with_file_name(format!("{stem}{suffix}.{ext}"))
 }
 
-
 pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     let mut req = read_request(&a.request)?;
     if let Some(d) = a.duration {

@@ -97,11 +97,7 @@ pub enum GgmlError {
 
 static LOG_ONCE: Once = Once::new();
 
-unsafe extern "C" fn log_to_tracing(
-    level: sys::ggml_log_level,
-    text: *const std::os::raw::c_char,
-    _user: *mut std::os::raw::c_void,
-) {
+unsafe extern "C" fn log_to_tracing(level: sys::ggml_log_level, text: *const std::os::raw::c_char, _user: *mut std::os::raw::c_void) {
     if text.is_null() {
         return;
     }
@@ -836,9 +832,7 @@ impl Buffer {
         // SAFETY: valid context and buffer type; NULL on failure.
         let size = unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft_size(ctx.raw(), backend.buffer_type()) };
         let p = unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.raw(), backend.buffer_type()) };
-        NonNull::new(p)
-            .map(|ptr| Buffer { ptr })
-            .ok_or_else(|| GgmlError::Alloc { what: what.to_string(), bytes: size, device: backend.name.clone() })
+        NonNull::new(p).map(|ptr| Buffer { ptr }).ok_or_else(|| GgmlError::Alloc { what: what.to_string(), bytes: size, device: backend.name.clone() })
     }
 
     pub fn size(&self) -> usize {
@@ -919,9 +913,7 @@ pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: usize) -> Vec<u8> {
     assert!(!unsafe { sys::ggml_quantize_requires_imatrix(ty.raw()) }, "{} needs an importance matrix", ty.name());
     let mut out = vec![0u8; ty.row_size(n_per_row) * nrows];
     // SAFETY: out has room for nrows rows of the quantized type; src holds nrows*n_per_row.
-    let written = unsafe {
-        sys::ggml_quantize_chunk(ty.raw(), src.as_ptr(), out.as_mut_ptr().cast(), 0, nrows as i64, n_per_row as i64, std::ptr::null())
-    };
+    let written = unsafe { sys::ggml_quantize_chunk(ty.raw(), src.as_ptr(), out.as_mut_ptr().cast(), 0, nrows as i64, n_per_row as i64, std::ptr::null()) };
     assert_eq!(written, out.len(), "ggml_quantize_chunk wrote an unexpected size");
     out
 }

@@ -172,9 +172,7 @@ impl Context {
         assert_eq!(pos.ty(), GgmlType::I32, "rope positions must be I32");
         assert_eq!(pos.ne()[0], a.ne()[2], "rope: {} positions for {} tokens", pos.ne()[0], a.ne()[2]);
         // SAFETY: checked above.
-        self.op(|| unsafe {
-            sys::ggml_rope_ext(self.raw(), a.raw(), pos.raw(), std::ptr::null_mut(), n_dims, sys::GGML_ROPE_TYPE_NEOX as i32, 0, freq_base, 1.0, 0.0, 1.0, 0.0, 0.0)
-        })
+        self.op(|| unsafe { sys::ggml_rope_ext(self.raw(), a.raw(), pos.raw(), std::ptr::null_mut(), n_dims, sys::GGML_ROPE_TYPE_NEOX as i32, 0, freq_base, 1.0, 0.0, 1.0, 0.0, 0.0) })
     }
     /// softmax(a * scale + mask) over rows; `mask` broadcast over heads.
     pub fn soft_max_ext<'a>(&'a self, a: Tensor<'a>, mask: Option<Tensor<'a>>, scale: f32) -> Tensor<'a> {

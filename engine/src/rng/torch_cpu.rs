@@ -139,7 +139,10 @@ mod tests {
         let f: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
         let num = |v: &serde_json::Value| -> f64 { v.as_str().map(|s| s.parse().unwrap()).or_else(|| v.as_f64()).unwrap() };
         let list = |v: &serde_json::Value| -> Vec<f32> {
-            let v: serde_json::Value = match v.as_str() { Some(s) => serde_json::from_str(s).unwrap(), None => v.clone() };
+            let v: serde_json::Value = match v.as_str() {
+                Some(s) => serde_json::from_str(s).unwrap(),
+                None => v.clone(),
+            };
             v.as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect()
         };
         let mut checked = 0;

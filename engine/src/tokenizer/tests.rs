@@ -64,8 +64,7 @@ fn tiktoken_conversion_builds_merges_by_rank() {
 /// PyPI (the test command runs it first).
 fn qwen() -> BpeTokenizer {
     let ranks_path = std::env::var_os("YUED_QWEN_TIKTOKEN").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cache/qwen.tiktoken"));
-    let text = std::fs::read_to_string(&ranks_path)
-        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-qwen-tiktoken.sh (the test command does)", ranks_path.display()));
+    let text = std::fs::read_to_string(&ranks_path).unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-qwen-tiktoken.sh (the test command does)", ranks_path.display()));
     let v = convert_tiktoken(&text).unwrap();
     assert_eq!(v.tokens.len(), 151643);
     let mut tokens = v.tokens;

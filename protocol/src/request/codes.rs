@@ -20,13 +20,9 @@ pub fn parse_codes(s: &str) -> Result<Vec<u32>, String> {
             }
             if !entry.bytes().all(|b| b.is_ascii_digit()) {
                 let shown: String = entry.chars().take(24).collect();
-                return Err(format!(
-                    "entry {i} ({shown:?}) is not a non-negative integer"
-                ));
+                return Err(format!("entry {i} ({shown:?}) is not a non-negative integer"));
             }
-            entry
-                .parse::<u32>()
-                .map_err(|_| format!("entry {i} ({entry}) is out of range"))
+            entry.parse::<u32>().map_err(|_| format!("entry {i} ({entry}) is out of range"))
         })
         .collect()
 }
@@ -34,27 +30,13 @@ pub fn parse_codes(s: &str) -> Result<Vec<u32>, String> {
 /// Parses `s` as codes of `field` and checks them against the codebook and the context.
 pub(crate) fn check_codes(field: &str, s: &str, limits: &Limits) -> Result<Vec<u32>, RequestError> {
     let codes = parse_codes(s).map_err(|m| RequestError::new(field, m))?;
-    if let Some((i, c)) = codes
-        .iter()
-        .enumerate()
-        .find(|(_, c)| **c >= limits.codebook_size)
-    {
-        return Err(RequestError::new(
-            field,
-            format!("entry {i} ({c}) is outside [0, {})", limits.codebook_size),
-        ));
+    if let Some((i, c)) = codes.iter().enumerate().find(|(_, c)| **c >= limits.codebook_size) {
+        return Err(RequestError::new(field, format!("entry {i} ({c}) is outside [0, {})", limits.codebook_size)));
     }
     // The codes prefill together with at least the start token and the end token, so a
     // stream of context - 1 codes or more cannot fit a KV set.
     if !codes.is_empty() && codes.len() as u64 + 2 > u64::from(limits.context) {
-        return Err(RequestError::new(
-            field,
-            format!(
-                "{} codes do not fit a context of {} tokens",
-                codes.len(),
-                limits.context
-            ),
-        ));
+        return Err(RequestError::new(field, format!("{} codes do not fit a context of {} tokens", codes.len(), limits.context)));
     }
     Ok(codes)
 }

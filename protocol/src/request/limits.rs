@@ -31,10 +31,7 @@ pub struct RequestError {
 
 impl RequestError {
     pub fn new(field: impl Into<String>, message: impl Into<String>) -> Self {
-        Self {
-            field: field.into(),
-            message: message.into(),
-        }
+        Self { field: field.into(), message: message.into() }
     }
 }
 
@@ -53,11 +50,6 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self {
-            max_batch: 1,
-            max_synth_batch: MAX_SYNTH_BATCH,
-            context: DEFAULT_CONTEXT,
-            codebook_size: CODEBOOK_SIZE,
-        }
+        Self { max_batch: 1, max_synth_batch: MAX_SYNTH_BATCH, context: DEFAULT_CONTEXT, codebook_size: CODEBOOK_SIZE }
     }
 }

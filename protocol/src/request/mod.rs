@@ -23,12 +23,12 @@ pub mod limits;
 pub mod sampling;
 pub mod yue2;
 
-pub use codes::parse_codes;
 use codes::check_codes;
+pub use codes::parse_codes;
 pub use format::OutputFormat;
 pub use limits::*;
-pub use sampling::SamplingPreset;
 use sampling::take;
+pub use sampling::SamplingPreset;
 pub use yue2::{AdapterRef, CotMode, Yue2Request};
 
 /// The model families a daemon may serve.

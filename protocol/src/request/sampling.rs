@@ -23,38 +23,19 @@ pub struct SamplingPreset {
 impl SamplingPreset {
     /// Checkpoint preset of the score (ABC) stage.
     pub fn abc_default() -> Self {
-        Self {
-            temperature: 0.7,
-            top_p: 0.9,
-            top_k: 30,
-            repetition_penalty: 1.005,
-            penalty_window: 100,
-            min_tokens: 32,
-            max_tokens: 4096,
-        }
+        Self { temperature: 0.7, top_p: 0.9, top_k: 30, repetition_penalty: 1.005, penalty_window: 100, min_tokens: 32, max_tokens: 4096 }
     }
 
     /// Checkpoint preset of the semantic stage (9000 frames is six minutes at 25 Hz).
     pub fn semantic_default() -> Self {
-        Self {
-            temperature: 1.0,
-            top_p: 0.95,
-            top_k: 100,
-            repetition_penalty: 1.2,
-            penalty_window: 50,
-            min_tokens: 200,
-            max_tokens: 9000,
-        }
+        Self { temperature: 1.0, top_p: 0.95, top_k: 100, repetition_penalty: 1.2, penalty_window: 50, min_tokens: 200, max_tokens: 9000 }
     }
 
     /// Checks the protocol bounds; `prefix` is the request field holding this preset.
     pub fn validate(&self, prefix: &str) -> Result<(), RequestError> {
         let err = |name: &str, msg: String| Err(RequestError::new(format!("{prefix}.{name}"), msg));
         if !(0.0..=5.0).contains(&self.temperature) {
-            return err(
-                "temperature",
-                format!("must be in [0, 5], got {}", self.temperature),
-            );
+            return err("temperature", format!("must be in [0, 5], got {}", self.temperature));
         }
         if !(self.top_p > 0.0 && self.top_p <= 1.0) {
             return err("top_p", format!("must be in (0, 1], got {}", self.top_p));
@@ -63,28 +44,16 @@ impl SamplingPreset {
             return err("top_k", "must be at least 1, got 0".into());
         }
         if !(self.repetition_penalty > 0.0 && self.repetition_penalty.is_finite()) {
-            return err(
-                "repetition_penalty",
-                format!("must be positive, got {}", self.repetition_penalty),
-            );
+            return err("repetition_penalty", format!("must be positive, got {}", self.repetition_penalty));
         }
         if !(1..=100).contains(&self.penalty_window) {
-            return err(
-                "penalty_window",
-                format!("must be in [1, 100], got {}", self.penalty_window),
-            );
+            return err("penalty_window", format!("must be in [1, 100], got {}", self.penalty_window));
         }
         if self.max_tokens < 1 {
             return err("max_tokens", "must be at least 1, got 0".into());
         }
         if self.min_tokens > self.max_tokens {
-            return err(
-                "min_tokens",
-                format!(
-                    "must not exceed max_tokens ({}), got {}",
-                    self.max_tokens, self.min_tokens
-                ),
-            );
+            return err("min_tokens", format!("must not exceed max_tokens ({}), got {}", self.max_tokens, self.min_tokens));
         }
         Ok(())
     }
@@ -95,54 +64,23 @@ impl SamplingPreset {
             return Err(RequestError::new(prefix, "must be an object"));
         };
         let path = |key: &str| format!("{prefix}.{key}");
-        take(
-            &mut obj,
-            &path("temperature"),
-            "temperature",
-            &mut self.temperature,
-        )?;
+        take(&mut obj, &path("temperature"), "temperature", &mut self.temperature)?;
         take(&mut obj, &path("top_p"), "top_p", &mut self.top_p)?;
         take(&mut obj, &path("top_k"), "top_k", &mut self.top_k)?;
-        take(
-            &mut obj,
-            &path("repetition_penalty"),
-            "repetition_penalty",
-            &mut self.repetition_penalty,
-        )?;
-        take(
-            &mut obj,
-            &path("penalty_window"),
-            "penalty_window",
-            &mut self.penalty_window,
-        )?;
-        take(
-            &mut obj,
-            &path("min_tokens"),
-            "min_tokens",
-            &mut self.min_tokens,
-        )?;
-        take(
-            &mut obj,
-            &path("max_tokens"),
-            "max_tokens",
-            &mut self.max_tokens,
-        )?;
+        take(&mut obj, &path("repetition_penalty"), "repetition_penalty", &mut self.repetition_penalty)?;
+        take(&mut obj, &path("penalty_window"), "penalty_window", &mut self.penalty_window)?;
+        take(&mut obj, &path("min_tokens"), "min_tokens", &mut self.min_tokens)?;
+        take(&mut obj, &path("max_tokens"), "max_tokens", &mut self.max_tokens)?;
         Ok(self)
     }
 }
 
 /// Moves `obj[key]` into `slot` when present and not null; type errors name `field`.
-pub(crate) fn take<T: DeserializeOwned>(
-    obj: &mut Map<String, Value>,
-    field: &str,
-    key: &str,
-    slot: &mut T,
-) -> Result<(), RequestError> {
+pub(crate) fn take<T: DeserializeOwned>(obj: &mut Map<String, Value>, field: &str, key: &str, slot: &mut T) -> Result<(), RequestError> {
     match obj.remove(key) {
         None | Some(Value::Null) => Ok(()),
         Some(v) => {
-            *slot =
-                serde_json::from_value(v).map_err(|e| RequestError::new(field, e.to_string()))?;
+            *slot = serde_json::from_value(v).map_err(|e| RequestError::new(field, e.to_string()))?;
             Ok(())
         }
     }

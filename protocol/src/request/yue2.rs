@@ -56,15 +56,7 @@ impl fmt::Display for CotMode {
 impl FromStr for CotMode {
     type Err = RequestError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL
-            .into_iter()
-            .find(|m| m.as_str() == s)
-            .ok_or_else(|| {
-                RequestError::new(
-                    "cot",
-                    format!("unknown mode {s:?}, expected full, melody or off"),
-                )
-            })
+        Self::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| RequestError::new("cot", format!("unknown mode {s:?}, expected full, melody or off")))
     }
 }
 
@@ -159,7 +151,6 @@ impl Default for Yue2Request {
     }
 }
 
-
 /// `plan_retries` must be a JSON integer: `1.5`, `2.0` and `"2"` are refused rather than
 /// rounded or coerced, since a silently changed retry count changes which seeds run.
 fn parse_plan_retries(v: &Value) -> Result<u32, RequestError> {
@@ -167,12 +158,7 @@ fn parse_plan_retries(v: &Value) -> Result<u32, RequestError> {
         Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
         _ => None,
     };
-    n.ok_or_else(|| {
-        RequestError::new(
-            "plan_retries",
-            format!("must be an integer in [0, {MAX_PLAN_RETRIES}], got {v}"),
-        )
-    })
+    n.ok_or_else(|| RequestError::new("plan_retries", format!("must be an integer in [0, {MAX_PLAN_RETRIES}], got {v}")))
 }
 
 impl Yue2Request {
@@ -180,8 +166,7 @@ impl Yue2Request {
     /// pseudo field `body`; type errors name the field. Values are not checked: call
     /// [`validate`](Self::validate).
     pub fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
-        let value: Value = serde_json::from_slice(bytes)
-            .map_err(|e| RequestError::new("body", format!("malformed JSON: {e}")))?;
+        let value: Value = serde_json::from_slice(bytes).map_err(|e| RequestError::new("body", format!("malformed JSON: {e}")))?;
         Self::from_value(value)
     }
 
@@ -221,10 +206,7 @@ impl Yue2Request {
             None | Some(Value::Null) => {}
             Some(v) => r.plan_retries = parse_plan_retries(&v)?,
         }
-        for (key, slot) in [
-            ("abc_sampling", &mut r.abc_sampling),
-            ("semantic_sampling", &mut r.semantic_sampling),
-        ] {
+        for (key, slot) in [("abc_sampling", &mut r.abc_sampling), ("semantic_sampling", &mut r.semantic_sampling)] {
             match obj.remove(key) {
                 None | Some(Value::Null) => {}
                 Some(v) => *slot = slot.overlay(v, key)?,
@@ -242,16 +224,8 @@ impl Yue2Request {
     /// empty *and* it brings no other content: no `abc`, no `semantic_tokens`, no
     /// `source_tokens`. A replay (codes only) or a cover (score only) stays valid.
     pub fn validate(&self, limits: &Limits) -> Result<(), RequestError> {
-        if self.style.is_empty()
-            && self.lyrics.is_empty()
-            && self.abc.is_empty()
-            && self.semantic_tokens.trim().is_empty()
-            && self.source_tokens.trim().is_empty()
-        {
-            return Err(RequestError::new(
-                "style",
-                "a request needs style or lyrics (or an abc score, semantic_tokens or source_tokens)",
-            ));
+        if self.style.is_empty() && self.lyrics.is_empty() && self.abc.is_empty() && self.semantic_tokens.trim().is_empty() && self.source_tokens.trim().is_empty() {
+            return Err(RequestError::new("style", "a request needs style or lyrics (or an abc score, semantic_tokens or source_tokens)"));
         }
         self.validate_options(limits)
     }
@@ -262,73 +236,37 @@ impl Yue2Request {
         let err = |field: &str, msg: String| Err(RequestError::new(field, msg));
 
         if !(self.duration.is_finite() && self.duration > 0.0) {
-            return err(
-                "duration",
-                format!(
-                    "must be a positive number of seconds, got {}",
-                    self.duration
-                ),
-            );
+            return err("duration", format!("must be a positive number of seconds, got {}", self.duration));
         }
         for (field, seed) in [("lm_seed", self.lm_seed), ("seed", self.seed)] {
             if seed < RANDOM_SEED {
-                return err(
-                    field,
-                    format!("must be -1 (random) or non-negative, got {seed}"),
-                );
+                return err(field, format!("must be -1 (random) or non-negative, got {seed}"));
             }
         }
         if self.steps < 1 {
             return err("steps", "must be at least 1, got 0".into());
         }
         if !(1..=limits.max_batch).contains(&self.lm_batch_size) {
-            return err(
-                "lm_batch_size",
-                format!(
-                    "must be in [1, {}], got {}",
-                    limits.max_batch, self.lm_batch_size
-                ),
-            );
+            return err("lm_batch_size", format!("must be in [1, {}], got {}", limits.max_batch, self.lm_batch_size));
         }
         if !(1..=limits.max_synth_batch).contains(&self.synth_batch_size) {
-            return err(
-                "synth_batch_size",
-                format!(
-                    "must be in [1, {}], got {}",
-                    limits.max_synth_batch, self.synth_batch_size
-                ),
-            );
+            return err("synth_batch_size", format!("must be in [1, {}], got {}", limits.max_synth_batch, self.synth_batch_size));
         }
         if !self.cfg_scale.is_finite() {
-            return err(
-                "cfg_scale",
-                format!("must be finite, got {}", self.cfg_scale),
-            );
+            return err("cfg_scale", format!("must be finite, got {}", self.cfg_scale));
         }
         if !(0..=PEAK_CLIP_MAX).contains(&self.peak_clip) {
-            return err(
-                "peak_clip",
-                format!("must be in [0, {PEAK_CLIP_MAX}], got {}", self.peak_clip),
-            );
+            return err("peak_clip", format!("must be in [0, {PEAK_CLIP_MAX}], got {}", self.peak_clip));
         }
         if !(MP3_BITRATE_MIN..=MP3_BITRATE_MAX).contains(&self.mp3_bitrate) {
-            return err(
-                "mp3_bitrate",
-                format!(
-                    "must be in [{MP3_BITRATE_MIN}, {MP3_BITRATE_MAX}] kbps, got {}",
-                    self.mp3_bitrate
-                ),
-            );
+            return err("mp3_bitrate", format!("must be in [{MP3_BITRATE_MIN}, {MP3_BITRATE_MAX}] kbps, got {}", self.mp3_bitrate));
         }
         for (i, a) in self.adapters.iter().enumerate() {
             if a.name.trim().is_empty() {
                 return err(&format!("adapters[{i}].name"), "must not be empty".into());
             }
             if !a.scale.is_finite() {
-                return err(
-                    &format!("adapters[{i}].scale"),
-                    format!("must be finite, got {}", a.scale),
-                );
+                return err(&format!("adapters[{i}].scale"), format!("must be finite, got {}", a.scale));
             }
         }
         let has_semantic = !self.semantic_tokens.trim().is_empty();
@@ -339,45 +277,19 @@ impl Yue2Request {
         check_codes("semantic_tokens", &self.semantic_tokens, limits)?;
         let source = check_codes("source_tokens", &self.source_tokens, limits)?;
         if !(self.source_start.is_finite() && self.source_start >= 0.0) {
-            return err(
-                "source_start",
-                format!(
-                    "must be a non-negative number of seconds, got {}",
-                    self.source_start
-                ),
-            );
+            return err("source_start", format!("must be a non-negative number of seconds, got {}", self.source_start));
         }
         if has_source {
             let source_seconds = source.len() as f64 / f64::from(crate::FRAME_RATE);
             if self.source_start >= source_seconds {
-                return err(
-                    "source_start",
-                    format!(
-                        "{} s is past the end of the source ({source_seconds} s)",
-                        self.source_start
-                    ),
-                );
+                return err("source_start", format!("{} s is past the end of the source ({source_seconds} s)", self.source_start));
             }
         }
-        if !self.source_end.is_finite()
-            || (self.source_end != -1.0 && self.source_end < self.source_start)
-        {
-            return err(
-                "source_end",
-                format!(
-                    "must be -1 or at least source_start ({}), got {}",
-                    self.source_start, self.source_end
-                ),
-            );
+        if !self.source_end.is_finite() || (self.source_end != -1.0 && self.source_end < self.source_start) {
+            return err("source_end", format!("must be -1 or at least source_start ({}), got {}", self.source_start, self.source_end));
         }
         if self.plan_retries > MAX_PLAN_RETRIES {
-            return err(
-                "plan_retries",
-                format!(
-                    "must be an integer in [0, {MAX_PLAN_RETRIES}], got {}",
-                    self.plan_retries
-                ),
-            );
+            return err("plan_retries", format!("must be an integer in [0, {MAX_PLAN_RETRIES}], got {}", self.plan_retries));
         }
         self.abc_sampling.validate("abc_sampling")?;
         self.semantic_sampling.validate("semantic_sampling")?;
@@ -439,10 +351,7 @@ mod tests {
     }"#;
 
     fn valid() -> Yue2Request {
-        Yue2Request {
-            style: "pop, piano".into(),
-            ..Yue2Request::default()
-        }
+        Yue2Request { style: "pop, piano".into(), ..Yue2Request::default() }
     }
 
     fn parse(json: &str) -> Result<Yue2Request, RequestError> {
@@ -450,9 +359,7 @@ mod tests {
     }
 
     fn field_of(r: &Yue2Request) -> String {
-        r.validate(&Limits::default())
-            .expect_err("request should be rejected")
-            .field
+        r.validate(&Limits::default()).expect_err("request should be rejected").field
     }
 
     fn parse_field(json: &str) -> String {
@@ -462,13 +369,7 @@ mod tests {
     #[test]
     fn omitted_fields_equal_defaults() {
         let r = parse(r#"{"style":"pop"}"#).unwrap();
-        assert_eq!(
-            r,
-            Yue2Request {
-                style: "pop".into(),
-                ..Default::default()
-            }
-        );
+        assert_eq!(r, Yue2Request { style: "pop".into(), ..Default::default() });
         assert_eq!(parse("{}").unwrap(), Yue2Request::default());
         assert_eq!(r.duration, 360.0);
         assert_eq!(r.steps, 8);
@@ -481,8 +382,7 @@ mod tests {
     #[test]
     fn reference_json_is_the_default() {
         assert_eq!(parse(REFERENCE).unwrap(), Yue2Request::default());
-        let ours: Value =
-            serde_json::from_str(&serde_json::to_string(&Yue2Request::default()).unwrap()).unwrap();
+        let ours: Value = serde_json::from_str(&serde_json::to_string(&Yue2Request::default()).unwrap()).unwrap();
         let reference: Value = serde_json::from_str(REFERENCE).unwrap();
         assert_eq!(ours, reference);
     }
@@ -493,10 +393,7 @@ mod tests {
         r.lyrics = "[verse]\nhello".into();
         r.cot = CotMode::Melody;
         r.output_format = OutputFormat::Wav24;
-        r.adapters = vec![AdapterRef {
-            name: "lorn.safetensors".into(),
-            scale: 0.5,
-        }];
+        r.adapters = vec![AdapterRef { name: "lorn.safetensors".into(), scale: 0.5 }];
         r.abc_sampling.top_p = 0.5;
         let text = serde_json::to_string(&r).unwrap();
         assert!(text.contains(r#""cot":"melody""#));
@@ -515,26 +412,14 @@ mod tests {
     #[test]
     fn partial_preset_keeps_stage_defaults() {
         let r = parse(r#"{"style":"x","semantic_sampling":{"top_k":7}}"#).unwrap();
-        assert_eq!(
-            r.semantic_sampling,
-            SamplingPreset {
-                top_k: 7,
-                ..SamplingPreset::semantic_default()
-            }
-        );
+        assert_eq!(r.semantic_sampling, SamplingPreset { top_k: 7, ..SamplingPreset::semantic_default() });
         assert_eq!(r.abc_sampling, SamplingPreset::abc_default());
     }
 
     #[test]
     fn adapter_scale_defaults_to_one() {
         let r = parse(r#"{"style":"x","adapters":[{"name":"a.safetensors"}]}"#).unwrap();
-        assert_eq!(
-            r.adapters,
-            vec![AdapterRef {
-                name: "a.safetensors".into(),
-                scale: 1.0
-            }]
-        );
+        assert_eq!(r.adapters, vec![AdapterRef { name: "a.safetensors".into(), scale: 1.0 }]);
     }
 
     #[test]
@@ -554,10 +439,7 @@ mod tests {
         assert_eq!("melody".parse::<CotMode>().unwrap(), CotMode::Melody);
         assert_eq!("half".parse::<CotMode>().unwrap_err().field, "cot");
         assert_eq!("flac".parse::<OutputFormat>().unwrap(), OutputFormat::Flac);
-        assert_eq!(
-            "aiff".parse::<OutputFormat>().unwrap_err().field,
-            "output_format"
-        );
+        assert_eq!("aiff".parse::<OutputFormat>().unwrap_err().field, "output_format");
     }
 
     #[test]
@@ -567,14 +449,8 @@ mod tests {
         assert_eq!(parse_field(r#"{"style":3}"#), "style");
         assert_eq!(parse_field(r#"{"lm_seed":"7"}"#), "lm_seed");
         assert_eq!(parse_field(r#"{"adapters":[{"scale":1}]}"#), "adapters");
-        assert_eq!(
-            parse_field(r#"{"abc_sampling":{"top_k":"x"}}"#),
-            "abc_sampling.top_k"
-        );
-        assert_eq!(
-            parse_field(r#"{"semantic_sampling":5}"#),
-            "semantic_sampling"
-        );
+        assert_eq!(parse_field(r#"{"abc_sampling":{"top_k":"x"}}"#), "abc_sampling.top_k");
+        assert_eq!(parse_field(r#"{"semantic_sampling":5}"#), "semantic_sampling");
     }
 
     #[test]
@@ -584,18 +460,8 @@ mod tests {
             assert_eq!(e.field, "plan_retries", "{bad}");
             assert!(e.message.contains("integer"), "{e}");
         }
-        assert_eq!(
-            parse(r#"{"style":"x","plan_retries":0}"#)
-                .unwrap()
-                .plan_retries,
-            0
-        );
-        assert_eq!(
-            parse(r#"{"style":"x","plan_retries":8}"#)
-                .unwrap()
-                .plan_retries,
-            8
-        );
+        assert_eq!(parse(r#"{"style":"x","plan_retries":0}"#).unwrap().plan_retries, 0);
+        assert_eq!(parse(r#"{"style":"x","plan_retries":8}"#).unwrap().plan_retries, 8);
         let nine = parse(r#"{"style":"x","plan_retries":9}"#).unwrap();
         assert_eq!(field_of(&nine), "plan_retries");
         // The serde path reports the same field.
@@ -608,22 +474,10 @@ mod tests {
         assert_eq!(field_of(&Yue2Request::default()), "style");
         let limits = Limits::default();
         for r in [
-            Yue2Request {
-                lyrics: "la la".into(),
-                ..Default::default()
-            },
-            Yue2Request {
-                abc: "X:1\nK:C\nC".into(),
-                ..Default::default()
-            },
-            Yue2Request {
-                semantic_tokens: "1,2,3".into(),
-                ..Default::default()
-            },
-            Yue2Request {
-                source_tokens: "1,2,3".into(),
-                ..Default::default()
-            },
+            Yue2Request { lyrics: "la la".into(), ..Default::default() },
+            Yue2Request { abc: "X:1\nK:C\nC".into(), ..Default::default() },
+            Yue2Request { semantic_tokens: "1,2,3".into(), ..Default::default() },
+            Yue2Request { source_tokens: "1,2,3".into(), ..Default::default() },
         ] {
             assert_eq!(r.validate(&limits), Ok(()), "{r:?}");
         }
@@ -632,181 +486,30 @@ mod tests {
     #[test]
     fn scalar_bounds_name_their_field() {
         let cases: Vec<(&str, Yue2Request)> = vec![
-            (
-                "duration",
-                Yue2Request {
-                    duration: 0.0,
-                    ..valid()
-                },
-            ),
-            (
-                "duration",
-                Yue2Request {
-                    duration: -3.0,
-                    ..valid()
-                },
-            ),
-            (
-                "duration",
-                Yue2Request {
-                    duration: f64::NAN,
-                    ..valid()
-                },
-            ),
-            (
-                "duration",
-                Yue2Request {
-                    duration: f64::INFINITY,
-                    ..valid()
-                },
-            ),
-            (
-                "lm_seed",
-                Yue2Request {
-                    lm_seed: -2,
-                    ..valid()
-                },
-            ),
-            (
-                "seed",
-                Yue2Request {
-                    seed: -5,
-                    ..valid()
-                },
-            ),
-            (
-                "steps",
-                Yue2Request {
-                    steps: 0,
-                    ..valid()
-                },
-            ),
-            (
-                "lm_batch_size",
-                Yue2Request {
-                    lm_batch_size: 0,
-                    ..valid()
-                },
-            ),
-            (
-                "lm_batch_size",
-                Yue2Request {
-                    lm_batch_size: 2,
-                    ..valid()
-                },
-            ),
-            (
-                "synth_batch_size",
-                Yue2Request {
-                    synth_batch_size: 0,
-                    ..valid()
-                },
-            ),
-            (
-                "synth_batch_size",
-                Yue2Request {
-                    synth_batch_size: 10,
-                    ..valid()
-                },
-            ),
-            (
-                "cfg_scale",
-                Yue2Request {
-                    cfg_scale: f64::NAN,
-                    ..valid()
-                },
-            ),
-            (
-                "cfg_scale",
-                Yue2Request {
-                    cfg_scale: f64::NEG_INFINITY,
-                    ..valid()
-                },
-            ),
-            (
-                "peak_clip",
-                Yue2Request {
-                    peak_clip: -1,
-                    ..valid()
-                },
-            ),
-            (
-                "peak_clip",
-                Yue2Request {
-                    peak_clip: 1_000_001,
-                    ..valid()
-                },
-            ),
-            (
-                "mp3_bitrate",
-                Yue2Request {
-                    mp3_bitrate: 8,
-                    ..valid()
-                },
-            ),
-            (
-                "mp3_bitrate",
-                Yue2Request {
-                    mp3_bitrate: 321,
-                    ..valid()
-                },
-            ),
-            (
-                "source_start",
-                Yue2Request {
-                    source_start: -0.5,
-                    ..valid()
-                },
-            ),
-            (
-                "source_end",
-                Yue2Request {
-                    source_start: 10.0,
-                    source_end: 5.0,
-                    ..valid()
-                },
-            ),
-            (
-                "source_end",
-                Yue2Request {
-                    source_end: -2.0,
-                    ..valid()
-                },
-            ),
-            (
-                "source_end",
-                Yue2Request {
-                    source_end: f64::NAN,
-                    ..valid()
-                },
-            ),
-            (
-                "plan_retries",
-                Yue2Request {
-                    plan_retries: 9,
-                    ..valid()
-                },
-            ),
-            (
-                "adapters[0].name",
-                Yue2Request {
-                    adapters: vec![AdapterRef {
-                        name: " ".into(),
-                        scale: 1.0,
-                    }],
-                    ..valid()
-                },
-            ),
-            (
-                "adapters[0].scale",
-                Yue2Request {
-                    adapters: vec![AdapterRef {
-                        name: "a".into(),
-                        scale: f64::NAN,
-                    }],
-                    ..valid()
-                },
-            ),
+            ("duration", Yue2Request { duration: 0.0, ..valid() }),
+            ("duration", Yue2Request { duration: -3.0, ..valid() }),
+            ("duration", Yue2Request { duration: f64::NAN, ..valid() }),
+            ("duration", Yue2Request { duration: f64::INFINITY, ..valid() }),
+            ("lm_seed", Yue2Request { lm_seed: -2, ..valid() }),
+            ("seed", Yue2Request { seed: -5, ..valid() }),
+            ("steps", Yue2Request { steps: 0, ..valid() }),
+            ("lm_batch_size", Yue2Request { lm_batch_size: 0, ..valid() }),
+            ("lm_batch_size", Yue2Request { lm_batch_size: 2, ..valid() }),
+            ("synth_batch_size", Yue2Request { synth_batch_size: 0, ..valid() }),
+            ("synth_batch_size", Yue2Request { synth_batch_size: 10, ..valid() }),
+            ("cfg_scale", Yue2Request { cfg_scale: f64::NAN, ..valid() }),
+            ("cfg_scale", Yue2Request { cfg_scale: f64::NEG_INFINITY, ..valid() }),
+            ("peak_clip", Yue2Request { peak_clip: -1, ..valid() }),
+            ("peak_clip", Yue2Request { peak_clip: 1_000_001, ..valid() }),
+            ("mp3_bitrate", Yue2Request { mp3_bitrate: 8, ..valid() }),
+            ("mp3_bitrate", Yue2Request { mp3_bitrate: 321, ..valid() }),
+            ("source_start", Yue2Request { source_start: -0.5, ..valid() }),
+            ("source_end", Yue2Request { source_start: 10.0, source_end: 5.0, ..valid() }),
+            ("source_end", Yue2Request { source_end: -2.0, ..valid() }),
+            ("source_end", Yue2Request { source_end: f64::NAN, ..valid() }),
+            ("plan_retries", Yue2Request { plan_retries: 9, ..valid() }),
+            ("adapters[0].name", Yue2Request { adapters: vec![AdapterRef { name: " ".into(), scale: 1.0 }], ..valid() }),
+            ("adapters[0].scale", Yue2Request { adapters: vec![AdapterRef { name: "a".into(), scale: f64::NAN }], ..valid() }),
         ];
         for (field, r) in cases {
             assert_eq!(field_of(&r), field, "{r:?}");
@@ -815,55 +518,20 @@ mod tests {
 
     #[test]
     fn bounds_accept_their_edges() {
-        let limits = Limits {
-            max_batch: 4,
-            ..Limits::default()
-        };
+        let limits = Limits { max_batch: 4, ..Limits::default() };
         for r in [
-            Yue2Request {
-                lm_batch_size: 4,
-                synth_batch_size: 9,
-                ..valid()
-            },
-            Yue2Request {
-                peak_clip: 0,
-                ..valid()
-            },
-            Yue2Request {
-                peak_clip: 1_000_000,
-                ..valid()
-            },
-            Yue2Request {
-                mp3_bitrate: 32,
-                ..valid()
-            },
-            Yue2Request {
-                mp3_bitrate: 320,
-                ..valid()
-            },
-            Yue2Request {
-                cfg_scale: 1.0,
-                plan_retries: 0,
-                steps: 1,
-                ..valid()
-            },
-            Yue2Request {
-                source_start: 5.0,
-                source_end: 5.0,
-                ..valid()
-            },
-            Yue2Request {
-                lm_seed: 0,
-                seed: i64::MAX,
-                ..valid()
-            },
+            Yue2Request { lm_batch_size: 4, synth_batch_size: 9, ..valid() },
+            Yue2Request { peak_clip: 0, ..valid() },
+            Yue2Request { peak_clip: 1_000_000, ..valid() },
+            Yue2Request { mp3_bitrate: 32, ..valid() },
+            Yue2Request { mp3_bitrate: 320, ..valid() },
+            Yue2Request { cfg_scale: 1.0, plan_retries: 0, steps: 1, ..valid() },
+            Yue2Request { source_start: 5.0, source_end: 5.0, ..valid() },
+            Yue2Request { lm_seed: 0, seed: i64::MAX, ..valid() },
         ] {
             assert_eq!(r.validate(&limits), Ok(()), "{r:?}");
         }
-        let four = Yue2Request {
-            lm_batch_size: 5,
-            ..valid()
-        };
+        let four = Yue2Request { lm_batch_size: 5, ..valid() };
         assert_eq!(four.validate(&limits).unwrap_err().field, "lm_batch_size");
     }
 
@@ -895,25 +563,9 @@ mod tests {
             assert_eq!(field_of(&r), format!("semantic_sampling.{name}"));
         }
         // Edges are inclusive where the bounds say so.
-        let edge = SamplingPreset {
-            temperature: 0.0,
-            top_p: 1.0,
-            top_k: 1,
-            repetition_penalty: 0.01,
-            penalty_window: 1,
-            min_tokens: 1,
-            max_tokens: 1,
-        };
+        let edge = SamplingPreset { temperature: 0.0, top_p: 1.0, top_k: 1, repetition_penalty: 0.01, penalty_window: 1, min_tokens: 1, max_tokens: 1 };
         assert_eq!(edge.validate("abc_sampling"), Ok(()));
-        assert_eq!(
-            SamplingPreset {
-                temperature: 5.0,
-                penalty_window: 100,
-                ..edge
-            }
-            .validate("x"),
-            Ok(())
-        );
+        assert_eq!(SamplingPreset { temperature: 5.0, penalty_window: 100, ..edge }.validate("x"), Ok(()));
     }
 
     #[test]
@@ -921,28 +573,18 @@ mod tests {
         let r = parse(r#"{"style":"x","abc_sampling":{"top_p":1.5}}"#).unwrap();
         let e = r.validate(&Limits::default()).unwrap_err();
         assert_eq!(e.field, "abc_sampling.top_p");
-        assert_eq!(
-            e.to_string(),
-            "abc_sampling.top_p: must be in (0, 1], got 1.5"
-        );
+        assert_eq!(e.to_string(), "abc_sampling.top_p: must be in (0, 1], got 1.5");
     }
 
     #[test]
     fn semantic_and_source_are_exclusive() {
-        let r = Yue2Request {
-            semantic_tokens: "1,2".into(),
-            source_tokens: "3,4".into(),
-            ..valid()
-        };
+        let r = Yue2Request { semantic_tokens: "1,2".into(), source_tokens: "3,4".into(), ..valid() };
         assert_eq!(field_of(&r), "source_tokens");
     }
 
     #[test]
     fn codes_parse() {
-        assert_eq!(
-            parse_codes("12046,8433, 7 ,0\n"),
-            Ok(vec![12046, 8433, 7, 0])
-        );
+        assert_eq!(parse_codes("12046,8433, 7 ,0\n"), Ok(vec![12046, 8433, 7, 0]));
         assert_eq!(parse_codes(""), Ok(vec![]));
         assert_eq!(parse_codes("  \n"), Ok(vec![]));
         assert_eq!(parse_codes("32767"), Ok(vec![32767]));
@@ -951,59 +593,29 @@ mod tests {
         assert!(parse_codes("1,-2").unwrap_err().starts_with("entry 1 "));
         assert!(parse_codes("1,2,+3").unwrap_err().starts_with("entry 2 "));
         assert!(parse_codes("1.5").unwrap_err().starts_with("entry 0 "));
-        assert!(parse_codes("99999999999")
-            .unwrap_err()
-            .starts_with("entry 0 "));
-        let r = Yue2Request {
-            semantic_tokens: "5,6,7".into(),
-            ..valid()
-        };
+        assert!(parse_codes("99999999999").unwrap_err().starts_with("entry 0 "));
+        let r = Yue2Request { semantic_tokens: "5,6,7".into(), ..valid() };
         assert_eq!(r.semantic_codes(), Ok(vec![5, 6, 7]));
     }
 
     #[test]
     fn bad_codes_name_field_and_entry() {
-        let r = Yue2Request {
-            semantic_tokens: "1,2,32768".into(),
-            ..valid()
-        };
+        let r = Yue2Request { semantic_tokens: "1,2,32768".into(), ..valid() };
         let e = r.validate(&Limits::default()).unwrap_err();
         assert_eq!(e.field, "semantic_tokens");
         assert!(e.message.contains("entry 2"), "{e}");
-        let r = Yue2Request {
-            source_tokens: "1,x,3".into(),
-            ..valid()
-        };
+        let r = Yue2Request { source_tokens: "1,x,3".into(), ..valid() };
         let e = r.validate(&Limits::default()).unwrap_err();
         assert_eq!(e.field, "source_tokens");
         assert!(e.message.contains("entry 1"), "{e}");
         // The codebook of the loaded model is the bound, not the constant.
-        let small = Limits {
-            codebook_size: 100,
-            ..Limits::default()
-        };
-        let r = Yue2Request {
-            semantic_tokens: "99,100".into(),
-            ..valid()
-        };
+        let small = Limits { codebook_size: 100, ..Limits::default() };
+        let r = Yue2Request { semantic_tokens: "99,100".into(), ..valid() };
         assert!(r.validate(&small).unwrap_err().message.contains("entry 1"));
         // A stream longer than the KV cache cannot prefill.
-        let tiny = Limits {
-            context: 4,
-            ..Limits::default()
-        };
-        assert_eq!(
-            Yue2Request {
-                semantic_tokens: "1,2".into(),
-                ..valid()
-            }
-            .validate(&tiny),
-            Ok(())
-        );
-        let r = Yue2Request {
-            semantic_tokens: "1,2,3".into(),
-            ..valid()
-        };
+        let tiny = Limits { context: 4, ..Limits::default() };
+        assert_eq!(Yue2Request { semantic_tokens: "1,2".into(), ..valid() }.validate(&tiny), Ok(()));
+        let r = Yue2Request { semantic_tokens: "1,2,3".into(), ..valid() };
         assert_eq!(r.validate(&tiny).unwrap_err().field, "semantic_tokens");
     }
 
@@ -1011,17 +623,9 @@ mod tests {
     fn source_section_must_lie_in_the_source() {
         // 50 codes are two seconds of source.
         let codes = vec!["7"; 50].join(",");
-        let ok = Yue2Request {
-            source_tokens: codes.clone(),
-            source_start: 1.5,
-            ..valid()
-        };
+        let ok = Yue2Request { source_tokens: codes.clone(), source_start: 1.5, ..valid() };
         assert_eq!(ok.validate(&Limits::default()), Ok(()));
-        let late = Yue2Request {
-            source_tokens: codes,
-            source_start: 2.0,
-            ..valid()
-        };
+        let late = Yue2Request { source_tokens: codes, source_start: 2.0, ..valid() };
         assert_eq!(field_of(&late), "source_start");
     }
 
@@ -1033,54 +637,25 @@ mod tests {
         assert!(r.lm_seed >= 0 && (r.lm_seed as u64) < RANDOM_SEED_LIMIT);
         assert_eq!(r.seed, 42);
         // Explicit seeds are kept and consume no draw.
-        let fixed = Yue2Request {
-            lm_seed: 7,
-            seed: 0,
-            ..valid()
-        }
-        .with_resolved_seeds(|| panic!("no draw expected"));
+        let fixed = Yue2Request { lm_seed: 7, seed: 0, ..valid() }.with_resolved_seeds(|| panic!("no draw expected"));
         assert_eq!((fixed.lm_seed, fixed.seed), (7, 0));
-        let half = Yue2Request {
-            lm_seed: 3,
-            ..valid()
-        }
-        .with_resolved_seeds(|| 9);
+        let half = Yue2Request { lm_seed: 3, ..valid() }.with_resolved_seeds(|| 9);
         assert_eq!((half.lm_seed, half.seed), (3, 9));
     }
 
     #[test]
     fn cfg_scale_falls_back_to_protocol() {
         assert_eq!(valid().effective_cfg_scale(), 1.0);
-        assert_eq!(
-            Yue2Request {
-                cot: CotMode::Off,
-                ..valid()
-            }
-            .effective_cfg_scale(),
-            1.01
-        );
-        assert_eq!(
-            Yue2Request {
-                cfg_scale: 3.0,
-                ..valid()
-            }
-            .effective_cfg_scale(),
-            3.0
-        );
+        assert_eq!(Yue2Request { cot: CotMode::Off, ..valid() }.effective_cfg_scale(), 1.01);
+        assert_eq!(Yue2Request { cfg_scale: 3.0, ..valid() }.effective_cfg_scale(), 3.0);
     }
 
     #[test]
     fn output_formats() {
         let names: Vec<&str> = OutputFormat::all().iter().map(|f| f.name()).collect();
-        assert_eq!(
-            names,
-            ["mp3", "opus", "ogg", "flac", "aac", "m4a", "wav16", "wav24", "wav32"]
-        );
+        assert_eq!(names, ["mp3", "opus", "ogg", "flac", "aac", "m4a", "wav16", "wav24", "wav32"]);
         for f in OutputFormat::all() {
-            assert_eq!(
-                serde_json::to_string(f).unwrap(),
-                format!("\"{}\"", f.name())
-            );
+            assert_eq!(serde_json::to_string(f).unwrap(), format!("\"{}\"", f.name()));
             assert_eq!(f.name().parse::<OutputFormat>().unwrap(), *f);
             assert!(f.mime().starts_with("audio/"));
         }

@@ -105,8 +105,7 @@ fn valid_key(s: &str) -> bool {
     }
     let rest: String = chars.collect();
     let rest = rest.trim_start_matches(['#', 'b']).to_ascii_lowercase();
-    ["", "m", "min", "minor", "maj", "major", "ion", "ionian", "dor", "dorian", "phr", "phrygian", "lyd", "lydian", "mix", "mixolydian", "aeo", "aeolian", "loc", "locrian"]
-        .contains(&rest.as_str())
+    ["", "m", "min", "minor", "maj", "major", "ion", "ionian", "dor", "dorian", "phr", "phrygian", "lyd", "lydian", "mix", "mixolydian", "aeo", "aeolian", "loc", "locrian"].contains(&rest.as_str())
 }
 
 #[cfg(test)]

@@ -13,11 +13,11 @@
 //! The LM head runs only on the rows a stage samples from (a contiguous id range), and only
 //! on the positions asked for, so a semantic decode step multiplies 32769 rows, not 184704.
 use crate::ggml::{Backend, Context, GgmlError, GgmlType, Graph, GraphCache, Tensor, TensorStore};
-use crate::nn::qwen3::Qwen3Layer;
-use crate::nn::rms_norm;
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
 use crate::models::yue2::config::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
+use crate::nn::qwen3::Qwen3Layer;
+use crate::nn::rms_norm;
 use crate::weights::{load_tensors, LoadError};
 use std::ops::Range;
 

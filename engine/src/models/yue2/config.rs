@@ -96,13 +96,7 @@ impl Yue2Config {
 
     /// What a decoder layer's graph needs (both halves share it).
     pub fn qwen3_dims(&self) -> crate::nn::qwen3::Qwen3Dims {
-        crate::nn::qwen3::Qwen3Dims {
-            heads: self.num_attention_heads,
-            kv_heads: self.num_key_value_heads,
-            head_dim: self.head_dim,
-            eps: self.rms_norm_eps as f32,
-            rope_theta: self.rope_theta as f32,
-        }
+        crate::nn::qwen3::Qwen3Dims { heads: self.num_attention_heads, kv_heads: self.num_key_value_heads, head_dim: self.head_dim, eps: self.rms_norm_eps as f32, rope_theta: self.rope_theta as f32 }
     }
 
     /// The shape of this backbone's KV cache.
@@ -126,15 +120,7 @@ pub struct TokenLayout {
 
 impl TokenLayout {
     /// The published ids.
-    pub const FULL: TokenLayout = TokenLayout {
-        endoftext: 151643,
-        abc_start: 151847,
-        abc_end: 151848,
-        music_start: 151851,
-        music_end: 151852,
-        code_base: 151853,
-        codebook_size: 32768,
-    };
+    pub const FULL: TokenLayout = TokenLayout { endoftext: 151643, abc_start: 151847, abc_end: 151848, music_start: 151851, music_end: 151852, code_base: 151853, codebook_size: 32768 };
 
     /// Rows the score stage samples from: every text and ABC id up to and including abc_end.
     pub fn score_rows(&self) -> std::ops::Range<u32> {

@@ -40,11 +40,8 @@ struct Shards {
 
 impl Shards {
     fn open(dir: &Path) -> Result<Self, ConvertError> {
-        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .map_err(|e| input(dir, e.to_string()))?
-            .filter_map(|e| e.ok().map(|e| e.path()))
-            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
-            .collect();
+        let mut files: Vec<PathBuf> =
+            std::fs::read_dir(dir).map_err(|e| input(dir, e.to_string()))?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect();
         files.sort();
         if files.is_empty() {
             return Err(input(dir, "no .safetensors file"));
@@ -187,10 +184,14 @@ pub fn convert_vae(dir: &Path, out: &Path) -> Result<usize, ConvertError> {
         Err(_) => serde_json::json!({}),
     };
     let ints = |k: &str| cfg.get(k).and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as i32).collect::<Vec<_>>());
-    let strides: Vec<i32> = ints("upsampling_ratios").or_else(|| ints("downsampling_ratios").map(|mut v| {
-        v.reverse();
-        v
-    })).unwrap_or_else(|| vec![6, 5, 4, 4, 2, 2]);
+    let strides: Vec<i32> = ints("upsampling_ratios")
+        .or_else(|| {
+            ints("downsampling_ratios").map(|mut v| {
+                v.reverse();
+                v
+            })
+        })
+        .unwrap_or_else(|| vec![6, 5, 4, 4, 2, 2]);
     let latent = cfg.get("decoder_input_channels").or(cfg.get("latent_channels")).and_then(|v| v.as_u64()).unwrap_or(64) as u32;
     let rate = cfg.get("sampling_rate").and_then(|v| v.as_u64()).unwrap_or(48000) as u32;
     let audio = cfg.get("audio_channels").and_then(|v| v.as_u64()).unwrap_or(2) as u32;

@@ -8,8 +8,8 @@
 use crate::ggml::{quantize, GgmlType};
 use crate::gguf::{GgufError, GgufWriter, Value};
 use crate::models::yue2::config::{backbone_tensor_shapes, TokenLayout, Yue2Config, ARCH, VAE_ARCH};
-use crate::tokenizer::{append_qwen_specials, byte_to_char_table, token_type};
 use crate::models::yue2::vae_layout;
+use crate::tokenizer::{append_qwen_specials, byte_to_char_table, token_type};
 use std::path::{Path, PathBuf};
 
 /// Which demo to write.
@@ -98,12 +98,7 @@ impl DemoSpec {
                     vae_channels: vec![32, 16, 16, 8, 8, 4, 4],
                 }
             }
-            Preset::Full => DemoSpec {
-                config: Yue2Config::full(),
-                tokens: TokenLayout::FULL,
-                matrix_type: GgmlType::Q8_0,
-                vae_channels: vec![2048, 1024, 512, 256, 128, 64, 64],
-            },
+            Preset::Full => DemoSpec { config: Yue2Config::full(), tokens: TokenLayout::FULL, matrix_type: GgmlType::Q8_0, vae_channels: vec![2048, 1024, 512, 256, 128, 64, 64] },
         }
     }
 
@@ -201,7 +196,15 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
         .set_u32("yue2.demo_seed", seed as u32);
     if preset != Preset::Full {
         let t = spec.tokens;
-        for (k, v) in [("endoftext", t.endoftext), ("abc_start", t.abc_start), ("abc_end", t.abc_end), ("music_start", t.music_start), ("music_end", t.music_end), ("code_base", t.code_base), ("codebook_size", t.codebook_size)] {
+        for (k, v) in [
+            ("endoftext", t.endoftext),
+            ("abc_start", t.abc_start),
+            ("abc_end", t.abc_end),
+            ("music_start", t.music_start),
+            ("music_end", t.music_end),
+            ("code_base", t.code_base),
+            ("codebook_size", t.codebook_size),
+        ] {
             w.set_u32(&format!("yue2.token.{k}"), v);
         }
     }
@@ -209,8 +212,7 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
     w.set_str("tokenizer.ggml.model", "gpt2").set_str("tokenizer.ggml.pre", "qwen2").set_strs("tokenizer.ggml.tokens", &toks).set_i32s("tokenizer.ggml.token_type", &types);
     w.set("tokenizer.ggml.merges", Value::Array(vec![]));
     w.set_u32("tokenizer.ggml.eos_token_id", spec.tokens.endoftext);
-    let tensors: Vec<(String, GgmlType, Vec<i64>)> =
-        backbone_tensor_shapes(c, LATENT_DIM, TIME_FREQ_DIM).into_iter().map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne)).collect();
+    let tensors: Vec<(String, GgmlType, Vec<i64>)> = backbone_tensor_shapes(c, LATENT_DIM, TIME_FREQ_DIM).into_iter().map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne)).collect();
     let vae_tensors: Vec<(String, GgmlType, Vec<i64>)> = vae_layout::decoder_shapes(LATENT_DIM, &spec.vae_channels, &STRIDES, 2)
         .into_iter()
         .chain(vae_layout::encoder_shapes(LATENT_DIM, &spec.vae_channels, &STRIDES, 2))

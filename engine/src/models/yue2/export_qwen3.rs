@@ -105,7 +105,9 @@ mod tests {
         assert_eq!(n, 3 + 11 * layers, "embed, norm, head and 11 tensors per layer");
         assert_eq!(q.get_str("general.architecture").unwrap(), "qwen3");
         assert_eq!(q.get_str_array("tokenizer.ggml.tokens").unwrap().len(), 1288, "padded to the vocabulary");
-        for (ours, theirs) in [("model.layers.1.self_attn.k_norm.weight", "blk.1.attn_k_norm.weight"), ("lm_head.weight", "output.weight"), ("model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight")] {
+        for (ours, theirs) in
+            [("model.layers.1.self_attn.k_norm.weight", "blk.1.attn_k_norm.weight"), ("lm_head.weight", "output.weight"), ("model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight")]
+        {
             let (a, b) = (src.tensor(ours).unwrap(), q.tensor(theirs).unwrap());
             assert_eq!((a.ty, &a.ne), (b.ty, &b.ne));
             assert_eq!(src.tensor_bytes(a), q.tensor_bytes(b), "{theirs}");

@@ -2,10 +2,10 @@
 //! semantic stream (25 Hz codes), plus the replay prefill. Synchronous and blocking: the
 //! daemon runs it on a compute thread and hears from it through the progress callback;
 //! a cancel token is checked between steps.
-use crate::models::yue2::abc_check::check_abc;
-use crate::models::yue2::ar::{ArModel, Positions, SeqInput};
 use crate::ggml::{Backend, GgmlError};
 use crate::kv_cache::KvSet;
+use crate::models::yue2::abc_check::check_abc;
+use crate::models::yue2::ar::{ArModel, Positions, SeqInput};
 use crate::models::yue2::config::TokenLayout;
 use crate::models::yue2::prompt::{source_section, Instructions, PromptBuilder, Score};
 use crate::sampling::{cfg_combine, sample, SampleContext};
@@ -146,7 +146,10 @@ impl ArStages<'_> {
         let mut last_abc = String::new();
         for k in 0..attempts {
             let seed = (req.lm_seed as i128) + song as i128 + k as i128 * req.lm_batch_size as i128;
-            let seed = u64::try_from(seed).ok().filter(|&s| s <= i64::MAX as u64).ok_or_else(|| RequestError::new("lm_seed", format!("retry {k} of song {song} needs seed {seed}, which is not representable")))?;
+            let seed = u64::try_from(seed)
+                .ok()
+                .filter(|&s| s <= i64::MAX as u64)
+                .ok_or_else(|| RequestError::new("lm_seed", format!("retry {k} of song {song} needs seed {seed}, which is not representable")))?;
             let (ids, ended) = self.plan_once(&prefix, seed, &preset, song, cancel, progress)?;
             let abc = self.tokenizer.decode(&ids);
             match check_abc(&abc) {
@@ -291,11 +294,7 @@ impl ArStages<'_> {
             }
         }
         let set = sets.pop().expect("one set");
-        let kvs = if set.streams() == 1 {
-            vec![set]
-        } else {
-            (0..n).map(|i| set.copy_stream(self.backend, i, caps[i].max(set.stream_len(i)))).collect::<Result<Vec<_>, _>>()?
-        };
+        let kvs = if set.streams() == 1 { vec![set] } else { (0..n).map(|i| set.copy_stream(self.backend, i, caps[i].max(set.stream_len(i)))).collect::<Result<Vec<_>, _>>()? };
         let mut songs = Vec::with_capacity(n);
         for (i, kv) in kvs.into_iter().enumerate().rev() {
             let prefix_len = prefixes[i].0.len() - prefixes[i].1.len();
@@ -367,7 +366,11 @@ pub fn check_fits(p: &PromptBuilder<'_>, max_seq: usize, req: &Yue2Request) -> R
         let what = if base + 2 > max_seq {
             "lyrics"
         } else if base + score_len + 2 > max_seq {
-            if needs_plan { "abc_sampling.max_tokens" } else { "abc" }
+            if needs_plan {
+                "abc_sampling.max_tokens"
+            } else {
+                "abc"
+            }
         } else {
             what
         };

@@ -18,13 +18,13 @@
 //!
 //! The sinusoidal frame table is computed in f64 and rounded to F32 for the rows a block
 //! needs, rather than stored (the checkpoint's BF16 table is dropped by the converter).
-use crate::models::yue2::generate::CancelToken;
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
-use crate::nn::qwen3::Qwen3Layer;
-use crate::nn::rms_norm;
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
 use crate::models::yue2::config::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
+use crate::models::yue2::generate::CancelToken;
+use crate::nn::qwen3::Qwen3Layer;
+use crate::nn::rms_norm;
 use crate::weights::{load_tensors, LoadError};
 
 /// Frequency channels of the timestep sinusoid.
@@ -40,7 +40,13 @@ pub fn nar_tensors(cfg: &Yue2Config, latent: usize) -> Vec<(String, Vec<i64>)> {
 /// release curve `shift * s / (1 + (shift - 1) * s)` of `s = sigmoid(raw)` (at shift 1.0,
 /// `t` itself up to the saturation).
 pub fn shifted_timestep(t: f64, shift: f64) -> f64 {
-    let raw = if t >= 1.0 { 20.0 } else if t <= 0.0 { -20.0 } else { (t / (1.0 - t)).ln().clamp(-20.0, 20.0) };
+    let raw = if t >= 1.0 {
+        20.0
+    } else if t <= 0.0 {
+        -20.0
+    } else {
+        (t / (1.0 - t)).ln().clamp(-20.0, 20.0)
+    };
     let s = 1.0 / (1.0 + (-raw).exp());
     shift * s / (1.0 + (shift - 1.0) * s)
 }
@@ -160,7 +166,17 @@ impl NarModel {
     /// `mid = x - v(x, t) dt / 2; x -= v(mid, t - dt / 2) dt`. `progress(step, steps)`
     /// after each step; the cancel token is checked between steps.
     #[allow(clippy::too_many_arguments)]
-    pub fn solve(&mut self, backend: &Backend, kv: &KvSet, noise: &[f32], n: usize, m: usize, steps: usize, cancel: &CancelToken, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<f32>, NarError> {
+    pub fn solve(
+        &mut self,
+        backend: &Backend,
+        kv: &KvSet,
+        noise: &[f32],
+        n: usize,
+        m: usize,
+        steps: usize,
+        cancel: &CancelToken,
+        progress: &mut dyn FnMut(usize, usize),
+    ) -> Result<Vec<f32>, NarError> {
         assert!(steps >= 1, "at least one ODE step");
         let dt = 1.0 / steps as f64;
         let mut x = noise.to_vec();

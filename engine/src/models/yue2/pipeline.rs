@@ -2,17 +2,17 @@
 //! matching per chunk with the request's noise variations, tiled VAE decode. Synchronous;
 //! everything a listener may want early (score, codes, latent chunks, PCM tiles) is handed
 //! to the event callback the moment it exists.
-use crate::models::yue2::ar::ArModel;
-use crate::models::yue2::generate::{ArProgress, ArStage, ArStages, CancelToken, GenError, Song};
-use crate::kv_cache::KvSet;
 use crate::ggml::{Backend, GgmlError};
 use crate::gguf::{GgufError, GgufFile};
+use crate::kv_cache::KvSet;
+use crate::models::yue2::ar::ArModel;
 use crate::models::yue2::config::BackboneInfo;
+use crate::models::yue2::generate::{ArProgress, ArStage, ArStages, CancelToken, GenError, Song};
 use crate::models::yue2::nar::{chunk_frames, NarError, NarModel};
 use crate::models::yue2::prompt::Instructions;
+use crate::models::yue2::vae::{Tile, VaeError, VaeModel};
 use crate::rng::torch_cpu::randn;
 use crate::tokenizer::BpeTokenizer;
-use crate::models::yue2::vae::{Tile, VaeError, VaeModel};
 use crate::weights::LoadError;
 use std::path::Path;
 use yued_protocol::{CotMode, Limits, RequestError, Stage, Yue2Request};
@@ -65,14 +65,34 @@ impl From<VaeError> for PipelineError {
 
 /// What happened, as it happens.
 pub enum Event<'a> {
-    Progress { stage: Stage, song: u32, done: usize, total: usize },
-    Score { song: u32, abc: &'a str },
+    Progress {
+        stage: Stage,
+        song: u32,
+        done: usize,
+        total: usize,
+    },
+    Score {
+        song: u32,
+        abc: &'a str,
+    },
     /// A song's semantic stream is complete (with the score it was written under).
-    Codes { song: u32, abc: &'a str, codes: &'a [u32] },
+    Codes {
+        song: u32,
+        abc: &'a str,
+        codes: &'a [u32],
+    },
     /// One NAR chunk of one variation of a song: frames `start_frame..` of its latents.
-    Latents { song: u32, variation: u32, start_frame: usize, latents: &'a [f32] },
+    Latents {
+        song: u32,
+        variation: u32,
+        start_frame: usize,
+        latents: &'a [f32],
+    },
     /// One decoded VAE tile of a track (raw, before normalisation).
-    Tile { track: usize, tile: Tile<'a> },
+    Tile {
+        track: usize,
+        tile: Tile<'a>,
+    },
 }
 
 /// A song as the AR half leaves it: score, codes, and the sequences the NAR attends to.
@@ -291,9 +311,8 @@ impl Shared {
                 x.extend_from_slice(&nz[a * lat..b * lat]);
             }
             let done_before = c * steps;
-            let y = nar.solve(backend, &chunk.kv, &x, n, m, steps, cancel, &mut |s, _| {
-                events(Event::Progress { stage: Stage::Synth, song: song.meta.index, done: done_before + s, total: total_steps })
-            })?;
+            let y =
+                nar.solve(backend, &chunk.kv, &x, n, m, steps, cancel, &mut |s, _| events(Event::Progress { stage: Stage::Synth, song: song.meta.index, done: done_before + s, total: total_steps }))?;
             drop(chunk);
             for j in 0..m {
                 let part = &y[j * n * lat..(j + 1) * n * lat];
@@ -366,7 +385,18 @@ impl Pipeline {
                     events(Event::Tile { track, tile });
                 })?;
                 let frames = meta.codes.len();
-                tracks.push(Track { song: meta.index, variation: j as u32, replay: replay_request(req, &meta, j as u32), abc: meta.abc.clone(), codes: meta.codes.clone(), frames, latents: lat, pcm, audio: self.vae.info.audio_spec(), truncated: !meta.ended });
+                tracks.push(Track {
+                    song: meta.index,
+                    variation: j as u32,
+                    replay: replay_request(req, &meta, j as u32),
+                    abc: meta.abc.clone(),
+                    codes: meta.codes.clone(),
+                    frames,
+                    latents: lat,
+                    pcm,
+                    audio: self.vae.info.audio_spec(),
+                    truncated: !meta.ended,
+                });
             }
         }
         Ok(tracks)

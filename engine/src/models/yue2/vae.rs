@@ -12,10 +12,10 @@
 //! computes its full output and crops ceil(s/2) samples on each side, which makes the output
 //! of T frames exactly 1920 * T - 64 samples with the left edge anchored: a tile decoded with
 //! a halo and cropped to its core is bit-for-bit the same signal as one pass would give.
-use crate::models::yue2::generate::CancelToken;
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
 use crate::gguf::{GgufError, GgufFile};
 use crate::models::yue2::config::VAE_ARCH;
+use crate::models::yue2::generate::CancelToken;
 use crate::models::yue2::vae_layout::{decoder_shapes, encoder_shapes, RES_DILATIONS};
 use crate::weights::LoadError;
 
@@ -36,7 +36,13 @@ impl VaeInfo {
     /// The audio this VAE makes; YuE2 writes one semantic code per latent frame.
     pub fn audio_spec(&self) -> crate::models::AudioSpec {
         let hop = self.hop();
-        crate::models::AudioSpec { sample_rate: self.sample_rate, channels: self.audio_channels, latent_channels: self.latent_channels, samples_per_latent: hop, code_rate: self.sample_rate as f64 / hop as f64 }
+        crate::models::AudioSpec {
+            sample_rate: self.sample_rate,
+            channels: self.audio_channels,
+            latent_channels: self.latent_channels,
+            samples_per_latent: hop,
+            code_rate: self.sample_rate as f64 / hop as f64,
+        }
     }
 
     /// Samples per latent frame.

@@ -15,20 +15,12 @@ pub const RES_DILATIONS: [usize; 3] = [1, 3, 9];
 
 /// Shapes (`ne`, innermost first) of a weight-normalised conv1d with kernel `k`.
 pub fn wn_conv(prefix: &str, cin: usize, cout: usize, k: usize) -> Vec<(String, Vec<i64>)> {
-    vec![
-        (format!("{prefix}.weight_g"), vec![1, 1, cout as i64]),
-        (format!("{prefix}.weight_v"), vec![k as i64, cin as i64, cout as i64]),
-        (format!("{prefix}.bias"), vec![cout as i64]),
-    ]
+    vec![(format!("{prefix}.weight_g"), vec![1, 1, cout as i64]), (format!("{prefix}.weight_v"), vec![k as i64, cin as i64, cout as i64]), (format!("{prefix}.bias"), vec![cout as i64])]
 }
 
 /// Shapes of a weight-normalised ConvTranspose1d (torch weight [Cin, Cout, K], norm per input channel).
 pub fn wn_conv_t(prefix: &str, cin: usize, cout: usize, k: usize) -> Vec<(String, Vec<i64>)> {
-    vec![
-        (format!("{prefix}.weight_g"), vec![1, 1, cin as i64]),
-        (format!("{prefix}.weight_v"), vec![k as i64, cout as i64, cin as i64]),
-        (format!("{prefix}.bias"), vec![cout as i64]),
-    ]
+    vec![(format!("{prefix}.weight_g"), vec![1, 1, cin as i64]), (format!("{prefix}.weight_v"), vec![k as i64, cout as i64, cin as i64]), (format!("{prefix}.bias"), vec![cout as i64])]
 }
 
 pub fn snake(prefix: &str, c: usize) -> Vec<(String, Vec<i64>)> {

@@ -84,7 +84,11 @@ fn positional(name: &str, n_blocks: usize) -> String {
                 let k = if side == "decoder" { r + 1 } else { r - 1 };
                 format!("{k}.layers.{}", unit(p[4]))
             } else if side == "decoder" {
-                if leaf == "snake1" { "0".into() } else { "1".into() }
+                if leaf == "snake1" {
+                    "0".into()
+                } else {
+                    "1".into()
+                }
             } else if leaf == "snake1" {
                 "3".into()
             } else {

@@ -1,9 +1,9 @@
 //! The AR stages on the tiny demo model (random weights: the music is noise, the mechanics
 //! are real).
 use super::*;
-use crate::models::yue2::demo::{write_demo, Preset};
 use crate::gguf::GgufFile;
 use crate::models::yue2::config::BackboneInfo;
+use crate::models::yue2::demo::{write_demo, Preset};
 
 struct Fixture {
     backend: Backend,

@@ -146,4 +146,3 @@ fn velocity_does_not_depend_on_what_the_last_call_left_in_memory() {
     let again = s.nar.velocity(&s.backend, &kv, &noise, 3, 1, 0.4).unwrap();
     assert_eq!(first, again);
 }
-
