@@ -926,13 +926,13 @@ pub fn map_file(file: &std::fs::File) -> std::io::Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(file) }
 }
 
-pub(crate) fn as_bytes<T: Copy>(v: &[T]) -> &[u8] {
-    // SAFETY: plain-old-data slices reinterpreted as bytes.
-    unsafe { std::slice::from_raw_parts(v.as_ptr().cast(), std::mem::size_of_val(v)) }
+/// The bytes of a slice of plain old data (a type any bit pattern is valid for: `Pod`).
+pub(crate) fn as_bytes<T: bytemuck::Pod>(v: &[T]) -> &[u8] {
+    bytemuck::cast_slice(v)
 }
-pub(crate) fn as_bytes_mut<T: Copy>(v: &mut [T]) -> &mut [u8] {
-    // SAFETY: as above; f32/i32 accept any bit pattern.
-    unsafe { std::slice::from_raw_parts_mut(v.as_mut_ptr().cast(), std::mem::size_of_val(v)) }
+/// The same, writable: whatever is written is a valid `T`.
+pub(crate) fn as_bytes_mut<T: bytemuck::Pod>(v: &mut [T]) -> &mut [u8] {
+    bytemuck::cast_slice_mut(v)
 }
 
 #[cfg(test)]
