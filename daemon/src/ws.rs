@@ -182,6 +182,21 @@ fn result_as_tiles(job: &JobId, parts: &[(std::path::PathBuf, String)], codec: S
     Some(items)
 }
 
+/// Whether a frame went out within three keepalive periods. A peer that reads too slowly
+/// stalls the write once the socket's buffers are full; past that it is dropped (the
+/// socket closes when the session goes), so a stuck writer never outlives it and its queue
+/// in the hub stays bounded.
+async fn sent_in_time(st: &AppState, id: &JobId, send: impl std::future::Future<Output = Result<(), actix_ws::Closed>>) -> bool {
+    match tokio::time::timeout(3 * st.ws_ping, send).await {
+        Ok(r) => r.is_ok(),
+        Err(_) => {
+            st.metrics.ws_dropped_listeners_total.inc();
+            tracing::warn!(job = %id, "a WebSocket listener reads too slowly: dropped");
+            false
+        }
+    }
+}
+
 /// Pumps the hub's items for `id` into the socket until the terminal event, answering
 /// pings and (when `can_cancel`) the cancel command.
 async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mut msgs: actix_ws::AggregatedMessageStream, id: JobId, codec: StreamCodec, can_cancel: bool) {
@@ -201,8 +216,9 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
     };
     st.metrics.ws_listeners.inc();
     let mut ended = false;
-    // Keepalive: a Ping after `ws_ping` of silence towards the peer; a peer that has sent
-    // nothing (not even a Pong) for three times that is gone, and its socket is closed.
+    // Keepalive: a Ping after `ws_ping` of silence on either side (a listener that only
+    // reads says nothing until pinged); a peer that has sent nothing, not even a Pong, for
+    // three times that is gone, and its socket is closed.
     let mut tick = tokio::time::interval(st.ws_ping);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
@@ -215,7 +231,7 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
                     let _ = session.close(Some(CloseReason { code: CloseCode::Away, description: Some("peer stopped answering".into()) })).await;
                     break;
                 }
-                if last_sent.elapsed() >= st.ws_ping {
+                if last_sent.elapsed() >= st.ws_ping || last_heard.elapsed() >= st.ws_ping {
                     if session.ping(b"yued").await.is_err() { break; }
                     last_sent = tokio::time::Instant::now();
                 }
@@ -223,11 +239,11 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
             item = rx.recv() => match item {
                 Some(StreamItem::Text(t)) => {
                     ended = StreamEvent::from_text(&t).map(|e| e.is_terminal()).unwrap_or(false);
-                    if session.text(t).await.is_err() { break; }
+                    if !sent_in_time(&st, &id, session.text(t)).await { break; }
                     last_sent = tokio::time::Instant::now();
                 }
                 Some(StreamItem::Binary(b)) => {
-                    if session.binary(b).await.is_err() { break; }
+                    if !sent_in_time(&st, &id, session.binary(b)).await { break; }
                     last_sent = tokio::time::Instant::now();
                 }
                 None => {

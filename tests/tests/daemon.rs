@@ -580,3 +580,47 @@ fn idle_listeners_are_pinged_and_silent_peers_closed() {
         d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).send().unwrap();
     }
 }
+
+/// Listeners that stop reading are dropped (their queue in the hub is bounded and a stalled
+/// write gives up after three keepalive periods) while a reading listener gets every tile
+/// and the song completes; memory stays bounded and the listener gauge returns to 0.
+#[test]
+fn listeners_that_stop_reading_are_dropped_and_the_song_goes_on() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), vec!["--vae-core".into(), "16".into()], &[("YUED_WS_PING_SECS", "1")]);
+    // 120 s: 3000 frames, 188 tiles, 23 MB of s16 per listener: more than the socket
+    // buffers and the hub's queue of a listener that reads nothing can absorb.
+    let id = d.submit(&song(120.0, 1));
+    let url = d.ws_url(&format!("/stream?id={id}&format=pcm16"));
+    let (tiles, done) = rt().block_on(async {
+        let mut stalled = Vec::new();
+        for _ in 0..3 {
+            stalled.push(tokio_tungstenite::connect_async(url.clone()).await.unwrap().0);
+        }
+        let (mut ws, _) = tokio_tungstenite::connect_async(url.clone()).await.unwrap();
+        let (mut tiles, mut done) = (0, false);
+        while let Some(m) = ws.next().await {
+            match m.unwrap() {
+                Message::Binary(_) => tiles += 1,
+                Message::Text(t) if t.as_str().starts_with("{\"event\":\"done\"") => done = true,
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+        drop(stalled);
+        (tiles, done)
+    });
+    assert!(done, "the reading listener got the end");
+    assert_eq!(tiles, 188, "and every tile");
+    let t0 = Instant::now();
+    let gauge = |name: &str| -> f64 {
+        let m = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
+        m.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' ')).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap()
+    };
+    while gauge("yued_stream_listeners") != 0.0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "listeners left: {}", gauge("yued_stream_listeners"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(gauge("yued_stream_dropped_listeners_total") >= 1.0, "the stalled listeners were dropped");
+    assert!(gauge("process_resident_memory_bytes") < 600e6, "RSS {}", gauge("process_resident_memory_bytes"));
+}
