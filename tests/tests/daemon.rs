@@ -566,9 +566,10 @@ fn idle_listeners_are_pinged_and_silent_peers_closed() {
     assert!(open_after, "a listener that answers stays connected");
     let reason = rt().block_on(async {
         let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-        tokio::time::sleep(Duration::from_secs(5)).await; // reads nothing, so answers nothing
-        // The server closed it: a Close frame, or (when the client's automatic Pong replies
-        // meet the closed socket first) the connection's end.
+        // Reads nothing for 5 s, so answers nothing. Then the server has closed it: a Close
+        // frame, or (when the client's automatic Pong replies meet the closed socket first)
+        // the connection's end.
+        tokio::time::sleep(Duration::from_secs(5)).await;
         loop {
             match tokio::time::timeout(Duration::from_secs(5), ws.next()).await {
                 Ok(Some(Ok(Message::Close(c)))) => break c.map(|c| c.reason.to_string()),
