@@ -15,8 +15,11 @@ use yued_engine::models::yue2::pipeline::Track;
 use yued_protocol::{JobId, JobMetrics, Stage};
 
 pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>) {
-    let mut pending: HashMap<JobId, Vec<Option<Track>>> = HashMap::new();
+    // The tracks of each job gathered so far, with the job (a job another stage failed or
+    // cancelled sends no more tracks: its entry goes at the next command).
+    let mut pending: HashMap<JobId, (Arc<JobCtx>, Vec<Option<Track>>)> = HashMap::new();
     while let Ok(cmd) = rx.recv() {
+        pending.retain(|_, (job, _)| !job.cancel.is_cancelled());
         let (job, index, of, track) = match cmd {
             EncCmd::Shutdown => break,
             EncCmd::Track { job, index, of, track } => (job, index, of, track),
@@ -36,14 +39,14 @@ pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>)
             links.cancelled(&job);
             continue;
         }
-        let slots = pending.entry(job.id.clone()).or_insert_with(|| (0..of).map(|_| None).collect());
+        let (_, slots) = pending.entry(job.id.clone()).or_insert_with(|| (job.clone(), (0..of).map(|_| None).collect()));
         if index < slots.len() {
             slots[index] = Some(*track);
         }
         if slots.iter().any(Option::is_none) {
             continue;
         }
-        let tracks: Vec<Track> = pending.remove(&job.id).unwrap().into_iter().map(Option::unwrap).collect();
+        let tracks: Vec<Track> = pending.remove(&job.id).unwrap().1.into_iter().map(Option::unwrap).collect();
         let outcome = guarded(&links, &job, "encode", || {
             test_fault("encode", &job);
             package(&links, &job, &tracks, &results)
