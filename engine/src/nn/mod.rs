@@ -1,5 +1,7 @@
-//! Building blocks the families' graphs share, written once: the Qwen3 decoder layer (the
+//! Building blocks the families' graphs share, written once: the causal Qwen3 LM over KV
+//! sets ([`causal_lm`]), the Qwen3 decoder layer (the
 //! YuE2 AR half, the YuE2 NAR half and the MiniMax LM are all Qwen3 stacks) and RMSNorm.
+pub mod causal_lm;
 pub mod qwen3;
 
 use crate::ggml::{Context, Tensor};
