@@ -44,12 +44,15 @@ pub struct Limits {
     pub max_synth_batch: u32,
     /// KV cache length in tokens (`--max-seq`, else the model context).
     pub context: u32,
-    /// Number of semantic codes of the loaded model.
+    /// Number of semantic codes of the loaded YuE2 model.
     pub codebook_size: u32,
+    /// Code-book sizes of the loaded MiniMax Music 3 LM and depth decoder, which bound
+    /// `audio_codes` (the published models' by default).
+    pub mm3_codebooks: super::Mm3Codebooks,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_batch: 1, max_synth_batch: MAX_SYNTH_BATCH, context: DEFAULT_CONTEXT, codebook_size: CODEBOOK_SIZE }
+        Self { max_batch: 1, max_synth_batch: MAX_SYNTH_BATCH, context: DEFAULT_CONTEXT, codebook_size: CODEBOOK_SIZE, mm3_codebooks: super::Mm3Codebooks::FULL }
     }
 }

@@ -8,7 +8,7 @@
 //!
 //! One file per concern: [`limits`] (bounds and the error naming a field), [`format`]
 //! (output formats), [`sampling`] (stage presets), [`codes`] (code lists), and one per
-//! family's request ([`yue2`]).
+//! family's request ([`yue2`], [`mm3`]).
 
 use std::fmt;
 use std::str::FromStr;
@@ -20,6 +20,7 @@ use serde_json::{Map, Value};
 pub mod codes;
 pub mod format;
 pub mod limits;
+pub mod mm3;
 pub mod sampling;
 pub mod yue2;
 
@@ -27,6 +28,7 @@ use codes::check_codes;
 pub use codes::parse_codes;
 pub use format::OutputFormat;
 pub use limits::*;
+pub use mm3::{Mm3Codebooks, Mm3Request};
 use sampling::take;
 pub use sampling::SamplingPreset;
 pub use yue2::{AdapterRef, CotMode, Yue2Request};
@@ -144,6 +146,7 @@ impl fmt::Display for Family {
 #[serde(tag = "family", rename_all = "lowercase")]
 pub enum Request {
     Yue2(Yue2Request),
+    Mm3(Mm3Request),
 }
 
 impl Request {
@@ -153,13 +156,14 @@ impl Request {
         let value: Value = serde_json::from_slice(body).map_err(|e| RequestError::new("body", format!("malformed JSON: {e}")))?;
         match route(&value, served)? {
             Family::Yue2 => Ok(Request::Yue2(Yue2Request::from_value(value)?)),
-            f => Err(RequestError::new("family", format!("'{f}' requests are not implemented yet"))),
+            Family::Mm3 => Ok(Request::Mm3(Mm3Request::from_value(value)?)),
         }
     }
 
     pub fn family(&self) -> Family {
         match self {
             Request::Yue2(_) => Family::Yue2,
+            Request::Mm3(_) => Family::Mm3,
         }
     }
 
@@ -167,6 +171,15 @@ impl Request {
     pub fn as_yue2(&self) -> Option<&Yue2Request> {
         match self {
             Request::Yue2(r) => Some(r),
+            Request::Mm3(_) => None,
+        }
+    }
+
+    /// The MiniMax Music 3 request, if it is one.
+    pub fn as_mm3(&self) -> Option<&Mm3Request> {
+        match self {
+            Request::Mm3(r) => Some(r),
+            Request::Yue2(_) => None,
         }
     }
 }
@@ -174,5 +187,11 @@ impl Request {
 impl From<Yue2Request> for Request {
     fn from(r: Yue2Request) -> Self {
         Request::Yue2(r)
+    }
+}
+
+impl From<Mm3Request> for Request {
+    fn from(r: Mm3Request) -> Self {
+        Request::Mm3(r)
     }
 }

@@ -141,7 +141,7 @@ impl SplitMix {
 }
 
 /// Values of one random tensor, scaled by its role.
-fn random_values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
+pub(crate) fn random_values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
     let n: i64 = ne.iter().product();
     let mut rng = SplitMix::for_tensor(seed, name);
     let (offset, scale) = if name.ends_with("norm.weight") {
@@ -160,7 +160,7 @@ fn random_values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
     (0..n).map(|_| offset + scale * rng.uniform()).collect()
 }
 
-fn tensor_type(spec_matrix: GgmlType, ne: &[i64]) -> GgmlType {
+pub(crate) fn tensor_type(spec_matrix: GgmlType, ne: &[i64]) -> GgmlType {
     if ne.len() >= 2 && ne[0] % spec_matrix.block_size() as i64 == 0 {
         spec_matrix
     } else {
@@ -168,7 +168,7 @@ fn tensor_type(spec_matrix: GgmlType, ne: &[i64]) -> GgmlType {
     }
 }
 
-fn write_tensors(path: &Path, w: &GgufWriter, tensors: &[(String, GgmlType, Vec<i64>)], seed: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<(), GgufError> {
+pub(crate) fn write_tensors(path: &Path, w: &GgufWriter, tensors: &[(String, GgmlType, Vec<i64>)], seed: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<(), GgufError> {
     let mut data = w.create(path)?;
     for (i, (name, ty, ne)) in tensors.iter().enumerate() {
         let v = random_values(seed, name, ne);

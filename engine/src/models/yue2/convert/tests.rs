@@ -3,6 +3,7 @@ use crate::gguf::GgufFile;
 use crate::models::yue2::config::{backbone_tensor_shapes, BackboneInfo};
 use crate::tokenizer::BpeTokenizer;
 use safetensors::tensor::TensorView;
+use safetensors::Dtype;
 
 fn repo(p: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(p)

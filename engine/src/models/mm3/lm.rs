@@ -1,0 +1,130 @@
+//! The global LM: a stock Qwen3 ([`CausalLm`]) under the checkpoint's names, its tokenizer
+//! from the GGUF, and the two entry points of the frame loop: the prompt prefill and the
+//! frame-feedback step, each for the conditional and unconditional streams of the songs.
+use crate::ggml::{Backend, GgmlError};
+use crate::gguf::GgufFile;
+use crate::kv_cache::KvSet;
+use crate::models::mm3::config::{lm_names, LmInfo};
+use crate::nn::causal_lm::{CausalLm, LmSpec, Logits, Positions, SeqEmbeds, SeqInput, StepInput};
+use crate::nn::qwen3::Role;
+use crate::tokenizer::{token_type, BpeTokenizer as Tokenizer, TokenizerError};
+use crate::weights::{load_tensors, LoadError};
+
+pub struct LmModel {
+    pub info: LmInfo,
+    lm: CausalLm,
+}
+
+/// The LM as the shared graph sees it.
+pub fn lm_spec(info: &LmInfo) -> LmSpec {
+    let c = &info.config;
+    LmSpec {
+        dims: c.qwen3_dims(),
+        hidden: c.hidden_size,
+        vocab: c.vocab_size,
+        embed: lm_names::EMBED.into(),
+        norm: lm_names::NORM.into(),
+        head: lm_names::LM_HEAD.into(),
+        layers: (0..c.num_hidden_layers).map(|l| Role::ALL.map(|r| lm_names::layer_role(l, r))).collect(),
+    }
+}
+
+/// The LM file's tokenizer. minimaxmusic.cpp's files carry no token types: the ids from
+/// the first added token on are then control tokens.
+pub fn tokenizer(f: &GgufFile, info: &LmInfo) -> Result<Tokenizer, TokenizerError> {
+    if f.get("tokenizer.ggml.token_type").is_some() {
+        return Tokenizer::from_gguf(f);
+    }
+    let tokens: Vec<String> = f.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
+    let types = (0..tokens.len()).map(|i| if (i as u32) < info.tokens.text_vocab { token_type::NORMAL } else { token_type::CONTROL }).collect();
+    let merges: Vec<String> = f.get_str_array("tokenizer.ggml.merges")?.into_iter().map(String::from).collect();
+    Tokenizer::from_parts(tokens, types, &merges).map_err(|e| TokenizerError::Build(format!("{}: {e}", f.path().display())))
+}
+
+/// One step's output for every stream it ran: the logits of the sampled rows
+/// ([`crate::models::mm3::config::TokenLayout::sample_rows`]) and the final-normed hidden
+/// state, per stream in the order given.
+pub struct LmOut {
+    pub logits: Vec<Vec<f32>>,
+    pub hidden: Vec<Vec<f32>>,
+}
+
+impl LmOut {
+    fn from(l: Logits) -> Self {
+        LmOut { logits: l.per_seq.into_iter().flatten().collect(), hidden: l.hidden.into_iter().flatten().collect() }
+    }
+}
+
+impl LmModel {
+    pub fn load(f: &GgufFile, backend: &Backend) -> Result<Self, LoadError> {
+        let info = LmInfo::read(f)?;
+        let weights = load_tensors(f, &info.config.tensor_shapes(), backend, "LM weights")?;
+        Ok(LmModel { lm: CausalLm::new(lm_spec(&info), weights, backend, "LM step"), info })
+    }
+
+    pub fn hidden(&self) -> usize {
+        self.info.config.hidden_size
+    }
+
+    pub fn weight_bytes(&self) -> usize {
+        self.lm.weights().bytes()
+    }
+
+    /// The input embedding of each id (`hidden` values each), read from the device table.
+    pub fn embeddings(&self, ids: &[u32]) -> Vec<f32> {
+        self.lm.embedding_rows(ids)
+    }
+
+    /// Prefills `prompts[i]` into stream `streams[i]` of `set` and returns the last
+    /// position's logits and hidden state of each. With `batch`, prompts of equal length
+    /// on consecutive streams run as one forward; else one forward each.
+    pub fn prefill(&mut self, backend: &Backend, set: &mut KvSet, prompts: &[(&[u32], usize)], batch: bool) -> Result<LmOut, GgmlError> {
+        let rows = self.info.tokens.sample_rows();
+        if batch {
+            let seqs: Vec<SeqInput<'_>> = prompts.iter().map(|&(tokens, set)| SeqInput { tokens, set }).collect();
+            return Ok(LmOut::from(self.lm.step(backend, std::slice::from_mut(set), StepInput::Ids(&seqs), rows, Positions::Last, true)?));
+        }
+        let mut out = LmOut { logits: Vec::new(), hidden: Vec::new() };
+        for &(tokens, stream) in prompts {
+            let seq = [SeqInput { tokens, set: stream }];
+            let o = LmOut::from(self.lm.step(backend, std::slice::from_mut(set), StepInput::Ids(&seq), rows.clone(), Positions::Last, true)?);
+            out.logits.extend(o.logits);
+            out.hidden.extend(o.hidden);
+        }
+        Ok(out)
+    }
+
+    /// Appends one input embedding to each listed stream (`inputs[i]`: its embedding and
+    /// stream) and returns their logits and hidden states; batched or one forward each.
+    pub fn feed(&mut self, backend: &Backend, set: &mut KvSet, inputs: &[(&[f32], usize)], batch: bool) -> Result<LmOut, GgmlError> {
+        let rows = self.info.tokens.sample_rows();
+        if batch {
+            let seqs: Vec<SeqEmbeds<'_>> = inputs.iter().map(|&(embeds, set)| SeqEmbeds { embeds, set }).collect();
+            return Ok(LmOut::from(self.lm.step(backend, std::slice::from_mut(set), StepInput::Embeds(&seqs), rows, Positions::Last, true)?));
+        }
+        let mut out = LmOut { logits: Vec::new(), hidden: Vec::new() };
+        for &(embeds, stream) in inputs {
+            let seq = [SeqEmbeds { embeds, set: stream }];
+            let o = LmOut::from(self.lm.step(backend, std::slice::from_mut(set), StepInput::Embeds(&seq), rows.clone(), Positions::Last, true)?);
+            out.logits.extend(o.logits);
+            out.hidden.extend(o.hidden);
+        }
+        Ok(out)
+    }
+
+    /// Replay: the whole feedback sequence `embeds` (`n` rows) after a prefilled prompt on
+    /// `stream`, as one forward; the hidden state of every position.
+    pub fn feed_all(&mut self, backend: &Backend, set: &mut KvSet, embeds: &[f32], stream: usize) -> Result<Vec<Vec<f32>>, GgmlError> {
+        let rows = self.info.tokens.sample_rows();
+        let seq = [SeqEmbeds { embeds, set: stream }];
+        let l = self.lm.step(backend, std::slice::from_mut(set), StepInput::Embeds(&seq), rows.start..rows.start + 1, Positions::All, true)?;
+        Ok(l.hidden.into_iter().flatten().collect())
+    }
+
+    /// Logits of every prompt position of the full vocabulary (parity tests).
+    pub fn prompt_logits(&mut self, backend: &Backend, set: &mut KvSet, tokens: &[u32], stream: usize) -> Result<Vec<Vec<f32>>, GgmlError> {
+        let seq = [SeqInput { tokens, set: stream }];
+        let l = self.lm.step(backend, std::slice::from_mut(set), StepInput::Ids(&seq), 0..self.info.config.vocab_size as u32, Positions::All, false)?;
+        Ok(l.per_seq.into_iter().flatten().collect())
+    }
+}

@@ -1,0 +1,15 @@
+//! MiniMax Music 3 (seed 001): a Qwen3 LM writes a semantic code per 25 Hz frame, an RVQ
+//! depth decoder the frame's 7 acoustic codes; a condition encoder, a flow-matching DiT and
+//! a flow VAE turn their hidden states into 44.1 kHz stereo. One module per file: the
+//! configuration, the prompt, the LM, the depth decoder, the AR loop (`compose`), the
+//! checkpoint converter and the demo weights.
+pub mod compose;
+pub mod config;
+pub mod convert;
+pub mod demo;
+pub mod depth;
+pub mod lm;
+pub mod prompt;
+
+#[cfg(test)]
+mod tests;
