@@ -27,8 +27,20 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
         let id = job.id.clone();
         let span = tracing::info_span!("job", job = %id);
         let _g = span.enter();
-        // The stages run YuE2 (the only family the daemon serves so far).
-        let yued_protocol::Request::Yue2(request) = job.request;
+        // The stages run YuE2; a MiniMax Music 3 job (its synthesis half is not in this
+        // release) fails with a message instead of reaching them.
+        let request = match job.request {
+            yued_protocol::Request::Yue2(r) => r,
+            other => {
+                tracing::error!(family = %other.family(), "no stages for this family");
+                links.scheduler.do_send(crate::messages::Finished {
+                    id: id.clone(),
+                    outcome: crate::messages::Outcome::Failed(format!("{} jobs cannot render in this release: their synthesis half is not built yet", other.family())),
+                });
+                links.scheduler.do_send(EntryFree { id });
+                continue;
+            }
+        };
         let ctx = Arc::new(JobCtx {
             id: id.clone(),
             request,

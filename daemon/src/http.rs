@@ -94,7 +94,10 @@ pub fn client_key(req: &HttpRequest) -> String {
 /// Routes, parses, validates and resolves a request body; the error says what is wrong,
 /// naming the field (the 400 paths of `/synth` and `/synth/stream`).
 pub fn check_request(body: &[u8], st: &AppState) -> Result<Yue2Request, String> {
-    let Request::Yue2(req) = Request::from_json(body, &st.families).map_err(|e| e.to_string())?;
+    let req = match Request::from_json(body, &st.families).map_err(|e| e.to_string())? {
+        Request::Yue2(r) => r,
+        other => return Err(format!("family: {} requests are not served by this release", other.family())),
+    };
     req.validate(&st.limits).map_err(|e| e.to_string())?;
     let p = &st.prompt;
     let builder = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &p.tokenizer, tokens: p.tokens, instructions: &p.instructions };

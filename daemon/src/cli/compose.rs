@@ -1,6 +1,7 @@
-//! `yued compose`: the autoregressive half alone. Writes one replayable request per song:
-//! for YuE2 the request with its score, its semantic codes and its exact seeds, so
-//! `yued synth --request` (or `POST /synth`) renders it without sampling again.
+//! `yued compose`: the autoregressive half alone, for either family. Writes one replayable
+//! request per song: for YuE2 the request with its score, its semantic codes and its exact
+//! seeds; for MiniMax Music 3 the request with its `audio_codes` (8 per frame) and the
+//! song's own `lm_seed`; so `POST /synth` renders it without sampling again.
 use super::common::{random_u64, DeviceArgs};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ pub struct ComposeArgs {
     /// name order is used); or give --model.
     #[arg(long, required_unless_present = "model")]
     pub models: Option<PathBuf>,
-    /// The YuE2 backbone GGUF (instead of --models).
+    /// The YuE2 backbone GGUF (instead of --models; MiniMax Music 3 needs --models).
     #[arg(long, conflicts_with = "models")]
     pub model: Option<PathBuf>,
     /// Request JSON (its family from "family" or its fields, as POST /synth routes it).
@@ -33,6 +34,10 @@ pub struct ComposeArgs {
     /// KV cache size in tokens (default: the model context).
     #[arg(long, default_value_t = 0)]
     pub max_seq: usize,
+    /// MiniMax Music 3: run the guidance pair as two forwards instead of one batch of two
+    /// (the reference's sequential path; codes may differ at activation epsilon).
+    #[arg(long)]
+    pub no_batch_cfg: bool,
     #[command(flatten)]
     pub device: DeviceArgs,
 }
@@ -46,6 +51,20 @@ fn numbered(path: &Path, song: usize, of: usize) -> PathBuf {
 }
 
 pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
+    if let Some(dir) = &a.models {
+        let (reg, _) = Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
+        let served: Vec<Family> = Family::ALL
+            .into_iter()
+            .filter(|&f| match f {
+                Family::Yue2 => !reg.entries(Bucket::Yue2).is_empty(),
+                Family::Mm3 => !reg.entries(Bucket::Mm3Lm).is_empty(),
+            })
+            .collect();
+        let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
+        if let Request::Mm3(req) = Request::from_json(&body, &served).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))? {
+            return compose_mm3(&a, &reg, req);
+        }
+    }
     let model = match (&a.model, &a.models) {
         (Some(m), _) => m.clone(),
         (None, Some(dir)) => {
@@ -55,7 +74,9 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
         (None, None) => unreachable!("clap requires one"),
     };
     let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
-    let Request::Yue2(mut req) = Request::from_json(&body, &[Family::Yue2]).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
+    let Request::Yue2(mut req) = Request::from_json(&body, &[Family::Yue2]).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))? else {
+        anyhow::bail!("{}: not a YuE2 request", a.request.display());
+    };
     if let Some(s) = a.lm_seed {
         req.lm_seed = s;
     }
@@ -92,6 +113,60 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
         let out = numbered(&a.out, meta.index as usize, songs.len());
         std::fs::write(&out, serde_json::to_string_pretty(&replay)?).with_context(|| format!("writing {}", out.display()))?;
         println!("{}: song {} ({} codes{}, lm_seed {})", out.display(), meta.index, meta.codes.len(), if meta.ended { "" } else { ", cut by the budget" }, replay.lm_seed);
+    }
+    Ok(())
+}
+
+fn compose_mm3(a: &ComposeArgs, reg: &Registry, mut req: yued_protocol::Mm3Request) -> anyhow::Result<()> {
+    use yued_engine::models::mm3::{compose, config, depth::DepthModel, lm, prompt};
+    let what = a.request.display();
+    let lm_path = reg.resolve(Bucket::Mm3Lm, &req.lm_model).map_err(|e| anyhow::anyhow!("{what}: lm_model: {e}"))?.path.clone();
+    let depth_path = reg.resolve(Bucket::Mm3Depth, &req.depth_model).map_err(|e| anyhow::anyhow!("{what}: depth_model: {e}"))?.path.clone();
+    if let Some(s) = a.lm_seed {
+        req.lm_seed = s;
+    }
+    let req = req.with_resolved_seeds(random_u64);
+    let backend = a.device.open()?;
+    let lf = yued_engine::gguf::GgufFile::open(&lm_path)?;
+    let df = yued_engine::gguf::GgufFile::open(&depth_path)?;
+    for (f, p) in [(&lf, &lm_path), (&df, &depth_path)] {
+        if f.get(config::DEMO_KEY).is_some() {
+            eprintln!("warning: {} holds RANDOM demo weights", p.display());
+        }
+    }
+    let mut lm_model = lm::LmModel::load(&lf, &backend).with_context(|| format!("loading {}", lm_path.display()))?;
+    let tok = lm::tokenizer(&lf, &lm_model.info)?;
+    let mut depth = DepthModel::load(&df, lm_model.hidden(), &backend).with_context(|| format!("loading {}", depth_path.display()))?;
+    let codebooks = yued_protocol::request::Mm3Codebooks { semantic: lm_model.info.tokens.semantic_size, acoustic: depth.cfg.audio_vocab_size as u32 };
+    let limits = Limits { max_batch: req.lm_batch_size.max(1), mm3_codebooks: codebooks, ..Limits::default() };
+    req.validate(&limits).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+    let prompt = prompt::build(&tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| anyhow::anyhow!("{what}: lyrics: {e}"))?;
+    let settings = compose::ArSettings { lm_cfg: req.lm_cfg as f32, top_k: req.lm_top_k as usize, max_frames: req.frames(), batch_cfg: !a.no_batch_cfg };
+    let codes = req.checked_audio_codes(&codebooks).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+    let songs = if !codes.is_empty() {
+        vec![compose::replay(&backend, &mut lm_model, &mut depth, &prompt, &codes, &|| false).map_err(|e| anyhow::anyhow!("{e}"))?]
+    } else {
+        let n = req.lm_batch_size.max(1) as usize;
+        let pb = super::progress_bar(settings.max_frames as u64 + 1, "frames");
+        let mut draws = compose::SeedDraws::new(req.lm_seed, n);
+        let songs =
+            compose::compose(&backend, &mut lm_model, &mut depth, &prompt, n, &settings, &mut draws, &|| false, &mut |f, _| pb.set_position(f as u64 + 1)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        pb.finish_and_clear();
+        songs
+    };
+    if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
+        std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
+    }
+    for (i, song) in songs.iter().enumerate() {
+        let mut replay = req.clone();
+        replay.audio_codes = song.codes.iter().flatten().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+        if codes.is_empty() {
+            replay.lm_seed = req.lm_seed + i as i64;
+        }
+        replay.lm_batch_size = 1;
+        let out = numbered(&a.out, i, songs.len());
+        std::fs::write(&out, serde_json::to_string_pretty(&Request::Mm3(replay.clone()))?).with_context(|| format!("writing {}", out.display()))?;
+        println!("{}: song {i} ({} frames{}, lm_seed {})", out.display(), song.frames(), if song.ended { ", ended by the LM" } else { "" }, replay.lm_seed);
     }
     Ok(())
 }

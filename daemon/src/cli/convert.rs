@@ -18,12 +18,36 @@ pub enum ConvertCommand {
         /// Output GGUF.
         out: PathBuf,
     },
+    /// The published MiniMax Music 3 checkpoint (its `language_model/`, `rvq_depth_decoder/`,
+    /// `condition_encoder/`, `transformer/`, `vocoder/` folders and `tokenizer/`) to the five
+    /// GGUFs minimaxmusic.cpp names (mm3-lm, mm3-depth, mm3-cond, mm3-dit, mm3-vae), native
+    /// dtypes byte for byte, the vocoder's weight norm folded. Missing folders are skipped.
+    /// The vocoder's encoder lives in `dav.pth` (a torch pickle) and is not converted here:
+    /// it is only needed to encode audio, never to render.
+    Mm3 {
+        /// Checkpoint folder (the repository root).
+        dir: PathBuf,
+        /// Output folder (created).
+        out: PathBuf,
+        /// Semantic codes of a test checkpoint with a shrunken vocabulary (default 16384).
+        #[arg(long)]
+        semantic_codes: Option<u32>,
+    },
 }
 
 pub fn run(c: ConvertCommand) -> anyhow::Result<()> {
+    if let ConvertCommand::Mm3 { dir, out, semantic_codes } = &c {
+        let opts = yued_engine::models::mm3::convert::ConvertOptions { semantic_codes: *semantic_codes };
+        let done = yued_engine::models::mm3::convert::convert_checkpoint(dir, out, &opts, &mut |m| eprintln!("{m}")).with_context(|| format!("converting {}", dir.display()))?;
+        for d in done {
+            println!("wrote {} ({} tensors)", d.path.display(), d.tensors);
+        }
+        return Ok(());
+    }
     let (n, out) = match c {
         ConvertCommand::Backbone { dir, out } => (yued_engine::models::yue2::convert::convert_backbone(&dir, &out).with_context(|| format!("converting {}", dir.display()))?, out),
         ConvertCommand::Vae { dir, out } => (yued_engine::models::yue2::convert::convert_vae(&dir, &out).with_context(|| format!("converting {}", dir.display()))?, out),
+        ConvertCommand::Mm3 { .. } => unreachable!("converted above"),
     };
     println!("wrote {} ({n} tensors)", out.display());
     Ok(())

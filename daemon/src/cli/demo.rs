@@ -4,7 +4,12 @@ use yued_engine::models::yue2::demo::{write_demo, Preset};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
-    /// Directory to write `yue2-demo-{preset}.gguf` and `yue2-demo-{preset}-vae.gguf` into.
+    /// Which family: `yue2` (a backbone and a VAE) or `mm3` (MiniMax Music 3's LM and depth
+    /// decoder: the autoregressive half).
+    #[arg(long, default_value = "yue2")]
+    pub family: yued_protocol::Family,
+    /// Directory to write the files into (`yue2-demo-{preset}.gguf` and
+    /// `yue2-demo-{preset}-vae.gguf`; `mm3-demo-{preset}-lm.gguf` and `-depth.gguf`).
     #[arg(long)]
     pub out: PathBuf,
     /// `tiny` (a few MB, seconds on CPU), `deep` (tiny's widths at the published depth and
@@ -19,6 +24,19 @@ pub struct DemoArgs {
 
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let pb = super::progress_bar(0, "tensors");
+    if a.family == yued_protocol::Family::Mm3 {
+        let files = yued_engine::models::mm3::demo::write_demo(&a.out, a.preset, a.seed, &mut |done, total| {
+            pb.set_length(total as u64);
+            pb.set_position(done as u64);
+        })
+        .with_context(|| format!("writing the demo model into {}", a.out.display()))?;
+        pb.finish_and_clear();
+        for f in files {
+            println!("{}", f.display());
+        }
+        println!("(random weights: the output is noise, for testing and benchmarks)");
+        return Ok(());
+    }
     let (bb, vae) = write_demo(&a.out, a.preset, a.seed, &mut |done, total| {
         pb.set_length(total as u64);
         pb.set_position(done as u64);

@@ -19,7 +19,7 @@ use crate::models::checkpoint::{input, Shards};
 use crate::models::yue2::config::{TokenLayout, Yue2Config, ARCH, VAE_ARCH};
 use crate::tokenizer::{append_qwen_specials, convert_tiktoken, token_type};
 use std::collections::BTreeMap;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 /// Converts a backbone checkpoint folder. Returns the number of tensors written.
 pub fn convert_backbone(dir: &Path, out: &Path) -> Result<usize, ConvertError> {

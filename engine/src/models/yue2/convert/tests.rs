@@ -4,6 +4,7 @@ use crate::models::yue2::config::{backbone_tensor_shapes, BackboneInfo};
 use crate::tokenizer::BpeTokenizer;
 use safetensors::tensor::TensorView;
 use safetensors::Dtype;
+use std::path::PathBuf;
 
 fn repo(p: &str) -> PathBuf {
     PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("..").join(p)
