@@ -14,6 +14,7 @@ use yued_actors::journal::{VaeOp, VaeTask};
 use yued_actors::metrics::Metrics;
 use yued_actors::results::ResultStore;
 use yued_actors::scheduler::{Cancel, GetState, GetStatus, Scheduler, Snapshot, Submit, SubmitError};
+use yued_engine::registry::{Bucket, Registry};
 use yued_protocol::{ErrorBody, JobId, JobState, Limits, Props, Request, SubmitReply, Yue2Request, MULTIPART_BOUNDARY};
 
 /// Everything the handlers share.
@@ -30,6 +31,8 @@ pub struct AppState {
     pub ws_ping: std::time::Duration,
     /// What the submission check of a YuE2 request's length needs.
     pub prompt: PromptCheck,
+    /// The same for MiniMax Music 3, when it is served.
+    pub mm3: Option<Mm3Check>,
     pub api_keys: HashSet<String>,
     pub logs: LogRing,
     pub started: std::time::Instant,
@@ -93,10 +96,10 @@ pub fn client_key(req: &HttpRequest) -> String {
 
 /// Routes, parses, validates and resolves a request body; the error says what is wrong,
 /// naming the field (the 400 paths of `/synth` and `/synth/stream`).
-pub fn check_request(body: &[u8], st: &AppState) -> Result<Yue2Request, String> {
+pub fn check_request(body: &[u8], st: &AppState) -> Result<Request, String> {
     let req = match Request::from_json(body, &st.families).map_err(|e| e.to_string())? {
         Request::Yue2(r) => r,
-        other => return Err(format!("family: {} requests are not served by this release", other.family())),
+        Request::Mm3(r) => return check_mm3(r, st),
     };
     req.validate(&st.limits).map_err(|e| e.to_string())?;
     let p = &st.prompt;
@@ -105,7 +108,34 @@ pub fn check_request(body: &[u8], st: &AppState) -> Result<Yue2Request, String> 
     if !yued_actors::worker::format_supported(req.output_format) {
         return Err(format!("output_format: '{}' has no encoder in this build", req.output_format.name()));
     }
-    Ok(req.with_resolved_seeds(random_u64))
+    Ok(req.with_resolved_seeds(random_u64).into())
+}
+
+/// A MiniMax Music 3 request: its values, its component files against the registry, and
+/// its prompt's length.
+fn check_mm3(req: yued_protocol::Mm3Request, st: &AppState) -> Result<Request, String> {
+    let m = st.mm3.as_ref().ok_or("family: mm3 is not served by this daemon")?;
+    let limits = Limits { mm3_codebooks: m.codebooks, ..st.limits };
+    req.validate(&limits).map_err(|e| e.to_string())?;
+    for ((field, name), bucket) in req.models().into_iter().zip(Bucket::MM3) {
+        if !name.is_empty() {
+            m.registry.resolve(bucket, name).map_err(|e| format!("{field}: {e}"))?;
+        }
+    }
+    yued_engine::models::mm3::prompt::build(&m.tokenizer, &m.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
+    if !yued_actors::worker::format_supported(req.output_format) {
+        return Err(format!("output_format: '{}' has no encoder in this build", req.output_format.name()));
+    }
+    Ok(req.with_resolved_seeds(random_u64).into())
+}
+
+/// What the submission check of a MiniMax Music 3 request needs: the registry its
+/// component fields name files of, and the LM's tokenizer and codebooks.
+pub struct Mm3Check {
+    pub registry: Registry,
+    pub tokenizer: yued_engine::tokenizer::BpeTokenizer,
+    pub tokens: yued_engine::models::mm3::config::TokenLayout,
+    pub codebooks: yued_protocol::Mm3Codebooks,
 }
 
 fn random_u64() -> u64 {
@@ -116,8 +146,8 @@ fn random_u64() -> u64 {
 }
 
 /// Submits a parsed request; the reply of every submission route.
-pub async fn submit(st: &AppState, client: String, request: Yue2Request, vae: Option<VaeTask>) -> Result<JobId, HttpResponse> {
-    match st.scheduler.send(Submit { client, request: request.into(), vae }).await {
+pub async fn submit(st: &AppState, client: String, request: Request, vae: Option<VaeTask>) -> Result<JobId, HttpResponse> {
+    match st.scheduler.send(Submit { client, request, vae }).await {
         Ok(Ok(id)) => Ok(id),
         Ok(Err(SubmitError::Full(cap))) => {
             Err(HttpResponse::TooManyRequests().insert_header((header::RETRY_AFTER, "5")).json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") }))
@@ -250,7 +280,7 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         let _ = std::fs::remove_file(&path);
         return error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, "could not store the upload");
     }
-    match submit(&st, client_key(&req), options, Some(VaeTask { op, input: path.clone() })).await {
+    match submit(&st, client_key(&req), options.into(), Some(VaeTask { op, input: path.clone() })).await {
         Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
         Err(resp) => {
             let _ = std::fs::remove_file(&path);

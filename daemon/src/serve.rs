@@ -158,9 +158,28 @@ struct Models {
     vae_has_encoder: bool,
     tokenizer: BpeTokenizer,
     instructions: yued_engine::models::yue2::prompt::Instructions,
+    /// MiniMax Music 3, when its LM and depth decoder are in the registry.
+    mm3: Option<http::Mm3Check>,
+}
+
+/// The MiniMax Music 3 side of a registry: served when an LM and a depth decoder are there
+/// (the AR half; the synthesis files are checked when a request names them).
+fn mm3_check(reg: &Registry) -> anyhow::Result<Option<http::Mm3Check>> {
+    use yued_engine::models::mm3::{config, lm};
+    let (Ok(lm_entry), Ok(depth_entry)) = (reg.resolve(Bucket::Mm3Lm, ""), reg.resolve(Bucket::Mm3Depth, "")) else {
+        return Ok(None);
+    };
+    let f = GgufFile::open(&lm_entry.path)?;
+    let info = config::LmInfo::read(&f)?;
+    let tokenizer = lm::tokenizer(&f, &info)?;
+    let df = GgufFile::open(&depth_entry.path)?;
+    let depth = config::DepthConfig::from_gguf(&df)?;
+    let codebooks = yued_protocol::Mm3Codebooks { semantic: info.tokens.semantic_size, acoustic: depth.audio_vocab_size as u32 };
+    Ok(Some(http::Mm3Check { registry: reg.clone(), tokenizer, tokens: info.tokens, codebooks }))
 }
 
 fn resolve_models(c: &Config) -> anyhow::Result<Models> {
+    let mut mm3 = None;
     let (model, vae) = match (&c.model, &c.vae) {
         (Some(m), Some(v)) => (m.clone(), v.clone()),
         (None, None) if c.models.is_some() => {
@@ -174,12 +193,8 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
                     tracing::info!(bucket = b.arch(), file = %e.name, "model file");
                 }
             }
-            for b in [Bucket::Mm3Lm, Bucket::Mm3Depth, Bucket::Mm3Cond, Bucket::Mm3Dit, Bucket::Mm3Vae] {
-                if !reg.entries(b).is_empty() {
-                    tracing::warn!(bucket = b.arch(), "MiniMax Music 3 files are registered but not served yet");
-                }
-            }
             let pick = |b: Bucket| reg.resolve(b, "").map(|e| e.path.clone()).map_err(|e| anyhow::anyhow!("--models {}: {e}", dir.display()));
+            mm3 = mm3_check(&reg)?;
             (pick(Bucket::Yue2)?, pick(Bucket::Yue2Vae)?)
         }
         (None, None) => {
@@ -189,6 +204,12 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
                 tracing::warn!(dir = %dir.display(), "no --model given: writing the tiny demo model (random weights)");
                 write_demo(&dir, Preset::Tiny, 0, &mut |_, _| {}).context("writing the demo model")?;
             }
+            if !(dir.join("mm3-demo-tiny-lm.gguf").exists() && dir.join("mm3-demo-tiny-depth.gguf").exists()) {
+                tracing::warn!(dir = %dir.display(), "writing the tiny MiniMax Music 3 demo (random weights)");
+                yued_engine::models::mm3::demo::write_demo(&dir, Preset::Tiny, 0, &mut |_, _| {}).context("writing the MiniMax Music 3 demo")?;
+            }
+            let (reg, _) = Registry::scan(&dir).with_context(|| format!("scanning {}", dir.display()))?;
+            mm3 = mm3_check(&reg)?;
             (m, v)
         }
         _ => anyhow::bail!("--model and --vae go together (or neither, for the demo model)"),
@@ -204,7 +225,7 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let vf = GgufFile::open(&vae)?;
     let vae_info = yued_engine::models::yue2::vae::VaeModel::info(&vf)?;
     let demo = f.get(DEMO_KEY).and_then(|v| v.as_str()).map(String::from);
-    Ok(Models { model, vae, info, demo, audio: vae_info.audio_spec(), vae_has_encoder: vae_info.has_encoder, tokenizer, instructions })
+    Ok(Models { model, vae, info, demo, audio: vae_info.audio_spec(), vae_has_encoder: vae_info.has_encoder, tokenizer, instructions, mm3 })
 }
 
 /// API keys, when configured: 401 without one (the WebUI page and /health stay open).
@@ -267,6 +288,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let mut props = Props::new(env!("CARGO_PKG_VERSION"), models.model.display().to_string(), models.vae.display().to_string(), c.max_batch);
     props.context = context as u32;
     props.output_formats.retain(|f| f.name.parse::<yued_protocol::OutputFormat>().map(yued_audio::encode::supported).unwrap_or(false));
+    if let Some(m) = &models.mm3 {
+        props.families = Some(vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3]);
+        let files = Bucket::MM3.iter().map(|&b| (b.arch().to_string(), m.registry.entries(b).iter().map(|e| e.name.clone()).collect())).collect();
+        props.mm3 = Some(yued_protocol::props::Mm3Props {
+            models: files,
+            sample_rate: yued_protocol::request::mm3::SAMPLE_RATE,
+            frame_rate: yued_protocol::request::mm3::FRAME_RATE,
+            defaults: yued_protocol::Mm3Request::default(),
+        });
+    }
     let metrics = Metrics::new();
     let worker_cfg = WorkerConfig {
         model: models.model.clone(),
@@ -292,7 +323,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             metrics,
             props,
             limits,
-            families: vec![yued_protocol::Family::Yue2],
+            families: if models.mm3.is_some() { vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3] } else { vec![yued_protocol::Family::Yue2] },
+            mm3: models.mm3,
             prompt: http::PromptCheck { tokenizer: models.tokenizer, tokens: models.info.tokens, instructions: models.instructions },
             api_keys: cfg.api_keys.iter().cloned().collect::<HashSet<_>>(),
             logs: ring,

@@ -20,6 +20,8 @@ pub enum Bucket {
 }
 
 impl Bucket {
+    /// MiniMax Music 3's buckets, in the order of its request's component fields.
+    pub const MM3: [Bucket; 5] = [Bucket::Mm3Lm, Bucket::Mm3Depth, Bucket::Mm3Cond, Bucket::Mm3Dit, Bucket::Mm3Vae];
     pub const ALL: [Bucket; 7] = [Bucket::Yue2, Bucket::Yue2Vae, Bucket::Mm3Lm, Bucket::Mm3Depth, Bucket::Mm3Cond, Bucket::Mm3Dit, Bucket::Mm3Vae];
 
     /// The `general.architecture` of the bucket's files.

@@ -43,6 +43,25 @@ pub struct Props {
     pub output_formats: Vec<OutputFormatInfo>,
     pub adapters: Vec<AdapterInfo>,
     pub defaults: Yue2Request,
+    /// The families served, when more than YuE2 (a YuE2-only daemon answers without it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub families: Option<Vec<crate::Family>>,
+    /// MiniMax Music 3, when it is served: its model files by bucket and its default request.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mm3: Option<Mm3Props>,
+}
+
+/// What a MiniMax Music 3 client reads from `/props`.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct Mm3Props {
+    /// The files of each bucket (`mm3-lm`, `mm3-depth`, `mm3-cond`, `mm3-dit`, `mm3-vae`), in
+    /// name order: a request's `*_model` field names one; empty takes the first.
+    pub models: std::collections::BTreeMap<String, Vec<String>>,
+    pub sample_rate: u32,
+    /// Codes per second the LM writes.
+    pub frame_rate: f64,
+    /// The full default request.
+    pub defaults: crate::Mm3Request,
 }
 
 impl Props {
@@ -58,6 +77,8 @@ impl Props {
             max_batch,
             output_formats: OutputFormat::all().iter().map(|&f| f.into()).collect(),
             adapters: Vec::new(),
+            families: None,
+            mm3: None,
             defaults: Yue2Request::default(),
         }
     }

@@ -164,8 +164,19 @@ fn malformed_requests_get_400_naming_the_field_and_nothing_is_journaled() {
         (r#"{"style": "x", "semantic_sampling": {"penalty_window": 0}}"#, "semantic_sampling.penalty_window"),
         (r#"{"style": "x", "semantic_tokens": "1,2", "source_tokens": "3"}"#, "source_tokens"),
         (r#"{"style": "x", "semantic_tokens": "1,99999"}"#, "semantic_tokens"),
-        (r#"{}"#, "style"),
-        (r#"{"family": "mm3", "caption": "x", "lyrics": "la"}"#, "family"),
+        (r#"{"family": "yue2"}"#, "style"),
+        // Both families are served by default: a body with neither's fields, or both's.
+        (r#"{}"#, "family"),
+        (r#"{"lyrics": "la"}"#, "family"),
+        (r#"{"caption": "x", "cot": "off", "lyrics": "la"}"#, "family"),
+        // MiniMax Music 3's bad input.
+        (r#"{"family": "mm3", "lyrics": "la"}"#, "caption"),
+        (r#"{"caption": "x"}"#, "lyrics"),
+        (r#"{"caption": "x", "lyrics": "la", "duration": 0}"#, "duration"),
+        (r#"{"caption": "x", "lyrics": "la", "audio_codes": "1,2,3"}"#, "audio_codes"),
+        (r#"{"caption": "x", "lyrics": "la", "audio_codes": "1,2,3,4,5,6,7,8,99999,0,0,0,0,0,0,0"}"#, "audio_codes"),
+        (r#"{"caption": "x", "lyrics": "la", "dit_model": "nope.gguf"}"#, "dit_model"),
+        (r#"{"caption": "x", "lyrics": "la", "lm_model": "yue2-demo-tiny.gguf"}"#, "lm_model"),
         (r#"{"family": "opera", "style": "x"}"#, "family"),
         (r#"{"family": 2, "style": "x"}"#, "family"),
     ];
@@ -628,4 +639,32 @@ fn listeners_that_stop_reading_are_dropped_and_the_song_goes_on() {
     }
     assert!(gauge("yued_stream_dropped_listeners_total") >= 1.0, "the stalled listeners were dropped");
     assert!(gauge("process_resident_memory_bytes") < 600e6, "RSS {}", gauge("process_resident_memory_bytes"));
+}
+
+/// With no model flags the daemon serves both demo families: `/props` lists them, a MiniMax
+/// Music 3 request is validated, journaled with its family, and its record (here: its
+/// failure, as this release has no synthesis half for it) survives a kill -9 and restart,
+/// while a YuE2 job still renders.
+#[test]
+fn both_families_are_served_and_a_minimax_job_is_journaled_with_its_family() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Daemon::start(&data, &[]);
+    let props: serde_json::Value = d.http.get(d.url("/props")).send().unwrap().json().unwrap();
+    assert_eq!(props["families"], serde_json::json!(["yue2", "mm3"]), "{props}");
+    assert_eq!(props["mm3"]["models"]["mm3-lm"], serde_json::json!(["mm3-demo-tiny-lm.gguf"]));
+    assert_eq!(props["mm3"]["defaults"]["lm_cfg"], 1.5);
+    assert_eq!(props["mm3"]["sample_rate"], 44100);
+    assert_eq!(props["sample_rate"], 48000, "YuE2's fields stay where its clients read them");
+    let mm3 = d.submit(r#"{"caption": "<|genre pop|> bright", "lyrics": "[Verse] la la", "duration": 1, "lm_model": "mm3-demo-tiny-lm.gguf"}"#);
+    let s = d.wait(&mm3, Duration::from_secs(60));
+    assert_eq!(s["status"], "failed", "{s}");
+    let err = s["error"].as_str().unwrap().to_string();
+    assert!(err.contains("mm3") && err.contains("synthesis"), "{err}");
+    let yue = d.submit(&song(0.4, 2));
+    assert_eq!(d.wait(&yue, Duration::from_secs(120))["status"], "done");
+    let (data, port, args) = d.kill9();
+    let d = Daemon::start_on(&data, port, args);
+    let again = d.status(&mm3);
+    assert_eq!((again["status"].as_str(), again["error"].as_str()), (Some("failed"), Some(err.as_str())), "the MiniMax record reloads: {again}");
 }

@@ -92,7 +92,8 @@ impl Draws for FixedDraws {
 }
 
 /// Picks among `ranked` candidates (best first) with weights `softmax(guided)` by one
-/// uniform `u`: the first whose running weight reaches `u` times the total.
+/// uniform `u`: the first whose running weight passes `u` times the total (the fused graph
+/// of minimaxmusic.cpp; its host path takes "reaches", which differs only on equality).
 fn draw(ranked: &[(u32, f32)], u: f32) -> u32 {
     let mx = ranked.iter().map(|&(_, g)| g).fold(f32::NEG_INFINITY, f32::max);
     let w: Vec<f32> = ranked.iter().map(|&(_, g)| (g - mx).exp()).collect();
@@ -100,7 +101,7 @@ fn draw(ranked: &[(u32, f32)], u: f32) -> u32 {
     let mut acc = 0f32;
     for (i, wi) in w.iter().enumerate() {
         acc += wi;
-        if r <= acc {
+        if acc > r {
             return ranked[i].0;
         }
     }
