@@ -44,16 +44,22 @@ impl KvSet {
 
     /// Allocates a set of `streams` sequences holding `capacity` positions each.
     pub fn with_streams(backend: &Backend, dims: KvDims, capacity: usize, streams: usize) -> Result<Self, GgmlError> {
-        Self::alloc(backend, dims.layers, dims.head_dim, dims.kv_heads, capacity, streams)
+        Self::alloc(backend, dims.layers, dims.head_dim, dims.kv_heads, capacity, streams, KV_TYPE)
     }
 
-    fn alloc(backend: &Backend, layers: usize, head_dim: usize, kv_heads: usize, capacity: usize, streams: usize) -> Result<Self, GgmlError> {
+    /// A set of `streams` sequences whose entries are `ty` (F32: exact, twice the memory;
+    /// for precision checks against an f32 reference).
+    pub fn with_type(backend: &Backend, dims: KvDims, capacity: usize, streams: usize, ty: GgmlType) -> Result<Self, GgmlError> {
+        Self::alloc(backend, dims.layers, dims.head_dim, dims.kv_heads, capacity, streams, ty)
+    }
+
+    fn alloc(backend: &Backend, layers: usize, head_dim: usize, kv_heads: usize, capacity: usize, streams: usize, ty: GgmlType) -> Result<Self, GgmlError> {
         assert!(streams >= 1, "a KV set holds at least one stream");
         let shape = [head_dim as i64, capacity as i64, kv_heads as i64, streams as i64];
         let mut store = TensorStore::new(2 * layers)?;
         for l in 0..layers {
-            store.declare(&format!("k{l}"), KV_TYPE, &shape);
-            store.declare(&format!("v{l}"), KV_TYPE, &shape);
+            store.declare(&format!("k{l}"), ty, &shape);
+            store.declare(&format!("v{l}"), ty, &shape);
         }
         store.allocate(backend, "KV cache set", false)?;
         store.clear();
@@ -137,7 +143,7 @@ impl KvSet {
         let len = self.lens[stream];
         assert!(len <= capacity, "a copy of {len} positions into a set of {capacity}");
         let k = self.k(0);
-        let mut out = KvSet::alloc(backend, self.layers, k.ne()[0] as usize, k.ne()[2] as usize, capacity, 1)?;
+        let mut out = KvSet::alloc(backend, self.layers, k.ne()[0] as usize, k.ne()[2] as usize, capacity, 1, k.ty())?;
         if len > 0 {
             // Each of the 2 x layers copies is three nodes (the two views and the copy).
             let nodes = 3 * 2 * self.layers;

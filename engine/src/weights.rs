@@ -1,5 +1,5 @@
 //! Loading a set of GGUF tensors into device memory, shapes checked against the model.
-use crate::ggml::{Backend, GgmlError, TensorStore};
+use crate::ggml::{Backend, GgmlError, GgmlType, TensorStore};
 use crate::gguf::{GgufError, GgufFile};
 
 #[derive(Debug, thiserror::Error)]
@@ -13,15 +13,32 @@ pub enum LoadError {
 /// Declares, allocates and uploads `tensors` (name, expected `ne`) from `f`. The data goes
 /// from the file's memory map straight into the backend buffer.
 pub fn load_tensors(f: &GgufFile, tensors: &[(String, Vec<i64>)], backend: &Backend, what: &str) -> Result<TensorStore, LoadError> {
+    load_tensors_upcast(f, tensors, backend, what, |_, _| false)
+}
+
+/// [`load_tensors`], with the tensors `upcast(name, ne)` picks stored as F32 on the device
+/// (norms and tables a graph adds or multiplies element-wise: ggml's element-wise ops do
+/// not take BF16 or quantized operands, and a native BF16 file keeps its norms in BF16).
+pub fn load_tensors_upcast(f: &GgufFile, tensors: &[(String, Vec<i64>)], backend: &Backend, what: &str, upcast: impl Fn(&str, &[i64]) -> bool) -> Result<TensorStore, LoadError> {
     let mut store = TensorStore::new(tensors.len())?;
+    let mut to_f32 = Vec::with_capacity(tensors.len());
     for (name, ne) in tensors {
         let info = f.expect_tensor(name, ne)?;
-        store.declare(name, info.ty, &info.ne);
+        let up = info.ty != GgmlType::F32 && upcast(name, &info.ne);
+        to_f32.push(up);
+        store.declare(name, if up { GgmlType::F32 } else { info.ty }, &info.ne);
     }
     store.allocate(backend, what, true)?;
-    for (name, _) in tensors {
+    for ((name, _), up) in tensors.iter().zip(to_f32) {
         let info = f.require_tensor(name)?;
-        store.get(name).write_bytes(0, f.tensor_bytes(info));
+        let bytes = f.tensor_bytes(info);
+        if up {
+            let v = crate::ggml::decode_to_f32(info.ty, bytes)
+                .ok_or_else(|| GgufError::Corrupt { path: f.path().to_path_buf(), what: format!("tensor '{name}' of type {} has no f32 form", info.ty.name()) })?;
+            store.get(name).write_f32(&v);
+        } else {
+            store.get(name).write_bytes(0, bytes);
+        }
     }
     Ok(store)
 }

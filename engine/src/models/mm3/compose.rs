@@ -16,7 +16,6 @@
 //! leaves F + 1 code frames. Draws come from one stream per song, semantic first, then the
 //! 7 acoustic codes (seed 001: mt19937_64 seeded `lm_seed + i`, libstdc++'s float draw).
 use crate::ggml::{Backend, GgmlError};
-use crate::kv_cache::KvSet;
 use crate::models::mm3::config::{CODES_PER_FRAME, FEEDBACK_SCALE};
 use crate::models::mm3::depth::DepthModel;
 use crate::models::mm3::lm::LmModel;
@@ -168,7 +167,7 @@ pub fn compose(
         return Err(ComposeError::Invalid(format!("a prompt of {} tokens and {} frames is over the LM's context of {}", prompt.cond.len(), s.max_frames, lm.info.config.max_position_embeddings)));
     }
     // Song i: the conditional stream 2i, the unconditional 2i + 1.
-    let mut set = KvSet::with_streams(backend, lm.info.config.kv_dims(), capacity, 2 * songs)?;
+    let mut set = lm.kv_set(backend, capacity, 2 * songs)?;
     let prompts: Vec<(&[u32], usize)> = (0..songs).flat_map(|i| [(prompt.cond.as_slice(), 2 * i), (prompt.uncond.as_slice(), 2 * i + 1)]).collect();
     let mut out = lm.prefill(backend, &mut set, &prompts, s.batch_cfg)?;
     let mut result: Vec<Song> = (0..songs).map(|_| Song { codes: Vec::new(), states: Vec::new(), ended: false }).collect();
@@ -205,6 +204,7 @@ pub fn compose(
         }
         let mut codes: Vec<[u32; CODES_PER_FRAME]> = sem.iter().map(|&(_, _, c)| [c, 0, 0, 0, 0, 0, 0, 0]).collect();
         let mut depth_states: Vec<Vec<f32>> = vec![Vec::with_capacity(7 * h); sem.len()];
+        #[allow(clippy::needless_range_loop)] // `step` is the codebook, not only an index
         for step in 1..CODES_PER_FRAME {
             let len = step + 1;
             let d = if s.batch_cfg {
@@ -267,7 +267,7 @@ pub fn replay(backend: &Backend, lm: &mut LmModel, depth: &mut DepthModel, promp
     let h = lm.hidden();
     let n = codes.len().checked_sub(1).filter(|&n| n > 0).ok_or_else(|| ComposeError::Invalid("a replay needs at least two frames of codes".into()))?;
     let capacity = prompt.cond.len() + n;
-    let mut set = KvSet::new(backend, lm.info.config.kv_dims(), capacity)?;
+    let mut set = lm.kv_set(backend, capacity, 1)?;
     lm.prefill(backend, &mut set, &[(prompt.cond.as_slice(), 0)], true)?;
     let fb: Vec<f32> = codes[..n].iter().flat_map(|c| feedback(lm, depth, c)).collect();
     let lm_hidden = lm.feed_all(backend, &mut set, &fb, 0)?;

@@ -78,14 +78,21 @@ impl LmConfig {
         }
     }
 
+    /// Parses a `config.json`; the RoPE base may sit under `rope_parameters` (transformers 5).
     pub fn from_json(s: &str) -> Result<Self, String> {
-        let c: LmConfig = serde_json::from_str(s).map_err(|e| format!("LM config.json: {e}"))?;
+        let v: serde_json::Value = serde_json::from_str(s).map_err(|e| format!("LM config.json: {e}"))?;
+        let mut c: LmConfig = serde_json::from_value(v.clone()).map_err(|e| format!("LM config.json: {e}"))?;
+        if v.get("rope_theta").is_none() {
+            if let Some(t) = v.pointer("/rope_parameters/rope_theta").and_then(|t| t.as_f64()) {
+                c.rope_theta = t;
+            }
+        }
         c.check()?;
         Ok(c)
     }
 
     fn check(&self) -> Result<(), String> {
-        if self.num_attention_heads == 0 || self.num_key_value_heads == 0 || self.num_attention_heads % self.num_key_value_heads != 0 {
+        if self.num_attention_heads == 0 || self.num_key_value_heads == 0 || !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
             return Err(format!("LM config: {} query heads over {} KV heads", self.num_attention_heads, self.num_key_value_heads));
         }
         if self.tie_word_embeddings {
@@ -191,7 +198,7 @@ impl DepthConfig {
             *slot = f.get_i64(&format!("{DEPTH_ARCH}.{key}"))? as usize;
         }
         let c = DepthConfig { hidden_size: v[0], num_layers: v[1], num_attention_heads: v[2], intermediate_size: v[3], audio_vocab_size: v[4], num_codebooks: v[5], max_position_embeddings: v[6] };
-        if c.num_attention_heads == 0 || c.hidden_size % c.num_attention_heads != 0 || c.num_codebooks != CODES_PER_FRAME || c.max_position_embeddings < CODES_PER_FRAME {
+        if c.num_attention_heads == 0 || !c.hidden_size.is_multiple_of(c.num_attention_heads) || c.num_codebooks != CODES_PER_FRAME || c.max_position_embeddings < CODES_PER_FRAME {
             return Err(GgufError::Corrupt { path: f.path().to_path_buf(), what: format!("depth decoder config {c:?} is not MiniMax Music 3's layout") });
         }
         Ok(c)

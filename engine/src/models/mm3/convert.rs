@@ -90,7 +90,7 @@ fn native_dtype(shards: &Shards) -> Result<GgmlType, ConvertError> {
 }
 
 /// Writes every tensor of `shards` (renamed/transformed by the caller's list) after `w`'s metadata.
-fn write_all(w: &mut GgufWriter, tensors: &[(String, GgmlType, Vec<i64>, std::borrow::Cow<'_, [u8]>)], out: &Path) -> Result<usize, ConvertError> {
+fn write_all(w: &mut GgufWriter, tensors: &Tensors<'_>, out: &Path) -> Result<usize, ConvertError> {
     for (n, ty, ne, _) in tensors {
         w.add_tensor(n, *ty, ne);
     }
@@ -103,6 +103,8 @@ fn write_all(w: &mut GgufWriter, tensors: &[(String, GgmlType, Vec<i64>, std::bo
 }
 
 type Tensors<'a> = Vec<(String, GgmlType, Vec<i64>, std::borrow::Cow<'a, [u8]>)>;
+/// Tokens, their types, merges, and the size of the ordinary vocabulary.
+type TokenizerParts = (Vec<String>, Vec<i32>, Vec<String>, u32);
 
 fn verbatim(shards: &Shards) -> Result<Tensors<'_>, ConvertError> {
     let mut out = Vec::new();
@@ -119,7 +121,7 @@ fn name_of(dir: &Path) -> String {
 
 /// The tokenizer: `tokenizer.json` of `tokenizer/` (the published layout) or of the LM
 /// folder. Tokens at their ids, the added tokens as control tokens, merges as "a b".
-fn read_tokenizer(ckpt: &Path, lm_dir: &Path) -> Result<(Vec<String>, Vec<i32>, Vec<String>, u32), ConvertError> {
+fn read_tokenizer(ckpt: &Path, lm_dir: &Path) -> Result<TokenizerParts, ConvertError> {
     let path = [ckpt.join("tokenizer/tokenizer.json"), lm_dir.join("tokenizer.json")]
         .into_iter()
         .find(|p| p.is_file())

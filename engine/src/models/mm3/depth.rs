@@ -12,7 +12,7 @@ use crate::gguf::GgufFile;
 use crate::models::mm3::config::{expect_arch, DepthConfig, DEPTH_ARCH, DEPTH_EPS};
 use crate::nn::causal_lm::read_rows;
 use crate::nn::rms_norm;
-use crate::weights::{load_tensors, LoadError};
+use crate::weights::{load_tensors_upcast, LoadError};
 
 pub struct DepthModel {
     pub cfg: DepthConfig,
@@ -44,7 +44,8 @@ impl DepthModel {
                 what: format!("depth decoder of width {} beside an LM of width {lm_hidden}", cfg.hidden_size),
             }));
         }
-        let weights = load_tensors(f, &cfg.tensor_shapes(lm_hidden), backend, "depth decoder weights")?;
+        // Norms and the position table in F32 (they are added and multiplied element-wise).
+        let weights = load_tensors_upcast(f, &cfg.tensor_shapes(lm_hidden), backend, "depth decoder weights", |name, ne| ne.len() == 1 || name == "pos_embedding.weight")?;
         let graphs = (0..4 * (cfg.num_codebooks + 1)).map(|_| GraphCache::new(backend, "depth decoder step")).collect();
         Ok(DepthModel { cfg, weights, graphs })
     }

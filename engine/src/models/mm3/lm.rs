@@ -8,10 +8,12 @@ use crate::models::mm3::config::{lm_names, LmInfo};
 use crate::nn::causal_lm::{CausalLm, LmSpec, Logits, Positions, SeqEmbeds, SeqInput, StepInput};
 use crate::nn::qwen3::Role;
 use crate::tokenizer::{token_type, BpeTokenizer as Tokenizer, TokenizerError};
-use crate::weights::{load_tensors, LoadError};
+use crate::weights::{load_tensors_upcast, LoadError};
 
 pub struct LmModel {
     pub info: LmInfo,
+    /// Element type of the KV sets the AR loop makes (F16; F32 for precision checks).
+    pub kv_type: crate::ggml::GgmlType,
     lm: CausalLm,
 }
 
@@ -58,8 +60,14 @@ impl LmOut {
 impl LmModel {
     pub fn load(f: &GgufFile, backend: &Backend) -> Result<Self, LoadError> {
         let info = LmInfo::read(f)?;
-        let weights = load_tensors(f, &info.config.tensor_shapes(), backend, "LM weights")?;
-        Ok(LmModel { lm: CausalLm::new(lm_spec(&info), weights, backend, "LM step"), info })
+        // Norms in F32 (a native BF16 file keeps them BF16).
+        let weights = load_tensors_upcast(f, &info.config.tensor_shapes(), backend, "LM weights", |_, ne| ne.len() == 1)?;
+        Ok(LmModel { lm: CausalLm::new(lm_spec(&info), weights, backend, "LM step"), info, kv_type: crate::kv_cache::KV_TYPE })
+    }
+
+    /// A KV set of `streams` sequences of `capacity` positions, of [`LmModel::kv_type`].
+    pub fn kv_set(&self, backend: &Backend, capacity: usize, streams: usize) -> Result<KvSet, GgmlError> {
+        KvSet::with_type(backend, self.info.config.kv_dims(), capacity, streams, self.kv_type)
     }
 
     pub fn hidden(&self) -> usize {

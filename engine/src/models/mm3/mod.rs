@@ -12,4 +12,6 @@ pub mod lm;
 pub mod prompt;
 
 #[cfg(test)]
+mod parity;
+#[cfg(test)]
 mod tests;

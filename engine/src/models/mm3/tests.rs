@@ -63,7 +63,7 @@ fn compose_writes_frames_and_replay_rederives_their_states() {
     let songs = compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &settings(5), &mut draws, &|| false, &mut |_, _| ticks += 1).unwrap();
     let s = &songs[0];
     let frames = s.frames();
-    assert!(frames >= 1 && frames <= 5, "{frames}");
+    assert!((1..=5).contains(&frames), "{frames}");
     assert_eq!(s.codes.len(), frames + 1);
     assert_eq!(s.states.len(), frames * 8 * h);
     let l = t.lm.info.tokens;
