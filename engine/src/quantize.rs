@@ -1,10 +1,13 @@
-//! The backbone quantizer, with the seed's per-tensor policy:
+//! The quantizer, with the seeds' policies by architecture:
 //! - Q8_0 quantizes every 2-D weight matrix;
 //! - the K mixes (Q6_K, Q5_K_M) put `embed_tokens` and the untied `lm_head` in Q6_K and the
-//!   other matrices in the target type;
-//! - 1-D tensors (norms, biases) are promoted to F32; nothing goes below Q5 (an audio-code
-//!   LM breaks there);
-//! - a VAE file (`general.architecture = yue2-vae`) is refused: it is never quantized.
+//!   other matrices in the target type; Q4_K_M puts the feed-forward output matrices in Q6_K
+//!   and the rest in Q4_K;
+//! - 1-D tensors (norms, biases) are promoted to F32;
+//! - which targets a file takes depends on what it is ([`allowed`]): code-writing LMs (the
+//!   YuE2 backbone, MiniMax Music 3's LM) stop at Q5 (audio-code LMs break below), MiniMax's
+//!   DiT goes down to Q4_K_M, its depth decoder takes Q8_0 only, and the VAEs and the
+//!   condition encoder are never quantized (bandwidth-bound frontends stay native).
 use crate::ggml::{decode_to_f32, quantize, GgmlType};
 use crate::gguf::{GgufError, GgufFile, GgufWriter};
 use crate::models::yue2::config::{names, VAE_ARCH};
@@ -16,6 +19,7 @@ pub enum QuantTarget {
     Q8_0,
     Q6K,
     Q5KM,
+    Q4KM,
 }
 
 impl std::str::FromStr for QuantTarget {
@@ -25,7 +29,8 @@ impl std::str::FromStr for QuantTarget {
             "Q8_0" => Ok(QuantTarget::Q8_0),
             "Q6_K" => Ok(QuantTarget::Q6K),
             "Q5_K_M" => Ok(QuantTarget::Q5KM),
-            _ => Err(format!("unsupported quantization '{s}' (Q8_0, Q6_K or Q5_K_M; the backbone stops at Q5)")),
+            "Q4_K_M" => Ok(QuantTarget::Q4KM),
+            _ => Err(format!("unsupported quantization '{s}' (Q8_0, Q6_K, Q5_K_M, or Q4_K_M for a MiniMax Music 3 DiT)")),
         }
     }
 }
@@ -36,6 +41,7 @@ impl QuantTarget {
             QuantTarget::Q8_0 => "Q8_0",
             QuantTarget::Q6K => "Q6_K",
             QuantTarget::Q5KM => "Q5_K_M",
+            QuantTarget::Q4KM => "Q4_K_M",
         }
     }
     /// The type a tensor gets under this target.
@@ -48,9 +54,25 @@ impl QuantTarget {
             _ if name == names::EMBED || name == names::LM_HEAD => GgmlType::Q6_K,
             QuantTarget::Q6K => GgmlType::Q6_K,
             QuantTarget::Q5KM => GgmlType::Q5_K,
+            QuantTarget::Q4KM if name.contains("ff_out") || name.contains("down_proj") => GgmlType::Q6_K,
+            QuantTarget::Q4KM => GgmlType::Q4_K,
         };
         // Rows that are not whole blocks of the target fall back to Q8_0, then keep their type.
         [want, GgmlType::Q8_0].into_iter().find(|t| ne[0] % t.block_size() as i64 == 0).unwrap_or(current)
+    }
+}
+
+/// The targets a file of architecture `arch` takes, or why it takes none.
+pub fn allowed(arch: &str) -> Result<&'static [QuantTarget], String> {
+    use crate::models::mm3::config as mm3;
+    use QuantTarget::*;
+    match arch {
+        crate::models::yue2::config::ARCH | mm3::LM_ARCH => Ok(&[Q8_0, Q6K, Q5KM]),
+        mm3::DIT_ARCH => Ok(&[Q8_0, Q6K, Q5KM, Q4KM]),
+        mm3::DEPTH_ARCH => Ok(&[Q8_0]),
+        VAE_ARCH | mm3::VAE_ARCH => Err(format!("is a VAE ({arch}): the VAE is never quantized")),
+        mm3::COND_ARCH => Err("is a condition encoder (mm3-cond): it is never quantized".into()),
+        other => Err(format!("has architecture '{other}', which yued does not quantize")),
     }
 }
 
@@ -59,8 +81,10 @@ pub fn quantize_file(input: &Path, output: &Path, target: QuantTarget, progress:
     let f = GgufFile::open(input)?;
     let corrupt = |what: String| GgufError::Corrupt { path: input.to_path_buf(), what };
     let arch = f.get_str("general.architecture")?;
-    if arch == VAE_ARCH {
-        return Err(corrupt("is a VAE (yue2-vae): the VAE is never quantized".into()));
+    let targets = allowed(arch).map_err(corrupt)?;
+    if !targets.contains(&target) {
+        let names: Vec<&str> = targets.iter().map(|t| t.name()).collect();
+        return Err(corrupt(format!("a {arch} file takes {} only, not {}", names.join(", "), target.name())));
     }
     let mut w = GgufWriter::new();
     for (k, v) in f.metadata_ordered() {
@@ -104,7 +128,17 @@ mod tests {
         assert_eq!(QuantTarget::Q6K.type_for("model.norm.weight", &[2048], GgmlType::BF16), GgmlType::F32);
         // 64-wide rows are not whole K blocks: fall back to Q8_0
         assert_eq!(QuantTarget::Q6K.type_for("vae2llm.weight", &[64, 2048], GgmlType::BF16), GgmlType::Q8_0);
-        assert!("Q4_K_M".parse::<QuantTarget>().unwrap_err().contains("Q5"));
+        assert_eq!(QuantTarget::Q4KM.type_for("transformer_blocks.0.ff_out.weight", &[8192, 2048], GgmlType::F32), GgmlType::Q6_K);
+        assert_eq!(QuantTarget::Q4KM.type_for("transformer_blocks.0.attn.to_q.weight", &[2048, 2048], GgmlType::F32), GgmlType::Q4_K);
+        assert!("Q3_K".parse::<QuantTarget>().unwrap_err().contains("Q4_K_M"));
+        // Per architecture (seed 001's table).
+        assert!(allowed("yue2").unwrap().contains(&QuantTarget::Q5KM) && !allowed("yue2").unwrap().contains(&QuantTarget::Q4KM));
+        assert!(!allowed("mm3-lm").unwrap().contains(&QuantTarget::Q4KM));
+        assert!(allowed("mm3-dit").unwrap().contains(&QuantTarget::Q4KM));
+        assert_eq!(allowed("mm3-depth").unwrap(), &[QuantTarget::Q8_0]);
+        for never in ["yue2-vae", "mm3-vae", "mm3-cond"] {
+            assert!(allowed(never).unwrap_err().contains("never quantized"), "{never}");
+        }
     }
 
     #[test]
@@ -126,5 +160,26 @@ mod tests {
         assert!(err < 0.01, "max abs error {err}");
         let e = quantize_file(&vae, &dir.path().join("v.gguf"), QuantTarget::Q8_0, &mut |_, _| {}).unwrap_err();
         assert!(e.to_string().contains("never quantized"), "{e}");
+        let e = quantize_file(&bb, &dir.path().join("q4.gguf"), QuantTarget::Q4KM, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("Q5_K_M"), "the backbone stops at Q5: {e}");
+    }
+
+    #[test]
+    fn the_minimax_depth_decoder_takes_q8_0_only_and_keeps_its_norms_f32() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = crate::models::mm3::demo::write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
+        let e = quantize_file(&files[1], &dir.path().join("d6.gguf"), QuantTarget::Q6K, &mut |_, _| {}).unwrap_err();
+        assert!(e.to_string().contains("Q8_0 only"), "{e}");
+        let out = dir.path().join("d8.gguf");
+        quantize_file(&files[1], &out, QuantTarget::Q8_0, &mut |_, _| {}).unwrap();
+        let q = GgufFile::open(&out).unwrap();
+        assert_eq!(q.require_tensor("layers.0.attn.to_q.weight").unwrap().ty, GgmlType::Q8_0);
+        assert_eq!(q.require_tensor("norm.weight").unwrap().ty, GgmlType::F32);
+        // The quantized depth decoder still loads and runs beside the LM.
+        let backend = crate::ggml::Backend::for_tests(1);
+        let lm = crate::models::mm3::lm::LmModel::load(&GgufFile::open(&files[0]).unwrap(), &backend).unwrap();
+        let mut d = crate::models::mm3::depth::DepthModel::load(&q, lm.hidden(), &backend).unwrap();
+        let o = d.forward(&backend, &vec![0.1; 2 * 64], 2, 1, false).unwrap();
+        assert!(o.logits[0].iter().all(|x| x.is_finite()));
     }
 }

@@ -4,11 +4,13 @@ use yued_engine::quantize::{quantize_file, QuantTarget};
 
 #[derive(clap::Args)]
 pub struct QuantizeArgs {
-    /// Input backbone GGUF (BF16 or F32).
+    /// Input GGUF (BF16 or F32): a YuE2 backbone, or MiniMax Music 3's LM, depth decoder or
+    /// DiT (VAEs and the condition encoder are never quantized).
     pub input: PathBuf,
     /// Output GGUF.
     pub output: PathBuf,
-    /// Q8_0, Q6_K or Q5_K_M (the K mixes keep embeddings and lm_head in Q6_K).
+    /// Q8_0, Q6_K, Q5_K_M (the K mixes keep embeddings and lm_head in Q6_K), or Q4_K_M
+    /// (MiniMax's DiT only). Code-writing LMs stop at Q5_K_M; the depth decoder takes Q8_0.
     #[arg(long = "type")]
     pub ty: QuantTarget,
 }
