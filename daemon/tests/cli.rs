@@ -221,6 +221,52 @@ fn compose_writes_the_replayable_request_of_each_song() {
     assert!(fails(&["compose", "--models", s(&d.join("models")), "--request", s(&req), "--device", "CPU"]).contains("family"));
 }
 
+/// MiniMax Music 3's AR half through `yued compose`: a batch of two songs writes two
+/// replayable requests (8 codes per frame, each song's own lm_seed); a song composed alone
+/// with that seed is the same song; replaying a request keeps its codes; component fields
+/// resolve against the registry; a file of the wrong architecture is a clear error.
+#[test]
+fn compose_writes_minimax_songs_that_replay() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let models = d.join("models");
+    let out = ok(&["demo-model", "--family", "mm3", "--out", s(&models)]);
+    assert!(out.contains("mm3-demo-tiny-lm.gguf") && out.contains("mm3-demo-tiny-depth.gguf"), "{out}");
+    ok(&["demo-model", "--out", s(&models)]);
+    let req = d.join("req.json");
+    std::fs::write(&req, r#"{"caption": "<|genre synth-pop|> **bright**", "lyrics": "[Verse] la la\nneon ^ light", "duration": 0.6, "lm_batch_size": 2, "lm_top_k": 8}"#).unwrap();
+    let stdout = ok(&["compose", "--models", s(&models), "--request", s(&req), "--out", s(&d.join("c/request.json")), "--lm-seed", "21", "--device", "CPU"]);
+    assert!(stdout.contains("request00.json") && stdout.contains("request01.json"), "{stdout}");
+    let song1: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("c/request01.json")).unwrap()).unwrap();
+    assert_eq!((song1["family"].as_str(), song1["lm_seed"].as_i64(), song1["lm_batch_size"].as_i64()), (Some("mm3"), Some(22), Some(1)));
+    let codes = song1["audio_codes"].as_str().unwrap().to_string();
+    let n = codes.split(',').count();
+    assert!(n % 8 == 0 && n >= 16 && n <= 8 * 16, "{n} codes: 1 + up to 15 frames of 8");
+    // The same song composed alone at lm_seed 22.
+    let one = d.join("one.json");
+    std::fs::write(&one, r#"{"caption": "<|genre synth-pop|> **bright**", "lyrics": "[Verse] la la\nneon ^ light", "duration": 0.6, "lm_top_k": 8}"#).unwrap();
+    ok(&["compose", "--models", s(&models), "--request", s(&one), "--out", s(&d.join("alone.json")), "--lm-seed", "22", "--device", "CPU"]);
+    let alone: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("alone.json")).unwrap()).unwrap();
+    assert_eq!(alone["audio_codes"].as_str().unwrap(), codes, "song 1 of a batch is the song of lm_seed + 1");
+    // --no-batch-cfg draws the same song on the demo.
+    ok(&["compose", "--models", s(&models), "--request", s(&one), "--out", s(&d.join("split.json")), "--lm-seed", "22", "--no-batch-cfg", "--device", "CPU"]);
+    let split: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("split.json")).unwrap()).unwrap();
+    assert_eq!(split["audio_codes"], alone["audio_codes"]);
+    // A replay keeps its codes.
+    ok(&["compose", "--models", s(&models), "--request", s(&d.join("c/request01.json")), "--out", s(&d.join("replay.json")), "--device", "CPU"]);
+    let replay: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("replay.json")).unwrap()).unwrap();
+    assert_eq!(replay["audio_codes"].as_str().unwrap(), codes);
+    // Bad input: named fields, and a file of the wrong architecture.
+    std::fs::write(&req, r#"{"caption": "x", "lyrics": "la", "depth_model": "yue2-demo-tiny.gguf"}"#).unwrap();
+    let e = fails(&["compose", "--models", s(&models), "--request", s(&req), "--device", "CPU"]);
+    assert!(e.contains("depth_model") && e.contains("yue2"), "{e}");
+    std::fs::write(&req, r#"{"caption": "x", "lyrics": "la", "audio_codes": "1,2,3"}"#).unwrap();
+    assert!(fails(&["compose", "--models", s(&models), "--request", s(&req), "--device", "CPU"]).contains("audio_codes"));
+    std::fs::write(&req, r#"{"style": "x", "cot": "off", "lyrics": "la"}"#).unwrap();
+    let e = fails(&["compose", "--model", s(&models.join("mm3-demo-tiny-lm.gguf")), "--request", s(&req), "--device", "CPU"]);
+    assert!(e.contains("mm3-lm") && e.contains("yue2"), "{e}");
+}
+
 #[test]
 fn codec_encodes_audio_to_latents_and_back_in_every_format() {
     let dir = tempfile::tempdir().unwrap();
