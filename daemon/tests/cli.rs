@@ -241,7 +241,7 @@ fn compose_writes_minimax_songs_that_replay() {
     assert_eq!((song1["family"].as_str(), song1["lm_seed"].as_i64(), song1["lm_batch_size"].as_i64()), (Some("mm3"), Some(22), Some(1)));
     let codes = song1["audio_codes"].as_str().unwrap().to_string();
     let n = codes.split(',').count();
-    assert!(n % 8 == 0 && n >= 16 && n <= 8 * 16, "{n} codes: 1 + up to 15 frames of 8");
+    assert!(n.is_multiple_of(8) && (16..=8 * 16).contains(&n), "{n} codes: 1 + up to 15 frames of 8");
     // The same song composed alone at lm_seed 22.
     let one = d.join("one.json");
     std::fs::write(&one, r#"{"caption": "<|genre synth-pop|> **bright**", "lyrics": "[Verse] la la\nneon ^ light", "duration": 0.6, "lm_top_k": 8}"#).unwrap();
