@@ -51,6 +51,16 @@ impl Context {
         // SAFETY: row-wise op on any shape.
         self.op(|| unsafe { sys::ggml_rms_norm(self.raw(), a.raw(), eps) })
     }
+    /// Normalisation to zero mean and unit variance over the innermost dimension (a
+    /// LayerNorm without its affine part).
+    pub fn norm<'a>(&'a self, a: Tensor<'a>, eps: f32) -> Tensor<'a> {
+        // SAFETY: row-wise op on any shape.
+        self.op(|| unsafe { sys::ggml_norm(self.raw(), a.raw(), eps) })
+    }
+    pub fn tanh<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: elementwise.
+        self.op(|| unsafe { sys::ggml_tanh(self.raw(), a.raw()) })
+    }
     pub fn silu<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: elementwise.
         self.op(|| unsafe { sys::ggml_silu(self.raw(), a.raw()) })
@@ -172,6 +182,16 @@ impl Context {
         assert_eq!(pos.ty(), GgmlType::I32, "rope positions must be I32");
         assert_eq!(pos.ne()[0], a.ne()[2], "rope: {} positions for {} tokens", pos.ne()[0], a.ne()[2]);
         // SAFETY: checked above.
+        self.op(|| unsafe { sys::ggml_rope_ext(self.raw(), a.raw(), pos.raw(), std::ptr::null_mut(), n_dims, sys::GGML_ROPE_TYPE_NEOX as i32, 0, freq_base, 1.0, 0.0, 1.0, 0.0, 0.0) })
+    }
+    /// NeoX-style rotary embedding of the first `n_dims` dims of `a` [head_dim, heads,
+    /// tokens, batch] at `pos` (I32, one per token, shared by the batch); the other dims
+    /// pass through.
+    pub fn rope_neox_4d<'a>(&'a self, a: Tensor<'a>, pos: Tensor<'a>, n_dims: i32, freq_base: f32) -> Tensor<'a> {
+        assert_eq!(pos.ty(), GgmlType::I32, "rope positions must be I32");
+        assert_eq!(pos.ne()[0], a.ne()[2], "rope: {} positions for {} tokens", pos.ne()[0], a.ne()[2]);
+        assert!(n_dims as i64 <= a.ne()[0] && n_dims % 2 == 0, "rope of {n_dims} dims in heads of {}", a.ne()[0]);
+        // SAFETY: checked above; ggml rotates each batch entry with the same positions.
         self.op(|| unsafe { sys::ggml_rope_ext(self.raw(), a.raw(), pos.raw(), std::ptr::null_mut(), n_dims, sys::GGML_ROPE_TYPE_NEOX as i32, 0, freq_base, 1.0, 0.0, 1.0, 0.0, 0.0) })
     }
     /// softmax(a * scale + mask) over rows; `mask` broadcast over heads.

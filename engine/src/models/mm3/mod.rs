@@ -4,14 +4,20 @@
 //! configuration, the prompt, the LM, the depth decoder, the AR loop (`compose`), the
 //! checkpoint converter and the demo weights.
 pub mod compose;
+pub mod cond;
 pub mod config;
 pub mod convert;
 pub mod demo;
 pub mod depth;
+pub mod dit;
 pub mod lm;
 pub mod prompt;
+pub mod synth;
+pub mod vae;
 
 #[cfg(test)]
 mod parity;
+#[cfg(test)]
+mod synth_parity;
 #[cfg(test)]
 mod tests;

@@ -1,0 +1,160 @@
+//! The flow VAE's decoder (a DAC-style stack, diffusers' `MiniMaxMusic3Vocoder`): the 128
+//! latent channels are two independent 64-channel tracks (0..63 the left side), each
+//! decoded to mono at 512x: `dec_in_proj` (k=1), `conv_in` (k=7), blocks of snake, a
+//! transposed convolution (stride s, kernel 2s, padding ceil(s/2)) and three residual units
+//! (dilations 1, 3, 9), then snake, `conv_out` (k=7) and tanh. The snake uses its alpha
+//! directly: `x + sin^2(alpha x) / (alpha + 1e-9)`. Weight norm is folded by the converter.
+use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
+use crate::gguf::{GgufError, GgufFile};
+use crate::models::mm3::config::{expect_arch, VAE_ARCH};
+use crate::weights::LoadError;
+
+const RES_DILATIONS: [usize; 3] = [1, 3, 9];
+
+/// The decoder's shape, read from its tensors.
+#[derive(Clone, Debug, PartialEq)]
+pub struct VaeInfo {
+    pub latent_channels: usize,
+    pub sample_rate: u32,
+    pub strides: Vec<usize>,
+}
+
+impl VaeInfo {
+    pub fn hop(&self) -> usize {
+        self.strides.iter().product()
+    }
+    pub fn audio_spec(&self) -> crate::models::AudioSpec {
+        crate::models::AudioSpec { sample_rate: self.sample_rate, channels: 2, latent_channels: self.latent_channels, samples_per_latent: self.hop(), code_rate: super::config::FRAME_RATE }
+    }
+}
+
+pub struct VaeModel {
+    pub info: VaeInfo,
+    weights: TensorStore,
+    alloc: Allocator,
+}
+
+impl VaeModel {
+    pub fn info(f: &GgufFile) -> Result<VaeInfo, GgufError> {
+        expect_arch(f, VAE_ARCH)?;
+        let half = f.require_tensor("dec_in_proj.weight")?.ne[1] as usize;
+        let mut strides = Vec::new();
+        while let Some(t) = f.tensor(&format!("blocks.{}.conv_t1.weight", strides.len())) {
+            strides.push(t.ne[0] as usize / 2);
+        }
+        let sample_rate = f.get(&format!("{VAE_ARCH}.sampling_rate")).and_then(|v| v.as_i64()).unwrap_or(44100) as u32;
+        if strides.is_empty() {
+            return Err(GgufError::Corrupt { path: f.path().to_path_buf(), what: "no decoder block (blocks.0.conv_t1.weight)".into() });
+        }
+        Ok(VaeInfo { latent_channels: 2 * half, sample_rate, strides })
+    }
+
+    /// Loads the decoder: convolutions as F32 `[K, Cin, Cout]`, biases and snake factors as
+    /// `[1, C]` rows (`.a` = alpha, `.inv` = 1 / (alpha + 1e-9)).
+    pub fn load(f: &GgufFile, backend: &Backend) -> Result<Self, LoadError> {
+        let info = Self::info(f)?;
+        let mut tensors: Vec<(String, Vec<i64>, Vec<f32>)> = Vec::new();
+        for t in f.tensors() {
+            let name = t.name.as_str();
+            if name.starts_with("encoder.") || name.starts_with("quant") || name.starts_with("post_") {
+                continue;
+            }
+            let v = f.tensor_f32(name)?;
+            if let Some(p) = name.strip_suffix(".alpha") {
+                let c = v.len() as i64;
+                tensors.push((format!("{p}.inv"), vec![1, c], v.iter().map(|a| 1.0 / (a + 1e-9)).collect()));
+                tensors.push((format!("{p}.a"), vec![1, c], v));
+            } else if name.ends_with(".bias") {
+                tensors.push((name.to_string(), vec![1, v.len() as i64], v));
+            } else {
+                tensors.push((name.to_string(), t.ne.clone(), v));
+            }
+        }
+        let mut weights = TensorStore::new(tensors.len())?;
+        for (n, ne, _) in &tensors {
+            weights.declare(n, GgmlType::F32, ne);
+        }
+        weights.allocate(backend, "VAE weights", true)?;
+        for (n, _, v) in &tensors {
+            weights.get(n).write_f32(v);
+        }
+        Ok(VaeModel { info, weights, alloc: Allocator::new(backend) })
+    }
+
+    pub fn weight_bytes(&self) -> usize {
+        self.weights.bytes()
+    }
+
+    /// Decodes `frames` time-major latents (`[T][latent_channels]`): planar stereo
+    /// `[left: T * hop][right: T * hop]`, in [-1, 1] (tanh).
+    pub fn decode(&mut self, backend: &Backend, latents: &[f32]) -> Result<Vec<f32>, GgmlError> {
+        let c = self.info.latent_channels;
+        assert!(!latents.is_empty() && latents.len().is_multiple_of(c), "{} latent values are not whole frames of {c}", latents.len());
+        let frames = latents.len() / c;
+        let half = c / 2;
+        let mut out = Vec::with_capacity(2 * frames * self.info.hop());
+        for side in 0..2 {
+            // The side's channels, time-innermost ([T, half]).
+            let mut x = vec![0f32; frames * half];
+            for t in 0..frames {
+                for ch in 0..half {
+                    x[ch * frames + t] = latents[t * c + side * half + ch];
+                }
+            }
+            out.extend(self.decode_track(backend, &x, frames)?);
+        }
+        Ok(out)
+    }
+
+    fn decode_track(&mut self, backend: &Backend, x_in: &[f32], frames: usize) -> Result<Vec<f32>, GgmlError> {
+        let nodes = 256 + 128 * self.info.strides.len();
+        let ctx = Context::for_graph(nodes)?;
+        let mut g = ctx.new_graph("MiniMax VAE decode", nodes);
+        let w = &self.weights;
+        let input = ctx.new_tensor(GgmlType::F32, &[frames as i64, (self.info.latent_channels / 2) as i64]).set_input();
+        let mut x = conv(&ctx, w, "dec_in_proj", input, 0, 1);
+        x = conv(&ctx, w, "conv_in", x, 3, 1);
+        for (i, &s) in self.info.strides.iter().enumerate() {
+            let p = format!("blocks.{i}");
+            x = snake(&ctx, w, &format!("{p}.snake1"), x);
+            x = conv_t(&ctx, w, &format!("{p}.conv_t1"), x, s);
+            for (r, &d) in RES_DILATIONS.iter().enumerate() {
+                x = res_unit(&ctx, w, &format!("{p}.res_unit{}", r + 1), x, d);
+            }
+        }
+        x = snake(&ctx, w, "snake_out", x);
+        let y = ctx.tanh(conv(&ctx, w, "conv_out", x, 3, 1)).set_output();
+        g.expand(y);
+        self.alloc.alloc_graph(&g)?;
+        input.write_f32(x_in);
+        backend.compute(&g)?;
+        Ok(y.read_f32())
+    }
+}
+
+fn snake<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>) -> Tensor<'a> {
+    let s2 = ctx.sqr(ctx.sin(ctx.mul(x, w.get(&format!("{p}.a")))));
+    ctx.add(x, ctx.mul(s2, w.get(&format!("{p}.inv"))))
+}
+
+fn conv<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, pad: i32, dil: i32) -> Tensor<'a> {
+    let y = ctx.conv_1d_f32(w.get(&format!("{p}.weight")), x, 1, pad, dil);
+    let y = ctx.reshape_2d(y, y.ne()[0], y.ne()[1]);
+    ctx.add(y, w.get(&format!("{p}.bias")))
+}
+
+fn conv_t<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, s: usize) -> Tensor<'a> {
+    let full = ctx.conv_transpose_1d(w.get(&format!("{p}.weight")), x, s as i32);
+    let crop = s.div_ceil(2);
+    let len = full.ne()[0] - 2 * crop as i64;
+    let v = ctx.view_2d(full, len, full.ne()[1], full.nb()[1], crop * full.nb()[0]);
+    ctx.add(ctx.cont(v), w.get(&format!("{p}.bias")))
+}
+
+fn res_unit<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, d: usize) -> Tensor<'a> {
+    let y = snake(ctx, w, &format!("{p}.snake1"), x);
+    let y = conv(ctx, w, &format!("{p}.conv1"), y, 3 * d as i32, d as i32);
+    let y = snake(ctx, w, &format!("{p}.snake2"), y);
+    let y = conv(ctx, w, &format!("{p}.conv2"), y, 0, 1);
+    ctx.add(x, y)
+}
