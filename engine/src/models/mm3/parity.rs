@@ -84,7 +84,7 @@ fn converted_as(f32_weights: bool) -> Converted {
     let dir = tempfile::tempdir().unwrap();
     let done = convert_checkpoint(&repo("fixtures/mm3/ckpt"), dir.path(), &ConvertOptions { semantic_codes: Some(64) }, &mut |_| {}).unwrap();
     let files: Vec<PathBuf> = done.iter().map(|d| d.path.clone()).collect();
-    let backend = Backend::for_tests(2);
+    let backend = Backend::for_tests(1);
     let pick = |p: &PathBuf| if f32_weights { f32_copy(p) } else { p.clone() };
     let lf = GgufFile::open(pick(&files[0])).unwrap();
     let mut lm = LmModel::load(&lf, &backend).unwrap();

@@ -53,7 +53,7 @@ struct Models {
 fn models() -> Models {
     let dir = tempfile::tempdir().unwrap();
     let done = convert_checkpoint(&repo("fixtures/mm3/ckpt"), dir.path(), &ConvertOptions { semantic_codes: Some(64) }, &mut |_| {}).unwrap();
-    let backend = Backend::for_tests(2);
+    let backend = Backend::for_tests(1);
     let open = |i: usize| GgufFile::open(&done[i].path).unwrap();
     let cond = CondEncoder::load(&open(2), &backend).unwrap();
     let dit = DitModel::load(&open(3), &backend).unwrap();
@@ -161,7 +161,7 @@ fn two_windows_carry_their_overlap_and_stitch() {
     let mut noise: Vec<Box<dyn Noise + Send>> = vec![Box::new(frame_noise(&noises, 8))];
     let s = SynthSettings { steps: 2, dit_cfg: 1.7, batch_cfg: true };
     let mut audio: Vec<Vec<f32>> = Vec::new();
-    let backend = Backend::for_tests(2);
+    let backend = Backend::for_tests(1);
     let vae = &mut m.vae;
     render(&m.backend, &mut m.cond, &mut m.dit, &states, 250, &mut noise, &s, &|| false, &mut |_, _| {}, &mut |w| {
         let want = &wins[w.index];

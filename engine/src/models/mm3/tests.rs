@@ -20,7 +20,7 @@ pub(crate) struct Tiny {
 pub(crate) fn tiny() -> Tiny {
     let dir = tempfile::tempdir().unwrap();
     let files = write_demo(dir.path(), Preset::Tiny, 3, &mut |_, _| {}).unwrap();
-    let backend = Backend::for_tests(2);
+    let backend = Backend::for_tests(1);
     let f = GgufFile::open(&files[0]).unwrap();
     let lm = LmModel::load(&f, &backend).unwrap();
     let tok = tokenizer(&f, &lm.info).unwrap();
