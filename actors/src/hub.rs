@@ -77,12 +77,18 @@ pub struct EncodedTile {
 pub struct TileEncoder {
     serial: u32,
     opus: Option<OggOpusStream>,
+    /// For tiles not at 48 kHz (MiniMax Music 3's 44.1 kHz): one resampler for the whole
+    /// stream, so tile boundaries leave no seam.
+    resampler: Option<yued_audio::resample::StreamResampler>,
     job: JobId,
 }
 
+/// Opus's own rate.
+pub const OPUS_RATE: u32 = 48_000;
+
 impl TileEncoder {
     pub fn new(job: &JobId) -> Self {
-        TileEncoder { serial: (job.to_u64() & 0xffff_ffff) as u32, opus: None, job: job.clone() }
+        TileEncoder { serial: (job.to_u64() & 0xffff_ffff) as u32, opus: None, resampler: None, job: job.clone() }
     }
 
     pub fn encode(&mut self, t: &PcmTile) -> EncodedTile {
@@ -92,7 +98,21 @@ impl TileEncoder {
                 Err(err) => tracing::error!(job = %self.job, %err, "opening the Opus stream"),
             }
         }
-        let opus_pages = match self.opus.as_mut().map(|o| o.push(&t.planar)) {
+        if t.sample_rate != OPUS_RATE && self.resampler.is_none() {
+            match yued_audio::resample::StreamResampler::new(t.sample_rate, OPUS_RATE, t.channels) {
+                Ok(r) => self.resampler = Some(r),
+                Err(err) => tracing::error!(job = %self.job, %err, "opening the stream resampler"),
+            }
+        }
+        let at48 = match self.resampler.as_mut().map(|r| r.push(&t.planar)) {
+            Some(Ok(p)) => std::borrow::Cow::Owned(p),
+            Some(Err(err)) => {
+                tracing::error!(job = %self.job, %err, "resampling a tile");
+                std::borrow::Cow::Owned(Vec::new())
+            }
+            None => std::borrow::Cow::Borrowed(&t.planar),
+        };
+        let opus_pages = match self.opus.as_mut().map(|o| o.push(&at48)) {
             Some(Ok(p)) => Bytes::from(p),
             Some(Err(err)) => {
                 tracing::error!(job = %self.job, %err, "Opus encoding");
@@ -115,7 +135,15 @@ impl TileEncoder {
     /// Closes the Opus stream: its last pages, to publish as [`Publish::StreamEnd`] after
     /// the last tile. Empty when nothing was encoded.
     pub fn finish(&mut self) -> Bytes {
-        match self.opus.take().map(|o| o.finish()) {
+        let mut tail = Vec::new();
+        if let (Some(r), Some(o)) = (self.resampler.take(), self.opus.as_mut()) {
+            match r.finish().and_then(|rest| o.push(&rest)) {
+                Ok(p) => tail = p,
+                Err(err) => tracing::error!(job = %self.job, %err, "the stream's last samples"),
+            }
+        }
+        let end = self.opus.take().map(|o| o.finish()).map(|r| r.map(|p| [tail, p].concat()));
+        match end {
             Some(Ok(pages)) => Bytes::from(pages),
             Some(Err(err)) => {
                 tracing::error!(job = %self.job, %err, "closing the Opus stream");
@@ -185,7 +213,9 @@ impl StreamHub {
             Publish2::Tile(t) => {
                 let mut v = Vec::new();
                 if first_tile {
-                    v.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate: t.sample_rate, channels: t.channels as u16 }.to_text()));
+                    // Opus always decodes at 48 kHz (the encoder resamples other rates).
+                    let sample_rate = if codec == StreamCodec::Opus { OPUS_RATE } else { t.sample_rate };
+                    v.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate, channels: t.channels as u16 }.to_text()));
                 }
                 v.push(StreamItem::Text(StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }.to_text()));
                 match codec {

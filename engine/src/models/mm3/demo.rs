@@ -8,7 +8,9 @@
 use crate::ggml::GgmlType;
 use crate::gguf::{GgufError, GgufWriter, Value};
 use crate::models::mm3::config::{DepthConfig, LmConfig, TokenLayout, CONFIG_JSON_KEY, DEMO_KEY, DEPTH_ARCH, LM_ARCH};
-use crate::models::yue2::demo::{tensor_type, write_tensors, Preset};
+use crate::models::mm3::config::{COND_ARCH, DIT_ARCH, VAE_ARCH};
+use crate::models::mm3::dit::DitConfig;
+use crate::models::yue2::demo::{random_values, tensor_type, write_tensors, Preset};
 use crate::tokenizer::{byte_to_char_table, token_type};
 use std::path::{Path, PathBuf};
 
@@ -54,12 +56,34 @@ pub struct DemoSpec {
     pub depth: DepthConfig,
     pub tokens: TokenLayout,
     pub matrix_type: GgmlType,
+    /// The condition encoder's output width.
+    pub cond_dim: usize,
+    pub dit: DitConfig,
+    /// The VAE: latent channels (two tracks), `dec_in_proj` and `conv_in` widths, strides.
+    pub vae: (usize, usize, usize, [usize; 4]),
 }
 
 impl DemoSpec {
     pub fn new(p: Preset) -> Self {
         match p {
-            Preset::Full => DemoSpec { lm: LmConfig::full(), depth: DepthConfig::full(), tokens: TokenLayout::FULL, matrix_type: GgmlType::Q8_0 },
+            Preset::Full => DemoSpec {
+                lm: LmConfig::full(),
+                depth: DepthConfig::full(),
+                tokens: TokenLayout::FULL,
+                matrix_type: GgmlType::Q8_0,
+                cond_dim: 2048,
+                dit: DitConfig {
+                    in_channels: 128,
+                    condition_dim: 2048,
+                    num_layers: 36,
+                    num_attention_heads: 32,
+                    attention_head_dim: 64,
+                    ff_inner_dim: 8192,
+                    rotary_dim: 32,
+                    fourier_embedding_dim: 256,
+                },
+                vae: (128, 1024, 1536, [8, 8, 4, 2]),
+            },
             Preset::Tiny | Preset::Deep => {
                 let tokens = TokenLayout::shifted(256, 64);
                 let layers = if p == Preset::Deep { 36 } else { 2 };
@@ -74,7 +98,10 @@ impl DemoSpec {
                     ..LmConfig::full()
                 };
                 let depth = DepthConfig { hidden_size: 64, num_layers: 4, num_attention_heads: 4, intermediate_size: 96, audio_vocab_size: 32, num_codebooks: 8, max_position_embeddings: 16 };
-                DemoSpec { lm, depth, tokens, matrix_type: GgmlType::F32 }
+                // The synthesis half at tiny widths, but with the published hop (512 samples a
+                // latent) so the audio has the published rate and length.
+                let dit = DitConfig { in_channels: 8, condition_dim: 32, num_layers: 2, num_attention_heads: 2, attention_head_dim: 16, ff_inner_dim: 64, rotary_dim: 8, fourier_embedding_dim: 16 };
+                DemoSpec { lm, depth, tokens, matrix_type: GgmlType::F32, cond_dim: 32, dit, vae: (8, 16, 32, [8, 8, 4, 2]) }
             }
         }
     }
@@ -93,7 +120,32 @@ impl DemoSpec {
     }
 }
 
-/// Writes `mm3-demo-{preset}-lm.gguf` and `mm3-demo-{preset}-depth.gguf` into `dir`.
+/// Random values of a demo tensor of the synthesis half: norm scales and snake alphas
+/// around 1, biases small, matrices of unit gain.
+fn synth_values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
+    let v = random_values(seed, name, ne);
+    let around_one = name.ends_with(".alpha") || (name.contains("norm") && name.ends_with(".weight")) || name == "layer_scale";
+    if around_one {
+        v.iter().map(|x| 1.0 + 0.2 * x.clamp(-1.0, 1.0)).collect()
+    } else if name.ends_with(".bias") || name == "layer_weight_logits" {
+        v.iter().map(|x| 0.02 * x).collect()
+    } else {
+        v
+    }
+}
+
+/// Writes one GGUF of F32 (or the spec's matrix type) random tensors.
+fn write_synth(path: &Path, w: &GgufWriter, tensors: &[(String, GgmlType, Vec<i64>)], seed: u64) -> Result<(), GgufError> {
+    let mut data = w.create(path)?;
+    for (name, ty, ne) in tensors {
+        let v = synth_values(seed, name, ne);
+        let bytes = if *ty == GgmlType::F32 { crate::ggml::encode_f32(GgmlType::F32, &v).unwrap() } else { crate::ggml::quantize(*ty, &v, ne[0] as usize) };
+        data.write(&bytes)?;
+    }
+    data.finish()
+}
+
+/// Writes `mm3-demo-{preset}-{lm,depth,cond,dit,vae}.gguf` into `dir`.
 pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<PathBuf>, GgufError> {
     std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), source })?;
     let spec = DemoSpec::new(preset);
@@ -129,5 +181,69 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
     write_tensors(&lm_path, &w, &lm, seed, &mut |i, _| progress(i, total))?;
     let depth_path = dir.join(format!("mm3-demo-{tag}-depth.gguf"));
     write_tensors(&depth_path, &d, &depth, seed ^ 0xde97, &mut |i, _| progress(lm.len() + i, total))?;
-    Ok(vec![lm_path, depth_path])
+    let mut files = vec![lm_path, depth_path];
+    // The synthesis half: condition encoder, DiT, VAE (F32; the DiT in the spec's type).
+    let h = spec.lm.hidden_size as i64;
+    let cd = spec.cond_dim as i64;
+    let cond: Vec<(String, GgmlType, Vec<i64>)> = vec![
+        ("layer_weight_logits".into(), GgmlType::F32, vec![8]),
+        ("layer_scale".into(), GgmlType::F32, vec![1]),
+        ("proj.weight".into(), GgmlType::F32, vec![3, h, cd]),
+        ("proj.bias".into(), GgmlType::F32, vec![cd]),
+    ];
+    let mut cw = GgufWriter::new();
+    cw.set_str("general.architecture", COND_ARCH).set_str("general.name", &format!("yued demo MiniMax Music 3 condition encoder ({tag}, RANDOM WEIGHTS)")).set_str(DEMO_KEY, tag);
+    for (k, v) in [
+        ("condition_hidden_dim", h as u32),
+        ("num_condition_layers", 8),
+        ("out_dim", cd as u32),
+        ("input_sampling_rate", 24000),
+        ("input_hop_length", 960),
+        ("output_sampling_rate", 44100),
+        ("output_hop_length", 512),
+    ] {
+        cw.set_u32(&format!("{COND_ARCH}.{k}"), v);
+    }
+    for (n, ty, ne) in &cond {
+        cw.add_tensor(n, *ty, ne);
+    }
+    let p = dir.join(format!("mm3-demo-{tag}-cond.gguf"));
+    write_synth(&p, &cw, &cond, seed ^ 0xc0)?;
+    files.push(p);
+    let d = &spec.dit;
+    let dit: Vec<(String, GgmlType, Vec<i64>)> =
+        d.tensor_shapes().into_iter().map(|(n, ne)| (n.clone(), if n.contains("conv") || n.starts_with("time_") { GgmlType::F32 } else { tensor_type(spec.matrix_type, &ne) }, ne)).collect();
+    let mut dw = GgufWriter::new();
+    dw.set_str("general.architecture", DIT_ARCH).set_str("general.name", &format!("yued demo MiniMax Music 3 DiT ({tag}, RANDOM WEIGHTS)")).set_str(DEMO_KEY, tag);
+    for (k, v) in [
+        ("in_channels", d.in_channels),
+        ("condition_dim", d.condition_dim),
+        ("num_layers", d.num_layers),
+        ("num_attention_heads", d.num_attention_heads),
+        ("attention_head_dim", d.attention_head_dim),
+        ("ff_inner_dim", d.ff_inner_dim),
+        ("rotary_dim", d.rotary_dim),
+        ("fourier_embedding_dim", d.fourier_embedding_dim),
+    ] {
+        dw.set_u32(&format!("{DIT_ARCH}.{k}"), v as u32);
+    }
+    for (n, ty, ne) in &dit {
+        dw.add_tensor(n, *ty, ne);
+    }
+    let p = dir.join(format!("mm3-demo-{tag}-dit.gguf"));
+    write_synth(&p, &dw, &dit, seed ^ 0xd1)?;
+    files.push(p);
+    let (lat, din, hid, strides) = spec.vae;
+    let vae: Vec<(String, GgmlType, Vec<i64>)> = crate::models::mm3::vae::decoder_shapes(lat, din, hid, &strides).into_iter().map(|(n, ne)| (n, GgmlType::F32, ne)).collect();
+    let mut vw = GgufWriter::new();
+    vw.set_str("general.architecture", VAE_ARCH).set_str("general.name", &format!("yued demo MiniMax Music 3 flow VAE ({tag}, RANDOM WEIGHTS)")).set_str(DEMO_KEY, tag);
+    vw.set_u32(&format!("{VAE_ARCH}.latent_channels"), lat as u32).set_u32(&format!("{VAE_ARCH}.sampling_rate"), 44100).set_i32s(&format!("{VAE_ARCH}.upsampling_ratios"), &strides.map(|s| s as i32));
+    for (n, ty, ne) in &vae {
+        vw.add_tensor(n, *ty, ne);
+    }
+    let p = dir.join(format!("mm3-demo-{tag}-vae.gguf"));
+    write_synth(&p, &vw, &vae, seed ^ 0x7ae)?;
+    files.push(p);
+    progress(total, total);
+    Ok(files)
 }

@@ -11,6 +11,7 @@ pub mod demo;
 pub mod depth;
 pub mod dit;
 pub mod lm;
+pub mod pipeline;
 pub mod prompt;
 pub mod synth;
 pub mod vae;

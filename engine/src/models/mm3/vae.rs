@@ -28,6 +28,35 @@ impl VaeInfo {
     }
 }
 
+/// The decoder's tensors as the converter writes them (weight norm folded), with their
+/// `ne`: `latent` channels (two tracks), `din` after `dec_in_proj`, `hidden` after
+/// `conv_in`, halved by each block.
+pub fn decoder_shapes(latent: usize, din: usize, hidden: usize, strides: &[usize]) -> Vec<(String, Vec<i64>)> {
+    let (half, din, hid) = (latent as i64 / 2, din as i64, hidden as i64);
+    let mut v = vec![("dec_in_proj.weight".to_string(), vec![1, half, din]), ("dec_in_proj.bias".into(), vec![din]), ("conv_in.weight".into(), vec![7, din, hid]), ("conv_in.bias".into(), vec![hid])];
+    let mut dim = hid;
+    for (i, &s) in strides.iter().enumerate() {
+        let (p, out) = (format!("blocks.{i}"), dim / 2);
+        v.push((format!("{p}.snake1.alpha"), vec![1, dim, 1]));
+        v.push((format!("{p}.conv_t1.weight"), vec![2 * s as i64, out, dim]));
+        v.push((format!("{p}.conv_t1.bias"), vec![out]));
+        for r in 1..=3 {
+            let q = format!("{p}.res_unit{r}");
+            v.push((format!("{q}.snake1.alpha"), vec![1, out, 1]));
+            v.push((format!("{q}.conv1.weight"), vec![7, out, out]));
+            v.push((format!("{q}.conv1.bias"), vec![out]));
+            v.push((format!("{q}.snake2.alpha"), vec![1, out, 1]));
+            v.push((format!("{q}.conv2.weight"), vec![1, out, out]));
+            v.push((format!("{q}.conv2.bias"), vec![out]));
+        }
+        dim = out;
+    }
+    v.push(("snake_out.alpha".into(), vec![1, dim, 1]));
+    v.push(("conv_out.weight".into(), vec![7, dim, 1]));
+    v.push(("conv_out.bias".into(), vec![1]));
+    v
+}
+
 pub struct VaeModel {
     pub info: VaeInfo,
     weights: TensorStore,
