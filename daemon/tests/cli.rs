@@ -235,7 +235,7 @@ fn compose_writes_minimax_songs_that_replay() {
     ok(&["demo-model", "--out", s(&models)]);
     let req = d.join("req.json");
     std::fs::write(&req, r#"{"caption": "<|genre synth-pop|> **bright**", "lyrics": "[Verse] la la\nneon ^ light", "duration": 0.6, "lm_batch_size": 2, "lm_top_k": 8}"#).unwrap();
-    let stdout = ok(&["compose", "--models", s(&models), "--request", s(&req), "--out", s(&d.join("c/request.json")), "--lm-seed", "21", "--device", "CPU"]);
+    let stdout = ok(&["compose", "--models", s(&models), "--request", s(&req), "--out", s(&d.join("c/request.json")), "--lm-seed", "21", "--device", "CPU", "--threads", "1"]);
     assert!(stdout.contains("request00.json") && stdout.contains("request01.json"), "{stdout}");
     let song1: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("c/request01.json")).unwrap()).unwrap();
     assert_eq!((song1["family"].as_str(), song1["lm_seed"].as_i64(), song1["lm_batch_size"].as_i64()), (Some("mm3"), Some(22), Some(1)));
@@ -245,26 +245,64 @@ fn compose_writes_minimax_songs_that_replay() {
     // The same song composed alone at lm_seed 22.
     let one = d.join("one.json");
     std::fs::write(&one, r#"{"caption": "<|genre synth-pop|> **bright**", "lyrics": "[Verse] la la\nneon ^ light", "duration": 0.6, "lm_top_k": 8}"#).unwrap();
-    ok(&["compose", "--models", s(&models), "--request", s(&one), "--out", s(&d.join("alone.json")), "--lm-seed", "22", "--device", "CPU"]);
+    ok(&["compose", "--models", s(&models), "--request", s(&one), "--out", s(&d.join("alone.json")), "--lm-seed", "22", "--device", "CPU", "--threads", "1"]);
     let alone: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("alone.json")).unwrap()).unwrap();
     assert_eq!(alone["audio_codes"].as_str().unwrap(), codes, "song 1 of a batch is the song of lm_seed + 1");
     // --no-batch-cfg draws the same song on the demo.
-    ok(&["compose", "--models", s(&models), "--request", s(&one), "--out", s(&d.join("split.json")), "--lm-seed", "22", "--no-batch-cfg", "--device", "CPU"]);
+    ok(&["compose", "--models", s(&models), "--request", s(&one), "--out", s(&d.join("split.json")), "--lm-seed", "22", "--no-batch-cfg", "--device", "CPU", "--threads", "1"]);
     let split: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("split.json")).unwrap()).unwrap();
     assert_eq!(split["audio_codes"], alone["audio_codes"]);
     // A replay keeps its codes.
-    ok(&["compose", "--models", s(&models), "--request", s(&d.join("c/request01.json")), "--out", s(&d.join("replay.json")), "--device", "CPU"]);
+    ok(&["compose", "--models", s(&models), "--request", s(&d.join("c/request01.json")), "--out", s(&d.join("replay.json")), "--device", "CPU", "--threads", "1"]);
     let replay: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("replay.json")).unwrap()).unwrap();
     assert_eq!(replay["audio_codes"].as_str().unwrap(), codes);
     // Bad input: named fields, and a file of the wrong architecture.
     std::fs::write(&req, r#"{"caption": "x", "lyrics": "la", "depth_model": "yue2-demo-tiny.gguf"}"#).unwrap();
-    let e = fails(&["compose", "--models", s(&models), "--request", s(&req), "--device", "CPU"]);
+    let e = fails(&["compose", "--models", s(&models), "--request", s(&req), "--device", "CPU", "--threads", "1"]);
     assert!(e.contains("depth_model") && e.contains("yue2"), "{e}");
     std::fs::write(&req, r#"{"caption": "x", "lyrics": "la", "audio_codes": "1,2,3"}"#).unwrap();
-    assert!(fails(&["compose", "--models", s(&models), "--request", s(&req), "--device", "CPU"]).contains("audio_codes"));
+    assert!(fails(&["compose", "--models", s(&models), "--request", s(&req), "--device", "CPU", "--threads", "1"]).contains("audio_codes"));
     std::fs::write(&req, r#"{"style": "x", "cot": "off", "lyrics": "la"}"#).unwrap();
-    let e = fails(&["compose", "--model", s(&models.join("mm3-demo-tiny-lm.gguf")), "--request", s(&req), "--device", "CPU"]);
+    let e = fails(&["compose", "--model", s(&models.join("mm3-demo-tiny-lm.gguf")), "--request", s(&req), "--device", "CPU", "--threads", "1"]);
     assert!(e.contains("mm3-lm") && e.contains("yue2"), "{e}");
+}
+
+/// A MiniMax Music 3 song end to end through `yued synth --models`: 44.1 kHz stereo of the
+/// requested length (ffprobe reads it), one track per song and variation, each with its
+/// replay request, and the replay renders the same song.
+#[test]
+fn synth_renders_a_minimax_song_that_replays_as_the_same_song() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let models = d.join("models");
+    ok(&["demo-model", "--family", "mm3", "--out", s(&models)]);
+    let req = d.join("req.json");
+    std::fs::write(&req, r#"{"caption": "<|genre pop|> bright", "lyrics": "[Verse]\nhello world", "duration": 4.5, "output_format": "wav16", "synth_batch_size": 2, "steps": 3}"#).unwrap();
+    let out = ok(&["synth", "--models", s(&models), "--request", s(&req), "--out", s(&d.join("o/song.wav")), "--lm-seed", "3", "--seed", "40", "--device", "CPU", "--threads", "1"]);
+    assert!(out.contains("song00.wav") && out.contains("song01.wav"), "{out}");
+    let probe = Command::new("ffprobe").args(["-v", "error", "-show_entries", "stream=sample_rate,channels", "-of", "csv=p=0"]).arg(d.join("o/song01.wav")).output().unwrap();
+    assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), "44100,2");
+    let r = hound::WavReader::open(d.join("o/song01.wav")).unwrap();
+    // 112 frames (4.5 s at 25 Hz, unless the LM ended the song) -> int(112 * 441 / 128) latents of 512 samples.
+    let replay: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("o/song01.json")).unwrap()).unwrap();
+    let frames = replay["audio_codes"].as_str().unwrap().split(',').count() / 8 - 1;
+    assert_eq!(r.duration() as usize, (frames * 441 / 128) * 512, "{frames} frames");
+    assert_eq!((replay["seed"].as_i64(), replay["lm_seed"].as_i64(), replay["synth_batch_size"].as_i64()), (Some(41), Some(3), Some(1)));
+    // The replay re-derives the states teacher-forced (activation epsilon from the sampled
+    // run, seed 001): the same song.
+    ok(&["synth", "--models", s(&models), "--request", s(&d.join("o/song01.json")), "--out", s(&d.join("r/song.wav")), "--device", "CPU", "--threads", "1"]);
+    let read = |p: &Path| hound::WavReader::open(p).unwrap().samples::<i16>().map(|x| x.unwrap() as f64).collect::<Vec<_>>();
+    let (a, b) = (read(&d.join("o/song01.wav")), read(&d.join("r/song.wav")));
+    assert_eq!(a.len(), b.len());
+    let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
+    let cos = dot(&a, &b) / (dot(&a, &a) * dot(&b, &b)).sqrt();
+    assert!(cos > 0.99, "replay against the sampled render: cosine {cos}");
+    let loud = a.iter().filter(|x| x.abs() > 32000.0).count();
+    assert!(loud * 100 < a.len(), "{loud} of {} samples at full scale: the demo should not saturate", a.len());
+    // A component field naming another bucket's file is refused.
+    std::fs::write(&req, r#"{"caption": "x", "lyrics": "la", "vae_model": "mm3-demo-tiny-dit.gguf"}"#).unwrap();
+    let e = fails(&["synth", "--models", s(&models), "--request", s(&req), "--device", "CPU"]);
+    assert!(e.contains("vae_model") && e.contains("mm3-dit"), "{e}");
 }
 
 #[test]

@@ -12,6 +12,7 @@ pub mod npy;
 pub mod plan;
 pub mod quantize;
 pub mod synth;
+pub mod synth_mm3;
 pub mod tokenize;
 
 /// A progress bar for long CLI work (hidden when stderr is not a terminal).

@@ -12,12 +12,20 @@ use yued_protocol::Stage;
 /// replay request of every track written next to it.
 #[derive(clap::Args)]
 pub struct SynthArgs {
-    /// Backbone GGUF.
+    /// A directory of model files sorted by architecture (either family; the request's
+    /// fields or its "family" pick which); or give --model and --vae (YuE2).
+    #[arg(long, required_unless_present = "model")]
+    pub models: Option<PathBuf>,
+    /// YuE2 backbone GGUF.
+    #[arg(long, requires = "vae")]
+    pub model: Option<PathBuf>,
+    /// YuE2 VAE GGUF.
+    #[arg(long, requires = "model")]
+    pub vae: Option<PathBuf>,
+    /// MiniMax Music 3: run each guidance pair (LM, depth decoder and DiT) as two forwards
+    /// instead of one batch of two.
     #[arg(long)]
-    pub model: PathBuf,
-    /// VAE GGUF.
-    #[arg(long)]
-    pub vae: PathBuf,
+    pub no_batch_cfg: bool,
     /// Request JSON (every field optional; see the seed's request reference).
     #[arg(long)]
     pub request: PathBuf,
@@ -63,12 +71,29 @@ pub struct SynthArgs {
 }
 
 /// `dir/stem{suffix}.ext` where suffix numbers batch tracks.
-fn numbered(path: &Path, suffix: &str, ext: &str) -> PathBuf {
+pub(super) fn numbered(path: &Path, suffix: &str, ext: &str) -> PathBuf {
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "song".into());
     path.with_file_name(format!("{stem}{suffix}.{ext}"))
 }
 
 pub fn run(a: SynthArgs) -> anyhow::Result<()> {
+    let (model, vae) = match (&a.model, &a.vae, &a.models) {
+        (Some(m), Some(v), _) => (m.clone(), v.clone()),
+        (_, _, Some(dir)) => {
+            let (reg, _) = yued_engine::registry::Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
+            let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
+            let served = super::synth_mm3::served(&reg);
+            match yued_protocol::Request::from_json(&body, &served).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))? {
+                yued_protocol::Request::Mm3(r) => return super::synth_mm3::run(&a, &reg, r),
+                yued_protocol::Request::Yue2(_) => {
+                    use yued_engine::registry::Bucket;
+                    let pick = |b: Bucket| reg.resolve(b, "").map(|e| e.path.clone()).map_err(|e| anyhow::anyhow!("--models {}: {e}", dir.display()));
+                    (pick(Bucket::Yue2)?, pick(Bucket::Yue2Vae)?)
+                }
+            }
+        }
+        _ => anyhow::bail!("give --models, or --model and --vae"),
+    };
     let mut req = read_request(&a.request)?;
     if let Some(d) = a.duration {
         req.duration = d;
@@ -84,11 +109,11 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     }
     let req = req.with_resolved_seeds(random_u64);
     let backend = a.device.open()?;
-    eprintln!("loading {} and {} on {}", a.model.display(), a.vae.display(), backend.name());
-    let mut p = Pipeline::load(&a.model, &a.vae, backend, &PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo })?;
+    eprintln!("loading {} and {} on {}", model.display(), vae.display(), backend.name());
+    let mut p = Pipeline::load(&model, &vae, backend, &PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo })?;
     let spec = p.audio_spec();
-    if yued_engine::gguf::GgufFile::open(&a.model)?.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
-        eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", a.model.display());
+    if yued_engine::gguf::GgufFile::open(&model)?.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
+        eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", model.display());
     }
     req.validate(&p.limits(req.lm_batch_size.max(1))).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
     anyhow::ensure!(yued_audio::encode::supported(req.output_format), "{}: output_format '{}' has no encoder in this build", a.request.display(), req.output_format.name());

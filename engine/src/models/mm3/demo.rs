@@ -1,9 +1,10 @@
-//! Demo models of MiniMax Music 3: the LM and depth decoder GGUFs of the exact
-//! architecture with deterministic random weights, as `yued demo-model --family mm3`
-//! writes them. `tiny` shrinks the vocabulary (256 byte tokens, the 32 added tokens, 64
-//! semantic codes, 32 per acoustic codebook; described by `mm3.token.*` keys) and the widths
-//! so the AR half runs in seconds on a CPU; `full` has the published shapes, written Q8_0
-//! (the quantizer policy's floor for the depth decoder; the LM may go lower), for
+//! Demo models of MiniMax Music 3: the five GGUFs (LM, depth decoder, condition encoder,
+//! DiT, VAE) of the exact architecture with deterministic random weights, as
+//! `yued demo-model --family mm3` writes them. `tiny` shrinks the vocabulary (256 byte
+//! tokens, the 32 added tokens, 1024 semantic codes, 32 per acoustic codebook; described
+//! by `mm3.token.*` keys) and the widths, keeping the published 512-sample hop, so a song
+//! renders in seconds on a CPU at the real rate and length; `full` has the published
+//! shapes, the LM, depth decoder and DiT written Q8_0 (within the quantizer's policy), for
 //! benchmarks. The music is noise; the loader says so.
 use crate::ggml::GgmlType;
 use crate::gguf::{GgufError, GgufWriter, Value};
@@ -85,10 +86,12 @@ impl DemoSpec {
                 vae: (128, 1024, 1536, [8, 8, 4, 2]),
             },
             Preset::Tiny | Preset::Deep => {
-                let tokens = TokenLayout::shifted(256, 64);
+                // 1024 codes: with the end-of-audio token one of 1025 candidates, a random-weight song
+                // usually runs to its duration instead of ending after a few frames.
+                let tokens = TokenLayout::shifted(256, 1024);
                 let layers = if p == Preset::Deep { 36 } else { 2 };
                 let lm = LmConfig {
-                    vocab_size: 384,
+                    vocab_size: 1344,
                     hidden_size: 64,
                     intermediate_size: 128,
                     num_hidden_layers: layers,
@@ -129,6 +132,20 @@ fn synth_values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
         v.iter().map(|x| 1.0 + 0.2 * x.clamp(-1.0, 1.0)).collect()
     } else if name.ends_with(".bias") || name == "layer_weight_logits" {
         v.iter().map(|x| 0.02 * x).collect()
+    } else if ne.len() == 3 {
+        // A convolution [K, Cin, Cout]: the fan-in is K * Cin, not K (unit gain, so the
+        // stacks neither blow up nor die out), the output layers quieter.
+        let quiet = if name == "conv_out.weight" || name == "postprocess_conv.weight" {
+            0.1
+        } else if name.ends_with(".conv2.weight") {
+            0.3
+        } else {
+            1.0
+        };
+        let k = quiet / (ne[1] as f32).sqrt();
+        v.iter().map(|x| k * x).collect()
+    } else if name == "proj_out.weight" {
+        v.iter().map(|x| 0.3 * x).collect()
     } else {
         v
     }
