@@ -4,7 +4,7 @@
 //! to the NarRenderer. `/vae` jobs pass straight through to the VaeTiler.
 use crate::hub::Publish;
 use crate::journal::SongCodes;
-use crate::messages::{CodesReady, EntryFree, JobCtx, NarCmd, NarWork, Resumed, VaeCmd, WorkerCmd};
+use crate::messages::{CodesReady, EncCmd, EntryFree, JobCtx, NarCmd, NarWork, Resumed, VaeCmd, WorkerCmd};
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
@@ -12,10 +12,11 @@ use std::time::Instant;
 use yued_engine::ggml::Backend;
 use yued_engine::models::yue2::ar::ArModel;
 use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared, SongWork};
-use yued_protocol::{Stage, StreamEvent};
+use yued_protocol::{Family, Stage, StreamEvent};
 
-pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<WorkerCmd>, nar_tx: Sender<NarCmd>, vae_tx: Sender<VaeCmd>) {
+pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<WorkerCmd>, nar_tx: Sender<NarCmd>, vae_tx: Sender<VaeCmd>, enc_tx: Sender<EncCmd>) {
     let backend = links.backend();
+    let mut mm3 = links.cfg.mm3.clone().map(crate::mm3::Mm3State::new);
     if let Err(e) = &backend {
         tracing::error!(error = %e, "the AR stage has no backend: every job will fail");
     }
@@ -27,23 +28,9 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
         let id = job.id.clone();
         let span = tracing::info_span!("job", job = %id);
         let _g = span.enter();
-        // The stages run YuE2; a MiniMax Music 3 job (its synthesis half is not in this
-        // release) fails with a message instead of reaching them.
-        let request = match job.request {
-            yued_protocol::Request::Yue2(r) => r,
-            other => {
-                tracing::error!(family = %other.family(), "no stages for this family");
-                links.scheduler.do_send(crate::messages::Finished {
-                    id: id.clone(),
-                    outcome: crate::messages::Outcome::Failed(format!("{} jobs cannot render in this release: their synthesis half is not built yet", other.family())),
-                });
-                links.scheduler.do_send(EntryFree { id });
-                continue;
-            }
-        };
         let ctx = Arc::new(JobCtx {
             id: id.clone(),
-            request,
+            request: job.request,
             known_songs: job.known_songs,
             cancel: job.cancel,
             queue_seconds: job.queue_seconds,
@@ -52,9 +39,27 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
         });
         // Test-only fault of the crash-loop test: a job whose style is
         // $YUED_TEST_ABORT_STYLE aborts the process here, as a C abort in ggml would.
-        if std::env::var("YUED_TEST_ABORT_STYLE").is_ok_and(|s| !s.is_empty() && s == ctx.request.style) {
+        if std::env::var("YUED_TEST_ABORT_STYLE").is_ok_and(|s| !s.is_empty() && s == ctx.fault_tag()) {
             tracing::error!("test fault (YUED_TEST_ABORT_STYLE): aborting the process on this job");
             std::process::abort();
+        }
+        if ctx.request.family() == Family::Mm3 {
+            // A MiniMax Music 3 job runs on this thread to its tracks (see `mm3`).
+            let result = guarded(&links, &ctx, "ar", || {
+                test_fault("ar", &ctx);
+                match (&backend, mm3.as_mut()) {
+                    (Ok(b), Some(st)) => crate::mm3::run_job(&links, b, st, &ctx, &enc_tx),
+                    (Err(e), _) => Err(crate::mm3::Mm3Error::Failed(format!("no compute backend: {e}"))),
+                    (_, None) => Err(crate::mm3::Mm3Error::Failed("MiniMax Music 3 is not served by this daemon".into())),
+                }
+            });
+            match result {
+                Some(Err(crate::mm3::Mm3Error::Cancelled)) => links.cancelled(&ctx),
+                Some(Err(crate::mm3::Mm3Error::Failed(e))) => links.fail(&ctx, e),
+                _ => {}
+            }
+            links.scheduler.do_send(EntryFree { id });
+            continue;
         }
         if let Some(task) = job.vae {
             // The synthesis group is taken for the job before the next one may start, so
@@ -97,7 +102,7 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
 }
 
 fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> Result<Vec<SongWork>, PipelineError> {
-    let req = &ctx.request;
+    let req = ctx.yue2();
     let mut lease = links.store.lease(&crate::yue2::ar(&links.cfg), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &ctx.id);
     let resume = !ctx.known_songs.is_empty() && (ctx.known_songs.len() as u32 == req.lm_batch_size.max(1) || !req.semantic_tokens.is_empty());

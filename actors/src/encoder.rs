@@ -14,10 +14,28 @@ use yued_audio::Pcm;
 use yued_engine::models::yue2::pipeline::Track;
 use yued_protocol::{JobId, JobMetrics, Stage};
 
+/// A finished track of any family, as the Encoder packages it.
+pub struct TrackOut {
+    /// Full range, not normalised.
+    pub audio: Pcm,
+    /// The request that renders exactly this track again.
+    pub replay: serde_json::Value,
+    /// Its latents (YuE2's `[frames, 64]`), written beside it when there are.
+    pub latents: Vec<f32>,
+    /// The budget cut the song before the model ended it.
+    pub truncated: bool,
+}
+
+impl From<Track> for TrackOut {
+    fn from(t: Track) -> Self {
+        TrackOut { audio: Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm), replay: serde_json::to_value(&t.replay).expect("a request serializes"), latents: t.latents, truncated: t.truncated }
+    }
+}
+
 pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>) {
     // The tracks of each job gathered so far, with the job (a job another stage failed or
     // cancelled sends no more tracks: its entry goes at the next command).
-    let mut pending: HashMap<JobId, (Arc<JobCtx>, Vec<Option<Track>>)> = HashMap::new();
+    let mut pending: HashMap<JobId, (Arc<JobCtx>, Vec<Option<TrackOut>>)> = HashMap::new();
     while let Ok(cmd) = rx.recv() {
         pending.retain(|_, (job, _)| !job.cancel.is_cancelled());
         let (job, index, of, track) = match cmd {
@@ -46,7 +64,7 @@ pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>)
         if slots.iter().any(Option::is_none) {
             continue;
         }
-        let tracks: Vec<Track> = pending.remove(&job.id).unwrap().1.into_iter().map(Option::unwrap).collect();
+        let tracks: Vec<TrackOut> = pending.remove(&job.id).unwrap().1.into_iter().map(Option::unwrap).collect();
         let outcome = guarded(&links, &job, "encode", || {
             test_fault("encode", &job);
             package(&links, &job, &tracks, &results)
@@ -62,7 +80,7 @@ fn package_audio(links: &Links, job: &JobCtx, audio: Pcm, results: &ResultStore)
     if job.cancel.is_cancelled() {
         return Outcome::Cancelled;
     }
-    let req = &job.request;
+    let req = job.yue2();
     let mut sink = ProgressSink::new(links, &job.id);
     sink.report(Stage::Encode, 0, 1);
     let seconds = audio.seconds();
@@ -82,10 +100,11 @@ fn package_audio(links: &Links, job: &JobCtx, audio: Pcm, results: &ResultStore)
     Outcome::Done { tracks: 1, audio_seconds: seconds, metrics: None }
 }
 
-fn package(links: &Links, job: &JobCtx, tracks: &[Track], results: &ResultStore) -> Outcome {
+fn package(links: &Links, job: &JobCtx, tracks: &[TrackOut], results: &ResultStore) -> Outcome {
     let pipeline_seconds = job.started.elapsed().as_secs_f64();
     let t1 = Instant::now();
     let req = &job.request;
+    let format = req.output_format();
     let mut sink = ProgressSink::new(links, &job.id);
     let mut files = Vec::with_capacity(3 * tracks.len());
     let mut audio_seconds = 0.0;
@@ -95,16 +114,17 @@ fn package(links: &Links, job: &JobCtx, tracks: &[Track], results: &ResultStore)
             return Outcome::Cancelled;
         }
         sink.report(Stage::Encode, k, tracks.len());
-        let audio = Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm.clone());
-        audio_seconds += audio.seconds();
+        audio_seconds += t.audio.seconds();
         truncated |= t.truncated;
-        let encoded = match normalize_and_encode(audio, req.output_format, req.peak_clip, req.mp3_bitrate) {
+        let encoded = match normalize_and_encode(t.audio.clone(), format, req.peak_clip(), req.mp3_bitrate()) {
             Ok(w) => w,
             Err(e) => return Outcome::Failed(format!("encoding track {k}: {e}")),
         };
         files.push((format!("track{k:02}.json"), "application/json".to_string(), serde_json::to_vec_pretty(&t.replay).unwrap()));
-        files.push((format!("track{k:02}.{}", req.output_format.extension()), req.output_format.mime().to_string(), encoded));
-        files.push((format!("track{k:02}.vae"), "application/octet-stream".to_string(), t.latents.iter().flat_map(|x| x.to_le_bytes()).collect()));
+        files.push((format!("track{k:02}.{}", format.extension()), format.mime().to_string(), encoded));
+        if !t.latents.is_empty() {
+            files.push((format!("track{k:02}.vae"), "application/octet-stream".to_string(), t.latents.iter().flat_map(|x| x.to_le_bytes()).collect()));
+        }
     }
     if job.cancel.is_cancelled() {
         return Outcome::Cancelled;
@@ -125,7 +145,7 @@ fn package(links: &Links, job: &JobCtx, tracks: &[Track], results: &ResultStore)
         encoding_packaging_seconds: encoding,
         worker_seconds: pipeline_seconds + encoding,
         audio_seconds,
-        steps: req.steps,
+        steps: req.steps(),
         truncated,
         keep_loaded: links.cfg.keep_loaded,
         module_loads: r.loads - job.loads_at_start,

@@ -19,6 +19,7 @@ pub mod hub;
 pub mod journal;
 pub mod messages;
 pub mod metrics;
+pub mod mm3;
 pub mod model_store;
 pub mod nar_renderer;
 pub mod results;

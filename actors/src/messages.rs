@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use yued_audio::Pcm;
 use yued_engine::models::yue2::generate::CancelToken;
-use yued_engine::models::yue2::pipeline::{SongMeta, SongWork, Track};
+use yued_engine::models::yue2::pipeline::{SongMeta, SongWork};
 use yued_protocol::{JobId, JobMetrics, Request, Stage, Yue2Request};
 
 // ---- the stages to the scheduler
@@ -97,7 +97,7 @@ pub struct RunJob {
 /// A job in flight, shared by the stages that work on it.
 pub struct JobCtx {
     pub id: JobId,
-    pub request: Yue2Request,
+    pub request: Request,
     pub known_songs: Vec<SongCodes>,
     pub cancel: CancelToken,
     pub queue_seconds: f64,
@@ -105,6 +105,21 @@ pub struct JobCtx {
     pub started: Instant,
     /// The store's load counter then: the job's own loads are the difference.
     pub loads_at_start: u64,
+}
+
+impl JobCtx {
+    /// The YuE2 request of a job the YuE2 stages work on.
+    pub fn yue2(&self) -> &Yue2Request {
+        self.request.as_yue2().unwrap_or_else(|| panic!("a YuE2 stage got a {} job", self.request.family()))
+    }
+
+    /// The text the test-only faults match: a YuE2 style, a MiniMax caption.
+    pub fn fault_tag(&self) -> &str {
+        match &self.request {
+            Request::Yue2(r) => &r.style,
+            Request::Mm3(r) => &r.caption,
+        }
+    }
 }
 
 pub struct NarWork {
@@ -152,7 +167,7 @@ pub enum EncCmd {
         job: Arc<JobCtx>,
         index: usize,
         of: usize,
-        track: Box<Track>,
+        track: Box<crate::encoder::TrackOut>,
     },
     /// The audio of a `/vae` decode: one file in the request's format.
     Audio {

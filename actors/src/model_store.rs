@@ -260,7 +260,7 @@ mod tests {
     fn store(policy: Policy) -> (tempfile::TempDir, Arc<ModelStore>, Keys) {
         let dir = tempfile::tempdir().unwrap();
         let (bb, vae) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
-        let cfg = WorkerConfig { model: bb.clone(), vae, device: "CPU".into(), threads: 1, priority: Default::default(), options: PipelineOptions::default(), keep_loaded: false };
+        let cfg = WorkerConfig { model: bb.clone(), vae, device: "CPU".into(), threads: 1, priority: Default::default(), options: PipelineOptions::default(), keep_loaded: false, mm3: None };
         let shared = Shared::open(&bb, &PipelineOptions::default()).unwrap();
         let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(k, backend, &shared));
         let keys = Keys { ar: crate::yue2::ar(&cfg), nar: crate::yue2::nar(&cfg), vae: crate::yue2::vae(&cfg) };

@@ -54,7 +54,7 @@ fn render(links: &Links, shared: &Shared, backend: &Backend, work: NarWork, vae_
     if job.cancel.is_cancelled() {
         return Err(PipelineError::Cancelled);
     }
-    let req = &job.request;
+    let req = job.yue2();
     let m = req.synth_batch_size.max(1) as usize;
     let pin = work.pin;
     let tracks: Vec<TrackPlan> = work.songs.iter().flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32 })).collect();

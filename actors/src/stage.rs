@@ -116,7 +116,7 @@ pub(crate) fn guarded<T>(links: &Links, job: &JobCtx, stage: &str, work: impl Fn
 /// of `$YUED_TEST_PANIC=<stage>:<style>` panics in that stage.
 pub(crate) fn test_fault(stage: &str, job: &JobCtx) {
     if let Ok(v) = std::env::var("YUED_TEST_PANIC") {
-        if v.split_once(':').is_some_and(|(s, style)| s == stage && style == job.request.style) {
+        if v.split_once(':').is_some_and(|(s, style)| s == stage && style == job.fault_tag()) {
             panic!("test fault (YUED_TEST_PANIC) in the {stage} stage");
         }
     }

@@ -118,7 +118,7 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                         if last {
                             st.live.finish(&links.hub);
                         }
-                        let _ = enc_tx.send(EncCmd::Track { job, index: track, of, track: Box::new(t) });
+                        let _ = enc_tx.send(EncCmd::Track { job, index: track, of, track: Box::new(t.into()) });
                         if last {
                             jobs.remove(&id);
                         }
@@ -177,7 +177,7 @@ fn decode_chunk(links: &Links, backend: Result<&Backend, String>, st: &mut JobSt
     Ok(Some(Track {
         song: meta.index,
         variation: plan.variation,
-        replay: replay_request(&st.job.request, meta, plan.variation),
+        replay: replay_request(st.job.yue2(), meta, plan.variation),
         abc: meta.abc.clone(),
         codes: meta.codes.clone(),
         latents: lat,

@@ -34,6 +34,8 @@ pub struct WorkerConfig {
     pub priority: yued_engine::ggml::ComputePriority,
     pub options: PipelineOptions,
     pub keep_loaded: bool,
+    /// The model registry when MiniMax Music 3 is served (its requests name files of it).
+    pub mm3: Option<yued_engine::registry::Registry>,
 }
 
 /// Whether this build can write the format.
@@ -61,7 +63,7 @@ impl Stages {
 fn loader(shared: Option<Arc<Shared>>) -> Box<Loader> {
     Box::new(move |key, backend| match key.family {
         Family::Yue2 => crate::yue2::load(key, backend, shared.as_ref().ok_or("the backbone file did not load; see the daemon log")?),
-        Family::Mm3 => Err(format!("{}: MiniMax Music 3 components are not served yet", key.name())),
+        Family::Mm3 => crate::mm3::load(key, backend),
     })
 }
 
@@ -88,8 +90,8 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f).expect("spawn a compute stage");
     {
         let (l, s) = (links.clone(), shared.clone());
-        let vae_tx = vae_tx.clone();
-        threads.push(spawn("yued-ar", Box::new(move || crate::ar_decoder::run(l, s, rx, nar_tx, vae_tx))));
+        let (vae_tx, enc_tx) = (vae_tx.clone(), enc_tx.clone());
+        threads.push(spawn("yued-ar", Box::new(move || crate::ar_decoder::run(l, s, rx, nar_tx, vae_tx, enc_tx))));
     }
     {
         let (l, s) = (links.clone(), shared.clone());

@@ -307,6 +307,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         priority: c.compute_priority.parse().map_err(|e: String| anyhow::anyhow!(e))?,
         options: PipelineOptions { max_seq: c.max_seq as usize, vae_core: c.vae_core as usize, vae_halo: c.vae_halo as usize },
         keep_loaded: c.keep_loaded,
+        mm3: models.mm3.as_ref().map(|m| m.registry.clone()),
     };
     let addr = (c.host.clone(), c.port);
     let cfg = c.clone();

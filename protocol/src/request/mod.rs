@@ -167,6 +167,34 @@ impl Request {
         }
     }
 
+    /// The container the tracks are written in.
+    pub fn output_format(&self) -> OutputFormat {
+        match self {
+            Request::Yue2(r) => r.output_format,
+            Request::Mm3(r) => r.output_format,
+        }
+    }
+    /// The normalisation's percentile control (see the requests).
+    pub fn peak_clip(&self) -> i64 {
+        match self {
+            Request::Yue2(r) => r.peak_clip,
+            Request::Mm3(r) => r.peak_clip,
+        }
+    }
+    pub fn mp3_bitrate(&self) -> u32 {
+        match self {
+            Request::Yue2(r) => r.mp3_bitrate,
+            Request::Mm3(r) => r.mp3_bitrate,
+        }
+    }
+    /// Flow-matching steps (per chunk or window).
+    pub fn steps(&self) -> u32 {
+        match self {
+            Request::Yue2(r) => r.steps,
+            Request::Mm3(r) => r.steps,
+        }
+    }
+
     /// The YuE2 request, if it is one.
     pub fn as_yue2(&self) -> Option<&Yue2Request> {
         match self {

@@ -78,6 +78,10 @@ impl CondEncoder {
         Ok(CondEncoder { cfg, mix, weights, alloc: Allocator::new(backend) })
     }
 
+    pub fn weight_bytes(&self) -> usize {
+        self.weights.bytes()
+    }
+
     /// Encodes one window: `states` holds `frames` frames of `layers * hidden` values
     /// (layer-major); returns `latent_length(frames)` rows of `out_dim`, time-major.
     pub fn encode(&mut self, backend: &Backend, states: &[f32], frames: usize) -> Result<Vec<f32>, GgmlError> {

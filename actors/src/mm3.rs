@@ -1,0 +1,242 @@
+//! MiniMax Music 3 as the ModelStore and the stages see it: its five components and their
+//! coexistence groups ({ LM, depth } and the synthesis group { cond, DiT, VAE }), how each
+//! loads, which file a request's component fields name (the seed's rule: an empty field
+//! keeps the previous choice, else the first file of the bucket), and a job's run.
+//!
+//! A job runs on the entry stage's thread: the AR group leased for the frames (or their
+//! replay from `audio_codes` or from the journal), each song's codes journaled, then the AR
+//! group released and the synthesis group leased; each window is decoded the moment it is
+//! denoised and its audio published to the listeners (44.1 kHz; the Opus stream resamples),
+//! and the finished tracks go to the Encoder like YuE2's.
+use crate::encoder::TrackOut;
+use crate::hub::{PcmTile, Publish, TileEncoder};
+use crate::journal::SongCodes;
+use crate::messages::{CodesReady, EncCmd, JobCtx};
+use crate::model_store::{Component, ComponentKey, Module};
+use crate::stage::{Links, ProgressSink};
+use crossbeam_channel::Sender;
+use std::any::Any;
+use std::path::PathBuf;
+use yued_audio::Pcm;
+use yued_engine::ggml::Backend;
+use yued_engine::gguf::GgufFile;
+use yued_engine::models::mm3::compose::{self, ComposeError, SeedDraws};
+use yued_engine::models::mm3::cond::CondEncoder;
+use yued_engine::models::mm3::depth::DepthModel;
+use yued_engine::models::mm3::dit::DitModel;
+use yued_engine::models::mm3::lm::{self, LmModel};
+use yued_engine::models::mm3::synth::SynthError;
+use yued_engine::models::mm3::vae::VaeModel;
+use yued_engine::models::mm3::{pipeline, prompt};
+use yued_engine::registry::{Bucket, Registry};
+use yued_engine::tokenizer::BpeTokenizer;
+use yued_protocol::{Family, Mm3Request, Stage, StreamEvent};
+
+pub const AR_GROUP: &str = "ar";
+pub const SYNTHESIS_GROUP: &str = "synthesis";
+/// The component names, in the order of the request's fields and the registry's buckets.
+pub const COMPONENTS: [&str; 5] = ["lm", "depth", "cond", "dit", "vae"];
+
+fn key(component: &'static str, file: PathBuf) -> ComponentKey {
+    let group = if matches!(component, "lm" | "depth") { AR_GROUP } else { SYNTHESIS_GROUP };
+    ComponentKey { family: Family::Mm3, component, group, file }
+}
+
+/// Loads a component from its file. The depth decoder reads the LM width from its own
+/// projection.
+pub fn load(key: &ComponentKey, backend: &Backend) -> Result<Module, String> {
+    let f = GgufFile::open(&key.file).map_err(|e| e.to_string())?;
+    let e = |e: yued_engine::weights::LoadError| e.to_string();
+    Ok(match key.component {
+        "lm" => Box::new(LmModel::load(&f, backend).map_err(e)?),
+        "depth" => {
+            let lm_hidden = f.require_tensor("projection.weight").map_err(|e| e.to_string())?.ne[0] as usize;
+            Box::new(DepthModel::load(&f, lm_hidden, backend).map_err(e)?)
+        }
+        "cond" => Box::new(CondEncoder::load(&f, backend).map_err(e)?),
+        "dit" => Box::new(DitModel::load(&f, backend).map_err(e)?),
+        "vae" => Box::new(VaeModel::load(&f, backend).map_err(e)?),
+        other => return Err(format!("MiniMax Music 3 has no component '{other}'")),
+    })
+}
+
+macro_rules! component {
+    ($t:ty) => {
+        impl Component for $t {
+            fn weight_bytes(&self) -> usize {
+                <$t>::weight_bytes(self)
+            }
+            fn as_any_mut(&mut self) -> &mut dyn Any {
+                self
+            }
+        }
+    };
+}
+component!(LmModel);
+component!(DepthModel);
+component!(CondEncoder);
+component!(DitModel);
+component!(VaeModel);
+
+/// What the entry stage keeps between MiniMax jobs: the registry, the files the last job
+/// used (an empty field keeps them), and the tokenizer of the LM file last read.
+pub(crate) struct Mm3State {
+    registry: Registry,
+    chosen: [Option<PathBuf>; 5],
+    tokenizer: Option<(PathBuf, BpeTokenizer)>,
+}
+
+impl Mm3State {
+    pub fn new(registry: Registry) -> Self {
+        Mm3State { registry, chosen: Default::default(), tokenizer: None }
+    }
+
+    /// The files of a request's components.
+    fn files(&mut self, req: &Mm3Request) -> Result<[PathBuf; 5], String> {
+        let mut out: [PathBuf; 5] = Default::default();
+        for (i, ((field, name), bucket)) in req.models().into_iter().zip(Bucket::MM3).enumerate() {
+            let path = match (&self.chosen[i], name.is_empty()) {
+                (Some(p), true) => p.clone(),
+                _ => self.registry.resolve(bucket, name).map_err(|e| format!("{field}: {e}"))?.path.clone(),
+            };
+            self.chosen[i] = Some(path.clone());
+            out[i] = path;
+        }
+        Ok(out)
+    }
+
+    fn tokenizer(&mut self, lm_file: &PathBuf, lm: &LmModel) -> Result<&BpeTokenizer, String> {
+        if self.tokenizer.as_ref().is_none_or(|(p, _)| p != lm_file) {
+            let f = GgufFile::open(lm_file).map_err(|e| e.to_string())?;
+            self.tokenizer = Some((lm_file.clone(), lm::tokenizer(&f, &lm.info).map_err(|e| e.to_string())?));
+        }
+        Ok(&self.tokenizer.as_ref().expect("set above").1)
+    }
+}
+
+/// How a MiniMax job ended on this stage, when it did not reach the Encoder.
+pub(crate) enum Mm3Error {
+    Cancelled,
+    Failed(String),
+}
+
+impl From<ComposeError> for Mm3Error {
+    fn from(e: ComposeError) -> Self {
+        match e {
+            ComposeError::Cancelled => Mm3Error::Cancelled,
+            e => Mm3Error::Failed(e.to_string()),
+        }
+    }
+}
+
+impl From<SynthError> for Mm3Error {
+    fn from(e: SynthError) -> Self {
+        match e {
+            SynthError::Cancelled => Mm3Error::Cancelled,
+            e => Mm3Error::Failed(e.to_string()),
+        }
+    }
+}
+
+impl From<String> for Mm3Error {
+    fn from(e: String) -> Self {
+        Mm3Error::Failed(e)
+    }
+}
+
+/// Runs a MiniMax job to its tracks, which go to the Encoder.
+pub(crate) fn run_job(links: &Links, backend: &Backend, state: &mut Mm3State, ctx: &std::sync::Arc<JobCtx>, enc_tx: &Sender<EncCmd>) -> Result<(), Mm3Error> {
+    let req = ctx.request.as_mm3().expect("a MiniMax job");
+    let files = state.files(req)?;
+    let cancelled = || ctx.cancel.is_cancelled();
+    let mut sink = ProgressSink::new(links, &ctx.id);
+    // The guidance pairs as batches of two (the daemon has no split-path setting).
+    let batch = true;
+    let from_codes = !req.audio_codes.trim().is_empty();
+
+    // The AR half: sampled, or replayed from the request's codes or the journal's.
+    let journaled: Vec<Vec<[u32; 8]>> = ctx.known_songs.iter().map(|s| s.codes.chunks_exact(8).map(|c| c.try_into().expect("8 codes")).collect()).collect();
+    let given = req.audio_codes().map_err(|e| e.to_string())?;
+    let replay_of: Vec<Vec<[u32; 8]>> = if !given.is_empty() {
+        vec![given]
+    } else if !journaled.is_empty() && journaled.len() == req.songs() as usize {
+        links.scheduler.do_send(crate::messages::Resumed { id: ctx.id.clone() });
+        journaled
+    } else {
+        Vec::new()
+    };
+    let songs = {
+        let mut lm_lease = links.store.lease(&key("lm", files[0].clone()), backend)?;
+        let mut depth_lease = links.store.lease(&key("depth", files[1].clone()), backend)?;
+        let lm_model = lm_lease.get::<LmModel>();
+        let depth = depth_lease.get::<DepthModel>();
+        let tok = state.tokenizer(&files[0], lm_model)?;
+        let prompt = prompt::build(tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
+        if replay_of.is_empty() {
+            let n = req.songs() as usize;
+            let s = pipeline::ar_settings(req, batch);
+            let mut draws = SeedDraws::new(req.lm_seed, n);
+            compose::compose(backend, lm_model, depth, &prompt, n, &s, &mut draws, &cancelled, &mut |f, total| sink.report(Stage::Semantic, f + 1, total + 1))?
+        } else {
+            let mut out = Vec::new();
+            for (i, codes) in replay_of.iter().enumerate() {
+                out.push(compose::replay(backend, lm_model, depth, &prompt, codes, &cancelled)?);
+                sink.report(Stage::Semantic, i + 1, replay_of.len());
+            }
+            out
+        }
+    };
+    let replayed = !replay_of.is_empty();
+    for (i, song) in songs.iter().enumerate() {
+        if !replayed || ctx.known_songs.is_empty() {
+            links.scheduler.do_send(CodesReady { id: ctx.id.clone(), song: SongCodes { song: i as u32, abc: String::new(), codes: song.codes.iter().flatten().copied().collect() } });
+        }
+        links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Codes { frames: song.frames() as u32 }));
+    }
+
+    // The synthesis half: each window decoded and published as it is denoised.
+    let mut cond_lease = links.store.lease(&key("cond", files[2].clone()), backend)?;
+    let mut dit_lease = links.store.lease(&key("dit", files[3].clone()), backend)?;
+    let mut vae_lease = links.store.lease(&key("vae", files[4].clone()), backend)?;
+    let (cond, dit, vae) = (cond_lease.get::<CondEncoder>(), dit_lease.get::<DitModel>(), vae_lease.get::<VaeModel>());
+    let spec = vae.info.audio_spec();
+    let variations = req.synth_batch_size.max(1) as usize;
+    let s = pipeline::synth_settings(req, batch);
+    let mut encoder = TileEncoder::new(&ctx.id);
+    let (mut peak, mut sent) = (1.0f32, 0u32);
+    let mut starts = vec![0u64; songs.len() * variations];
+    let total_steps = songs.iter().map(|song| yued_engine::models::mm3::synth::windows(song.frames()).len() * s.steps).sum::<usize>();
+    let mut steps_before = 0;
+    let count = songs.len() * variations;
+    for (i, song) in songs.iter().enumerate() {
+        let tracks = pipeline::render_song(backend, cond, dit, vae, song, req.seed, variations, &s, &cancelled, &mut |d, _| sink.report(Stage::Synth, steps_before + d, total_steps), &mut |piece| {
+            let track = i * variations + piece.variation;
+            peak = peak.max(piece.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
+            let planar: Vec<f32> = piece.pcm.iter().map(|x| x / peak).collect();
+            let n = (planar.len() / 2) as u64;
+            let tile = encoder.encode(&PcmTile { track: track as u32, index: sent, start_sample: starts[track], sample_rate: spec.sample_rate, channels: 2, planar });
+            links.hub.do_send(Publish::Tile(ctx.id.clone(), tile));
+            starts[track] += n;
+            sent += 1;
+        })?;
+        steps_before += yued_engine::models::mm3::synth::windows(song.frames()).len() * s.steps;
+        for (j, pcm) in tracks.into_iter().enumerate() {
+            let index = i * variations + j;
+            if index + 1 == count {
+                links.hub.do_send(Publish::StreamEnd(ctx.id.clone(), encoder.finish()));
+            }
+            let replay = pipeline::replay_request(req, song, i, j, from_codes);
+            let track = TrackOut {
+                audio: Pcm::new(spec.sample_rate, spec.channels, pcm),
+                replay: serde_json::to_value(yued_protocol::Request::Mm3(replay)).expect("a request serializes"),
+                latents: Vec::new(),
+                truncated: !song.ended && song.frames() >= req.frames(),
+            };
+            if enc_tx.send(EncCmd::Track { job: ctx.clone(), index, of: count, track: Box::new(track) }).is_err() {
+                return Err(Mm3Error::Failed("the encoder stage is gone".into()));
+            }
+        }
+    }
+    sink.close();
+    Ok(())
+}
