@@ -93,7 +93,7 @@ impl TileEncoder {
 
     pub fn encode(&mut self, t: &PcmTile) -> EncodedTile {
         if self.opus.is_none() {
-            match OggOpusStream::new(t.channels, STREAM_OPUS_BITRATE, self.serial) {
+            match OggOpusStream::new(t.channels, STREAM_OPUS_BITRATE, self.serial).map(|o| o.with_input_rate(t.sample_rate)) {
                 Ok(o) => self.opus = Some(o),
                 Err(err) => tracing::error!(job = %self.job, %err, "opening the Opus stream"),
             }

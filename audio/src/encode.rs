@@ -34,8 +34,10 @@ pub fn encode(pcm: &Pcm, f: OutputFormat, mp3_kbps: u32) -> Result<Vec<u8>, Audi
         OutputFormat::Mp3 => mp3(pcm, mp3_kbps),
         OutputFormat::Flac => flac(pcm),
         OutputFormat::Opus => {
-            let mut s = OggOpusStream::new(pcm.channels, 160_000, 1)?;
-            let mut out = s.push(&pcm.data)?;
+            // Opus codes at 48 kHz only: other rates are resampled, their rate recorded.
+            let at48 = crate::resample::resample(pcm, 48_000)?;
+            let mut s = OggOpusStream::new(pcm.channels, 160_000, 1)?.with_input_rate(pcm.sample_rate);
+            let mut out = s.push(&at48.data)?;
             out.extend(s.finish()?);
             Ok(out)
         }

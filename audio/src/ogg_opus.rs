@@ -22,6 +22,9 @@ pub struct OggOpusStream {
     /// Samples per channel encoded into packets (multiples of FRAME).
     encoded: u64,
     headers_out: bool,
+    /// The rate of the audio before it was resampled to 48 kHz (the OpusHead's "input
+    /// sample rate", for decoders that want the original back).
+    input_rate: u32,
 }
 
 impl OggOpusStream {
@@ -35,7 +38,13 @@ impl OggOpusStream {
         let mut enc = opus::Encoder::new(48000, ch, opus::Application::Audio).map_err(|e| AudioError::Format(e.to_string()))?;
         enc.set_bitrate(opus::Bitrate::Bits(bitrate)).map_err(|e| AudioError::Format(e.to_string()))?;
         let pre_skip = enc.get_lookahead().map_err(|e| AudioError::Format(e.to_string()))? as u64;
-        Ok(OggOpusStream { enc, writer: PacketWriter::new(Vec::new()), serial, channels, pre_skip, pending: Vec::new(), input: 0, encoded: 0, headers_out: false })
+        Ok(OggOpusStream { enc, writer: PacketWriter::new(Vec::new()), serial, channels, pre_skip, pending: Vec::new(), input: 0, encoded: 0, headers_out: false, input_rate: 48000 })
+    }
+
+    /// Records the original rate of audio resampled to 48 kHz for this stream.
+    pub fn with_input_rate(mut self, rate: u32) -> Self {
+        self.input_rate = rate;
+        self
     }
 
     pub fn pre_skip(&self) -> u64 {
@@ -51,7 +60,7 @@ impl OggOpusStream {
         head.push(1);
         head.push(self.channels as u8);
         head.extend_from_slice(&(self.pre_skip as u16).to_le_bytes());
-        head.extend_from_slice(&48000u32.to_le_bytes());
+        head.extend_from_slice(&self.input_rate.to_le_bytes());
         head.extend_from_slice(&0i16.to_le_bytes());
         head.push(0);
         self.writer.write_packet(head, self.serial, PacketWriteEndInfo::EndPage, 0)?;

@@ -47,7 +47,8 @@ pub fn run(a: AudioConvertArgs) -> anyhow::Result<()> {
         pcm = to_channels(&pcm, c);
     }
     anyhow::ensure!(pcm.channels <= 2, "{}: {} channels; pass --channels 1 or 2", a.input.display(), pcm.channels);
-    let rate = if format == OutputFormat::Opus { 48_000 } else { a.rate.unwrap_or(pcm.sample_rate) };
+    // Opus resamples to 48 kHz inside the encoder (recording this rate in its header).
+    let rate = a.rate.unwrap_or(pcm.sample_rate);
     anyhow::ensure!((8_000..=192_000).contains(&rate), "--rate: {rate} Hz (8000..192000)");
     let pcm = resample(&pcm, rate)?;
     let out = yued_audio::encode::encode(&pcm, format, a.bitrate).map_err(|e| anyhow::anyhow!("{}: {e}", a.output.display()))?;
