@@ -563,3 +563,15 @@ impl Handler<GetState> for Scheduler {
         self.jobs.get(&m.0).map(|e| e.record.state)
     }
 }
+
+/// A job's family (its result's multipart boundary and the stream's rates depend on it).
+#[derive(Message)]
+#[rtype(result = "Option<yued_protocol::Family>")]
+pub struct GetFamily(pub JobId);
+
+impl Handler<GetFamily> for Scheduler {
+    type Result = Option<yued_protocol::Family>;
+    fn handle(&mut self, m: GetFamily, _: &mut Self::Context) -> Self::Result {
+        self.jobs.get(&m.0).map(|e| e.record.request.family())
+    }
+}

@@ -106,7 +106,9 @@ impl Client {
         if !ct.starts_with("multipart/mixed") {
             return Err(ClientError::Protocol(format!("result content type {ct:?}")));
         }
-        Ok(parse_multipart(&r.bytes()?, MULTIPART_BOUNDARY))
+        // The boundary the server names (each family's seed has its own).
+        let boundary = ct.split("boundary=").nth(1).map(|b| b.trim().trim_matches('"').to_string()).unwrap_or_else(|| MULTIPART_BOUNDARY.to_string());
+        Ok(parse_multipart(&r.bytes()?, &boundary))
     }
 
     fn ws_base(&self) -> String {

@@ -347,19 +347,24 @@ async fn result(id: &JobId, st: &AppState) -> HttpResponse {
     let Some(parts) = st.results.parts(id) else {
         return not_found(format!("the result of job {id} has expired"));
     };
+    // Each seed's clients read its own boundary.
+    let boundary = match st.scheduler.send(yued_actors::scheduler::GetFamily(id.clone())).await {
+        Ok(Some(yued_protocol::Family::Mm3)) => yued_protocol::MM3_MULTIPART_BOUNDARY,
+        _ => MULTIPART_BOUNDARY,
+    };
     let mut segments: Vec<Segment> = Vec::new();
     for (path, ct) in parts {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        segments.push(Segment::Bytes(Bytes::from(format!("--{MULTIPART_BOUNDARY}\r\nContent-Type: {ct}\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n"))));
+        segments.push(Segment::Bytes(Bytes::from(format!("--{boundary}\r\nContent-Type: {ct}\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n"))));
         segments.push(Segment::File(path));
         segments.push(Segment::Bytes(Bytes::from_static(b"\r\n")));
     }
-    segments.push(Segment::Bytes(Bytes::from(format!("--{MULTIPART_BOUNDARY}--\r\n"))));
+    segments.push(Segment::Bytes(Bytes::from(format!("--{boundary}--\r\n"))));
     let body = stream::iter(segments).flat_map(|s| match s {
         Segment::Bytes(b) => stream::iter(vec![Ok::<Bytes, std::io::Error>(b)]).boxed(),
         Segment::File(p) => file_chunks(p).boxed(),
     });
-    HttpResponse::Ok().content_type(format!("multipart/mixed; boundary={MULTIPART_BOUNDARY}")).streaming(body)
+    HttpResponse::Ok().content_type(format!("multipart/mixed; boundary={boundary}")).streaming(body)
 }
 
 enum Segment {

@@ -689,7 +689,9 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     // The result: the track and its replay request.
     let r = d.http.get(d.url(&format!("/job?id={mm3}&result=1"))).send().unwrap();
     let boundary = r.headers()["content-type"].to_str().unwrap().split("boundary=").nth(1).unwrap().trim_matches('"').to_string();
+    assert_eq!(boundary, "mm3-batch-boundary", "seed 001's boundary");
     let parts = multipart_parts(&r.bytes().unwrap(), &boundary);
+    assert!(parts[0].0.contains("json"), "the replay request comes first");
     let wav = parts.iter().find(|(t, _)| t.contains("wav")).expect("a wav part");
     let reader = hound::WavReader::new(std::io::Cursor::new(wav.1.clone())).unwrap();
     assert_eq!((reader.spec().sample_rate, reader.spec().channels), (44100, 2));
