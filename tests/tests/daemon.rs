@@ -726,3 +726,38 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     let d = Daemon::start_on(&data, port, args);
     assert_eq!(d.status(&mm3)["status"], "done", "the MiniMax record reloads");
 }
+
+/// kill -9 while a MiniMax Music 3 song is in its synthesis half (its codes journaled):
+/// after a restart it completes from the journal's codes (the replay path, marked in the
+/// journal), with the same codes in its replay request.
+#[test]
+fn kill_9_mid_minimax_song_resumes_from_its_journaled_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Daemon::start(&data, &[]);
+    let id = d.submit(r#"{"family": "mm3", "caption": "ambient", "lyrics": "[verse] la", "duration": 12, "steps": 60, "lm_seed": 8, "seed": 9, "output_format": "wav16"}"#);
+    let t0 = Instant::now();
+    while d.status(&id)["stage"] != "synth" {
+        assert!(t0.elapsed() < Duration::from_secs(120), "{}", d.status(&id));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let (data, port, args) = d.kill9();
+    let d = Daemon::start_on(&data, port, args);
+    let s = d.wait(&id, Duration::from_secs(300));
+    assert_eq!(s["status"], "done", "{s}; log: {}", d.log());
+    let r = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap();
+    let parts = multipart_parts(&r.bytes().unwrap(), "mm3-batch-boundary");
+    let replay: serde_json::Value = serde_json::from_slice(&parts[0].1).unwrap();
+    assert_eq!((replay["lm_seed"].as_i64(), replay["seed"].as_i64()), (Some(8), Some(9)));
+    // The same request composed again from scratch writes the same codes.
+    let fresh = d.submit(r#"{"family": "mm3", "caption": "ambient", "lyrics": "[verse] la", "duration": 12, "steps": 2, "lm_seed": 8, "seed": 9, "output_format": "wav16"}"#);
+    assert_eq!(d.wait(&fresh, Duration::from_secs(300))["status"], "done");
+    let r = d.http.get(d.url(&format!("/job?id={fresh}&result=1"))).send().unwrap();
+    let again: serde_json::Value = serde_json::from_slice(&multipart_parts(&r.bytes().unwrap(), "mm3-batch-boundary")[0].1).unwrap();
+    assert_eq!(again["audio_codes"], replay["audio_codes"], "the resumed job kept the codes it had journaled");
+    let (data, _, _) = d.kill9();
+    let journal = yued_actors::journal::Journal::open(&data.join("journal")).unwrap();
+    let records = journal.load().unwrap();
+    let rec = records.iter().find(|r| r.id.as_str() == id).unwrap();
+    assert_eq!((rec.resumed, rec.crashes), (1, 1), "resumed once from its journaled codes, after one crash");
+}
