@@ -21,6 +21,10 @@ use yued_protocol::{CotMode, Yue2Request};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
+    /// The family measured: `yue2` (sections mem, prefill, decode, nar, vae, e2e) or `mm3`
+    /// (MiniMax Music 3: frame, dit, vae, e2e).
+    #[arg(long, default_value = "yue2")]
+    pub family: yued_protocol::Family,
     /// Demo preset measured when no --model/--vae is given: `full` (the published YuE2
     /// dimensions, Q8_0, random weights, ~4 GB written once into --cache), `deep` (the
     /// published depth at tiny widths) or `tiny`.
@@ -38,7 +42,8 @@ pub struct BenchArgs {
     /// Repetitions per figure (median, min, max).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
-    /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e.
+    /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e (YuE2); frame,
+    /// dit, vae, e2e (MiniMax Music 3). The default runs every section of the family.
     #[arg(long, default_value = "mem,prefill,decode,nar,vae,e2e")]
     pub only: String,
     /// Smaller points (cache lengths, frames) for a quick look or a smoke test.
@@ -75,7 +80,7 @@ pub struct Stats {
     pub max: f64,
 }
 
-fn stats(mut v: Vec<f64>) -> Stats {
+pub(super) fn stats(mut v: Vec<f64>) -> Stats {
     v.sort_by(|a, b| a.partial_cmp(b).unwrap());
     let n = v.len();
     let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
@@ -83,7 +88,7 @@ fn stats(mut v: Vec<f64>) -> Stats {
 }
 
 impl Stats {
-    fn map(self, f: impl Fn(f64) -> f64) -> Stats {
+    pub(super) fn map(self, f: impl Fn(f64) -> f64) -> Stats {
         let (a, b) = (f(self.min), f(self.max));
         Stats { median: f(self.median), min: a.min(b), max: a.max(b) }
     }
@@ -106,7 +111,7 @@ pub struct Row {
 const LONG_RUN_S: f64 = 20.0;
 
 /// Runs `f` once to warm up, then `reps` times; seconds per run.
-fn time(reps: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<Stats> {
+pub(super) fn time(reps: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<Stats> {
     let t = Instant::now();
     f()?;
     let warm = t.elapsed().as_secs_f64();
@@ -163,6 +168,9 @@ fn models(a: &BenchArgs) -> anyhow::Result<(PathBuf, PathBuf, String)> {
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     if cfg!(debug_assertions) {
         eprintln!("warning: a debug build; measure with `cargo run --release -p yued -- bench`");
+    }
+    if a.family == yued_protocol::Family::Mm3 {
+        return super::bench_mm3::run(&a);
     }
     let only: Vec<&str> = a.only.split(',').map(str::trim).collect();
     let want = |s: &str| only.contains(&s);

@@ -1,6 +1,7 @@
 //! One module per model-tool subcommand.
 pub mod audio_convert;
 pub mod bench;
+pub mod bench_mm3;
 pub mod codec;
 pub mod common;
 pub mod compose;
