@@ -162,13 +162,18 @@ struct Models {
     mm3: Option<http::Mm3Check>,
 }
 
-/// The MiniMax Music 3 side of a registry: served when an LM and a depth decoder are there
-/// (the AR half; the synthesis files are checked when a request names them).
+/// The MiniMax Music 3 side of a registry: served when each of its five buckets has a file.
 fn mm3_check(reg: &Registry) -> anyhow::Result<Option<http::Mm3Check>> {
     use yued_engine::models::mm3::{config, lm};
-    let (Ok(lm_entry), Ok(depth_entry)) = (reg.resolve(Bucket::Mm3Lm, ""), reg.resolve(Bucket::Mm3Depth, "")) else {
+    let missing: Vec<&str> = Bucket::MM3.iter().filter(|&&b| reg.entries(b).is_empty()).map(|b| b.arch()).collect();
+    if missing.len() == Bucket::MM3.len() {
         return Ok(None);
-    };
+    }
+    if !missing.is_empty() {
+        tracing::warn!(missing = %missing.join(", "), "MiniMax Music 3 files are registered but not all five components: it is not served");
+        return Ok(None);
+    }
+    let (lm_entry, depth_entry) = (reg.resolve(Bucket::Mm3Lm, "").map_err(|e| anyhow::anyhow!(e))?, reg.resolve(Bucket::Mm3Depth, "").map_err(|e| anyhow::anyhow!(e))?);
     let f = GgufFile::open(&lm_entry.path)?;
     let info = config::LmInfo::read(&f)?;
     let tokenizer = lm::tokenizer(&f, &info)?;
@@ -204,7 +209,7 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
                 tracing::warn!(dir = %dir.display(), "no --model given: writing the tiny demo model (random weights)");
                 write_demo(&dir, Preset::Tiny, 0, &mut |_, _| {}).context("writing the demo model")?;
             }
-            if !(dir.join("mm3-demo-tiny-lm.gguf").exists() && dir.join("mm3-demo-tiny-depth.gguf").exists()) {
+            if !["lm", "depth", "cond", "dit", "vae"].iter().all(|c| dir.join(format!("mm3-demo-tiny-{c}.gguf")).exists()) {
                 tracing::warn!(dir = %dir.display(), "writing the tiny MiniMax Music 3 demo (random weights)");
                 yued_engine::models::mm3::demo::write_demo(&dir, Preset::Tiny, 0, &mut |_, _| {}).context("writing the MiniMax Music 3 demo")?;
             }
