@@ -4,7 +4,7 @@
 //! to the NarRenderer. `/vae` jobs pass straight through to the VaeTiler.
 use crate::hub::Publish;
 use crate::journal::SongCodes;
-use crate::messages::{CodesReady, EncCmd, EntryFree, JobCtx, NarCmd, NarWork, Resumed, VaeCmd, WorkerCmd};
+use crate::messages::{CodesReady, EntryFree, JobCtx, NarCmd, NarWork, Resumed, VaeCmd, WorkerCmd};
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
@@ -14,7 +14,7 @@ use yued_engine::models::yue2::ar::ArModel;
 use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared, SongWork};
 use yued_protocol::{Family, Stage, StreamEvent};
 
-pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<WorkerCmd>, nar_tx: Sender<NarCmd>, vae_tx: Sender<VaeCmd>, enc_tx: Sender<EncCmd>) {
+pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<WorkerCmd>, nar_tx: Sender<NarCmd>, vae_tx: Sender<VaeCmd>) {
     let backend = links.backend();
     let mut mm3 = links.cfg.mm3.clone().map(crate::mm3::Mm3State::new);
     if let Err(e) = &backend {
@@ -44,19 +44,26 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
             std::process::abort();
         }
         if ctx.request.family() == Family::Mm3 {
-            // A MiniMax Music 3 job runs on this thread to its tracks (see `mm3`).
+            // A MiniMax Music 3 job: its AR half here, its synthesis half on the NAR stage
+            // (see `mm3`), so the next job's AR may run while this one renders.
             let result = guarded(&links, &ctx, "ar", || {
                 test_fault("ar", &ctx);
                 match (&backend, mm3.as_mut()) {
-                    (Ok(b), Some(st)) => crate::mm3::run_job(&links, b, st, &ctx, &enc_tx),
+                    (Ok(b), Some(st)) => crate::mm3::compose_job(&links, b, st, &ctx),
                     (Err(e), _) => Err(crate::mm3::Mm3Error::Failed(format!("no compute backend: {e}"))),
                     (_, None) => Err(crate::mm3::Mm3Error::Failed("MiniMax Music 3 is not served by this daemon".into())),
                 }
             });
             match result {
+                Some(Ok((songs, files))) => {
+                    let pin = links.store.pin(crate::mm3::synthesis_group());
+                    if nar_tx.send(NarCmd::Mm3(Box::new(crate::mm3::Mm3Work { job: ctx.clone(), songs, files, pin }))).is_err() {
+                        tracing::error!("the NAR stage is gone");
+                    }
+                }
                 Some(Err(crate::mm3::Mm3Error::Cancelled)) => links.cancelled(&ctx),
                 Some(Err(crate::mm3::Mm3Error::Failed(e))) => links.fail(&ctx, e),
-                _ => {}
+                None => {}
             }
             links.scheduler.do_send(EntryFree { id });
             continue;

@@ -131,6 +131,8 @@ pub struct NarWork {
 
 pub enum NarCmd {
     Render(NarWork),
+    /// A MiniMax Music 3 job's synthesis half (condition encoder, DiT and VAE per window).
+    Mm3(Box<crate::mm3::Mm3Work>),
     Shutdown,
 }
 

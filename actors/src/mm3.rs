@@ -144,22 +144,36 @@ impl From<String> for Mm3Error {
     }
 }
 
-/// Runs a MiniMax job to its tracks, which go to the Encoder.
-pub(crate) fn run_job(links: &Links, backend: &Backend, state: &mut Mm3State, ctx: &std::sync::Arc<JobCtx>, enc_tx: &Sender<EncCmd>) -> Result<(), Mm3Error> {
+/// The MiniMax work the synthesis stage receives: the songs' codes and states, the files
+/// of the synthesis components, and the pin that keeps the synthesis group for the job.
+pub struct Mm3Work {
+    pub job: std::sync::Arc<JobCtx>,
+    pub songs: Vec<compose::Song>,
+    /// The condition encoder, DiT and VAE files.
+    pub files: [PathBuf; 3],
+    pub pin: crate::model_store::GroupPin,
+}
+
+pub fn synthesis_group() -> crate::model_store::Group {
+    crate::model_store::Group { family: Family::Mm3, name: SYNTHESIS_GROUP }
+}
+
+/// The AR half of a MiniMax job on the entry stage: the frames sampled (or replayed from
+/// the request's codes or the journal's), each song's codes journaled and announced. The AR
+/// group's leases are released when it returns. Returns the songs and the synthesis files.
+pub(crate) fn compose_job(links: &Links, backend: &Backend, state: &mut Mm3State, ctx: &std::sync::Arc<JobCtx>) -> Result<(Vec<compose::Song>, [PathBuf; 3]), Mm3Error> {
     let req = ctx.request.as_mm3().expect("a MiniMax job");
     let files = state.files(req)?;
     let cancelled = || ctx.cancel.is_cancelled();
     let mut sink = ProgressSink::new(links, &ctx.id);
     // The guidance pairs as batches of two (the daemon has no split-path setting).
     let batch = true;
-    let from_codes = !req.audio_codes.trim().is_empty();
-
-    // The AR half: sampled, or replayed from the request's codes or the journal's.
     let journaled: Vec<Vec<[u32; 8]>> = ctx.known_songs.iter().map(|s| s.codes.chunks_exact(8).map(|c| c.try_into().expect("8 codes")).collect()).collect();
     let given = req.audio_codes().map_err(|e| e.to_string())?;
+    let resumed = given.is_empty() && !journaled.is_empty() && journaled.len() == req.songs() as usize;
     let replay_of: Vec<Vec<[u32; 8]>> = if !given.is_empty() {
         vec![given]
-    } else if !journaled.is_empty() && journaled.len() == req.songs() as usize {
+    } else if resumed {
         links.scheduler.do_send(crate::messages::Resumed { id: ctx.id.clone() });
         journaled
     } else {
@@ -186,22 +200,36 @@ pub(crate) fn run_job(links: &Links, backend: &Backend, state: &mut Mm3State, ct
             out
         }
     };
-    let replayed = !replay_of.is_empty();
     for (i, song) in songs.iter().enumerate() {
-        if !replayed || ctx.known_songs.is_empty() {
+        if !resumed {
             links.scheduler.do_send(CodesReady { id: ctx.id.clone(), song: SongCodes { song: i as u32, abc: String::new(), codes: song.codes.iter().flatten().copied().collect() } });
         }
         links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Codes { frames: song.frames() as u32 }));
     }
+    let [_, _, c, d, v] = files;
+    Ok((songs, [c, d, v]))
+}
 
-    // The synthesis half: each window decoded and published as it is denoised.
-    let mut cond_lease = links.store.lease(&key("cond", files[2].clone()), backend)?;
-    let mut dit_lease = links.store.lease(&key("dit", files[3].clone()), backend)?;
-    let mut vae_lease = links.store.lease(&key("vae", files[4].clone()), backend)?;
+/// The synthesis half on the synthesis stage: each window denoised, decoded and published
+/// to the listeners at once; the finished tracks go to the Encoder.
+pub(crate) fn render_job(links: &Links, backend: &Backend, work: &Mm3Work, enc_tx: &Sender<EncCmd>) -> Result<(), Mm3Error> {
+    let ctx = &work.job;
+    let req = ctx.request.as_mm3().expect("a MiniMax job");
+    let cancelled = || ctx.cancel.is_cancelled();
+    if cancelled() {
+        return Err(Mm3Error::Cancelled);
+    }
+    let from_codes = !req.audio_codes.trim().is_empty();
+    let mut sink = ProgressSink::new(links, &ctx.id);
+    let songs = &work.songs;
+    let [cf, df, vf] = &work.files;
+    let mut cond_lease = links.store.lease(&key("cond", cf.clone()), backend)?;
+    let mut dit_lease = links.store.lease(&key("dit", df.clone()), backend)?;
+    let mut vae_lease = links.store.lease(&key("vae", vf.clone()), backend)?;
     let (cond, dit, vae) = (cond_lease.get::<CondEncoder>(), dit_lease.get::<DitModel>(), vae_lease.get::<VaeModel>());
     let spec = vae.info.audio_spec();
     let variations = req.synth_batch_size.max(1) as usize;
-    let s = pipeline::synth_settings(req, batch);
+    let s = pipeline::synth_settings(req, true);
     let mut encoder = TileEncoder::new(&ctx.id);
     let (mut peak, mut sent) = (1.0f32, 0u32);
     let mut starts = vec![0u64; songs.len() * variations];

@@ -3,7 +3,7 @@
 //! ArDecoder; STRICT keeps the AR half out until the VaeTiler has decoded the last tile),
 //! which goes on to the VaeTiler with the announcement of the job's tracks; each chunk's
 //! latents follow the moment its solve ends.
-use crate::messages::{NarCmd, NarWork, TrackPlan, VaeCmd};
+use crate::messages::{EncCmd, NarCmd, NarWork, TrackPlan, VaeCmd};
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
@@ -11,12 +11,32 @@ use yued_engine::ggml::Backend;
 use yued_engine::models::yue2::nar::NarModel;
 use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared};
 
-pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<NarCmd>, vae_tx: Sender<VaeCmd>) {
+pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<NarCmd>, vae_tx: Sender<VaeCmd>, enc_tx: Sender<EncCmd>) {
     let backend = links.backend();
     while let Ok(cmd) = rx.recv() {
         let work = match cmd {
             NarCmd::Shutdown => break,
             NarCmd::Render(w) => w,
+            NarCmd::Mm3(w) => {
+                // MiniMax Music 3: condition encoder, DiT and VAE per window, here; the
+                // synthesis group stays pinned for the job until the work is dropped.
+                let job = w.job.clone();
+                let span = tracing::info_span!("job", job = %job.id);
+                let _g = span.enter();
+                let result = guarded(&links, &job, "nar", || {
+                    test_fault("nar", &job);
+                    match &backend {
+                        Ok(b) => crate::mm3::render_job(&links, b, &w, &enc_tx),
+                        Err(e) => Err(crate::mm3::Mm3Error::Failed(format!("no compute backend: {e}"))),
+                    }
+                });
+                match result {
+                    Some(Err(crate::mm3::Mm3Error::Cancelled)) => links.cancelled(&job),
+                    Some(Err(crate::mm3::Mm3Error::Failed(e))) => links.fail(&job, e),
+                    _ => {}
+                }
+                continue;
+            }
         };
         let job = work.job.clone();
         let span = tracing::info_span!("job", job = %job.id);

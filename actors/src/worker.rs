@@ -90,12 +90,13 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
     let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f).expect("spawn a compute stage");
     {
         let (l, s) = (links.clone(), shared.clone());
-        let (vae_tx, enc_tx) = (vae_tx.clone(), enc_tx.clone());
-        threads.push(spawn("yued-ar", Box::new(move || crate::ar_decoder::run(l, s, rx, nar_tx, vae_tx, enc_tx))));
+        let vae_tx = vae_tx.clone();
+        threads.push(spawn("yued-ar", Box::new(move || crate::ar_decoder::run(l, s, rx, nar_tx, vae_tx))));
     }
     {
         let (l, s) = (links.clone(), shared.clone());
-        threads.push(spawn("yued-nar", Box::new(move || crate::nar_renderer::run(l, s, nar_rx, vae_tx))));
+        let enc_tx = enc_tx.clone();
+        threads.push(spawn("yued-nar", Box::new(move || crate::nar_renderer::run(l, s, nar_rx, vae_tx, enc_tx))));
     }
     {
         let (l, r) = (links.clone(), results.clone());

@@ -475,6 +475,15 @@ fn a_panicking_stage_fails_its_job_and_takes_the_next() {
         let metrics = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
         assert!(metrics.lines().any(|l| l == "yued_kv_sets_in_use 0"), "{stage}: KV sets freed");
         assert!(d.log().contains("the stage panicked on this job"), "{stage}: logged");
+        // A MiniMax Music 3 job (its caption matches the fault) too: its AR half on the
+        // entry stage, its synthesis on the NAR stage, its tracks through the encoder.
+        if stage != "vae" {
+            let bad = d.submit(r#"{"family": "mm3", "caption": "boom", "lyrics": "la", "duration": 1, "steps": 2}"#);
+            let s = d.wait(&bad, Duration::from_secs(120));
+            assert!(s["status"] == "failed" && s["error"].as_str().unwrap_or_default().contains(&format!("internal error in the {stage} stage")), "mm3 {stage}: {s}");
+            let next = d.submit(r#"{"family": "mm3", "caption": "calm", "lyrics": "la", "duration": 1, "steps": 2}"#);
+            assert_eq!(d.wait(&next, Duration::from_secs(120))["status"], "done", "mm3 {stage}: the next job runs");
+        }
     }
 }
 
