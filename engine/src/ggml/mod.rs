@@ -819,7 +819,13 @@ impl Drop for Backend {
 }
 
 /// Device memory holding the data of every tensor of one [`Context`] (weights, KV sets).
-pub struct Buffer {
+///
+/// The context's tensors point into it, yet borrow only the context: a buffer dropped while
+/// they are still in use would leave safe code writing freed memory. So a buffer is never
+/// handed out on its own: [`TensorStore`] owns it beside the context it backs and lends
+/// tensors that borrow the store, so none outlives the memory. (Constructible only inside
+/// the ggml layer.)
+pub(crate) struct Buffer {
     ptr: NonNull<sys::ggml_backend_buffer>,
 }
 
@@ -828,7 +834,7 @@ unsafe impl Send for Buffer {}
 
 impl Buffer {
     /// Allocates device memory for every tensor of `ctx` that has none yet.
-    pub fn alloc_ctx_tensors(ctx: &Context, backend: &Backend, what: &str) -> Result<Self, GgmlError> {
+    pub(super) fn alloc_ctx_tensors(ctx: &Context, backend: &Backend, what: &str) -> Result<Self, GgmlError> {
         // SAFETY: valid context and buffer type; NULL on failure.
         let size = unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft_size(ctx.raw(), backend.buffer_type()) };
         let p = unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.raw(), backend.buffer_type()) };

@@ -12,6 +12,18 @@ static NEXT_STORE_ID: AtomicU64 = AtomicU64::new(1);
 /// Tensors created by name, then allocated together in one backend buffer. The store owns
 /// the metadata context and the buffer; [`TensorStore::get`] hands out handles that borrow
 /// the store, so none can outlive the memory.
+///
+/// The buffer itself is not reachable outside the ggml layer, so no code can drop it under
+/// tensors still in use:
+///
+/// ```compile_fail
+/// use yued_engine::ggml::{Backend, Context, GgmlType};
+/// let backend = Backend::cpu(1).unwrap();
+/// let ctx = Context::new(1, 0).unwrap();
+/// let t = ctx.new_tensor(GgmlType::F32, &[4]);
+/// drop(yued_engine::ggml::Buffer::alloc_ctx_tensors(&ctx, &backend, "w")); // private
+/// t.write_f32(&[0.0; 4]);
+/// ```
 pub struct TensorStore {
     id: u64,
     ctx: Context,
