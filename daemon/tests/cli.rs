@@ -299,6 +299,37 @@ fn synth_renders_a_minimax_song_that_replays_as_the_same_song() {
     assert!(cos > 0.99, "replay against the sampled render: cosine {cos}");
     let loud = a.iter().filter(|x| x.abs() > 32000.0).count();
     assert!(loud * 100 < a.len(), "{loud} of {} samples at full scale: the demo should not saturate", a.len());
+    // The five files by flag, with the AR half's tensors dumped.
+    let f = |c: &str| models.join(format!("mm3-demo-tiny-{c}.gguf"));
+    let (lm, depth, cond, dit, vae) = (f("lm"), f("depth"), f("cond"), f("dit"), f("vae"));
+    ok(&[
+        "synth",
+        "--lm",
+        s(&lm),
+        "--depth",
+        s(&depth),
+        "--cond",
+        s(&cond),
+        "--dit",
+        s(&dit),
+        "--vae-mm3",
+        s(&vae),
+        "--request",
+        s(&d.join("o/song01.json")),
+        "--out",
+        s(&d.join("f/song.wav")),
+        "--dump",
+        s(&d.join("dump")),
+        "--device",
+        "CPU",
+        "--threads",
+        "1",
+    ]);
+    assert_eq!(std::fs::read(d.join("f/song.wav")).unwrap(), std::fs::read(d.join("r/song.wav")).unwrap(), "the same files by flag render the same bytes");
+    let npy = std::fs::read(d.join("dump/song0_codes.npy")).unwrap();
+    assert!(npy.starts_with(b"\x93NUMPY") && String::from_utf8_lossy(&npy[..128]).contains(&format!("({}, 8)", frames + 1)));
+    let e = fails(&["synth", "--lm", s(&dit), "--depth", s(&depth), "--cond", s(&cond), "--dit", s(&dit), "--vae-mm3", s(&vae), "--request", s(&req), "--device", "CPU"]);
+    assert!(e.contains("'mm3-dit' model where a 'mm3-lm'"), "{e}");
     // A component field naming another bucket's file is refused.
     std::fs::write(&req, r#"{"caption": "x", "lyrics": "la", "vae_model": "mm3-demo-tiny-dit.gguf"}"#).unwrap();
     let e = fails(&["synth", "--models", s(&models), "--request", s(&req), "--device", "CPU"]);

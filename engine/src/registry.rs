@@ -93,6 +93,21 @@ impl Registry {
         Ok((reg, skipped))
     }
 
+    /// A registry of given files, each of the bucket its flag names (`yued synth --lm F
+    /// --depth F ...`): a file whose architecture is another bucket's is an error saying so.
+    pub fn from_files(files: &[(Bucket, &Path)]) -> Result<Registry, String> {
+        let mut reg = Registry::default();
+        for &(b, path) in files {
+            let arch = GgufFile::open(path).map_err(|e| e.to_string())?.get_str("general.architecture").map(String::from).map_err(|e| e.to_string())?;
+            if arch != b.arch() {
+                return Err(format!("{}: a '{arch}' model where a '{}' one belongs", path.display(), b.arch()));
+            }
+            let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            reg.buckets.entry(b).or_default().push(Entry { name, path: path.to_path_buf() });
+        }
+        Ok(reg)
+    }
+
     /// The files of a bucket, in name order.
     pub fn entries(&self, b: Bucket) -> &[Entry] {
         self.buckets.get(&b).map(Vec::as_slice).unwrap_or(&[])
@@ -118,6 +133,9 @@ impl Registry {
         let mut out = Vec::new();
         if !self.entries(Bucket::Yue2).is_empty() && !self.entries(Bucket::Yue2Vae).is_empty() {
             out.push(Family::Yue2);
+        }
+        if Bucket::MM3.iter().all(|&b| !self.entries(b).is_empty()) {
+            out.push(Family::Mm3);
         }
         out
     }

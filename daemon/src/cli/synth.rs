@@ -13,9 +13,25 @@ use yued_protocol::Stage;
 #[derive(clap::Args)]
 pub struct SynthArgs {
     /// A directory of model files sorted by architecture (either family; the request's
-    /// fields or its "family" pick which); or give --model and --vae (YuE2).
-    #[arg(long, required_unless_present = "model")]
+    /// fields or its "family" pick which); or give --model and --vae (YuE2), or --lm,
+    /// --depth, --cond, --dit and --vae-mm3 (MiniMax Music 3).
+    #[arg(long, required_unless_present_any = ["model", "lm"])]
     pub models: Option<PathBuf>,
+    /// MiniMax Music 3's LM GGUF (mm3-lm), with --depth, --cond, --dit and --vae-mm3.
+    #[arg(long, requires_all = ["depth", "cond", "dit", "vae_mm3"], conflicts_with_all = ["models", "model"])]
+    pub lm: Option<PathBuf>,
+    /// MiniMax Music 3's RVQ depth decoder GGUF (mm3-depth).
+    #[arg(long, requires = "lm")]
+    pub depth: Option<PathBuf>,
+    /// MiniMax Music 3's condition encoder GGUF (mm3-cond).
+    #[arg(long, requires = "lm")]
+    pub cond: Option<PathBuf>,
+    /// MiniMax Music 3's DiT GGUF (mm3-dit).
+    #[arg(long, requires = "lm")]
+    pub dit: Option<PathBuf>,
+    /// MiniMax Music 3's flow VAE GGUF (mm3-vae).
+    #[arg(long = "vae-mm3", requires = "lm")]
+    pub vae_mm3: Option<PathBuf>,
     /// YuE2 backbone GGUF.
     #[arg(long, requires = "vae")]
     pub model: Option<PathBuf>,
@@ -63,7 +79,8 @@ pub struct SynthArgs {
     /// VAE tile halo frames.
     #[arg(long, default_value_t = 16)]
     pub vae_halo: usize,
-    /// Dump intermediate tensors (.npy) into this directory.
+    /// Dump intermediate tensors (.npy) into this directory (YuE2: codes, noise, latents per
+    /// track; MiniMax Music 3: each song's codes [frames + 1, 8] and states [frames, 8, hidden]).
     #[arg(long)]
     pub dump: Option<PathBuf>,
     #[command(flatten)]
@@ -77,6 +94,15 @@ pub(super) fn numbered(path: &Path, suffix: &str, ext: &str) -> PathBuf {
 }
 
 pub fn run(a: SynthArgs) -> anyhow::Result<()> {
+    if let (Some(lm), Some(depth), Some(cond), Some(dit), Some(vae)) = (&a.lm, &a.depth, &a.cond, &a.dit, &a.vae_mm3) {
+        use yued_engine::registry::{Bucket, Registry};
+        let reg = Registry::from_files(&[(Bucket::Mm3Lm, lm), (Bucket::Mm3Depth, depth), (Bucket::Mm3Cond, cond), (Bucket::Mm3Dit, dit), (Bucket::Mm3Vae, vae)]).map_err(|e| anyhow::anyhow!(e))?;
+        let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
+        let Ok(yued_protocol::Request::Mm3(r)) = yued_protocol::Request::from_json(&body, &[yued_protocol::Family::Mm3]) else {
+            anyhow::bail!("{}: not a MiniMax Music 3 request (caption and lyrics)", a.request.display());
+        };
+        return super::synth_mm3::run(&a, &reg, r);
+    }
     let (model, vae) = match (&a.model, &a.vae, &a.models) {
         (Some(m), Some(v), _) => (m.clone(), v.clone()),
         (_, _, Some(dir)) => {

@@ -68,6 +68,16 @@ pub fn run(a: &SynthArgs, reg: &Registry, mut req: Mm3Request) -> anyhow::Result
         pb.finish_and_clear();
         songs
     };
+    if let Some(dir) = &a.dump {
+        // The AR half's outputs: each song's codes and the states the condition encoder reads.
+        std::fs::create_dir_all(dir)?;
+        let h = lm_model.hidden();
+        for (i, song) in songs.iter().enumerate() {
+            let codes: Vec<i32> = song.codes.iter().flatten().map(|&c| c as i32).collect();
+            super::npy::write_i32(&dir.join(format!("song{i}_codes.npy")), &[song.codes.len(), 8], &codes)?;
+            super::npy::write_f32(&dir.join(format!("song{i}_states.npy")), &[song.frames(), 8, h], &song.states)?;
+        }
+    }
     // The AR modules go before the synthesis ones load (one group resident at a time).
     drop((lm_model, depth));
     eprintln!("loading the condition encoder, the DiT and the VAE");
