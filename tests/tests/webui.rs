@@ -21,7 +21,23 @@ fn the_webui_composes_plays_live_renders_the_score_and_survives_a_reload() {
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the WebUI e2e failed:\n{text}");
     eprintln!("{text}");
-    for step in ["loaded", "form", "queued", "progress", "playing", "score-and-result", "reloaded", "downloaded", "variation-cancelled", "logs"] {
+    for step in [
+        "loaded",
+        "form",
+        "queued",
+        "progress",
+        "playing",
+        "score-and-result",
+        "reloaded",
+        "downloaded",
+        "variation-cancelled",
+        "logs",
+        "mm3-form",
+        "mm3-queued",
+        "mm3-done",
+        "mm3-replayed",
+        "mm3-reloaded",
+    ] {
         assert!(std::fs::read_dir(&shots).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(&format!("-{step}.png"))), "no screenshot of {step}");
     }
 }

@@ -1,15 +1,20 @@
-// The WebUI end to end in Debian's Chromium: start `yued serve` on the demo model, fill the
-// form, submit, watch the queue and the stage progress, hear audio start (the page's
-// AudioContext advancing with buffers scheduled) before the job reports done, see the
-// score as SVG, reload and find the job again, download the result. A screenshot of each
-// step goes to $SCREENSHOTS. Exits non-zero on any failure; a browser that does not start
-// is a failure, never a skip.
+// The WebUI end to end in Debian's Chromium: start `yued serve` on the demo models (both
+// families), fill the YuE2 form, submit, watch the queue and the stage progress, hear audio
+// start (the page's AudioContext advancing with buffers scheduled) before the job reports
+// done, see the score as SVG, reload and find the job again, download the result. Then
+// MiniMax Music 3: switch the family, check the form against /props (placeholders, model
+// files), a 400 naming the field, fill caption and lyrics, wait in the queue, see the stage
+// progress and the 44.1 kHz stream scheduled before the stream's done, the result's tracks
+// (no score view), replay a track's request (the same codes and seeds), reload and
+// download. A screenshot of each step goes to $SCREENSHOTS. Exits non-zero on any failure;
+// a browser that does not start is a failure, never a skip.
 import { chromium } from "playwright-core";
 import { spawn } from "node:child_process";
 import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { parseMultipart } from "../src/multipart.js";
 
 const YUED = process.env.YUED_BIN;
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
@@ -62,6 +67,10 @@ try {
   await page.goto(base + "/");
   await page.waitForFunction(() => document.getElementById("health").dataset.status === "ok", null, { timeout: 30000 });
   check((await page.locator("#output_format option").count()) >= 9, "the formats come from /props");
+  // Both families served: the switch shows, YuE2 first with its form.
+  await page.locator("#family").waitFor({ state: "visible", timeout: 10000 });
+  check((await page.inputValue("#family")) === "yue2", "YuE2 is the default family");
+  check((await page.locator("#style").isVisible()) && !(await page.locator("#mm3-caption").isVisible()), "the YuE2 form shows, MiniMax's does not");
   await shot("loaded");
 
   // Compose: an example, then our own values; a written score so the demo model renders
@@ -156,7 +165,116 @@ try {
   await page.click("#logs-panel summary");
   await page.waitForFunction((id) => document.getElementById("logs").textContent.includes(id), id, { timeout: 15000 });
   await shot("logs");
-  console.log(`webui e2e: ok (job ${id}, audio ${Math.round(doneAt - firstAt)} ms before done, screenshots in ${SHOTS})`);
+
+  // ------------------------------------------------------------ MiniMax Music 3
+  const props = await (await fetch(`${base}/props`)).json();
+  check(props.families?.includes("mm3") && props.mm3, `the daemon serves MiniMax Music 3 (${JSON.stringify(props.families)})`);
+  const md = props.mm3.defaults;
+  await page.selectOption("#family", "mm3");
+  await page.locator("#mm3-caption").waitFor({ state: "visible", timeout: 10000 });
+  check(!(await page.locator("#style").isVisible()) && !(await page.locator("#abc").isVisible()), "YuE2's fields hide under MiniMax");
+  for (const k of ["duration", "steps", "seed", "lm_seed", "lm_cfg", "lm_top_k", "dit_cfg", "lm_batch_size", "synth_batch_size"]) {
+    const ph = await page.getAttribute(`#mm3-${k}`, "placeholder");
+    check(ph === String(md[k]), `the ${k} placeholder comes from /props.mm3.defaults (${ph} vs ${md[k]})`);
+  }
+  check((await page.locator("#mm3-output_format option").count()) === props.output_formats.length, "MiniMax's formats come from /props");
+  for (const [field, bucket] of [["lm_model", "mm3-lm"], ["depth_model", "mm3-depth"], ["cond_model", "mm3-cond"], ["dit_model", "mm3-dit"], ["vae_model", "mm3-vae"]]) {
+    const values = await page.locator(`#mm3-${field} option`).evaluateAll((os) => os.map((o) => o.value));
+    check(values[0] === "" && JSON.stringify(values.slice(1)) === JSON.stringify(props.mm3.models[bucket]), `${field} lists /props.mm3.models["${bucket}"] after the default (${JSON.stringify(values)})`);
+  }
+  // MiniMax's examples: structured captions.
+  const examples = await page.locator("#example option").allTextContents();
+  check(examples.length >= 3 && examples.includes("Synth-pop anthem"), `MiniMax's examples (${examples})`);
+  await page.selectOption("#example", { label: "Synth-pop anthem" });
+  check((await page.inputValue("#mm3-caption")).startsWith("Global Metadata\n<|bpm 120|>"), "the example fills a structured caption");
+  check((await page.inputValue("#mm3-lyrics")).includes("[chorus]"), "the example fills tagged lyrics");
+  // A missing caption: the daemon's 400 names the field, no job is added.
+  const jobsBefore = await page.locator("li.job").count();
+  await page.fill("#mm3-caption", "");
+  await page.click("#submit");
+  await page.waitForFunction(() => document.getElementById("form-error").textContent.includes("caption"), null, { timeout: 10000 });
+  check((await page.locator("li.job").count()) === jobsBefore, "a refused request adds no job");
+  // Our values: 3 s, 3 steps, fixed seeds, a chosen LM file, FLAC.
+  await page.fill("#mm3-caption", "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright female vocals");
+  await page.fill("#mm3-lyrics", "[verse]\nCity lights are calling out my name\n\n[chorus]\nWe glow, we glow, we never fade away\n");
+  await page.fill("#mm3-duration", "3");
+  await page.fill("#mm3-steps", "3");
+  await page.fill("#mm3-seed", "5");
+  await page.fill("#mm3-lm_seed", "4");
+  await page.fill("#mm3-lm_top_k", "8");
+  await page.click("#mm3-models summary");
+  await page.selectOption("#mm3-lm_model", props.mm3.models["mm3-lm"][0]);
+  await page.selectOption("#mm3-output_format", "flac");
+  await shot("mm3-form");
+
+  // Behind a long YuE2 job, so the page is listening before ours starts.
+  const blocker2 = await (await fetch(`${base}/synth`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ style: "blocker", cot: "off", duration: 120, steps: 4, output_format: "wav16", semantic_sampling: { min_tokens: 2500 } }) })).json();
+  check(/^[0-9a-f]{16}$/.test(blocker2.id), `blocker job ${JSON.stringify(blocker2)}`);
+  await page.click("#submit");
+  await page.waitForFunction((n) => document.querySelectorAll("li.job").length === n + 1, jobsBefore, { timeout: 10000 });
+  const mid = await page.locator("li.job").first().getAttribute("data-id");
+  const mcard = page.locator(`li.job[data-id="${mid}"]`);
+  check((await mcard.getAttribute("data-family")) === "mm3", "the job is MiniMax's");
+  check((await mcard.locator(".family").textContent()) === "MiniMax", "the job list names the family");
+  check((await page.locator(`li.job[data-id="${id}"] .family`).textContent()) === "YuE2", "the YuE2 job is named YuE2");
+  check((await mcard.locator(".title").textContent()) === "Upbeat synth-pop with bright female vocals", "the title is the caption's prose");
+  await page.waitForFunction((id) => document.querySelector(`li.job[data-id="${id}"] .status`)?.dataset.status === "queued", mid, { timeout: 30000 });
+  await shot("mm3-queued");
+  const cancelled2 = await fetch(`${base}/job?id=${blocker2.id}&cancel=1`, { method: "POST" });
+  check(cancelled2.ok, `cancelling the blocker: HTTP ${cancelled2.status}`);
+
+  // Done, with its progress seen and its 44.1 kHz audio scheduled before the stream's done.
+  await page.waitForFunction((id) => document.querySelector(`li.job[data-id="${id}"] .status`)?.dataset.status === "done", mid, { timeout: 120000 });
+  await page.waitForFunction((id) => window.__yued.jobs[id]?.streamDoneAt != null, mid, { timeout: 30000 });
+  const minfo = await page.evaluate((id) => ({ ...window.__yued.jobs[id], ctx: window.__yued.ctx.state }), mid);
+  check(minfo.stages.includes("semantic") && minfo.stages.includes("synth") && minfo.progress > 0, `the stage progress was shown (${JSON.stringify(minfo)})`);
+  check(minfo.scheduled > 0 && minfo.sampleRate === props.mm3.sample_rate && minfo.ctx === "running", `the stream played live at 44.1 kHz (${JSON.stringify(minfo)})`);
+  check(minfo.firstAudioAt <= minfo.streamDoneAt, "the audio was scheduled before the stream said done");
+  const track0 = mcard.locator('.track[data-track="track00"]');
+  await track0.locator("audio").waitFor({ timeout: 10000 });
+  await track0.locator("a.download", { hasText: "track00.flac" }).waitFor({ timeout: 10000 });
+  await track0.locator("a.download", { hasText: "track00.json" }).waitFor({ timeout: 10000 });
+  check((await mcard.locator(".score-box, .score").count()) === 0, "no score view for MiniMax");
+  check(/s of audio/.test(await mcard.locator(".stage").textContent()), "the metrics show");
+  await shot("mm3-done");
+
+  // Replay the track: its replay request again, the same codes and seeds.
+  const resultOf = async (job) => {
+    const r = await fetch(`${base}/job?id=${job}&result=1`);
+    check(r.ok, `the result of ${job}: HTTP ${r.status}`);
+    return parseMultipart(await r.arrayBuffer(), r.headers.get("content-type"));
+  };
+  const replayOf = (parts) => JSON.parse(new TextDecoder().decode(parts.find((p) => p.name === "track00.json").bytes));
+  const first = replayOf(await resultOf(mid));
+  check(first.family === "mm3" && first.seed === 5 && first.lm_seed === 4 && first.audio_codes.length > 0, `the replay request (${JSON.stringify({ ...first, audio_codes: first.audio_codes.slice(0, 20) })})`);
+  await track0.locator("button.replay").click();
+  await page.waitForFunction((n) => document.querySelectorAll("li.job").length === n + 2, jobsBefore, { timeout: 10000 });
+  const rid = await page.locator("li.job").first().getAttribute("data-id");
+  check((await page.locator(`li.job[data-id="${rid}"]`).getAttribute("data-family")) === "mm3", "the replay is MiniMax's");
+  await page.waitForFunction((id) => document.querySelector(`li.job[data-id="${id}"] .status`)?.dataset.status === "done", rid, { timeout: 120000 });
+  await page.locator(`li.job[data-id="${rid}"] a.download`, { hasText: "track00.flac" }).waitFor({ timeout: 10000 });
+  const again = replayOf(await resultOf(rid));
+  check(again.audio_codes === first.audio_codes && again.seed === first.seed && again.lm_seed === first.lm_seed && again.caption === first.caption, "the replay renders the same codes with the same seeds");
+  // "Edit" loads the track's request into the form, its codes included.
+  await track0.locator("button.edit").click();
+  await page.waitForFunction((codes) => document.getElementById("mm3-audio_codes").value === codes, first.audio_codes, { timeout: 10000 });
+  check((await page.inputValue("#mm3-caption")) === first.caption && (await page.inputValue("#mm3-seed")) === "5" && (await page.inputValue("#mm3-lm_seed")) === "4", "Edit fills the MiniMax form from the replay request");
+  await shot("mm3-replayed");
+
+  // Reload: MiniMax stays selected, both jobs are listed with their family, and the
+  // MiniMax track downloads.
+  await page.reload();
+  await page.locator(`li.job[data-id="${mid}"] .files a.download`, { hasText: "track00.flac" }).waitFor({ timeout: 30000 });
+  check((await page.inputValue("#family")) === "mm3" && (await page.locator("#mm3-caption").isVisible()), "the family switch survives a reload");
+  check((await page.locator(`li.job[data-id="${mid}"] .family`).textContent()) === "MiniMax", "the MiniMax job after reload");
+  check((await page.locator(`li.job[data-id="${id}"] .family`).textContent()) === "YuE2", "the YuE2 job after reload");
+  const [mdown] = await Promise.all([page.waitForEvent("download"), page.locator(`li.job[data-id="${mid}"] a.download`, { hasText: "track00.flac" }).click()]);
+  const mpath = join(data, "mm3.flac");
+  await mdown.saveAs(mpath);
+  const mhead = readFileSync(mpath).subarray(0, 4).toString("latin1");
+  check(mhead === "fLaC" && statSync(mpath).size > 1000, `a MiniMax FLAC file downloads (${mhead}, ${statSync(mpath).size} bytes)`);
+  await shot("mm3-reloaded");
+  console.log(`webui e2e: ok (job ${id}, audio ${Math.round(doneAt - firstAt)} ms before done, MiniMax job ${mid} replayed as ${rid}, screenshots in ${SHOTS})`);
 } catch (e) {
   console.error(e.stack || e.message);
   console.error("--- daemon log (tail) ---\n" + log.slice(-4000));

@@ -38,3 +38,33 @@ export const EXAMPLES = [
     },
   },
 ];
+
+// MiniMax Music 3 requests: a Structured Caption (a "Global Metadata" block of <|tag value|>
+// lines, then the description in prose) and lyrics with their [section] tags. Short, so a
+// first render is quick.
+export const MM3_EXAMPLES = [
+  {
+    name: "Synth-pop anthem",
+    request: {
+      caption: "Global Metadata\n<|bpm 120|>\n<|key C major|>\n<|genre synth-pop|>\nUpbeat synth-pop with bright female vocals, punchy drums and shimmering analog pads",
+      lyrics: "[verse]\nCity lights are calling out my name\nEvery street is dancing in the rain\n\n[chorus]\nWe glow, we glow, we never fade away\nTurn it up and let the night be day\n",
+      duration: 30,
+    },
+  },
+  {
+    name: "Melancholic piano ballad",
+    request: {
+      caption: "Global Metadata\n<|bpm 72|>\n<|key A minor|>\n<|mood melancholic|>\nIntimate piano ballad, soft male vocal, cello swelling in the chorus",
+      lyrics: "[verse]\nLetters in a drawer I never sent\nEvery word a bridge of what we meant\n\n[chorus]\nStay a little longer in the light\nBefore the evening takes you out of sight\n",
+      duration: 40,
+    },
+  },
+  {
+    name: "Driving techno (instrumental)",
+    request: {
+      caption: "Global Metadata\n<|bpm 128|>\n<|key C minor|>\nA driving techno track, rolling bassline, crisp hi-hats, hypnotic arpeggios",
+      lyrics: "[intro]\n\n[instrumental]\n\n[outro]\n",
+      duration: 30,
+    },
+  },
+];

@@ -1,19 +1,25 @@
-// The yued WebUI: a form driven by /props, a job list kept in localStorage, live playback
-// of the rendering song over the job's WebSocket (raw s16le tiles scheduled on an
-// AudioContext), a waveform that grows with each tile, the score as notation (abcjs),
-// the result's files, and the daemon log.
+// The yued WebUI: a form driven by /props (YuE2, and MiniMax Music 3 when the daemon serves
+// it: a family switch picks the form), a job list kept in localStorage, live playback of
+// the rendering song over the job's WebSocket (raw s16le tiles scheduled on an
+// AudioContext, at the rate the stream's `format` event names), a waveform that grows with
+// each tile, the score as notation (abcjs, YuE2 only), the result's files per track with
+// their replay requests, and the daemon log.
 import abcjs from "abcjs";
 import "./style.css";
-import { EXAMPLES } from "./examples.js";
+import { EXAMPLES, MM3_EXAMPLES } from "./examples.js";
 import { parseMultipart } from "./multipart.js";
 
 const $ = (id) => document.getElementById(id);
 const STORE = "yued.jobs";
 const KEY = "yued.apiKey";
+const FAMILY = "yued.family";
+const FAMILY_NAMES = { yue2: "YuE2", mm3: "MiniMax" };
 const TERMINAL = new Set(["done", "failed", "cancelled"]);
 
-// What a test (or a curious user in the console) can read about playback.
-const state = (window.__yued = { firstAudioAt: null, doneAt: {}, scheduled: 0, ctx: null });
+// What a test (or a curious user in the console) can read about playback; `jobs` per job:
+// its family, the stages seen (WebSocket and polling), the most progress, the tiles
+// scheduled, the stream's sample rate, and when the first tile and the stream's `done` came.
+const state = (window.__yued = { firstAudioAt: null, doneAt: {}, scheduled: 0, ctx: null, jobs: {} });
 
 let props = null;
 
@@ -59,11 +65,107 @@ function forgetJob(id) {
 const NUMBERS = ["duration", "seed", "lm_seed", "steps", "lm_batch_size", "synth_batch_size"];
 const SAMPLING = ["temperature", "top_p", "top_k", "repetition_penalty", "penalty_window", "min_tokens", "max_tokens"];
 
+// MiniMax Music 3: its numeric fields, and the registry bucket each model field names a file of.
+const MM3_NUMBERS = ["duration", "steps", "seed", "lm_seed", "lm_cfg", "lm_top_k", "lm_batch_size", "synth_batch_size", "dit_cfg", "peak_clip", "mp3_bitrate"];
+const MM3_MODELS = [
+  ["lm_model", "mm3-lm", "LM"],
+  ["depth_model", "mm3-depth", "Depth decoder"],
+  ["cond_model", "mm3-cond", "Condition encoder"],
+  ["dit_model", "mm3-dit", "DiT"],
+  ["vae_model", "mm3-vae", "VAE"],
+];
+
+/** The family of a request: named, else told by its own fields (as the daemon routes it). */
+function familyOf(req) {
+  if (req?.family) return req.family;
+  return req && ("caption" in req || MM3_MODELS.some(([k]) => k in req)) ? "mm3" : "yue2";
+}
+function multiFamily() {
+  return (props?.families?.length || 0) > 1;
+}
+function currentFamily() {
+  return $("family").value || "yue2";
+}
+
+/** Shows the form of `family` (the other one hidden and disabled, so it is neither read nor validated). */
+function setFamily(family) {
+  if (family === "mm3" && !props.mm3) family = "yue2";
+  $("family").value = family;
+  document.body.dataset.family = family;
+  for (const fs of document.querySelectorAll(".family-fields")) {
+    const off = fs.dataset.family !== family;
+    fs.hidden = off;
+    fs.disabled = off;
+  }
+  const ex = $("example");
+  while (ex.options.length > 1) ex.remove(1);
+  ex.value = "";
+  for (const [i, e] of (family === "mm3" ? MM3_EXAMPLES : EXAMPLES).entries()) {
+    const o = document.createElement("option");
+    o.value = String(i);
+    o.textContent = e.name;
+    ex.append(o);
+  }
+  if (multiFamily()) localStorage.setItem(FAMILY, family);
+}
+
 function fillForm(req) {
+  if (familyOf(req) === "mm3") return fillMm3Form(req);
+  if (currentFamily() !== "yue2") setFamily("yue2");
   for (const k of ["style", "lyrics", "abc"]) $(k).value = req[k] || "";
   if (req.cot) $("cot").value = req.cot;
   for (const k of NUMBERS) $(k).value = req[k] ?? "";
   if (req.output_format) $("output_format").value = req.output_format;
+}
+
+function fillMm3Form(req) {
+  if (!props.mm3) return;
+  if (currentFamily() !== "mm3") setFamily("mm3");
+  for (const k of ["caption", "lyrics", "audio_codes"]) $(`mm3-${k}`).value = req[k] || "";
+  for (const k of MM3_NUMBERS) $(`mm3-${k}`).value = req[k] ?? "";
+  for (const [k] of MM3_MODELS) $(`mm3-${k}`).value = req[k] || "";
+  if (req.output_format) $("mm3-output_format").value = req.output_format;
+  // A replay's codes replace the LM sampling: show them rather than leave them folded away.
+  if (req.audio_codes) $("mm3-advanced").open = true;
+}
+
+function setupMm3Form() {
+  const m = props.mm3;
+  if (!m) return;
+  const d = m.defaults;
+  $("model").textContent += ` · MiniMax Music 3 (${(m.models["mm3-lm"] || [])[0] || "no LM"})`;
+  for (const f of props.output_formats) {
+    const o = document.createElement("option");
+    o.value = f.name;
+    o.textContent = `${f.name} (${f.mime})`;
+    $("mm3-output_format").append(o);
+  }
+  $("mm3-output_format").value = "opus";
+  for (const k of MM3_NUMBERS) $(`mm3-${k}`).placeholder = String(d[k]);
+  $("mm3-caption").placeholder = d.caption || "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright female vocals";
+  $("mm3-lyrics").placeholder = d.lyrics || "[verse]\n…\n[chorus]\n…";
+  $("mm3-audio_codes").placeholder = d.audio_codes || "(empty: the LM samples the codes)";
+  for (const [field, bucket, name] of MM3_MODELS) {
+    const label = document.createElement("label");
+    label.textContent = `${name} `;
+    const select = document.createElement("select");
+    select.id = `mm3-${field}`;
+    select.name = field;
+    const files = m.models[bucket] || [];
+    // The first entry sends nothing: the daemon keeps the loaded file, or takes its first.
+    const first = document.createElement("option");
+    first.value = "";
+    first.textContent = d[field] || (files[0] ? `default (${files[0]})` : "default");
+    select.append(first);
+    for (const f of files) {
+      const o = document.createElement("option");
+      o.value = f;
+      o.textContent = f;
+      select.append(o);
+    }
+    label.append(select);
+    $("mm3-model-selects").append(label);
+  }
 }
 
 function setupForm() {
@@ -93,16 +195,19 @@ function setupForm() {
       $("sampling").append(label);
     }
   }
-  for (const [i, ex] of EXAMPLES.entries()) {
-    const o = document.createElement("option");
-    o.value = String(i);
-    o.textContent = ex.name;
-    $("example").append(o);
-  }
+  setupMm3Form();
+  const served = props.families || ["yue2"];
+  $("family-row").hidden = !(multiFamily() && props.mm3);
+  const saved = localStorage.getItem(FAMILY);
+  setFamily(!served.includes("yue2") ? "mm3" : multiFamily() && served.includes(saved) ? saved : "yue2");
+  $("family").addEventListener("change", () => setFamily($("family").value));
   $("example").addEventListener("change", () => {
-    const ex = EXAMPLES[Number($("example").value)];
-    if (ex) fillForm(ex.request);
+    if ($("example").value === "") return;
+    const mm3 = currentFamily() === "mm3";
+    const ex = (mm3 ? MM3_EXAMPLES : EXAMPLES)[Number($("example").value)];
+    if (ex) (mm3 ? fillMm3Form : fillForm)(ex.request);
   });
+  $("form").addEventListener("input", () => ($("form-error").textContent = ""));
   $("form").addEventListener("submit", (e) => {
     e.preventDefault();
     submit(readForm());
@@ -112,7 +217,20 @@ function setupForm() {
 }
 
 function readForm() {
-  const req = {};
+  return currentFamily() === "mm3" ? readMm3Form() : readYue2Form();
+}
+
+function readMm3Form() {
+  const req = { family: "mm3" };
+  for (const k of ["caption", "lyrics", "audio_codes"]) if ($(`mm3-${k}`).value.trim()) req[k] = $(`mm3-${k}`).value;
+  req.output_format = $("mm3-output_format").value;
+  for (const k of MM3_NUMBERS) if ($(`mm3-${k}`).value !== "") req[k] = Number($(`mm3-${k}`).value);
+  for (const [k] of MM3_MODELS) if ($(`mm3-${k}`).value) req[k] = $(`mm3-${k}`).value;
+  return req;
+}
+
+function readYue2Form() {
+  const req = multiFamily() ? { family: "yue2" } : {};
   for (const k of ["style", "lyrics", "abc"]) if ($(k).value.trim()) req[k] = $(k).value;
   req.cot = $("cot").value;
   req.output_format = $("output_format").value;
@@ -147,37 +265,57 @@ async function submit(request) {
 }
 
 // ---------------------------------------------------------------- a job card
+/** A caption's prose: its metadata block (the heading and the `<|tag value|>` lines) left out. */
+function captionTitle(caption) {
+  const prose = (caption || "")
+    .split("\n")
+    .map((l) => l.trim())
+    .filter((l) => l && !/^global metadata$/i.test(l) && !/^(<\|[^|]*\|>\s*)+$/.test(l));
+  return prose.join(" ") || caption || "";
+}
+
 function card(job) {
+  const family = familyOf(job.request);
   const li = document.createElement("li");
   li.className = "job";
   li.dataset.id = job.id;
-  li.innerHTML = `
-    <div class="head"><b class="id"></b> <span class="title"></span> <span class="status pill"></span>
-      <button class="cancel">Cancel</button> <button class="forget">Forget</button></div>
-    <progress max="1" value="0"></progress> <span class="stage muted"></span>
-    <canvas class="wave" width="800" height="80"></canvas>
-    <div class="files"></div>
-    <details class="score-box"><summary>Score</summary>
+  li.dataset.family = family;
+  // The score (notation, re-render with an edited one) is YuE2's alone.
+  const extra =
+    family === "mm3"
+      ? `<div class="actions"><button class="variation">New variation</button></div>`
+      : `<details class="score-box"><summary>Score</summary>
       <div class="score"></div>
       <textarea class="abc" rows="6" spellcheck="false"></textarea>
       <button class="rerender">Render again with this score</button>
       <button class="variation">New variation</button>
     </details>`;
+  li.innerHTML = `
+    <div class="head"><b class="id"></b> <span class="family pill"></span> <span class="title"></span> <span class="status pill"></span>
+      <button class="cancel">Cancel</button> <button class="forget">Forget</button></div>
+    <progress max="1" value="0"></progress> <span class="stage muted"></span>
+    <canvas class="wave" width="800" height="80"></canvas>
+    <div class="files"></div>
+    ${extra}`;
   li.querySelector(".id").textContent = job.id;
-  li.querySelector(".title").textContent = job.request.style || (job.request.lyrics || "").slice(0, 40);
+  const badge = li.querySelector(".family");
+  badge.textContent = FAMILY_NAMES[family] || family;
+  badge.dataset.family = family;
+  badge.title = family === "mm3" ? "MiniMax Music 3" : "YuE2";
+  li.querySelector(".title").textContent = (family === "mm3" ? captionTitle(job.request.caption) : job.request.style) || (job.request.lyrics || "").slice(0, 40);
   li.querySelector(".cancel").onclick = () => api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
   li.querySelector(".forget").onclick = () => {
     forgetJob(job.id);
     li.remove();
   };
-  li.querySelector(".rerender").onclick = () => submit({ ...(job.replay || job.request), abc: li.querySelector(".abc").value, semantic_tokens: "" });
+  if (family !== "mm3") li.querySelector(".rerender").onclick = () => submit({ ...(job.replay || job.request), abc: li.querySelector(".abc").value, semantic_tokens: "" });
   li.querySelector(".variation").onclick = () => submit({ ...(job.replay || job.request), seed: Math.floor(Math.random() * 2 ** 31) });
   $("jobs").prepend(li);
   return li;
 }
 
 function showScore(li, abc) {
-  if (!abc) return;
+  if (!abc || !li.querySelector(".score-box")) return;
   li.querySelector(".abc").value = abc;
   li.querySelector(".score-box").open = true;
   abcjs.renderAbc(li.querySelector(".score"), abc, { responsive: "resize" });
@@ -204,14 +342,29 @@ function drawWave(li, peaks, totalHint) {
 
 function track(job, live) {
   const li = card(job);
+  const family = li.dataset.family;
   const status = li.querySelector(".status");
   const bar = li.querySelector("progress");
   const stage = li.querySelector(".stage");
   if (job.request.abc) showScore(li, job.request.abc);
+  const info = (state.jobs[job.id] = { family, stages: [], progress: 0, scheduled: 0, sampleRate: null, firstAudioAt: null, streamDoneAt: null });
+  const mm3 = family === "mm3" ? props.mm3 : null;
+  // The tiles' rate until the stream's `format` event says (MiniMax: 44.1 kHz).
+  let rate = mm3?.sample_rate || props.sample_rate;
+  const frameRate = mm3?.frame_rate || props.frame_rate || 25;
+  let seconds = job.request.duration || (mm3 ? mm3.defaults.duration : 30);
   const peaks = [];
   let nextTime = 0;
   let header = null;
   let finished = false;
+  let ended = false;
+  const running = (name, progress) => {
+    stage.textContent = `${name || "starting"} ${Math.round((progress || 0) * 100)}%`;
+    bar.value = progress || 0;
+    li.dataset.stage = name || "";
+    if (name && !info.stages.includes(name)) info.stages.push(name);
+    info.progress = Math.max(info.progress, progress || 0);
+  };
 
   // Live audio and events over the WebSocket.
   if (live) {
@@ -222,15 +375,19 @@ function track(job, live) {
       if (typeof m.data === "string") {
         const e = JSON.parse(m.data);
         if (e.event === "tile") header = e;
+        else if (e.event === "format") rate = info.sampleRate = e.sample_rate;
+        else if (e.event === "codes") seconds = e.frames / frameRate;
+        else if (e.event === "stage" && !ended) running(e.stage, e.progress);
         else if (e.event === "score") showScore(li, e.abc);
-        else if (e.event === "queued") stage.textContent = `queue position ${e.position}`;
+        else if (e.event === "done") info.streamDoneAt = performance.now();
+        else if (e.event === "queued" && !ended) stage.textContent = `queue position ${e.position}`;
         return;
       }
       if (header && header.track !== 0) return; // play the first track live
       const pcm = new Int16Array(m.data);
       const frames = pcm.length / 2;
       const ctx = audioContext();
-      const buf = ctx.createBuffer(2, frames, props.sample_rate);
+      const buf = ctx.createBuffer(2, frames, rate);
       const l = buf.getChannelData(0), r = buf.getChannelData(1);
       for (let i = 0; i < frames; i++) {
         l[i] = pcm[2 * i] / 32768;
@@ -244,7 +401,7 @@ function track(job, live) {
         }
         peaks.push([lo, hi]);
       }
-      drawWave(li, peaks, ((job.request.duration || 30) * props.sample_rate) / 1024);
+      drawWave(li, peaks, (seconds * rate) / 1024);
       const src = ctx.createBufferSource();
       src.buffer = buf;
       src.connect(ctx.destination);
@@ -252,7 +409,9 @@ function track(job, live) {
       src.start(at);
       nextTime = at + buf.duration;
       state.scheduled += 1;
+      info.scheduled += 1;
       if (state.firstAudioAt === null) state.firstAudioAt = performance.now();
+      if (info.firstAudioAt === null) info.firstAudioAt = performance.now();
       li.classList.add("playing");
     };
   }
@@ -273,9 +432,7 @@ function track(job, live) {
       stage.textContent = `queue position ${s.queue_position}`;
       bar.removeAttribute("value");
     } else if (s.status === "running") {
-      stage.textContent = `${s.stage || "starting"} ${Math.round((s.progress || 0) * 100)}%`;
-      bar.value = s.progress || 0;
-      li.dataset.stage = s.stage || "";
+      running(s.stage, s.progress);
     } else if (s.status === "failed") {
       stage.textContent = s.error || "failed";
     } else {
@@ -283,6 +440,7 @@ function track(job, live) {
       bar.value = 1;
     }
     if (!TERMINAL.has(s.status)) return setTimeout(poll, 250);
+    ended = true;
     if (!finished && s.status === "done") {
       finished = true;
       state.doneAt[job.id] = performance.now();
@@ -293,30 +451,67 @@ function track(job, live) {
   poll();
 }
 
+/** The result's files, grouped per track (`trackNN.*`): each track's audio, its downloads,
+ * and its replay request, which "Replay" submits again as it is (the same song: its codes
+ * and seeds) and "Edit" loads into the form. */
 async function showResult(job, li) {
   const r = await api(`/job?id=${job.id}&result=1`);
   if (!r.ok) return;
   const parts = parseMultipart(await r.arrayBuffer(), r.headers.get("content-type"));
   const files = li.querySelector(".files");
   files.textContent = "";
+  const groups = new Map();
   for (const p of parts) {
+    const key = (/^(track\d+)\./.exec(p.name) || [])[1] || p.name;
+    if (!groups.has(key)) {
+      const div = document.createElement("div");
+      div.className = "track";
+      div.dataset.track = key;
+      files.append(div);
+      groups.set(key, div);
+    }
+    const box = groups.get(key);
     const url = URL.createObjectURL(new Blob([p.bytes], { type: p.type }));
     if (p.type.startsWith("audio/")) {
       const audio = document.createElement("audio");
       audio.controls = true;
       audio.src = url;
-      files.append(audio);
+      box.prepend(audio);
     }
-    if (p.type === "application/json" && !job.replay) {
-      job.replay = JSON.parse(new TextDecoder().decode(p.bytes));
-      if (job.replay.abc) showScore(li, job.replay.abc);
+    if (p.type === "application/json") {
+      let replay = null;
+      try {
+        replay = JSON.parse(new TextDecoder().decode(p.bytes));
+      } catch {}
+      if (replay && !job.replay) {
+        job.replay = replay;
+        if (job.replay.abc) showScore(li, job.replay.abc);
+      }
+      if (replay) {
+        const again = document.createElement("button");
+        again.className = "replay";
+        again.type = "button";
+        again.textContent = "Replay";
+        again.title = `Submit ${p.name} again: the same song`;
+        again.onclick = () => submit(replay);
+        const edit = document.createElement("button");
+        edit.className = "edit";
+        edit.type = "button";
+        edit.textContent = "Edit";
+        edit.title = `Load ${p.name} into the form`;
+        edit.onclick = () => {
+          fillForm(replay);
+          $("compose").scrollIntoView({ behavior: "smooth" });
+        };
+        box.append(again, edit);
+      }
     }
     const a = document.createElement("a");
     a.href = url;
     a.download = `${job.id}-${p.name}`;
     a.textContent = p.name;
     a.className = "download";
-    files.append(a);
+    box.append(a);
   }
 }
 
