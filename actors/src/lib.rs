@@ -6,7 +6,8 @@
 //!   NEVER), leased to the compute stages;
 //! - [`worker`]: the wiring of the compute stages, each a thread fed by a crossbeam channel,
 //!   never the HTTP executor: [`ar_decoder`] -> [`nar_renderer`] -> [`vae_tiler`] ->
-//!   [`encoder`]; what they send each other is in [`messages`], a leaf module;
+//!   [`encoder`]; what they send each other is in [`messages`], a leaf module; the stages
+//!   drive each job through its family's traits in `family` ([`yue2`], [`mm3`]);
 //! - [`hub::StreamHub`]: per-job listener queues for the WebSocket streams;
 //! - [`results::ResultStore`]: finished results on disk, with expiry;
 //! - [`metrics::Metrics`]: the Prometheus registry.
@@ -15,6 +16,7 @@ pub mod ar_decoder;
 pub mod codec;
 pub mod encoder;
 pub mod fair_queue;
+pub(crate) mod family;
 pub mod hub;
 pub mod journal;
 pub mod messages;

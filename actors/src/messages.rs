@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use yued_audio::Pcm;
 use yued_engine::models::yue2::generate::CancelToken;
-use yued_engine::models::yue2::pipeline::{SongMeta, SongWork};
+use yued_engine::models::yue2::pipeline::SongMeta;
 use yued_protocol::{JobId, JobMetrics, Request, Stage, Yue2Request};
 
 // ---- the stages to the scheduler
@@ -122,17 +122,16 @@ impl JobCtx {
     }
 }
 
+/// A job's synthesis half, whatever its family.
 pub struct NarWork {
     pub job: Arc<JobCtx>,
-    pub songs: Vec<SongWork>,
+    pub(crate) synthesis: Box<dyn crate::family::Synthesis>,
     /// Holds the synthesis group for the job until its last tile is decoded.
     pub pin: GroupPin,
 }
 
 pub enum NarCmd {
     Render(NarWork),
-    /// A MiniMax Music 3 job's synthesis half (condition encoder, DiT and VAE per window).
-    Mm3(Box<crate::mm3::Mm3Work>),
     Shutdown,
 }
 

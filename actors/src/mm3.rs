@@ -3,20 +3,23 @@
 //! loads, which file a request's component fields name (the seed's rule: an empty field
 //! keeps the previous choice, else the first file of the bucket), and a job's run.
 //!
-//! A job runs on the entry stage's thread: the AR group leased for the frames (or their
-//! replay from `audio_codes` or from the journal), each song's codes journaled, then the AR
-//! group released and the synthesis group leased; each window is decoded the moment it is
-//! denoised and its audio published to the listeners (44.1 kHz; the Opus stream resamples),
-//! and the finished tracks go to the Encoder like YuE2's.
+//! A job's AR half runs on the entry stage ([`ModelFamily::compose`]): the AR group leased
+//! for the frames (or their replay from `audio_codes` or from the journal), each song's
+//! codes journaled, then the AR group released. Its synthesis half runs on the synthesis
+//! stage ([`Synthesis::render`]): the synthesis group leased, each window decoded the
+//! moment it is denoised and its audio published to the listeners (44.1 kHz; the Opus
+//! stream resamples), and the finished tracks go to the Encoder like YuE2's.
 use crate::encoder::TrackOut;
+use crate::family::{ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::{PcmTile, Publish, TileEncoder};
 use crate::journal::SongCodes;
 use crate::messages::{CodesReady, EncCmd, JobCtx};
-use crate::model_store::{Component, ComponentKey, Module};
+use crate::model_store::{Component, ComponentKey, Group, GroupPin, Module};
 use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::Sender;
 use std::any::Any;
 use std::path::PathBuf;
+use std::sync::Arc;
 use yued_audio::Pcm;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
@@ -80,15 +83,15 @@ component!(VaeModel);
 
 /// What the entry stage keeps between MiniMax jobs: the registry, the files the last job
 /// used (an empty field keeps them), and the tokenizer of the LM file last read.
-pub(crate) struct Mm3State {
+pub(crate) struct Mm3 {
     registry: Registry,
     chosen: [Option<PathBuf>; 5],
     tokenizer: Option<(PathBuf, BpeTokenizer)>,
 }
 
-impl Mm3State {
+impl Mm3 {
     pub fn new(registry: Registry) -> Self {
-        Mm3State { registry, chosen: Default::default(), tokenizer: None }
+        Mm3 { registry, chosen: Default::default(), tokenizer: None }
     }
 
     /// The files of a request's components.
@@ -114,54 +117,65 @@ impl Mm3State {
     }
 }
 
-/// How a MiniMax job ended on this stage, when it did not reach the Encoder.
-pub(crate) enum Mm3Error {
-    Cancelled,
-    Failed(String),
-}
-
-impl From<ComposeError> for Mm3Error {
+impl From<ComposeError> for StageError {
     fn from(e: ComposeError) -> Self {
         match e {
-            ComposeError::Cancelled => Mm3Error::Cancelled,
-            e => Mm3Error::Failed(e.to_string()),
+            ComposeError::Cancelled => StageError::Cancelled,
+            e => StageError::Failed(e.to_string()),
         }
     }
 }
 
-impl From<SynthError> for Mm3Error {
+impl From<SynthError> for StageError {
     fn from(e: SynthError) -> Self {
         match e {
-            SynthError::Cancelled => Mm3Error::Cancelled,
-            e => Mm3Error::Failed(e.to_string()),
+            SynthError::Cancelled => StageError::Cancelled,
+            e => StageError::Failed(e.to_string()),
         }
     }
 }
 
-impl From<String> for Mm3Error {
-    fn from(e: String) -> Self {
-        Mm3Error::Failed(e)
+impl ModelFamily for Mm3 {
+    fn family(&self) -> Family {
+        Family::Mm3
+    }
+
+    fn synthesis_group(&self) -> Group {
+        synthesis_group()
+    }
+
+    fn compose(&mut self, links: &Links, backend: &Backend, job: &Arc<JobCtx>) -> Result<Box<dyn Synthesis>, StageError> {
+        let (songs, files) = compose_job(links, backend, self, job)?;
+        Ok(Box::new(Mm3Synthesis { songs, files }))
     }
 }
 
-/// The MiniMax work the synthesis stage receives: the songs' codes and states, the files
-/// of the synthesis components, and the pin that keeps the synthesis group for the job.
-pub struct Mm3Work {
-    pub job: std::sync::Arc<JobCtx>,
-    pub songs: Vec<compose::Song>,
-    /// The condition encoder, DiT and VAE files.
-    pub files: [PathBuf; 3],
-    pub pin: crate::model_store::GroupPin,
+impl Synthesis for Mm3Synthesis {
+    fn describe(&self) -> String {
+        format!("{} songs of {} frames", self.songs.len(), self.songs.iter().map(|s| s.frames()).max().unwrap_or(0))
+    }
+
+    fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, _pin: GroupPin, out: &Outlets) -> Result<(), StageError> {
+        render_job(links, backend, job, &self, &out.enc)
+    }
 }
 
-pub fn synthesis_group() -> crate::model_store::Group {
-    crate::model_store::Group { family: Family::Mm3, name: SYNTHESIS_GROUP }
+/// A MiniMax job between its halves: the songs' codes and frame states, and the files of
+/// the synthesis components.
+struct Mm3Synthesis {
+    songs: Vec<compose::Song>,
+    /// The condition encoder, DiT and VAE files.
+    files: [PathBuf; 3],
+}
+
+pub fn synthesis_group() -> Group {
+    Group { family: Family::Mm3, name: SYNTHESIS_GROUP }
 }
 
 /// The AR half of a MiniMax job on the entry stage: the frames sampled (or replayed from
 /// the request's codes or the journal's), each song's codes journaled and announced. The AR
 /// group's leases are released when it returns. Returns the songs and the synthesis files.
-pub(crate) fn compose_job(links: &Links, backend: &Backend, state: &mut Mm3State, ctx: &std::sync::Arc<JobCtx>) -> Result<(Vec<compose::Song>, [PathBuf; 3]), Mm3Error> {
+fn compose_job(links: &Links, backend: &Backend, state: &mut Mm3, ctx: &Arc<JobCtx>) -> Result<(Vec<compose::Song>, [PathBuf; 3]), StageError> {
     let req = ctx.request.as_mm3().expect("a MiniMax job");
     let files = state.files(req)?;
     let cancelled = || ctx.cancel.is_cancelled();
@@ -212,12 +226,11 @@ pub(crate) fn compose_job(links: &Links, backend: &Backend, state: &mut Mm3State
 
 /// The synthesis half on the synthesis stage: each window denoised, decoded and published
 /// to the listeners at once; the finished tracks go to the Encoder.
-pub(crate) fn render_job(links: &Links, backend: &Backend, work: &Mm3Work, enc_tx: &Sender<EncCmd>) -> Result<(), Mm3Error> {
-    let ctx = &work.job;
+fn render_job(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3Synthesis, enc_tx: &Sender<EncCmd>) -> Result<(), StageError> {
     let req = ctx.request.as_mm3().expect("a MiniMax job");
     let cancelled = || ctx.cancel.is_cancelled();
     if cancelled() {
-        return Err(Mm3Error::Cancelled);
+        return Err(StageError::Cancelled);
     }
     let from_codes = !req.audio_codes.trim().is_empty();
     let mut sink = ProgressSink::new(links, &ctx.id);
@@ -261,7 +274,7 @@ pub(crate) fn render_job(links: &Links, backend: &Backend, work: &Mm3Work, enc_t
                 truncated: !song.ended && song.frames() >= req.frames(),
             };
             if enc_tx.send(EncCmd::Track { job: ctx.clone(), index, of: count, track: Box::new(track) }).is_err() {
-                return Err(Mm3Error::Failed("the encoder stage is gone".into()));
+                return Err(StageError::Failed("the encoder stage is gone".into()));
             }
         }
     }

@@ -121,3 +121,35 @@ pub(crate) fn test_fault(stage: &str, job: &JobCtx) {
         }
     }
 }
+
+/// Sampled tokens per AR stage, from the progress counts: `yued_ar_tokens_total` as they
+/// come, and each stage's tokens per second of wall time when the job leaves the stage.
+#[derive(Default)]
+pub(crate) struct TokenMeter {
+    last: std::collections::HashMap<(Stage, u32), usize>,
+    stages: Vec<(Stage, Instant, u64)>,
+}
+
+impl TokenMeter {
+    pub fn count(&mut self, links: &Links, stage: Stage, song: u32, done: usize) {
+        let prev = self.last.insert((stage, song), done).unwrap_or(0);
+        let delta = done.saturating_sub(prev) as u64;
+        if delta == 0 {
+            return;
+        }
+        links.metrics.ar_tokens_total.with_label_values(&[stage.as_str()]).inc_by(delta);
+        match self.stages.iter_mut().find(|s| s.0 == stage) {
+            Some(s) => s.2 += delta,
+            None => self.stages.push((stage, Instant::now(), delta)),
+        }
+    }
+
+    pub fn finish(&self, links: &Links) {
+        for (stage, at, tokens) in &self.stages {
+            let secs = at.elapsed().as_secs_f64();
+            if secs > 0.0 {
+                links.metrics.ar_tokens_per_second.with_label_values(&[stage.as_str()]).observe(*tokens as f64 / secs);
+            }
+        }
+    }
+}

@@ -94,9 +94,9 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
         threads.push(spawn("yued-ar", Box::new(move || crate::ar_decoder::run(l, s, rx, nar_tx, vae_tx))));
     }
     {
-        let (l, s) = (links.clone(), shared.clone());
+        let l = links.clone();
         let enc_tx = enc_tx.clone();
-        threads.push(spawn("yued-nar", Box::new(move || crate::nar_renderer::run(l, s, nar_rx, vae_tx, enc_tx))));
+        threads.push(spawn("yued-nar", Box::new(move || crate::nar_renderer::run(l, nar_rx, vae_tx, enc_tx))));
     }
     {
         let (l, r) = (links.clone(), results.clone());

@@ -1,16 +1,25 @@
 //! YuE2 as the ModelStore and the stages see it: its components (the AR half, the NAR half,
-//! the VAE), their coexistence groups ({ AR } and the synthesis group { NAR, VAE }) and how
-//! each loads.
-use crate::model_store::{Component, ComponentKey, Group, Module};
+//! the VAE), their coexistence groups ({ AR } and the synthesis group { NAR, VAE }), how
+//! each loads, and the family's two halves behind [`ModelFamily`] and [`Synthesis`]: the
+//! AR half on the entry stage, flow matching on the synthesis stage, the VAE on the
+//! VaeTiler stage (tile by tile as the chunks arrive).
+use crate::family::{ModelFamily, Outlets, StageError, Synthesis};
+use crate::hub::Publish;
+use crate::journal::SongCodes;
+use crate::messages::{CodesReady, JobCtx, Resumed, TrackPlan, VaeCmd};
+use crate::model_store::{Component, ComponentKey, Group, GroupPin, Module};
+use crate::stage::{Links, ProgressSink, TokenMeter};
 use crate::worker::WorkerConfig;
+use crossbeam_channel::Sender;
 use std::any::Any;
+use std::sync::Arc;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::ar::ArModel;
 use yued_engine::models::yue2::nar::NarModel;
-use yued_engine::models::yue2::pipeline::Shared;
+use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared, SongWork};
 use yued_engine::models::yue2::vae::VaeModel;
-use yued_protocol::Family;
+use yued_protocol::{Family, StreamEvent};
 
 /// The AR half's group.
 pub const AR_GROUP: &str = "ar";
@@ -62,3 +71,144 @@ macro_rules! component {
 component!(ArModel);
 component!(NarModel);
 component!(VaeModel);
+
+/// YuE2 as the stages drive it: the backbone's shared state (tokenizer, prompts, config),
+/// `None` when the backbone file did not open (every song then fails; `/vae` jobs, which
+/// need only the VAE, still run).
+pub(crate) struct Yue2 {
+    shared: Option<Arc<Shared>>,
+}
+
+impl Yue2 {
+    pub fn new(shared: Option<Arc<Shared>>) -> Self {
+        Yue2 { shared }
+    }
+}
+
+impl From<PipelineError> for StageError {
+    fn from(e: PipelineError) -> Self {
+        match e {
+            PipelineError::Cancelled => StageError::Cancelled,
+            e => StageError::Failed(e.to_string()),
+        }
+    }
+}
+
+impl ModelFamily for Yue2 {
+    fn family(&self) -> Family {
+        Family::Yue2
+    }
+
+    fn synthesis_group(&self) -> Group {
+        synthesis_group()
+    }
+
+    fn compose(&mut self, links: &Links, backend: &Backend, ctx: &Arc<JobCtx>) -> Result<Box<dyn Synthesis>, StageError> {
+        let shared = self.shared.clone().ok_or_else(|| StageError::Failed("the model failed to load; see the daemon log".into()))?;
+        let songs = compose(links, &shared, backend, ctx)?;
+        Ok(Box::new(Yue2Synthesis { shared, songs }))
+    }
+}
+
+/// The AR half: the scores and semantic streams written (or taken from the replay fields
+/// or the journal), one KV set prefilled per acoustic chunk.
+fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> Result<Vec<SongWork>, PipelineError> {
+    let req = ctx.yue2();
+    let mut lease = links.store.lease(&ar(&links.cfg), backend).map_err(PipelineError::Other)?;
+    let mut sink = ProgressSink::new(links, &ctx.id);
+    let resume = !ctx.known_songs.is_empty() && (ctx.known_songs.len() as u32 == req.lm_batch_size.max(1) || !req.semantic_tokens.is_empty());
+    let mut meter = TokenMeter::default();
+    let mut events = |e: Event<'_>, journal: bool| match e {
+        Event::Progress { stage, song, done, total } => {
+            meter.count(links, stage, song, done);
+            sink.report(stage, done, total)
+        }
+        Event::Score { abc, .. } => links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Score { abc: abc.to_string() })),
+        Event::Codes { song, abc, codes } => {
+            if journal {
+                links.scheduler.do_send(CodesReady { id: ctx.id.clone(), song: SongCodes { song, abc: abc.to_string(), codes: codes.to_vec() } });
+            }
+            links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Codes { frames: codes.len() as u32 }));
+        }
+        _ => {}
+    };
+    if !resume {
+        let r = shared.compose(lease.get::<ArModel>(), backend, req, &ctx.cancel, &mut |e| events(e, true));
+        meter.finish(links);
+        return r;
+    }
+    // Resume from the journaled codes: every song through the replay path, under its own
+    // index and score (the replay requests of its tracks come out as the first run's).
+    tracing::info!(songs = ctx.known_songs.len(), "resuming from journaled codes");
+    links.scheduler.do_send(Resumed { id: ctx.id.clone() });
+    let mut known = ctx.known_songs.clone();
+    known.sort_by_key(|s| s.song);
+    let mut out = Vec::with_capacity(known.len());
+    for s in known {
+        let mut r = req.clone();
+        r.semantic_tokens = s.codes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
+        r.abc = s.abc.clone();
+        r.source_tokens.clear();
+        r.lm_batch_size = 1;
+        r.lm_seed = req.lm_seed + s.song as i64;
+        for mut w in shared.compose(lease.get::<ArModel>(), backend, &r, &ctx.cancel, &mut |e| events(e, false))? {
+            w.meta.index = s.song;
+            w.meta.abc = s.abc.clone();
+            out.push(w);
+        }
+    }
+    meter.finish(links);
+    Ok(out)
+}
+
+/// A YuE2 job between its halves: each song's codes with one prefilled KV set per chunk.
+struct Yue2Synthesis {
+    shared: Arc<Shared>,
+    songs: Vec<SongWork>,
+}
+
+impl Synthesis for Yue2Synthesis {
+    fn kv_sets(&self) -> usize {
+        self.songs.iter().map(|s| s.chunks.len()).sum()
+    }
+
+    fn describe(&self) -> String {
+        format!("{} songs, {} KV sets of {} bytes", self.songs.len(), self.kv_sets(), self.songs.iter().map(SongWork::kv_bytes).sum::<usize>())
+    }
+
+    /// Flow matching over each song's chunks, every variation in one graph per chunk; each
+    /// chunk's latents go to the VaeTiler the moment its solve ends (the tracks announced
+    /// first, with the pin). On failure the VaeTiler drops what it holds of the job.
+    fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, pin: GroupPin, out: &Outlets) -> Result<(), StageError> {
+        let r = render(links, &self.shared, backend, job, self.songs, pin, &out.vae);
+        if r.is_err() {
+            let _ = out.vae.send(VaeCmd::Abort(job.id.clone()));
+        }
+        Ok(r?)
+    }
+}
+
+fn render(links: &Links, shared: &Shared, backend: &Backend, job: &Arc<JobCtx>, songs: Vec<SongWork>, pin: GroupPin, vae_tx: &Sender<VaeCmd>) -> Result<(), PipelineError> {
+    if job.cancel.is_cancelled() {
+        return Err(PipelineError::Cancelled);
+    }
+    let req = job.yue2();
+    let m = req.synth_batch_size.max(1) as usize;
+    let tracks: Vec<TrackPlan> = songs.iter().flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32 })).collect();
+    let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
+    let mut lease = links.store.lease(&nar(&links.cfg), backend).map_err(PipelineError::Other)?;
+    let mut sink = ProgressSink::new(links, &job.id);
+    let mut first = 0;
+    for song in songs {
+        shared.render(lease.get::<NarModel>(), backend, song, req, &job.cancel, &mut |e| match e {
+            Event::Progress { stage, done, total, .. } => sink.report(stage, done, total),
+            Event::Latents { variation, start_frame, latents, .. } => {
+                let track = first + variation as usize;
+                let _ = vae_tx.send(VaeCmd::Latents { id: job.id.clone(), track, start_frame, latents: latents.to_vec() });
+            }
+            _ => {}
+        })?;
+        first += m;
+    }
+    Ok(())
+}

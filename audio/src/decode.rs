@@ -10,12 +10,36 @@ use symphonia::core::io::MediaSourceStream;
 use symphonia::core::meta::MetadataOptions;
 use symphonia::core::probe::Hint;
 
-/// Decodes a whole file held in memory.
+/// The sample rates an upload may have, in Hz.
+pub const RATES: std::ops::RangeInclusive<u32> = 8_000..=768_000;
+/// The most channels an upload may have (7.1).
+pub const MAX_CHANNELS: usize = 8;
+
+/// Decodes a whole file held in memory. A header that declares a rate outside [`RATES`] or
+/// more than [`MAX_CHANNELS`] channels is refused, and a decoder that panics on a malformed
+/// file (symphonia does on some) is an error like any other.
 pub fn decode(bytes: &[u8]) -> Result<Pcm, AudioError> {
     if bytes.len() >= 36 && bytes.starts_with(b"OggS") && bytes[28..36] == *b"OpusHead" {
         let (ch, data) = decode_ogg_opus(bytes)?;
-        return Ok(Pcm::new(48000, ch, data));
+        return checked(Pcm::new(48000, ch, data));
     }
+    match std::panic::catch_unwind(|| decode_symphonia(bytes)) {
+        Ok(r) => checked(r?),
+        Err(_) => Err(AudioError::Format("audio does not decode: the decoder failed on a malformed file".into())),
+    }
+}
+
+fn checked(pcm: Pcm) -> Result<Pcm, AudioError> {
+    if !RATES.contains(&pcm.sample_rate) {
+        return Err(AudioError::Format(format!("audio: a sample rate of {} Hz is outside {}..={} Hz", pcm.sample_rate, RATES.start(), RATES.end())));
+    }
+    if pcm.channels == 0 || pcm.channels > MAX_CHANNELS {
+        return Err(AudioError::Format(format!("audio: {} channels (1 to {MAX_CHANNELS} are decoded)", pcm.channels)));
+    }
+    Ok(pcm)
+}
+
+fn decode_symphonia(bytes: &[u8]) -> Result<Pcm, AudioError> {
     let bad = |e: &dyn std::fmt::Display| AudioError::Format(format!("audio does not decode: {e}"));
     let mss = MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes.to_vec())), Default::default());
     let opts = FormatOptions { enable_gapless: true, ..Default::default() };
@@ -24,6 +48,12 @@ pub fn decode(bytes: &[u8]) -> Result<Pcm, AudioError> {
     let track = format.default_track().ok_or_else(|| AudioError::Format("audio does not decode: no audio track".into()))?;
     let track_id = track.id;
     let rate = track.codec_params.sample_rate.ok_or_else(|| AudioError::Format("audio does not decode: unknown sample rate".into()))?;
+    if !RATES.contains(&rate) {
+        return Err(AudioError::Format(format!("audio: a sample rate of {rate} Hz is outside {}..={} Hz", RATES.start(), RATES.end())));
+    }
+    if track.codec_params.channels.is_some_and(|c| c.count() > MAX_CHANNELS) {
+        return Err(AudioError::Format(format!("audio: more than {MAX_CHANNELS} channels")));
+    }
     let mut dec = symphonia::default::get_codecs().make(&track.codec_params, &DecoderOptions::default()).map_err(|e| bad(&e))?;
     let mut channels = track.codec_params.channels.map(|c| c.count()).unwrap_or(0);
     // The container's sample count, when it has one (FLAC's STREAMINFO): the last block
@@ -193,5 +223,39 @@ mod tests {
             let _ = decode(&junk);
         }
         assert!(decode(b"definitely not audio").is_err());
+    }
+
+    /// A 16-bit PCM WAV whose header says `rate` and `channels`, with `frames` frames.
+    fn wav_header(rate: u32, channels: u16, frames: u32) -> Vec<u8> {
+        let data = frames * channels as u32 * 2;
+        let mut v = Vec::new();
+        v.extend_from_slice(b"RIFF");
+        v.extend_from_slice(&(36 + data).to_le_bytes());
+        v.extend_from_slice(b"WAVEfmt ");
+        v.extend_from_slice(&16u32.to_le_bytes());
+        v.extend_from_slice(&1u16.to_le_bytes());
+        v.extend_from_slice(&channels.to_le_bytes());
+        v.extend_from_slice(&rate.to_le_bytes());
+        v.extend_from_slice(&rate.wrapping_mul(channels as u32 * 2).to_le_bytes());
+        v.extend_from_slice(&(channels * 2).to_le_bytes());
+        v.extend_from_slice(&16u16.to_le_bytes());
+        v.extend_from_slice(b"data");
+        v.extend_from_slice(&data.to_le_bytes());
+        v.extend((0..data).map(|i| (i % 7) as u8));
+        v
+    }
+
+    /// Headers the chaos run sent to `/vae`: a rate of 0 made symphonia panic, 4 GHz and
+    /// 9 channels were accepted. Each is an error naming what is wrong; a sane one decodes.
+    #[test]
+    fn absurd_headers_are_refused() {
+        for (rate, ch, want) in [(0, 2, "decode"), (4_000_000_000, 2, "Hz"), (7_999, 2, "Hz"), (48_000, 9, "channels"), (48_000, 0, "")] {
+            let e = decode(&wav_header(rate, ch, 100)).expect_err(&format!("{rate} Hz x {ch}"));
+            assert!(e.to_string().contains(want), "{rate} Hz x {ch}: {e}");
+        }
+        let ok = decode(&wav_header(44_100, 1, 100)).unwrap();
+        assert_eq!((ok.sample_rate, ok.channels, ok.frames()), (44_100, 1, 100));
+        let six = decode(&wav_header(48_000, 6, 100)).unwrap();
+        assert_eq!(six.channels, 6);
     }
 }

@@ -172,6 +172,35 @@ pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) 
     }
 }
 
+/// What a multipart body may hold beyond its parts' bytes (delimiters and part headers).
+const MULTIPART_SLACK: usize = 1 << 20;
+
+/// Reads a request body of at most `limit` bytes (`Err(None)` past it).
+async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Option<HttpResponse>> {
+    let mut buf = bytes::BytesMut::new();
+    while let Some(chunk) = payload.next().await {
+        let chunk = chunk.map_err(|e| Some(bad(format!("body: {e}"))))?;
+        if buf.len() + chunk.len() > limit {
+            return Err(None);
+        }
+        buf.extend_from_slice(&chunk);
+    }
+    Ok(buf.freeze())
+}
+
+/// A multipart body up to its closing delimiter (`--boundary--` at the start of the body
+/// or of a line) and a CRLF: what the parser is given, so whatever follows the delimiter
+/// (an epilogue, a cut CRLF) cannot stall it. `None` when the delimiter is missing.
+fn closed(body: &Bytes, boundary: &str) -> Option<Bytes> {
+    let close = format!("--{boundary}--");
+    let close = close.as_bytes();
+    let end = if body.starts_with(close) { close.len() } else { body.windows(close.len() + 2).rposition(|w| w.starts_with(b"\r\n") && &w[2..] == close)? + close.len() + 2 };
+    let mut out = bytes::BytesMut::with_capacity(end + 2);
+    out.extend_from_slice(&body[..end]);
+    out.extend_from_slice(b"\r\n");
+    Some(out.freeze())
+}
+
 fn too_large(limit: usize) -> HttpResponse {
     error(actix_web::http::StatusCode::PAYLOAD_TOO_LARGE, format!("upload larger than {limit} bytes"))
 }
@@ -187,7 +216,22 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         return bad("POST /vae takes multipart/form-data with an 'audio' or a 'src_latents' part");
     }
     let limit = st.vae.max_upload_bytes;
-    let mut form = actix_multipart::Multipart::new(req.headers(), payload);
+    // The whole body first (the parts' bytes are held anyway), so a body cut inside its
+    // closing delimiter is refused here: actix-multipart waits forever for the rest of a
+    // delimiter once the payload has ended.
+    let body = match read_body(payload, limit.saturating_add(MULTIPART_SLACK)).await {
+        Ok(b) => b,
+        Err(Some(resp)) => return resp,
+        Err(None) => return too_large(limit),
+    };
+    let boundary = actix_web::HttpMessage::mime_type(&req).ok().flatten().and_then(|m| m.get_param("boundary").map(|b| b.as_str().to_string())).unwrap_or_default();
+    if boundary.is_empty() {
+        return bad("multipart: the content type names no boundary");
+    }
+    let Some(body) = closed(&body, &boundary) else {
+        return bad(format!("multipart: the body ends before its closing delimiter --{boundary}--"));
+    };
+    let mut form = actix_multipart::Multipart::new(req.headers(), stream::once(async move { Ok::<_, actix_web::error::PayloadError>(body) }));
     let (mut audio, mut latents, mut request) = (None::<Vec<u8>>, None::<Vec<u8>>, None::<Vec<u8>>);
     let mut total = 0usize;
     while let Some(field) = form.next().await {

@@ -86,6 +86,28 @@ fn vae_jobs_encode_and_decode_and_refuse_bad_uploads() {
         assert_eq!(s, 400, "{needle}: {v}");
         assert!(v["error"].as_str().unwrap().contains(needle), "{needle}: {v}");
     }
+    // A body cut inside its closing delimiter is answered at once (the chaos run saw the
+    // connection hang on each of these), and a WAV whose header says 0 Hz is a 400 (it made
+    // the decoder panic: a 503).
+    let whole = form(&[("src_latents", "application/octet-stream", &latents)]);
+    for cut in [3, 4, 5, 8, B.len() + 4, B.len() + 6, B.len() + 7, B.len() + 8] {
+        let started = std::time::Instant::now();
+        let (s, v) = post(&d, whole[..whole.len() - cut].to_vec());
+        assert_eq!(s, 400, "cut {cut}: {v}");
+        assert!(v["error"].as_str().unwrap().contains("closing delimiter"), "cut {cut}: {v}");
+        assert!(started.elapsed() < Duration::from_secs(10), "cut {cut}: answered after {:?}", started.elapsed());
+    }
+    // Without its last CRLF, or its last LF, the body is whole.
+    for cut in [1, 2] {
+        let (s, v) = post(&d, whole[..whole.len() - cut].to_vec());
+        assert_eq!(s, 200, "cut {cut}: {v}");
+        d.wait(v["id"].as_str().unwrap(), Duration::from_secs(120));
+    }
+    let mut zero_rate = sweep_wav();
+    zero_rate[24..28].copy_from_slice(&0u32.to_le_bytes());
+    let (s, v) = post(&d, form(&[("audio", "audio/wav", &zero_rate)]));
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().starts_with("audio:"), "{v}");
     let r = d.http.post(d.url("/vae")).header("content-type", "application/json").body("{}").send().unwrap();
     assert_eq!(r.status().as_u16(), 400);
     // Nothing of the rejected uploads stays on disk.

@@ -1,0 +1,109 @@
+//! The seam between the compute stages and the model families. The entry stage and the
+//! synthesis stage drive a job through these two traits and never ask which family it is:
+//!
+//! - [`ModelFamily`], one value per served family, owned by the entry stage: the AR half
+//!   ("compose": the request in, a [`Synthesis`] hand-off out: the codes and whatever the
+//!   synthesis half needs with them, KV sets or frame states), and the coexistence group the
+//!   hand-off needs pinned;
+//! - [`Synthesis`], the hand-off, run by the synthesis stage: latents painted over the
+//!   hand-off and decoded to PCM tiles, then the tracks to the Encoder. Where the decoder
+//!   runs is the family's: YuE2 streams each chunk's latents to the VaeTiler stage, which
+//!   decodes tile by tile as chunks arrive; MiniMax Music 3 decodes each window on this
+//!   stage the moment it is denoised (its windows overlap and are cropped after decoding).
+//!
+//! A family's rates reach the hub, the encoder and the HTTP layer through the
+//! [`AudioSpec`](yued_engine::models::AudioSpec) of its loaded decoder, never through a literal outside its folder.
+//!
+//! The families are in [`crate::yue2`] and [`crate::mm3`]; adding one is a module with
+//! its components and loader, an implementation of each trait, and an entry in
+//! [`Families::new`].
+use crate::messages::{EncCmd, JobCtx, VaeCmd};
+use crate::model_store::{Group, GroupPin};
+use crate::stage::Links;
+use crossbeam_channel::Sender;
+use std::sync::Arc;
+use yued_engine::ggml::Backend;
+use yued_protocol::Family;
+
+/// How a job ended on a stage when it did not reach the Encoder.
+#[derive(Debug)]
+pub enum StageError {
+    Cancelled,
+    Failed(String),
+}
+
+impl From<String> for StageError {
+    fn from(e: String) -> Self {
+        StageError::Failed(e)
+    }
+}
+
+impl StageError {
+    /// Reports the job's end to the scheduler.
+    pub(crate) fn report(self, links: &Links, job: &JobCtx) {
+        match self {
+            StageError::Cancelled => links.cancelled(job),
+            StageError::Failed(e) => links.fail(job, e),
+        }
+    }
+}
+
+/// A model family as the entry stage drives it.
+pub(crate) trait ModelFamily: Send {
+    fn family(&self) -> Family;
+
+    /// The group the hand-off needs while it renders; the entry stage pins it for the job
+    /// before the next job may lease anything, so under STRICT the stages run in job order.
+    fn synthesis_group(&self) -> Group;
+
+    /// The AR half of a job: the codes written (or replayed from the request or the
+    /// journal), journaled and announced. Its leases are released when it returns.
+    fn compose(&mut self, links: &Links, backend: &Backend, job: &Arc<JobCtx>) -> Result<Box<dyn Synthesis>, StageError>;
+}
+
+/// Where the synthesis half sends its output.
+pub(crate) struct Outlets {
+    /// The VaeTiler stage (a family whose decoder runs there).
+    pub vae: Sender<VaeCmd>,
+    /// The Encoder (the finished tracks of a family that decodes on the synthesis stage).
+    pub enc: Sender<EncCmd>,
+}
+
+/// A job's hand-off from its AR half to its synthesis half.
+pub(crate) trait Synthesis: Send {
+    /// KV sets the hand-off holds (the `yued_kv_sets_in_use` gauge).
+    fn kv_sets(&self) -> usize {
+        0
+    }
+
+    /// The audio seconds of the hand-off's codes, for the log.
+    fn describe(&self) -> String;
+
+    /// The synthesis half and the decoder. `pin` keeps the synthesis group for the job
+    /// until its last tile is decoded (handed on with the latents, or dropped on return).
+    fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, pin: GroupPin, out: &Outlets) -> Result<(), StageError>;
+}
+
+/// The families this daemon serves, keyed by [`Family`].
+pub(crate) struct Families {
+    served: Vec<Box<dyn ModelFamily>>,
+}
+
+impl Families {
+    /// YuE2 always (`shared` is its backbone, `None` when it failed to open), MiniMax
+    /// Music 3 when the registry holds its five components.
+    pub fn new(links: &Links, shared: Option<Arc<yued_engine::models::yue2::pipeline::Shared>>) -> Self {
+        let mut served: Vec<Box<dyn ModelFamily>> = vec![Box::new(crate::yue2::Yue2::new(shared))];
+        if let Some(reg) = links.cfg.mm3.clone() {
+            served.push(Box::new(crate::mm3::Mm3::new(reg)));
+        }
+        Families { served }
+    }
+
+    pub fn get(&mut self, family: Family) -> Result<&mut dyn ModelFamily, StageError> {
+        match self.served.iter_mut().find(|f| f.family() == family) {
+            Some(f) => Ok(f.as_mut()),
+            None => Err(StageError::Failed(format!("{family} is not served by this daemon"))),
+        }
+    }
+}
