@@ -204,7 +204,10 @@ fn compose_job(links: &Links, backend: &Backend, state: &mut Mm3, ctx: &Arc<JobC
             let n = req.songs() as usize;
             let s = pipeline::ar_settings(req, batch);
             let mut draws = SeedDraws::new(req.lm_seed, n);
-            compose::compose(backend, lm_model, depth, &prompt, n, &s, &mut draws, &cancelled, &mut |f, total| sink.report(Stage::Semantic, f + 1, total + 1))?
+            let mut songs = compose::compose(backend, lm_model, depth, &prompt, n, &s, &mut draws, &cancelled, &mut |f, total| sink.report(Stage::Semantic, f + 1, total + 1))?;
+            // The replay's states: a resumed job and a replayed track render the same bytes.
+            compose::restate(backend, lm_model, depth, &prompt, &mut songs, &cancelled)?;
+            songs
         } else {
             let mut out = Vec::new();
             for (i, codes) in replay_of.iter().enumerate() {

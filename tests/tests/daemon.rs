@@ -726,9 +726,13 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     let secs48 = pcm48.len() as f64 / ch as f64 / 48_000.0;
     let secs = reader.duration() as f64 / 44_100.0;
     assert!((secs48 - secs).abs() < 0.03, "Opus stream {secs48} s against the track's {secs} s");
-    // The replay renders as a job too.
+    // The replay renders as a job too, to the same bytes (the sampled song's states are
+    // its replay's).
     let again = d.submit(&replay.to_string());
     assert_eq!(d.wait(&again, Duration::from_secs(120))["status"], "done");
+    let r = d.http.get(d.url(&format!("/job?id={again}&result=1"))).send().unwrap();
+    let replayed = multipart_parts(&r.bytes().unwrap(), &boundary);
+    assert!(replayed.iter().find(|(t, _)| t.contains("wav")).expect("a wav part").1 == wav.1, "the replay's audio differs from the original's");
     let yue = d.submit(&song(0.4, 2));
     assert_eq!(d.wait(&yue, Duration::from_secs(120))["status"], "done");
     let (data, port, args) = d.kill9();
@@ -758,12 +762,15 @@ fn kill_9_mid_minimax_song_resumes_from_its_journaled_codes() {
     let parts = multipart_parts(&r.bytes().unwrap(), "mm3-batch-boundary");
     let replay: serde_json::Value = serde_json::from_slice(&parts[0].1).unwrap();
     assert_eq!((replay["lm_seed"].as_i64(), replay["seed"].as_i64()), (Some(8), Some(9)));
-    // The same request composed again from scratch writes the same codes.
-    let fresh = d.submit(r#"{"family": "mm3", "caption": "ambient", "lyrics": "[verse] la", "duration": 12, "steps": 2, "lm_seed": 8, "seed": 9, "output_format": "wav16"}"#);
+    // The same request run again without a kill writes the same codes and the same audio.
+    let fresh = d.submit(r#"{"family": "mm3", "caption": "ambient", "lyrics": "[verse] la", "duration": 12, "steps": 60, "lm_seed": 8, "seed": 9, "output_format": "wav16"}"#);
     assert_eq!(d.wait(&fresh, Duration::from_secs(300))["status"], "done");
     let r = d.http.get(d.url(&format!("/job?id={fresh}&result=1"))).send().unwrap();
-    let again: serde_json::Value = serde_json::from_slice(&multipart_parts(&r.bytes().unwrap(), "mm3-batch-boundary")[0].1).unwrap();
+    let fresh_parts = multipart_parts(&r.bytes().unwrap(), "mm3-batch-boundary");
+    let again: serde_json::Value = serde_json::from_slice(&fresh_parts[0].1).unwrap();
     assert_eq!(again["audio_codes"], replay["audio_codes"], "the resumed job kept the codes it had journaled");
+    let wav = |p: &[(String, Vec<u8>)]| p.iter().find(|(t, _)| t.contains("wav")).expect("a wav part").1.clone();
+    assert!(wav(&parts) == wav(&fresh_parts), "the resumed job's audio differs from an uninterrupted run's");
     let (data, _, _) = d.kill9();
     let journal = yued_actors::journal::Journal::open(&data.join("journal")).unwrap();
     let records = journal.load().unwrap();

@@ -63,9 +63,11 @@ pub fn run(a: &SynthArgs, reg: &Registry, mut req: Mm3Request) -> anyhow::Result
         let n = req.lm_batch_size.max(1) as usize;
         let s = pipeline::ar_settings(&req, batch);
         let pb = super::progress_bar(s.max_frames as u64 + 1, "frames");
-        let songs = compose::compose(&backend, &mut lm_model, &mut depth, &prompt, n, &s, &mut compose::SeedDraws::new(req.lm_seed, n), &|| false, &mut |f, _| pb.set_position(f as u64 + 1))
+        let mut songs = compose::compose(&backend, &mut lm_model, &mut depth, &prompt, n, &s, &mut compose::SeedDraws::new(req.lm_seed, n), &|| false, &mut |f, _| pb.set_position(f as u64 + 1))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         pb.finish_and_clear();
+        // The replay's states, so a track's replay request renders the same bytes.
+        compose::restate(&backend, &mut lm_model, &mut depth, &prompt, &mut songs, &|| false).map_err(|e| anyhow::anyhow!("{e}"))?;
         songs
     };
     if let Some(dir) = &a.dump {

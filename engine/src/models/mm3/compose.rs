@@ -259,6 +259,18 @@ pub fn compose(
     Ok(result)
 }
 
+/// Replaces each sampled song's states with its teacher-forced ones ([`replay`] of its
+/// codes). The states collected while sampling come from other graphs (one frame at a
+/// time, beside the unconditional stream) and differ from a replay's in the last bits;
+/// with this, a song renders to the same bytes whether it was just sampled, resumed from
+/// its journaled codes, or replayed from its `audio_codes`.
+pub fn restate(backend: &Backend, lm: &mut LmModel, depth: &mut DepthModel, prompt: &Prompt, songs: &mut [Song], cancelled: &dyn Fn() -> bool) -> Result<(), ComposeError> {
+    for song in songs {
+        song.states = replay(backend, lm, depth, prompt, &song.codes, cancelled)?.states;
+    }
+    Ok(())
+}
+
 /// Replay: the states of the given codes (`F + 1` frames), teacher-forced: the LM runs the
 /// conditional prompt and the whole feedback sequence, the depth decoder one causal
 /// 8-position forward per frame (a batch of frames at a time).
