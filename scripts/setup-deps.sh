@@ -2,7 +2,8 @@
 # Installs what building and testing yued needs on a fresh Debian machine: cmake and
 # libclang (ggml is compiled from source by llama-cpp-sys-2, its headers go through
 # bindgen; libopus is built with cmake too) and, for the tests only, ffmpeg (an independent
-# reader of every audio container yued writes) and Chromium (the WebUI's browser test).
+# reader of every audio container yued writes), Chromium (the WebUI's browser test), and
+# python3 and npm where missing (the test command's helpers).
 # `--build-only` skips the test tools.
 # Idempotent: does nothing when everything is present.
 set -euo pipefail
@@ -29,6 +30,10 @@ if [ "${1:-}" != "--build-only" ]; then
   # container) and Chromium (the WebUI test's browser).
   tools=()
   command -v ffprobe >/dev/null 2>&1 || tools+=(ffmpeg)
+  # The test command's own helpers: python3's pip fetches the Qwen ranks file, npm installs the
+  # browser test's driver (a minimal Debian has neither).
+  python3 -m pip --version >/dev/null 2>&1 || tools+=(python3 python3-pip)
+  command -v npm >/dev/null 2>&1 || tools+=(nodejs npm)
   [ -x /usr/bin/chromium ] || tools+=(chromium fonts-liberation)
   if [ ${#tools[@]} -gt 0 ]; then
     bash "$(dirname "$0")/apt-install.sh" --no-recommends "setup-deps (test tools)" "${tools[@]}"

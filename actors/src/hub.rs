@@ -17,6 +17,8 @@ use crate::metrics::Metrics;
 use actix::prelude::*;
 use bytes::Bytes;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
 use tokio::sync::mpsc;
 use yued_audio::ogg_opus::OggOpusStream;
 use yued_protocol::{JobId, StreamCodec, StreamEvent};
@@ -168,15 +170,25 @@ pub enum Publish {
 /// Subscribes to a job's stream; `None` when the hub holds none for it (the job ended, or
 /// was never queued here).
 #[derive(Message)]
-#[rtype(result = "Option<mpsc::Receiver<StreamItem>>")]
+#[rtype(result = "Option<Subscription>")]
 pub struct Subscribe {
     pub job: JobId,
     pub codec: StreamCodec,
 }
 
+/// A listener's end of a job's stream.
+pub struct Subscription {
+    pub rx: mpsc::Receiver<StreamItem>,
+    /// Set when the job has ended: the hub has freed its history, so what the listener has
+    /// not read yet is held for it alone. The reader gives a listener that is still behind
+    /// a short grace to drain, then drops it (and with it that memory).
+    pub ended: Arc<AtomicBool>,
+}
+
 struct Listener {
     codec: StreamCodec,
     tx: mpsc::Sender<StreamItem>,
+    ended: Arc<AtomicBool>,
 }
 
 #[derive(Default)]
@@ -286,6 +298,9 @@ impl StreamHub {
         }
         if terminal {
             // Dropping the senders ends the sockets after the terminal event.
+            for l in &s.listeners {
+                l.ended.store(true, Ordering::Release);
+            }
             self.jobs.remove(&job);
         } else {
             s.history.push(item);
@@ -295,7 +310,7 @@ impl StreamHub {
 }
 
 impl Handler<Subscribe> for StreamHub {
-    type Result = Option<mpsc::Receiver<StreamItem>>;
+    type Result = Option<Subscription>;
     fn handle(&mut self, msg: Subscribe, _: &mut Self::Context) -> Self::Result {
         let s = self.jobs.get_mut(&msg.job)?;
         let mut backlog: Vec<StreamItem> = Vec::new();
@@ -311,8 +326,9 @@ impl Handler<Subscribe> for StreamHub {
         for it in backlog {
             let _ = tx.try_send(it);
         }
-        s.listeners.push(Listener { codec: msg.codec, tx });
-        Some(rx)
+        let ended = Arc::new(AtomicBool::new(false));
+        s.listeners.push(Listener { codec: msg.codec, tx, ended: ended.clone() });
+        Some(Subscription { rx, ended })
     }
 }
 
@@ -332,7 +348,7 @@ mod tests {
         hub.send(Publish::Event(job.clone(), StreamEvent::Queued { position: 0 })).await.unwrap();
         let mut enc = TileEncoder::new(&job);
         hub.send(Publish::Tile(job.clone(), enc.encode(&tile(0)))).await.unwrap();
-        let mut rx = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
+        let mut rx = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap().rx;
         let mut got = Vec::new();
         while let Ok(it) = rx.try_recv() {
             got.push(it);
@@ -344,11 +360,14 @@ mod tests {
         let s: Vec<i16> = b.chunks(2).map(|c| i16::from_le_bytes([c[0], c[1]])).collect();
         assert_eq!(s, vec![16384, 0, 32767, 8192, -16384, 0, -32767, 0]);
         // live items arrive; a listener that never reads is dropped once full
-        let _slow = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
+        let slow = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
         for i in 1..=(LISTENER_BACKLOG as u32) {
             hub.send(Publish::Tile(job.clone(), enc.encode(&tile(i)))).await.unwrap();
             while rx.try_recv().is_ok() {}
         }
+        // A late joiner gets the whole history queued (more than a live lag's worth).
+        let late = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
+        assert!(late.rx.len() > LISTENER_BACKLOG);
         hub.send(Publish::Event(job.clone(), StreamEvent::Done { tracks: 1, audio_seconds: 1.0 })).await.unwrap();
         // the reading listener got the terminal event, then its channel closed
         let mut last = None;
@@ -357,6 +376,8 @@ mod tests {
         }
         assert!(matches!(last, Some(StreamItem::Text(t)) if t.contains("\"done\"")));
         assert_eq!(metrics.ws_dropped_listeners_total.get(), 1, "the listener that never read was dropped");
+        assert!(!slow.ended.load(Ordering::Acquire), "a dropped listener is not told of the end");
+        assert!(late.ended.load(Ordering::Acquire), "a listener still behind at the end is told the job ended");
         // The ended job's stream is freed: a late listener is told there is none (the
         // daemon then answers from the result), and a stage's late report opens nothing.
         assert!(hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().is_none());

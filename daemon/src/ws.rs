@@ -200,8 +200,8 @@ async fn sent_in_time(st: &AppState, id: &JobId, send: impl std::future::Future<
 /// Pumps the hub's items for `id` into the socket until the terminal event, answering
 /// pings and (when `can_cancel`) the cancel command.
 async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mut msgs: actix_ws::AggregatedMessageStream, id: JobId, codec: StreamCodec, can_cancel: bool) {
-    let mut rx = match st.hub.send(Subscribe { job: id.clone(), codec }).await {
-        Ok(Some(rx)) => rx,
+    let (mut rx, job_ended) = match st.hub.send(Subscribe { job: id.clone(), codec }).await {
+        Ok(Some(sub)) => (sub.rx, sub.ended),
         Ok(None) => {
             // The job has ended (the hub frees a stream at its end): its story is on disk.
             st.metrics.ws_listeners.inc();
@@ -223,7 +223,21 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     tick.tick().await;
     let (mut last_sent, mut last_heard) = (tokio::time::Instant::now(), tokio::time::Instant::now());
+    // Once the job has ended, what this listener has not read is held for it alone (the
+    // hub freed the job's history): it has three keepalive periods to drain, then it is
+    // dropped and pointed at the result.
+    let mut ended_at: Option<tokio::time::Instant> = None;
     loop {
+        if ended_at.is_none() && job_ended.load(std::sync::atomic::Ordering::Acquire) {
+            ended_at = Some(tokio::time::Instant::now());
+        }
+        if ended_at.is_some_and(|t| t.elapsed() >= 3 * st.ws_ping) && !rx.is_empty() {
+            st.metrics.ws_dropped_listeners_total.inc();
+            tracing::warn!(job = %id, behind = rx.len(), "a WebSocket listener is still behind after the job ended: dropped");
+            let description = format!("listener fell too far behind; the job has ended: its result is at /job?id={id}&result=1");
+            let _ = session.close(Some(CloseReason { code: CloseCode::Policy, description: Some(description) })).await;
+            break;
+        }
         tokio::select! {
             _ = tick.tick() => {
                 if last_heard.elapsed() >= 3 * st.ws_ping {
