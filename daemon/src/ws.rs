@@ -239,6 +239,25 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
             break;
         }
         tokio::select! {
+            // Biased: what the peer said first (its pongs must count before the keepalive
+            // check, even while the tiles keep the other arms ready), then the keepalive,
+            // then the next item.
+            biased;
+            m = msgs.next() => {
+                if matches!(m, Some(Ok(_))) {
+                    last_heard = tokio::time::Instant::now();
+                }
+                match m {
+                    Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => { let _ = session.pong(&p).await; }
+                    Some(Ok(actix_ws::AggregatedMessage::Text(t))) if can_cancel => {
+                        if let Ok(StreamCommand::Cancel) = StreamCommand::from_text(&t) {
+                            let _ = st.scheduler.send(Cancel(id.clone())).await;
+                        }
+                    }
+                    Some(Ok(actix_ws::AggregatedMessage::Close(_))) | None | Some(Err(_)) => break,
+                    _ => {}
+                }
+            }
             _ = tick.tick() => {
                 if last_heard.elapsed() >= 3 * st.ws_ping {
                     tracing::info!(job = %id, "WebSocket peer stopped answering: closing");
@@ -270,21 +289,7 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
                     break;
                 }
             },
-            m = msgs.next() => {
-                if matches!(m, Some(Ok(_))) {
-                    last_heard = tokio::time::Instant::now();
-                }
-                match m {
-                    Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => { let _ = session.pong(&p).await; }
-                    Some(Ok(actix_ws::AggregatedMessage::Text(t))) if can_cancel => {
-                        if let Ok(StreamCommand::Cancel) = StreamCommand::from_text(&t) {
-                            let _ = st.scheduler.send(Cancel(id.clone())).await;
-                        }
-                    }
-                    Some(Ok(actix_ws::AggregatedMessage::Close(_))) | None | Some(Err(_)) => break,
-                    _ => {}
-                }
-            }
+
         }
     }
     st.metrics.ws_listeners.dec();
