@@ -76,7 +76,7 @@ pub(crate) trait Synthesis: Send {
         0
     }
 
-    /// The audio seconds of the hand-off's codes, for the log.
+    /// What the hand-off holds, for the log line of the hand-over.
     fn describe(&self) -> String;
 
     /// The synthesis half and the decoder. `pin` keeps the synthesis group for the job

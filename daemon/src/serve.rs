@@ -144,7 +144,10 @@ fn init_tracing(format: &str, ring: &LogRing) {
     if format == "json" {
         registry.with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)).init();
     } else {
-        registry.with(tracing_subscriber::fmt::layer().with_writer(std::io::stderr)).init();
+        // Colours only on a terminal (a log file or journald gets plain text), and never
+        // under NO_COLOR.
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        registry.with(tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).init();
     }
 }
 

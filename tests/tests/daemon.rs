@@ -738,6 +738,7 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     let (data, port, args) = d.kill9();
     let d = Daemon::start_on(&data, port, args);
     assert_eq!(d.status(&mm3)["status"], "done", "the MiniMax record reloads");
+    assert!(!d.log().contains('\x1b'), "a log written to a pipe has no colour codes");
 }
 
 /// kill -9 while a MiniMax Music 3 song is in its synthesis half (its codes journaled):

@@ -101,8 +101,9 @@ try {
   // The queue, then the stage progress.
   await page.waitForFunction(() => {
     const li = document.querySelector("li.job");
-    return li?.querySelector(".status")?.dataset.status === "queued" && /queue position \d/.test(li.querySelector(".stage").textContent);
+    return li?.querySelector(".status")?.dataset.status === "queued" && /next in the queue|queue position [1-9]/.test(li.querySelector(".stage").textContent);
   }, null, { timeout: 30000 });
+  check(!/queue position 0/.test(await card.locator(".stage").textContent()), "queue positions count from 1");
   await shot("queued");
   const cancelled = await fetch(`${base}/job?id=${blocker.id}&cancel=1`, { method: "POST" });
   check(cancelled.ok, `cancelling the blocker: HTTP ${cancelled.status}`);
@@ -159,6 +160,10 @@ try {
   check(["queued", "running"].includes(replay.status), `the variation was queued (${replay.status})`);
   await page.locator(`li.job[data-id="${second}"] button.cancel`).click();
   await page.waitForFunction((id) => document.querySelector(`li.job[data-id="${id}"] .status`)?.dataset.status === "cancelled", second, { timeout: 30000 });
+  const ccard = page.locator(`li.job[data-id="${second}"]`);
+  check((await ccard.locator(".stage").textContent()) === "cancelled", "a cancelled job says so");
+  check((await ccard.locator("progress").evaluate((b) => b.value)) === 0, "a cancelled job's bar does not fill");
+  check(await ccard.locator("button.cancel").isDisabled(), "Cancel is disabled on a cancelled job");
   await shot("variation-cancelled");
 
   // The daemon log in its panel (SSE), the job's story among it.
@@ -188,6 +193,12 @@ try {
   await page.selectOption("#example", { label: "Synth-pop anthem" });
   check((await page.inputValue("#mm3-caption")).startsWith("Global Metadata\n<|bpm 120|>"), "the example fills a structured caption");
   check((await page.inputValue("#mm3-lyrics")).includes("[chorus]"), "the example fills tagged lyrics");
+  // The Songs fields are bounded by the daemon's batch cap, and a refusal names the field
+  // as the form labels it.
+  check((await page.getAttribute("#mm3-lm_batch_size", "max")) === String(props.max_batch), "Songs' max comes from /props.max_batch");
+  await page.fill("#mm3-lm_batch_size", String(props.max_batch + 1));
+  check(await page.locator("#mm3-lm_batch_size").evaluate((el) => el.validity.rangeOverflow), "more songs than the cap is flagged in the form");
+  await page.fill("#mm3-lm_batch_size", "");
   // A missing caption: the daemon's 400 names the field, no job is added.
   const jobsBefore = await page.locator("li.job").count();
   await page.fill("#mm3-caption", "");

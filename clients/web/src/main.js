@@ -16,6 +16,11 @@ const FAMILY = "yued.family";
 const FAMILY_NAMES = { yue2: "YuE2", mm3: "MiniMax" };
 const TERMINAL = new Set(["done", "failed", "cancelled"]);
 
+/** A queue position as people count it: the daemon's 0 is the next job to run. */
+function queueText(position) {
+  return position === 0 ? "next in the queue" : `queue position ${position + 1}`;
+}
+
 // What a test (or a curious user in the console) can read about playback; `jobs` per job:
 // its family, the stages seen (WebSocket and polling), the most progress, the tiles
 // scheduled, the stream's sample rate, and when the first tile and the stream's `done` came.
@@ -179,6 +184,8 @@ function setupForm() {
   }
   $("output_format").value = "opus";
   for (const k of NUMBERS) $(k).placeholder = String(d[k]);
+  // The daemon's batch cap bounds the Songs fields (a larger value would be refused).
+  for (const id of ["lm_batch_size", "mm3-lm_batch_size"]) if (props.max_batch) $(id).max = String(props.max_batch);
   $("cot").value = d.cot;
   $("style").placeholder = "genre, instruments, mood, tempo";
   $("lyrics").placeholder = "[verse]\n…\n[chorus]\n…";
@@ -260,8 +267,19 @@ async function submit(request) {
     saveJob(job);
     track(job, true);
   } catch (e) {
-    $("form-error").textContent = e.message;
+    $("form-error").textContent = labelled(e.message);
   }
+}
+
+/** An error that starts with a request field (`lm_batch_size: ...`) named as the form
+ * labels that field ("Songs (lm_batch_size): ..."). */
+function labelled(message) {
+  const m = /^([a-z_]+)(\.[a-z_]+)?: /.exec(message);
+  if (!m) return message;
+  const family = $("family")?.value === "mm3" ? "mm3-" : "";
+  const input = document.getElementById(family + m[1]) || document.getElementById(m[1]);
+  const label = input?.closest("label")?.firstChild?.textContent?.split(" (")[0].trim();
+  return label ? `${label} (${m[1]}${m[2] || ""})${message.slice(m[0].length - 2)}` : message;
 }
 
 // ---------------------------------------------------------------- a job card
@@ -380,7 +398,7 @@ function track(job, live) {
         else if (e.event === "stage" && !ended) running(e.stage, e.progress);
         else if (e.event === "score") showScore(li, e.abc);
         else if (e.event === "done") info.streamDoneAt = performance.now();
-        else if (e.event === "queued" && !ended) stage.textContent = `queue position ${e.position}`;
+        else if (e.event === "queued" && !ended && status.dataset.status !== "running") stage.textContent = queueText(e.position);
         return;
       }
       if (header && header.track !== 0) return; // play the first track live
@@ -429,18 +447,23 @@ function track(job, live) {
     status.textContent = s.status;
     status.dataset.status = s.status;
     if (s.status === "queued") {
-      stage.textContent = `queue position ${s.queue_position}`;
+      stage.textContent = queueText(s.queue_position);
       bar.removeAttribute("value");
     } else if (s.status === "running") {
       running(s.stage, s.progress);
     } else if (s.status === "failed") {
       stage.textContent = s.error || "failed";
+      bar.value = 0;
+    } else if (s.status === "cancelled") {
+      stage.textContent = "cancelled";
+      bar.value = 0;
     } else {
       stage.textContent = s.status === "done" && s.metrics ? `${s.metrics.audio_seconds.toFixed(1)} s of audio in ${s.metrics.worker_seconds.toFixed(1)} s` : "";
       bar.value = 1;
     }
     if (!TERMINAL.has(s.status)) return setTimeout(poll, 250);
     ended = true;
+    li.querySelector(".cancel").disabled = true;
     if (!finished && s.status === "done") {
       finished = true;
       state.doneAt[job.id] = performance.now();
