@@ -76,11 +76,46 @@ impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'
             v.0.push(':');
         }
         event.record(&mut v);
-        self.push(v.0);
+        self.push(plain(&v.0));
     }
 }
 
+/// Now as RFC 3339 UTC (`2026-12-01T11:46:06.123456Z`), as the stderr log writes it.
 fn chrono_like_now() -> String {
-    let d = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default();
-    format!("{}.{:03}", d.as_secs(), d.subsec_millis())
+    use tracing_subscriber::fmt::time::FormatTime;
+    let mut s = String::new();
+    let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut tracing_subscriber::fmt::format::Writer::new(&mut s));
+    s
+}
+
+/// A line without terminal escape sequences (`ESC [ ... letter`): the span fields come
+/// formatted by the stderr layer, in colour when that is a terminal.
+fn plain(line: &str) -> String {
+    let mut out = String::with_capacity(line.len());
+    let mut chars = line.chars();
+    while let Some(c) = chars.next() {
+        if c != '\x1b' {
+            out.push(c);
+            continue;
+        }
+        if chars.clone().next() == Some('[') {
+            chars.next();
+            for c in chars.by_ref() {
+                if c.is_ascii_alphabetic() {
+                    break;
+                }
+            }
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn lines_are_plain_text_with_an_iso_time() {
+        assert_eq!(super::plain("\x1b[3mjob\x1b[0m\x1b[2m=\x1b[0m1 ok"), "job=1 ok");
+        let t = super::chrono_like_now();
+        assert!(t.len() >= 20 && t.as_bytes()[4] == b'-' && t.as_bytes()[10] == b'T' && t.ends_with('Z'), "{t}");
+    }
 }

@@ -70,6 +70,8 @@ try {
   // Both families served: the switch shows, YuE2 first with its form.
   await page.locator("#family").waitFor({ state: "visible", timeout: 10000 });
   check((await page.inputValue("#family")) === "yue2", "YuE2 is the default family");
+  await page.waitForFunction(() => !document.getElementById("demo-note").hidden, null, { timeout: 10000 });
+  check((await page.inputValue("#cot")) === "off", "on the demo's random weights cot starts off");
   check((await page.locator("#style").isVisible()) && !(await page.locator("#mm3-caption").isVisible()), "the YuE2 form shows, MiniMax's does not");
   await shot("loaded");
 
@@ -169,6 +171,9 @@ try {
   // The daemon log in its panel (SSE), the job's story among it.
   await page.click("#logs-panel summary");
   await page.waitForFunction((id) => document.getElementById("logs").textContent.includes(id), id, { timeout: 15000 });
+  const logText = await page.locator("#logs").textContent();
+  check(!logText.includes("\x1b"), "the log panel has no terminal colour codes");
+  check(/^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d/.test(logText), `log lines start with a readable UTC time (${logText.slice(0, 40)})`);
   await shot("logs");
 
   // ------------------------------------------------------------ MiniMax Music 3

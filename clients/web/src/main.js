@@ -580,6 +580,20 @@ async function main() {
   }
   setupForm();
   for (const job of loadJobs().reverse()) track(job, false);
+  demoDefaults();
+}
+
+/** On the demo's random weights a score cannot be written: the form starts with cot off
+ * and says why (a render with cot full would fail after its retries). */
+async function demoDefaults() {
+  try {
+    const h = await json("/health");
+    if (!h.demo_weights) return;
+    $("cot").value = "off";
+    $("demo-note").hidden = false;
+  } catch (e) {
+    // the header's health line reports the daemon unreachable
+  }
 }
 
 main();
