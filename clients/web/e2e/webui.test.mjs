@@ -168,6 +168,26 @@ try {
   check(await ccard.locator("button.cancel").isDisabled(), "Cancel is disabled on a cancelled job");
   await shot("variation-cancelled");
 
+  // Forget on a job still queued asks first; accepted, it cancels the job on the daemon.
+  const blocker3 = await (await fetch(`${base}/synth`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ style: "blocker", cot: "off", duration: 120, steps: 4, output_format: "wav16", semantic_sampling: { min_tokens: 2500 } }) })).json();
+  await page.locator(`li.job[data-id="${id}"] button.variation`).click();
+  await page.waitForFunction((known) => {
+    const first = document.querySelector("li.job");
+    return first && !known.includes(first.dataset.id) && first.querySelector(".status").dataset.status === "queued";
+  }, [id, second], { timeout: 10000 });
+  const third = await page.locator("li.job").first().getAttribute("data-id");
+  let asked = null;
+  page.once("dialog", (d) => {
+    asked = d.message();
+    d.accept();
+  });
+  await page.locator(`li.job[data-id="${third}"] button.forget`).click();
+  await page.waitForFunction((id) => !document.querySelector(`li.job[data-id="${id}"]`), third, { timeout: 10000 });
+  check(asked && asked.includes("still queued"), `Forget asked first (${asked})`);
+  const forgotten = await (await fetch(`${base}/job?id=${third}`)).json();
+  check(forgotten.status === "cancelled", `the forgotten job was cancelled (${forgotten.status})`);
+  await fetch(`${base}/job?id=${blocker3.id}&cancel=1`, { method: "POST" });
+
   // The daemon log in its panel (SSE), the job's story among it.
   await page.click("#logs-panel summary");
   await page.waitForFunction((id) => document.getElementById("logs").textContent.includes(id), id, { timeout: 15000 });

@@ -322,7 +322,14 @@ function card(job) {
   badge.title = family === "mm3" ? "MiniMax Music 3" : "YuE2";
   li.querySelector(".title").textContent = (family === "mm3" ? captionTitle(job.request.caption) : job.request.style) || (job.request.lyrics || "").slice(0, 40);
   li.querySelector(".cancel").onclick = () => api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
-  li.querySelector(".forget").onclick = () => {
+  li.querySelector(".forget").onclick = async () => {
+    // A job still queued or running is not forgotten silently: it would go on with no
+    // card to cancel it from.
+    const now = li.querySelector(".status").dataset.status;
+    if (now && !TERMINAL.has(now)) {
+      if (!confirm(`This job is still ${now}. Forget it and cancel it on the daemon? (Cancel keeps it.)`)) return;
+      await api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
+    }
     forgetJob(job.id);
     li.remove();
   };
