@@ -124,6 +124,7 @@ try {
   await sleep(400);
   const t1 = await page.evaluate(() => window.__yued.ctx.currentTime);
   check(t1 > early.t0, `audio time advances (${early.t0} -> ${t1})`);
+  check(await card.locator("button.stop-live").isVisible(), "a Stop button while the song plays live");
   await shot("playing");
 
   // Done, with the score as notation and the files.
@@ -133,6 +134,11 @@ try {
   check(firstAt < doneAt, `audio started ${doneAt - firstAt} ms before done`);
   await page.locator("li.job .score svg").first().waitFor({ timeout: 10000 });
   await page.locator("li.job .files audio").first().waitFor({ timeout: 10000 });
+  // One player per job: playing the result stops the live playback (no song twice at once).
+  await page.locator(`li.job[data-id="${id}"] .files audio`).first().evaluate((a) => a.play());
+  await page.waitForFunction((id) => window.__yued.jobs[id].live.stopped, id, { timeout: 10000 });
+  check(await card.locator("button.stop-live").isHidden(), "the live Stop button goes with the live playback");
+  await page.locator(`li.job[data-id="${id}"] .files audio`).first().evaluate((a) => a.pause());
   await shot("score-and-result");
 
   // Reload: the job is still listed, done, with its result.

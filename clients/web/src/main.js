@@ -252,6 +252,42 @@ function readYue2Form() {
 }
 
 // ---------------------------------------------------------------- audio
+/** Live playback goes through one gain, the header's volume. */
+function master() {
+  const ctx = audioContext();
+  if (!state.master) {
+    state.master = ctx.createGain();
+    state.master.gain.value = Number($("volume").value);
+    state.master.connect(ctx.destination);
+  }
+  return state.master;
+}
+
+function setVolume(v) {
+  if (state.master) state.master.gain.value = v;
+  for (const a of document.querySelectorAll(".files audio")) a.volume = v;
+}
+
+/** Stops a job's live playback: its scheduled tiles and its stream. */
+function stopLive(jobId) {
+  const info = state.jobs[jobId];
+  if (!info?.live) return;
+  for (const src of info.live.sources) {
+    try {
+      src.stop();
+    } catch (e) {
+      // not started yet or already ended
+    }
+  }
+  info.live.sources = [];
+  info.live.stopped = true;
+  info.live.ws?.close();
+  const li = document.querySelector(`li.job[data-id="${jobId}"]`);
+  li?.classList.remove("playing");
+  const b = li?.querySelector(".stop-live");
+  if (b) b.hidden = true;
+}
+
 function audioContext() {
   if (!state.ctx) state.ctx = new AudioContext({ sampleRate: props?.sample_rate || 48000 });
   if (state.ctx.state === "suspended") state.ctx.resume();
@@ -310,6 +346,7 @@ function card(job) {
     </details>`;
   li.innerHTML = `
     <div class="head"><b class="id"></b> <span class="family pill"></span> <span class="title"></span> <span class="status pill"></span>
+      <button class="stop-live" hidden title="Stop listening (the job goes on)">Stop playback</button>
       <button class="cancel">Cancel</button> <button class="forget">Forget</button></div>
     <progress max="1" value="0"></progress> <span class="stage muted"></span>
     <canvas class="wave" width="800" height="80"></canvas>
@@ -322,6 +359,7 @@ function card(job) {
   badge.title = family === "mm3" ? "MiniMax Music 3" : "YuE2";
   li.querySelector(".title").textContent = (family === "mm3" ? captionTitle(job.request.caption) : job.request.style) || (job.request.lyrics || "").slice(0, 40);
   li.querySelector(".cancel").onclick = () => api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
+  li.querySelector(".stop-live").onclick = () => stopLive(job.id);
   li.querySelector(".forget").onclick = async () => {
     // A job still queued or running is not forgotten silently: it would go on with no
     // card to cancel it from.
@@ -372,7 +410,7 @@ function track(job, live) {
   const bar = li.querySelector("progress");
   const stage = li.querySelector(".stage");
   if (job.request.abc) showScore(li, job.request.abc);
-  const info = (state.jobs[job.id] = { family, stages: [], progress: 0, scheduled: 0, sampleRate: null, firstAudioAt: null, streamDoneAt: null });
+  const info = (state.jobs[job.id] = { family, stages: [], progress: 0, scheduled: 0, sampleRate: null, firstAudioAt: null, streamDoneAt: null, live: null });
   const mm3 = family === "mm3" ? props.mm3 : null;
   // The tiles' rate until the stream's `format` event says (MiniMax: 44.1 kHz).
   let rate = mm3?.sample_rate || props.sample_rate;
@@ -395,6 +433,7 @@ function track(job, live) {
   if (live) {
     const proto = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(withKey(`${proto}://${location.host}/stream?id=${job.id}&format=pcm16`));
+    info.live = { ws, sources: [], stopped: false };
     ws.binaryType = "arraybuffer";
     ws.onmessage = (m) => {
       if (typeof m.data === "string") {
@@ -409,6 +448,7 @@ function track(job, live) {
         return;
       }
       if (header && header.track !== 0) return; // play the first track live
+      if (info.live.stopped) return;
       const pcm = new Int16Array(m.data);
       const frames = pcm.length / 2;
       const ctx = audioContext();
@@ -429,9 +469,18 @@ function track(job, live) {
       drawWave(li, peaks, (seconds * rate) / 1024);
       const src = ctx.createBufferSource();
       src.buffer = buf;
-      src.connect(ctx.destination);
+      src.connect(master());
       const at = Math.max(ctx.currentTime + 0.05, nextTime);
       src.start(at);
+      info.live.sources.push(src);
+      src.onended = () => {
+        info.live.sources = info.live.sources.filter((x) => x !== src);
+        if (!info.live.sources.length && ended) {
+          li.classList.remove("playing");
+          li.querySelector(".stop-live").hidden = true;
+        }
+      };
+      li.querySelector(".stop-live").hidden = false;
       nextTime = at + buf.duration;
       state.scheduled += 1;
       info.scheduled += 1;
@@ -506,6 +555,9 @@ async function showResult(job, li) {
       const audio = document.createElement("audio");
       audio.controls = true;
       audio.src = url;
+      audio.volume = Number($("volume").value);
+      // One player per job: the result's takes over from the live stream.
+      audio.addEventListener("play", () => stopLive(job.id));
       box.prepend(audio);
     }
     if (p.type === "application/json") {
@@ -577,6 +629,7 @@ function logs() {
 }
 
 async function main() {
+  $("volume").addEventListener("input", (e) => setVolume(Number(e.target.value)));
   health();
   logs();
   try {
