@@ -145,6 +145,14 @@ try {
   await page.reload();
   await page.locator(`li.job[data-id="${id}"] .files a.download`).first().waitFor({ timeout: 30000 });
   check((await page.locator(`li.job[data-id="${id}"] .status`).getAttribute("data-status")) === "done", "done after reload");
+  // Its waveform is drawn again, from the result.
+  await page.waitForFunction((id) => {
+    const c = document.querySelector(`li.job[data-id="${id}"] canvas.wave`);
+    const d = c?.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 3; d && i < d.length; i += 4) if (d[i]) n++;
+    return n > 200;
+  }, id, { timeout: 15000 });
   await page.locator(`li.job[data-id="${id}"] .score svg`).first().waitFor({ timeout: 10000 });
   await shot("reloaded");
 

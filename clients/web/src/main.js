@@ -268,6 +268,28 @@ function setVolume(v) {
   for (const a of document.querySelectorAll(".files audio")) a.volume = v;
 }
 
+/** A finished job's waveform (after a reload, or when it was not heard live), from the
+ * result's first audio file. */
+async function waveFromResult(li, bytes) {
+  li.dataset.waved = "1";
+  try {
+    const buf = await new OfflineAudioContext(1, 1, 44100).decodeAudioData(bytes.slice().buffer);
+    const l = buf.getChannelData(0);
+    const peaks = [];
+    for (let i = 0; i < l.length; i += 1024) {
+      let lo = 0, hi = 0;
+      for (let k = i; k < Math.min(l.length, i + 1024); k++) {
+        lo = Math.min(lo, l[k]);
+        hi = Math.max(hi, l[k]);
+      }
+      peaks.push([lo, hi]);
+    }
+    drawWave(li, peaks);
+  } catch (e) {
+    // a format this browser cannot decode: no waveform
+  }
+}
+
 /** Stops a job's live playback: its scheduled tiles and its stream. */
 function stopLive(jobId) {
   const info = state.jobs[jobId];
@@ -386,6 +408,7 @@ function showScore(li, abc) {
 
 /** Min/max per column of the audio received so far. */
 function drawWave(li, peaks, totalHint) {
+  li.dataset.waved = "1";
   const c = li.querySelector(".wave");
   const g = c.getContext("2d");
   g.clearRect(0, 0, c.width, c.height);
@@ -429,11 +452,13 @@ function track(job, live) {
     info.progress = Math.max(info.progress, progress || 0);
   };
 
-  // Live audio and events over the WebSocket.
-  if (live) {
+  // Live audio and events over the WebSocket. `play` false (a job found running after a
+  // reload, when the page may not start sound on its own): the waveform and the score
+  // follow the stream, the audio is the result's once it is done.
+  const connect = (play) => {
     const proto = location.protocol === "https:" ? "wss" : "ws";
     const ws = new WebSocket(withKey(`${proto}://${location.host}/stream?id=${job.id}&format=pcm16`));
-    info.live = { ws, sources: [], stopped: false };
+    info.live = { ws, sources: [], stopped: false, play };
     ws.binaryType = "arraybuffer";
     ws.onmessage = (m) => {
       if (typeof m.data === "string") {
@@ -451,6 +476,18 @@ function track(job, live) {
       if (info.live.stopped) return;
       const pcm = new Int16Array(m.data);
       const frames = pcm.length / 2;
+      if (!play) {
+        for (let i = 0; i < frames; i += 1024) {
+          let lo = 0, hi = 0;
+          for (let k = i; k < Math.min(frames, i + 1024); k++) {
+            lo = Math.min(lo, pcm[2 * k] / 32768);
+            hi = Math.max(hi, pcm[2 * k] / 32768);
+          }
+          peaks.push([lo, hi]);
+        }
+        drawWave(li, peaks, (seconds * rate) / 1024);
+        return;
+      }
       const ctx = audioContext();
       const buf = ctx.createBuffer(2, frames, rate);
       const l = buf.getChannelData(0), r = buf.getChannelData(1);
@@ -488,7 +525,8 @@ function track(job, live) {
       if (info.firstAudioAt === null) info.firstAudioAt = performance.now();
       li.classList.add("playing");
     };
-  }
+  };
+  if (live) connect(true);
 
   // Status by polling (the WebSocket may be refused, the page may reload).
   const poll = async () => {
@@ -502,6 +540,7 @@ function track(job, live) {
     }
     status.textContent = s.status;
     status.dataset.status = s.status;
+    if (!info.live && !TERMINAL.has(s.status)) connect(false);
     if (s.status === "queued") {
       stage.textContent = queueText(s.queue_position);
       bar.removeAttribute("value");
@@ -558,6 +597,7 @@ async function showResult(job, li) {
       audio.volume = Number($("volume").value);
       // One player per job: the result's takes over from the live stream.
       audio.addEventListener("play", () => stopLive(job.id));
+      if (!li.dataset.waved) waveFromResult(li, p.bytes);
       box.prepend(audio);
     }
     if (p.type === "application/json") {
