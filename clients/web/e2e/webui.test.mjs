@@ -155,6 +155,12 @@ try {
   }, id, { timeout: 15000 });
   await page.locator(`li.job[data-id="${id}"] .score svg`).first().waitFor({ timeout: 10000 });
   await shot("reloaded");
+  // A phone: one column, nothing wider than the screen.
+  await page.setViewportSize({ width: 390, height: 844 });
+  const wide = await page.evaluate(() => document.documentElement.scrollWidth);
+  check(wide <= 390, `the page fits a 390 px screen (${wide} px wide)`);
+  await shot("phone");
+  await page.setViewportSize({ width: 1280, height: 900 });
 
   // Download the audio.
   const [download] = await Promise.all([page.waitForEvent("download"), page.locator(`li.job[data-id="${id}"] a.download`, { hasText: ".flac" }).first().click()]);

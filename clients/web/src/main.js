@@ -142,7 +142,8 @@ function setupMm3Form() {
   for (const f of props.output_formats) {
     const o = document.createElement("option");
     o.value = f.name;
-    o.textContent = `${f.name} (${f.mime})`;
+    o.textContent = f.name;
+    o.title = f.mime;
     $("mm3-output_format").append(o);
   }
   $("mm3-output_format").value = "opus";
@@ -179,7 +180,8 @@ function setupForm() {
   for (const f of props.output_formats) {
     const o = document.createElement("option");
     o.value = f.name;
-    o.textContent = `${f.name} (${f.mime})`;
+    o.textContent = f.name;
+    o.title = f.mime;
     $("output_format").append(o);
   }
   $("output_format").value = "opus";
