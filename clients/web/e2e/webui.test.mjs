@@ -163,6 +163,9 @@ try {
   await page.setViewportSize({ width: 1280, height: 900 });
 
   // Download the audio.
+  const links = await page.locator(`li.job[data-id="${id}"] a.download`).allTextContents();
+  check(links.length >= 3 && links.every((t) => /\(\d+(\.\d)? (B|kB|MB)\)$/.test(t)), `result files show their sizes (${links})`);
+  check((await page.locator(`li.job[data-id="${id}"] a.download`, { hasText: ".vae" }).first().getAttribute("title")).includes("latents"), "the .vae file is explained");
   const [download] = await Promise.all([page.waitForEvent("download"), page.locator(`li.job[data-id="${id}"] a.download`, { hasText: ".flac" }).first().click()]);
   const path = join(data, "download.flac");
   await download.saveAs(path);
@@ -178,6 +181,8 @@ try {
     return first && first.dataset.id !== id;
   }, id, { timeout: 10000 });
   const second = await page.locator("li.job").first().getAttribute("data-id");
+  check((await page.locator(`li.job[data-id="${second}"] .title`).textContent()).startsWith(`Variation of ${id.slice(-6)}: `), "a variation is titled as one");
+  check((await page.locator(`li.job[data-id="${second}"] progress`).getAttribute("aria-label")).startsWith("Progress of job"), "per-job controls have accessible names");
   const replay = await (await fetch(`${base}/job?id=${second}`)).json();
   check(["queued", "running"].includes(replay.status), `the variation was queued (${replay.status})`);
   await page.locator(`li.job[data-id="${second}"] button.cancel`).click();

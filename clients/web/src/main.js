@@ -270,6 +270,18 @@ function setVolume(v) {
   for (const a of document.querySelectorAll(".files audio")) a.volume = v;
 }
 
+function size(n) {
+  return n < 1024 ? `${n} B` : n < 1048576 ? `${(n / 1024).toFixed(0)} kB` : `${(n / 1048576).toFixed(1)} MB`;
+}
+
+/** What a result file is, for its tooltip. */
+function fileKind(name, type) {
+  if (name.endsWith(".json")) return "The replay request: submit it again (Replay) for the same song, bit for bit, or edit it";
+  if (name.endsWith(".vae")) return "The raw latents (f32, time-major): POST /vae decodes them to audio again";
+  if (type.startsWith("audio/")) return `The audio (${type})`;
+  return type;
+}
+
 /** A finished job's waveform (after a reload, or when it was not heard live), from the
  * result's first audio file. */
 async function waveFromResult(li, bytes) {
@@ -318,12 +330,12 @@ function audioContext() {
   return state.ctx;
 }
 
-async function submit(request) {
+async function submit(request, label) {
   $("form-error").textContent = "";
   audioContext(); // created inside the click: browsers allow sound from here on
   try {
     const { id } = await json("/synth", { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify(request) });
-    const job = { id, request, created: Date.now() };
+    const job = { id, request, created: Date.now(), label };
     saveJob(job);
     track(job, true);
   } catch (e) {
@@ -381,7 +393,19 @@ function card(job) {
   badge.textContent = FAMILY_NAMES[family] || family;
   badge.dataset.family = family;
   badge.title = family === "mm3" ? "MiniMax Music 3" : "YuE2";
-  li.querySelector(".title").textContent = (family === "mm3" ? captionTitle(job.request.caption) : job.request.style) || (job.request.lyrics || "").slice(0, 40);
+  const title = (family === "mm3" ? captionTitle(job.request.caption) : job.request.style) || (job.request.lyrics || "").slice(0, 40);
+  li.querySelector(".title").textContent = job.label ? `${job.label}: ${title}` : title;
+  li.querySelector(".title").title = li.querySelector(".title").textContent;
+  // Accessible names that say which job a control belongs to; status changes are announced.
+  const named = `job ${job.id.slice(-6)} (${title || "untitled"})`;
+  li.querySelector(".cancel").setAttribute("aria-label", `Cancel ${named}`);
+  li.querySelector(".forget").setAttribute("aria-label", `Forget ${named}`);
+  li.querySelector(".stop-live").setAttribute("aria-label", `Stop playback of ${named}`);
+  li.querySelector("progress").setAttribute("aria-label", `Progress of ${named}`);
+  li.querySelector(".wave").setAttribute("aria-label", `Waveform of ${named}`);
+  li.querySelector(".wave").setAttribute("role", "img");
+  li.querySelector(".status").setAttribute("role", "status");
+  li.querySelector(".stage").setAttribute("aria-live", "polite");
   li.querySelector(".cancel").onclick = () => api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
   li.querySelector(".stop-live").onclick = () => stopLive(job.id);
   li.querySelector(".forget").onclick = async () => {
@@ -396,7 +420,7 @@ function card(job) {
     li.remove();
   };
   if (family !== "mm3") li.querySelector(".rerender").onclick = () => submit({ ...(job.replay || job.request), abc: li.querySelector(".abc").value, semantic_tokens: "" });
-  li.querySelector(".variation").onclick = () => submit({ ...(job.replay || job.request), seed: Math.floor(Math.random() * 2 ** 31) });
+  li.querySelector(".variation").onclick = () => submit({ ...(job.replay || job.request), seed: Math.floor(Math.random() * 2 ** 31) }, `Variation of ${job.id.slice(-6)}`);
   $("jobs").prepend(li);
   return li;
 }
@@ -633,7 +657,8 @@ async function showResult(job, li) {
     const a = document.createElement("a");
     a.href = url;
     a.download = `${job.id}-${p.name}`;
-    a.textContent = p.name;
+    a.textContent = `${p.name} (${size(p.bytes.length)})`;
+    a.title = fileKind(p.name, p.type);
     a.className = "download";
     box.append(a);
   }
