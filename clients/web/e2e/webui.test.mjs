@@ -114,6 +114,7 @@ try {
     const s = li?.querySelector(".status")?.dataset.status;
     return s === "running" && li.querySelector("progress").value > 0;
   }, null, { timeout: 60000 });
+  check(/ · overall \d+% · \d+ s$/.test(await card.locator(".stage").textContent()), "the stage text shows the whole job's progress and the time since submission");
   await shot("progress");
 
   // Audio before done.

@@ -470,9 +470,16 @@ function track(job, live) {
   let header = null;
   let finished = false;
   let ended = false;
+  // The bar shows the whole job (each stage an equal share, never going back); the text
+  // the running stage, the whole, and the time since submission.
+  const order = family === "mm3" ? ["semantic", "synth", "encode"] : ["plan", "semantic", "synth", "decode", "encode"];
+  let overall = 0;
   const running = (name, progress) => {
-    stage.textContent = `${name || "starting"} ${Math.round((progress || 0) * 100)}%`;
-    bar.value = progress || 0;
+    const at = order.indexOf(name);
+    overall = Math.max(overall, at < 0 ? progress || 0 : Math.min(1, (at + (progress || 0)) / order.length));
+    const elapsed = job.created ? ` · ${Math.round((Date.now() - job.created) / 1000)} s` : "";
+    stage.textContent = `${name || "starting"} ${Math.round((progress || 0) * 100)}% · overall ${Math.round(overall * 100)}%${elapsed}`;
+    bar.value = overall;
     li.dataset.stage = name || "";
     if (name && !info.stages.includes(name)) info.stages.push(name);
     info.progress = Math.max(info.progress, progress || 0);
