@@ -552,6 +552,31 @@ impl Handler<Shutdown> for Scheduler {
     }
 }
 
+/// The jobs of one client (its fairness key), oldest first.
+#[derive(Message)]
+#[rtype(result = "yued_protocol::JobList")]
+pub struct ListJobs(pub String);
+
+impl Handler<ListJobs> for Scheduler {
+    type Result = MessageResult<ListJobs>;
+    fn handle(&mut self, m: ListJobs, _: &mut Self::Context) -> Self::Result {
+        let mut jobs: Vec<yued_protocol::JobListEntry> = self
+            .jobs
+            .values()
+            .filter(|e| e.record.client == m.0)
+            .map(|e| yued_protocol::JobListEntry {
+                id: e.record.id.clone(),
+                family: e.record.request.family(),
+                status: e.record.state,
+                submitted_ms: e.record.submitted_ms,
+                request: if e.record.vae.is_some() { None } else { serde_json::to_value(&e.record.request).ok() },
+            })
+            .collect();
+        jobs.sort_by_key(|j| (j.submitted_ms, j.id.to_u64()));
+        MessageResult(yued_protocol::JobList { jobs })
+    }
+}
+
 /// Whether the job exists and is done (the result route checks the store itself).
 #[derive(Message)]
 #[rtype(result = "Option<JobState>")]

@@ -349,6 +349,15 @@ pub fn job_id(id: &Option<String>) -> Result<JobId, HttpResponse> {
     JobId::parse(raw).map_err(|e| bad(format!("id: {e}")))
 }
 
+/// `GET /jobs`: the caller's jobs (by its API key, else its address), oldest first, with
+/// their requests: what a page or a script needs to find its history again.
+pub async fn get_jobs(req: HttpRequest, st: web::Data<AppState>) -> HttpResponse {
+    match st.scheduler.send(yued_actors::scheduler::ListJobs(client_key(&req))).await {
+        Ok(list) => HttpResponse::Ok().json(list),
+        Err(_) => unavailable("the scheduler is not running"),
+    }
+}
+
 pub async fn get_job(q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpResponse {
     let id = match job_id(&q.id) {
         Ok(id) => id,

@@ -356,6 +356,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 .service(web::resource("/synth").route(web::post().to(http::post_synth)).default_service(na()))
                 .service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(na()))
                 .service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(na()))
+                .service(web::resource("/jobs").route(web::get().to(http::get_jobs)).default_service(na()))
                 .service(web::resource("/health").route(web::get().to(http::health)).default_service(na()))
                 .service(web::resource("/status").route(web::get().to(http::health)).default_service(na()))
                 .service(web::resource("/system/queue").route(web::get().to(http::health)).default_service(na()))

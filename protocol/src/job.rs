@@ -152,6 +152,26 @@ impl fmt::Display for Stage {
     }
 }
 
+/// Reply of `GET /jobs`: the caller's jobs (those submitted with its API key, or from its
+/// address without one) that the daemon still knows, oldest first.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobList {
+    pub jobs: Vec<JobListEntry>,
+}
+
+/// One job of [`JobList`].
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct JobListEntry {
+    pub id: JobId,
+    pub family: crate::Family,
+    pub status: JobState,
+    /// Unix milliseconds.
+    pub submitted_ms: u64,
+    /// The request as journaled (seeds resolved); absent for a `/vae` job.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub request: Option<serde_json::Value>,
+}
+
 /// Reply of `GET /job?id=N`. Optional fields are left out of the JSON when unknown, so
 /// a queued job reads exactly `{"status":"queued","queue_position":N}`.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -241,6 +241,33 @@ fn kill_9_then_restart_completes_the_running_and_the_queued_job() {
     }
 }
 
+/// `GET /jobs` lists the caller's jobs only: those of its API key, oldest first, with
+/// their requests.
+#[test]
+fn jobs_lists_the_callers_own_jobs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--api-key", "alice", "--api-key", "bob"]);
+    let submit = |key: &str, style: &str| -> String {
+        let r = d.http.post(d.url("/synth")).header("authorization", format!("Bearer {key}")).body(format!(r#"{{"style": "{style}", "lyrics": "[verse] la", "cot": "off", "duration": 1, "steps": 1}}"#)).send().unwrap();
+        assert_eq!(r.status().as_u16(), 200);
+        r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string()
+    };
+    let a1 = submit("alice", "one");
+    let b1 = submit("bob", "two");
+    let a2 = submit("alice", "three");
+    let list = |key: &str| -> serde_json::Value { d.http.get(d.url("/jobs")).header("x-api-key", key).send().unwrap().json().unwrap() };
+    let alice = list("alice");
+    let ids: Vec<&str> = alice["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
+    assert_eq!(ids, vec![a1.as_str(), a2.as_str()], "{alice}");
+    assert_eq!(alice["jobs"][1]["request"]["style"], "three");
+    assert_eq!(alice["jobs"][0]["family"], "yue2");
+    assert!(alice["jobs"][0]["submitted_ms"].as_u64().unwrap() > 0);
+    let bob = list("bob");
+    assert_eq!(bob["jobs"].as_array().unwrap().len(), 1);
+    assert_eq!(bob["jobs"][0]["id"], b1.as_str());
+    assert_eq!(d.http.get(d.url("/jobs")).send().unwrap().status(), 401, "a key is required when keys are set");
+}
+
 #[test]
 fn metrics_parse_and_move_and_keys_are_enforced() {
     let dir = tempfile::tempdir().unwrap();

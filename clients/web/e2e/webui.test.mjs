@@ -146,6 +146,10 @@ try {
   await page.reload();
   await page.locator(`li.job[data-id="${id}"] .files a.download`).first().waitFor({ timeout: 30000 });
   check((await page.locator(`li.job[data-id="${id}"] .status`).getAttribute("data-status")) === "done", "done after reload");
+  // The daemon's list of this client's jobs brings in the one another script submitted
+  // (the blocker, from this address), below the page's own.
+  await page.locator(`li.job[data-id="${blocker.id}"]`).waitFor({ timeout: 10000 });
+  check((await page.locator("li.job").last().getAttribute("data-id")) === blocker.id, "the daemon's extra job is listed below the page's own");
   // Its waveform is drawn again, from the result.
   await page.waitForFunction((id) => {
     const c = document.querySelector(`li.job[data-id="${id}"] canvas.wave`);

@@ -64,6 +64,30 @@ function saveJob(job) {
 }
 function forgetJob(id) {
   localStorage.setItem(STORE, JSON.stringify(loadJobs().filter((j) => j.id !== id)));
+  // The daemon still lists it (GET /jobs): remember not to bring it back.
+  const gone = forgotten();
+  gone.push(id);
+  localStorage.setItem(`${STORE}.forgotten`, JSON.stringify(gone.slice(-200)));
+}
+function forgotten() {
+  try {
+    return JSON.parse(localStorage.getItem(`${STORE}.forgotten`) || "[]");
+  } catch {
+    return [];
+  }
+}
+
+/** The daemon's list of this client's jobs (GET /jobs: its API key, else its address):
+ * those this browser did not submit, or whose storage was cleared, join the list (below
+ * the ones it knows). */
+async function daemonJobs(known) {
+  try {
+    const { jobs } = await json("/jobs");
+    const skip = new Set([...known, ...forgotten()]);
+    return jobs.filter((j) => j.request && !skip.has(j.id)).map((j) => ({ id: j.id, request: j.request, created: j.submitted_ms }));
+  } catch {
+    return [];
+  }
 }
 
 // ---------------------------------------------------------------- the form
@@ -713,7 +737,13 @@ async function main() {
     return;
   }
   setupForm();
-  for (const job of loadJobs().reverse()) track(job, false);
+  const local = loadJobs();
+  // Oldest first, each card on top of the last: the daemon's extra jobs end up below.
+  for (const job of await daemonJobs(local.map((j) => j.id))) {
+    track(job, false);
+    saveJob(job);
+  }
+  for (const job of local.reverse()) track(job, false);
   demoDefaults();
 }
 
