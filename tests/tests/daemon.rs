@@ -248,7 +248,13 @@ fn jobs_lists_the_callers_own_jobs() {
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("data"), &["--api-key", "alice", "--api-key", "bob"]);
     let submit = |key: &str, style: &str| -> String {
-        let r = d.http.post(d.url("/synth")).header("authorization", format!("Bearer {key}")).body(format!(r#"{{"style": "{style}", "lyrics": "[verse] la", "cot": "off", "duration": 1, "steps": 1}}"#)).send().unwrap();
+        let r = d
+            .http
+            .post(d.url("/synth"))
+            .header("authorization", format!("Bearer {key}"))
+            .body(format!(r#"{{"style": "{style}", "lyrics": "[verse] la", "cot": "off", "duration": 1, "steps": 1}}"#))
+            .send()
+            .unwrap();
         assert_eq!(r.status().as_u16(), 200);
         r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string()
     };
