@@ -14,6 +14,7 @@ import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs"
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
+import { createRequire } from "node:module";
 import { parseMultipart } from "../src/multipart.js";
 
 const YUED = process.env.YUED_BIN;
@@ -31,6 +32,18 @@ const freePort = () =>
     });
   });
 const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const AXE = createRequire(import.meta.url).resolve("axe-core/axe.min.js");
+
+/** axe-core over the page as it is: no serious or critical accessibility violation. */
+async function axeCheck(page, what) {
+  await page.addScriptTag({ path: AXE });
+  const found = await page.evaluate(async () => {
+    const r = await window.axe.run(document, { resultTypes: ["violations"] });
+    return r.violations.filter((v) => ["serious", "critical"].includes(v.impact)).map((v) => `${v.id} ×${v.nodes.length} (${v.nodes[0].target.join(" ")}: ${v.help})`);
+  });
+  check(found.length === 0, `axe-core on ${what}: ${found.join("; ")}`);
+}
+
 function check(cond, msg) {
   if (!cond) throw new Error(`check failed: ${msg}`);
 }
@@ -160,11 +173,13 @@ try {
   }, id, { timeout: 15000 });
   await page.locator(`li.job[data-id="${id}"] .score svg`).first().waitFor({ timeout: 10000 });
   await shot("reloaded");
+  await axeCheck(page, "the page with a finished job");
   // A phone: one column, nothing wider than the screen.
   await page.setViewportSize({ width: 390, height: 844 });
   const wide = await page.evaluate(() => document.documentElement.scrollWidth);
   check(wide <= 390, `the page fits a 390 px screen (${wide} px wide)`);
   await shot("phone");
+  await axeCheck(page, "the phone layout");
   await page.setViewportSize({ width: 1280, height: 900 });
 
   // Download the audio.
@@ -340,6 +355,7 @@ try {
   const mhead = readFileSync(mpath).subarray(0, 4).toString("latin1");
   check(mhead === "fLaC" && statSync(mpath).size > 1000, `a MiniMax FLAC file downloads (${mhead}, ${statSync(mpath).size} bytes)`);
   await shot("mm3-reloaded");
+  await axeCheck(page, "MiniMax's form and both families' jobs");
   console.log(`webui e2e: ok (job ${id}, audio ${Math.round(doneAt - firstAt)} ms before done, MiniMax job ${mid} replayed as ${rid}, screenshots in ${SHOTS})`);
 } catch (e) {
   console.error(e.stack || e.message);

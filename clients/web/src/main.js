@@ -430,6 +430,7 @@ function card(job) {
   li.querySelector(".wave").setAttribute("role", "img");
   li.querySelector(".status").setAttribute("role", "status");
   li.querySelector(".stage").setAttribute("aria-live", "polite");
+  li.querySelector(".abc")?.setAttribute("aria-label", `Score (ABC) of ${named}`);
   li.querySelector(".cancel").onclick = () => api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
   li.querySelector(".stop-live").onclick = () => stopLive(job.id);
   li.querySelector(".forget").onclick = async () => {
