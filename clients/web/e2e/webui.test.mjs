@@ -85,6 +85,8 @@ try {
   check((await page.inputValue("#family")) === "yue2", "YuE2 is the default family");
   await page.waitForFunction(() => !document.getElementById("demo-note").hidden, null, { timeout: 10000 });
   check((await page.inputValue("#cot")) === "off", "on the demo's random weights cot starts off");
+  check((await page.getAttribute("#steps", "placeholder")).startsWith("default ") && (await page.getAttribute("#seed", "placeholder")) === "random", "placeholders read as defaults, not values");
+  check((await page.locator("#about").textContent()).includes("[chorus]"), "the page says what yued is and which lyric tags work");
   check((await page.locator("#style").isVisible()) && !(await page.locator("#mm3-caption").isVisible()), "the YuE2 form shows, MiniMax's does not");
   await shot("loaded");
 
@@ -250,7 +252,7 @@ try {
   check(!(await page.locator("#style").isVisible()) && !(await page.locator("#abc").isVisible()), "YuE2's fields hide under MiniMax");
   for (const k of ["duration", "steps", "seed", "lm_seed", "lm_cfg", "lm_top_k", "dit_cfg", "lm_batch_size", "synth_batch_size"]) {
     const ph = await page.getAttribute(`#mm3-${k}`, "placeholder");
-    check(ph === String(md[k]), `the ${k} placeholder comes from /props.mm3.defaults (${ph} vs ${md[k]})`);
+    check(ph === (md[k] === -1 ? "random" : `default ${md[k]}`), `the ${k} placeholder comes from /props.mm3.defaults (${ph} vs ${md[k]})`);
   }
   check((await page.locator("#mm3-output_format option").count()) === props.output_formats.length, "MiniMax's formats come from /props");
   for (const [field, bucket] of [["lm_model", "mm3-lm"], ["depth_model", "mm3-depth"], ["cond_model", "mm3-cond"], ["dit_model", "mm3-dit"], ["vae_model", "mm3-vae"]]) {

@@ -171,7 +171,7 @@ function setupMm3Form() {
     $("mm3-output_format").append(o);
   }
   $("mm3-output_format").value = "opus";
-  for (const k of MM3_NUMBERS) $(`mm3-${k}`).placeholder = String(d[k]);
+  for (const k of MM3_NUMBERS) $(`mm3-${k}`).placeholder = defaultText(d[k]);
   $("mm3-caption").placeholder = d.caption || "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright female vocals";
   $("mm3-lyrics").placeholder = d.lyrics || "[verse]\n…\n[chorus]\n…";
   $("mm3-audio_codes").placeholder = d.audio_codes || "(empty: the LM samples the codes)";
@@ -198,6 +198,12 @@ function setupMm3Form() {
   }
 }
 
+/** A field's placeholder: the daemon's default, said as one (a bare number read as a
+ * value already filled in); -1 is a seed drawn at random. */
+function defaultText(v) {
+  return v === -1 ? "random" : `default ${v}`;
+}
+
 function setupForm() {
   const d = props.defaults;
   $("model").textContent = `${props.model.split("/").pop()} · v${props.version}`;
@@ -209,7 +215,7 @@ function setupForm() {
     $("output_format").append(o);
   }
   $("output_format").value = "opus";
-  for (const k of NUMBERS) $(k).placeholder = String(d[k]);
+  for (const k of NUMBERS) $(k).placeholder = defaultText(d[k]);
   // The daemon's batch cap bounds the Songs fields (a larger value would be refused).
   for (const id of ["lm_batch_size", "mm3-lm_batch_size"]) if (props.max_batch) $(id).max = String(props.max_batch);
   $("cot").value = d.cot;
@@ -223,7 +229,7 @@ function setupForm() {
       input.type = "number";
       input.step = "any";
       input.id = `${stage}.${k}`;
-      input.placeholder = String(d[stage][k]);
+      input.placeholder = defaultText(d[stage][k]);
       label.append(input);
       $("sampling").append(label);
     }
