@@ -94,6 +94,10 @@ try {
   // it (random weights cannot plan one).
   await page.selectOption("#example", { index: 2 });
   await page.fill("#style", "acoustic folk, fingerpicked guitar");
+  // The lyric-structure helper puts a tag on a line of its own at the cursor.
+  await page.fill("#lyrics", "la la");
+  await page.locator('.tags[data-for="lyrics"] button', { hasText: "[chorus]" }).click();
+  check((await page.inputValue("#lyrics")) === "la la\n[chorus]\n", `a tag button inserts its tag (${JSON.stringify(await page.inputValue("#lyrics"))})`);
   await page.fill("#lyrics", "[verse]\nDown by the river the willows lean low\n");
   await page.fill("#abc", "X:1\nT:River\nM:3/4\nL:1/8\nK:G\n|: G2 B2 d2 | e2 d2 B2 | A2 B2 G2 | D6 :|\n");
   await page.fill("#duration", "16");
@@ -161,6 +165,7 @@ try {
   await page.reload();
   await page.locator(`li.job[data-id="${id}"] .files a.download`).first().waitFor({ timeout: 30000 });
   check((await page.locator(`li.job[data-id="${id}"] .status`).getAttribute("data-status")) === "done", "done after reload");
+  check((await page.locator(`li.job[data-id="${id}"] .seeds`).textContent()) === "seed 7 · lm_seed 11", "a finished job shows its seeds");
   // The daemon's list of this client's jobs brings in the one another script submitted
   // (the blocker, from this address), below the page's own.
   await page.locator(`li.job[data-id="${blocker.id}"]`).waitFor({ timeout: 10000 });

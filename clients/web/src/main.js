@@ -204,6 +204,25 @@ function defaultText(v) {
   return v === -1 ? "random" : `default ${v}`;
 }
 
+/** The lyric-structure helper: a tag button inserts its tag on a line of its own at the
+ * cursor of its textarea. */
+function setupTags() {
+  for (const group of document.querySelectorAll(".tags")) {
+    const area = $(group.dataset.for);
+    for (const b of group.querySelectorAll("button")) {
+      b.onclick = () => {
+        const at = area.selectionStart ?? area.value.length;
+        const before = area.value.slice(0, at), after = area.value.slice(area.selectionEnd ?? at);
+        const lead = before && !before.endsWith("\n") ? "\n" : "";
+        const insert = `${lead}${b.textContent}\n`;
+        area.value = before + insert + after;
+        area.selectionStart = area.selectionEnd = before.length + insert.length;
+        area.focus();
+      };
+    }
+  }
+}
+
 function setupForm() {
   const d = props.defaults;
   $("model").textContent = `${props.model.split("/").pop()} · v${props.version}`;
@@ -235,6 +254,7 @@ function setupForm() {
     }
   }
   setupMm3Form();
+  setupTags();
   const served = props.families || ["yue2"];
   $("family-row").hidden = !(multiFamily() && props.mm3);
   const saved = localStorage.getItem(FAMILY);
@@ -669,6 +689,13 @@ async function showResult(job, li) {
       try {
         replay = JSON.parse(new TextDecoder().decode(p.bytes));
       } catch {}
+      if (replay && !li.querySelector(".seeds")) {
+        // The seeds that make this track again (Edit loads them, with everything else).
+        const seeds = document.createElement("span");
+        seeds.className = "seeds muted";
+        seeds.textContent = `seed ${replay.seed} · lm_seed ${replay.lm_seed}`;
+        li.querySelector(".stage").after(" ", seeds);
+      }
       if (replay && !job.replay) {
         job.replay = replay;
         if (job.replay.abc) showScore(li, job.replay.abc);
