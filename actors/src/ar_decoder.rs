@@ -3,8 +3,8 @@
 //! one prefilled KV set per chunk; MiniMax Music 3: the frames' codes and states), then
 //! pins the family's synthesis group and hands the [`Synthesis`](crate::family::Synthesis)
 //! on to the synthesis stage. `/vae` jobs pass straight through to the VaeTiler.
-use crate::family::{Families, StageError};
-use crate::messages::{EntryFree, JobCtx, NarCmd, NarWork, VaeCmd, WorkerCmd};
+use crate::family::{Families, Handoff, StageError};
+use crate::messages::{EntryFree, JobCtx, NarCmd, VaeCmd, WorkerCmd};
 use crate::stage::{guarded, test_fault, Links};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
@@ -57,29 +57,18 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
         let result = guarded(&links, &ctx, "ar", || {
             test_fault("ar", &ctx);
             let family = families.get(ctx.request.family())?;
-            let synthesis = match &backend {
-                Ok(b) => family.compose(&links, b, &ctx)?,
+            let mut out = Handoff::new(&links, &nar_tx, ctx.clone(), family.synthesis_group());
+            match &backend {
+                Ok(b) => family.compose(&links, b, &ctx, &mut out)?,
                 Err(e) => return Err(StageError::Failed(format!("no compute backend: {e}"))),
             };
-            Ok((synthesis, family.synthesis_group()))
-        });
-        match result {
-            None => {}
-            Some(Ok((synthesis, group))) => {
-                let sets = synthesis.kv_sets();
-                links.metrics.kv_sets_in_use.add(sets as i64);
-                tracing::info!(work = %synthesis.describe(), "codes ready: handing over to the synthesis stage");
-                // The AR leases are released (compose returned): pin the synthesis group for
-                // this job now, before the next job may lease the AR half, so under STRICT
-                // the stages run in job order. Then hand over; the send blocks while the
-                // synthesis stage has a job waiting (bounded memory, in order).
-                let pin = links.store.pin(group);
-                if nar_tx.send(NarCmd::Render(NarWork { job: ctx, synthesis, pin })).is_err() {
-                    links.metrics.kv_sets_in_use.sub(sets as i64);
-                    tracing::error!("the synthesis stage is gone");
-                }
+            if !out.sent() {
+                return Err(StageError::Failed(format!("{} composed the job without handing it over", ctx.request.family())));
             }
-            Some(Err(e)) => e.report(&links, &ctx),
+            Ok(())
+        });
+        if let Some(Err(e)) = result {
+            e.report(&links, &ctx);
         }
         links.scheduler.do_send(EntryFree { id });
     }

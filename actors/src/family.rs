@@ -17,8 +17,8 @@
 //! The families are in [`crate::yue2`] and [`crate::mm3`]; adding one is a module with
 //! its components and loader, an implementation of each trait, and an entry in
 //! [`Families::new`].
-use crate::messages::{EncCmd, JobCtx, VaeCmd};
-use crate::model_store::{Group, GroupPin};
+use crate::messages::{EncCmd, JobCtx, NarCmd, NarWork, VaeCmd};
+use crate::model_store::{Group, GroupPin, Policy};
 use crate::stage::Links;
 use crossbeam_channel::Sender;
 use std::sync::Arc;
@@ -57,8 +57,53 @@ pub(crate) trait ModelFamily: Send {
     fn synthesis_group(&self) -> Group;
 
     /// The AR half of a job: the codes written (or replayed from the request or the
-    /// journal), journaled and announced. Its leases are released when it returns.
-    fn compose(&mut self, links: &Links, backend: &Backend, job: &Arc<JobCtx>) -> Result<Box<dyn Synthesis>, StageError>;
+    /// journal), journaled and announced, and the [`Synthesis`] handed over through `out`:
+    /// after the AR leases are released, or, when [`Handoff::can_overlap`], as soon as the
+    /// first part of it can render (a streamed song's chunks then follow through the
+    /// hand-off's own channel while this writes them).
+    fn compose(&mut self, links: &Links, backend: &Backend, job: &Arc<JobCtx>, out: &mut Handoff<'_>) -> Result<(), StageError>;
+}
+
+/// Where the entry stage's [`ModelFamily::compose`] hands its job's [`Synthesis`] over.
+pub(crate) struct Handoff<'a> {
+    links: &'a Links,
+    nar: &'a Sender<NarCmd>,
+    job: Arc<JobCtx>,
+    group: Group,
+    sent: bool,
+}
+
+impl<'a> Handoff<'a> {
+    pub fn new(links: &'a Links, nar: &'a Sender<NarCmd>, job: Arc<JobCtx>, group: Group) -> Self {
+        Handoff { links, nar, job, group, sent: false }
+    }
+
+    /// Whether the synthesis half may start while the AR half still holds its leases: every
+    /// group resident at once (`--keep-loaded`). Under STRICT the synthesis group waits for
+    /// the AR group to be released, so a hand-off before that would wait on itself.
+    pub fn can_overlap(&self) -> bool {
+        self.links.store.policy() == Policy::Never
+    }
+
+    /// Pins the synthesis group for the job (before the next job may lease the AR half,
+    /// so under STRICT the stages run in job order) and sends the hand-off to the synthesis
+    /// stage; the send blocks while that stage has a job waiting (bounded memory, in order).
+    pub fn send(&mut self, synthesis: Box<dyn Synthesis>) {
+        assert!(!self.sent, "a job is handed over once");
+        self.sent = true;
+        let sets = synthesis.kv_sets();
+        self.links.metrics.kv_sets_in_use.add(sets as i64);
+        tracing::info!(work = %synthesis.describe(), "handing over to the synthesis stage");
+        let pin = self.links.store.pin(self.group);
+        if self.nar.send(NarCmd::Render(NarWork { job: self.job.clone(), synthesis, pin })).is_err() {
+            self.links.metrics.kv_sets_in_use.sub(sets as i64);
+            tracing::error!("the synthesis stage is gone");
+        }
+    }
+
+    pub fn sent(&self) -> bool {
+        self.sent
+    }
 }
 
 /// Where the synthesis half sends its output.

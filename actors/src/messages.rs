@@ -139,6 +139,9 @@ pub enum NarCmd {
 pub struct TrackPlan {
     pub meta: SongMeta,
     pub variation: u32,
+    /// A streamed song still being written: its length (and `meta`) come with
+    /// [`VaeCmd::TrackEnd`].
+    pub open: bool,
 }
 
 pub enum VaeCmd {
@@ -154,6 +157,12 @@ pub enum VaeCmd {
         track: usize,
         start_frame: usize,
         latents: Vec<f32>,
+    },
+    /// An open track's song is complete: its codes (hence its length) and score.
+    TrackEnd {
+        id: JobId,
+        track: usize,
+        meta: SongMeta,
     },
     /// The NAR gave up on the job: drop its state.
     Abort(JobId),

@@ -10,7 +10,7 @@
 //! moment it is denoised and its audio published to the listeners (44.1 kHz; the Opus
 //! stream resamples), and the finished tracks go to the Encoder like YuE2's.
 use crate::encoder::TrackOut;
-use crate::family::{ModelFamily, Outlets, StageError, Synthesis};
+use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::{PcmTile, Publish, TileEncoder};
 use crate::journal::SongCodes;
 use crate::messages::{CodesReady, EncCmd, JobCtx};
@@ -144,9 +144,10 @@ impl ModelFamily for Mm3 {
         synthesis_group()
     }
 
-    fn compose(&mut self, links: &Links, backend: &Backend, job: &Arc<JobCtx>) -> Result<Box<dyn Synthesis>, StageError> {
+    fn compose(&mut self, links: &Links, backend: &Backend, job: &Arc<JobCtx>, out: &mut Handoff<'_>) -> Result<(), StageError> {
         let (songs, files) = compose_job(links, backend, self, job)?;
-        Ok(Box::new(Mm3Synthesis { songs, files }))
+        out.send(Box::new(Mm3Synthesis { songs, files }));
+        Ok(())
     }
 }
 

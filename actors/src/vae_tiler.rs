@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
-use yued_engine::models::yue2::pipeline::{replay_request, Track};
+use yued_engine::models::yue2::pipeline::{replay_request, SongMeta, Track};
 use yued_engine::models::yue2::vae::{Tile, TileStream, VaeError, VaeModel};
 use yued_engine::models::AudioSpec;
 use yued_protocol::{JobId, Stage};
@@ -80,8 +80,11 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                         continue;
                     }
                 };
-                let tiles_total = tracks.iter().map(|t| t.meta.codes.len().div_ceil(core.max(1))).sum();
-                let planned: Result<Vec<_>, _> = tracks.into_iter().map(|t| TileStream::new(info, t.meta.codes.len(), core, halo).map(|s| (t, Some(s)))).collect();
+                // An open track counts at its budget until its length is known.
+                let budget = job.request.as_yue2().map(yued_engine::models::yue2::generate::semantic_budget).unwrap_or(0);
+                let tiles_total = tracks.iter().map(|t| if t.open { budget } else { t.meta.codes.len() }.div_ceil(core.max(1))).sum();
+                let planned: Result<Vec<_>, _> =
+                    tracks.into_iter().map(|t| if t.open { TileStream::open(info, core, halo) } else { TileStream::new(info, t.meta.codes.len(), core, halo) }.map(|s| (t, Some(s)))).collect();
                 match planned {
                     Ok(tracks) => {
                         let live = LiveTiles::new(&links, &job.id, tiles_total);
@@ -90,7 +93,12 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                     Err(e) => links.fail(&job, format!("VAE tile plan: {e}")),
                 }
             }
-            VaeCmd::Latents { id, track, start_frame, latents } => {
+            cmd @ (VaeCmd::Latents { .. } | VaeCmd::TrackEnd { .. }) => {
+                let (id, track, start_frame, latents, end) = match cmd {
+                    VaeCmd::Latents { id, track, start_frame, latents } => (id, track, Some(start_frame), latents, None),
+                    VaeCmd::TrackEnd { id, track, meta } => (id, track, None, Vec::new(), Some(meta)),
+                    _ => unreachable!(),
+                };
                 let Some(st) = jobs.get_mut(&id) else { continue };
                 let span = tracing::info_span!("job", job = %id);
                 let _g = span.enter();
@@ -102,7 +110,7 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                 let job = st.job.clone();
                 let decoded = guarded(&links, &job, "vae", || {
                     test_fault("vae", &job);
-                    decode_chunk(&links, backend.as_ref().map_err(|e| e.clone()), st, track, start_frame, &latents)
+                    decode_chunk(&links, backend.as_ref().map_err(|e| e.clone()), st, track, start_frame, &latents, end)
                 });
                 let Some(decoded) = decoded else {
                     jobs.remove(&id);
@@ -155,13 +163,24 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
     tracing::info!("VAE stage stopped");
 }
 
-/// Feeds one chunk to its track's tile stream; the finished track when this was its last.
-fn decode_chunk(links: &Links, backend: Result<&Backend, String>, st: &mut JobState, track: usize, start_frame: usize, latents: &[f32]) -> Result<Option<Track>, VaeError> {
+/// Feeds one chunk to its track's tile stream (`start_frame` None: the end of an open
+/// track, `end` its song); the finished track when this completed it.
+fn decode_chunk(links: &Links, backend: Result<&Backend, String>, st: &mut JobState, track: usize, start_frame: Option<usize>, latents: &[f32], end: Option<SongMeta>) -> Result<Option<Track>, VaeError> {
     let backend = backend.map_err(VaeError::Input)?;
     let (plan, stream) = st.tracks.get_mut(track).ok_or_else(|| VaeError::Input(format!("no track {track} in this job")))?;
     let stream_ref = stream.as_mut().ok_or_else(|| VaeError::Input(format!("track {track} is already complete")))?;
-    if stream_ref.received() != start_frame {
+    if let Some(start_frame) = start_frame.filter(|&f| f != stream_ref.received()) {
         return Err(VaeError::Input(format!("track {track}: chunk at frame {start_frame}, expected {}", stream_ref.received())));
+    }
+    if let Some(meta) = end {
+        if !plan.open {
+            return Err(VaeError::Input(format!("track {track}: an end for a track whose length was known")));
+        }
+        stream_ref.set_frames(meta.codes.len())?;
+        let budget = yued_engine::models::yue2::generate::semantic_budget(st.job.yue2());
+        let core = links.cfg.options.vae_core.max(1);
+        st.live.total = st.live.total + meta.codes.len().div_ceil(core) - budget.div_ceil(core).min(st.live.total);
+        plan.meta = meta;
     }
     let mut lease = links.store.lease(&crate::yue2::vae(&links.cfg), backend).map_err(VaeError::Input)?;
     let live = &mut st.live;

@@ -3,23 +3,23 @@
 //! each loads, and the family's two halves behind [`ModelFamily`] and [`Synthesis`]: the
 //! AR half on the entry stage, flow matching on the synthesis stage, the VAE on the
 //! VaeTiler stage (tile by tile as the chunks arrive).
-use crate::family::{ModelFamily, Outlets, StageError, Synthesis};
+use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
 use crate::journal::SongCodes;
 use crate::messages::{CodesReady, JobCtx, Resumed, TrackPlan, VaeCmd};
 use crate::model_store::{Component, ComponentKey, Group, GroupPin, Module};
 use crate::stage::{Links, ProgressSink, TokenMeter};
 use crate::worker::WorkerConfig;
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Receiver, Sender};
 use std::any::Any;
 use std::sync::Arc;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::ar::ArModel;
 use yued_engine::models::yue2::nar::NarModel;
-use yued_engine::models::yue2::pipeline::{Event, PipelineError, Shared, SongWork};
+use yued_engine::models::yue2::pipeline::{ChunkReady, Event, PipelineError, Shared, SongMeta, SongNoise, SongWork};
 use yued_engine::models::yue2::vae::VaeModel;
-use yued_protocol::{Family, StreamEvent};
+use yued_protocol::{Family, Stage, StreamEvent};
 
 /// The AR half's group.
 pub const AR_GROUP: &str = "ar";
@@ -103,10 +103,61 @@ impl ModelFamily for Yue2 {
         synthesis_group()
     }
 
-    fn compose(&mut self, links: &Links, backend: &Backend, ctx: &Arc<JobCtx>) -> Result<Box<dyn Synthesis>, StageError> {
+    /// A fresh song under `stream_chunk_seconds` with both groups resident is handed over
+    /// before its first code ([`Yue2Stream`]): chunk k renders while chunk k + 1 is written.
+    /// Otherwise the whole AR half runs first ([`Yue2Synthesis`]).
+    fn compose(&mut self, links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, out: &mut Handoff<'_>) -> Result<(), StageError> {
         let shared = self.shared.clone().ok_or_else(|| StageError::Failed("the model failed to load; see the daemon log".into()))?;
+        let req = ctx.yue2();
+        if req.stream_chunk_seconds > 0.0 && out.can_overlap() && !resumes(ctx) && req.semantic_tokens.is_empty() {
+            return Ok(compose_streamed(links, &shared, backend, ctx, out)?);
+        }
         let songs = compose(links, &shared, backend, ctx)?;
-        Ok(Box::new(Yue2Synthesis { shared, songs }))
+        out.send(Box::new(Yue2Synthesis { shared, songs }));
+        Ok(())
+    }
+}
+
+/// Whether the job resumes from journaled codes (the replay path).
+fn resumes(ctx: &JobCtx) -> bool {
+    let req = ctx.yue2();
+    !ctx.known_songs.is_empty() && (ctx.known_songs.len() as u32 == req.lm_batch_size.max(1) || !req.semantic_tokens.is_empty())
+}
+
+/// The AR half's reports: progress and token counts, the score, each song's codes
+/// (journaled unless they came from the journal).
+struct ArReports<'a> {
+    links: &'a Links,
+    ctx: &'a JobCtx,
+    sink: ProgressSink,
+    meter: TokenMeter,
+}
+
+impl<'a> ArReports<'a> {
+    fn new(links: &'a Links, ctx: &'a JobCtx) -> Self {
+        ArReports { links, ctx, sink: ProgressSink::new(links, &ctx.id), meter: TokenMeter::default() }
+    }
+
+    fn event(&mut self, e: Event<'_>, journal: bool) {
+        let (links, id) = (self.links, &self.ctx.id);
+        match e {
+            Event::Progress { stage, song, done, total } => {
+                self.meter.count(links, stage, song, done);
+                self.sink.report(stage, done, total)
+            }
+            Event::Score { abc, .. } => links.hub.do_send(Publish::Event(id.clone(), StreamEvent::Score { abc: abc.to_string() })),
+            Event::Codes { song, abc, codes } => {
+                if journal {
+                    links.scheduler.do_send(CodesReady { id: id.clone(), song: SongCodes { song, abc: abc.to_string(), codes: codes.to_vec() } });
+                }
+                links.hub.do_send(Publish::Event(id.clone(), StreamEvent::Codes { frames: codes.len() as u32 }));
+            }
+            _ => {}
+        }
+    }
+
+    fn finish(&self) {
+        self.meter.finish(self.links);
     }
 }
 
@@ -115,26 +166,10 @@ impl ModelFamily for Yue2 {
 fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> Result<Vec<SongWork>, PipelineError> {
     let req = ctx.yue2();
     let mut lease = links.store.lease(&ar(&links.cfg), backend).map_err(PipelineError::Other)?;
-    let mut sink = ProgressSink::new(links, &ctx.id);
-    let resume = !ctx.known_songs.is_empty() && (ctx.known_songs.len() as u32 == req.lm_batch_size.max(1) || !req.semantic_tokens.is_empty());
-    let mut meter = TokenMeter::default();
-    let mut events = |e: Event<'_>, journal: bool| match e {
-        Event::Progress { stage, song, done, total } => {
-            meter.count(links, stage, song, done);
-            sink.report(stage, done, total)
-        }
-        Event::Score { abc, .. } => links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Score { abc: abc.to_string() })),
-        Event::Codes { song, abc, codes } => {
-            if journal {
-                links.scheduler.do_send(CodesReady { id: ctx.id.clone(), song: SongCodes { song, abc: abc.to_string(), codes: codes.to_vec() } });
-            }
-            links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Codes { frames: codes.len() as u32 }));
-        }
-        _ => {}
-    };
-    if !resume {
-        let r = shared.compose(lease.get::<ArModel>(), backend, req, &ctx.cancel, &mut |e| events(e, true));
-        meter.finish(links);
+    let mut reports = ArReports::new(links, ctx);
+    if !resumes(ctx) {
+        let r = shared.compose(lease.get::<ArModel>(), backend, req, &ctx.cancel, &mut |e| reports.event(e, true));
+        reports.finish();
         return r;
     }
     // Resume from the journaled codes: every song through the replay path, under its own
@@ -151,15 +186,53 @@ fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> R
         r.source_tokens.clear();
         r.lm_batch_size = 1;
         r.lm_seed = req.lm_seed + s.song as i64;
-        for mut w in shared.compose(lease.get::<ArModel>(), backend, &r, &ctx.cancel, &mut |e| events(e, false))? {
+        for mut w in shared.compose(lease.get::<ArModel>(), backend, &r, &ctx.cancel, &mut |e| reports.event(e, false))? {
             w.meta.index = s.song;
             w.meta.abc = s.abc.clone();
             out.push(w);
         }
     }
-    meter.finish(links);
+    reports.finish();
     Ok(out)
 }
+
+/// The streamed AR half: the hand-off goes first, then each chunk through its channel the
+/// step its codes are written, then each song's end. A chunk in flight counts in the KV
+/// gauge until the synthesis half has painted it (or it is dropped).
+fn compose_streamed(links: &Links, shared: &Arc<Shared>, backend: &Backend, ctx: &JobCtx, out: &mut Handoff<'_>) -> Result<(), PipelineError> {
+    let req = ctx.yue2();
+    let (tx, rx) = crossbeam_channel::unbounded();
+    out.send(Box::new(Yue2Stream { shared: shared.clone(), rx, songs: req.lm_batch_size.max(1) as usize }));
+    let mut lease = links.store.lease(&ar(&links.cfg), backend).map_err(PipelineError::Other)?;
+    let mut reports = ArReports::new(links, ctx);
+    let r = shared.compose_streamed(lease.get::<ArModel>(), backend, req, &ctx.cancel, &mut |e| reports.event(e, true), &mut |c| {
+        // A synthesis half that gave up drops what it is sent.
+        let count = matches!(c, ChunkReady::Chunk { .. }).then(|| KvCount::new(&links.metrics.kv_sets_in_use));
+        let _ = tx.send((c, count));
+    });
+    reports.finish();
+    r.map(|_| ())
+}
+
+/// A chunk's KV set in flight to the synthesis half: counted in the KV gauge until
+/// painted or dropped (with the channel, when the synthesis half gave up).
+struct KvCount(prometheus::IntGauge);
+
+impl KvCount {
+    fn new(gauge: &prometheus::IntGauge) -> Self {
+        gauge.inc();
+        KvCount(gauge.clone())
+    }
+}
+
+impl Drop for KvCount {
+    fn drop(&mut self) {
+        self.0.dec();
+    }
+}
+
+/// What the streamed AR half sends the synthesis half.
+type Streamed = (ChunkReady, Option<KvCount>);
 
 /// A YuE2 job between its halves: each song's codes with one prefilled KV set per chunk.
 struct Yue2Synthesis {
@@ -194,7 +267,7 @@ fn render(links: &Links, shared: &Shared, backend: &Backend, job: &Arc<JobCtx>, 
     }
     let req = job.yue2();
     let m = req.synth_batch_size.max(1) as usize;
-    let tracks: Vec<TrackPlan> = songs.iter().flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32 })).collect();
+    let tracks: Vec<TrackPlan> = songs.iter().flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32, open: false })).collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
     let mut lease = links.store.lease(&nar(&links.cfg), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &job.id);
@@ -211,4 +284,69 @@ fn render(links: &Links, shared: &Shared, backend: &Backend, job: &Arc<JobCtx>, 
         first += m;
     }
     Ok(())
+}
+
+/// A streamed YuE2 job between its halves: the songs' chunks arrive while the AR half
+/// writes them, each painted the moment it arrives (every variation in one graph) and its
+/// latents sent on to the VaeTiler, whose tracks learn their length at each song's end.
+struct Yue2Stream {
+    shared: Arc<Shared>,
+    rx: Receiver<Streamed>,
+    songs: usize,
+}
+
+impl Synthesis for Yue2Stream {
+    fn describe(&self) -> String {
+        format!("{} songs, streamed chunk by chunk as they are written", self.songs)
+    }
+
+    fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, pin: GroupPin, out: &Outlets) -> Result<(), StageError> {
+        let r = render_stream(links, &self.shared, backend, job, &self.rx, self.songs, pin, &out.vae);
+        // Chunks still on their way are dropped with the channel (and leave the gauge).
+        if !matches!(r, Ok(true)) {
+            let _ = out.vae.send(VaeCmd::Abort(job.id.clone()));
+        }
+        r.map(|_| ()).map_err(StageError::from)
+    }
+}
+
+/// Returns whether every song ended (false: the AR half stopped early and reports why).
+#[allow(clippy::too_many_arguments)]
+fn render_stream(links: &Links, shared: &Shared, backend: &Backend, job: &Arc<JobCtx>, rx: &Receiver<Streamed>, songs: usize, pin: GroupPin, vae_tx: &Sender<VaeCmd>) -> Result<bool, PipelineError> {
+    let req = job.yue2();
+    let m = req.synth_batch_size.max(1) as usize;
+    let open = |i: usize| SongMeta { index: i as u32, abc: String::new(), plan_seed: None, codes: Vec::new(), ended: false };
+    let tracks: Vec<TrackPlan> = (0..songs).flat_map(|i| (0..m).map(move |j| TrackPlan { meta: open(i), variation: j as u32, open: true })).collect();
+    let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
+    let mut lease = links.store.lease(&nar(&links.cfg), backend).map_err(PipelineError::Other)?;
+    let mut sink = ProgressSink::new(links, &job.id);
+    let budget = yued_engine::models::yue2::generate::semantic_budget(req);
+    let mut noise: Vec<Option<SongNoise>> = (0..songs).map(|_| None).collect();
+    let (mut ended, mut painted) = (0, 0);
+    for (item, _count) in rx.iter() {
+        match item {
+            ChunkReady::SongEnd(meta) => {
+                for j in 0..m {
+                    let _ = vae_tx.send(VaeCmd::TrackEnd { id: job.id.clone(), track: meta.index as usize * m + j, meta: meta.clone() });
+                }
+                ended += 1;
+            }
+            ChunkReady::Chunk { song, chunk } => {
+                let nz = noise[song as usize].get_or_insert_with(|| SongNoise::new(req.seed, m, lease.get::<NarModel>().latent, budget));
+                shared.render_chunk(lease.get::<NarModel>(), backend, song, chunk, nz, req, (0, 1), &job.cancel, &mut |e| {
+                    if let Event::Latents { variation, start_frame, latents, .. } = e {
+                        let track = song as usize * m + variation as usize;
+                        let _ = vae_tx.send(VaeCmd::Latents { id: job.id.clone(), track, start_frame, latents: latents.to_vec() });
+                    }
+                })?;
+                painted += 1;
+                // The AR stage reports its own progress while it writes; this stage's shows
+                // once the songs are written.
+                if ended == songs {
+                    sink.report(Stage::Synth, painted, painted + rx.len());
+                }
+            }
+        }
+    }
+    Ok(ended == songs)
 }

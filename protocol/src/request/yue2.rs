@@ -120,7 +120,23 @@ pub struct Yue2Request {
     pub plan_retries: u32,
     pub abc_sampling: SamplingPreset,
     pub semantic_sampling: SamplingPreset,
+    /// Live streaming: the song is painted in NAR chunks of about this many seconds (each
+    /// with [`STREAM_CONTEXT_FRAMES`] of the previous chunk's codes as left context, cropped
+    /// after), so the first audio comes after one small chunk instead of the whole song;
+    /// with `--keep-loaded` chunk k renders while the AR half writes chunk k+1. 0 (the
+    /// default) keeps the seed's chunk rule: one chunk per context window. A different
+    /// value renders different audio from the same codes; the replay request records it.
+    pub stream_chunk_seconds: f64,
 }
+
+/// Frames of the previous chunk's codes a streaming chunk (`stream_chunk_seconds`) is
+/// painted behind, then cropped: one second, so the chunk's first frames do not start
+/// from silence. Measured in the README (the seam table).
+pub const STREAM_CONTEXT_FRAMES: usize = 25;
+
+/// Bounds of a non-zero `stream_chunk_seconds`.
+pub const STREAM_CHUNK_SECONDS_MIN: f64 = 2.0;
+pub const STREAM_CHUNK_SECONDS_MAX: f64 = 600.0;
 
 impl Default for Yue2Request {
     fn default() -> Self {
@@ -147,6 +163,7 @@ impl Default for Yue2Request {
             plan_retries: 2,
             abc_sampling: SamplingPreset::abc_default(),
             semantic_sampling: SamplingPreset::semantic_default(),
+            stream_chunk_seconds: 0.0,
         }
     }
 }
@@ -201,6 +218,7 @@ impl Yue2Request {
             source_tokens,
             source_start,
             source_end,
+            stream_chunk_seconds,
         );
         match obj.remove("plan_retries") {
             None | Some(Value::Null) => {}
@@ -291,6 +309,10 @@ impl Yue2Request {
         if self.plan_retries > MAX_PLAN_RETRIES {
             return err("plan_retries", format!("must be an integer in [0, {MAX_PLAN_RETRIES}], got {}", self.plan_retries));
         }
+        let s = self.stream_chunk_seconds;
+        if !(s == 0.0 || (STREAM_CHUNK_SECONDS_MIN..=STREAM_CHUNK_SECONDS_MAX).contains(&s)) {
+            return err("stream_chunk_seconds", format!("must be 0 (off) or in [{STREAM_CHUNK_SECONDS_MIN}, {STREAM_CHUNK_SECONDS_MAX}] seconds, got {s}"));
+        }
         self.abc_sampling.validate("abc_sampling")?;
         self.semantic_sampling.validate("semantic_sampling")?;
         Ok(())
@@ -315,6 +337,11 @@ impl Yue2Request {
         } else {
             self.cfg_scale
         }
+    }
+
+    /// Frames of one streaming chunk (`stream_chunk_seconds` at 25 Hz), `None` when off.
+    pub fn stream_chunk_frames(&self) -> Option<usize> {
+        (self.stream_chunk_seconds > 0.0).then(|| (self.stream_chunk_seconds * f64::from(FRAME_RATE)).round() as usize)
     }
 
     /// The parsed `semantic_tokens` (no codebook check: see [`validate`](Self::validate)).
@@ -510,6 +537,10 @@ mod tests {
             ("plan_retries", Yue2Request { plan_retries: 9, ..valid() }),
             ("adapters[0].name", Yue2Request { adapters: vec![AdapterRef { name: " ".into(), scale: 1.0 }], ..valid() }),
             ("adapters[0].scale", Yue2Request { adapters: vec![AdapterRef { name: "a".into(), scale: f64::NAN }], ..valid() }),
+            ("stream_chunk_seconds", Yue2Request { stream_chunk_seconds: 1.0, ..valid() }),
+            ("stream_chunk_seconds", Yue2Request { stream_chunk_seconds: -2.0, ..valid() }),
+            ("stream_chunk_seconds", Yue2Request { stream_chunk_seconds: 601.0, ..valid() }),
+            ("stream_chunk_seconds", Yue2Request { stream_chunk_seconds: f64::NAN, ..valid() }),
         ];
         for (field, r) in cases {
             assert_eq!(field_of(&r), field, "{r:?}");
@@ -522,6 +553,8 @@ mod tests {
         for r in [
             Yue2Request { lm_batch_size: 4, synth_batch_size: 9, ..valid() },
             Yue2Request { peak_clip: 0, ..valid() },
+            Yue2Request { stream_chunk_seconds: 2.0, ..valid() },
+            Yue2Request { stream_chunk_seconds: 600.0, ..valid() },
             Yue2Request { peak_clip: 1_000_000, ..valid() },
             Yue2Request { mp3_bitrate: 32, ..valid() },
             Yue2Request { mp3_bitrate: 320, ..valid() },

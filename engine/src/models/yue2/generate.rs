@@ -7,6 +7,7 @@ use crate::kv_cache::KvSet;
 use crate::models::yue2::abc_check::check_abc;
 use crate::models::yue2::ar::{ArModel, Positions, SeqInput};
 use crate::models::yue2::config::TokenLayout;
+use crate::models::yue2::nar::{ChunkPlan, ChunkSpan};
 use crate::models::yue2::prompt::{source_section, Instructions, PromptBuilder, Score};
 use crate::sampling::{cfg_combine, sample, SampleContext};
 use crate::tokenizer::BpeTokenizer;
@@ -98,6 +99,24 @@ impl Song {
     pub fn is_complete(&self) -> bool {
         self.pending.is_empty() && self.kv.len() == self.prefix_len + self.codes.len() + 1
     }
+}
+
+/// What the semantic stage hands out while it writes (see [`ChunkFeed`]).
+pub enum ChunkEvent {
+    /// Chunk `span` of song `song` is written: its sequence (`prefix + codes[span.context..
+    /// span.end] + music_end`) prefilled into `kv`, the set the NAR attends to.
+    Chunk { song: u32, span: ChunkSpan, kv: KvSet },
+    /// Song `song`'s stream is complete (after its last chunk).
+    End { song: u32, codes: Vec<u32>, ended: bool },
+}
+
+/// Chunks of the songs handed out as soon as their codes exist, on each song's grid,
+/// so the NAR can paint chunk k while the stage writes chunk k + 1. Each chunk's set is
+/// the same one-forward prefill a composed song's chunk gets, so the audio is the same.
+pub struct ChunkFeed<'a> {
+    /// Each song's grid (its prefix decides how much a chunk may hold).
+    pub plans: Vec<ChunkPlan>,
+    pub emit: &'a mut dyn FnMut(ChunkEvent),
 }
 
 /// Conditional prompt, unconditional prompt, and the continuation's source codes.
@@ -207,6 +226,12 @@ impl ArStages<'_> {
     /// the budget, under guidance when `cfg_scale != 1`. `scores[i]` is song i's score ids
     /// (empty in off mode).
     pub fn semantic(&mut self, req: &Yue2Request, scores: &[Vec<u32>], cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress)) -> Result<Vec<Song>, GenError> {
+        self.semantic_fed(req, scores, cancel, progress, None)
+    }
+
+    /// Hands the chunks of `feed`'s grid out while the songs are written: a chunk the step
+    /// its last code is sampled, a song's end once it ends (or the budget ends it).
+    pub fn semantic_fed(&mut self, req: &Yue2Request, scores: &[Vec<u32>], cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress), mut feed: Option<ChunkFeed<'_>>) -> Result<Vec<Song>, GenError> {
         let n = scores.len();
         let cfg = req.effective_cfg_scale() as f32;
         let guided = cfg != 1.0;
@@ -254,6 +279,10 @@ impl ArStages<'_> {
         let mut generated: Vec<Vec<u32>> = vec![Vec::new(); n];
         let mut ended = vec![false; n];
         let mut pending: Vec<Vec<u32>> = vec![Vec::new(); n];
+        // The chunk feed: each song's next chunk and whether its end is out.
+        let mut next_chunk = vec![0usize; n];
+        let mut fed_end = vec![false; n];
+        let prefix_of = |i: usize| &prefixes[i].0[..prefixes[i].0.len() - prefixes[i].1.len()];
         let new_budget = budget.saturating_sub(codes[0].len());
         for step in 0..new_budget {
             cancel.check()?;
@@ -275,6 +304,14 @@ impl ArStages<'_> {
                 }
             }
             progress(ArProgress { stage: ArStage::Semantic, song: 0, done: step + 1, total: new_budget });
+            if let Some(f) = feed.as_mut() {
+                for i in 0..n {
+                    if !fed_end[i] {
+                        fed_end[i] = ended[i];
+                        self.feed_chunks(f, &mut next_chunk[i], i as u32, prefix_of(i), &codes[i], ended[i].then_some(true))?;
+                    }
+                }
+            }
             if active.is_empty() || step + 1 == new_budget {
                 break;
             }
@@ -293,6 +330,12 @@ impl ArStages<'_> {
                 pending[i].clear();
             }
         }
+        if let Some(f) = feed.as_mut() {
+            // The budget ended the songs still open (or a source alone made them).
+            for i in (0..n).filter(|&i| !fed_end[i]) {
+                self.feed_chunks(f, &mut next_chunk[i], i as u32, prefix_of(i), &codes[i], Some(ended[i]))?;
+            }
+        }
         let set = sets.pop().expect("one set");
         let kvs = if set.streams() == 1 { vec![set] } else { (0..n).map(|i| set.copy_stream(self.backend, i, caps[i].max(set.stream_len(i)))).collect::<Result<Vec<_>, _>>()? };
         let mut songs = Vec::with_capacity(n);
@@ -303,6 +346,24 @@ impl ArStages<'_> {
         }
         songs.reverse();
         Ok(songs)
+    }
+
+    /// Hands out song `song`'s chunks that its `codes` complete from chunk `*next` on, then
+    /// its end when `done` is `Some(ended)` (the last chunk is then whatever is left).
+    fn feed_chunks(&mut self, feed: &mut ChunkFeed<'_>, next: &mut usize, song: u32, prefix: &[u32], codes: &[u32], done: Option<bool>) -> Result<(), GenError> {
+        let plan = feed.plans[song as usize];
+        while let Some(span) = plan.span(*next, codes.len()) {
+            if done.is_none() && span.start + plan.step > codes.len() {
+                break;
+            }
+            let s = self.prefill_sequence(prefix.to_vec(), &[], &codes[span.context..span.end])?;
+            (feed.emit)(ChunkEvent::Chunk { song, span, kv: s.kv });
+            *next += 1;
+        }
+        if let Some(ended) = done {
+            (feed.emit)(ChunkEvent::End { song, codes: codes.to_vec(), ended });
+        }
+        Ok(())
     }
 
     /// Runs the tokens still pending and music_end, so the set holds the whole sequence

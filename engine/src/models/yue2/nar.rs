@@ -79,6 +79,62 @@ pub fn chunk_frames(context: usize, prefix_len: usize) -> usize {
     context.saturating_sub(prefix_len + 3) / 2
 }
 
+/// One acoustic chunk of a song: frames `start..end` are kept; `context..start` (a few of
+/// the previous chunk's frames, under `stream_chunk_seconds`) are painted with it as left
+/// context and cropped. The chunk's KV set holds `prefix + codes[context..end] + music_end`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkSpan {
+    pub context: usize,
+    pub start: usize,
+    pub end: usize,
+}
+
+impl ChunkSpan {
+    /// Frames the NAR paints (context included).
+    pub fn painted(&self) -> usize {
+        self.end - self.context
+    }
+}
+
+/// Where a song's chunks fall: a fixed grid from frame 0, so chunk `c` is known from the
+/// frames written so far, before the song's length is (what lets the daemon render chunk
+/// `c` while the AR half writes chunk `c + 1`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ChunkPlan {
+    /// Kept frames per chunk.
+    pub step: usize,
+    /// Left-context frames of every chunk but the first.
+    pub context: usize,
+}
+
+impl ChunkPlan {
+    /// The seed's rule (`stream` None: one chunk per context window, no left context), or
+    /// streaming chunks of `stream` frames behind `context` frames of left context, never
+    /// more than the context window holds. `None` when the prefix leaves no room.
+    pub fn new(context_window: usize, prefix_len: usize, stream: Option<(usize, usize)>) -> Option<ChunkPlan> {
+        let room = chunk_frames(context_window, prefix_len);
+        let plan = match stream {
+            None => ChunkPlan { step: room, context: 0 },
+            Some((frames, context)) => {
+                let context = context.min(room / 2);
+                ChunkPlan { step: frames.max(1).min(room - context), context }
+            }
+        };
+        (plan.step > 0).then_some(plan)
+    }
+
+    /// Chunk `c` of a song of `frames` frames (`None` past its end).
+    pub fn span(&self, c: usize, frames: usize) -> Option<ChunkSpan> {
+        let start = c * self.step;
+        (start < frames).then(|| ChunkSpan { context: start.saturating_sub(self.context), start, end: (start + self.step).min(frames) })
+    }
+
+    /// Every chunk of a song of `frames` frames.
+    pub fn spans(&self, frames: usize) -> Vec<ChunkSpan> {
+        (0..).map_while(|c| self.span(c, frames)).collect()
+    }
+}
+
 pub struct NarModel {
     pub cfg: Yue2Config,
     pub latent: usize,

@@ -7,14 +7,15 @@ use crate::gguf::{GgufError, GgufFile};
 use crate::kv_cache::KvSet;
 use crate::models::yue2::ar::ArModel;
 use crate::models::yue2::config::BackboneInfo;
-use crate::models::yue2::generate::{ArProgress, ArStage, ArStages, CancelToken, GenError, Song};
-use crate::models::yue2::nar::{chunk_frames, NarError, NarModel};
+use crate::models::yue2::generate::{ArProgress, ArStage, ArStages, CancelToken, ChunkEvent, ChunkFeed, GenError, Song};
+use crate::models::yue2::nar::{ChunkPlan, ChunkSpan, NarError, NarModel};
 use crate::models::yue2::prompt::Instructions;
 use crate::models::yue2::vae::{Tile, VaeError, VaeModel};
 use crate::rng::torch_cpu::randn;
 use crate::tokenizer::BpeTokenizer;
 use crate::weights::LoadError;
 use std::path::Path;
+use yued_protocol::request::yue2::STREAM_CONTEXT_FRAMES;
 use yued_protocol::{CotMode, Limits, RequestError, Stage, Yue2Request};
 
 #[derive(Debug, thiserror::Error)]
@@ -107,12 +108,63 @@ pub struct SongMeta {
     pub ended: bool,
 }
 
-/// One acoustic chunk of a song: its frame range and the KV set holding
-/// `prefix + chunk codes + music_end`, prefilled by the AR half.
+/// One acoustic chunk of a song: its frames and the KV set holding
+/// `prefix + codes[span.context..span.end] + music_end`, prefilled by the AR half.
 pub struct ChunkKv {
-    pub start: usize,
-    pub end: usize,
+    pub span: ChunkSpan,
     pub kv: KvSet,
+}
+
+/// What the AR half of a streamed request hands the synthesis half as it writes
+/// ([`Shared::compose_streamed`]).
+pub enum ChunkReady {
+    /// A chunk of song `song` (the chunks of a song come in order).
+    Chunk { song: u32, chunk: ChunkKv },
+    /// Song `meta.index` is complete: its codes, score and end (after its last chunk).
+    SongEnd(SongMeta),
+}
+
+/// Where a request's chunks fall for a song behind a prefix of `prefix_len` tokens: the
+/// seed's rule, or `stream_chunk_seconds` chunks behind [`STREAM_CONTEXT_FRAMES`] of
+/// left context.
+pub fn chunk_plan(req: &Yue2Request, max_seq: usize, prefix_len: usize) -> Result<ChunkPlan, PipelineError> {
+    ChunkPlan::new(max_seq, prefix_len, req.stream_chunk_frames().map(|f| (f, STREAM_CONTEXT_FRAMES)))
+        .ok_or_else(|| RequestError::new("abc", format!("the prefix of {prefix_len} tokens leaves no room for a latent block in a context of {max_seq}")).into())
+}
+
+/// The acoustic noise of a song's variations (`seed + j`, torch's CPU normal stream over
+/// its frames), drawn once for the frames known and redrawn longer when a streamed song
+/// outgrows it: the stream of whole frames is prefix-stable, so a chunk's noise does not
+/// depend on when it was drawn.
+pub struct SongNoise {
+    seed: u64,
+    lat: usize,
+    frames: usize,
+    draws: Vec<Vec<f32>>,
+}
+
+impl SongNoise {
+    pub fn new(seed: i64, variations: usize, lat: usize, frames: usize) -> Self {
+        let mut n = SongNoise { seed: seed as u64, lat, frames: 0, draws: vec![Vec::new(); variations] };
+        n.grow(frames);
+        n
+    }
+
+    fn grow(&mut self, frames: usize) {
+        self.frames = frames;
+        for (j, d) in self.draws.iter_mut().enumerate() {
+            *d = randn(self.seed + j as u64, frames * self.lat);
+        }
+    }
+
+    /// Frames `a..b` of every variation, `[m, b - a, lat]`.
+    pub fn frames(&mut self, a: usize, b: usize) -> Vec<f32> {
+        if b > self.frames {
+            self.grow(b.max(2 * self.frames));
+        }
+        let lat = self.lat;
+        self.draws.iter().flat_map(|d| d[a * lat..b * lat].iter().copied()).collect()
+    }
 }
 
 /// Everything the synthesis half needs of one song. The KV sets travel with it: they are
@@ -210,7 +262,7 @@ impl Shared {
         let songs = self.compose_codes(ar, backend, req, cancel, events)?;
         let mut out = Vec::with_capacity(songs.len());
         for (meta, prefix) in songs {
-            out.push(self.prefill_chunks(ar, backend, meta, prefix, cancel)?);
+            out.push(self.prefill_chunks(ar, backend, req, meta, prefix, cancel)?);
         }
         Ok(out)
     }
@@ -218,6 +270,22 @@ impl Shared {
     /// The scores and semantic streams of a request (its seeds resolved), without the
     /// chunk prefills: each song with its semantic prefix. What `yued compose` writes out.
     pub fn compose_codes(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
+        self.compose_fed(ar, backend, req, cancel, events, None)
+    }
+
+    /// The AR half of a generated request (not a replay) that hands each song's chunks out
+    /// while it writes them ([`ChunkReady`], on the grid of [`chunk_plan`]), then each
+    /// song's end: what lets the synthesis half paint chunk k while this writes chunk
+    /// k + 1. The chunks are the ones [`compose`](Self::compose) prefills, bit for bit.
+    pub fn compose_streamed(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>), ready: &mut dyn FnMut(ChunkReady)) -> Result<Vec<SongMeta>, PipelineError> {
+        if !req.semantic_tokens.is_empty() {
+            return Err(PipelineError::Other("a replay has every code already: compose it".into()));
+        }
+        let songs = self.compose_fed(ar, backend, req, cancel, events, Some(ready))?;
+        Ok(songs.into_iter().map(|(m, _)| m).collect())
+    }
+
+    fn compose_fed(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>), ready: Option<&mut dyn FnMut(ChunkReady)>) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
         if req.lm_seed < 0 || req.seed < 0 {
             return Err(PipelineError::Other("seeds must be resolved before the pipeline runs".into()));
         }
@@ -245,10 +313,35 @@ impl Shared {
             vec![(0, prefix, req.semantic_codes()?, true)]
         } else {
             let ids: Vec<Vec<u32>> = scores.iter().map(|s| s.1.clone()).collect();
-            let songs: Vec<Song> = self.ar_stages(ar, backend).semantic(req, &ids, cancel, &mut |p: ArProgress| {
-                let stage = if p.stage == ArStage::Plan { Stage::Plan } else { Stage::Semantic };
-                events(Event::Progress { stage, song: p.song, done: p.done, total: p.total })
-            })?;
+            // Under a feed, each song's grid comes from its prefix (its score's length).
+            let mut ready = ready;
+            let plans = match &ready {
+                Some(_) => Some(ids.iter().map(|score| chunk_plan(req, self.max_seq, self.ar_stages(ar, backend).semantic_prefix(req, score)?.len())).collect::<Result<Vec<_>, _>>()?),
+                None => None,
+            };
+            let mut emit = |e: ChunkEvent| {
+                let Some(ready) = ready.as_mut() else { return };
+                match e {
+                    ChunkEvent::Chunk { song, span, kv } => ready(ChunkReady::Chunk { song, chunk: ChunkKv { span, kv } }),
+                    // A song without a frame fails the job below; its end is not handed out.
+                    ChunkEvent::End { codes, .. } if codes.is_empty() => {}
+                    ChunkEvent::End { song, codes, ended } => {
+                        let (abc, _, plan_seed) = scores[song as usize].clone();
+                        ready(ChunkReady::SongEnd(SongMeta { index: song, abc, plan_seed, codes, ended }))
+                    }
+                }
+            };
+            let feed = plans.map(|plans| ChunkFeed { plans, emit: &mut emit });
+            let songs: Vec<Song> = self.ar_stages(ar, backend).semantic_fed(
+                req,
+                &ids,
+                cancel,
+                &mut |p: ArProgress| {
+                    let stage = if p.stage == ArStage::Plan { Stage::Plan } else { Stage::Semantic };
+                    events(Event::Progress { stage, song: p.song, done: p.done, total: p.total })
+                },
+                feed,
+            )?;
             songs.into_iter().map(|s| (s.index, s.prefix, s.codes, s.ended)).collect()
         };
         let mut out = Vec::with_capacity(streams.len());
@@ -263,31 +356,23 @@ impl Shared {
         Ok(out)
     }
 
-    /// One KV set per acoustic chunk of a composed song: prefix + the chunk's codes, the
-    /// sequence the NAR attends to.
-    pub fn prefill_chunks(&self, ar: &mut ArModel, backend: &Backend, meta: SongMeta, prefix: Vec<u32>, cancel: &CancelToken) -> Result<SongWork, PipelineError> {
-        let (index, codes) = (meta.index, &meta.codes);
-        let frames = codes.len();
-        {
-            let per_chunk = chunk_frames(self.max_seq, prefix.len());
-            if per_chunk == 0 {
-                return Err(RequestError::new("abc", format!("the prefix of {} tokens leaves no room for a latent block in a context of {}", prefix.len(), self.max_seq)).into());
-            }
-            let n_chunks = frames.div_ceil(per_chunk);
-            if n_chunks > 1 {
-                tracing::info!(song = index, frames, chunks = n_chunks, "song longer than one context window: rendering in chunks");
-            }
-            let mut chunks = Vec::with_capacity(n_chunks);
-            for c in 0..n_chunks {
-                if cancel.is_cancelled() {
-                    return Err(PipelineError::Cancelled);
-                }
-                let (a, b) = (c * per_chunk, ((c + 1) * per_chunk).min(frames));
-                let song = self.ar_stages(ar, backend).prefill_sequence(prefix.clone(), &[], &codes[a..b])?;
-                chunks.push(ChunkKv { start: a, end: b, kv: song.kv });
-            }
-            Ok(SongWork { meta, chunks })
+    /// One KV set per acoustic chunk of a composed song (the request's [`chunk_plan`]):
+    /// prefix + the chunk's codes, the sequence the NAR attends to.
+    pub fn prefill_chunks(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, meta: SongMeta, prefix: Vec<u32>, cancel: &CancelToken) -> Result<SongWork, PipelineError> {
+        let (index, frames) = (meta.index, meta.codes.len());
+        let spans = chunk_plan(req, self.max_seq, prefix.len())?.spans(frames);
+        if spans.len() > 1 {
+            tracing::info!(song = index, frames, chunks = spans.len(), "rendering in chunks");
         }
+        let mut chunks = Vec::with_capacity(spans.len());
+        for span in spans {
+            if cancel.is_cancelled() {
+                return Err(PipelineError::Cancelled);
+            }
+            let song = self.ar_stages(ar, backend).prefill_sequence(prefix.clone(), &[], &meta.codes[span.context..span.end])?;
+            chunks.push(ChunkKv { span, kv: song.kv });
+        }
+        Ok(SongWork { meta, chunks })
     }
 
     /// The synthesis half of one song: flow matching over each chunk for all the request's
@@ -295,32 +380,54 @@ impl Shared {
     /// the moment they exist, and each chunk's KV set is freed right after its solve.
     /// Returns every variation's time-major latents.
     pub fn render(&self, nar: &mut NarModel, backend: &Backend, song: SongWork, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<Vec<f32>>, PipelineError> {
-        let lat = nar.latent;
         let frames = song.meta.codes.len();
         let m = req.synth_batch_size.max(1) as usize;
-        let steps = req.steps as usize;
-        let noise: Vec<Vec<f32>> = (0..m).map(|j| randn(req.seed as u64 + j as u64, frames * lat)).collect();
-        let mut out = vec![Vec::with_capacity(frames * lat); m];
+        let mut noise = SongNoise::new(req.seed, m, nar.latent, frames);
+        let mut out = vec![Vec::with_capacity(frames * nar.latent); m];
         let n_chunks = song.chunks.len();
-        let total_steps = steps * n_chunks;
         for (c, chunk) in song.chunks.into_iter().enumerate() {
-            let (a, b) = (chunk.start, chunk.end);
-            let n = b - a;
-            let mut x = Vec::with_capacity(m * n * lat);
-            for nz in &noise {
-                x.extend_from_slice(&nz[a * lat..b * lat]);
-            }
-            let done_before = c * steps;
-            let y =
-                nar.solve(backend, &chunk.kv, &x, n, m, steps, cancel, &mut |s, _| events(Event::Progress { stage: Stage::Synth, song: song.meta.index, done: done_before + s, total: total_steps }))?;
-            drop(chunk);
-            for j in 0..m {
-                let part = &y[j * n * lat..(j + 1) * n * lat];
-                events(Event::Latents { song: song.meta.index, variation: j as u32, start_frame: a, latents: part });
-                out[j].extend_from_slice(part);
-            }
+            let progress = (c, n_chunks);
+            self.render_chunk(nar, backend, song.meta.index, chunk, &mut noise, req, progress, cancel, &mut |e| {
+                if let Event::Latents { variation, latents, .. } = &e {
+                    out[*variation as usize].extend_from_slice(latents);
+                }
+                events(e)
+            })?;
         }
         Ok(out)
+    }
+
+    /// One chunk of one song for every variation: its noise, the solve over the chunk's set
+    /// (freed after), the left context cropped; the kept frames go out as `Event::Latents`.
+    /// `progress` is (chunks before this one, the song's chunks as far as known).
+    #[allow(clippy::too_many_arguments)]
+    pub fn render_chunk(
+        &self,
+        nar: &mut NarModel,
+        backend: &Backend,
+        song: u32,
+        chunk: ChunkKv,
+        noise: &mut SongNoise,
+        req: &Yue2Request,
+        progress: (usize, usize),
+        cancel: &CancelToken,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<(), PipelineError> {
+        let lat = nar.latent;
+        let m = req.synth_batch_size.max(1) as usize;
+        let steps = req.steps as usize;
+        let span = chunk.span;
+        let n = span.painted();
+        let x = noise.frames(span.context, span.end);
+        let (done_before, total) = (progress.0 * steps, progress.1.max(progress.0 + 1) * steps);
+        let y = nar.solve(backend, &chunk.kv, &x, n, m, steps, cancel, &mut |s, _| events(Event::Progress { stage: Stage::Synth, song, done: done_before + s, total }))?;
+        drop(chunk);
+        let crop = span.start - span.context;
+        for j in 0..m {
+            let part = &y[(j * n + crop) * lat..(j + 1) * n * lat];
+            events(Event::Latents { song, variation: j as u32, start_frame: span.start, latents: part });
+        }
+        Ok(())
     }
 }
 

@@ -51,55 +51,84 @@ impl VaeInfo {
     }
     /// Output samples (per channel) of `frames` latent frames.
     pub fn samples_for(&self, frames: usize) -> usize {
-        let mut len = frames;
-        for &s in &self.strides {
-            len = len * s + s - 2 * s.div_ceil(2);
-        }
-        len
+        samples_for(&self.strides, frames)
     }
 }
 
-/// One decoded tile handed to the caller as soon as it exists.
-/// The tiled decode of one track whose length is known, fed in pieces: latents arrive as
-/// the NAR finishes each chunk, and every tile whose core and right halo are available is
-/// decoded at once. Same tiles, hence the same samples, as one `decode_tiled` call.
+/// Output samples (per channel) of `frames` latent frames through transposed convolutions
+/// of these strides (kernel 2s, padding ceil(s / 2)).
+fn samples_for(strides: &[usize], frames: usize) -> usize {
+    let mut len = frames;
+    for &s in strides {
+        len = len * s + s - 2 * s.div_ceil(2);
+    }
+    len
+}
+
+/// The tiled decode of one track fed in pieces: latents arrive as the NAR finishes each
+/// chunk, and every tile whose core and right halo are available is decoded at once. Same
+/// tiles, hence the same samples, as one `decode_tiled` call, whether the length is known
+/// from the start or only when the song ends.
 pub struct TileStream {
     channels: usize,
     audio_channels: usize,
     hop: usize,
-    frames: usize,
+    /// The track's length; `None` while a streamed song is still being written (tiles then
+    /// wait for their right halo, the last ones for [`set_frames`](Self::set_frames)).
+    frames: Option<usize>,
     core: usize,
     halo: usize,
+    strides: Vec<usize>,
     latents: Vec<f32>,
     /// First frame of the next tile's core.
     next: usize,
     index: usize,
-    total: usize,
-    out: Vec<f32>,
+    /// Each audio channel's samples decoded so far (tiles are contiguous and in order).
+    out: Vec<Vec<f32>>,
 }
 
 impl TileStream {
     pub fn new(info: &VaeInfo, frames: usize, core: usize, halo: usize) -> Result<Self, VaeError> {
+        let mut s = Self::open(info, core, halo)?;
+        s.set_frames(frames)?;
+        Ok(s)
+    }
+
+    /// A track whose length is not known yet: the tile grid is the same as a known
+    /// length's, so the audio is too.
+    pub fn open(info: &VaeInfo, core: usize, halo: usize) -> Result<Self, VaeError> {
         if core == 0 {
             return Err(VaeError::Input("tile core must be at least one frame".into()));
         }
-        if frames == 0 {
-            return Err(VaeError::Input("a track of zero frames".into()));
-        }
-        let total = info.samples_for(frames);
         Ok(TileStream {
             channels: info.latent_channels,
             audio_channels: info.audio_channels,
             hop: info.hop(),
-            frames,
+            frames: None,
             core,
             halo,
-            latents: Vec::with_capacity(frames * info.latent_channels),
+            strides: info.strides.clone(),
+            latents: Vec::new(),
             next: 0,
             index: 0,
-            total,
-            out: vec![0f32; total * info.audio_channels],
+            out: vec![Vec::new(); info.audio_channels],
         })
+    }
+
+    /// Fixes the track's length (once, at least what was received); the tiles it completes
+    /// are decoded by the next [`push`](Self::push).
+    pub fn set_frames(&mut self, frames: usize) -> Result<(), VaeError> {
+        if frames == 0 {
+            return Err(VaeError::Input("a track of zero frames".into()));
+        }
+        if self.frames.is_some() || frames < self.received() {
+            return Err(VaeError::Input(format!("a track of {frames} frames ({} received, length {:?})", self.received(), self.frames)));
+        }
+        self.frames = Some(frames);
+        for v in &mut self.out {
+            v.reserve(self.hop * frames);
+        }
+        Ok(())
     }
 
     /// Frames received so far.
@@ -108,22 +137,23 @@ impl TileStream {
     }
 
     pub fn is_complete(&self) -> bool {
-        self.next >= self.frames
+        self.frames.is_some_and(|f| self.next >= f)
     }
 
     /// Appends time-major latents and decodes every tile they complete.
     pub fn push(&mut self, vae: &mut VaeModel, backend: &Backend, latents: &[f32], cancel: &CancelToken, on_tile: &mut dyn FnMut(Tile<'_>)) -> Result<(), VaeError> {
         let c = self.channels;
-        if !latents.len().is_multiple_of(c) || self.received() + latents.len() / c > self.frames {
-            return Err(VaeError::Input(format!("{} latent values do not fit the {} frames of this track ({} received)", latents.len(), self.frames, self.received())));
+        let frames = self.frames.unwrap_or(usize::MAX);
+        if !latents.len().is_multiple_of(c) || self.received() + latents.len() / c > frames {
+            return Err(VaeError::Input(format!("{} latent values do not fit the {frames} frames of this track ({} received)", latents.len(), self.received())));
         }
         self.latents.extend_from_slice(latents);
         let have = self.received();
-        let (hop, ch, total) = (self.hop, self.audio_channels, self.total);
-        while self.next < self.frames {
+        let (hop, ch) = (self.hop, self.audio_channels);
+        while self.next < frames {
             let a = self.next;
-            let b = (a + self.core).min(self.frames);
-            let (s, e) = (a.saturating_sub(self.halo), (b + self.halo).min(self.frames));
+            let b = (a + self.core).min(frames);
+            let (s, e) = (a.saturating_sub(self.halo), (b + self.halo).min(frames));
             if e > have {
                 break;
             }
@@ -133,11 +163,11 @@ impl TileStream {
             let pcm = vae.decode(backend, &self.latents[s * c..e * c])?;
             let tile_len = vae.info.samples_for(e - s);
             let off = (a - s) * hop;
-            let n = if b == self.frames { total - a * hop } else { (b - a) * hop };
+            let n = if b == frames { samples_for(&self.strides, frames) - a * hop } else { (b - a) * hop };
             let mut planar = Vec::with_capacity(n * ch);
             for k in 0..ch {
                 let src = &pcm[k * tile_len + off..k * tile_len + off + n];
-                self.out[k * total + a * hop..k * total + a * hop + n].copy_from_slice(src);
+                self.out[k].extend_from_slice(src);
                 planar.extend_from_slice(src);
             }
             on_tile(Tile { index: self.index, start_sample: a * hop, pcm: &planar, samples: n });
@@ -149,10 +179,11 @@ impl TileStream {
 
     /// The whole planar signal and the latents it was decoded from.
     pub fn finish(self) -> (Vec<f32>, Vec<f32>) {
-        (self.out, self.latents)
+        (self.out.concat(), self.latents)
     }
 }
 
+/// One decoded tile handed to the caller as soon as it exists.
 pub struct Tile<'a> {
     pub index: usize,
     /// First output sample (per channel) of this tile in the whole song.

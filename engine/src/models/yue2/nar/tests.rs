@@ -146,3 +146,35 @@ fn velocity_does_not_depend_on_what_the_last_call_left_in_memory() {
     let again = s.nar.velocity(&s.backend, &kv, &noise, 3, 1, 0.4).unwrap();
     assert_eq!(first, again);
 }
+
+#[test]
+fn chunk_plans() {
+    // The seed's rule: one chunk per context window, no left context.
+    let seed = ChunkPlan::new(1003, 100, None).unwrap();
+    assert_eq!(seed, ChunkPlan { step: 450, context: 0 });
+    assert_eq!(seed.spans(1000), vec![ChunkSpan { context: 0, start: 0, end: 450 }, ChunkSpan { context: 450, start: 450, end: 900 }, ChunkSpan { context: 900, start: 900, end: 1000 }]);
+    assert!(ChunkPlan::new(100, 100, None).is_none());
+    // Streaming: 125 kept frames behind 25 of context; the first chunk has none, the last
+    // is what is left.
+    let st = ChunkPlan::new(1003, 100, Some((125, 25))).unwrap();
+    let spans = st.spans(300);
+    assert_eq!(spans, vec![ChunkSpan { context: 0, start: 0, end: 125 }, ChunkSpan { context: 100, start: 125, end: 250 }, ChunkSpan { context: 225, start: 250, end: 300 }]);
+    assert_eq!(spans[1].painted(), 150);
+    // The grid is known before the length: chunk 1 of a song that will be longer is the same.
+    assert_eq!(st.span(1, 10_000), Some(ChunkSpan { context: 100, start: 125, end: 250 }));
+    assert_eq!(st.span(3, 300), None);
+    // Never more than the window holds: 450 frames of room, at most 225 of context.
+    let big = ChunkPlan::new(1003, 100, Some((10_000, 25))).unwrap();
+    assert_eq!(big, ChunkPlan { step: 425, context: 25 });
+    assert!(big.spans(2000).iter().all(|s| s.painted() <= 450));
+}
+
+#[test]
+fn torch_noise_is_a_prefix_stream_in_whole_frames() {
+    // A chunk's noise is a slice of the song's: randn of a longer song starts with the
+    // shorter one's values when both are whole 64-value frames (multiples of torch's
+    // 16-value block), so a song of unknown length can draw its noise chunk by chunk.
+    let long = crate::rng::torch_cpu::randn(7, 64 * 300);
+    let short = crate::rng::torch_cpu::randn(7, 64 * 125);
+    assert_eq!(long[..short.len()], short[..]);
+}

@@ -78,3 +78,101 @@ fn unresolved_seeds_and_oversized_requests_are_refused() {
     let e = p.run(&req, &CancelToken::new(), &mut |_| {}).unwrap_err().to_string();
     assert!(e.starts_with("duration:"), "{e}");
 }
+
+#[test]
+fn streamed_chunks_are_handed_out_while_written_and_render_the_composed_audio() {
+    let (_d, mut p) = pipeline(0);
+    let mut req = request();
+    req.duration = 5.0;
+    req.semantic_sampling.min_tokens = 125;
+    req.lm_batch_size = 2;
+    req.synth_batch_size = 1;
+    req.stream_chunk_seconds = 2.0;
+    // The whole request at once (what `yued synth` and a STRICT daemon do).
+    let whole = p.run(&req, &CancelToken::new(), &mut |_| {}).unwrap();
+    assert_eq!(whole.len(), 2);
+    assert_eq!(whole[0].frames, 125);
+
+    // Streamed: chunks come out of the semantic stage while it writes.
+    enum Seen {
+        Progress,
+        Chunk(u32, ChunkSpan),
+        End(u32),
+    }
+    let log = std::cell::RefCell::new(Vec::new());
+    let mut ready = Vec::new();
+    let metas = p
+        .shared
+        .compose_streamed(
+            &mut p.ar,
+            &p.backend,
+            &req,
+            &CancelToken::new(),
+            &mut |e| {
+                if let Event::Progress { stage: Stage::Semantic, .. } = e {
+                    log.borrow_mut().push(Seen::Progress)
+                }
+            },
+            &mut |r| {
+                match &r {
+                    ChunkReady::Chunk { song, chunk } => log.borrow_mut().push(Seen::Chunk(*song, chunk.span)),
+                    ChunkReady::SongEnd(m) => log.borrow_mut().push(Seen::End(m.index)),
+                }
+                ready.push(r)
+            },
+        )
+        .unwrap();
+    assert_eq!(metas.len(), 2);
+    let log = log.into_inner();
+    // 2 s chunks (50 frames) behind 25 frames of context: [0, 50), [25 | 50, 100), [75 | 100, 125).
+    let spans: Vec<ChunkSpan> = log.iter().filter_map(|s| if let Seen::Chunk(0, sp) = s { Some(*sp) } else { None }).collect();
+    assert_eq!(spans, vec![ChunkSpan { context: 0, start: 0, end: 50 }, ChunkSpan { context: 25, start: 50, end: 100 }, ChunkSpan { context: 75, start: 100, end: 125 }]);
+    // The first chunk is out the step its 50th code is written, long before the last step.
+    let first = log.iter().position(|s| matches!(s, Seen::Chunk(..))).unwrap();
+    let steps_before = log[..first].iter().filter(|s| matches!(s, Seen::Progress)).count();
+    assert_eq!(steps_before, 50, "the first chunk waits for its 50 codes only");
+    // Each song's end follows its last chunk.
+    for song in 0..2 {
+        let last_chunk = log.iter().rposition(|s| matches!(s, Seen::Chunk(x, _) if *x == song)).unwrap();
+        let end = log.iter().position(|s| matches!(s, Seen::End(x) if *x == song)).unwrap();
+        assert!(end > last_chunk);
+    }
+
+    // Rendered chunk by chunk as they came (songs interleaved), then decoded: the same
+    // audio, bit for bit, as the whole request's.
+    let mut noise: Vec<SongNoise> = (0..2).map(|_| SongNoise::new(req.seed, 1, 64, 1)).collect();
+    let mut latents = vec![Vec::new(); 2];
+    let mut codes = vec![Vec::new(); 2];
+    for r in ready {
+        match r {
+            ChunkReady::Chunk { song, chunk } => {
+                let s = song as usize;
+                p.shared
+                    .render_chunk(&mut p.nar, &p.backend, song, chunk, &mut noise[s], &req, (0, 1), &CancelToken::new(), &mut |e| {
+                        if let Event::Latents { start_frame, latents: l, .. } = e {
+                            assert_eq!(start_frame * 64, latents[s].len());
+                            latents[s].extend_from_slice(l)
+                        }
+                    })
+                    .unwrap();
+            }
+            ChunkReady::SongEnd(m) => codes[m.index as usize] = m.codes,
+        }
+    }
+    for s in 0..2 {
+        assert_eq!(codes[s], whole[s].codes);
+        assert_eq!(latents[s], whole[s].latents, "song {s}: latents");
+        let pcm = p.vae.decode_tiled(&p.backend, &latents[s], 16, 16, &CancelToken::new(), &mut |_| {}).unwrap();
+        assert_eq!(pcm, whole[s].pcm, "song {s}: audio");
+    }
+    // The replay request keeps the setting, and with it the audio.
+    assert_eq!(whole[1].replay.stream_chunk_seconds, 2.0);
+    let again = p.run(&whole[1].replay, &CancelToken::new(), &mut |_| {}).unwrap();
+    assert_eq!(again[0].pcm, whole[1].pcm);
+    // A different chunking is a different render of the same codes.
+    let mut plain = whole[1].replay.clone();
+    plain.stream_chunk_seconds = 0.0;
+    let one_chunk = p.run(&plain, &CancelToken::new(), &mut |_| {}).unwrap();
+    assert_eq!(one_chunk[0].codes, whole[1].codes);
+    assert_ne!(one_chunk[0].latents, whole[1].latents, "one joint solve differs from three chunked ones");
+}

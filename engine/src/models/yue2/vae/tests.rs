@@ -65,6 +65,30 @@ fn a_tile_stream_fed_in_uneven_chunks_equals_the_tiled_decode() {
 }
 
 #[test]
+fn an_open_tile_stream_equals_one_whose_length_was_known() {
+    let (backend, mut m) = demo_vae();
+    let z = latents(23, 5);
+    let cancel = CancelToken::new();
+    let tiled = m.decode_tiled(&backend, &z, 5, 3, &cancel, &mut |_| {}).unwrap();
+    let mut s = TileStream::open(&m.info, 5, 3).unwrap();
+    let mut seen = Vec::new();
+    for (a, b) in [(0, 7), (7, 8), (8, 17), (17, 23)] {
+        s.push(&mut m, &backend, &z[a * 64..b * 64], &cancel, &mut |t| seen.push((t.index, b))).unwrap();
+    }
+    // Without the length, tile 3 (core 15..20, halo to 23) is decoded, tile 4 (core
+    // 20..25) waits: frame 23 might not be the last.
+    assert_eq!(seen, vec![(0, 8), (1, 17), (2, 23), (3, 23)]);
+    assert!(!s.is_complete());
+    assert!(s.set_frames(22).is_err(), "shorter than what was received");
+    s.set_frames(23).unwrap();
+    assert!(s.set_frames(23).is_err(), "the length is fixed once");
+    s.push(&mut m, &backend, &[], &cancel, &mut |t| seen.push((t.index, 0))).unwrap();
+    assert!(s.is_complete());
+    assert_eq!(seen[4..], [(4, 0)]);
+    assert_eq!(s.finish().0, tiled, "bit-identical to the one-call tiled decode");
+}
+
+#[test]
 fn cancel_stops_between_tiles() {
     let (backend, mut m) = demo_vae();
     let z = latents(12, 3);
