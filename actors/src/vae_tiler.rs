@@ -165,7 +165,15 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
 
 /// Feeds one chunk to its track's tile stream (`start_frame` None: the end of an open
 /// track, `end` its song); the finished track when this completed it.
-fn decode_chunk(links: &Links, backend: Result<&Backend, String>, st: &mut JobState, track: usize, start_frame: Option<usize>, latents: &[f32], end: Option<SongMeta>) -> Result<Option<Track>, VaeError> {
+fn decode_chunk(
+    links: &Links,
+    backend: Result<&Backend, String>,
+    st: &mut JobState,
+    track: usize,
+    start_frame: Option<usize>,
+    latents: &[f32],
+    end: Option<SongMeta>,
+) -> Result<Option<Track>, VaeError> {
     let backend = backend.map_err(VaeError::Input)?;
     let (plan, stream) = st.tracks.get_mut(track).ok_or_else(|| VaeError::Input(format!("no track {track} in this job")))?;
     let stream_ref = stream.as_mut().ok_or_else(|| VaeError::Input(format!("track {track} is already complete")))?;

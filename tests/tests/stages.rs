@@ -137,3 +137,60 @@ fn sigterm_stops_the_stages_and_a_restart_finishes_the_jobs() {
         assert_eq!(s["status"], "done", "{id}: {s}");
     }
 }
+
+/// `stream_chunk_seconds` under --keep-loaded: the synthesis stage paints each chunk while
+/// the AR half writes the next, so the first audio frame reaches a listener before the
+/// song's codes are complete; the result is the same WAV, byte for byte, as the replay of
+/// its codes (which renders the same chunks after the AR half, the STRICT order).
+#[test]
+fn streamed_chunks_reach_the_listener_while_the_song_is_written() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--keep-loaded", "--vae-core", "16", "--vae-halo", "8"]);
+    let mut req: serde_json::Value = serde_json::from_str(&song(40.0, 2)).unwrap();
+    req["stream_chunk_seconds"] = 2.0.into();
+    req["lm_seed"] = 7.into();
+    req["seed"] = 11.into();
+    let submitted = Instant::now();
+    let id = d.submit(&req.to_string());
+    let url = d.ws_url(&format!("/stream?id={id}&format=pcm16"));
+    // (what, seconds since submission) in arrival order.
+    let events: Vec<(String, f64)> = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let mut seen = Vec::new();
+        while let Some(m) = ws.next().await {
+            let at = submitted.elapsed().as_secs_f64();
+            match m.unwrap() {
+                Message::Binary(_) => seen.push(("audio".to_string(), at)),
+                Message::Text(t) => {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                    seen.push((v["event"].as_str().unwrap_or("?").to_string(), at));
+                }
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+        seen
+    });
+    let at = |what: &str| events.iter().position(|(e, _)| e == what).unwrap_or_else(|| panic!("no {what} event: {events:?}; log: {}", d.log()));
+    assert!(at("audio") < at("codes"), "the first audio comes before the song's codes are complete: {events:?}");
+    let (first_audio, done) = (events[at("audio")].1, events[at("done")].1);
+    eprintln!("time to first audio {first_audio:.2} s of {done:.2} s (codes complete at {:.2} s)", events[at("codes")].1);
+    let s = d.wait(&id, Duration::from_secs(600));
+    assert_eq!(s["status"], "done", "{s}");
+    let result = |id: &str| {
+        let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
+        multipart_parts(&body, "yue2-batch-boundary")
+    };
+    let parts = result(&id);
+    let replay: serde_json::Value = serde_json::from_slice(&parts[0].1).unwrap();
+    assert_eq!(replay["stream_chunk_seconds"], 2.0, "the replay records the chunking");
+    assert_eq!(replay["semantic_tokens"].as_str().unwrap().split(',').count(), 1000);
+    let again = d.submit(&replay.to_string());
+    assert_eq!(d.wait(&again, Duration::from_secs(600))["status"], "done");
+    let wav = |p: &[(String, Vec<u8>)]| p.iter().find(|(t, _)| t.contains("audio/wav")).unwrap().1.clone();
+    assert!(wav(&result(&again)) == wav(&parts), "the replay renders the streamed song's WAV byte for byte");
+    assert!(d.log().contains("streamed chunk by chunk"), "the streamed path ran");
+    assert_eq!(metric(&d, "yued_kv_sets_in_use"), 0.0, "every chunk's KV set is freed");
+}

@@ -277,7 +277,15 @@ impl Shared {
     /// while it writes them ([`ChunkReady`], on the grid of [`chunk_plan`]), then each
     /// song's end: what lets the synthesis half paint chunk k while this writes chunk
     /// k + 1. The chunks are the ones [`compose`](Self::compose) prefills, bit for bit.
-    pub fn compose_streamed(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>), ready: &mut dyn FnMut(ChunkReady)) -> Result<Vec<SongMeta>, PipelineError> {
+    pub fn compose_streamed(
+        &self,
+        ar: &mut ArModel,
+        backend: &Backend,
+        req: &Yue2Request,
+        cancel: &CancelToken,
+        events: &mut dyn FnMut(Event<'_>),
+        ready: &mut dyn FnMut(ChunkReady),
+    ) -> Result<Vec<SongMeta>, PipelineError> {
         if !req.semantic_tokens.is_empty() {
             return Err(PipelineError::Other("a replay has every code already: compose it".into()));
         }
@@ -285,7 +293,15 @@ impl Shared {
         Ok(songs.into_iter().map(|(m, _)| m).collect())
     }
 
-    fn compose_fed(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>), ready: Option<&mut dyn FnMut(ChunkReady)>) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
+    fn compose_fed(
+        &self,
+        ar: &mut ArModel,
+        backend: &Backend,
+        req: &Yue2Request,
+        cancel: &CancelToken,
+        events: &mut dyn FnMut(Event<'_>),
+        ready: Option<&mut dyn FnMut(ChunkReady)>,
+    ) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
         if req.lm_seed < 0 || req.seed < 0 {
             return Err(PipelineError::Other("seeds must be resolved before the pipeline runs".into()));
         }
