@@ -14,7 +14,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
-use yued_engine::models::yue2::pipeline::{replay_request, SongMeta, Track};
+use yued_engine::models::yue2::pipeline::{replay_request, tile_core, SongMeta, Track};
 use yued_engine::models::yue2::vae::{Tile, TileStream, VaeError, VaeModel};
 use yued_engine::models::AudioSpec;
 use yued_protocol::{JobId, Stage};
@@ -82,6 +82,7 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                 };
                 // An open track counts at its budget until its length is known.
                 let budget = job.request.as_yue2().map(yued_engine::models::yue2::generate::semantic_budget).unwrap_or(0);
+                let core = job.request.as_yue2().map_or(core, |r| tile_core(r, core, halo));
                 let tiles_total = tracks.iter().map(|t| if t.open { budget } else { t.meta.codes.len() }.div_ceil(core.max(1))).sum();
                 let planned: Result<Vec<_>, _> =
                     tracks.into_iter().map(|t| if t.open { TileStream::open(info, core, halo) } else { TileStream::new(info, t.meta.codes.len(), core, halo) }.map(|s| (t, Some(s)))).collect();
@@ -186,7 +187,7 @@ fn decode_chunk(
         }
         stream_ref.set_frames(meta.codes.len())?;
         let budget = yued_engine::models::yue2::generate::semantic_budget(st.job.yue2());
-        let core = links.cfg.options.vae_core.max(1);
+        let core = tile_core(st.job.yue2(), links.cfg.options.vae_core, links.cfg.options.vae_halo).max(1);
         st.live.total = st.live.total + meta.codes.len().div_ceil(core) - budget.div_ceil(core).min(st.live.total);
         plan.meta = meta;
     }

@@ -21,7 +21,7 @@ use yued_protocol::{CotMode, Yue2Request};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// The family measured: `yue2` (sections mem, prefill, decode, nar, vae, e2e) or `mm3`
+    /// The family measured: `yue2` (sections mem, prefill, decode, nar, vae, e2e, stream) or `mm3`
     /// (MiniMax Music 3: frame, dit, vae, e2e).
     #[arg(long, default_value = "yue2")]
     pub family: yued_protocol::Family,
@@ -42,9 +42,12 @@ pub struct BenchArgs {
     /// Repetitions per figure (median, min, max).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
-    /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e (YuE2); frame,
-    /// dit, vae, e2e (MiniMax Music 3). The default runs every section of the family.
-    #[arg(long, default_value = "mem,prefill,decode,nar,vae,e2e")]
+    /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e, stream, seam
+    /// (YuE2: stream is the time to first audio on a daemon this bench starts, STRICT and
+    /// --keep-loaded, with and without streaming chunks; seam, not in the default, reads
+    /// the chunk boundaries of one song painted on several grids); frame, dit, vae, e2e
+    /// (MiniMax Music 3). The default runs these sections of the family.
+    #[arg(long, default_value = "mem,prefill,decode,nar,vae,e2e,stream")]
     pub only: String,
     /// Smaller points (cache lengths, frames) for a quick look or a smoke test.
     #[arg(long)]
@@ -57,9 +60,12 @@ pub struct BenchArgs {
     /// 250), comma separated.
     #[arg(long, value_delimiter = ',')]
     pub nar_frames: Option<Vec<usize>>,
-    /// Seconds of audio of the end-to-end run.
+    /// Seconds of audio of the end-to-end run (and of the stream section's songs).
     #[arg(long, default_value_t = 30.0)]
     pub e2e_seconds: f64,
+    /// `stream_chunk_seconds` of the stream section's streaming rows.
+    #[arg(long, default_value_t = 5.0)]
+    pub stream_seconds: f64,
     /// Side by side: llama.cpp's own decode (libllama from the same build as our ggml) on
     /// the same AR weights, exported as a standard qwen3 GGUF next to the model, at equal
     /// batch, cache length and threads; each decode row gets a yued / llama.cpp ratio.
@@ -291,6 +297,16 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             Ok(())
         })?;
         push("vae", format!("VAE tiled decode (core 512, halo 16), {secs:.0} s"), "ms/s", s.map(|t| t * 1e3 / secs), String::new());
+    }
+    if want("seam") {
+        for r in super::bench_stream::seam(&a, &model, &vae, spec.code_rate)? {
+            push(r.section, r.what, r.unit, r.stats, r.note);
+        }
+    }
+    if want("stream") {
+        for r in super::bench_stream::run(&a, &model, &vae, spec.code_rate)? {
+            push(r.section, r.what, r.unit, r.stats, r.note);
+        }
     }
     if want("e2e") {
         drop(f);

@@ -2,6 +2,7 @@
 pub mod audio_convert;
 pub mod bench;
 pub mod bench_mm3;
+mod bench_stream;
 pub mod codec;
 pub mod common;
 pub mod compose;

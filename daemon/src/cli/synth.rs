@@ -145,7 +145,8 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     anyhow::ensure!(yued_audio::encode::supported(req.output_format), "{}: output_format '{}' has no encoder in this build", a.request.display(), req.output_format.name());
     let pb = super::progress_bar(1, "loading");
     let mut stage = None;
-    let tiles_per_track = |frames: usize| frames.div_ceil(a.vae_core.max(1)) as u64;
+    let core = yued_engine::models::yue2::pipeline::tile_core(&req, a.vae_core, a.vae_halo);
+    let tiles_per_track = |frames: usize| frames.div_ceil(core.max(1)) as u64;
     let tracks = p
         .run(&req, &CancelToken::new(), &mut |e| match e {
             Event::Progress { stage: s, done, total, .. } => {

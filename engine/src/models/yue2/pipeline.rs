@@ -132,6 +132,16 @@ pub fn chunk_plan(req: &Yue2Request, max_seq: usize, prefix_len: usize) -> Resul
         .ok_or_else(|| RequestError::new("abc", format!("the prefix of {prefix_len} tokens leaves no room for a latent block in a context of {max_seq}")).into())
 }
 
+/// The VAE tile core of a request's tracks: the server's (`--vae-core`), or under streaming
+/// chunks at most a chunk less the halo, so a track's first tile is decoded as soon as its
+/// first chunk is painted. Part of what a replay must match to render the same samples.
+pub fn tile_core(req: &Yue2Request, core: usize, halo: usize) -> usize {
+    match req.stream_chunk_frames() {
+        Some(f) => core.min(f.saturating_sub(halo).max(1)),
+        None => core,
+    }
+}
+
 /// The acoustic noise of a song's variations (`seed + j`, torch's CPU normal stream over
 /// its frames), drawn once for the frames known and redrawn longer when a streamed song
 /// outgrows it: the stream of whole frames is prefix-stable, so a chunk's noise does not
@@ -375,8 +385,15 @@ impl Shared {
     /// One KV set per acoustic chunk of a composed song (the request's [`chunk_plan`]):
     /// prefix + the chunk's codes, the sequence the NAR attends to.
     pub fn prefill_chunks(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, meta: SongMeta, prefix: Vec<u32>, cancel: &CancelToken) -> Result<SongWork, PipelineError> {
+        let plan = chunk_plan(req, self.max_seq, prefix.len())?;
+        self.prefill_planned(ar, backend, plan, meta, prefix, cancel)
+    }
+
+    /// [`prefill_chunks`](Self::prefill_chunks) on a given grid (the seam bench compares
+    /// grids; a request always takes its [`chunk_plan`]).
+    pub fn prefill_planned(&self, ar: &mut ArModel, backend: &Backend, plan: ChunkPlan, meta: SongMeta, prefix: Vec<u32>, cancel: &CancelToken) -> Result<SongWork, PipelineError> {
         let (index, frames) = (meta.index, meta.codes.len());
-        let spans = chunk_plan(req, self.max_seq, prefix.len())?.spans(frames);
+        let spans = plan.spans(frames);
         if spans.len() > 1 {
             tracing::info!(song = index, frames, chunks = spans.len(), "rendering in chunks");
         }
@@ -504,7 +521,8 @@ impl Pipeline {
             let latents = self.shared.render(&mut self.nar, &self.backend, song, req, cancel, events)?;
             for (j, lat) in latents.into_iter().enumerate() {
                 let track = tracks.len();
-                let pcm = self.vae.decode_tiled(&self.backend, &lat, self.shared.vae_core, self.shared.vae_halo, cancel, &mut |tile| {
+                let core = tile_core(req, self.shared.vae_core, self.shared.vae_halo);
+                let pcm = self.vae.decode_tiled(&self.backend, &lat, core, self.shared.vae_halo, cancel, &mut |tile| {
                     events(Event::Tile { track, tile });
                 })?;
                 let frames = meta.codes.len();
