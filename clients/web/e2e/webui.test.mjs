@@ -119,6 +119,8 @@ try {
   await card.waitFor({ timeout: 10000 });
   const id = await card.getAttribute("data-id");
   check(/^[0-9a-f]{16}$/.test(id), `job id ${id}`);
+  const listed = (await (await fetch(`${base}/jobs`)).json()).jobs.find((j) => j.id === id);
+  check(listed?.request?.stream_chunk_seconds === 3, `live listening asks for streaming chunks by default (${JSON.stringify(listed?.request?.stream_chunk_seconds)})`);
   // The queue, then the stage progress.
   await page.waitForFunction(() => {
     const li = document.querySelector("li.job");

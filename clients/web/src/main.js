@@ -92,6 +92,8 @@ async function daemonJobs(known) {
 
 // ---------------------------------------------------------------- the form
 const NUMBERS = ["duration", "seed", "lm_seed", "steps", "lm_batch_size", "synth_batch_size"];
+/** Live listening: the page asks for streaming chunks of this many seconds unless told otherwise. */
+const STREAM_SECONDS = 3;
 const SAMPLING = ["temperature", "top_p", "top_k", "repetition_penalty", "penalty_window", "min_tokens", "max_tokens"];
 
 // MiniMax Music 3: its numeric fields, and the registry bucket each model field names a file of.
@@ -144,6 +146,8 @@ function fillForm(req) {
   for (const k of ["style", "lyrics", "abc"]) $(k).value = req[k] || "";
   if (req.cot) $("cot").value = req.cot;
   for (const k of NUMBERS) $(k).value = req[k] ?? "";
+  // A request made elsewhere keeps its own chunking (absent: one piece); an example streams.
+  $("stream_chunk_seconds").value = req.stream_chunk_seconds ?? (req.semantic_tokens || req.lm_seed !== undefined ? 0 : STREAM_SECONDS);
   if (req.output_format) $("output_format").value = req.output_format;
 }
 
@@ -294,6 +298,7 @@ function readYue2Form() {
   req.cot = $("cot").value;
   req.output_format = $("output_format").value;
   for (const k of NUMBERS) if ($(k).value !== "") req[k] = Number($(k).value);
+  if ($("stream_chunk_seconds").value !== "") req.stream_chunk_seconds = Number($("stream_chunk_seconds").value);
   for (const stage of ["abc_sampling", "semantic_sampling"]) {
     for (const k of SAMPLING) {
       const v = $(`${stage}.${k}`).value;
