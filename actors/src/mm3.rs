@@ -28,7 +28,7 @@ use yued_engine::models::mm3::cond::CondEncoder;
 use yued_engine::models::mm3::depth::DepthModel;
 use yued_engine::models::mm3::dit::DitModel;
 use yued_engine::models::mm3::lm::{self, LmModel};
-use yued_engine::models::mm3::synth::SynthError;
+use yued_engine::models::mm3::synth::{decode_open, decode_window, windows, Noise, PhiloxNoise, SynthError, WindowRenderer};
 use yued_engine::models::mm3::vae::VaeModel;
 use yued_engine::models::mm3::{pipeline, prompt};
 use yued_engine::registry::{Bucket, Registry};
@@ -144,7 +144,14 @@ impl ModelFamily for Mm3 {
         synthesis_group()
     }
 
+    /// A fresh song with every group resident is handed over before its first frame
+    /// ([`Mm3Stream`]): each window renders as soon as its frames' states exist. Otherwise
+    /// (STRICT, a replay, a resumed job) the whole AR half runs first ([`Mm3Synthesis`]).
     fn compose(&mut self, links: &Links, backend: &Backend, job: &Arc<JobCtx>, out: &mut Handoff<'_>) -> Result<(), StageError> {
+        let req = job.request.as_mm3().expect("a MiniMax job");
+        if out.can_overlap() && req.audio_codes.trim().is_empty() && job.known_songs.is_empty() {
+            return compose_streamed(links, backend, self, job, out);
+        }
         let (songs, files) = compose_job(links, backend, self, job)?;
         out.send(Box::new(Mm3Synthesis { songs, files }));
         Ok(())
@@ -226,6 +233,205 @@ fn compose_job(links: &Links, backend: &Backend, state: &mut Mm3, ctx: &Arc<JobC
     }
     let [_, _, c, d, v] = files;
     Ok((songs, [c, d, v]))
+}
+
+/// What the streamed AR half sends the synthesis half: a song's next frames' states (whole
+/// replay chunks, the states a replay of its codes computes), then its end.
+enum Mm3Chunk {
+    States { song: usize, frames: usize, states: Vec<f32> },
+    End { song: usize, codes: Vec<[u32; 8]>, ended: bool },
+}
+
+/// The AR half of a streamed job: the hand-off goes first; while the frames are sampled,
+/// each song's teacher-forced states go out chunk by chunk (a [`compose::Restater`] per
+/// song on the same modules), then its end. The codes are journaled when the half ends.
+fn compose_streamed(links: &Links, backend: &Backend, state: &mut Mm3, ctx: &Arc<JobCtx>, out: &mut Handoff<'_>) -> Result<(), StageError> {
+    let req = ctx.request.as_mm3().expect("a MiniMax job");
+    let files = state.files(req)?;
+    let n = req.songs() as usize;
+    let (tx, rx) = crossbeam_channel::unbounded();
+    out.send(Box::new(Mm3Stream { rx, songs: n, files: [files[2].clone(), files[3].clone(), files[4].clone()] }));
+    let cancelled = || ctx.cancel.is_cancelled();
+    let mut sink = ProgressSink::new(links, &ctx.id);
+    let mut lm_lease = links.store.lease(&key("lm", files[0].clone()), backend)?;
+    let mut depth_lease = links.store.lease(&key("depth", files[1].clone()), backend)?;
+    let lm_model = lm_lease.get::<LmModel>();
+    let depth = depth_lease.get::<DepthModel>();
+    let tok = state.tokenizer(&files[0], lm_model)?;
+    let prompt = prompt::build(tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
+    let s = pipeline::ar_settings(req, true);
+    let mut restaters = (0..n).map(|_| compose::Restater::new(backend, lm_model, &prompt, s.max_frames)).collect::<Result<Vec<_>, _>>()?;
+    let mut draws = SeedDraws::new(req.lm_seed, n);
+    let mut hook = |lm: &mut LmModel, depth: &mut DepthModel, i: usize, song: &compose::Song, complete: bool| {
+        let before = restaters[i].frames();
+        let states = restaters[i].advance(backend, lm, depth, &song.codes, complete, &cancelled)?;
+        if !states.is_empty() {
+            let _ = tx.send(Mm3Chunk::States { song: i, frames: restaters[i].frames() - before, states });
+        }
+        if complete {
+            let _ = tx.send(Mm3Chunk::End { song: i, codes: song.codes.clone(), ended: song.ended });
+        }
+        Ok(())
+    };
+    let songs = compose::compose_fed(backend, lm_model, depth, &prompt, n, &s, &mut draws, &cancelled, &mut |f, total| sink.report(Stage::Semantic, f + 1, total + 1), Some(&mut hook))?;
+    for (i, song) in songs.iter().enumerate() {
+        links.scheduler.do_send(CodesReady { id: ctx.id.clone(), song: SongCodes { song: i as u32, abc: String::new(), codes: song.codes.iter().flatten().copied().collect() } });
+        links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Codes { frames: song.frames() as u32 }));
+    }
+    Ok(())
+}
+
+/// A streamed MiniMax job between its halves: the songs' states arrive while the AR half
+/// writes them; each window renders the moment its frames are there.
+struct Mm3Stream {
+    rx: crossbeam_channel::Receiver<Mm3Chunk>,
+    songs: usize,
+    /// The condition encoder, DiT and VAE files.
+    files: [PathBuf; 3],
+}
+
+impl Synthesis for Mm3Stream {
+    fn describe(&self) -> String {
+        format!("{} songs, streamed window by window as they are written", self.songs)
+    }
+
+    fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, _pin: GroupPin, out: &Outlets) -> Result<(), StageError> {
+        // false: the AR half stopped early, and reports why.
+        render_stream(links, backend, job, &self, &out.enc).map(|_| ())
+    }
+}
+
+/// One streamed song on the synthesis stage.
+struct SongRender {
+    states: Vec<f32>,
+    frames: usize,
+    end: Option<compose::Song>,
+    windows: WindowRenderer,
+    noise: Vec<Box<dyn Noise + Send>>,
+    /// Each variation's planar halves so far.
+    tracks: Vec<(Vec<f32>, Vec<f32>)>,
+    /// Each variation's right edge of the last window, kept only if no window follows.
+    held: Vec<Option<Vec<f32>>>,
+    finished: bool,
+}
+
+fn render_stream(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3Stream, enc_tx: &Sender<EncCmd>) -> Result<bool, StageError> {
+    let req = ctx.request.as_mm3().expect("a MiniMax job");
+    let cancelled = || ctx.cancel.is_cancelled();
+    let [cf, df, vf] = &work.files;
+    let mut cond_lease = links.store.lease(&key("cond", cf.clone()), backend)?;
+    let mut dit_lease = links.store.lease(&key("dit", df.clone()), backend)?;
+    let mut vae_lease = links.store.lease(&key("vae", vf.clone()), backend)?;
+    let (cond, dit, vae) = (cond_lease.get::<CondEncoder>(), dit_lease.get::<DitModel>(), vae_lease.get::<VaeModel>());
+    let spec = vae.info.audio_spec();
+    let m = req.synth_batch_size.max(1) as usize;
+    let s = pipeline::synth_settings(req, true);
+    let mut sink = ProgressSink::new(links, &ctx.id);
+    let mut encoder = TileEncoder::new(&ctx.id);
+    let (mut peak, mut sent) = (1.0f32, 0u32);
+    let mut starts = vec![0u64; work.songs * m];
+    let mut publish = |track: usize, planar: &[f32]| {
+        peak = peak.max(planar.iter().fold(0f32, |a, x| a.max(x.abs())));
+        let planar: Vec<f32> = planar.iter().map(|x| x / peak).collect();
+        let n = (planar.len() / 2) as u64;
+        let tile = encoder.encode(&PcmTile { track: track as u32, index: sent, start_sample: starts[track], sample_rate: spec.sample_rate, channels: 2, planar });
+        links.hub.do_send(Publish::Tile(ctx.id.clone(), tile));
+        starts[track] += n;
+        sent += 1;
+    };
+    let append = |t: &mut (Vec<f32>, Vec<f32>), planar: &[f32]| {
+        let n = planar.len() / 2;
+        t.0.extend_from_slice(&planar[..n]);
+        t.1.extend_from_slice(&planar[n..]);
+    };
+    let mut songs: Vec<SongRender> = (0..work.songs)
+        .map(|_| SongRender {
+            states: Vec::new(),
+            frames: 0,
+            end: None,
+            windows: WindowRenderer::new(&s),
+            noise: (0..m).map(|j| Box::new(PhiloxNoise::new(req.seed.wrapping_add(j as i64) as u64)) as Box<dyn Noise + Send>).collect(),
+            tracks: vec![(Vec::new(), Vec::new()); m],
+            held: vec![None; m],
+            finished: false,
+        })
+        .collect();
+    let mut finished = 0;
+    for msg in work.rx.iter() {
+        let i = match msg {
+            Mm3Chunk::States { song, frames, states } => {
+                songs[song].states.extend_from_slice(&states);
+                songs[song].frames += frames;
+                song
+            }
+            Mm3Chunk::End { song, codes, ended } => {
+                if codes.len() < 2 {
+                    return Ok(false);
+                }
+                songs[song].end = Some(compose::Song { codes, states: Vec::new(), ended });
+                song
+            }
+        };
+        let sr = &mut songs[i];
+        let complete = sr.end.is_some();
+        while let Some(w) = sr.windows.next(backend, cond, dit, &sr.states, sr.frames, complete, &mut sr.noise, &s, &cancelled, &mut |_| {})? {
+            let count = complete.then(|| windows(sr.frames).len());
+            for (j, lat) in w.latents.iter().enumerate() {
+                if cancelled() {
+                    return Err(StageError::Cancelled);
+                }
+                // A window follows the last one decoded: its held edge is cropped away.
+                sr.held[j] = None;
+                let body = match count {
+                    Some(count) => decode_window(backend, vae, lat, w.index, count).map_err(|e| e.to_string())?,
+                    None => {
+                        let (body, edge) = decode_open(backend, vae, lat, w.index).map_err(|e| e.to_string())?;
+                        sr.held[j] = Some(edge);
+                        body
+                    }
+                };
+                publish(i * m + j, &body);
+                append(&mut sr.tracks[j], &body);
+            }
+        }
+        if complete && !sr.finished && sr.windows.rendered() == windows(sr.frames).len() {
+            // The last window was decoded before the song's end was known: its edge stays.
+            for j in 0..m {
+                if let Some(edge) = sr.held[j].take() {
+                    publish(i * m + j, &edge);
+                    append(&mut sr.tracks[j], &edge);
+                }
+            }
+            sr.finished = true;
+            finished += 1;
+        }
+        if finished == work.songs {
+            let total: usize = songs.iter().map(|s| windows(s.frames).len()).sum();
+            sink.report(Stage::Synth, total, total);
+        }
+    }
+    if finished < work.songs {
+        return Ok(false);
+    }
+    // Every song is complete: the stream's end, then the tracks, song-major.
+    links.hub.do_send(Publish::StreamEnd(ctx.id.clone(), encoder.finish()));
+    let count = work.songs * m;
+    for (i, sr) in songs.iter_mut().enumerate() {
+        let song = sr.end.as_ref().expect("complete");
+        for (j, (l, r)) in std::mem::take(&mut sr.tracks).into_iter().enumerate() {
+            let track = TrackOut {
+                audio: Pcm::new(spec.sample_rate, spec.channels, [l, r].concat()),
+                replay: serde_json::to_value(yued_protocol::Request::Mm3(pipeline::replay_request(req, song, i, j, false))).expect("a request serializes"),
+                latents: Vec::new(),
+                truncated: !song.ended && song.frames() >= req.frames(),
+            };
+            if enc_tx.send(EncCmd::Track { job: ctx.clone(), index: i * m + j, of: count, track: Box::new(track) }).is_err() {
+                return Err(StageError::Failed("the encoder stage is gone".into()));
+            }
+        }
+    }
+    sink.close();
+    Ok(true)
 }
 
 /// The synthesis half on the synthesis stage: each window denoised, decoded and published

@@ -58,7 +58,7 @@ fn keep_loaded_overlaps_the_stages_of_two_jobs() {
     let ids: Vec<String> = log.lines().filter(|l| l.contains("job queued")).filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("job=")).map(String::from)).collect();
     let (a, b) = (&ids[0], &ids[1]);
     let at = |what: &str, job: &str| log.lines().position(|l| l.contains(what) && l.contains(&format!("job={job}"))).unwrap_or_else(|| panic!("no '{what}' for {job}: {log}"));
-    assert!(at("codes ready", b) < at("job finished", a), "job B's AR ran while job A rendered: {:?}", job_lines(&log, b));
+    assert!(at("handing over", b) < at("job finished", a), "job B's AR ran while job A rendered: {:?}", job_lines(&log, b));
     assert!(store_events(&log).iter().all(|(loaded, _)| *loaded), "nothing is evicted");
     assert_eq!(metric(&d, "yued_module_loads_total"), 3.0, "nothing is loaded twice");
     for s in [&sa, &sb] {
@@ -193,4 +193,49 @@ fn streamed_chunks_reach_the_listener_while_the_song_is_written() {
     assert!(wav(&result(&again)) == wav(&parts), "the replay renders the streamed song's WAV byte for byte");
     assert!(d.log().contains("streamed chunk by chunk"), "the streamed path ran");
     assert_eq!(metric(&d, "yued_kv_sets_in_use"), 0.0, "every chunk's KV set is freed");
+}
+
+/// MiniMax Music 3 under --keep-loaded: the synthesis stage renders each 200-frame window
+/// as soon as its frames' states exist (restated chunk by chunk while the LM writes), so
+/// the first audio reaches a listener before the song's codes are complete; the result is
+/// the WAV its replay renders, byte for byte.
+#[test]
+fn a_minimax_window_is_heard_while_the_song_is_written() {
+    use futures_util::StreamExt;
+    use tokio_tungstenite::tungstenite::Message;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--keep-loaded"]);
+    let body = r#"{"family": "mm3", "caption": "<|genre pop|> bright", "lyrics": "[Verse] la la", "duration": 20, "steps": 2, "lm_seed": 21, "seed": 9, "output_format": "wav16"}"#;
+    let id = d.submit(body);
+    let url = d.ws_url(&format!("/stream?id={id}&format=pcm16"));
+    let events: Vec<String> = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let mut seen = Vec::new();
+        while let Some(m) = ws.next().await {
+            match m.unwrap() {
+                Message::Binary(_) => seen.push("audio".to_string()),
+                Message::Text(t) => seen.push(serde_json::from_str::<serde_json::Value>(t.as_str()).unwrap()["event"].as_str().unwrap_or("?").to_string()),
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+        seen
+    });
+    let s = d.wait(&id, Duration::from_secs(600));
+    assert_eq!(s["status"], "done", "{s}; log: {}", d.log());
+    let at = |what: &str| events.iter().position(|e| e == what).unwrap_or_else(|| panic!("no {what} event: {events:?}"));
+    let result = |id: &str| {
+        let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
+        multipart_parts(&body, "mm3-batch-boundary")
+    };
+    let parts = result(&id);
+    let replay: serde_json::Value = serde_json::from_slice(&parts[0].1).unwrap();
+    let frames = replay["audio_codes"].as_str().unwrap().split(',').count() / 8 - 1;
+    assert!(frames > 200, "the song has more than one window ({frames} frames)");
+    assert!(at("audio") < at("codes"), "the first window is heard before the song's codes are complete: {events:?}");
+    assert!(d.log().contains("streamed window by window"), "the streamed path ran");
+    let again = d.submit(&replay.to_string());
+    assert_eq!(d.wait(&again, Duration::from_secs(600))["status"], "done");
+    let wav = |p: &[(String, Vec<u8>)]| p.iter().find(|(t, _)| t.contains("wav")).unwrap().1.clone();
+    assert!(wav(&result(&again)) == wav(&parts), "the replay renders the streamed song's WAV byte for byte");
 }

@@ -160,6 +160,28 @@ pub fn compose(
     cancelled: &dyn Fn() -> bool,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<Song>, ComposeError> {
+    compose_fed(backend, lm, depth, prompt, songs, s, draws, cancelled, progress, None)
+}
+
+/// What [`compose_fed`] tells after each frame: the modules (free between frames), the
+/// song, its codes so far, and whether it is complete (told once per song).
+pub type FrameHook<'a> = &'a mut dyn FnMut(&mut LmModel, &mut DepthModel, usize, &Song, bool) -> Result<(), ComposeError>;
+
+/// [`compose`] that tells `hook` of each song's new frame as it is sampled and of each
+/// song's end (what lets the daemon restate and render a song while it is written).
+#[allow(clippy::too_many_arguments)]
+pub fn compose_fed(
+    backend: &Backend,
+    lm: &mut LmModel,
+    depth: &mut DepthModel,
+    prompt: &Prompt,
+    songs: usize,
+    s: &ArSettings,
+    draws: &mut dyn Draws,
+    cancelled: &dyn Fn() -> bool,
+    progress: &mut dyn FnMut(usize, usize),
+    mut hook: Option<FrameHook<'_>>,
+) -> Result<Vec<Song>, ComposeError> {
     let t = lm.info.tokens;
     let h = lm.hidden();
     let capacity = prompt.cond.len() + s.max_frames + 1;
@@ -173,6 +195,8 @@ pub fn compose(
     let mut result: Vec<Song> = (0..songs).map(|_| Song { codes: Vec::new(), states: Vec::new(), ended: false }).collect();
     // Songs still writing, and where their streams' outputs are in `out`.
     let mut active: Vec<usize> = (0..songs).collect();
+    // Songs whose end the hook was told.
+    let mut told = vec![false; songs];
     for frame in 0..=s.max_frames {
         if cancelled() {
             return Err(ComposeError::Cancelled);
@@ -243,6 +267,15 @@ pub fn compose(
             }
             feed_songs.push((i, feedback(lm, depth, &codes[n])));
         }
+        if let Some(hook) = hook.as_mut() {
+            // Songs that ended this frame (the end token, or the budget) are complete.
+            let fed: Vec<usize> = feed_songs.iter().map(|(i, _)| *i).collect();
+            for &i in &active {
+                let complete = !fed.contains(&i);
+                told[i] |= complete;
+                hook(lm, depth, i, &result[i], complete)?;
+            }
+        }
         progress(frame, s.max_frames);
         if feed_songs.is_empty() {
             break;
@@ -254,6 +287,11 @@ pub fn compose(
     for song in &result {
         if song.frames() == 0 {
             return Err(ComposeError::Invalid("the LM ended the song before its first frame".into()));
+        }
+    }
+    if let Some(hook) = hook.as_mut() {
+        for i in (0..songs).filter(|&i| !told[i]) {
+            hook(lm, depth, i, &result[i], true)?;
         }
     }
     Ok(result)
@@ -271,38 +309,83 @@ pub fn restate(backend: &Backend, lm: &mut LmModel, depth: &mut DepthModel, prom
     Ok(())
 }
 
-/// Replay: the states of the given codes (`F + 1` frames), teacher-forced: the LM runs the
-/// conditional prompt and the whole feedback sequence, the depth decoder one causal
-/// 8-position forward per frame (a batch of frames at a time).
-pub fn replay(backend: &Backend, lm: &mut LmModel, depth: &mut DepthModel, prompt: &Prompt, codes: &[[u32; CODES_PER_FRAME]], cancelled: &dyn Fn() -> bool) -> Result<Song, ComposeError> {
-    let t = lm.info.tokens;
-    let h = lm.hidden();
-    let n = codes.len().checked_sub(1).filter(|&n| n > 0).ok_or_else(|| ComposeError::Invalid("a replay needs at least two frames of codes".into()))?;
-    let capacity = prompt.cond.len() + n;
-    let mut set = lm.kv_set(backend, capacity, 1)?;
-    lm.prefill(backend, &mut set, &[(prompt.cond.as_slice(), 0)], true)?;
-    let fb: Vec<f32> = codes[..n].iter().flat_map(|c| feedback(lm, depth, c)).collect();
-    let lm_hidden = lm.feed_all(backend, &mut set, &fb, 0)?;
-    let mut states = Vec::with_capacity(n * CODES_PER_FRAME * h);
-    const FRAMES_PER_FORWARD: usize = 64;
-    for start in (1..=n).step_by(FRAMES_PER_FORWARD) {
-        if cancelled() {
-            return Err(ComposeError::Cancelled);
-        }
-        let end = (start + FRAMES_PER_FORWARD).min(n + 1);
-        let mut input = Vec::with_capacity((end - start) * CODES_PER_FRAME * h);
-        for k in start..end {
-            input.extend_from_slice(&lm_hidden[k - 1]);
-            input.extend(lm.embeddings(&[codes[k][0] + t.semantic_base]));
-            for book in 0..CODES_PER_FRAME - 2 {
-                input.extend(depth.audio_embedding(book, codes[k][book + 1]));
+/// Frames of one replay chunk: the window hop, so a window's frames are whole chunks.
+pub const REPLAY_CHUNK: usize = 100;
+
+/// The teacher-forced states of a song, computed chunk by chunk as its codes become known:
+/// the LM fed each chunk's feedback rows behind the conditional prompt (one set kept
+/// across chunks), the depth decoder one causal 8-position forward per frame of the chunk
+/// (the chunk's frames as one batch). A whole [`replay`] is this run over every chunk at
+/// once, so states handed out while a song is being written are the replay's, bit for bit.
+pub struct Restater {
+    set: crate::kv_cache::KvSet,
+    /// State frames computed (frame k >= 1 is `lm_hidden[k - 1]` and the depth states of
+    /// `codes[k]`).
+    done: usize,
+}
+
+impl Restater {
+    /// A restater for songs of up to `max_frames` frames: the prompt prefilled.
+    pub fn new(backend: &Backend, lm: &mut LmModel, prompt: &Prompt, max_frames: usize) -> Result<Self, ComposeError> {
+        let mut set = lm.kv_set(backend, prompt.cond.len() + max_frames, 1)?;
+        lm.prefill(backend, &mut set, &[(prompt.cond.as_slice(), 0)], true)?;
+        Ok(Restater { set, done: 0 })
+    }
+
+    /// State frames computed so far.
+    pub fn frames(&self) -> usize {
+        self.done
+    }
+
+    /// The states of the whole chunks that `codes` (`F + 1` frames so far) complete, or of
+    /// every frame left when the song is `complete`: `8 * hidden` values per frame.
+    pub fn advance(
+        &mut self,
+        backend: &Backend,
+        lm: &mut LmModel,
+        depth: &mut DepthModel,
+        codes: &[[u32; CODES_PER_FRAME]],
+        complete: bool,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<Vec<f32>, ComposeError> {
+        let t = lm.info.tokens;
+        let h = lm.hidden();
+        let n = codes.len().saturating_sub(1);
+        let mut states = Vec::new();
+        loop {
+            let start = self.done + 1;
+            let end = (self.done + REPLAY_CHUNK).min(n);
+            if start > n || (!complete && self.done + REPLAY_CHUNK > n) {
+                return Ok(states);
             }
-        }
-        let d = depth.forward(backend, &input, CODES_PER_FRAME, end - start, true)?;
-        for (k, hid) in (start..end).zip(&d.hidden) {
-            states.extend_from_slice(&lm_hidden[k - 1]);
-            states.extend_from_slice(&hid[h..]);
+            if cancelled() {
+                return Err(ComposeError::Cancelled);
+            }
+            let fb: Vec<f32> = codes[start - 1..end].iter().flat_map(|c| feedback(lm, depth, c)).collect();
+            let lm_hidden = lm.feed_all(backend, &mut self.set, &fb, 0)?;
+            let mut input = Vec::with_capacity((end + 1 - start) * CODES_PER_FRAME * h);
+            for k in start..=end {
+                input.extend_from_slice(&lm_hidden[k - start]);
+                input.extend(lm.embeddings(&[codes[k][0] + t.semantic_base]));
+                for book in 0..CODES_PER_FRAME - 2 {
+                    input.extend(depth.audio_embedding(book, codes[k][book + 1]));
+                }
+            }
+            let d = depth.forward(backend, &input, CODES_PER_FRAME, end + 1 - start, true)?;
+            for (k, hid) in (start..=end).zip(&d.hidden) {
+                states.extend_from_slice(&lm_hidden[k - start]);
+                states.extend_from_slice(&hid[h..]);
+            }
+            self.done = end;
         }
     }
+}
+
+/// Replay: the states of the given codes (`F + 1` frames), teacher-forced ([`Restater`]
+/// over every chunk).
+pub fn replay(backend: &Backend, lm: &mut LmModel, depth: &mut DepthModel, prompt: &Prompt, codes: &[[u32; CODES_PER_FRAME]], cancelled: &dyn Fn() -> bool) -> Result<Song, ComposeError> {
+    let n = codes.len().checked_sub(1).filter(|&n| n > 0).ok_or_else(|| ComposeError::Invalid("a replay needs at least two frames of codes".into()))?;
+    let mut r = Restater::new(backend, lm, prompt, n)?;
+    let states = r.advance(backend, lm, depth, codes, true, cancelled)?;
     Ok(Song { codes: codes.to_vec(), states, ended: false })
 }

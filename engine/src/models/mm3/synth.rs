@@ -131,21 +131,72 @@ pub fn render(
     progress: &mut dyn FnMut(usize, usize),
     on_window: &mut dyn FnMut(Window) -> Result<(), SynthError>,
 ) -> Result<(), SynthError> {
-    let per_frame = states.len() / frames.max(1);
-    let c = dit.cfg.in_channels;
-    let cd = dit.cfg.condition_dim;
-    let m = noise.len();
-    let wins = windows(frames);
-    let sig = sigmas(s.steps);
-    let total = wins.len() * s.steps;
-    let mut done = 0;
-    // The carry: (latents per variation, condition), time-major.
-    let mut carry: Option<(Vec<Vec<f32>>, Vec<f32>)> = None;
-    for (k, &(start, end)) in wins.iter().enumerate() {
+    let mut w = WindowRenderer::new(s);
+    let total = windows(frames).len() * s.steps;
+    while let Some(win) = w.next(backend, cond, dit, states, frames, true, noise, s, cancelled, &mut |d| progress(d, total))? {
+        on_window(win)?;
+    }
+    Ok(())
+}
+
+/// A song's windows rendered one at a time, each as soon as its frames are known: window
+/// k (frames `100k..100k + 200`) needs only those frames and window k - 1's carry, so a song
+/// still being written renders its full windows as their frames arrive, and the rest once
+/// it ends. The same windows as [`render`]'s, bit for bit.
+pub struct WindowRenderer {
+    next: usize,
+    sig: Vec<f32>,
+    done_steps: usize,
+    /// The carry: (latents per variation, condition), time-major.
+    carry: Option<(Vec<Vec<f32>>, Vec<f32>)>,
+}
+
+impl WindowRenderer {
+    pub fn new(s: &SynthSettings) -> Self {
+        WindowRenderer { next: 0, sig: sigmas(s.steps), done_steps: 0, carry: None }
+    }
+
+    /// Windows rendered so far.
+    pub fn rendered(&self) -> usize {
+        self.next
+    }
+
+    /// The next window when its frames are known: `states` holds the song's first `frames`
+    /// frames, all of it when `complete`. `None`: it needs more frames, or the song has no
+    /// more windows. `progress(steps done)` counts this renderer's DiT steps.
+    #[allow(clippy::too_many_arguments)]
+    pub fn next(
+        &mut self,
+        backend: &Backend,
+        cond: &mut CondEncoder,
+        dit: &mut DitModel,
+        states: &[f32],
+        frames: usize,
+        complete: bool,
+        noise: &mut [Box<dyn Noise + Send>],
+        s: &SynthSettings,
+        cancelled: &dyn Fn() -> bool,
+        progress: &mut dyn FnMut(usize),
+    ) -> Result<Option<Window>, SynthError> {
+        let k = self.next;
+        let (start, end) = if complete {
+            match windows(frames).get(k) {
+                Some(&w) => w,
+                None => return Ok(None),
+            }
+        } else if frames >= k * WINDOW_HOP + WINDOW_FRAMES {
+            (k * WINDOW_HOP, k * WINDOW_HOP + WINDOW_FRAMES)
+        } else {
+            return Ok(None);
+        };
+        let per_frame = states.len() / frames.max(1);
+        let c = dit.cfg.in_channels;
+        let cd = dit.cfg.condition_dim;
+        let m = noise.len();
         let mut condition = cond.encode(backend, &states[start * per_frame..end * per_frame], end - start)?;
         let l = condition.len() / cd;
-        let overlap = carry.as_ref().map_or(0, |(lat, _)| (lat[0].len() / c).min(l));
-        if let Some((_, prev_cond)) = &carry {
+        let overlap = self.carry.as_ref().map_or(0, |(lat, _)| (lat[0].len() / c).min(l));
+        if let Some((_, prev_cond)) = &self.carry {
             condition[..overlap * cd].copy_from_slice(&prev_cond[..overlap * cd]);
         }
         // Noise: each variation's block, channel-major, made time-major.
@@ -167,8 +218,8 @@ pub fn render(
             if cancelled() {
                 return Err(SynthError::Cancelled);
             }
-            let t = sig[i];
-            if let Some((prev, _)) = &carry {
+            let t = self.sig[i];
+            if let Some((prev, _)) = &self.carry {
                 for (v, xv) in x.iter_mut().enumerate() {
                     for j in 0..overlap * c {
                         xv[j] = (1.0 - (1.0 - 1e-6) * t) * prompt[v][j] + t * prev[v][j];
@@ -177,26 +228,40 @@ pub fn render(
             }
             let flat: Vec<f32> = x.concat();
             let vel = dit.guided(backend, &flat, &condition, l, m, t, s.dit_cfg, s.batch_cfg)?;
-            let dt = sig[i + 1] - t;
+            let dt = self.sig[i + 1] - t;
             for (v, xv) in x.iter_mut().enumerate() {
                 for (a, b) in xv.iter_mut().zip(&vel[v * l * c..(v + 1) * l * c]) {
                     *a += dt * b;
                 }
             }
-            done += 1;
-            progress(done, total);
+            self.done_steps += 1;
+            progress(self.done_steps);
         }
-        if let Some((prev, _)) = &carry {
+        if let Some((prev, _)) = &self.carry {
             for (v, xv) in x.iter_mut().enumerate() {
                 xv[..overlap * c].copy_from_slice(&prev[v][..overlap * c]);
             }
         }
         let os = l.saturating_sub(2 * OVERLAP_LATENTS);
         let oe = os.max(l.saturating_sub(OVERLAP_LATENTS));
-        carry = Some((x.iter().map(|v| v[os * c..oe * c].to_vec()).collect(), condition[os * cd..oe * cd].to_vec()));
-        on_window(Window { index: k, condition, latents: x, frames: l })?;
+        self.carry = Some((x.iter().map(|v| v[os * c..oe * c].to_vec()).collect(), condition[os * cd..oe * cd].to_vec()));
+        self.next += 1;
+        Ok(Some(Window { index: k, condition, latents: x, frames: l }))
     }
-    Ok(())
+}
+
+/// Decodes window `index` of a song whose window count is not known yet: the part kept
+/// whether or not a later window follows (planar stereo, cropped and clamped as
+/// [`decode_window`] crops it), and the right edge kept only if none follows. The two
+/// together are `decode_window` of the last window; the first alone, of any other.
+pub fn decode_open(backend: &Backend, vae: &mut VaeModel, latents: &[f32], index: usize) -> Result<(Vec<f32>, Vec<f32>), GgmlError> {
+    let pcm = vae.decode(backend, latents)?;
+    let n = pcm.len() / 2;
+    let hop = vae.info.hop();
+    let left = if index == 0 { 0 } else { CROP_LEFT * hop };
+    let cut = n.saturating_sub(CROP_RIGHT * hop).max(left);
+    let part = |a: usize, b: usize| (0..2).flat_map(|side| pcm[side * n + a..side * n + b].iter().map(|x| x.clamp(-1.0, 1.0))).collect::<Vec<f32>>();
+    Ok((part(left, cut), part(cut, n)))
 }
 
 /// Decodes window `index` of `count` and crops it for stitching: planar stereo.

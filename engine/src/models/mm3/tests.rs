@@ -176,3 +176,72 @@ fn a_song_renders_end_to_end_on_the_demo() {
     assert_eq!((r.lm_seed, r.seed, r.synth_batch_size), (5, 10, 1));
     assert_eq!(r.audio_codes.split(',').count(), 8 * song.codes.len());
 }
+
+#[test]
+fn a_song_written_frame_by_frame_restates_and_renders_as_its_replay() {
+    use super::cond::CondEncoder;
+    use super::dit::DitModel;
+    use super::pipeline::render_song;
+    use super::synth::{decode_open, decode_window, windows, Noise, PhiloxNoise, SynthSettings, WindowRenderer};
+    use super::vae::VaeModel;
+    let mut t = tiny();
+    let max = 320;
+    let mut restater = Restater::new(&t.backend, &mut t.lm, &t.prompt, max).unwrap();
+    // (frames written when handed out, state frames in the chunk, states)
+    let mut chunks: Vec<(usize, usize, Vec<f32>)> = Vec::new();
+    let mut ends = 0;
+    let mut hook = |lm: &mut LmModel, depth: &mut DepthModel, _i: usize, song: &Song, complete: bool| {
+        let before = restater.frames();
+        let st = restater.advance(&t.backend, lm, depth, &song.codes, complete, &|| false)?;
+        if !st.is_empty() {
+            chunks.push((song.frames(), restater.frames() - before, st));
+        }
+        ends += complete as usize;
+        Ok(())
+    };
+    let songs = compose_fed(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &settings(max), &mut SeedDraws::new(21, 1), &|| false, &mut |_, _| {}, Some(&mut hook)).unwrap();
+    let song = &songs[0];
+    assert_eq!(ends, 1, "the end is told once");
+    let frames = song.frames();
+    assert!(frames > 200, "a song of {frames} frames has more than one window");
+    // Whole chunks of 100 frames go out the frame their last code is written.
+    assert_eq!(chunks[0].0, 100);
+    assert_eq!(chunks[0].1, 100);
+    let states: Vec<f32> = chunks.iter().flat_map(|c| c.2.iter().copied()).collect();
+    let whole = replay(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, &song.codes, &|| false).unwrap();
+    assert!(states == whole.states, "the chunked states are the replay's, bit for bit");
+
+    // Windows rendered as the chunks arrive equal the whole song's render.
+    let open = |i: usize| GgufFile::open(&t.files[i]).unwrap();
+    let mut cond = CondEncoder::load(&open(2), &t.backend).unwrap();
+    let mut dit = DitModel::load(&open(3), &t.backend).unwrap();
+    let mut vae = VaeModel::load(&open(4), &t.backend).unwrap();
+    let s = SynthSettings { steps: 2, dit_cfg: 1.7, batch_cfg: true };
+    let full = render_song(&t.backend, &mut cond, &mut dit, &mut vae, &whole, 9, 1, &s, &|| false, &mut |_, _| {}, &mut |_| {}).unwrap();
+    let mut w = WindowRenderer::new(&s);
+    let mut noise: Vec<Box<dyn Noise + Send>> = vec![Box::new(PhiloxNoise::new(9))];
+    let (mut have, mut known, mut out, mut held) = (Vec::new(), 0, Vec::<Vec<f32>>::new(), None);
+    let mut early = 0;
+    for (k, (_, n, st)) in chunks.iter().enumerate() {
+        have.extend_from_slice(st);
+        known += n;
+        let complete = k + 1 == chunks.len();
+        while let Some(win) = w.next(&t.backend, &mut cond, &mut dit, &have, known, complete, &mut noise, &s, &|| false, &mut |_| {}).unwrap() {
+            held = None;
+            if complete {
+                out.push(decode_window(&t.backend, &mut vae, &win.latents[0], win.index, windows(known).len()).unwrap());
+            } else {
+                early += 1;
+                let (body, edge) = decode_open(&t.backend, &mut vae, &win.latents[0], win.index).unwrap();
+                out.push(body);
+                held = Some(edge);
+            }
+        }
+    }
+    out.extend(held);
+    assert!(early >= 1, "a window rendered before the song's end");
+    // Planar pieces: left halves then right halves.
+    let left: Vec<f32> = out.iter().flat_map(|p| p[..p.len() / 2].iter().copied()).collect();
+    let right: Vec<f32> = out.iter().flat_map(|p| p[p.len() / 2..].iter().copied()).collect();
+    assert!([left, right].concat() == full[0], "windows rendered as the frames arrive make the same track, bit for bit");
+}
