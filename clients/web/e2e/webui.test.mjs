@@ -242,6 +242,27 @@ try {
   check(forgotten.status === "cancelled", `the forgotten job was cancelled (${forgotten.status})`);
   await fetch(`${base}/job?id=${blocker3.id}&cancel=1`, { method: "POST" });
 
+  // A running job survives a reload: the page rejoins its stream and draws its waveform
+  // from the tiles still coming (a long song from this address, streamed in 3 s chunks).
+  const running = await (await fetch(`${base}/synth`, { method: "POST", headers: { "Content-Type": "application/json" }, body: JSON.stringify({ style: "rejoin", cot: "off", duration: 90, steps: 8, output_format: "wav16", stream_chunk_seconds: 3, semantic_sampling: { min_tokens: 2250 } }) })).json();
+  for (let i = 0; i < 600 && (await (await fetch(`${base}/job?id=${running.id}`)).json()).status !== "running"; i++) await sleep(100);
+  await page.reload();
+  const rcard = page.locator(`li.job[data-id="${running.id}"]`);
+  await rcard.waitFor({ timeout: 15000 });
+  await page.waitForFunction((id) => {
+    const li = document.querySelector(`li.job[data-id="${id}"]`);
+    const c = li?.querySelector("canvas.wave");
+    const d = c?.getContext("2d").getImageData(0, 0, c.width, c.height).data;
+    let n = 0;
+    for (let i = 3; d && i < d.length; i += 4) if (d[i]) n++;
+    return li.querySelector(".status").dataset.status === "running" && n > 50;
+  }, running.id, { timeout: 120000 });
+  check((await (await fetch(`${base}/job?id=${running.id}`)).json()).status === "running", "the waveform of a running job is drawn again after a reload, while it still runs");
+  check(/ · overall \d+% · \d+ s$/.test(await rcard.locator(".stage").textContent()), "the rejoined job shows its progress");
+  await shot("rejoined");
+  await fetch(`${base}/job?id=${running.id}&cancel=1`, { method: "POST" });
+  await page.waitForFunction((id) => document.querySelector(`li.job[data-id="${id}"] .status`)?.dataset.status === "cancelled", running.id, { timeout: 30000 });
+
   // The daemon log in its panel (SSE), the job's story among it.
   await page.click("#logs-panel summary");
   await page.waitForFunction((id) => document.getElementById("logs").textContent.includes(id), id, { timeout: 15000 });

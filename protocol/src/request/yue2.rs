@@ -125,8 +125,14 @@ pub struct Yue2Request {
     /// after), so the first audio comes after one small chunk instead of the whole song;
     /// with `--keep-loaded` chunk k renders while the AR half writes chunk k+1. 0 (the
     /// default) keeps the seed's chunk rule: one chunk per context window. A different
-    /// value renders different audio from the same codes; the replay request records it.
+    /// value renders different audio from the same codes; the replay request records it
+    /// (when non-zero: a request at the default serializes as seed 000's reference body).
+    #[serde(skip_serializing_if = "is_off")]
     pub stream_chunk_seconds: f64,
+}
+
+fn is_off(seconds: &f64) -> bool {
+    *seconds == 0.0
 }
 
 /// Frames of the previous chunk's codes a streaming chunk (`stream_chunk_seconds`) is
