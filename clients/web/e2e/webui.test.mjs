@@ -93,6 +93,12 @@ try {
   // Compose: an example, then our own values; a written score so the demo model renders
   // it (random weights cannot plan one).
   await page.selectOption("#example", { index: 2 });
+  // Style suggestions add a tag to the list, and take it away again.
+  await page.fill("#style", "acoustic folk");
+  await page.locator('.style-tags button', { hasText: "female vocal" }).click();
+  check((await page.inputValue("#style")) === "acoustic folk, female vocal", `a style suggestion adds its tag (${await page.inputValue("#style")})`);
+  await page.locator('.style-tags button', { hasText: "female vocal" }).click();
+  check((await page.inputValue("#style")) === "acoustic folk", "a second click takes it away");
   await page.fill("#style", "acoustic folk, fingerpicked guitar");
   // The lyric-structure helper puts a tag on a line of its own at the cursor.
   await page.fill("#lyrics", "la la");

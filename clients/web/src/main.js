@@ -211,6 +211,20 @@ function defaultText(v) {
 /** The lyric-structure helper: a tag button inserts its tag on a line of its own at the
  * cursor of its textarea. */
 function setupTags() {
+  // Style suggestions: a click adds the tag to the comma-separated list (again: removes it).
+  for (const group of document.querySelectorAll(".style-tags")) {
+    const field = $(group.dataset.for);
+    for (const b of group.querySelectorAll("button")) {
+      b.onclick = () => {
+        const tags = field.value.split(",").map((t) => t.trim()).filter(Boolean);
+        const at = tags.indexOf(b.textContent);
+        if (at >= 0) tags.splice(at, 1);
+        else tags.push(b.textContent);
+        field.value = tags.join(", ");
+        field.dispatchEvent(new Event("input", { bubbles: true }));
+      };
+    }
+  }
   for (const group of document.querySelectorAll(".tags")) {
     const area = $(group.dataset.for);
     for (const b of group.querySelectorAll("button")) {

@@ -130,6 +130,12 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
         push("e2e", format!("time to first audio, {:.0} s song", audio), "s", one(first.unwrap_or(total)), format!("AR half {ar:.1} s of it"));
         push("e2e", format!("whole song, {:.0} s, {steps} steps", audio), "x realtime", one(audio / total), format!("{total:.1} s per song"));
     }
+    if want("stream") {
+        let dir = paths[0].parent().context("the demo's directory")?;
+        for r in super::bench_stream::run_mm3(a, dir)? {
+            push(r.section, r.what, r.unit, r.stats, r.note);
+        }
+    }
     println!("{:<8} {:<46} {:>10} {:>10} {:>10}  {:<10} note", "section", "what", "median", "min", "max", "unit");
     for r in &rows {
         println!("{:<8} {:<46} {:>10.3} {:>10.3} {:>10.3}  {:<10} {}", r.section, r.what, r.stats.median, r.stats.min, r.stats.max, r.unit, r.note);

@@ -24,12 +24,13 @@ struct Served {
 }
 
 impl Served {
-    fn start(a: &BenchArgs, model: &Path, vae: &Path, keep_loaded: bool) -> anyhow::Result<Served> {
+    /// `models`: the model flags of `yued serve` (`--model M --vae V`, or `--models DIR`).
+    fn start(a: &BenchArgs, models: &[std::ffi::OsString], keep_loaded: bool) -> anyhow::Result<Served> {
         let dir = tempfile::tempdir()?;
         let port = std::net::TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
         let log = dir.path().join("daemon.log");
         let mut cmd = Command::new(std::env::current_exe()?);
-        cmd.arg("serve").arg("--model").arg(model).arg("--vae").arg(vae).arg("--data-dir").arg(dir.path().join("data"));
+        cmd.arg("serve").args(models).arg("--data-dir").arg(dir.path().join("data"));
         cmd.args(["--port", &port.to_string(), "--device", &a.device.device, "--threads", &a.device.threads.to_string()]);
         if keep_loaded {
             cmd.arg("--keep-loaded");
@@ -105,30 +106,49 @@ fn request(seconds: f64, code_rate: f64, stream: f64) -> String {
     .to_string()
 }
 
-/// The rows: for each policy and chunking, the time to first audio (its share of the
-/// render in the note) and the whole song.
+/// The YuE2 rows: for each policy, the seed's chunks and `--stream-seconds` chunks.
 pub(super) fn run(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64) -> anyhow::Result<Vec<Row>> {
+    let models = ["--model".into(), model.into(), "--vae".into(), vae.into()];
+    let songs: Vec<(String, String)> =
+        [0.0, a.stream_seconds].iter().map(|&s| (if s > 0.0 { format!("{s} s chunks") } else { "the seed's chunks".to_string() }, request(a.e2e_seconds, code_rate, s))).collect();
+    measure(a, &models, &songs)
+}
+
+/// The MiniMax Music 3 rows (`--family mm3 --only stream`): for each policy, a song of
+/// `--e2e-seconds` from the five files in `dir` (under --keep-loaded each window renders
+/// as soon as its frames exist).
+pub(super) fn run_mm3(a: &BenchArgs, dir: &Path) -> anyhow::Result<Vec<Row>> {
+    let models = ["--models".into(), dir.into()];
+    let body = serde_json::json!({
+        "family": "mm3", "caption": "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright vocals",
+        "lyrics": "[verse]\nneon lights over the city\n[chorus]\nwe run, we run", "duration": a.e2e_seconds, "lm_seed": 21, "seed": 2,
+        "output_format": "wav16",
+    });
+    measure(a, &models, &[("200-frame windows".to_string(), body.to_string())])
+}
+
+/// For each policy and each (label, request): the time to first audio, its share of the
+/// render in the note.
+fn measure(a: &BenchArgs, models: &[std::ffi::OsString], songs: &[(String, String)]) -> anyhow::Result<Vec<Row>> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let reps = if a.quick { 1 } else { a.reps.min(3) };
     let mut rows = Vec::new();
     for (keep_loaded, policy) in [(false, "STRICT"), (true, "--keep-loaded")] {
-        let served = Served::start(a, model, vae, keep_loaded)?;
-        for stream in [0.0, a.stream_seconds] {
-            let body = request(a.e2e_seconds, code_rate, stream);
+        let served = Served::start(a, models, keep_loaded)?;
+        for (label, body) in songs {
             let pb = super::progress_bar(reps as u64, "stream");
-            pb.set_message(format!("{policy}, stream_chunk_seconds {stream}"));
-            // One unmeasured run per setting: its chunk shapes' first graphs and buffers.
-            served.song(&rt, &body)?;
+            pb.set_message(format!("{policy}, {label}"));
+            // One unmeasured run per setting: its shapes' first graphs and buffers.
+            served.song(&rt, body)?;
             let mut runs = Vec::with_capacity(reps);
             for _ in 0..reps {
-                runs.push(served.song(&rt, &body)?);
+                runs.push(served.song(&rt, body)?);
                 pb.inc(1);
             }
             pb.finish_and_clear();
             let first = stats(runs.iter().map(|r| r.0).collect());
             let total = stats(runs.iter().map(|r| r.1).collect());
-            let chunks = if stream > 0.0 { format!("{stream} s chunks") } else { "the seed's chunks".to_string() };
-            let what = format!("first audio, {:.0} s song, {policy}, {chunks}", a.e2e_seconds);
+            let what = format!("first audio, {:.0} s song, {policy}, {label}", a.e2e_seconds);
             let note = format!("{:.1}% of the {:.1} s render", 100.0 * first.median / total.median, total.median);
             rows.push(Row { section: "stream", what, unit: "s", stats: first, note });
         }
