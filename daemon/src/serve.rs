@@ -45,7 +45,8 @@ pub struct ServeArgs {
     pub vae: Option<PathBuf>,
     /// A directory of model files: every GGUF is sorted by its `general.architecture`
     /// (yue2, yue2-vae; MiniMax Music 3's mm3-lm, mm3-depth, mm3-cond, mm3-dit, mm3-vae) and
-    /// the first of each bucket in name order is served; --model/--vae win over it.
+    /// the first of each bucket in name order is served; --model/--vae name YuE2's pair
+    /// over it (MiniMax Music 3 still comes from the directory).
     #[arg(long)]
     pub models: Option<PathBuf>,
     /// Listen address (default 127.0.0.1).
@@ -188,10 +189,9 @@ fn mm3_check(reg: &Registry) -> anyhow::Result<Option<http::Mm3Check>> {
 
 fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let mut mm3 = None;
-    let (model, vae) = match (&c.model, &c.vae) {
-        (Some(m), Some(v)) => (m.clone(), v.clone()),
-        (None, None) if c.models.is_some() => {
-            let dir = c.models.as_ref().expect("checked");
+    // --models: the registry (MiniMax Music 3 from it; YuE2 too, unless --model/--vae name it).
+    let registry = match &c.models {
+        Some(dir) => {
             let (reg, skipped) = Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
             for s in &skipped {
                 tracing::warn!(file = %s.path.display(), reason = %s.reason, "model file skipped");
@@ -201,8 +201,16 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
                     tracing::info!(bucket = b.arch(), file = %e.name, "model file");
                 }
             }
-            let pick = |b: Bucket| reg.resolve(b, "").map(|e| e.path.clone()).map_err(|e| anyhow::anyhow!("--models {}: {e}", dir.display()));
             mm3 = mm3_check(&reg)?;
+            Some((dir, reg))
+        }
+        None => None,
+    };
+    let (model, vae) = match (&c.model, &c.vae) {
+        (Some(m), Some(v)) => (m.clone(), v.clone()),
+        (None, None) if registry.is_some() => {
+            let (dir, reg) = registry.as_ref().expect("checked");
+            let pick = |b: Bucket| reg.resolve(b, "").map(|e| e.path.clone()).map_err(|e| anyhow::anyhow!("--models {}: {e} (or name YuE2's pair with --model and --vae)", dir.display()));
             (pick(Bucket::Yue2)?, pick(Bucket::Yue2Vae)?)
         }
         (None, None) => {

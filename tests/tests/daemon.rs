@@ -811,3 +811,31 @@ fn kill_9_mid_minimax_song_resumes_from_its_journaled_codes() {
     let rec = records.iter().find(|r| r.id.as_str() == id).unwrap();
     assert_eq!((rec.resumed, rec.crashes), (1, 1), "resumed once from its journaled codes, after one crash");
 }
+
+/// `--models DIR` holding only MiniMax Music 3's five files, with YuE2's pair named by
+/// `--model` and `--vae`: both families are served (the pair wins for YuE2, the directory
+/// still gives MiniMax). Without the pair the daemon refuses to start and says how.
+#[test]
+fn a_minimax_directory_serves_beside_a_named_yue2_pair() {
+    let dir = tempfile::tempdir().unwrap();
+    // A first start writes both demos into the data directory.
+    let first = Daemon::start(&dir.path().join("data"), &[]);
+    drop(first);
+    let demo = dir.path().join("data/models");
+    let mm3 = dir.path().join("mm3");
+    std::fs::create_dir_all(&mm3).unwrap();
+    for c in ["lm", "depth", "cond", "dit", "vae"] {
+        let name = format!("mm3-demo-tiny-{c}.gguf");
+        std::fs::copy(demo.join(&name), mm3.join(&name)).unwrap();
+    }
+    let (m, v) = (demo.join("yue2-demo-tiny.gguf"), demo.join("yue2-demo-tiny-vae.gguf"));
+    let args = ["--models", mm3.to_str().unwrap(), "--model", m.to_str().unwrap(), "--vae", v.to_str().unwrap()];
+    let d = Daemon::start(&dir.path().join("data2"), &args);
+    let props: serde_json::Value = d.http.get(d.url("/props")).send().unwrap().json().unwrap();
+    assert_eq!(props["families"], serde_json::json!(["yue2", "mm3"]), "{props}");
+    assert!(props["model"].as_str().unwrap().ends_with("yue2-demo-tiny.gguf"), "{props}");
+    drop(d);
+    let out = std::process::Command::new(yued_bin()).args(["serve", "--models", mm3.to_str().unwrap(), "--data-dir", dir.path().join("data3").to_str().unwrap()]).output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("--model and --vae"), "{err}");
+}

@@ -158,9 +158,14 @@ fn models(a: &BenchArgs) -> anyhow::Result<(PathBuf, PathBuf, String)> {
     if let (Some(m), Some(v)) = (&a.model, &a.vae) {
         return Ok((m.clone(), v.clone(), m.display().to_string()));
     }
-    let preset: Preset = a.preset.parse().map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
-    let dir = a.cache.join(&a.preset);
-    let tag = &a.preset;
+    let (m, v) = demo_pair(&a.cache, &a.preset)?;
+    Ok((m, v, format!("demo preset {} (random weights)", a.preset)))
+}
+
+/// The YuE2 demo pair of `tag` in `cache`, written once.
+pub(super) fn demo_pair(cache: &std::path::Path, tag: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
+    let preset: Preset = tag.parse().map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
+    let dir = cache.join(tag);
     let (m, v) = (dir.join(format!("yue2-demo-{tag}.gguf")), dir.join(format!("yue2-demo-{tag}-vae.gguf")));
     if !m.exists() || !v.exists() {
         eprintln!("writing the {tag} demo model into {} (once)", dir.display());
@@ -168,7 +173,7 @@ fn models(a: &BenchArgs) -> anyhow::Result<(PathBuf, PathBuf, String)> {
         write_demo(&dir, preset, 0, &mut |done, total| pb.set_position((done * 100 / total.max(1)) as u64)).context("writing the demo model")?;
         pb.finish_and_clear();
     }
-    Ok((m, v, format!("demo preset {tag} (random weights)")))
+    Ok((m, v))
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {

@@ -116,9 +116,10 @@ pub(super) fn run(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64) -> an
 
 /// The MiniMax Music 3 rows (`--family mm3 --only stream`): for each policy, a song of
 /// `--e2e-seconds` from the five files in `dir` (under --keep-loaded each window renders
-/// as soon as its frames exist).
+/// as soon as its frames exist). The daemon also serves YuE2's tiny demo, idle.
 pub(super) fn run_mm3(a: &BenchArgs, dir: &Path) -> anyhow::Result<Vec<Row>> {
-    let models = ["--models".into(), dir.into()];
+    let (m, v) = super::bench::demo_pair(&a.cache, "tiny")?;
+    let models = ["--models".into(), dir.into(), "--model".into(), m.into(), "--vae".into(), v.into()];
     let body = serde_json::json!({
         "family": "mm3", "caption": "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright vocals",
         "lyrics": "[verse]\nneon lights over the city\n[chorus]\nwe run, we run", "duration": a.e2e_seconds, "lm_seed": 21, "seed": 2,
