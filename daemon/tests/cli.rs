@@ -367,6 +367,45 @@ fn codec_encodes_audio_to_latents_and_back_in_every_format() {
     assert!(fails(&["codec", "encode", "--vae", s(&vae), "-i", s(&junk), "--device", "CPU"]).contains("does not decode"));
 }
 
+/// `yued codec --family mm3`: a 48 kHz WAV to MiniMax Music 3's latents (resampled to 44.1
+/// kHz, 512 samples a frame, the tiny demo's 8 channels) and back to 44.1 kHz audio; a
+/// latent file of partial frames and a YuE2 VAE are refused with a message.
+#[test]
+fn codec_encodes_and_decodes_with_the_minimax_flow_vae() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    ok(&["demo-model", "--family", "mm3", "--out", s(d)]);
+    let vae = d.join("mm3-demo-tiny-vae.gguf");
+    let wav = d.join("in.wav");
+    let spec = hound::WavSpec { channels: 2, sample_rate: 48000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
+    for i in 0..24000 {
+        let v = ((i as f32 * 0.05).sin() * 10000.0) as i16;
+        w.write_sample(v).unwrap();
+        w.write_sample(v / 2).unwrap();
+    }
+    w.finalize().unwrap();
+    // 24000 samples at 48 kHz are 22050 at 44.1 kHz: 44 frames of 512 (padded), 8 channels.
+    let z = d.join("z.vae");
+    let said = ok(&["codec", "encode", "--family", "mm3", "--vae", s(&vae), "-i", s(&wav), "-o", s(&z), "--device", "CPU"]);
+    assert!(said.contains("44 frames"), "{said}");
+    let bytes = std::fs::read(&z).unwrap();
+    assert_eq!(bytes.len(), 44 * 8 * 4);
+    let again = d.join("z2.vae");
+    ok(&["codec", "encode", "--family", "mm3", "--vae", s(&vae), "-i", s(&wav), "-o", s(&again), "--device", "CPU"]);
+    assert!(std::fs::read(&again).unwrap() == bytes, "the encode is deterministic");
+    let back = d.join("back.wav");
+    ok(&["codec", "decode", "--family", "mm3", "--vae", s(&vae), "-i", s(&z), "-o", s(&back), "--format", "wav16", "--device", "CPU"]);
+    let r = hound::WavReader::open(&back).unwrap();
+    assert_eq!((r.spec().sample_rate, r.spec().channels, r.duration()), (44100, 2, 44 * 512));
+    let partial = d.join("partial.vae");
+    std::fs::write(&partial, &bytes[..bytes.len() - 4]).unwrap();
+    assert!(fails(&["codec", "decode", "--family", "mm3", "--vae", s(&vae), "-i", s(&partial), "--device", "CPU"]).contains("not whole frames"));
+    ok(&["demo-model", "--out", s(d)]);
+    let yue2_vae = d.join("yue2-demo-tiny-vae.gguf");
+    assert!(fails(&["codec", "encode", "--family", "mm3", "--vae", s(&yue2_vae), "-i", s(&wav), "--device", "CPU"]).contains("mm3-vae"));
+}
+
 /// A mono 44.1 kHz sweep: the resampling and channel paths, not the 48 kHz stereo default.
 fn write_sweep_44k_mono(path: &Path, frames: usize) {
     let spec = hound::WavSpec { channels: 1, sample_rate: 44100, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };

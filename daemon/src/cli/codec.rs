@@ -8,7 +8,8 @@ use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::models::yue2::vae::VaeModel;
 use yued_protocol::OutputFormat;
 
-/// The neural codec: audio to Oobleck latents and back, with the VAE alone.
+/// The neural codec: audio to latents and back, with the VAE alone (YuE2's Oobleck VAE,
+/// or with `--family mm3` MiniMax Music 3's flow VAE, whose encoder is its `encoder.*` tensors).
 #[derive(clap::Subcommand)]
 pub enum CodecCommand {
     /// Audio (WAV, MP3, FLAC, Ogg Vorbis/Opus, AAC/M4A; any rate and channel count,
@@ -20,7 +21,11 @@ pub enum CodecCommand {
 
 #[derive(clap::Args)]
 pub struct CodecArgs {
-    /// VAE GGUF.
+    /// Whose VAE: `yue2` (48 kHz, 64 latent channels at 25 Hz) or `mm3` (MiniMax Music 3's
+    /// flow VAE: 44.1 kHz, 128 channels at 86.13 Hz).
+    #[arg(long, default_value = "yue2")]
+    pub family: yued_protocol::Family,
+    /// VAE GGUF (for mm3 the vocoder file, `mm3-vae`; encoding needs its encoder tensors).
     #[arg(long)]
     pub vae: PathBuf,
     /// Input file.
@@ -41,7 +46,7 @@ pub struct CodecArgs {
     /// MP3 bitrate in kbps (decode to mp3).
     #[arg(long, default_value_t = 128)]
     pub bitrate: u32,
-    /// VAE tile core frames.
+    /// VAE tile core frames (YuE2; MiniMax decodes tiles of 256 frames).
     #[arg(long, default_value_t = 512)]
     pub vae_core: usize,
     /// VAE tile halo frames.
@@ -57,6 +62,9 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
         CodecCommand::Decode(a) => (false, a),
     };
     let backend = a.device.open()?;
+    if a.family == yued_protocol::Family::Mm3 {
+        return run_mm3(encode, &a, &backend);
+    }
     let vf = GgufFile::open(&a.vae)?;
     let mut vae = VaeModel::load(&vf, &backend)?;
     let lat = vae.info.latent_channels;
@@ -83,6 +91,40 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(format.extension()));
         std::fs::write(&out, encoded)?;
         println!("{}: {:.2} s", out.display(), audio.seconds());
+    }
+    Ok(())
+}
+
+/// `yued codec --family mm3`: MiniMax Music 3's flow VAE.
+fn run_mm3(encode: bool, a: &CodecArgs, backend: &yued_engine::ggml::Backend) -> anyhow::Result<()> {
+    use yued_engine::models::mm3::{vae::VaeModel, vae_enc::VaeEncoder};
+    let vf = GgufFile::open(&a.vae)?;
+    let bytes = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
+    let spec = VaeModel::info(&vf)?.audio_spec();
+    let lat = spec.latent_channels;
+    if encode {
+        let mut enc = VaeEncoder::load(&vf, backend)?;
+        let z = yued_actors::codec::mm3_audio_to_latents(&mut enc, backend, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
+        let fmt = if a.q8 {
+            LatentFormat::Nac8
+        } else if a.q4 {
+            LatentFormat::Nac4
+        } else {
+            LatentFormat::RawF32
+        };
+        let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(fmt.extension()));
+        std::fs::write(&out, encode_latents(&z, lat, fmt))?;
+        println!("{}: {} frames ({:.2} s) as {}", out.display(), z.len() / lat, spec.latent_seconds(z.len() / lat), fmt.extension());
+    } else {
+        let format: OutputFormat = a.format.parse().map_err(|e| anyhow::anyhow!("--format: {e}"))?;
+        let (_, z) = decode_latents(&bytes, lat).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
+        let mut vae = VaeModel::load(&vf, backend)?;
+        let pb = super::progress_bar((z.len() / lat).div_ceil(yued_actors::codec::MM3_TILE) as u64, "decode");
+        let (audio, encoded) = yued_actors::codec::mm3_latents_to_audio(&mut vae, backend, &z, format, a.bitrate, &mut |done, _| pb.set_position(done as u64)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        pb.finish_and_clear();
+        let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(format.extension()));
+        std::fs::write(&out, encoded)?;
+        println!("{}: {:.2} s at {} Hz", out.display(), audio.seconds(), audio.sample_rate);
     }
     Ok(())
 }

@@ -251,7 +251,15 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
     write_synth(&p, &dw, &dit, seed ^ 0xd1)?;
     files.push(p);
     let (lat, din, hid, strides) = spec.vae;
-    let vae: Vec<(String, GgmlType, Vec<i64>)> = crate::models::mm3::vae::decoder_shapes(lat, din, hid, &strides).into_iter().map(|(n, ne)| (n, GgmlType::F32, ne)).collect();
+    // The decoder, then the encoder (what `dav.pth` adds): widths doubling from hid / 24
+    // (64 at the published 1536) over the decoder's strides reversed.
+    let enc_strides: Vec<usize> = strides.iter().rev().copied().collect();
+    let enc_widths: Vec<usize> = (0..=enc_strides.len()).map(|i| (hid / 24).max(2) << i).collect();
+    let vae: Vec<(String, GgmlType, Vec<i64>)> = crate::models::mm3::vae::decoder_shapes(lat, din, hid, &strides)
+        .into_iter()
+        .chain(crate::models::mm3::vae_enc::encoder_shapes(&enc_widths, &enc_strides, lat / 2))
+        .map(|(n, ne)| (n, GgmlType::F32, ne))
+        .collect();
     let mut vw = GgufWriter::new();
     vw.set_str("general.architecture", VAE_ARCH).set_str("general.name", &format!("yued demo MiniMax Music 3 flow VAE ({tag}, RANDOM WEIGHTS)")).set_str(DEMO_KEY, tag);
     vw.set_u32(&format!("{VAE_ARCH}.latent_channels"), lat as u32).set_u32(&format!("{VAE_ARCH}.sampling_rate"), 44100).set_i32s(&format!("{VAE_ARCH}.upsampling_ratios"), &strides.map(|s| s as i32));

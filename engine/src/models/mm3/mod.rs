@@ -15,6 +15,7 @@ pub mod pipeline;
 pub mod prompt;
 pub mod synth;
 pub mod vae;
+pub mod vae_enc;
 
 #[cfg(test)]
 mod parity;
