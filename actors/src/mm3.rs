@@ -315,30 +315,56 @@ struct SongRender {
     finished: bool,
 }
 
+/// A MiniMax job's decoded audio on its way to the listeners: attenuated by the loudest
+/// peak heard so far (the file is normalised over the whole song), s16 and Opus made here.
+struct LivePcm {
+    id: yued_protocol::JobId,
+    encoder: TileEncoder,
+    rate: u32,
+    peak: f32,
+    sent: u32,
+    /// Each track's next sample.
+    starts: Vec<u64>,
+}
+
+impl LivePcm {
+    fn new(id: &yued_protocol::JobId, tracks: usize, rate: u32) -> Self {
+        LivePcm { id: id.clone(), encoder: TileEncoder::new(id), rate, peak: 1.0, sent: 0, starts: vec![0; tracks] }
+    }
+
+    /// One piece of planar stereo of `track`, in order.
+    fn publish(&mut self, links: &Links, track: usize, planar: &[f32]) {
+        self.peak = self.peak.max(planar.iter().fold(0f32, |a, x| a.max(x.abs())));
+        let planar: Vec<f32> = planar.iter().map(|x| x / self.peak).collect();
+        let n = (planar.len() / 2) as u64;
+        let tile = self.encoder.encode(&PcmTile { track: track as u32, index: self.sent, start_sample: self.starts[track], sample_rate: self.rate, channels: 2, planar });
+        links.hub.do_send(Publish::Tile(self.id.clone(), tile));
+        self.starts[track] += n;
+        self.sent += 1;
+    }
+
+    /// The end of the stream (before the job's last track reaches the Encoder).
+    fn finish(&mut self, links: &Links) {
+        links.hub.do_send(Publish::StreamEnd(self.id.clone(), self.encoder.finish()));
+    }
+}
+
+/// The synthesis group's three leases: condition encoder, DiT, VAE.
+fn synthesis_leases(links: &Links, backend: &Backend, files: &[PathBuf; 3]) -> Result<[crate::model_store::Lease; 3], StageError> {
+    let [cf, df, vf] = files;
+    Ok([links.store.lease(&key("cond", cf.clone()), backend)?, links.store.lease(&key("dit", df.clone()), backend)?, links.store.lease(&key("vae", vf.clone()), backend)?])
+}
+
 fn render_stream(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3Stream, enc_tx: &Sender<EncCmd>) -> Result<bool, StageError> {
     let req = ctx.request.as_mm3().expect("a MiniMax job");
     let cancelled = || ctx.cancel.is_cancelled();
-    let [cf, df, vf] = &work.files;
-    let mut cond_lease = links.store.lease(&key("cond", cf.clone()), backend)?;
-    let mut dit_lease = links.store.lease(&key("dit", df.clone()), backend)?;
-    let mut vae_lease = links.store.lease(&key("vae", vf.clone()), backend)?;
+    let [mut cond_lease, mut dit_lease, mut vae_lease] = synthesis_leases(links, backend, &work.files)?;
     let (cond, dit, vae) = (cond_lease.get::<CondEncoder>(), dit_lease.get::<DitModel>(), vae_lease.get::<VaeModel>());
     let spec = vae.info.audio_spec();
     let m = req.synth_batch_size.max(1) as usize;
     let s = pipeline::synth_settings(req, true);
     let mut sink = ProgressSink::new(links, &ctx.id);
-    let mut encoder = TileEncoder::new(&ctx.id);
-    let (mut peak, mut sent) = (1.0f32, 0u32);
-    let mut starts = vec![0u64; work.songs * m];
-    let mut publish = |track: usize, planar: &[f32]| {
-        peak = peak.max(planar.iter().fold(0f32, |a, x| a.max(x.abs())));
-        let planar: Vec<f32> = planar.iter().map(|x| x / peak).collect();
-        let n = (planar.len() / 2) as u64;
-        let tile = encoder.encode(&PcmTile { track: track as u32, index: sent, start_sample: starts[track], sample_rate: spec.sample_rate, channels: 2, planar });
-        links.hub.do_send(Publish::Tile(ctx.id.clone(), tile));
-        starts[track] += n;
-        sent += 1;
-    };
+    let mut live = LivePcm::new(&ctx.id, work.songs * m, spec.sample_rate);
     let append = |t: &mut (Vec<f32>, Vec<f32>), planar: &[f32]| {
         let n = planar.len() / 2;
         t.0.extend_from_slice(&planar[..n]);
@@ -390,7 +416,7 @@ fn render_stream(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3
                         body
                     }
                 };
-                publish(i * m + j, &body);
+                live.publish(links, i * m + j, &body);
                 append(&mut sr.tracks[j], &body);
             }
         }
@@ -398,7 +424,7 @@ fn render_stream(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3
             // The last window was decoded before the song's end was known: its edge stays.
             for j in 0..m {
                 if let Some(edge) = sr.held[j].take() {
-                    publish(i * m + j, &edge);
+                    live.publish(links, i * m + j, &edge);
                     append(&mut sr.tracks[j], &edge);
                 }
             }
@@ -414,7 +440,7 @@ fn render_stream(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3
         return Ok(false);
     }
     // Every song is complete: the stream's end, then the tracks, song-major.
-    links.hub.do_send(Publish::StreamEnd(ctx.id.clone(), encoder.finish()));
+    live.finish(links);
     let count = work.songs * m;
     for (i, sr) in songs.iter_mut().enumerate() {
         let song = sr.end.as_ref().expect("complete");
@@ -445,36 +471,24 @@ fn render_job(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3Syn
     let from_codes = !req.audio_codes.trim().is_empty();
     let mut sink = ProgressSink::new(links, &ctx.id);
     let songs = &work.songs;
-    let [cf, df, vf] = &work.files;
-    let mut cond_lease = links.store.lease(&key("cond", cf.clone()), backend)?;
-    let mut dit_lease = links.store.lease(&key("dit", df.clone()), backend)?;
-    let mut vae_lease = links.store.lease(&key("vae", vf.clone()), backend)?;
+    let [mut cond_lease, mut dit_lease, mut vae_lease] = synthesis_leases(links, backend, &work.files)?;
     let (cond, dit, vae) = (cond_lease.get::<CondEncoder>(), dit_lease.get::<DitModel>(), vae_lease.get::<VaeModel>());
     let spec = vae.info.audio_spec();
     let variations = req.synth_batch_size.max(1) as usize;
     let s = pipeline::synth_settings(req, true);
-    let mut encoder = TileEncoder::new(&ctx.id);
-    let (mut peak, mut sent) = (1.0f32, 0u32);
-    let mut starts = vec![0u64; songs.len() * variations];
+    let mut live = LivePcm::new(&ctx.id, songs.len() * variations, spec.sample_rate);
     let total_steps = songs.iter().map(|song| yued_engine::models::mm3::synth::windows(song.frames()).len() * s.steps).sum::<usize>();
     let mut steps_before = 0;
     let count = songs.len() * variations;
     for (i, song) in songs.iter().enumerate() {
         let tracks = pipeline::render_song(backend, cond, dit, vae, song, req.seed, variations, &s, &cancelled, &mut |d, _| sink.report(Stage::Synth, steps_before + d, total_steps), &mut |piece| {
-            let track = i * variations + piece.variation;
-            peak = peak.max(piece.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
-            let planar: Vec<f32> = piece.pcm.iter().map(|x| x / peak).collect();
-            let n = (planar.len() / 2) as u64;
-            let tile = encoder.encode(&PcmTile { track: track as u32, index: sent, start_sample: starts[track], sample_rate: spec.sample_rate, channels: 2, planar });
-            links.hub.do_send(Publish::Tile(ctx.id.clone(), tile));
-            starts[track] += n;
-            sent += 1;
+            live.publish(links, i * variations + piece.variation, piece.pcm);
         })?;
         steps_before += yued_engine::models::mm3::synth::windows(song.frames()).len() * s.steps;
         for (j, pcm) in tracks.into_iter().enumerate() {
             let index = i * variations + j;
             if index + 1 == count {
-                links.hub.do_send(Publish::StreamEnd(ctx.id.clone(), encoder.finish()));
+                live.finish(links);
             }
             let replay = pipeline::replay_request(req, song, i, j, from_codes);
             let track = TrackOut {

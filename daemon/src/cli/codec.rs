@@ -56,6 +56,19 @@ pub struct CodecArgs {
     pub device: DeviceArgs,
 }
 
+impl CodecArgs {
+    /// The latent file an encode writes: raw f32, or int8 / 4-bit with --q8 / --q4.
+    fn latent_format(&self) -> LatentFormat {
+        if self.q8 {
+            LatentFormat::Nac8
+        } else if self.q4 {
+            LatentFormat::Nac4
+        } else {
+            LatentFormat::RawF32
+        }
+    }
+}
+
 pub fn run(c: CodecCommand) -> anyhow::Result<()> {
     let (encode, a) = match c {
         CodecCommand::Encode(a) => (true, a),
@@ -71,13 +84,7 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
     let bytes = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     if encode {
         let z = audio_to_latents(&mut vae, &backend, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
-        let fmt = if a.q8 {
-            LatentFormat::Nac8
-        } else if a.q4 {
-            LatentFormat::Nac4
-        } else {
-            LatentFormat::RawF32
-        };
+        let fmt = a.latent_format();
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(fmt.extension()));
         std::fs::write(&out, encode_latents(&z, lat, fmt))?;
         println!("{}: {} frames ({:.2} s) as {}", out.display(), z.len() / lat, vae.info.audio_spec().latent_seconds(z.len() / lat), fmt.extension());
@@ -105,13 +112,7 @@ fn run_mm3(encode: bool, a: &CodecArgs, backend: &yued_engine::ggml::Backend) ->
     if encode {
         let mut enc = VaeEncoder::load(&vf, backend)?;
         let z = yued_actors::codec::mm3_audio_to_latents(&mut enc, backend, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
-        let fmt = if a.q8 {
-            LatentFormat::Nac8
-        } else if a.q4 {
-            LatentFormat::Nac4
-        } else {
-            LatentFormat::RawF32
-        };
+        let fmt = a.latent_format();
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(fmt.extension()));
         std::fs::write(&out, encode_latents(&z, lat, fmt))?;
         println!("{}: {} frames ({:.2} s) as {}", out.display(), z.len() / lat, spec.latent_seconds(z.len() / lat), fmt.extension());

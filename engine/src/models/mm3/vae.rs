@@ -9,7 +9,7 @@ use crate::gguf::{GgufError, GgufFile};
 use crate::models::mm3::config::{expect_arch, VAE_ARCH};
 use crate::weights::LoadError;
 
-const RES_DILATIONS: [usize; 3] = [1, 3, 9];
+pub(super) const RES_DILATIONS: [usize; 3] = [1, 3, 9];
 
 /// The decoder's shape, read from its tensors.
 #[derive(Clone, Debug, PartialEq)]
@@ -82,31 +82,8 @@ impl VaeModel {
     /// `[1, C]` rows (`.a` = alpha, `.inv` = 1 / (alpha + 1e-9)).
     pub fn load(f: &GgufFile, backend: &Backend) -> Result<Self, LoadError> {
         let info = Self::info(f)?;
-        let mut tensors: Vec<(String, Vec<i64>, Vec<f32>)> = Vec::new();
-        for t in f.tensors() {
-            let name = t.name.as_str();
-            if name.starts_with("encoder.") || name.starts_with("quant") || name.starts_with("post_") {
-                continue;
-            }
-            let v = f.tensor_f32(name)?;
-            if let Some(p) = name.strip_suffix(".alpha") {
-                let c = v.len() as i64;
-                tensors.push((format!("{p}.inv"), vec![1, c], v.iter().map(|a| 1.0 / (a + 1e-9)).collect()));
-                tensors.push((format!("{p}.a"), vec![1, c], v));
-            } else if name.ends_with(".bias") {
-                tensors.push((name.to_string(), vec![1, v.len() as i64], v));
-            } else {
-                tensors.push((name.to_string(), t.ne.clone(), v));
-            }
-        }
-        let mut weights = TensorStore::new(tensors.len())?;
-        for (n, ne, _) in &tensors {
-            weights.declare(n, GgmlType::F32, ne);
-        }
-        weights.allocate(backend, "VAE weights", true)?;
-        for (n, _, v) in &tensors {
-            weights.get(n).write_f32(v);
-        }
+        let decoder = |name: &str| !(name.starts_with("encoder.") || name.starts_with("quant") || name.starts_with("post_"));
+        let weights = load_stack(f, backend, "VAE weights", decoder)?;
         Ok(VaeModel { info, weights, alloc: Allocator::new(backend) })
     }
 
@@ -141,8 +118,8 @@ impl VaeModel {
         let mut g = ctx.new_graph("MiniMax VAE decode", nodes);
         let w = &self.weights;
         let input = ctx.new_tensor(GgmlType::F32, &[frames as i64, (self.info.latent_channels / 2) as i64]).set_input();
-        let mut x = conv(&ctx, w, "dec_in_proj", input, 0, 1);
-        x = conv(&ctx, w, "conv_in", x, 3, 1);
+        let mut x = conv(&ctx, w, "dec_in_proj", input, 1, 0, 1);
+        x = conv(&ctx, w, "conv_in", x, 1, 3, 1);
         for (i, &s) in self.info.strides.iter().enumerate() {
             let p = format!("blocks.{i}");
             x = snake(&ctx, w, &format!("{p}.snake1"), x);
@@ -152,7 +129,7 @@ impl VaeModel {
             }
         }
         x = snake(&ctx, w, "snake_out", x);
-        let y = ctx.tanh(conv(&ctx, w, "conv_out", x, 3, 1)).set_output();
+        let y = ctx.tanh(conv(&ctx, w, "conv_out", x, 1, 3, 1)).set_output();
         g.expand(y);
         self.alloc.alloc_graph(&g)?;
         input.write_f32(x_in);
@@ -161,13 +138,41 @@ impl VaeModel {
     }
 }
 
-fn snake<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>) -> Tensor<'a> {
+/// The tensors of `f` that `keep` names, as F32 on the device: convolutions `[K, Cin, Cout]`,
+/// biases and snake factors as `[1, C]` rows (`.a` = alpha, `.inv` = 1 / (alpha + 1e-9)).
+pub(super) fn load_stack(f: &GgufFile, backend: &Backend, what: &str, keep: impl Fn(&str) -> bool) -> Result<TensorStore, LoadError> {
+    let mut tensors: Vec<(String, Vec<i64>, Vec<f32>)> = Vec::new();
+    for t in f.tensors().iter().filter(|t| keep(&t.name)) {
+        let name = t.name.as_str();
+        let v = f.tensor_f32(name)?;
+        if let Some(p) = name.strip_suffix(".alpha") {
+            let c = v.len() as i64;
+            tensors.push((format!("{p}.inv"), vec![1, c], v.iter().map(|a| 1.0 / (a + 1e-9)).collect()));
+            tensors.push((format!("{p}.a"), vec![1, c], v));
+        } else if name.ends_with(".bias") {
+            tensors.push((name.to_string(), vec![1, v.len() as i64], v));
+        } else {
+            tensors.push((name.to_string(), t.ne.clone(), v));
+        }
+    }
+    let mut weights = TensorStore::new(tensors.len())?;
+    for (n, ne, _) in &tensors {
+        weights.declare(n, GgmlType::F32, ne);
+    }
+    weights.allocate(backend, what, true)?;
+    for (n, _, v) in &tensors {
+        weights.get(n).write_f32(v);
+    }
+    Ok(weights)
+}
+
+pub(super) fn snake<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>) -> Tensor<'a> {
     let s2 = ctx.sqr(ctx.sin(ctx.mul(x, w.get(&format!("{p}.a")))));
     ctx.add(x, ctx.mul(s2, w.get(&format!("{p}.inv"))))
 }
 
-fn conv<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, pad: i32, dil: i32) -> Tensor<'a> {
-    let y = ctx.conv_1d_f32(w.get(&format!("{p}.weight")), x, 1, pad, dil);
+pub(super) fn conv<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, stride: i32, pad: i32, dil: i32) -> Tensor<'a> {
+    let y = ctx.conv_1d_f32(w.get(&format!("{p}.weight")), x, stride, pad, dil);
     let y = ctx.reshape_2d(y, y.ne()[0], y.ne()[1]);
     ctx.add(y, w.get(&format!("{p}.bias")))
 }
@@ -180,10 +185,10 @@ fn conv_t<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, s: u
     ctx.add(ctx.cont(v), w.get(&format!("{p}.bias")))
 }
 
-fn res_unit<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, d: usize) -> Tensor<'a> {
+pub(super) fn res_unit<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, d: usize) -> Tensor<'a> {
     let y = snake(ctx, w, &format!("{p}.snake1"), x);
-    let y = conv(ctx, w, &format!("{p}.conv1"), y, 3 * d as i32, d as i32);
+    let y = conv(ctx, w, &format!("{p}.conv1"), y, 1, 3 * d as i32, d as i32);
     let y = snake(ctx, w, &format!("{p}.snake2"), y);
-    let y = conv(ctx, w, &format!("{p}.conv2"), y, 0, 1);
+    let y = conv(ctx, w, &format!("{p}.conv2"), y, 1, 0, 1);
     ctx.add(x, y)
 }

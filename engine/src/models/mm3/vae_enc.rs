@@ -6,12 +6,11 @@
 //! `snake_out`, `conv_out` (k=3) and `mean_proj` (k=1). The strides multiply to the
 //! decoder's hop. The published `vocoder/` has no encoder: its tensors come from `dav.pth`
 //! (the converter does not read it yet), so a file without them is refused with a message.
-use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
+use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, TensorStore};
 use crate::gguf::{GgufError, GgufFile};
 use crate::models::mm3::config::{expect_arch, VAE_ARCH};
+use crate::models::mm3::vae::{conv, load_stack, res_unit, snake, RES_DILATIONS};
 use crate::weights::LoadError;
-
-const RES_DILATIONS: [usize; 3] = [1, 3, 9];
 
 /// The encoder's tensors (`encoder.*`) with their GGUF `ne`: widths `widths[0..=n]` over
 /// `strides[0..n]`, `half` latent channels per side.
@@ -68,28 +67,7 @@ impl VaeEncoder {
             strides.push(t.ne[0] as usize / 2);
         }
         let half = f.require_tensor("encoder.mean_proj.weight")?.ne[2] as usize;
-        let mut tensors: Vec<(String, Vec<i64>, Vec<f32>)> = Vec::new();
-        for t in f.tensors().iter().filter(|t| t.name.starts_with("encoder.")) {
-            let name = t.name.as_str();
-            let v = f.tensor_f32(name)?;
-            if let Some(p) = name.strip_suffix(".alpha") {
-                let c = v.len() as i64;
-                tensors.push((format!("{p}.inv"), vec![1, c], v.iter().map(|a| 1.0 / (a + 1e-9)).collect()));
-                tensors.push((format!("{p}.a"), vec![1, c], v));
-            } else if name.ends_with(".bias") {
-                tensors.push((name.to_string(), vec![1, v.len() as i64], v));
-            } else {
-                tensors.push((name.to_string(), t.ne.clone(), v));
-            }
-        }
-        let mut weights = TensorStore::new(tensors.len())?;
-        for (n, ne, _) in &tensors {
-            weights.declare(n, GgmlType::F32, ne);
-        }
-        weights.allocate(backend, "VAE encoder weights", true)?;
-        for (n, _, v) in &tensors {
-            weights.get(n).write_f32(v);
-        }
+        let weights = load_stack(f, backend, "VAE encoder weights", |name| name.starts_with("encoder."))?;
         Ok(VaeEncoder { latent_channels: 2 * half, strides, weights, alloc: Allocator::new(backend) })
     }
 
@@ -155,25 +133,6 @@ pub enum EncodeError {
     Ggml(#[from] GgmlError),
     #[error("{0}")]
     Input(String),
-}
-
-fn snake<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>) -> Tensor<'a> {
-    let s2 = ctx.sqr(ctx.sin(ctx.mul(x, w.get(&format!("{p}.a")))));
-    ctx.add(x, ctx.mul(s2, w.get(&format!("{p}.inv"))))
-}
-
-fn conv<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, stride: i32, pad: i32, dil: i32) -> Tensor<'a> {
-    let y = ctx.conv_1d_f32(w.get(&format!("{p}.weight")), x, stride, pad, dil);
-    let y = ctx.reshape_2d(y, y.ne()[0], y.ne()[1]);
-    ctx.add(y, w.get(&format!("{p}.bias")))
-}
-
-fn res_unit<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, d: usize) -> Tensor<'a> {
-    let y = snake(ctx, w, &format!("{p}.snake1"), x);
-    let y = conv(ctx, w, &format!("{p}.conv1"), y, 1, 3 * d as i32, d as i32);
-    let y = snake(ctx, w, &format!("{p}.snake2"), y);
-    let y = conv(ctx, w, &format!("{p}.conv2"), y, 1, 0, 1);
-    ctx.add(x, y)
 }
 
 #[cfg(test)]
