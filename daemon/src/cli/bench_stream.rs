@@ -151,6 +151,8 @@ fn measure(a: &BenchArgs, models: &[std::ffi::OsString], songs: &[(String, Strin
             let total = stats(runs.iter().map(|r| r.1).collect());
             let what = format!("first audio, {:.0} s song, {policy}, {label}", a.e2e_seconds);
             let note = format!("{:.1}% of the {:.1} s render", 100.0 * first.median / total.median, total.median);
+            // Printed as measured: a long run (full shapes) shows its rows before it ends.
+            eprintln!("  stream   {what:<46} {:>10.3} s        [{:.3} .. {:.3}] {note}", first.median, first.min, first.max);
             rows.push(Row { section: "stream", what, unit: "s", stats: first, note });
         }
     }
