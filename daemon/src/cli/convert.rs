@@ -22,8 +22,9 @@ pub enum ConvertCommand {
     /// `condition_encoder/`, `transformer/`, `vocoder/` folders and `tokenizer/`) to the five
     /// GGUFs minimaxmusic.cpp names (mm3-lm, mm3-depth, mm3-cond, mm3-dit, mm3-vae), native
     /// dtypes byte for byte, the vocoder's weight norm folded. Missing folders are skipped.
-    /// The vocoder's encoder lives in `dav.pth` (a torch pickle) and is not converted here:
-    /// it is only needed to encode audio, never to render.
+    /// The vocoder's encoder (needed to encode audio, never to render) comes from the
+    /// training checkpoint `dav.pth` in the same folder when it is there: it is read as
+    /// data (never run) and its encoder joins the vocoder file.
     Mm3 {
         /// Checkpoint folder (the repository root).
         dir: PathBuf,

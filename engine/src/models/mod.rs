@@ -1,6 +1,7 @@
 //! The model families, one folder each: config, prompt, each module, the pipeline.
 pub mod checkpoint;
 pub mod mm3;
+pub mod pth;
 pub mod yue2;
 
 /// A family's audio as the stages see it, read from the loaded files: the stages, the hub,

@@ -11,8 +11,11 @@
 //!
 //! Every tensor keeps its checkpoint name and its native dtype, byte for byte (BF16 stays
 //! BF16, F32 stays F32); the only transformation is the vocoder's weight-norm folding. The
-//! vocoder *encoder* is not in `vocoder/` but in `dav.pth`, a torch pickle:
-//! `scripts/mm3-vocoder-encoder.py` extracts it (Python); the decoder converts without it.
+//! vocoder *encoder* is not in `vocoder/` but in the training checkpoint `dav.pth` beside
+//! it (a `torch.save` archive, read by [`crate::models::pth`] without running it): when
+//! present, its `encoder.*` and `mean_proj.*` tensors join the vocoder file under the
+//! decoder's naming ([`dav_encoder`]), folded like the decoder; without it the vocoder
+//! converts alone (it renders; `yued codec encode` then says the encoder is missing).
 use crate::ggml::GgmlType;
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::models::checkpoint::{input, ConvertError, Shards};
@@ -68,7 +71,17 @@ pub fn convert_checkpoint(ckpt: &Path, out: &Path, opts: &ConvertOptions, progre
         let tensors = match arch {
             LM_ARCH => convert_lm(ckpt, &dir, &shards, &path, opts)?,
             DEPTH_ARCH => convert_depth(&dir, &shards, &path)?,
-            VAE_ARCH => convert_vocoder(&dir, &shards, &path)?,
+            VAE_ARCH => {
+                let dav = ckpt.join(DAV_FILE);
+                let encoder = if dav.is_file() {
+                    progress(&format!("{DAV_FILE}: the vocoder's encoder"));
+                    dav_encoder(&dav)?
+                } else {
+                    progress(&format!("no {DAV_FILE}: the vocoder is converted without its encoder"));
+                    Vec::new()
+                };
+                convert_vocoder(&dir, &shards, encoder, &path)?
+            }
             _ => convert_plain(&dir, &shards, arch, &path)?,
         };
         done.push(Converted { path, tensors });
@@ -102,7 +115,8 @@ fn write_all(w: &mut GgufWriter, tensors: &Tensors<'_>, out: &Path) -> Result<us
     Ok(tensors.len())
 }
 
-type Tensors<'a> = Vec<(String, GgmlType, Vec<i64>, std::borrow::Cow<'a, [u8]>)>;
+/// Tensors to write: name, type, GGUF `ne`, bytes.
+pub type Tensors<'a> = Vec<(String, GgmlType, Vec<i64>, std::borrow::Cow<'a, [u8]>)>;
 /// Tokens, their types, merges, and the size of the ordinary vocabulary.
 type TokenizerParts = (Vec<String>, Vec<i32>, Vec<String>, u32);
 
@@ -240,7 +254,82 @@ pub fn fold_weight_norm(g: &[f32], v: &[f32]) -> Vec<f32> {
         .collect()
 }
 
-fn convert_vocoder(dir: &Path, shards: &Shards, out: &Path) -> Result<usize, ConvertError> {
+/// The training checkpoint that holds the vocoder's encoder, beside the component folders.
+pub const DAV_FILE: &str = "dav.pth";
+
+/// The DAC-style encoder of `dav.pth` under the decoder's naming (what minimaxmusic.cpp's
+/// vocoder file carries), weight norm folded, F32: `encoder.block.0` is `encoder.conv_in`;
+/// `encoder.block.i` (1..=n) is `encoder.blocks.{i-1}`, whose `block.0..2` are the residual
+/// units (`block.{0,1,2,3}` inside: snake1, conv1, snake2, conv2) and `block.3`, `block.4`
+/// its snake1 and strided conv1; the last two are `encoder.snake_out` and
+/// `encoder.conv_out`; the posterior's `mean_proj` is `encoder.mean_proj`. The tensors may
+/// sit under a prefix (`generator.`, `state_dict.`), found from `encoder.block.0`.
+pub fn dav_encoder(path: &Path) -> Result<Tensors<'static>, ConvertError> {
+    let raw = crate::models::pth::read_tensors(path, &|n| n.contains("encoder.block.") || n.contains("mean_proj.")).map_err(|e| input(path, e.what))?;
+    let prefix = raw
+        .iter()
+        .find_map(|(n, _)| n.find("encoder.block.0.").filter(|&i| i == 0 || n.as_bytes()[i - 1] == b'.').map(|i| n[..i].to_string()))
+        .ok_or_else(|| input(path, "no encoder.block.0.* tensor: not a DAC-style VAE checkpoint"))?;
+    // Module path (after the prefix) -> parameter -> tensor.
+    let mut modules: BTreeMap<String, BTreeMap<String, crate::models::pth::PthTensor>> = BTreeMap::new();
+    for (name, t) in raw {
+        let Some(rest) = name.strip_prefix(&prefix) else { continue };
+        if !(rest.starts_with("encoder.block.") || rest.starts_with("mean_proj.")) {
+            continue;
+        }
+        let (module, param) = ["parametrizations.weight.original0", "parametrizations.weight.original1", "weight_g", "weight_v", "weight", "bias", "alpha"]
+            .iter()
+            .find_map(|p| rest.strip_suffix(p).and_then(|m| m.strip_suffix('.')).map(|m| (m.to_string(), p.to_string())))
+            .ok_or_else(|| input(path, format!("'{name}': a parameter the encoder does not have")))?;
+        modules.entry(module).or_default().insert(param, t);
+    }
+    let top = |m: &str| m.strip_prefix("encoder.block.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
+    let last = modules.keys().filter_map(|m| top(m)).max().unwrap_or(0);
+    if last < 3 {
+        return Err(input(path, format!("the encoder ends at encoder.block.{last}: no room for blocks, snake_out and conv_out")));
+    }
+    let rename = |m: &str| -> Option<String> {
+        if m == "mean_proj" {
+            return Some("encoder.mean_proj".into());
+        }
+        let parts: Vec<&str> = m.strip_prefix("encoder.block.")?.split('.').collect();
+        let i: usize = parts[0].parse().ok()?;
+        Some(match parts[1..] {
+            [] if i == 0 => "encoder.conv_in".into(),
+            [] if i == last - 1 => "encoder.snake_out".into(),
+            [] if i == last => "encoder.conv_out".into(),
+            ["block", j, "block", k] if (1..last - 1).contains(&i) => {
+                let (j, k): (usize, usize) = (j.parse().ok()?, k.parse().ok()?);
+                let part = ["snake1", "conv1", "snake2", "conv2"].get(k)?;
+                (j < 3).then(|| format!("encoder.blocks.{}.res_unit{}.{part}", i - 1, j + 1))?
+            }
+            ["block", "3"] if (1..last - 1).contains(&i) => format!("encoder.blocks.{}.snake1", i - 1),
+            ["block", "4"] if (1..last - 1).contains(&i) => format!("encoder.blocks.{}.conv1", i - 1),
+            _ => return None,
+        })
+    };
+    let mut out: Tensors<'static> = Vec::new();
+    let mut push = |name: String, shape: &[usize], data: Vec<f32>| {
+        let ne: Vec<i64> = shape.iter().rev().map(|&d| d as i64).collect();
+        out.push((name, GgmlType::F32, ne, std::borrow::Cow::Owned(bytemuck::cast_slice(&data).to_vec())));
+    };
+    for (module, params) in &modules {
+        let name = rename(module).ok_or_else(|| input(path, format!("'{module}' is not a module of the DAC encoder this converter knows")))?;
+        for (param, t) in params {
+            match param.as_str() {
+                "weight_g" | "parametrizations.weight.original0" => {}
+                "weight_v" | "parametrizations.weight.original1" => {
+                    let g = params.get("weight_g").or_else(|| params.get("parametrizations.weight.original0")).ok_or_else(|| input(path, format!("'{module}' has a weight_v without its weight_g")))?;
+                    push(format!("{name}.weight"), &t.shape, fold_weight_norm(&g.data, &t.data));
+                }
+                other => push(format!("{name}.{other}"), &t.shape, t.data.clone()),
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn convert_vocoder(dir: &Path, shards: &Shards, encoder: Tensors<'static>, out: &Path) -> Result<usize, ConvertError> {
     let cfg = read_json(&dir.join("config.json")).unwrap_or(serde_json::json!({}));
     let index = shards.index()?;
     let f32s = |name: &str| -> Result<(Vec<i64>, Vec<f32>), ConvertError> {
@@ -270,6 +359,10 @@ fn convert_vocoder(dir: &Path, shards: &Shards, out: &Path) -> Result<usize, Con
             tensors.push((name.clone(), ty, ne, std::borrow::Cow::Borrowed(b)));
         }
     }
+    if !encoder.is_empty() && tensors.iter().any(|t| t.0.starts_with("encoder.")) {
+        return Err(input(dir, format!("the vocoder already has encoder.* tensors and {DAV_FILE} brings others: remove one")));
+    }
+    tensors.extend(encoder);
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     let mut w = GgufWriter::new();
     w.set_str("general.architecture", VAE_ARCH).set_str("general.name", "MiniMax-Music3 flow VAE").set_str(&format!("{VAE_ARCH}.config_json"), &serde_json::to_string(&cfg).expect("JSON serializes"));
@@ -290,5 +383,62 @@ mod tests {
         let v = [3.0, 0.0, 4.0, 0.0, 2.0, 0.0];
         let g = [10.0, -1.0];
         assert_eq!(fold_weight_norm(&g, &v), vec![6.0, 0.0, 8.0, 0.0, -1.0, 0.0]);
+    }
+
+    fn read_f32(p: &Path) -> Vec<f32> {
+        std::fs::read(p).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+    }
+
+    /// A torch.save archive of a DAC-style VAE (scripts/ref/mm3_dav_reference.py): its
+    /// encoder joins the tiny vocoder's file, and encodes what torch computed from it.
+    #[test]
+    fn dav_pth_gives_the_vocoder_its_encoder_and_torchs_posterior_mean() {
+        use crate::models::mm3::vae_enc::VaeEncoder;
+        let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/mm3");
+        let tmp = tempfile::tempdir().unwrap();
+        let ckpt = tmp.path().join("ckpt");
+        std::fs::create_dir_all(ckpt.join("vocoder")).unwrap();
+        for e in std::fs::read_dir(fx.join("ckpt/vocoder")).unwrap() {
+            let e = e.unwrap();
+            std::fs::copy(e.path(), ckpt.join("vocoder").join(e.file_name())).unwrap();
+        }
+        let plain = convert_checkpoint(&ckpt, &tmp.path().join("plain"), &ConvertOptions::default(), &mut |_| {}).unwrap();
+        std::fs::copy(fx.join("dav/dav.pth"), ckpt.join(DAV_FILE)).unwrap();
+        let mut said = Vec::new();
+        let done = convert_checkpoint(&ckpt, &tmp.path().join("out"), &ConvertOptions::default(), &mut |m| said.push(m.to_string())).unwrap();
+        assert!(said.iter().any(|m| m.contains("dav.pth")), "{said:?}");
+        let (with, without) = (GgufFile::open(&done[0].path).unwrap(), GgufFile::open(&plain[0].path).unwrap());
+        // The decoder's tensors are untouched; the encoder's are the DAC encoder's, renamed.
+        for t in without.tensors() {
+            assert_eq!(with.tensor_bytes(with.tensor(&t.name).unwrap()), without.tensor_bytes(t), "{}", t.name);
+        }
+        let added: Vec<&str> = with.tensors().iter().map(|t| t.name.as_str()).filter(|n| without.tensor(n).is_none()).collect();
+        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fx.join("dav/manifest.json")).unwrap()).unwrap();
+        let strides: Vec<usize> = doc["strides"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+        let widths: Vec<usize> = doc["widths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+        let half = doc["half"].as_u64().unwrap() as usize;
+        let declared = crate::models::mm3::vae_enc::encoder_shapes(&widths, &strides, half);
+        assert_eq!(added.len(), declared.len(), "{added:?}");
+        for (name, ne) in &declared {
+            assert_eq!(&with.tensor(name).unwrap_or_else(|| panic!("{name} missing")).ne[..ne.len()], &ne[..], "{name}");
+        }
+        let backend = crate::ggml::Backend::for_tests(2);
+        let mut enc = VaeEncoder::load(&with, &backend).unwrap();
+        assert_eq!(enc.strides, strides);
+        let got = enc.encode(&backend, &read_f32(&fx.join("dav/audio.f32"))).unwrap();
+        let want = read_f32(&fx.join("dav/mean.f32"));
+        assert_eq!(got.len(), want.len());
+        let num: f64 = got.iter().zip(&want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
+        let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
+        assert!((num / den).sqrt() < 1e-5, "relative RMS {:.3e} against torch", (num / den).sqrt());
+    }
+
+    #[test]
+    fn an_archive_without_an_encoder_is_refused_by_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let p = tmp.path().join("dav.pth");
+        std::fs::write(&p, b"not a zip").unwrap();
+        let e = dav_encoder(&p).unwrap_err().to_string();
+        assert!(e.contains("torch zip archive"), "{e}");
     }
 }

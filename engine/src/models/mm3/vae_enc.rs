@@ -5,7 +5,7 @@
 //! 9), snake and a strided convolution (stride s, kernel 2s, padding ceil(s/2)), then
 //! `snake_out`, `conv_out` (k=3) and `mean_proj` (k=1). The strides multiply to the
 //! decoder's hop. The published `vocoder/` has no encoder: its tensors come from `dav.pth`
-//! (the converter does not read it yet), so a file without them is refused with a message.
+//! beside it, which `yued convert mm3` reads; a file without them is refused with a message.
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, TensorStore};
 use crate::gguf::{GgufError, GgufFile};
 use crate::models::mm3::config::{expect_arch, VAE_ARCH};
@@ -58,7 +58,7 @@ impl VaeEncoder {
         if f.tensor("encoder.conv_in.weight").is_none() {
             return Err(GgufError::Corrupt {
                 path: f.path().to_path_buf(),
-                what: "no encoder (encoder.* tensors): the published vocoder/ has none; they come from dav.pth, which `yued convert mm3` does not read yet".into(),
+                what: "no encoder (encoder.* tensors): the published vocoder/ has none; convert the checkpoint again with its dav.pth beside vocoder/ (`yued convert mm3`)".into(),
             }
             .into());
         }
