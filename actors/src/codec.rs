@@ -82,6 +82,21 @@ pub fn mm3_latents_to_audio(
     mp3_bitrate: u32,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(Pcm, Vec<u8>), String> {
+    let pcm = mm3_decode_tiled(vae, backend, latents, &mut |done, tiles, _| {
+        progress(done, tiles);
+        Ok(())
+    })?;
+    let bytes = normalize_and_encode(pcm.clone(), format, 10, mp3_bitrate).map_err(|e| e.to_string())?;
+    Ok((pcm, bytes))
+}
+
+/// What a MiniMax tiled decode calls after each tile: (tiles done, tiles, planar stereo).
+pub type OnMm3Tile<'a> = dyn FnMut(usize, usize, &[f32]) -> Result<(), String> + 'a;
+
+/// MiniMax Music 3's latents to 44.1 kHz stereo, tile by tile ([`MM3_TILE`] frames with
+/// [`MM3_HALO`] of context each side, cropped): `on_tile(tiles done, tiles, the tile's
+/// planar stereo)` after each; an error it returns (a cancel) stops the decode.
+pub fn mm3_decode_tiled(vae: &mut yued_engine::models::mm3::vae::VaeModel, backend: &Backend, latents: &[f32], on_tile: &mut OnMm3Tile<'_>) -> Result<Pcm, String> {
     let c = vae.info.latent_channels;
     if latents.is_empty() || !latents.len().is_multiple_of(c) {
         return Err(format!("{} latent values are not whole frames of {c} channels", latents.len()));
@@ -95,11 +110,10 @@ pub fn mm3_latents_to_audio(
         let pcm = vae.decode(backend, &latents[s * c..e * c]).map_err(|e| e.to_string())?;
         let n = pcm.len() / 2;
         let (from, to) = ((a - s) * hop, (b - s) * hop);
+        let tile = [&pcm[from..to], &pcm[n + from..n + to]].concat();
         left.extend_from_slice(&pcm[from..to]);
         right.extend_from_slice(&pcm[n + from..n + to]);
-        progress(k + 1, tiles);
+        on_tile(k + 1, tiles, &tile)?;
     }
-    let pcm = Pcm::new(vae.info.sample_rate, 2, [left, right].concat());
-    let bytes = normalize_and_encode(pcm.clone(), format, 10, mp3_bitrate).map_err(|e| e.to_string())?;
-    Ok((pcm, bytes))
+    Ok(Pcm::new(vae.info.sample_rate, 2, [left, right].concat()))
 }

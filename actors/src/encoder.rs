@@ -80,11 +80,11 @@ fn package_audio(links: &Links, job: &JobCtx, audio: Pcm, results: &ResultStore)
     if job.cancel.is_cancelled() {
         return Outcome::Cancelled;
     }
-    let req = job.yue2();
+    let req = &job.request;
     let mut sink = ProgressSink::new(links, &job.id);
     sink.report(Stage::Encode, 0, 1);
     let seconds = audio.seconds();
-    let encoded = match normalize_and_encode(audio, req.output_format, req.peak_clip, req.mp3_bitrate) {
+    let encoded = match normalize_and_encode(audio, req.output_format(), req.peak_clip(), req.mp3_bitrate()) {
         Ok(b) => b,
         Err(e) => return Outcome::Failed(format!("encoding: {e}")),
     };
@@ -92,7 +92,7 @@ fn package_audio(links: &Links, job: &JobCtx, audio: Pcm, results: &ResultStore)
         return Outcome::Cancelled;
     }
     sink.report(Stage::Encode, 1, 1);
-    let f = req.output_format;
+    let f = req.output_format();
     if let Err(e) = results.save(&job.id, vec![(format!("audio.{}", f.extension()), f.mime().to_string(), encoded)]) {
         return Outcome::Failed(format!("saving the result: {e}"));
     }

@@ -12,9 +12,10 @@
 use crate::encoder::TrackOut;
 use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::{PcmTile, Publish, TileEncoder};
-use crate::journal::SongCodes;
-use crate::messages::{CodesReady, EncCmd, JobCtx};
+use crate::journal::{SongCodes, VaeOp, VaeTask};
+use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome};
 use crate::model_store::{Component, ComponentKey, Group, GroupPin, Module};
+use crate::results::ResultStore;
 use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::Sender;
 use std::any::Any;
@@ -30,6 +31,7 @@ use yued_engine::models::mm3::dit::DitModel;
 use yued_engine::models::mm3::lm::{self, LmModel};
 use yued_engine::models::mm3::synth::{decode_open, decode_window, windows, Noise, PhiloxNoise, SynthError, WindowRenderer};
 use yued_engine::models::mm3::vae::VaeModel;
+use yued_engine::models::mm3::vae_enc::VaeEncoder;
 use yued_engine::models::mm3::{pipeline, prompt};
 use yued_engine::registry::{Bucket, Registry};
 use yued_engine::tokenizer::BpeTokenizer;
@@ -41,6 +43,7 @@ pub const SYNTHESIS_GROUP: &str = "synthesis";
 pub const COMPONENTS: [&str; 5] = ["lm", "depth", "cond", "dit", "vae"];
 
 fn key(component: &'static str, file: PathBuf) -> ComponentKey {
+    // The VAE's encoder (`vae_enc`, read from the vocoder file) sits with the synthesis group.
     let group = if matches!(component, "lm" | "depth") { AR_GROUP } else { SYNTHESIS_GROUP };
     ComponentKey { family: Family::Mm3, component, group, file }
 }
@@ -59,6 +62,7 @@ pub fn load(key: &ComponentKey, backend: &Backend) -> Result<Module, String> {
         "cond" => Box::new(CondEncoder::load(&f, backend).map_err(e)?),
         "dit" => Box::new(DitModel::load(&f, backend).map_err(e)?),
         "vae" => Box::new(VaeModel::load(&f, backend).map_err(e)?),
+        "vae_enc" => Box::new(VaeEncoder::load(&f, backend).map_err(e)?),
         other => return Err(format!("MiniMax Music 3 has no component '{other}'")),
     })
 }
@@ -80,6 +84,7 @@ component!(DepthModel);
 component!(CondEncoder);
 component!(DitModel);
 component!(VaeModel);
+component!(VaeEncoder);
 
 /// What the entry stage keeps between MiniMax jobs: the registry, the files the last job
 /// used (an empty field keeps them), and the tokenizer of the LM file last read.
@@ -505,3 +510,78 @@ fn render_job(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3Syn
     sink.close();
     Ok(())
 }
+
+/// A `/vae` job of MiniMax Music 3 (on the VaeTiler stage, the synthesis group pinned):
+/// encode an upload to the flow VAE's posterior mean (saved here as `latents.vae`), or
+/// decode uploaded latents tile by tile, each tile published to the listeners at 44.1 kHz
+/// as it lands, the audio then handed to the Encoder (which reports the job: `None` here).
+pub(crate) fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTask, results: &ResultStore, enc_tx: &Sender<EncCmd>) -> Option<Outcome> {
+    let req = job.request.as_mm3().expect("a MiniMax job");
+    if job.cancel.is_cancelled() {
+        return Some(Outcome::Cancelled);
+    }
+    let Some(registry) = links.cfg.mm3.as_ref() else { return Some(Outcome::Failed("MiniMax Music 3 is not served by this daemon".into())) };
+    let file = match registry.resolve(Bucket::Mm3Vae, &req.vae_model) {
+        Ok(e) => e.path.clone(),
+        Err(e) => return Some(Outcome::Failed(format!("vae_model: {e}"))),
+    };
+    let bytes = match std::fs::read(&task.input) {
+        Ok(b) => b,
+        Err(e) => return Some(Outcome::Failed(format!("reading the upload {}: {e}", task.input.display()))),
+    };
+    let mut sink = ProgressSink::new(links, &job.id);
+    match task.op {
+        VaeOp::Encode => {
+            sink.report(Stage::Encode, 0, 1);
+            let mut lease = match links.store.lease(&key("vae_enc", file), backend) {
+                Ok(l) => l,
+                Err(e) => return Some(Outcome::Failed(e)),
+            };
+            let enc = lease.get::<VaeEncoder>();
+            let (channels, hop) = (enc.latent_channels, enc.hop());
+            let z = match crate::codec::mm3_audio_to_latents(enc, backend, &bytes) {
+                Ok(z) => z,
+                Err(e) => return Some(Outcome::Failed(format!("audio: {e}"))),
+            };
+            drop(lease);
+            sink.report(Stage::Encode, 1, 1);
+            let frames = z.len() / channels;
+            tracing::info!(frames, "vae encode done");
+            let files = vec![("latents.vae".to_string(), "application/octet-stream".to_string(), z.iter().flat_map(|x| x.to_le_bytes()).collect())];
+            if let Err(e) = results.save(&job.id, files) {
+                return Some(Outcome::Failed(format!("saving the result: {e}")));
+            }
+            let seconds = (frames * hop) as f64 / yued_protocol::request::mm3::SAMPLE_RATE as f64;
+            Some(Outcome::Done { tracks: 1, audio_seconds: seconds, metrics: None })
+        }
+        VaeOp::Decode => {
+            let mut lease = match links.store.lease(&key("vae", file), backend) {
+                Ok(l) => l,
+                Err(e) => return Some(Outcome::Failed(e)),
+            };
+            let vae = lease.get::<VaeModel>();
+            let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let mut live = LivePcm::new(&job.id, 1, vae.info.sample_rate);
+            let decoded = crate::codec::mm3_decode_tiled(vae, backend, &z, &mut |done, tiles, planar| {
+                if job.cancel.is_cancelled() {
+                    return Err(CANCELLED.into());
+                }
+                live.publish(links, 0, planar);
+                sink.report(Stage::Decode, done, tiles);
+                Ok(())
+            });
+            drop(lease);
+            match decoded {
+                Ok(pcm) => {
+                    live.finish(links);
+                    let _ = enc_tx.send(EncCmd::Audio { job: job.clone(), pcm });
+                    None
+                }
+                Err(_) if job.cancel.is_cancelled() => Some(Outcome::Cancelled),
+                Err(e) => Some(Outcome::Failed(format!("decode: {e}"))),
+            }
+        }
+    }
+}
+
+const CANCELLED: &str = "cancelled";

@@ -220,6 +220,9 @@ fn decode_chunk(
 /// decode uploaded latents tile by tile, streaming the tiles like a song's, and hand the
 /// audio to the Encoder (which then reports the job: `None` here).
 fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTask, results: &ResultStore, enc_tx: &Sender<EncCmd>) -> Option<Outcome> {
+    if job.request.as_mm3().is_some() {
+        return crate::mm3::run_vae_job(links, backend, job, task, results, enc_tx);
+    }
     if job.cancel.is_cancelled() {
         return Some(Outcome::Cancelled);
     }

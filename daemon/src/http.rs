@@ -138,6 +138,53 @@ pub struct Mm3Check {
     pub codebooks: yued_protocol::Mm3Codebooks,
 }
 
+/// The request part of a `/vae` upload: a family's request of options only. Without a
+/// `family` key it is YuE2's.
+fn vae_options(body: &[u8], st: &AppState) -> Result<Request, String> {
+    let names_family = serde_json::from_slice::<serde_json::Value>(body).ok().is_some_and(|v| v.get("family").is_some());
+    let req = if names_family { Request::from_json(body, &st.families).map_err(|e| e.to_string())? } else { Request::Yue2(Yue2Request::from_json(body).map_err(|e| e.to_string())?) };
+    match req {
+        Request::Yue2(r) => {
+            r.validate_options(&st.limits).map_err(|e| e.to_string())?;
+            Ok(Request::Yue2(r))
+        }
+        Request::Mm3(mut r) => {
+            let m = st.mm3.as_ref().ok_or("family: mm3 is not served by this daemon")?;
+            r.validate_options(&Limits { mm3_codebooks: m.codebooks, ..st.limits }).map_err(|e| e.to_string())?;
+            // The file is fixed now, so the job decodes with the VAE that was checked here.
+            r.vae_model = m.registry.resolve(Bucket::Mm3Vae, &r.vae_model).map_err(|e| format!("vae_model: {e}"))?.name.clone();
+            Ok(Request::Mm3(r))
+        }
+    }
+}
+
+/// What a `/vae` upload is checked against: the family's VAE (its latent width and rates,
+/// whether it can encode) and the longest audio a job may carry.
+struct VaeFacts {
+    audio: yued_engine::models::AudioSpec,
+    has_encoder: bool,
+    max_seconds: f64,
+    /// What the bound is called in an error.
+    limit: &'static str,
+}
+
+fn vae_facts(req: &Request, st: &AppState) -> Result<VaeFacts, String> {
+    match req {
+        Request::Yue2(_) => {
+            let audio = st.vae.audio;
+            Ok(VaeFacts { audio, has_encoder: st.vae.has_encoder, max_seconds: st.limits.context as f64 / audio.latent_rate(), limit: "context" })
+        }
+        Request::Mm3(r) => {
+            let m = st.mm3.as_ref().ok_or("family: mm3 is not served by this daemon")?;
+            let entry = m.registry.resolve(Bucket::Mm3Vae, &r.vae_model).map_err(|e| format!("vae_model: {e}"))?;
+            let f = yued_engine::gguf::GgufFile::open(&entry.path).map_err(|e| format!("vae_model: {e}"))?;
+            let info = yued_engine::models::mm3::vae::VaeModel::info(&f).map_err(|e| format!("vae_model: {e}"))?;
+            let max_seconds = yued_protocol::request::mm3::MAX_FRAMES as f64 / yued_protocol::request::mm3::FRAME_RATE;
+            Ok(VaeFacts { audio: info.audio_spec(), has_encoder: f.tensor("encoder.conv_in.weight").is_some(), max_seconds, limit: "song limit" })
+        }
+    }
+}
+
 fn random_u64() -> u64 {
     use std::hash::{BuildHasher, Hasher};
     let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -264,30 +311,33 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         *slot = Some(buf);
     }
     // The request part is a request like /synth's, of which a decode reads output_format,
-    // peak_clip and mp3_bitrate: every field is type- and bound-checked, but a VAE job has
-    // no use for the "style or lyrics" rule of a song.
+    // peak_clip and mp3_bitrate (and a MiniMax one its vae_model): every field is type- and
+    // bound-checked, but a VAE job has no use for the "style or lyrics" rule of a song. A
+    // part that names no family is YuE2's, as it was before MiniMax Music 3 was served.
     let options = match &request {
-        Some(body) => match Yue2Request::from_json(body).and_then(|r| r.validate_options(&st.limits).map(|()| r)) {
+        Some(body) => match vae_options(body, &st) {
             Ok(r) => r,
-            Err(e) => return bad(e.to_string()),
+            Err(e) => return bad(e),
         },
-        None => Yue2Request::default(),
+        None => Request::Yue2(Yue2Request::default()),
     };
-    let lat = st.vae.audio.latent_channels;
-    let context = st.limits.context as usize;
+    let vae = match vae_facts(&options, &st) {
+        Ok(v) => v,
+        Err(e) => return bad(e),
+    };
+    let lat = vae.audio.latent_channels;
     let (op, bytes) = match (audio, latents) {
         (Some(_), Some(_)) => return bad("give exactly one of 'audio' (encode) or 'src_latents' (decode), not both"),
         (None, None) => return bad("give exactly one of 'audio' (encode) or 'src_latents' (decode)"),
         (Some(a), None) => {
-            if !st.vae.has_encoder {
+            if !vae.has_encoder {
                 return bad("audio: this VAE file has no encoder; only src_latents can be decoded");
             }
             let checked = web::block(move || yued_audio::decode::decode(&a).map(|pcm| (pcm.seconds(), a))).await;
             match checked {
                 Ok(Ok((secs, a))) => {
-                    let rate = st.vae.audio.latent_rate();
-                    if secs * rate > context as f64 {
-                        return bad(format!("audio: {secs:.1} s is longer than the context of {context} frames ({:.0} s)", context as f64 / rate));
+                    if secs > vae.max_seconds {
+                        return bad(format!("audio: {secs:.1} s is longer than the {} of {:.0} s", vae.limit, vae.max_seconds));
                     }
                     (VaeOp::Encode, a)
                 }
@@ -300,8 +350,9 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
             if z.is_empty() || z.len() % frame != 0 {
                 return bad(format!("src_latents: {} bytes are not whole frames of {lat} f32 values ({frame} bytes)", z.len()));
             }
-            if z.len() / frame > context {
-                return bad(format!("src_latents: {} frames exceed the context of {context}", z.len() / frame));
+            let frames = z.len() / frame;
+            if vae.audio.latent_seconds(frames) > vae.max_seconds + 1e-9 {
+                return bad(format!("src_latents: {frames} frames ({:.1} s) exceed the {} of {:.0} s", vae.audio.latent_seconds(frames), vae.limit, vae.max_seconds));
             }
             if z.chunks_exact(4).any(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()) {
                 return bad("src_latents: the latents hold NaN or infinite values");
@@ -324,7 +375,7 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         let _ = std::fs::remove_file(&path);
         return error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, "could not store the upload");
     }
-    match submit(&st, client_key(&req), options.into(), Some(VaeTask { op, input: path.clone() })).await {
+    match submit(&st, client_key(&req), options, Some(VaeTask { op, input: path.clone() })).await {
         Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
         Err(resp) => {
             let _ = std::fs::remove_file(&path);

@@ -26,7 +26,10 @@ fn post(d: &Daemon, body: Vec<u8>) -> (u16, serde_json::Value) {
 fn result(d: &Daemon, id: &str) -> Vec<(String, Vec<u8>)> {
     let r = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap();
     assert_eq!(r.status().as_u16(), 200);
-    multipart_parts(&r.bytes().unwrap(), yued_protocol::MULTIPART_BOUNDARY)
+    // The family's boundary (MiniMax Music 3's jobs answer with seed 001's).
+    let ct = r.headers()["content-type"].to_str().unwrap().to_string();
+    let boundary = ct.split("boundary=").nth(1).unwrap_or(yued_protocol::MULTIPART_BOUNDARY).trim_matches('"').to_string();
+    multipart_parts(&r.bytes().unwrap(), &boundary)
 }
 
 /// One second of a mono 44.1 kHz sweep as WAV: the upload goes through resampling.
@@ -129,4 +132,95 @@ fn an_upload_over_the_limit_is_413_and_leaves_nothing_behind() {
     assert_eq!(s, 413, "{v}");
     assert!(v["error"].as_str().unwrap().contains("4096"), "{v}");
     assert_eq!(std::fs::read_dir(dir.path().join("data/uploads")).unwrap().count(), 0);
+}
+
+/// The file under the data directory whose name is `name` (the demo writes its models there).
+fn find(dir: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
+    for e in std::fs::read_dir(dir).ok()?.flatten() {
+        let p = e.path();
+        if p.file_name().is_some_and(|n| n == name) {
+            return Some(p);
+        }
+        if p.is_dir() {
+            if let Some(f) = find(&p, name) {
+                return Some(f);
+            }
+        }
+    }
+    None
+}
+
+fn f32s(b: &[u8]) -> Vec<f32> {
+    b.chunks_exact(4).map(|c| f32::from_le_bytes([c[0], c[1], c[2], c[3]])).collect()
+}
+
+/// `POST /vae` of a request part naming `"family": "mm3"`: MiniMax Music 3's flow VAE
+/// encodes (the posterior mean, what `yued codec encode --family mm3` writes for the same
+/// file) and decodes at 44.1 kHz (Opus at 48), and the MiniMax bounds are its 400s.
+#[test]
+fn a_minimax_vae_job_encodes_and_decodes_with_the_flow_vae() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Daemon::start(&data, &[]);
+    let mm3 = br#"{"family": "mm3"}"#;
+
+    // Encode: 1 s at 44.1 kHz = 86.13 latent frames of 512 samples, padded to 87 (of the
+    // demo vocoder's latent width: 128 at the published size, fewer on the tiny demo).
+    let wav = sweep_wav();
+    let (s, v) = post(&d, form(&[("audio", "audio/wav", &wav), ("request", "application/json", mm3)]));
+    assert_eq!(s, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let st = d.wait(&id, Duration::from_secs(120));
+    assert_eq!(st["status"], "done", "{st}; log: {}", d.log());
+    let parts = result(&d, &id);
+    let latents = parts[0].1.clone();
+    assert!(latents.len().is_multiple_of(87 * 4 * 2), "{} bytes", latents.len());
+    let lat = latents.len() / (87 * 4);
+    // The CLI on the same vocoder file gives the same latents.
+    let vae = find(&data, "mm3-demo-tiny-vae.gguf").expect("the demo's MiniMax vocoder");
+    let input = dir.path().join("sweep.wav");
+    std::fs::write(&input, &wav).unwrap();
+    let out = dir.path().join("sweep.vae");
+    let cli = std::process::Command::new(yued_bin()).args(["codec", "encode", "--family", "mm3", "--vae"]).arg(&vae).arg("-i").arg(&input).arg("-o").arg(&out).output().unwrap();
+    assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
+    let (a, b) = (f32s(&latents), f32s(&std::fs::read(&out).unwrap()));
+    assert_eq!(a.len(), b.len());
+    let diff = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+    let scale = b.iter().map(|y| y.abs()).fold(0f32, f32::max);
+    assert!(diff <= 1e-5 * scale.max(1.0), "daemon and CLI latents differ by {diff} (scale {scale})");
+
+    // Decode them: 44.1 kHz stereo, 512 samples a frame; Opus is coded at 48 kHz.
+    for (format, rate, samples) in [("wav32", 44100, 87 * 512), ("flac", 44100, 87 * 512)] {
+        let req = format!(r#"{{"family": "mm3", "output_format": "{format}"}}"#);
+        let (s, v) = post(&d, form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", req.as_bytes())]));
+        assert_eq!(s, 200, "{format}: {v}");
+        let id = v["id"].as_str().unwrap().to_string();
+        assert_eq!(d.wait(&id, Duration::from_secs(120))["status"], "done", "{format}: {}", d.log());
+        let parts = result(&d, &id);
+        let pcm = yued_audio::decode::decode(&parts[0].1).unwrap();
+        assert_eq!((pcm.sample_rate, pcm.channels, pcm.frames()), (rate, 2, samples), "{format}");
+    }
+    let (s, v) = post(&d, form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", br#"{"family": "mm3", "output_format": "opus"}"#)]));
+    assert_eq!(s, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(d.wait(&id, Duration::from_secs(120))["status"], "done");
+    let pcm = yued_audio::decode::decode(&result(&d, &id)[0].1).unwrap();
+    assert_eq!((pcm.sample_rate, pcm.channels), (48000, 2));
+    assert!((pcm.seconds() - 87.0 * 512.0 / 44100.0).abs() < 0.03, "{} s", pcm.seconds());
+
+    // The MiniMax 400s name their field: a vocoder file not in the registry, latents of
+    // another width, a bound of the MiniMax request.
+    let yue2_width = vec![0u8; 4 * (10 * lat + 1)];
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        (form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", br#"{"family": "mm3", "vae_model": "nope.gguf"}"#)]), "vae_model"),
+        (form(&[("src_latents", "application/octet-stream", &yue2_width), ("request", "application/json", mm3)]), "src_latents"),
+        (form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", br#"{"family": "mm3", "steps": 1}"#)]), "steps"),
+        (form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", br#"{"family": "mm3", "output_format": "xyz"}"#)]), "output_format"),
+    ];
+    for (body, needle) in cases {
+        let (s, v) = post(&d, body);
+        assert_eq!(s, 400, "{needle}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(needle), "{needle}: {v}");
+    }
+    assert_eq!(std::fs::read_dir(data.join("uploads")).unwrap().count(), 0);
 }

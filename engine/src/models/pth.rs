@@ -409,7 +409,7 @@ impl Machine {
 }
 
 fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, String> {
-    if items.len() % 2 != 0 {
+    if !items.len().is_multiple_of(2) {
         return Err("an odd number of dict items".into());
     }
     let mut it = items.into_iter();
@@ -477,6 +477,6 @@ mod tests {
     fn an_unknown_opcode_is_an_error_not_a_panic() {
         assert!(Machine::default().run(&[0x80, 2, b'i']).is_err());
         assert!(Machine::default().run(&[0x80, 2, b'X', 9, 0, 0, 0, b'a']).is_err());
-        assert!(Machine::default().run(&[b'.']).is_err());
+        assert!(Machine::default().run(b".").is_err());
     }
 }
