@@ -22,7 +22,7 @@ use yued_protocol::{CotMode, Yue2Request};
 #[derive(clap::Args)]
 pub struct BenchArgs {
     /// The family measured: `yue2` (sections mem, prefill, decode, nar, vae, e2e, stream) or `mm3`
-    /// (MiniMax Music 3: frame, dit, vae, e2e, stream).
+    /// (MiniMax Music 3: frame, lm, dit, vae, e2e, stream).
     #[arg(long, default_value = "yue2")]
     pub family: yued_protocol::Family,
     /// Demo preset measured when no --model/--vae is given: `full` (the published YuE2
@@ -36,6 +36,12 @@ pub struct BenchArgs {
     /// VAE GGUF (with --model).
     #[arg(long, requires = "model")]
     pub vae: Option<PathBuf>,
+    /// MiniMax Music 3: the component files of this folder (as `yued serve --models` reads
+    /// it: the first file of each architecture) instead of a demo preset; a section whose
+    /// components are not there is skipped (scripts/bench/mm3-diffusers.sh writes a DiT,
+    /// condition encoder and vocoder only).
+    #[arg(long)]
+    pub models: Option<PathBuf>,
     /// Where demo models are written and reused between runs.
     #[arg(long, default_value = "yued-data/bench-models")]
     pub cache: PathBuf,

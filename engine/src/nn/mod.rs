@@ -2,6 +2,7 @@
 //! sets ([`causal_lm`]), the Qwen3 decoder layer (the
 //! YuE2 AR half, the YuE2 NAR half and the MiniMax LM are all Qwen3 stacks) and RMSNorm.
 pub mod causal_lm;
+pub mod export_qwen3;
 pub mod qwen3;
 
 use crate::ggml::{Context, Tensor};

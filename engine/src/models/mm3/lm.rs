@@ -136,3 +136,68 @@ impl LmModel {
         Ok(l.per_seq.into_iter().flatten().collect())
     }
 }
+
+/// The LM as a standard llama.cpp `qwen3` GGUF ([`crate::nn::export_qwen3`]): the same
+/// bytes under llama.cpp's names, for `yued bench --family mm3 --llama-cpp`; returns the
+/// number of tensors written.
+pub fn export_qwen3(model: &std::path::Path, out: &std::path::Path) -> Result<usize, crate::gguf::GgufError> {
+    use crate::nn::export_qwen3::{write, Qwen3Hparams};
+    let f = GgufFile::open(model)?;
+    let info = LmInfo::read(&f)?;
+    let c = &info.config;
+    let hp = Qwen3Hparams {
+        layers: c.num_hidden_layers,
+        context: c.max_position_embeddings,
+        hidden: c.hidden_size,
+        feed_forward: c.intermediate_size,
+        heads: c.num_attention_heads,
+        kv_heads: c.num_key_value_heads,
+        head_dim: c.head_dim(),
+        rope_theta: c.rope_theta,
+        rms_eps: c.rms_norm_eps,
+        vocab: c.vocab_size,
+    };
+    let tokens: Vec<String> = f.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
+    // minimaxmusic.cpp's files carry no types: the ids from the first added token on are
+    // control tokens, as `tokenizer` reads them.
+    let types: Vec<i32> = match f.get_i64_array("tokenizer.ggml.token_type") {
+        Ok(t) => t.into_iter().map(|t| t as i32).collect(),
+        Err(_) => (0..tokens.len()).map(|i| if (i as u32) < info.tokens.text_vocab { token_type::NORMAL } else { token_type::CONTROL }).collect(),
+    };
+    write(&f, &hp, "MiniMax Music 3 LM", tokens, types, &|_| true, out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The exported LM loads in llama.cpp and its logits are ours for the same prompt: an
+    /// independent implementation of the LM's forward, beside the diffusers fixtures.
+    #[test]
+    fn the_lm_exports_to_llama_cpp_and_computes_our_logits() {
+        let dir = tempfile::tempdir().unwrap();
+        let files = crate::models::mm3::demo::write_demo(dir.path(), crate::models::yue2::demo::Preset::Tiny, 4, &mut |_, _| {}).unwrap();
+        let out = dir.path().join("lm.qwen3.gguf");
+        let src = GgufFile::open(&files[0]).unwrap();
+        let info = LmInfo::read(&src).unwrap();
+        let c = info.config.clone();
+        assert_eq!(export_qwen3(&files[0], &out).unwrap(), 3 + 11 * c.num_hidden_layers);
+        let q = GgufFile::open(&out).unwrap();
+        assert_eq!(q.get_str_array("tokenizer.ggml.tokens").unwrap().len(), c.vocab_size, "padded to the vocabulary");
+        let (a, b) = (src.tensor("model.layers.0.mlp.down_proj.weight").unwrap(), q.tensor("blk.0.ffn_down.weight").unwrap());
+        assert_eq!(src.tensor_bytes(a), q.tensor_bytes(b));
+        let l = crate::ggml::llama_ref::LlamaRef::load(&out, false).unwrap();
+        let vocab = c.vocab_size as u32;
+        let tokens: Vec<u32> = (0..29u32).map(|i| (i * 97 + 5) % vocab).collect();
+        let theirs = l.last_logits(&tokens.iter().map(|&t| t as i32).collect::<Vec<_>>(), 1).unwrap();
+        let backend = crate::ggml::Backend::for_tests(1);
+        let mut lm = LmModel::load(&src, &backend).unwrap();
+        let mut set = lm.kv_set(&backend, tokens.len(), 1).unwrap();
+        let ours = lm.prompt_logits(&backend, &mut set, &tokens, 0).unwrap();
+        let ours = ours.last().unwrap();
+        assert_eq!(ours.len(), theirs.len());
+        let diff: f64 = ours.iter().zip(&theirs).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>().sqrt();
+        let norm: f64 = theirs.iter().map(|y| (*y as f64).powi(2)).sum::<f64>().sqrt();
+        assert!(diff / norm < 1e-3, "relative RMS {:e} against llama.cpp", diff / norm);
+    }
+}

@@ -1,10 +1,8 @@
-//! The AR half of a YuE2 backbone as a standard llama.cpp `qwen3` GGUF: the same tensors
-//! (bytes untouched, quantization kept) under llama.cpp's names, the hyper-parameters
-//! under `qwen3.*`, and the tokenizer padded with placeholder entries up to the backbone's
-//! vocabulary (the control and code ids above the BPE). Its purpose is the side-by-side
-//! benchmark: llama.cpp decoding exactly the weights yued decodes.
-use crate::gguf::{GgufError, GgufFile, GgufWriter, Value};
+//! The AR half of a YuE2 backbone as a standard llama.cpp `qwen3` GGUF
+//! ([`crate::nn::export_qwen3`]), for the side-by-side benchmark.
+use crate::gguf::{GgufError, GgufFile};
 use crate::models::yue2::config::{is_nar_tensor, BackboneInfo};
+use crate::nn::export_qwen3::{write, Qwen3Hparams};
 use std::path::Path;
 
 /// The llama.cpp name of an AR tensor, None for tensors of the NAR half.
@@ -12,29 +10,7 @@ pub fn llama_name(name: &str) -> Option<String> {
     if is_nar_tensor(name) {
         return None;
     }
-    match name {
-        "model.embed_tokens.weight" => return Some("token_embd.weight".into()),
-        "model.norm.weight" => return Some("output_norm.weight".into()),
-        "lm_head.weight" => return Some("output.weight".into()),
-        _ => {}
-    }
-    let rest = name.strip_prefix("model.layers.")?;
-    let (layer, part) = rest.split_once('.')?;
-    let mapped = match part {
-        "input_layernorm.weight" => "attn_norm.weight",
-        "self_attn.q_proj.weight" => "attn_q.weight",
-        "self_attn.k_proj.weight" => "attn_k.weight",
-        "self_attn.v_proj.weight" => "attn_v.weight",
-        "self_attn.o_proj.weight" => "attn_output.weight",
-        "self_attn.q_norm.weight" => "attn_q_norm.weight",
-        "self_attn.k_norm.weight" => "attn_k_norm.weight",
-        "post_attention_layernorm.weight" => "ffn_norm.weight",
-        "mlp.gate_proj.weight" => "ffn_gate.weight",
-        "mlp.up_proj.weight" => "ffn_up.weight",
-        "mlp.down_proj.weight" => "ffn_down.weight",
-        _ => return None,
-    };
-    Some(format!("blk.{layer}.{mapped}"))
+    crate::nn::export_qwen3::llama_name(name)
 }
 
 /// Writes `out` from the backbone `model`; returns the number of tensors written.
@@ -42,50 +18,21 @@ pub fn export_qwen3(model: &Path, out: &Path) -> Result<usize, GgufError> {
     let f = GgufFile::open(model)?;
     let info = BackboneInfo::from_gguf(&f)?;
     let c = &info.config;
-    let mut w = GgufWriter::new();
-    w.set_str("general.architecture", "qwen3");
-    w.set_str("general.name", "YuE2 AR half (exported by yued for benchmarks)");
-    w.set_u32("qwen3.block_count", c.num_hidden_layers as u32);
-    w.set_u32("qwen3.context_length", c.max_position_embeddings as u32);
-    w.set_u32("qwen3.embedding_length", c.hidden_size as u32);
-    w.set_u32("qwen3.feed_forward_length", c.intermediate_size as u32);
-    w.set_u32("qwen3.attention.head_count", c.num_attention_heads as u32);
-    w.set_u32("qwen3.attention.head_count_kv", c.num_key_value_heads as u32);
-    w.set_u32("qwen3.attention.key_length", c.head_dim as u32);
-    w.set_u32("qwen3.attention.value_length", c.head_dim as u32);
-    w.set_f32("qwen3.rope.freq_base", c.rope_theta as f32);
-    w.set_f32("qwen3.attention.layer_norm_rms_epsilon", c.rms_norm_eps as f32);
-    // The BPE entries, then one control placeholder per id above them.
-    let mut tokens: Vec<String> = f.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
-    // Byte-level BPE has no byte-fallback tokens: llama.cpp reads type BYTE (6) as an SPM
-    // "<0xXX>" piece, so the 256 byte symbols go out as NORMAL (1).
-    let mut types: Vec<i32> = f.get_i64_array("tokenizer.ggml.token_type")?.into_iter().map(|t| if t == 6 { 1 } else { t as i32 }).collect();
-    while tokens.len() < c.vocab_size {
-        tokens.push(format!("<|yue2_{}|>", tokens.len()));
-        types.push(3); // CONTROL
-    }
-    w.set_str("tokenizer.ggml.model", f.get_str("tokenizer.ggml.model").unwrap_or("gpt2"));
-    w.set_str("tokenizer.ggml.pre", f.get_str("tokenizer.ggml.pre").unwrap_or("qwen2"));
-    w.set_strs("tokenizer.ggml.tokens", &tokens);
-    w.set_i32s("tokenizer.ggml.token_type", &types);
-    let merges: Vec<String> = f.get_str_array("tokenizer.ggml.merges").map(|m| m.into_iter().map(String::from).collect()).unwrap_or_default();
-    w.set_strs("tokenizer.ggml.merges", &merges);
-    if let Some(Value::U32(e)) = f.get("tokenizer.ggml.eos_token_id") {
-        w.set_u32("tokenizer.ggml.eos_token_id", *e);
-    }
-    let mut picked = Vec::new();
-    for t in f.tensors() {
-        if let Some(n) = llama_name(&t.name) {
-            w.add_tensor(&n, t.ty, &t.ne);
-            picked.push(t.clone());
-        }
-    }
-    let mut data = w.create(out)?;
-    for t in &picked {
-        data.write(f.tensor_bytes(t))?;
-    }
-    data.finish()?;
-    Ok(picked.len())
+    let hp = Qwen3Hparams {
+        layers: c.num_hidden_layers,
+        context: c.max_position_embeddings,
+        hidden: c.hidden_size,
+        feed_forward: c.intermediate_size,
+        heads: c.num_attention_heads,
+        kv_heads: c.num_key_value_heads,
+        head_dim: c.head_dim,
+        rope_theta: c.rope_theta,
+        rms_eps: c.rms_norm_eps,
+        vocab: c.vocab_size,
+    };
+    let tokens: Vec<String> = f.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
+    let types: Vec<i32> = f.get_i64_array("tokenizer.ggml.token_type")?.into_iter().map(|t| t as i32).collect();
+    write(&f, &hp, "YuE2 AR half", tokens, types, &|n| !is_nar_tensor(n), out)
 }
 
 #[cfg(test)]
