@@ -13,6 +13,7 @@
 // Every unsafe block is in the ggml layer; nothing else may have one.
 #![deny(unsafe_code)]
 
+pub mod adapter;
 #[allow(unsafe_code)]
 pub mod ggml;
 pub mod gguf;

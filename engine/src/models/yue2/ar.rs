@@ -12,7 +12,7 @@ use crate::models::yue2::config::{backbone_tensor_shapes, is_nar_tensor, names, 
 use crate::nn::causal_lm::{CausalLm, LmSpec};
 pub use crate::nn::causal_lm::{Logits, Positions, SeqInput, DEVICE_WINDOW_STEP, WINDOW_STEP};
 use crate::nn::qwen3::Role;
-use crate::weights::{load_tensors, LoadError};
+use crate::weights::LoadError;
 use std::ops::Range;
 
 /// The AR weights on a backend plus the reusable compute allocator.
@@ -44,7 +44,13 @@ pub fn lm_spec(cfg: &Yue2Config) -> LmSpec {
 impl ArModel {
     /// Loads the AR half of a backbone file onto `backend`.
     pub fn load(f: &GgufFile, info: &BackboneInfo, backend: &Backend) -> Result<Self, LoadError> {
-        let weights = load_tensors(f, &ar_tensors(&info.config), backend, "AR weights")?;
+        Self::load_with(f, info, backend, &Default::default())
+    }
+
+    /// [`ArModel::load`] with adapter terms merged into the AR tensors they name
+    /// ([`crate::adapter::stack_terms`] of the AR half).
+    pub fn load_with(f: &GgufFile, info: &BackboneInfo, backend: &Backend, terms: &std::collections::HashMap<String, Vec<crate::adapter::Term>>) -> Result<Self, LoadError> {
+        let weights = crate::weights::load_tensors_merged(f, &ar_tensors(&info.config), backend, "AR weights", |_, _| false, terms)?;
         let vocab_type = weights.get(names::LM_HEAD).ty();
         Ok(ArModel { cfg: info.config.clone(), lm: CausalLm::new(lm_spec(&info.config), weights, backend, "AR step"), vocab_type })
     }

@@ -25,7 +25,7 @@ use crate::models::yue2::config::{backbone_tensor_shapes, is_nar_tensor, names, 
 use crate::models::yue2::generate::CancelToken;
 use crate::nn::qwen3::Qwen3Layer;
 use crate::nn::rms_norm;
-use crate::weights::{load_tensors, LoadError};
+use crate::weights::LoadError;
 
 /// Frequency channels of the timestep sinusoid.
 pub const TIME_FREQ_DIM: usize = 256;
@@ -144,8 +144,13 @@ pub struct NarModel {
 
 impl NarModel {
     pub fn load(f: &GgufFile, info: &BackboneInfo, backend: &Backend) -> Result<Self, LoadError> {
+        Self::load_with(f, info, backend, &Default::default())
+    }
+
+    /// [`NarModel::load`] with adapter terms merged into the NAR tensors they name.
+    pub fn load_with(f: &GgufFile, info: &BackboneInfo, backend: &Backend, terms: &std::collections::HashMap<String, Vec<crate::adapter::Term>>) -> Result<Self, LoadError> {
         let latent = f.require_tensor(names::VAE2LLM_W)?.ne4()[0] as usize;
-        let weights = load_tensors(f, &nar_tensors(&info.config, latent), backend, "NAR weights")?;
+        let weights = crate::weights::load_tensors_merged(f, &nar_tensors(&info.config, latent), backend, "NAR weights", |_, _| false, terms)?;
         Ok(NarModel { cfg: info.config.clone(), latent, weights, alloc: Allocator::new(backend) })
     }
 
