@@ -45,7 +45,7 @@ pub const COMPONENTS: [&str; 5] = ["lm", "depth", "cond", "dit", "vae"];
 fn key(component: &'static str, file: PathBuf) -> ComponentKey {
     // The VAE's encoder (`vae_enc`, read from the vocoder file) sits with the synthesis group.
     let group = if matches!(component, "lm" | "depth") { AR_GROUP } else { SYNTHESIS_GROUP };
-    ComponentKey { family: Family::Mm3, component, group, file }
+    ComponentKey { family: Family::Mm3, component, group, file, variant: String::new() }
 }
 
 /// Loads a component from its file. The depth decoder reads the LM width from its own

@@ -29,22 +29,30 @@ pub struct Group {
     pub name: &'static str,
 }
 
-/// Which component: its family, its part, its group, its file.
+/// Which component: its family, its part, its group, its file, and its variant (the
+/// adapters merged into it, `name@strength,...`; "" for the file as it is). Two variants of
+/// one component are two modules: STRICT swaps them like two files, `--keep-loaded` keeps
+/// both.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]
 pub struct ComponentKey {
     pub family: Family,
     pub component: &'static str,
     pub group: &'static str,
     pub file: PathBuf,
+    pub variant: String,
 }
 
 impl ComponentKey {
     pub fn group(&self) -> Group {
         Group { family: self.family, name: self.group }
     }
-    /// `family/component`, for logs and errors.
+    /// `family/component` (and its variant), for logs and errors.
     pub fn name(&self) -> String {
-        format!("{}/{}", self.family, self.component)
+        if self.variant.is_empty() {
+            format!("{}/{}", self.family, self.component)
+        } else {
+            format!("{}/{} [{}]", self.family, self.component, self.variant)
+        }
     }
 }
 
@@ -163,7 +171,9 @@ impl ModelStore {
             return Ok(Lease { store: self.clone(), key: key.clone(), module: Some(m) });
         }
         if self.policy == Policy::Strict {
-            let evict: Vec<ComponentKey> = st.slots.keys().filter(|k| k.group() != group).cloned().collect();
+            // Other groups go, and so does an idle other variant or file of this component.
+            let same = |k: &ComponentKey| k.family == key.family && k.component == key.component;
+            let evict: Vec<ComponentKey> = st.slots.iter().filter(|(k, slot)| k.group() != group || (same(k) && matches!(slot, Slot::Idle(_)))).map(|(k, _)| k.clone()).collect();
             for k in evict {
                 st.slots.remove(&k);
                 tracing::info!(module = %k.name(), "evicting (STRICT: one coexistence group at a time)");
@@ -260,10 +270,11 @@ mod tests {
     fn store(policy: Policy) -> (tempfile::TempDir, Arc<ModelStore>, Keys) {
         let dir = tempfile::tempdir().unwrap();
         let (bb, vae) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
-        let cfg = WorkerConfig { model: bb.clone(), vae, device: "CPU".into(), threads: 1, priority: Default::default(), options: PipelineOptions::default(), keep_loaded: false, mm3: None };
+        let cfg =
+            WorkerConfig { model: bb.clone(), vae, device: "CPU".into(), threads: 1, priority: Default::default(), options: PipelineOptions::default(), keep_loaded: false, mm3: None, adapters: None };
         let shared = Shared::open(&bb, &PipelineOptions::default()).unwrap();
-        let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(k, backend, &shared));
-        let keys = Keys { ar: crate::yue2::ar(&cfg), nar: crate::yue2::nar(&cfg), vae: crate::yue2::vae(&cfg) };
+        let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(k, backend, &shared, None));
+        let keys = Keys { ar: crate::yue2::ar(&cfg, None), nar: crate::yue2::nar(&cfg, None), vae: crate::yue2::vae(&cfg) };
         (dir, ModelStore::new(policy, loader, Metrics::new()), keys)
     }
 

@@ -36,6 +36,8 @@ pub struct WorkerConfig {
     pub keep_loaded: bool,
     /// The model registry when MiniMax Music 3 is served (its requests name files of it).
     pub mm3: Option<yued_engine::registry::Registry>,
+    /// The `--adapters` directory, scanned against the backbone (YuE2 requests stack them).
+    pub adapters: Option<Arc<yued_engine::adapter::AdapterDir>>,
 }
 
 /// Whether this build can write the format.
@@ -60,9 +62,9 @@ impl Stages {
 }
 
 /// The store's loader: each family loads its own components.
-fn loader(shared: Option<Arc<Shared>>) -> Box<Loader> {
+fn loader(shared: Option<Arc<Shared>>, adapters: Option<Arc<yued_engine::adapter::AdapterDir>>) -> Box<Loader> {
     Box::new(move |key, backend| match key.family {
-        Family::Yue2 => crate::yue2::load(key, backend, shared.as_ref().ok_or("the backbone file did not load; see the daemon log")?),
+        Family::Yue2 => crate::yue2::load(key, backend, shared.as_ref().ok_or("the backbone file did not load; see the daemon log")?, adapters.as_deref()),
         Family::Mm3 => crate::mm3::load(key, backend),
     })
 }
@@ -77,7 +79,7 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
         }
     };
     let policy = if cfg.keep_loaded { Policy::Never } else { Policy::Strict };
-    let store = ModelStore::new(policy, loader(shared.clone()), metrics.clone());
+    let store = ModelStore::new(policy, loader(shared.clone(), cfg.adapters.clone()), metrics.clone());
     let waited = metrics.cpu_turn_wait_seconds_total.clone();
     let cpu_turns = yued_engine::ggml::CpuTurns::with_wait_hook(move |d| waited.inc_by(d.as_secs_f64()));
     let links = Links { scheduler: scheduler.clone(), hub, metrics, store: store.clone(), cfg: cfg.clone(), cpu_turns };

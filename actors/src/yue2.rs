@@ -13,13 +13,14 @@ use crate::worker::WorkerConfig;
 use crossbeam_channel::{Receiver, Sender};
 use std::any::Any;
 use std::sync::Arc;
+use yued_engine::adapter::{shapes_of, stack_terms, Adapter, AdapterDir};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::ar::ArModel;
 use yued_engine::models::yue2::nar::NarModel;
 use yued_engine::models::yue2::pipeline::{ChunkReady, Event, PipelineError, Shared, SongMeta, SongNoise, SongWork};
 use yued_engine::models::yue2::vae::VaeModel;
-use yued_protocol::{Family, Stage, StreamEvent};
+use yued_protocol::{Family, Stage, StreamEvent, Yue2Request};
 
 /// The AR half's group.
 pub const AR_GROUP: &str = "ar";
@@ -30,27 +31,66 @@ pub fn synthesis_group() -> Group {
     Group { family: Family::Yue2, name: SYNTHESIS_GROUP }
 }
 
-pub fn ar(cfg: &WorkerConfig) -> ComponentKey {
-    ComponentKey { family: Family::Yue2, component: "ar", group: AR_GROUP, file: cfg.model.clone() }
+/// The AR half under the adapters of `req` that change it (none for `None`).
+pub fn ar(cfg: &WorkerConfig, req: Option<&Yue2Request>) -> ComponentKey {
+    ComponentKey { family: Family::Yue2, component: "ar", group: AR_GROUP, file: cfg.model.clone(), variant: variant(cfg, req, false) }
 }
-pub fn nar(cfg: &WorkerConfig) -> ComponentKey {
-    ComponentKey { family: Family::Yue2, component: "nar", group: SYNTHESIS_GROUP, file: cfg.model.clone() }
+/// The NAR half under the adapters of `req` that change it.
+pub fn nar(cfg: &WorkerConfig, req: Option<&Yue2Request>) -> ComponentKey {
+    ComponentKey { family: Family::Yue2, component: "nar", group: SYNTHESIS_GROUP, file: cfg.model.clone(), variant: variant(cfg, req, true) }
 }
 pub fn vae(cfg: &WorkerConfig) -> ComponentKey {
-    ComponentKey { family: Family::Yue2, component: "vae", group: SYNTHESIS_GROUP, file: cfg.vae.clone() }
+    ComponentKey { family: Family::Yue2, component: "vae", group: SYNTHESIS_GROUP, file: cfg.vae.clone(), variant: String::new() }
+}
+
+/// The variant of a half a request's adapters make ([`yued_engine::adapter::half_key`]):
+/// "" without adapters, or when none of them changes this half at a non-zero strength. A
+/// name the directory lacks keeps its place in the key; the load then says what is wrong.
+fn variant(cfg: &WorkerConfig, req: Option<&Yue2Request>, nar: bool) -> String {
+    let (Some(req), Some(dir)) = (req, cfg.adapters.as_deref()) else { return String::new() };
+    req.adapters
+        .iter()
+        .filter(|a| a.scale != 0.0)
+        .filter(|a| dir.get(&a.name).map(|x| if nar { x.nar } else { x.ar }).unwrap_or(true))
+        .map(|a| format!("{}@{}", a.name, a.scale as f32))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+/// A variant's adapters and strengths.
+fn stack_of<'a>(dir: &'a AdapterDir, variant: &str) -> Result<Vec<(&'a Adapter, f32)>, String> {
+    variant
+        .split(',')
+        .filter(|e| !e.is_empty())
+        .map(|e| {
+            let (name, s) = e.rsplit_once('@').ok_or_else(|| format!("a variant entry '{e}' without its strength"))?;
+            Ok((dir.get(name)?, s.parse::<f32>().map_err(|x| format!("{e}: {x}"))?))
+        })
+        .collect()
 }
 
 /// Every component, in load order (the warm-up under `--keep-loaded`).
 pub fn components(cfg: &WorkerConfig) -> Vec<ComponentKey> {
-    vec![ar(cfg), nar(cfg), vae(cfg)]
+    vec![ar(cfg, None), nar(cfg, None), vae(cfg)]
 }
 
-/// Loads a YuE2 component from its file; the backbone's config comes from `shared`.
-pub fn load(key: &ComponentKey, backend: &Backend, shared: &Shared) -> Result<Module, String> {
+/// Loads a YuE2 component from its file, a half with the adapters its variant names
+/// merged in; the backbone's config comes from `shared`.
+pub fn load(key: &ComponentKey, backend: &Backend, shared: &Shared, adapters: Option<&AdapterDir>) -> Result<Module, String> {
     let f = GgufFile::open(&key.file).map_err(|e| e.to_string())?;
+    let terms = |nar: bool| -> Result<std::collections::HashMap<String, Vec<yued_engine::adapter::Term>>, String> {
+        if key.variant.is_empty() {
+            return Ok(Default::default());
+        }
+        let dir = adapters.ok_or("adapters: this daemon has no --adapters directory")?;
+        let t0 = std::time::Instant::now();
+        let t = stack_terms(&stack_of(dir, &key.variant)?, &shapes_of(&f), nar)?;
+        tracing::info!(variant = %key.variant, tensors = t.len(), seconds = t0.elapsed().as_secs_f64(), "adapter terms read");
+        Ok(t)
+    };
     Ok(match key.component {
-        "ar" => Box::new(ArModel::load(&f, &shared.info, backend).map_err(|e| e.to_string())?),
-        "nar" => Box::new(NarModel::load(&f, &shared.info, backend).map_err(|e| e.to_string())?),
+        "ar" => Box::new(ArModel::load_with(&f, &shared.info, backend, &terms(false)?).map_err(|e| e.to_string())?),
+        "nar" => Box::new(NarModel::load_with(&f, &shared.info, backend, &terms(true)?).map_err(|e| e.to_string())?),
         "vae" => Box::new(VaeModel::load(&f, backend).map_err(|e| e.to_string())?),
         other => return Err(format!("YuE2 has no component '{other}'")),
     })
@@ -165,7 +205,7 @@ impl<'a> ArReports<'a> {
 /// or the journal), one KV set prefilled per acoustic chunk.
 fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> Result<Vec<SongWork>, PipelineError> {
     let req = ctx.yue2();
-    let mut lease = links.store.lease(&ar(&links.cfg), backend).map_err(PipelineError::Other)?;
+    let mut lease = links.store.lease(&ar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
     let mut reports = ArReports::new(links, ctx);
     if !resumes(ctx) {
         let r = shared.compose(lease.get::<ArModel>(), backend, req, &ctx.cancel, &mut |e| reports.event(e, true));
@@ -203,7 +243,7 @@ fn compose_streamed(links: &Links, shared: &Arc<Shared>, backend: &Backend, ctx:
     let req = ctx.yue2();
     let (tx, rx) = crossbeam_channel::unbounded();
     out.send(Box::new(Yue2Stream { shared: shared.clone(), rx, songs: req.lm_batch_size.max(1) as usize }));
-    let mut lease = links.store.lease(&ar(&links.cfg), backend).map_err(PipelineError::Other)?;
+    let mut lease = links.store.lease(&ar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
     let mut reports = ArReports::new(links, ctx);
     let r = shared.compose_streamed(lease.get::<ArModel>(), backend, req, &ctx.cancel, &mut |e| reports.event(e, true), &mut |c| {
         // A synthesis half that gave up drops what it is sent.
@@ -269,7 +309,7 @@ fn render(links: &Links, shared: &Shared, backend: &Backend, job: &Arc<JobCtx>, 
     let m = req.synth_batch_size.max(1) as usize;
     let tracks: Vec<TrackPlan> = songs.iter().flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32, open: false })).collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
-    let mut lease = links.store.lease(&nar(&links.cfg), backend).map_err(PipelineError::Other)?;
+    let mut lease = links.store.lease(&nar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &job.id);
     let mut first = 0;
     for song in songs {
@@ -318,7 +358,7 @@ fn render_stream(links: &Links, shared: &Shared, backend: &Backend, job: &Arc<Jo
     let open = |i: usize| SongMeta { index: i as u32, abc: String::new(), plan_seed: None, codes: Vec::new(), ended: false };
     let tracks: Vec<TrackPlan> = (0..songs).flat_map(|i| (0..m).map(move |j| TrackPlan { meta: open(i), variation: j as u32, open: true })).collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
-    let mut lease = links.store.lease(&nar(&links.cfg), backend).map_err(PipelineError::Other)?;
+    let mut lease = links.store.lease(&nar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &job.id);
     let budget = yued_engine::models::yue2::generate::semantic_budget(req);
     let mut noise: Vec<Option<SongNoise>> = (0..songs).map(|_| None).collect();

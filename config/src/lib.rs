@@ -31,6 +31,8 @@ pub struct Config {
     pub vae: Option<PathBuf>,
     /// A directory of model files sorted by architecture (`--model`/`--vae` win over it).
     pub models: Option<PathBuf>,
+    /// A directory of LoRA adapters YuE2 requests may stack.
+    pub adapters: Option<PathBuf>,
     /// Compute device (`auto`, `CPU`, `CUDA0`, `Vulkan0`, ...).
     pub device: String,
     /// CPU threads for ggml (0 = every core).
@@ -78,6 +80,7 @@ impl Default for Config {
             model: None,
             vae: None,
             models: None,
+            adapters: None,
             device: "auto".into(),
             threads: 0,
             compute_priority: "low".into(),
@@ -106,6 +109,7 @@ const KEYS: &[&str] = &[
     "model",
     "vae",
     "models",
+    "adapters",
     "device",
     "threads",
     "compute_priority",
@@ -160,6 +164,7 @@ impl Config {
             "model" => self.model = (!value.is_empty()).then(|| value.into()),
             "vae" => self.vae = (!value.is_empty()).then(|| value.into()),
             "models" => self.models = (!value.is_empty()).then(|| value.into()),
+            "adapters" => self.adapters = (!value.is_empty()).then(|| value.into()),
             "device" => self.device = value.into(),
             "threads" => self.threads = num(value, bad)?,
             "max_batch" => self.max_batch = num(value, bad)?,

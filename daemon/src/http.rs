@@ -39,6 +39,8 @@ pub struct AppState {
     pub demo_weights: bool,
     pub max_body_bytes: usize,
     pub vae: VaeLimits,
+    /// The `--adapters` directory YuE2 requests name adapters of.
+    pub adapters: Option<Arc<yued_engine::adapter::AdapterDir>>,
 }
 
 /// What `/vae` needs to check and keep an upload.
@@ -102,6 +104,7 @@ pub fn check_request(body: &[u8], st: &AppState) -> Result<Request, String> {
         Request::Mm3(r) => return check_mm3(r, st),
     };
     req.validate(&st.limits).map_err(|e| e.to_string())?;
+    check_adapters(&req, st)?;
     let p = &st.prompt;
     let builder = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &p.tokenizer, tokens: p.tokens, instructions: &p.instructions };
     yued_engine::models::yue2::generate::check_fits(&builder, st.limits.context as usize, &req).map_err(|e| e.to_string())?;
@@ -109,6 +112,19 @@ pub fn check_request(body: &[u8], st: &AppState) -> Result<Request, String> {
         return Err(format!("output_format: '{}' has no encoder in this build", req.output_format.name()));
     }
     Ok(req.with_resolved_seeds(random_u64).into())
+}
+
+/// Each of a YuE2 request's adapters names a usable adapter of the `--adapters` directory.
+fn check_adapters(req: &Yue2Request, st: &AppState) -> Result<(), String> {
+    for (i, a) in req.adapters.iter().enumerate() {
+        match &st.adapters {
+            None => return Err(format!("adapters[{i}].name: '{}': this daemon has no --adapters directory", a.name)),
+            Some(d) => {
+                d.get(&a.name).map_err(|e| format!("adapters[{i}].name: {e}"))?;
+            }
+        }
+    }
+    Ok(())
 }
 
 /// A MiniMax Music 3 request: its values, its component files against the registry, and

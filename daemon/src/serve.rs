@@ -24,12 +24,14 @@ use yued_actors::results::{ResultStore, Retention};
 use yued_actors::scheduler::{Scheduler, Shutdown};
 use yued_actors::worker::{self, WorkerConfig};
 use yued_config::Config;
+use yued_engine::adapter::{shapes_of, AdapterDir};
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::config::BackboneInfo;
 use yued_engine::models::yue2::demo::{write_demo, Preset, DEMO_KEY};
 use yued_engine::models::yue2::pipeline::PipelineOptions;
 use yued_engine::registry::{Bucket, Registry};
 use yued_engine::tokenizer::BpeTokenizer;
+use yued_protocol::props::AdapterInfo;
 use yued_protocol::{Limits, Props};
 
 #[derive(clap::Args)]
@@ -49,6 +51,11 @@ pub struct ServeArgs {
     /// over it (MiniMax Music 3 still comes from the directory).
     #[arg(long)]
     pub models: Option<PathBuf>,
+    /// A directory of LoRA adapters for YuE2 (every .safetensors file and every folder holding
+    /// one; PEFT, ComfyUI, native, slider and bundled layouts): a request stacks them with
+    /// `adapters: [{name, scale}]`, merged into the backbone halves each changes at load.
+    #[arg(long)]
+    pub adapters: Option<PathBuf>,
     /// Listen address (default 127.0.0.1).
     #[arg(long)]
     pub host: Option<String>,
@@ -113,6 +120,7 @@ impl ServeArgs {
         set("model", self.model.as_ref().map(|p| p.display().to_string()))?;
         set("vae", self.vae.as_ref().map(|p| p.display().to_string()))?;
         set("models", self.models.as_ref().map(|p| p.display().to_string()))?;
+        set("adapters", self.adapters.as_ref().map(|p| p.display().to_string()))?;
         set("host", self.host.clone())?;
         set("port", self.port.map(|p| p.to_string()))?;
         set("data_dir", self.data_dir.as_ref().map(|p| p.display().to_string()))?;
@@ -314,6 +322,18 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             defaults: yued_protocol::Mm3Request::default(),
         });
     }
+    let adapters = match &c.adapters {
+        Some(dir) => {
+            let d = AdapterDir::scan(dir, &shapes_of(&GgufFile::open(&models.model)?)).with_context(|| format!("--adapters {}", dir.display()))?;
+            for a in &d.adapters {
+                tracing::info!(adapter = %a.name, layout = %a.layouts.iter().map(|l| l.name()).collect::<Vec<_>>().join("+"), rank = a.rank, ar = a.ar, nar = a.nar, "adapter");
+            }
+            props.adapters = d.adapters.iter().map(|a| AdapterInfo { name: a.name.clone(), ar: a.ar, nar: a.nar, error: None }).collect();
+            props.adapters.extend(d.unusable.iter().map(|u| AdapterInfo { name: u.name.clone(), ar: false, nar: false, error: Some(u.reason.clone()) }));
+            Some(Arc::new(d))
+        }
+        None => None,
+    };
     let metrics = Metrics::new();
     let worker_cfg = WorkerConfig {
         model: models.model.clone(),
@@ -324,6 +344,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         options: PipelineOptions { max_seq: c.max_seq as usize, vae_core: c.vae_core as usize, vae_halo: c.vae_halo as usize },
         keep_loaded: c.keep_loaded,
         mm3: models.mm3.as_ref().map(|m| m.registry.clone()),
+        adapters: adapters.clone(),
     };
     let addr = (c.host.clone(), c.port);
     let cfg = c.clone();
@@ -350,6 +371,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             max_body_bytes: cfg.max_body_bytes,
             ws_ping: std::time::Duration::from_secs(cfg.ws_ping_secs),
             vae: http::VaeLimits { uploads, max_upload_bytes: cfg.max_upload_bytes, audio: models.audio, has_encoder: models.vae_has_encoder },
+            adapters: adapters.clone(),
         });
         let max_body = cfg.max_body_bytes;
         let server = HttpServer::new(move || {

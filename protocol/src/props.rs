@@ -25,6 +25,9 @@ pub struct AdapterInfo {
     pub name: String,
     pub ar: bool,
     pub nar: bool,
+    /// Why the adapter cannot be used (the key at fault); absent for a usable one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
 }
 
 /// Server description. `defaults` is the full default request: the single source of the
@@ -92,7 +95,7 @@ mod tests {
     #[test]
     fn props_shape() {
         let mut props = Props::new("0.1.0", "data/models/YuE2-3B-Q8_0.gguf", "data/models/YuE2-Vae-F32.gguf", 1);
-        props.adapters.push(AdapterInfo { name: "lorn.safetensors".into(), ar: true, nar: false });
+        props.adapters.push(AdapterInfo { name: "lorn.safetensors".into(), ar: true, nar: false, error: None });
         let v: Value = serde_json::from_str(&serde_json::to_string(&props).unwrap()).unwrap();
         assert_eq!(v["sample_rate"], 48000);
         assert_eq!(v["frame_rate"], 25);
