@@ -1,5 +1,6 @@
 //! `yued`: the daemon (`serve`) and the model and audio tools (`demo-model`, `gguf`,
-//! `tokenize`, `quantize`, `plan`, `lm-eval`, `synth`, `codec`, `audio-convert`, `convert`).
+//! `tokenize`, `quantize`, `plan`, `lm-eval`, `synth`, `codec`, `audio-convert`, `convert`,
+//! `adapters`).
 #![forbid(unsafe_code)]
 use clap::{Parser, Subcommand};
 
@@ -49,6 +50,11 @@ enum Command {
     Bench(cli::bench::BenchArgs),
     /// Convert audio between containers (by output extension), resampling on request.
     AudioConvert(cli::audio_convert::AudioConvertArgs),
+    /// LoRA adapter directories: what each adapter is and which halves it changes.
+    Adapters {
+        #[command(subcommand)]
+        command: cli::adapters::AdaptersCommand,
+    },
     /// Convert checkpoint folders (safetensors) to GGUF.
     Convert {
         #[command(subcommand)]
@@ -69,6 +75,7 @@ fn main() {
         Command::LmEval(a) => cli::lm_eval::run(a),
         Command::Synth(a) => cli::synth::run(a),
         Command::Convert { command } => cli::convert::run(command),
+        Command::Adapters { command } => cli::adapters::run(command),
         Command::Codec { command } => cli::codec::run(command),
         Command::AudioConvert(a) => cli::audio_convert::run(a),
         Command::Bench(a) => cli::bench::run(a),

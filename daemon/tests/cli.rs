@@ -464,3 +464,79 @@ fn audio_convert_picks_the_format_by_extension_and_keeps_the_length() {
     std::fs::write(&junk, b"RIFF....WAVEjunk").unwrap();
     assert!(fails(&["audio-convert", "-i", s(&junk), "-o", s(&d.join("y.flac"))]).contains("does not decode"));
 }
+
+/// A LoRA of rank 2 on one projection (native layout), written as safetensors.
+fn write_lora(path: &Path, module: &str, shape: &[usize]) {
+    let (out, inp) = (shape[0], shape[1]);
+    let a: Vec<u8> = (0..2 * inp).flat_map(|i| ((i as f32 * 0.61).sin() * 0.6).to_le_bytes()).collect();
+    let b: Vec<u8> = (0..out * 2).flat_map(|i| ((i as f32 * 0.37).cos() * 0.6).to_le_bytes()).collect();
+    let views = vec![
+        (format!("{module}.lora_A.weight"), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, inp], &a).unwrap()),
+        (format!("{module}.lora_B.weight"), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![out, 2], &b).unwrap()),
+    ];
+    std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
+}
+
+/// `yued adapters list`, `lm-eval --adapter` against PEFT's merged model, and `compose` /
+/// `synth --adapters` with the request naming the adapters (the replay keeps them and
+/// renders the same bytes).
+#[test]
+fn adapters_list_lm_eval_compose_and_synth() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let (tiny, lora) = (repo().join("fixtures/ar/tiny-qwen3.gguf"), repo().join("fixtures/lora"));
+    let listed: serde_json::Value = serde_json::from_str(&ok(&["adapters", "list", s(&lora.join("adapters")), "--model", s(&tiny), "--json"])).unwrap();
+    let names: Vec<&str> = listed["adapters"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
+    assert_eq!(names.len(), 6, "{listed}");
+    let peft = listed["adapters"].as_array().unwrap().iter().find(|a| a["name"] == "peft").unwrap();
+    assert_eq!((peft["layout"].as_str(), peft["rank"].as_u64(), peft["alpha"].as_f64(), peft["ar"].as_bool()), (Some("peft"), Some(4), Some(8.0), Some(true)));
+    assert!(ok(&["adapters", "list", s(&lora.join("adapters")), "--model", s(&tiny)]).contains("nar.safetensors"));
+
+    // lm-eval with the adapter merged: PEFT's merge_and_unload logits; the native layout
+    // of the same factors gives the same bytes.
+    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(lora.join("cases.json")).unwrap()).unwrap();
+    let toks = cases["seq"].as_array().unwrap().iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",");
+    let (p, n) = (d.join("peft.f32"), d.join("native.f32"));
+    let adapter_dir = lora.join("adapters");
+    let base = ["lm-eval", "--model", s(&tiny), "--tokens", &toks, "--kv-f32", "--device", "CPU", "--adapters", s(&adapter_dir)];
+    ok(&[&base[..], &["--out", s(&p), "--adapter", "peft"]].concat());
+    ok(&[&base[..], &["--out", s(&n), "--adapter", "native.safetensors:1.0"]].concat());
+    let (pv, want) = (read_f32(&p), read_f32(&lora.join("logits.f32")));
+    let rel = (pv.iter().zip(&want).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>() / want.iter().map(|y| (*y as f64).powi(2)).sum::<f64>()).sqrt();
+    assert!(rel < 1e-5, "relative RMS {rel:e} against PEFT's merged model");
+    assert!(std::fs::read(&p).unwrap() == std::fs::read(&n).unwrap(), "two layouts of one adapter, the same logits");
+    assert!(fails(&[&base[..], &["--out", s(&p), "--adapter", "nope"]].concat()).contains("adapters[0].name"));
+
+    // compose and synth on the demo backbone with an adapter shaped for it.
+    ok(&["demo-model", "--out", s(&d.join("models"))]);
+    let (bb, vae) = (d.join("models/yue2-demo-tiny.gguf"), d.join("models/yue2-demo-tiny-vae.gguf"));
+    let f = yued_engine::gguf::GgufFile::open(&bb).unwrap();
+    let shapes = yued_engine::adapter::shapes_of(&f);
+    let adapters = d.join("adapters");
+    std::fs::create_dir_all(&adapters).unwrap();
+    write_lora(&adapters.join("ar.safetensors"), "layers.0.self_attn.q_proj", &shapes["model.layers.0.self_attn.q_proj.weight"]);
+    let req = d.join("req.json");
+    let body = |adapters: &str| {
+        format!(r#"{{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 25}}, "adapters": {adapters}}}"#)
+    };
+    let compose = |out: &Path| {
+        ok(&["compose", "--model", s(&bb), "--adapters", s(&adapters), "--request", s(&req), "--out", s(out), "--lm-seed", "11", "--device", "CPU"]);
+        serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(out).unwrap()).unwrap()
+    };
+    std::fs::write(&req, body("[]")).unwrap();
+    let plain = compose(&d.join("plain.json"));
+    std::fs::write(&req, body(r#"[{"name": "ar.safetensors", "scale": 1.0}]"#)).unwrap();
+    let adapted = compose(&d.join("adapted.json"));
+    assert_ne!(plain["semantic_tokens"], adapted["semantic_tokens"], "the adapter changes the codes");
+    assert_eq!(adapted["adapters"][0]["name"], "ar.safetensors");
+    let synth = |request: &Path, out: &Path| {
+        ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--adapters", s(&adapters), "--request", s(request), "--out", s(out), "--seed", "3", "--lm-seed", "11", "--steps", "1", "--device", "CPU"])
+    };
+    synth(&req, &d.join("a/song.wav"));
+    synth(&d.join("a/song.json"), &d.join("b/song.wav"));
+    assert!(std::fs::read(d.join("a/song.wav")).unwrap() == std::fs::read(d.join("b/song.wav")).unwrap(), "the replay with its adapters renders the same bytes");
+    let replay: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("a/song.json")).unwrap()).unwrap();
+    assert_eq!(replay["semantic_tokens"], adapted["semantic_tokens"]);
+    // Without the directory, the request's adapter is a clear error.
+    assert!(fails(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--out", s(&d.join("c.wav")), "--device", "CPU"]).contains("--adapters"));
+}

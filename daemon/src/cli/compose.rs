@@ -21,6 +21,10 @@ pub struct ComposeArgs {
     /// The YuE2 backbone GGUF (instead of --models; MiniMax Music 3 needs --models).
     #[arg(long, conflicts_with = "models")]
     pub model: Option<PathBuf>,
+    /// The directory of LoRA adapters the request's `adapters` name (YuE2): the AR half is
+    /// composed with those that change it merged in.
+    #[arg(long)]
+    pub adapters: Option<PathBuf>,
     /// Request JSON (its family from "family" or its fields, as POST /synth routes it).
     #[arg(long)]
     pub request: PathBuf,
@@ -89,7 +93,8 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
     if f.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
         eprintln!("warning: {} holds RANDOM demo weights", model.display());
     }
-    let mut ar = ArModel::load(&f, &shared.info, &backend)?;
+    let (ar_terms, _) = yued_engine::adapter::request_terms(a.adapters.as_deref(), &model, &req.adapters).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
+    let mut ar = ArModel::load_with(&f, &shared.info, &backend, &ar_terms)?;
     let pb = super::progress_bar(1, "compose");
     let songs = shared
         .compose_codes(&mut ar, &backend, &req, &CancelToken::new(), &mut |e| match e {

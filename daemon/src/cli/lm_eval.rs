@@ -27,6 +27,16 @@ pub struct LmEvalArgs {
     pub out: PathBuf,
     #[arg(long, value_enum, default_value = "prefill")]
     pub mode: EvalMode,
+    /// The directory of LoRA adapters --adapter names.
+    #[arg(long)]
+    pub adapters: Option<PathBuf>,
+    /// An adapter of --adapters merged into the AR half, `NAME` or `NAME:SCALE` (strength,
+    /// default 1); repeat to stack them in order.
+    #[arg(long = "adapter", requires = "adapters")]
+    pub adapter: Vec<String>,
+    /// An F32 KV cache instead of F16 (parity checks against a float reference).
+    #[arg(long)]
+    pub kv_f32: bool,
     #[command(flatten)]
     pub device: DeviceArgs,
 }
@@ -41,8 +51,21 @@ pub fn run(a: LmEvalArgs) -> anyhow::Result<()> {
     }
     anyhow::ensure!(tokens.len() <= bb.info.config.max_position_embeddings, "--tokens: {} tokens exceed the context", tokens.len());
     let backend = a.device.open()?;
-    let mut model = ArModel::load(&bb.file, &bb.info, &backend)?;
-    let mut sets = vec![KvSet::new(&backend, bb.info.config.kv_dims(), tokens.len())?];
+    let refs = a
+        .adapter
+        .iter()
+        .map(|s| {
+            let (name, scale) = match s.rsplit_once(':') {
+                Some((n, v)) => (n, v.parse::<f64>().map_err(|_| anyhow::anyhow!("--adapter {s}: '{v}' is not a strength"))?),
+                None => (s.as_str(), 1.0),
+            };
+            Ok(yued_protocol::AdapterRef { name: name.to_string(), scale })
+        })
+        .collect::<anyhow::Result<Vec<_>>>()?;
+    let (terms, _) = yued_engine::adapter::request_terms(a.adapters.as_deref(), &a.model, &refs).map_err(|e| anyhow::anyhow!("--adapter: {e}"))?;
+    let mut model = ArModel::load_with(&bb.file, &bb.info, &backend, &terms)?;
+    let kv = if a.kv_f32 { yued_engine::ggml::GgmlType::F32 } else { yued_engine::kv_cache::KV_TYPE };
+    let mut sets = vec![KvSet::with_type(&backend, bb.info.config.kv_dims(), tokens.len(), 1, kv)?];
     let rows = 0..vocab as u32;
     let mut out: Vec<f32> = Vec::with_capacity(tokens.len() * vocab);
     match a.mode {

@@ -1,4 +1,5 @@
 //! One module per model-tool subcommand.
+pub mod adapters;
 pub mod audio_convert;
 pub mod bench;
 pub mod bench_mm3;

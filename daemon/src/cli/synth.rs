@@ -35,6 +35,10 @@ pub struct SynthArgs {
     /// YuE2 backbone GGUF.
     #[arg(long, requires = "vae")]
     pub model: Option<PathBuf>,
+    /// The directory of LoRA adapters the request's `adapters` name (YuE2): each is merged
+    /// into the backbone halves it changes, at its strength.
+    #[arg(long)]
+    pub adapters: Option<PathBuf>,
     /// YuE2 VAE GGUF.
     #[arg(long, requires = "model")]
     pub vae: Option<PathBuf>,
@@ -136,7 +140,11 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     let req = req.with_resolved_seeds(random_u64);
     let backend = a.device.open()?;
     eprintln!("loading {} and {} on {}", model.display(), vae.display(), backend.name());
-    let mut p = Pipeline::load(&model, &vae, backend, &PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo })?;
+    let terms = yued_engine::adapter::request_terms(a.adapters.as_deref(), &model, &req.adapters).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
+    if !req.adapters.is_empty() {
+        eprintln!("merging {} adapter(s): {} AR and {} NAR tensors", req.adapters.len(), terms.0.len(), terms.1.len());
+    }
+    let mut p = Pipeline::load_adapted(&model, &vae, backend, &PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo }, &terms)?;
     let spec = p.audio_spec();
     if yued_engine::gguf::GgufFile::open(&model)?.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
         eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", model.display());

@@ -490,10 +490,16 @@ pub struct Pipeline {
 
 impl Pipeline {
     pub fn load(model: &Path, vae: &Path, backend: Backend, opts: &PipelineOptions) -> Result<Self, PipelineError> {
+        Self::load_adapted(model, vae, backend, opts, &Default::default())
+    }
+
+    /// [`Pipeline::load`] with adapter terms merged into the halves
+    /// ([`crate::adapter::request_terms`]: the AR half's, then the NAR half's).
+    pub fn load_adapted(model: &Path, vae: &Path, backend: Backend, opts: &PipelineOptions, terms: &(crate::adapter::HalfTerms, crate::adapter::HalfTerms)) -> Result<Self, PipelineError> {
         let f = GgufFile::open(model)?;
         let shared = Shared::from_gguf(&f, opts)?;
-        let ar = ArModel::load(&f, &shared.info, &backend)?;
-        let nar = NarModel::load(&f, &shared.info, &backend)?;
+        let ar = ArModel::load_with(&f, &shared.info, &backend, &terms.0)?;
+        let nar = NarModel::load_with(&f, &shared.info, &backend, &terms.1)?;
         let vf = GgufFile::open(vae)?;
         let vae = VaeModel::load(&vf, &backend)?;
         if vae.info.latent_channels != nar.latent {
