@@ -324,6 +324,29 @@ mod tests {
         t.join().unwrap();
     }
 
+    /// Two adapter variants of one half: STRICT keeps one (a swap, like another file);
+    /// NEVER keeps both, and a variant leased again is a cache hit.
+    #[test]
+    fn variants_of_a_half_swap_under_strict_and_stay_under_never() {
+        for (policy, resident) in [(Policy::Strict, 1), (Policy::Never, 2)] {
+            let dir = tempfile::tempdir().unwrap();
+            let (bb, _) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
+            let shared = Shared::open(&bb, &PipelineOptions::default()).unwrap();
+            // The variant's adapters do not matter to the store: load the plain half.
+            let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(&ComponentKey { variant: String::new(), ..k.clone() }, backend, &shared, None));
+            let s = ModelStore::new(policy, loader, Metrics::new());
+            let plain = ComponentKey { family: Family::Yue2, component: "ar", group: crate::yue2::AR_GROUP, file: bb.clone(), variant: String::new() };
+            let adapted = ComponentKey { variant: "x.safetensors@0.5".into(), ..plain.clone() };
+            assert_eq!(adapted.name(), "yue2/ar [x.safetensors@0.5]");
+            let b = Backend::cpu(1).unwrap();
+            drop(s.lease(&adapted, &b).unwrap());
+            drop(s.lease(&plain, &b).unwrap());
+            assert_eq!((s.residency().loads, s.residency().modules), (2, resident), "{policy:?}");
+            drop(s.lease(&adapted, &b).unwrap());
+            assert_eq!(s.residency().loads, if policy == Policy::Strict { 3 } else { 2 }, "{policy:?}");
+        }
+    }
+
     #[test]
     fn never_keeps_everything_and_nothing_waits() {
         let (_d, s, k) = store(Policy::Never);

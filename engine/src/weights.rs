@@ -39,6 +39,7 @@ pub fn load_tensors_merged(
         return Err(GgufError::Corrupt { path: f.path().to_path_buf(), what: format!("an adapter term for '{name}', not a tensor of the {what}") }.into());
     }
     let threads = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let mut merger = crate::adapter::merge::Merger::new(backend, threads);
     let mut store = TensorStore::new(tensors.len())?;
     let mut to_f32 = Vec::with_capacity(tensors.len());
     for (name, ne) in tensors {
@@ -53,8 +54,7 @@ pub fn load_tensors_merged(
         let merged;
         let mut bytes = f.tensor_bytes(info);
         if let Some(t) = terms.get(name) {
-            merged = crate::adapter::merge(backend, info.ty, &info.ne, bytes, t, threads)
-                .map_err(|e| GgufError::Corrupt { path: f.path().to_path_buf(), what: format!("merging the adapters into '{name}': {e}") })?;
+            merged = merger.merge(info.ty, &info.ne, bytes, t).map_err(|e| GgufError::Corrupt { path: f.path().to_path_buf(), what: format!("merging the adapters into '{name}': {e}") })?;
             bytes = &merged;
         }
         if up {

@@ -17,7 +17,26 @@ fn the_webui_composes_plays_live_renders_the_score_and_survives_a_reload() {
     }
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("webui-screenshots");
     let _ = std::fs::remove_dir_all(&shots); // only this run's screenshots count
-    let out = Command::new("node").arg("e2e/webui.test.mjs").current_dir(&web).env("YUED_BIN", yued_e2e::yued_bin()).env("CHROMIUM", &chromium).env("SCREENSHOTS", &shots).output().expect("run node");
+                                             // The demo models written where the daemon looks for them, and an adapter directory
+                                             // shaped for them: one usable LoRA and one that names no backbone tensor.
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, adapters) = (tmp.path().join("data"), tmp.path().join("adapters"));
+    let (backbone, _) = yued_engine::models::yue2::demo::write_demo(&data.join("models"), yued_engine::models::yue2::demo::Preset::Tiny, 0, &mut |_, _| {}).unwrap();
+    let shapes = yued_engine::adapter::shapes_of(&yued_engine::gguf::GgufFile::open(&backbone).unwrap());
+    std::fs::create_dir_all(&adapters).unwrap();
+    let q = &shapes["model.layers.0.self_attn.q_proj.weight"];
+    write_lora(&adapters.join("demo-lora.safetensors"), "layers.0.self_attn.q_proj", q[0], q[1]);
+    write_lora(&adapters.join("broken.safetensors"), "layers.0.self_attn.w_proj", 4, 4);
+    let out = Command::new("node")
+        .arg("e2e/webui.test.mjs")
+        .current_dir(&web)
+        .env("YUED_BIN", yued_e2e::yued_bin())
+        .env("CHROMIUM", &chromium)
+        .env("SCREENSHOTS", &shots)
+        .env("YUED_DATA", &data)
+        .env("YUED_ADAPTERS", &adapters)
+        .output()
+        .expect("run node");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success(), "the WebUI e2e failed:\n{text}");
     eprintln!("{text}");
@@ -40,4 +59,15 @@ fn the_webui_composes_plays_live_renders_the_score_and_survives_a_reload() {
     ] {
         assert!(std::fs::read_dir(&shots).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(&format!("-{step}.png"))), "no screenshot of {step}");
     }
+}
+
+/// A rank-2 LoRA on `module` (native layout) as safetensors.
+fn write_lora(path: &std::path::Path, module: &str, out: usize, inp: usize) {
+    let a: Vec<u8> = (0..2 * inp).flat_map(|i| ((i as f32 * 0.61).sin() * 0.4).to_le_bytes()).collect();
+    let b: Vec<u8> = (0..out * 2).flat_map(|i| ((i as f32 * 0.37).cos() * 0.4).to_le_bytes()).collect();
+    let views = vec![
+        (format!("{module}.lora_A.weight"), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, inp], &a).unwrap()),
+        (format!("{module}.lora_B.weight"), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![out, 2], &b).unwrap()),
+    ];
+    std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
 }

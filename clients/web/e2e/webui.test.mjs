@@ -49,8 +49,11 @@ function check(cond, msg) {
 }
 
 const port = await freePort();
-const data = mkdtempSync(join(tmpdir(), "yued-webui-"));
-const daemon = spawn(YUED, ["serve", "--port", String(port), "--data-dir", data, "--device", "CPU", "--threads", "1", "--vae-core", "32"], {
+// The Rust side may prepare the data directory (the demo models) and an adapter directory
+// shaped for them.
+const data = process.env.YUED_DATA || mkdtempSync(join(tmpdir(), "yued-webui-"));
+const ADAPTERS = process.env.YUED_ADAPTERS;
+const daemon = spawn(YUED, ["serve", "--port", String(port), "--data-dir", data, "--device", "CPU", "--threads", "1", "--vae-core", "32", ...(ADAPTERS ? ["--adapters", ADAPTERS] : [])], {
   stdio: ["ignore", "ignore", "pipe"],
   env: { ...process.env, NO_COLOR: "1" },
 });
@@ -113,6 +116,19 @@ try {
   await page.click("summary:has-text('Advanced sampling')");
   await page.fill('[id="semantic_sampling.min_tokens"]', "400");
   await page.selectOption("#output_format", "flac");
+  if (ADAPTERS) {
+    // The adapters of /props: ours with its strength slider, the unusable one saying why.
+    await page.click("summary:has-text('Adapters')");
+    const row = page.locator('#adapters .adapter[data-name="demo-lora.safetensors"]');
+    await row.waitFor({ timeout: 5000 });
+    check((await row.textContent()).includes("AR"), `the adapter row names the half it changes (${await row.textContent()})`);
+    check((await page.locator('#adapters .adapter.unusable').textContent()).includes("unusable"), "an unusable adapter says so");
+    await row.locator("input[type=range]").evaluate((el) => {
+      el.value = "0.5";
+      el.dispatchEvent(new Event("input", { bubbles: true }));
+    });
+    check((await row.locator("input[type=checkbox]").isChecked()) && (await row.locator("output").textContent()) === "0.50", "moving the strength ticks the adapter and shows the value");
+  }
   await shot("form");
   // Another client's job first, so ours waits in the queue: a long one (its codes alone
   // take seconds), cancelled once the page has shown ours queued. (A short blocker left
@@ -127,6 +143,7 @@ try {
   check(/^[0-9a-f]{16}$/.test(id), `job id ${id}`);
   const listed = (await (await fetch(`${base}/jobs`)).json()).jobs.find((j) => j.id === id);
   check(listed?.request?.stream_chunk_seconds === 3, `live listening asks for streaming chunks by default (${JSON.stringify(listed?.request?.stream_chunk_seconds)})`);
+  if (ADAPTERS) check(JSON.stringify(listed?.request?.adapters) === JSON.stringify([{ name: "demo-lora.safetensors", scale: 0.5 }]), `the request stacks the ticked adapter (${JSON.stringify(listed?.request?.adapters)})`);
   // The queue, then the stage progress.
   await page.waitForFunction(() => {
     const li = document.querySelector("li.job");

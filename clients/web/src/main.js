@@ -149,6 +149,7 @@ function fillForm(req) {
   // A request made elsewhere keeps its own chunking (absent: one piece); an example streams.
   $("stream_chunk_seconds").value = req.stream_chunk_seconds ?? (req.semantic_tokens || req.lm_seed !== undefined ? 0 : STREAM_SECONDS);
   if (req.output_format) $("output_format").value = req.output_format;
+  fillAdapters(req);
 }
 
 function fillMm3Form(req) {
@@ -272,6 +273,7 @@ function setupForm() {
     }
   }
   setupMm3Form();
+  setupAdapters();
   setupTags();
   const served = props.families || ["yue2"];
   $("family-row").hidden = !(multiFamily() && props.mm3);
@@ -291,6 +293,61 @@ function setupForm() {
   });
   $("api-key").value = apiKey();
   $("api-key").addEventListener("change", () => localStorage.setItem(KEY, $("api-key").value.trim()));
+}
+
+/** The adapters of /props: a tick box and a strength slider each; unusable ones say why. */
+function setupAdapters() {
+  const list = props.adapters || [];
+  $("adapters-box").hidden = list.length === 0;
+  list.forEach((a, i) => {
+    const row = document.createElement("div");
+    row.className = "adapter";
+    row.dataset.name = a.name;
+    if (a.error) {
+      row.classList.add("unusable");
+      row.textContent = `${a.name}: unusable (${a.error})`;
+      $("adapters").append(row);
+      return;
+    }
+    const on = document.createElement("input");
+    on.type = "checkbox";
+    on.id = `adapter-${i}`;
+    const label = document.createElement("label");
+    label.htmlFor = on.id;
+    label.textContent = `${a.name} (${[a.ar && "AR", a.nar && "NAR"].filter(Boolean).join(" + ")})`;
+    const strength = document.createElement("input");
+    strength.type = "range";
+    strength.min = "-2";
+    strength.max = "2";
+    strength.step = "0.05";
+    strength.value = "1";
+    strength.setAttribute("aria-label", `${a.name} strength`);
+    const shown = document.createElement("output");
+    shown.textContent = "1.00";
+    strength.addEventListener("input", () => {
+      shown.textContent = Number(strength.value).toFixed(2);
+      on.checked = true;
+    });
+    row.append(on, label, strength, shown);
+    $("adapters").append(row);
+  });
+}
+
+/** The ticked adapters as the request's `adapters`. */
+function readAdapters() {
+  return [...document.querySelectorAll("#adapters .adapter:not(.unusable)")]
+    .filter((r) => r.querySelector("input[type=checkbox]").checked)
+    .map((r) => ({ name: r.dataset.name, scale: Number(r.querySelector("input[type=range]").value) }));
+}
+
+/** A request's adapters onto the rows (an edited past request keeps its set). */
+function fillAdapters(req) {
+  for (const row of document.querySelectorAll("#adapters .adapter:not(.unusable)")) {
+    const a = (req.adapters || []).find((x) => x.name === row.dataset.name);
+    row.querySelector("input[type=checkbox]").checked = !!a;
+    row.querySelector("input[type=range]").value = String(a ? a.scale : 1);
+    row.querySelector("output").textContent = Number(a ? a.scale : 1).toFixed(2);
+  }
 }
 
 function readForm() {
@@ -313,6 +370,8 @@ function readYue2Form() {
   req.output_format = $("output_format").value;
   for (const k of NUMBERS) if ($(k).value !== "") req[k] = Number($(k).value);
   if ($("stream_chunk_seconds").value !== "") req.stream_chunk_seconds = Number($("stream_chunk_seconds").value);
+  const adapters = readAdapters();
+  if (adapters.length) req.adapters = adapters;
   for (const stage of ["abc_sampling", "semantic_sampling"]) {
     for (const k of SAMPLING) {
       const v = $(`${stage}.${k}`).value;

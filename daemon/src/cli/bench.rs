@@ -48,7 +48,8 @@ pub struct BenchArgs {
     /// Repetitions per figure (median, min, max).
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
-    /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e, stream, seam
+    /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e, stream, seam,
+    /// adapters (YuE2: each half's load with a rank-16 LoRA merged against a plain load)
     /// (YuE2: stream is the time to first audio on a daemon this bench starts, STRICT and
     /// --keep-loaded, with and without streaming chunks; seam, not in the default, reads
     /// the chunk boundaries of one song painted on several grids); frame, dit, vae, e2e,
@@ -158,6 +159,26 @@ fn read_bandwidth(reps: usize, threads: usize) -> anyhow::Result<Stats> {
     })?;
     std::hint::black_box(sink);
     Ok(s.map(|secs| (n * 8) as f64 / secs / 1e9))
+}
+
+/// A LoRA of `rank` on every projection of both halves of the backbone (native layout,
+/// deterministic pseudo-random factors).
+fn write_bench_lora(path: &std::path::Path, shapes: &yued_engine::adapter::Shapes, rank: usize) -> anyhow::Result<()> {
+    std::fs::create_dir_all(path.parent().context("the adapter's folder")?)?;
+    let mut names: Vec<&String> = shapes.keys().filter(|n| n.ends_with("_proj.weight") && n.starts_with("model.layers.")).collect();
+    names.sort();
+    let mut data: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
+    for (k, n) in names.into_iter().enumerate() {
+        let (out, inp) = (shapes[n][0], shapes[n][1]);
+        let module = n.trim_start_matches("model.").trim_end_matches(".weight");
+        let val = |i: usize, salt: usize| ((((i * 2654435761 + salt * 97) % 10007) as f32) / 10007.0 - 0.5) * 0.02;
+        data.push((format!("{module}.lora_A.weight"), (0..rank * inp).flat_map(|i| val(i, 2 * k).to_le_bytes()).collect(), vec![rank, inp]));
+        data.push((format!("{module}.lora_B.weight"), (0..out * rank).flat_map(|i| val(i, 2 * k + 1).to_le_bytes()).collect(), vec![out, rank]));
+    }
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
+        data.iter().map(|(n, b, s)| Ok((n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)?))).collect::<Result<_, safetensors::SafeTensorError>>()?;
+    std::fs::write(path, safetensors::serialize(views, &None)?)?;
+    Ok(())
 }
 
 fn models(a: &BenchArgs) -> anyhow::Result<(PathBuf, PathBuf, String)> {
@@ -275,6 +296,44 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
                     }
                 }
             }
+        }
+    }
+    if want("adapters") {
+        // One rank-16 LoRA on every projection of both halves (random factors, written once
+        // beside the model): each half loaded plain and with the adapter merged; the
+        // difference is what a job with a new adapter set pays per half.
+        let shapes = yued_engine::adapter::shapes_of(&f);
+        let dir = model.with_extension("bench-adapters");
+        let file = dir.join("lora-r16.safetensors");
+        if !file.exists() {
+            eprintln!("writing a rank-16 LoRA on every projection: {}", file.display());
+            write_bench_lora(&file, &shapes, 16)?;
+        }
+        let scanned = yued_engine::adapter::AdapterDir::scan(&dir, &shapes)?;
+        let adapter = scanned.get("lora-r16.safetensors").map_err(|e| anyhow::anyhow!(e))?;
+        let ty = f.require_tensor("model.layers.0.mlp.up_proj.weight")?.ty;
+        for (nar, half) in [(false, "AR"), (true, "NAR")] {
+            let t0 = Instant::now();
+            let terms = yued_engine::adapter::stack_terms(&[(adapter, 1.0)], &shapes, nar).map_err(|e| anyhow::anyhow!(e))?;
+            let read = t0.elapsed().as_secs_f64();
+            let load = |terms: &yued_engine::adapter::HalfTerms| -> anyhow::Result<()> {
+                if nar {
+                    drop(NarModel::load_with(&f, &info, &backend, terms)?);
+                } else {
+                    drop(ArModel::load_with(&f, &info, &backend, terms)?);
+                }
+                Ok(())
+            };
+            let plain = time(a.reps, || load(&Default::default()))?;
+            let merged = time(a.reps, || load(&terms))?;
+            push("adapters", format!("{half} half load, plain ({})", ty.name()), "s", plain, String::new());
+            push(
+                "adapters",
+                format!("{half} half load, one LoRA merged ({})", ty.name()),
+                "s",
+                merged,
+                format!("+{:.2} s merge per job ({} tensors; reading the adapter {:.2} s)", merged.median - plain.median, terms.len(), read),
+            );
         }
     }
     if want("nar") {

@@ -28,70 +28,104 @@ pub enum MergeError {
 /// Merges `terms` into the tensor of type `ty`, GGUF `ne` (`[in, out]`, or `[n]` for a
 /// vector) and bytes `base`; returns the merged tensor's bytes in the same type.
 pub fn merge(backend: &Backend, ty: GgmlType, ne: &[i64], base: &[u8], terms: &[Term], threads: usize) -> Result<Vec<u8>, MergeError> {
-    let (cols, rows) = (ne[0] as usize, ne[1..].iter().product::<i64>().max(1) as usize);
-    let n = cols * rows;
-    let w = decode_to_f32(ty, base).ok_or_else(|| MergeError::Shape(format!("a {} tensor has no f32 form", ty.name())))?;
-    if w.len() != n {
-        return Err(MergeError::Shape(format!("{} bytes of {} are not {n} values", base.len(), ty.name())));
+    Merger::new(backend, threads).merge(ty, ne, base, terms)
+}
+
+/// The merge engine over one model load: its compute buffer is kept from tensor to tensor.
+pub struct Merger<'b> {
+    backend: &'b Backend,
+    alloc: Allocator,
+    threads: usize,
+}
+
+impl<'b> Merger<'b> {
+    pub fn new(backend: &'b Backend, threads: usize) -> Self {
+        Merger { backend, alloc: Allocator::new(backend), threads: threads.max(1) }
     }
-    if terms.is_empty() {
-        return Ok(base.to_vec());
-    }
-    for t in terms {
-        let ok = match t {
-            Term::Lora { a, b, rank, .. } => *rank > 0 && a.len() == rank * cols && b.len() == rows * rank,
-            Term::Diff { d, .. } => d.len() == n,
-            Term::Replace { f, .. } => f.len() == n,
-        };
-        if !ok {
-            return Err(MergeError::Shape(format!("a term does not fit a [{rows}, {cols}] weight")));
+
+    /// [`merge`] on this engine's buffer.
+    pub fn merge(&mut self, ty: GgmlType, ne: &[i64], base: &[u8], terms: &[Term]) -> Result<Vec<u8>, MergeError> {
+        let (cols, rows) = (ne[0] as usize, ne[1..].iter().product::<i64>().max(1) as usize);
+        let n = cols * rows;
+        if terms.is_empty() {
+            return Ok(base.to_vec());
         }
-    }
-    let nodes = 16 + 8 * terms.len();
-    let ctx = Context::for_graph(nodes)?;
-    let mut g = ctx.new_graph("adapter merge", nodes);
-    let base_t = ctx.new_tensor(GgmlType::F32, &[cols as i64, rows as i64]).set_input();
-    let mut inputs = Vec::new();
-    let mut acc = base_t;
-    for t in terms {
-        acc = match t {
-            Term::Lora { a, b, rank, scale } => {
-                // ggml's mul_mat(x, y) = x^T y over ne0: x = A^T as ne [rank, in], y = B as
-                // ne [rank, out], giving ne [in, out], the weight's layout.
-                let at = ctx.new_tensor(GgmlType::F32, &[*rank as i64, cols as i64]).set_input();
-                let bt = ctx.new_tensor(GgmlType::F32, &[*rank as i64, rows as i64]).set_input();
-                let mut a_t = vec![0f32; a.len()];
-                for r in 0..*rank {
-                    for c in 0..cols {
-                        a_t[c * rank + r] = a[r * cols + c];
+        let w = dequantize(ty, base, cols, rows, self.threads)?;
+        if w.len() != n {
+            return Err(MergeError::Shape(format!("{} bytes of {} are not {n} values", base.len(), ty.name())));
+        }
+        for t in terms {
+            let ok = match t {
+                Term::Lora { a, b, rank, .. } => *rank > 0 && a.len() == rank * cols && b.len() == rows * rank,
+                Term::Diff { d, .. } => d.len() == n,
+                Term::Replace { f, .. } => f.len() == n,
+            };
+            if !ok {
+                return Err(MergeError::Shape(format!("a term does not fit a [{rows}, {cols}] weight")));
+            }
+        }
+        let nodes = 16 + 8 * terms.len();
+        let ctx = Context::for_graph(nodes)?;
+        let mut g = ctx.new_graph("adapter merge", nodes);
+        let base_t = ctx.new_tensor(GgmlType::F32, &[cols as i64, rows as i64]).set_input();
+        let mut inputs = Vec::new();
+        let mut acc = base_t;
+        for t in terms {
+            acc = match t {
+                Term::Lora { a, b, rank, scale } => {
+                    // out_prod(x, y) = sum over ne1 of x[:, r] (x) y[:, r]: x = A as it is
+                    // (ne [in, rank]), y = B^T (ne [out, rank]), giving ne [in, out], the
+                    // weight's layout, as rank-many row updates.
+                    let at = ctx.new_tensor(GgmlType::F32, &[cols as i64, *rank as i64]).set_input();
+                    let bt = ctx.new_tensor(GgmlType::F32, &[rows as i64, *rank as i64]).set_input();
+                    // The scale rides on B (transposed on the host anyway): one pass less.
+                    let mut b_t = vec![0f32; b.len()];
+                    for o in 0..rows {
+                        for r in 0..*rank {
+                            b_t[r * rows + o] = b[o * rank + r] * scale;
+                        }
                     }
+                    inputs.push((at, a.clone()));
+                    inputs.push((bt, b_t));
+                    ctx.add(acc, ctx.out_prod(at, bt))
                 }
-                inputs.push((at, a_t));
-                inputs.push((bt, b.clone()));
-                ctx.add(acc, ctx.scale(ctx.mul_mat(at, bt), *scale))
-            }
-            Term::Diff { d, scale } => {
-                let dt = ctx.new_tensor(GgmlType::F32, &[cols as i64, rows as i64]).set_input();
-                inputs.push((dt, d.clone()));
-                ctx.add(acc, ctx.scale(dt, *scale))
-            }
-            Term::Replace { f, scale } => {
-                let ft = ctx.new_tensor(GgmlType::F32, &[cols as i64, rows as i64]).set_input();
-                inputs.push((ft, f.clone()));
-                ctx.add(acc, ctx.scale(ctx.sub(ft, base_t), *scale))
-            }
-        };
+                Term::Diff { d, scale } => {
+                    let dt = ctx.new_tensor(GgmlType::F32, &[cols as i64, rows as i64]).set_input();
+                    inputs.push((dt, d.clone()));
+                    ctx.add(acc, ctx.scale(dt, *scale))
+                }
+                Term::Replace { f, scale } => {
+                    let ft = ctx.new_tensor(GgmlType::F32, &[cols as i64, rows as i64]).set_input();
+                    inputs.push((ft, f.clone()));
+                    ctx.add(acc, ctx.scale(ctx.sub(ft, base_t), *scale))
+                }
+            };
+        }
+        let out = acc.set_output();
+        g.expand(out);
+        self.alloc.alloc_graph(&g)?;
+        base_t.write_f32(&w);
+        for (t, v) in &inputs {
+            t.write_f32(v);
+        }
+        self.backend.compute(&g)?;
+        Ok(requantize(ty, &out.read_f32(), cols, self.threads))
     }
-    let out = acc.set_output();
-    g.expand(out);
-    let mut alloc = Allocator::new(backend);
-    alloc.alloc_graph(&g)?;
-    base_t.write_f32(&w);
-    for (t, v) in &inputs {
-        t.write_f32(v);
+}
+
+/// A tensor's values as f32, its rows split across `threads`.
+fn dequantize(ty: GgmlType, raw: &[u8], cols: usize, rows: usize, threads: usize) -> Result<Vec<f32>, MergeError> {
+    let row_bytes = raw.len() / rows.max(1);
+    let per = rows.div_ceil(threads.max(1)).max(1);
+    let parts: Vec<Option<Vec<f32>>> = std::thread::scope(|s| {
+        let hs: Vec<_> = raw.chunks(per * row_bytes.max(1)).map(|c| s.spawn(move || decode_to_f32(ty, c))).collect();
+        hs.into_iter().map(|h| h.join().expect("a dequantizing thread panicked")).collect()
+    });
+    let mut out = Vec::with_capacity(cols * rows);
+    for p in parts {
+        out.extend(p.ok_or_else(|| MergeError::Shape(format!("a {} tensor has no f32 form", ty.name())))?);
     }
-    backend.compute(&g)?;
-    Ok(requantize(ty, &out.read_f32(), cols, threads))
+    Ok(out)
 }
 
 /// `src` (rows of `n_per_row` values) in type `ty`, the rows split across `threads`.

@@ -23,6 +23,15 @@ impl Context {
         // SAFETY: shapes checked; both tensors live at least as long as 'a.
         self.op(|| unsafe { sys::ggml_mul_mat(self.raw(), a.raw(), b.raw()) })
     }
+    /// The sum over ne1 of outer products: a [M, K], b [P, K] -> [M, P], element (i, j) =
+    /// `sum_k a[i, k] * b[j, k]` (a LoRA's `B @ A` with its rank as K: rows of length M are
+    /// accumulated, where `mul_mat` would take K-long dot products).
+    pub fn out_prod<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
+        let (na, nb) = (a.ne(), b.ne());
+        assert!(na[1] == nb[1] && na[2] == nb[2] && na[3] == nb[3], "out_prod shape mismatch {:?} x {:?}", na, nb);
+        // SAFETY: shapes checked; both tensors live at least as long as 'a.
+        self.op(|| unsafe { sys::ggml_out_prod(self.raw(), a.raw(), b.raw()) })
+    }
     pub fn add<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         assert!(can_repeat(&b, &a), "add cannot broadcast {:?} onto {:?}", b.ne(), a.ne());
         // SAFETY: shapes checked.
