@@ -133,11 +133,12 @@ pub fn requantize(ty: GgmlType, src: &[f32], n_per_row: usize, threads: usize) -
     let rows = src.len() / n_per_row;
     let per = rows.div_ceil(threads.max(1)).max(1);
     if ty == GgmlType::F32 {
-        return src.iter().flat_map(|x| x.to_le_bytes()).collect();
+        return bytemuck::cast_slice(src).to_vec();
     }
     std::thread::scope(|s| {
         let parts: Vec<_> = src.chunks(per * n_per_row).map(|chunk| s.spawn(move || crate::ggml::quantize(ty, chunk, n_per_row))).collect();
-        parts.into_iter().flat_map(|h| h.join().expect("a quantizing thread panicked")).collect()
+        let parts: Vec<Vec<u8>> = parts.into_iter().map(|h| h.join().expect("a quantizing thread panicked")).collect();
+        parts.concat()
     })
 }
 
