@@ -163,14 +163,14 @@ enum Part {
 fn projection_key() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     R.get_or_init(|| {
-        Regex::new(r"^(?P<pre>.*?)(?:model[.-])?layers[.-](?P<l>\d+)[.-](?P<m>nar_self_attn|self_attn|nar_mlp|mlp)[.-](?P<p>qkv_proj|q_proj|k_proj|v_proj|o_proj|gate_up_proj|gate_proj|up_proj|down_proj)\.(?P<part>lora_A|lora_B|lora_down|lora_up|alpha|diff)(?:\.default)?(?:\.weight)?$")
+        Regex::new(r"^(?P<pre>(?:.*?\.)??)(?:model[.-])?layers[.-](?P<l>\d+)[.-](?P<m>nar_self_attn|self_attn|nar_mlp|mlp)[.-](?P<p>qkv_proj|q_proj|k_proj|v_proj|o_proj|gate_up_proj|gate_proj|up_proj|down_proj)\.(?P<part>lora_A|lora_B|lora_down|lora_up|alpha|diff)(?:\.default)?(?:\.weight)?$")
             .expect("a valid pattern")
     })
 }
 
 fn io_key() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
-    R.get_or_init(|| Regex::new(r"^(?P<pre>.*?)(?P<m>vae2llm|llm2vae)\.(?P<part>lora_A|lora_B|lora_down|lora_up|alpha|diff|weight|bias)(?:\.default)?(?:\.weight)?$").expect("a valid pattern"))
+    R.get_or_init(|| Regex::new(r"^(?P<pre>(?:.*?\.)??)(?P<m>vae2llm|llm2vae)\.(?P<part>lora_A|lora_B|lora_down|lora_up|alpha|diff|weight|bias)(?:\.default)?(?:\.weight)?$").expect("a valid pattern"))
 }
 
 fn layout_of(pre: &str) -> Option<Layout> {
@@ -386,4 +386,38 @@ pub fn stack_terms(stack: &[(&Adapter, f32)], shapes: &Shapes, nar: bool) -> Res
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Every layout's spelling of one projection normalizes to the GGUF module, and
+    /// ComfyUI's `diffusion_model.*` (the NAR half under the AR names) to the `nar_` twin.
+    #[test]
+    fn each_layout_names_the_same_module() {
+        let m = |k: &str| normalize(k).map(|k| (k.layout, k.module, k.part));
+        let q = "model.layers.3.self_attn.q_proj".to_string();
+        for (key, layout, part) in [
+            ("base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight", Layout::Peft, Part::A),
+            ("base_model.model.model.layers.3.self_attn.q_proj.lora_B.default.weight", Layout::Peft, Part::B),
+            ("text_encoders.qwen3.transformer.model.layers.3.self_attn.q_proj.lora_down.weight", Layout::ComfyUi, Part::A),
+            ("text_encoders.qwen3.model.layers.3.self_attn.q_proj.alpha", Layout::ComfyUi, Part::Alpha),
+            ("layers.3.self_attn.q_proj.lora_up.weight", Layout::Native, Part::B),
+            ("model.layers.3.self_attn.q_proj.diff", Layout::Native, Part::Diff),
+            ("adapters.model-layers-3-self_attn-q_proj.lora_A.weight", Layout::Slider, Part::A),
+            ("companion.layers.3.self_attn.q_proj.lora_B.weight", Layout::Bundled, Part::B),
+        ] {
+            assert_eq!(m(key), Ok((layout, q.clone(), part)), "{key}");
+        }
+        assert_eq!(m("diffusion_model.layers.3.self_attn.q_proj.lora_A.weight"), Ok((Layout::ComfyUi, "model.layers.3.nar_self_attn.q_proj".into(), Part::A)));
+        assert_eq!(m("diffusion_model.layers.0.mlp.gate_up_proj.lora_B.weight"), Ok((Layout::ComfyUi, "model.layers.0.nar_mlp.gate_up_proj".into(), Part::B)));
+        assert_eq!(m("diffusion_model.layers.0.nar_mlp.down_proj.lora_B.weight").unwrap().1, "model.layers.0.nar_mlp.down_proj");
+        assert_eq!(m("io.llm2vae.bias"), Ok((Layout::Bundled, "llm2vae".into(), Part::Full { bias: true })));
+        assert_eq!(m("vae2llm.lora_A.weight"), Ok((Layout::Native, "vae2llm".into(), Part::A)));
+        assert_eq!(unfused("model.layers.0.self_attn.qkv_proj"), ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj"]);
+        for bad in ["lora_unet_down_blocks_0.lora_down.weight", "something.layers.0.self_attn.q_proj.lora_A.weight", "model.layers.0.self_attn.q_norm.weight"] {
+            assert!(m(bad).is_err(), "{bad}");
+        }
+    }
 }
