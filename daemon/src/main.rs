@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod cli;
 mod http;
 mod logs;
+mod openai;
 mod serve;
 mod webui;
 mod ws;

@@ -4,7 +4,7 @@
 //! queued in the journal and resumes at the next start), flush, exit.
 use crate::http::{self, AppState};
 use crate::logs::LogRing;
-use crate::{webui, ws};
+use crate::{openai, webui, ws};
 use actix::Actor;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -284,8 +284,13 @@ fn json_error<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_web::R
     Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, resp).map_into_right_body()))
 }
 
-async fn method_not_allowed() -> HttpResponse {
-    http::error(StatusCode::METHOD_NOT_ALLOWED, "method not allowed on this route")
+/// A 405 with the `Allow` header RFC 9110 requires: the methods the route takes.
+fn method_not_allowed(allow: &'static str) -> actix_web::Route {
+    web::to(move || async move {
+        let mut r = http::error(StatusCode::METHOD_NOT_ALLOWED, format!("method not allowed on this route (it takes {allow})"));
+        r.headers_mut().insert(actix_web::http::header::ALLOW, actix_web::http::header::HeaderValue::from_static(allow));
+        r
+    })
 }
 
 async fn not_found() -> HttpResponse {
@@ -375,27 +380,29 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         });
         let max_body = cfg.max_body_bytes;
         let server = HttpServer::new(move || {
-            let na = || web::to(method_not_allowed);
             App::new()
                 .app_data(state.clone())
                 .app_data(web::PayloadConfig::new(max_body))
                 .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
                 .wrap(from_fn(require_key))
-                .service(web::resource("/").wrap(Compress::default()).route(web::get().to(webui::index)).default_service(na()))
-                .service(web::resource("/assets/{name}").wrap(Compress::default()).route(web::get().to(webui::assets)).default_service(na()))
-                .service(web::resource("/synth").route(web::post().to(http::post_synth)).default_service(na()))
-                .service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(na()))
-                .service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(na()))
-                .service(web::resource("/jobs").route(web::get().to(http::get_jobs)).default_service(na()))
-                .service(web::resource("/health").route(web::get().to(http::health)).default_service(na()))
-                .service(web::resource("/status").route(web::get().to(http::health)).default_service(na()))
-                .service(web::resource("/system/queue").route(web::get().to(http::health)).default_service(na()))
-                .service(web::resource("/props").route(web::get().to(http::props)).default_service(na()))
-                .service(web::resource("/metrics").route(web::get().to(http::metrics)).default_service(na()))
-                .service(web::resource("/logs").route(web::get().to(http::logs)).default_service(na()))
-                .service(web::resource("/openapi.json").route(web::get().to(http::openapi)).default_service(na()))
-                .service(web::resource("/stream").route(web::get().to(ws::stream)).default_service(na()))
-                .service(web::resource("/synth/stream").route(web::get().to(ws::synth_stream)).default_service(na()))
+                .service(web::resource("/").wrap(Compress::default()).route(web::get().to(webui::index)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/assets/{name}").wrap(Compress::default()).route(web::get().to(webui::assets)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/synth").route(web::post().to(http::post_synth)).default_service(method_not_allowed("POST")))
+                .service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(method_not_allowed("POST")))
+                .service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(method_not_allowed("GET, POST")))
+                .service(web::resource("/jobs").route(web::get().to(http::get_jobs)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/health").route(web::get().to(http::health)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/status").route(web::get().to(http::health)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/system/queue").route(web::get().to(http::health)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/props").route(web::get().to(http::props)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/metrics").route(web::get().to(http::metrics)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/logs").route(web::get().to(http::logs)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/openapi.json").route(web::get().to(http::openapi)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/stream").route(web::get().to(ws::stream)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/synth/stream").route(web::get().to(ws::synth_stream)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/v1/models").route(web::get().to(openai::models)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/v1/audio/speech").route(web::post().to(openai::speech)).default_service(method_not_allowed("POST")))
+                .service(web::resource("/v1/audio/music").route(web::post().to(openai::music)).default_service(method_not_allowed("POST")))
                 .default_service(web::to(not_found))
         })
         .shutdown_timeout(5)

@@ -190,7 +190,12 @@ fn malformed_requests_get_400_naming_the_field_and_nothing_is_journaled() {
     let r = d.http.post(d.url("/synth")).header("content-type", "application/json").body(big).send().unwrap();
     assert_eq!(r.status(), 413);
     assert!(r.json::<serde_json::Value>().unwrap()["error"].is_string(), "errors are JSON");
-    assert_eq!(d.http.put(d.url("/synth")).send().unwrap().status(), 405);
+    // A 405 says which methods the route takes (RFC 9110's Allow).
+    for (path, allow) in [("/synth", "POST"), ("/job", "GET, POST"), ("/v1/models", "GET")] {
+        let r = d.http.put(d.url(path)).send().unwrap();
+        assert_eq!(r.status(), 405, "{path}");
+        assert_eq!(r.headers().get("allow").and_then(|v| v.to_str().ok()), Some(allow), "{path}");
+    }
     assert_eq!(d.http.get(d.url("/nope")).send().unwrap().status(), 404);
     let h: serde_json::Value = d.http.get(d.url("/health")).send().unwrap().json().unwrap();
     assert_eq!(h["queue"]["jobs_known"], 0, "a rejected request is never journaled");

@@ -1,0 +1,298 @@
+//! OpenAI-compatible routes (seed 000, "Endpoints"): `GET /v1/models`, `POST
+//! /v1/audio/speech` (OpenAI's speech body: `input` is the lyrics, `instructions` the style
+//! or caption, `voice` a style preset) and `POST /v1/audio/music` (a family's native request
+//! plus `model`). Both audio routes submit an ordinary job (same admission cap, 429 with
+//! Retry-After, fairness, journal) and answer with the audio itself: Opus and PCM flow as
+//! the song's tiles are encoded (the bytes of the live stream), the other formats once the
+//! file is written. Handlers stay thin: parsing here, validation and jobs where `/synth`
+//! has them.
+use crate::http::{check_request, client_key, error, submit, AppState};
+use actix_web::http::StatusCode;
+use actix_web::{web, HttpRequest, HttpResponse};
+use bytes::Bytes;
+use futures_util::stream;
+use serde::Deserialize;
+use yued_actors::hub::{StreamItem, Subscribe};
+use yued_actors::scheduler::GetState;
+use yued_protocol::{Family, JobId, JobState, StreamCodec};
+
+/// `voice` presets: each is a style (YuE2) or caption opening (MiniMax) put before the
+/// request's `instructions`. OpenAI's voice names are taken so an SDK's defaults work.
+pub const VOICES: [(&str, &str); 11] = [
+    ("alloy", "pop, female vocal, bright"),
+    ("ash", "indie rock, male vocal, electric guitar"),
+    ("ballad", "piano ballad, emotional, slow"),
+    ("coral", "acoustic folk, female vocal, acoustic guitar"),
+    ("echo", "rock, male vocal, drums"),
+    ("fable", "folk, storytelling, fingerpicked guitar"),
+    ("onyx", "hip hop, male rap vocal, deep bass"),
+    ("nova", "electronic, synth-pop, female vocal"),
+    ("sage", "jazz, smooth, saxophone"),
+    ("shimmer", "ambient, dreamy, female vocal"),
+    ("verse", "country, male vocal, steel guitar"),
+];
+
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct SpeechBody {
+    model: String,
+    input: String,
+    #[serde(default)]
+    voice: Option<String>,
+    #[serde(default)]
+    response_format: Option<String>,
+    #[serde(default)]
+    speed: Option<f64>,
+    #[serde(default)]
+    instructions: Option<String>,
+    #[serde(default)]
+    stream_format: Option<String>,
+    /// Not OpenAI's: the song's length in seconds (default: the family's).
+    #[serde(default)]
+    duration: Option<f64>,
+}
+
+fn openai_error(status: StatusCode, msg: impl Into<String>, kind: &str, param: Option<&str>) -> HttpResponse {
+    // OpenAI's error shape, with yued's `error` text readable the same way.
+    let msg = msg.into();
+    HttpResponse::build(status).json(serde_json::json!({"error": {"message": msg, "type": kind, "param": param, "code": null}}))
+}
+
+fn bad(msg: impl Into<String>, param: Option<&str>) -> HttpResponse {
+    openai_error(StatusCode::BAD_REQUEST, msg, "invalid_request_error", param)
+}
+
+/// `GET /v1/models`: one entry per family served, then each model file of the registry.
+pub async fn models(st: web::Data<AppState>) -> HttpResponse {
+    let mut data: Vec<serde_json::Value> = st.families.iter().map(|f| serde_json::json!({"id": f.as_str(), "object": "model", "created": 0, "owned_by": "yued"})).collect();
+    let file = |path: &str| std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    data.push(serde_json::json!({"id": file(&st.props.model), "object": "model", "created": 0, "owned_by": "yued", "family": "yue2"}));
+    if let Some(m) = &st.mm3 {
+        for b in yued_engine::registry::Bucket::MM3 {
+            for e in m.registry.entries(b) {
+                data.push(serde_json::json!({"id": e.name, "object": "model", "created": 0, "owned_by": "yued", "family": "mm3", "component": b.arch()}));
+            }
+        }
+    }
+    HttpResponse::Ok().json(serde_json::json!({"object": "list", "data": data}))
+}
+
+/// The family a `model` names: a family, a file of it, or (empty) the only/first served.
+fn family_of(model: &str, st: &AppState) -> Result<Family, String> {
+    let served = |f: Family| st.families.contains(&f);
+    let m = model.trim();
+    let f = if m.is_empty() {
+        st.families[0]
+    } else if let Ok(f) = m.parse::<Family>() {
+        f
+    } else if m.starts_with("mm3")
+        || m.to_ascii_lowercase().contains("minimax")
+        || st.mm3.as_ref().is_some_and(|c| yued_engine::registry::Bucket::MM3.iter().any(|&b| c.registry.entries(b).iter().any(|e| e.name == m)))
+    {
+        Family::Mm3
+    } else if m.starts_with("yue") || std::path::Path::new(&st.props.model).file_name().is_some_and(|n| n.to_string_lossy() == m) {
+        Family::Yue2
+    } else {
+        return Err(format!("'{m}' names no model of this daemon (see GET /v1/models)"));
+    };
+    if !served(f) {
+        return Err(format!("'{m}': {f} is not served by this daemon"));
+    }
+    Ok(f)
+}
+
+/// OpenAI's `response_format` to ours, and whether it streams as the live tiles.
+fn format_of(name: &str) -> Result<(&'static str, Option<StreamCodec>), String> {
+    Ok(match name {
+        "mp3" => ("mp3", None),
+        "opus" => ("opus", Some(StreamCodec::Opus)),
+        "aac" => ("aac", None),
+        "flac" => ("flac", None),
+        "wav" => ("wav16", None),
+        "pcm" => ("wav16", Some(StreamCodec::Pcm16)),
+        other => return Err(format!("'{other}' is not one of mp3, opus, aac, flac, wav, pcm")),
+    })
+}
+
+/// `POST /v1/audio/speech`.
+pub async fn speech(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>) -> HttpResponse {
+    let b: SpeechBody = match serde_json::from_slice(&body) {
+        Ok(b) => b,
+        Err(e) => return bad(format!("body: {e}"), None),
+    };
+    let family = match family_of(&b.model, &st) {
+        Ok(f) => f,
+        Err(e) => return bad(format!("model: {e}"), Some("model")),
+    };
+    if b.input.trim().is_empty() {
+        return bad("input: the lyrics must not be empty", Some("input"));
+    }
+    if let Some(s) = b.speed.filter(|s| !(0.25..=4.0).contains(s)) {
+        return bad(format!("speed: must be in [0.25, 4.0], got {s}"), Some("speed"));
+    }
+    if let Some(s) = b.stream_format.as_deref().filter(|s| !matches!(*s, "audio" | "sse")) {
+        return bad(format!("stream_format: '{s}' is not audio or sse"), Some("stream_format"));
+    }
+    if b.stream_format.as_deref() == Some("sse") {
+        return bad("stream_format: sse is not served; audio streams the bytes", Some("stream_format"));
+    }
+    let preset = match b.voice.as_deref() {
+        None | Some("") => None,
+        Some(v) => match VOICES.iter().find(|(n, _)| *n == v) {
+            Some((_, style)) => Some(*style),
+            None => return bad(format!("voice: '{v}' is not one of {}", VOICES.map(|(n, _)| n).join(", ")), Some("voice")),
+        },
+    };
+    let (format, codec) = match format_of(b.response_format.as_deref().unwrap_or("mp3")) {
+        Ok(f) => f,
+        Err(e) => return bad(format!("response_format: {e}"), Some("response_format")),
+    };
+    let style = [preset.unwrap_or(""), b.instructions.as_deref().unwrap_or("").trim()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join(", ");
+    let mut native = match family {
+        // On the demo's random weights the model cannot write a score: straight to the codes.
+        Family::Yue2 if st.demo_weights => serde_json::json!({"family": "yue2", "lyrics": b.input, "style": style, "output_format": format, "cot": "off"}),
+        Family::Yue2 => serde_json::json!({"family": "yue2", "lyrics": b.input, "style": style, "output_format": format}),
+        Family::Mm3 => serde_json::json!({"family": "mm3", "lyrics": b.input, "caption": if style.is_empty() { "a song".to_string() } else { style }, "output_format": format}),
+    };
+    if let Some(d) = b.duration {
+        native["duration"] = d.into();
+    }
+    run(&req, &st, native, codec, false).await
+}
+
+/// `POST /v1/audio/music`: a native request plus `model` (and `"async": true` for the job id).
+pub async fn music(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>) -> HttpResponse {
+    let mut v: serde_json::Value = match serde_json::from_slice(&body) {
+        Ok(v @ serde_json::Value::Object(_)) => v,
+        Ok(_) => return bad("body: must be a JSON object", None),
+        Err(e) => return bad(format!("body: {e}"), None),
+    };
+    let obj = v.as_object_mut().expect("an object");
+    let model = match obj.remove("model") {
+        Some(serde_json::Value::String(m)) => m,
+        None => String::new(),
+        Some(_) => return bad("model: must be a string", Some("model")),
+    };
+    let asynchronous = match obj.remove("async") {
+        None => false,
+        Some(serde_json::Value::Bool(b)) => b,
+        Some(_) => return bad("async: must be a boolean", Some("async")),
+    };
+    let family = match family_of(&model, &st) {
+        Ok(f) => f,
+        Err(e) => return bad(format!("model: {e}"), Some("model")),
+    };
+    obj.insert("family".into(), family.as_str().into());
+    // Streamed as live tiles only when it is one track in a streamable format.
+    let single = ["lm_batch_size", "synth_batch_size"].iter().all(|k| obj.get(*k).and_then(|x| x.as_u64()).unwrap_or(1) == 1);
+    let codec = match obj.get("output_format").and_then(|f| f.as_str()) {
+        Some("opus") if single => Some(StreamCodec::Opus),
+        _ => None,
+    };
+    run(&req, &st, v, codec, asynchronous).await
+}
+
+/// Submits `native` (checked as `/synth` checks it) and answers with its audio.
+async fn run(req: &HttpRequest, st: &web::Data<AppState>, native: serde_json::Value, codec: Option<StreamCodec>, asynchronous: bool) -> HttpResponse {
+    let body = serde_json::to_vec(&native).expect("JSON serializes");
+    let request = match check_request(&body, st) {
+        Ok(r) => r,
+        Err(e) => {
+            let param = e.split(':').next().filter(|p| !p.contains(' ')).map(str::to_string);
+            return bad(e, param.as_deref());
+        }
+    };
+    let id = match submit(st, client_key(req), request, None).await {
+        Ok(id) => id,
+        Err(resp) => return as_openai(resp).await,
+    };
+    if asynchronous {
+        return HttpResponse::Ok()
+            .json(serde_json::json!({"id": id, "object": "music.job", "status": "queued", "status_url": format!("/job?id={id}"), "result_url": format!("/job?id={id}&result=1")}));
+    }
+    let sub = match st.hub.send(Subscribe { job: id.clone(), codec: codec.unwrap_or(StreamCodec::Pcm16) }).await {
+        Ok(s) => s,
+        Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, "stream hub unavailable"),
+    };
+    let (sub, codec) = match (codec, sub) {
+        (Some(codec), Some(sub)) => (sub, codec),
+        (_, sub) => return finished_audio(st, &id, sub).await,
+    };
+    {
+        // The live stream's bytes, until the job's terminal event.
+        let mime = if codec == StreamCodec::Opus { "audio/ogg; codecs=opus" } else { "audio/pcm" };
+        let rx = sub.rx;
+        let body = stream::unfold((rx, false), |(mut rx, done)| async move {
+            if done {
+                return None;
+            }
+            loop {
+                match rx.recv().await? {
+                    StreamItem::Binary(b) => return Some((Ok::<Bytes, std::io::Error>(b), (rx, false))),
+                    StreamItem::Text(t) if terminal(&t).is_some() => return None,
+                    StreamItem::Text(_) => {}
+                }
+            }
+        });
+        HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(mime).streaming(body)
+    }
+}
+
+/// The first track's file once the job has ended (its subscription, when the hub still had
+/// the job, is read to the terminal event first).
+async fn finished_audio(st: &AppState, id: &JobId, sub: Option<yued_actors::hub::Subscription>) -> HttpResponse {
+    if let Some(mut sub) = sub {
+        while let Some(item) = sub.rx.recv().await {
+            if let StreamItem::Text(t) = item {
+                if terminal(&t).is_some() {
+                    break;
+                }
+            }
+        }
+    }
+    let state = loop {
+        match st.scheduler.send(GetState(id.clone())).await {
+            Ok(Some(s)) if s.is_terminal() => break s,
+            Ok(Some(_)) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
+            _ => return error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is not running"),
+        }
+    };
+    if state != JobState::Done {
+        return openai_error(StatusCode::INTERNAL_SERVER_ERROR, format!("job {id} {}", state.as_str()), "server_error", None);
+    }
+    audio_file(id, st)
+}
+
+/// The first audio part of a finished job's result.
+fn audio_file(id: &JobId, st: &AppState) -> HttpResponse {
+    let Some(parts) = st.results.parts(id) else { return openai_error(StatusCode::NOT_FOUND, format!("the result of job {id} has expired"), "not_found", None) };
+    match parts.into_iter().find(|(_, ct)| ct.starts_with("audio/")) {
+        Some((path, ct)) => match std::fs::read(&path) {
+            Ok(bytes) => HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(ct).body(bytes),
+            Err(e) => openai_error(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the result: {e}"), "server_error", None),
+        },
+        None => openai_error(StatusCode::INTERNAL_SERVER_ERROR, format!("job {id} has no audio"), "server_error", None),
+    }
+}
+
+/// `done`, `failed` or `cancelled` when a stream text is a terminal event.
+fn terminal(text: &str) -> Option<String> {
+    let v: serde_json::Value = serde_json::from_str(text).ok()?;
+    let e = v.get("event")?.as_str()?;
+    matches!(e, "done" | "failed" | "cancelled").then(|| e.to_string())
+}
+
+/// A native error answer in OpenAI's shape (same status and headers: a 429 keeps its
+/// Retry-After).
+async fn as_openai(resp: HttpResponse) -> HttpResponse {
+    let status = resp.status();
+    let retry = resp.headers().get("retry-after").cloned();
+    let body = actix_web::body::to_bytes(resp.into_body()).await.ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    let msg = body.as_ref().and_then(|v| v.get("error")).and_then(|e| e.as_str()).unwrap_or("error").to_string();
+    let kind = if status == StatusCode::TOO_MANY_REQUESTS { "rate_limit_exceeded" } else { "server_error" };
+    let mut out = openai_error(status, msg, kind, None);
+    if let Some(r) = retry {
+        out.headers_mut().insert(actix_web::http::header::RETRY_AFTER, r);
+    }
+    out
+}
