@@ -33,6 +33,8 @@ if [ "${1:-}" != "--build-only" ]; then
   # The test command's own helpers: python3's pip fetches the Qwen ranks file, npm installs the
   # browser test's driver (a minimal Debian has neither).
   python3 -m pip --version >/dev/null 2>&1 || tools+=(python3 python3-pip)
+  # ... and a venv holds the official client SDKs the front-door tests drive.
+  python3 -c "import ensurepip, venv" >/dev/null 2>&1 || tools+=(python3-venv)
   command -v npm >/dev/null 2>&1 || tools+=(nodejs npm)
   [ -x /usr/bin/chromium ] || tools+=(chromium fonts-liberation)
   if [ ${#tools[@]} -gt 0 ]; then
