@@ -256,7 +256,7 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
 async fn require_key(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let st = req.app_data::<web::Data<AppState>>().cloned();
     if let Some(st) = st {
-        let open = matches!(req.path(), "/" | "/health") || req.path().starts_with("/assets/");
+        let open = matches!(req.path(), "/" | "/health" | "/docs" | "/openapi.json") || req.path().starts_with("/assets/") || req.path().starts_with("/docs/");
         if !st.api_keys.is_empty() && !open {
             let ok = http::presented_key(req.request()).is_some_and(|k| st.api_keys.contains(&k));
             if !ok {
@@ -387,6 +387,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 .wrap(from_fn(require_key))
                 .service(web::resource("/").wrap(Compress::default()).route(web::get().to(webui::index)).default_service(method_not_allowed("GET")))
                 .service(web::resource("/assets/{name}").wrap(Compress::default()).route(web::get().to(webui::assets)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/docs").wrap(Compress::default()).route(web::get().to(webui::docs)).default_service(method_not_allowed("GET")))
+                .service(web::resource("/docs/{name}").wrap(Compress::default()).route(web::get().to(webui::docs_assets)).default_service(method_not_allowed("GET")))
                 .service(web::resource("/synth").route(web::post().to(http::post_synth)).default_service(method_not_allowed("POST")))
                 .service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(method_not_allowed("POST")))
                 .service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(method_not_allowed("GET, POST")))

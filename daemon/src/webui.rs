@@ -7,6 +7,10 @@ use actix_web::{web, HttpResponse};
 const INDEX: &[u8] = include_bytes!("../../clients/web/dist/index.html");
 const APP_JS: &[u8] = include_bytes!("../../clients/web/dist/assets/app.js");
 const APP_CSS: &[u8] = include_bytes!("../../clients/web/dist/assets/index.css");
+const DOCS_INDEX: &[u8] = include_bytes!("../../clients/web/dist/docs/index.html");
+const DOCS_JS: &[u8] = include_bytes!("../../clients/web/dist/docs/docs.js");
+const SWAGGER_JS: &[u8] = include_bytes!("../../clients/web/dist/docs/swagger-ui-bundle.js");
+const SWAGGER_CSS: &[u8] = include_bytes!("../../clients/web/dist/docs/swagger-ui.css");
 
 fn asset(body: &'static [u8], content_type: &str, cache: &str) -> HttpResponse {
     HttpResponse::Ok().content_type(content_type).insert_header((header::CACHE_CONTROL, cache.to_string())).body(body)
@@ -22,6 +26,20 @@ pub async fn assets(name: web::Path<String>) -> HttpResponse {
     match name.as_str() {
         "app.js" => asset(APP_JS, "text/javascript; charset=utf-8", "no-cache"),
         "index.css" => asset(APP_CSS, "text/css; charset=utf-8", "no-cache"),
+        _ => crate::http::error(actix_web::http::StatusCode::NOT_FOUND, format!("no asset {name}")),
+    }
+}
+
+/// `/docs`: the API reference, Swagger UI over `/openapi.json`, its assets compiled in.
+pub async fn docs() -> HttpResponse {
+    asset(DOCS_INDEX, "text/html; charset=utf-8", "no-cache")
+}
+
+pub async fn docs_assets(name: web::Path<String>) -> HttpResponse {
+    match name.as_str() {
+        "docs.js" => asset(DOCS_JS, "text/javascript; charset=utf-8", "no-cache"),
+        "swagger-ui-bundle.js" => asset(SWAGGER_JS, "text/javascript; charset=utf-8", "no-cache"),
+        "swagger-ui.css" => asset(SWAGGER_CSS, "text/css; charset=utf-8", "no-cache"),
         _ => crate::http::error(actix_web::http::StatusCode::NOT_FOUND, format!("no asset {name}")),
     }
 }

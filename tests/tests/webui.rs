@@ -56,6 +56,7 @@ fn the_webui_composes_plays_live_renders_the_score_and_survives_a_reload() {
         "mm3-done",
         "mm3-replayed",
         "mm3-reloaded",
+        "docs",
     ] {
         assert!(std::fs::read_dir(&shots).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(&format!("-{step}.png"))), "no screenshot of {step}");
     }

@@ -409,6 +409,22 @@ try {
   check(mhead === "fLaC" && statSync(mpath).size > 1000, `a MiniMax FLAC file downloads (${mhead}, ${statSync(mpath).size} bytes)`);
   await shot("mm3-reloaded");
   await axeCheck(page, "MiniMax's form and both families' jobs");
+
+  // /docs: the API reference over /openapi.json, every documented route listed, nothing
+  // fetched from outside the daemon.
+  const outside = [];
+  page.on("request", (r) => {
+    if (!r.url().startsWith(base)) outside.push(r.url());
+  });
+  await page.goto(base + "/docs");
+  await page.locator(".opblock").first().waitFor({ timeout: 30000 });
+  const spec = await (await fetch(`${base}/openapi.json`)).json();
+  const documented = await page.locator(".opblock-summary-path").allTextContents();
+  const shown = new Set(documented.map((t) => t.replace(/\u200b/g, "").trim()));
+  const missing = Object.keys(spec.paths).filter((p) => !shown.has(p));
+  check(missing.length === 0, `/docs lists every route of /openapi.json (missing: ${missing.join(", ")}; shown: ${[...shown].join(", ")})`);
+  check(outside.length === 0, `/docs fetches nothing from outside the daemon (${outside.join(", ")})`);
+  await shot("docs");
   console.log(`webui e2e: ok (job ${id}, audio ${Math.round(doneAt - firstAt)} ms before done, MiniMax job ${mid} replayed as ${rid}, screenshots in ${SHOTS})`);
 } catch (e) {
   console.error(e.stack || e.message);
