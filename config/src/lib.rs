@@ -69,6 +69,10 @@ pub struct Config {
     pub result_max_count: usize,
     /// `text` or `json` log lines.
     pub log_format: String,
+    /// An MCP export link (`/links/{token}`) works for this many seconds.
+    pub link_ttl_secs: u64,
+    /// The longest song the MCP tool `compose_song` takes, in seconds.
+    pub mcp_max_seconds: f64,
 }
 
 impl Default for Config {
@@ -98,6 +102,8 @@ impl Default for Config {
             result_max_bytes: 10 << 30,
             result_max_count: 256,
             log_format: "text".into(),
+            link_ttl_secs: 3600,
+            mcp_max_seconds: 300.0,
         }
     }
 }
@@ -127,6 +133,8 @@ const KEYS: &[&str] = &[
     "result_max_bytes",
     "result_max_count",
     "log_format",
+    "link_ttl_secs",
+    "mcp_max_seconds",
 ];
 
 impl Config {
@@ -187,6 +195,8 @@ impl Config {
             "result_max_bytes" => self.result_max_bytes = num(value, bad)?,
             "result_max_count" => self.result_max_count = num(value, bad)?,
             "log_format" => self.log_format = value.into(),
+            "link_ttl_secs" => self.link_ttl_secs = num(value, bad)?,
+            "mcp_max_seconds" => self.mcp_max_seconds = num(value, bad)?,
             "compute_priority" => self.compute_priority = value.trim().to_ascii_lowercase(),
             _ => return Err(ConfigError::Value { key: key.into(), message: "unknown setting".into() }),
         }
@@ -204,6 +214,9 @@ impl Config {
         }
         if self.ws_ping_secs == 0 {
             return bad("ws_ping_secs", "must be at least 1");
+        }
+        if !(self.mcp_max_seconds.is_finite() && self.mcp_max_seconds > 0.0) {
+            return bad("mcp_max_seconds", "must be a positive number of seconds");
         }
         if self.vae_core == 0 {
             return bad("vae_core", "must be at least 1");

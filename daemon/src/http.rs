@@ -41,6 +41,10 @@ pub struct AppState {
     pub vae: VaeLimits,
     /// The `--adapters` directory YuE2 requests name adapters of.
     pub adapters: Option<Arc<yued_engine::adapter::AdapterDir>>,
+    /// The MCP endpoint's sessions and caps.
+    pub mcp: crate::mcp::Mcp,
+    /// Expiring download links (the MCP export).
+    pub links: crate::links::Links,
 }
 
 /// What `/vae` needs to check and keep an upload.
@@ -493,7 +497,7 @@ enum Segment {
 }
 
 /// A file as 256 KiB chunks.
-fn file_chunks(path: std::path::PathBuf) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
+pub fn file_chunks(path: std::path::PathBuf) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
     use std::io::Read;
     stream::unfold(None::<std::fs::File>, move |f| {
         let path = path.clone();

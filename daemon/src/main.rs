@@ -6,7 +6,9 @@ use clap::{Parser, Subcommand};
 
 mod cli;
 mod http;
+mod links;
 mod logs;
+mod mcp;
 mod openai;
 mod serve;
 mod webui;

@@ -4,7 +4,7 @@
 //! queued in the journal and resumes at the next start), flush, exit.
 use crate::http::{self, AppState};
 use crate::logs::LogRing;
-use crate::{openai, webui, ws};
+use crate::{links, mcp, openai, webui, ws};
 use actix::Actor;
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
@@ -252,11 +252,14 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     Ok(Models { model, vae, info, demo, audio: vae_info.audio_spec(), vae_has_encoder: vae_info.has_encoder, tokenizer, instructions, mm3 })
 }
 
-/// API keys, when configured: 401 without one (the WebUI page and /health stay open).
+/// API keys, when configured: 401 without one (the WebUI page, /health, /docs and the
+/// export links stay open).
 async fn require_key(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let st = req.app_data::<web::Data<AppState>>().cloned();
     if let Some(st) = st {
-        let open = matches!(req.path(), "/" | "/health" | "/docs" | "/openapi.json") || req.path().starts_with("/assets/") || req.path().starts_with("/docs/");
+        let open = matches!(req.path(), "/" | "/health" | "/docs" | "/openapi.json") || req.path().starts_with("/assets/") || req.path().starts_with("/docs/")
+            // An export link's token is its own capability.
+            || req.path().starts_with("/links/");
         if !st.api_keys.is_empty() && !open {
             let ok = http::presented_key(req.request()).is_some_and(|k| st.api_keys.contains(&k));
             if !ok {
@@ -339,6 +342,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         }
         None => None,
     };
+    let links = links::Links::open(&c.data_dir.join("links"), std::time::Duration::from_secs(c.link_ttl_secs)).with_context(|| format!("creating {}", c.data_dir.join("links").display()))?;
     let metrics = Metrics::new();
     let worker_cfg = WorkerConfig {
         model: models.model.clone(),
@@ -377,6 +381,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             ws_ping: std::time::Duration::from_secs(cfg.ws_ping_secs),
             vae: http::VaeLimits { uploads, max_upload_bytes: cfg.max_upload_bytes, audio: models.audio, has_encoder: models.vae_has_encoder },
             adapters: adapters.clone(),
+            mcp: mcp::Mcp::new(cfg.mcp_max_seconds),
+            links,
         });
         let max_body = cfg.max_body_bytes;
         let server = HttpServer::new(move || {
@@ -405,6 +411,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 .service(web::resource("/v1/models").route(web::get().to(openai::models)).default_service(method_not_allowed("GET")))
                 .service(web::resource("/v1/audio/speech").route(web::post().to(openai::speech)).default_service(method_not_allowed("POST")))
                 .service(web::resource("/v1/audio/music").route(web::post().to(openai::music)).default_service(method_not_allowed("POST")))
+                .service(web::resource("/mcp").route(web::post().to(mcp::post)).route(web::delete().to(mcp::delete)).default_service(method_not_allowed("POST, DELETE")))
+                .service(web::resource("/links/{token}").route(web::get().to(mcp::link)).default_service(method_not_allowed("GET")))
                 .default_service(web::to(not_found))
         })
         .shutdown_timeout(5)

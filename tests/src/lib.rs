@@ -173,3 +173,22 @@ pub fn sibling_bin(name: &str) -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     exe.parent().unwrap().parent().unwrap().join(name)
 }
+
+/// Runs one of `clients/python/*_test.py` (an official client SDK against the real daemon)
+/// with the venv `scripts/pyclients.sh` makes, and asserts it printed `marker`. Skips when
+/// the venv or ffprobe is missing, unless YUED_REQUIRE_PYCLIENTS is set (scripts/test.sh
+/// sets it, so in CI a missing SDK fails instead).
+pub fn run_pyclient(script: &str, marker: &str) {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let python = std::env::var_os("YUED_PYCLIENTS_PYTHON").map(PathBuf::from).unwrap_or_else(|| root.join("target/pyclients-venv/bin/python"));
+    let ready = python.exists() && Command::new("ffprobe").arg("-version").output().is_ok();
+    if !ready {
+        assert!(std::env::var_os("YUED_REQUIRE_PYCLIENTS").is_none(), "YUED_REQUIRE_PYCLIENTS is set but {} or ffprobe is missing (scripts/pyclients.sh)", python.display());
+        eprintln!("{} or ffprobe missing: skipping (scripts/test.sh installs them)", python.display());
+        return;
+    }
+    let out = Command::new(&python).arg(root.join("clients/python").join(script)).env("YUED_BIN", yued_bin()).output().expect("run python");
+    let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && text.contains(marker), "{script} failed:\n{text}");
+    eprintln!("{text}");
+}
