@@ -497,7 +497,7 @@ impl Handler<WorkerReady> for Scheduler {
 #[rtype(result = "QueueSnapshot")]
 pub struct Snapshot;
 
-#[derive(Debug, Clone, serde::Serialize)]
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
 pub struct QueueSnapshot {
     pub queued: usize,
     /// Jobs in the compute stages (several overlap under --keep-loaded).

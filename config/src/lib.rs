@@ -69,6 +69,10 @@ pub struct Config {
     pub result_max_count: usize,
     /// `text` or `json` log lines.
     pub log_format: String,
+    /// The most flow-matching steps a request may ask for.
+    pub max_steps: u32,
+    /// Songs longer than this many seconds are cut to it (0: each family's own bound).
+    pub max_duration: f64,
     /// An MCP export link (`/links/{token}`) works for this many seconds.
     pub link_ttl_secs: u64,
     /// The longest song the MCP tool `compose_song` takes, in seconds.
@@ -102,6 +106,8 @@ impl Default for Config {
             result_max_bytes: 10 << 30,
             result_max_count: 256,
             log_format: "text".into(),
+            max_steps: 1000,
+            max_duration: 0.0,
             link_ttl_secs: 3600,
             mcp_max_seconds: 300.0,
         }
@@ -133,6 +139,8 @@ const KEYS: &[&str] = &[
     "result_max_bytes",
     "result_max_count",
     "log_format",
+    "max_steps",
+    "max_duration",
     "link_ttl_secs",
     "mcp_max_seconds",
 ];
@@ -195,6 +203,8 @@ impl Config {
             "result_max_bytes" => self.result_max_bytes = num(value, bad)?,
             "result_max_count" => self.result_max_count = num(value, bad)?,
             "log_format" => self.log_format = value.into(),
+            "max_steps" => self.max_steps = num(value, bad)?,
+            "max_duration" => self.max_duration = num(value, bad)?,
             "link_ttl_secs" => self.link_ttl_secs = num(value, bad)?,
             "mcp_max_seconds" => self.mcp_max_seconds = num(value, bad)?,
             "compute_priority" => self.compute_priority = value.trim().to_ascii_lowercase(),
@@ -214,6 +224,12 @@ impl Config {
         }
         if self.ws_ping_secs == 0 {
             return bad("ws_ping_secs", "must be at least 1");
+        }
+        if self.max_steps < 2 {
+            return bad("max_steps", "must be at least 2 (MiniMax Music 3's fewest)");
+        }
+        if !(self.max_duration.is_finite() && self.max_duration >= 0.0) {
+            return bad("max_duration", "must be 0 (no bound) or a positive number of seconds");
         }
         if !(self.mcp_max_seconds.is_finite() && self.mcp_max_seconds > 0.0) {
             return bad("mcp_max_seconds", "must be a positive number of seconds");

@@ -41,6 +41,10 @@ pub struct AppState {
     pub vae: VaeLimits,
     /// The `--adapters` directory YuE2 requests name adapters of.
     pub adapters: Option<Arc<yued_engine::adapter::AdapterDir>>,
+    /// `--max-duration`: longer songs are cut to it (0: no bound).
+    pub max_duration: f64,
+    /// `/openapi.json`, built at start (`openapi::document`).
+    pub openapi: String,
     /// The MCP endpoint's sessions and caps.
     pub mcp: crate::mcp::Mcp,
     /// Expiring download links (the MCP export).
@@ -65,6 +69,17 @@ pub struct VaeLimits {
     pub has_encoder: bool,
 }
 
+impl AppState {
+    /// A request's duration under `--max-duration` (a cut, like the families' own budgets).
+    pub fn cap_duration(&self, seconds: f64) -> f64 {
+        if self.max_duration > 0.0 {
+            seconds.min(self.max_duration)
+        } else {
+            seconds
+        }
+    }
+}
+
 pub fn error(status: actix_web::http::StatusCode, msg: impl Into<String>) -> HttpResponse {
     HttpResponse::build(status).json(ErrorBody { error: msg.into() })
 }
@@ -81,33 +96,47 @@ fn unavailable(msg: impl Into<String>) -> HttpResponse {
     error(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, msg)
 }
 
-/// The API key a request presents (`Authorization: Bearer K`, `X-API-Key: K`, or an
-/// `api_key` query parameter for the browser's WebSocket and EventSource, which cannot
-/// set headers).
-pub fn presented_key(req: &HttpRequest) -> Option<String> {
+/// The API keys a request presents, in this order: `X-API-Key: K`, an `api_key` query
+/// parameter (for the browser's WebSocket and EventSource, which cannot set headers),
+/// `Authorization: Bearer K`.
+pub fn presented_keys(req: &HttpRequest) -> Vec<String> {
+    let mut keys = Vec::new();
     if let Some(v) = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()) {
-        return Some(v.trim().to_string());
+        keys.push(v.trim().to_string());
     }
     if let Some(k) = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string()).ok().and_then(|q| q.get("api_key").cloned()) {
-        return Some(k);
+        keys.push(k);
     }
-    let auth = req.headers().get(header::AUTHORIZATION)?.to_str().ok()?;
-    auth.strip_prefix("Bearer ").map(|k| k.trim().to_string())
+    if let Some(k) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|a| a.strip_prefix("Bearer ")) {
+        keys.push(k.trim().to_string());
+    }
+    keys
+}
+
+/// The key a request is admitted with: the first it presents that `keys` holds (any key
+/// presented counts, so a stray header beside a good one does not lock a client out).
+pub fn valid_key(req: &HttpRequest, keys: &HashSet<String>) -> Option<String> {
+    presented_keys(req).into_iter().find(|k| keys.contains(k))
 }
 
 /// The fairness key of a request: its API key, else its peer address.
 pub fn client_key(req: &HttpRequest) -> String {
-    presented_key(req).map(|k| format!("key:{k}")).unwrap_or_else(|| req.peer_addr().map(|a| format!("ip:{}", a.ip())).unwrap_or_else(|| "ip:unknown".into()))
+    let key = match req.app_data::<web::Data<AppState>>() {
+        Some(st) if !st.api_keys.is_empty() => valid_key(req, &st.api_keys),
+        _ => presented_keys(req).into_iter().next(),
+    };
+    key.map(|k| format!("key:{k}")).unwrap_or_else(|| req.peer_addr().map(|a| format!("ip:{}", a.ip())).unwrap_or_else(|| "ip:unknown".into()))
 }
 
 /// Routes, parses, validates and resolves a request body; the error says what is wrong,
 /// naming the field (the 400 paths of `/synth` and `/synth/stream`).
 pub fn check_request(body: &[u8], st: &AppState) -> Result<Request, String> {
-    let req = match Request::from_json(body, &st.families).map_err(|e| e.to_string())? {
+    let mut req = match Request::from_json(body, &st.families).map_err(|e| e.to_string())? {
         Request::Yue2(r) => r,
         Request::Mm3(r) => return check_mm3(r, st),
     };
     req.validate(&st.limits).map_err(|e| e.to_string())?;
+    req.duration = st.cap_duration(req.duration);
     check_adapters(&req, st)?;
     let p = &st.prompt;
     let builder = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &p.tokenizer, tokens: p.tokens, instructions: &p.instructions };
@@ -133,10 +162,11 @@ fn check_adapters(req: &Yue2Request, st: &AppState) -> Result<(), String> {
 
 /// A MiniMax Music 3 request: its values, its component files against the registry, and
 /// its prompt's length.
-fn check_mm3(req: yued_protocol::Mm3Request, st: &AppState) -> Result<Request, String> {
+fn check_mm3(mut req: yued_protocol::Mm3Request, st: &AppState) -> Result<Request, String> {
     let m = st.mm3.as_ref().ok_or("family: mm3 is not served by this daemon")?;
     let limits = Limits { mm3_codebooks: m.codebooks, ..st.limits };
     req.validate(&limits).map_err(|e| e.to_string())?;
+    req.duration = st.cap_duration(req.duration);
     for ((field, name), bucket) in req.models().into_iter().zip(Bucket::MM3) {
         if !name.is_empty() {
             m.registry.resolve(bucket, name).map_err(|e| format!("{field}: {e}"))?;
@@ -161,7 +191,7 @@ pub struct Mm3Check {
 /// The request part of a `/vae` upload: a family's request of options only. Without a
 /// `family` key it is YuE2's.
 fn vae_options(body: &[u8], st: &AppState) -> Result<Request, String> {
-    let names_family = serde_json::from_slice::<serde_json::Value>(body).ok().is_some_and(|v| v.get("family").is_some());
+    let names_family = serde_json::from_slice::<serde_json::Value>(body).ok().is_some_and(|v| v.get("family").is_some_and(|f| !f.is_null()));
     let req = if names_family { Request::from_json(body, &st.families).map_err(|e| e.to_string())? } else { Request::Yue2(Yue2Request::from_json(body).map_err(|e| e.to_string())?) };
     match req {
         Request::Yue2(r) => {
@@ -337,7 +367,8 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
     let options = match &request {
         Some(body) => match vae_options(body, &st) {
             Ok(r) => r,
-            Err(e) => return bad(e),
+            // The part's own JSON errors name the part.
+            Err(e) => return bad(e.strip_prefix("body: ").map(|m| format!("request: {m}")).unwrap_or(e)),
         },
         None => Request::Yue2(Yue2Request::default()),
     };
@@ -522,18 +553,37 @@ pub fn file_chunks(path: std::path::PathBuf) -> impl futures_util::Stream<Item =
     })
 }
 
+/// Reply of `GET /health` (and `/status`, `/system/queue`).
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub struct Health {
+    /// `ok`; `loading` until the compute stages are ready; `unhealthy` (with a 503) while the
+    /// journal refuses writes.
+    #[schemars(extend("enum" = ["ok", "loading", "unhealthy"]))]
+    pub status: &'static str,
+    pub uptime_seconds: f64,
+    /// Whether the models are the embedded demo's random weights (songs are noise).
+    pub demo_weights: bool,
+    pub queue: yued_actors::scheduler::QueueSnapshot,
+}
+
 async fn snapshot(st: &AppState) -> HttpResponse {
     match st.scheduler.send(Snapshot).await {
         // A journal that refuses writes makes the daemon unhealthy (503) until one succeeds:
         // nothing it acknowledges then would survive a restart.
         Ok(s) => HttpResponse::build(if s.journal_error.is_some() { actix_web::http::StatusCode::SERVICE_UNAVAILABLE } else { actix_web::http::StatusCode::OK })
             .insert_header((header::CACHE_CONTROL, "no-store"))
-            .json(serde_json::json!({
-                "status": if s.journal_error.is_some() { "unhealthy" } else if s.worker_ready { "ok" } else { "loading" },
-                "uptime_seconds": st.started.elapsed().as_secs_f64(),
-                "demo_weights": st.demo_weights,
-                "queue": s,
-            })),
+            .json(Health {
+                status: if s.journal_error.is_some() {
+                    "unhealthy"
+                } else if s.worker_ready {
+                    "ok"
+                } else {
+                    "loading"
+                },
+                uptime_seconds: st.started.elapsed().as_secs_f64(),
+                demo_weights: st.demo_weights,
+                queue: s,
+            }),
         Err(_) => unavailable("the scheduler is not running"),
     }
 }
@@ -550,8 +600,8 @@ pub async fn metrics(st: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(st.metrics.render())
 }
 
-pub async fn openapi() -> HttpResponse {
-    HttpResponse::Ok().content_type("application/json").body(include_str!("openapi.json"))
+pub async fn openapi(st: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().content_type("application/json").body(st.openapi.clone())
 }
 
 /// Server-sent events of the daemon log: the kept lines, then the live ones.

@@ -10,6 +10,7 @@ mod links;
 mod logs;
 mod mcp;
 mod openai;
+mod openapi;
 mod serve;
 mod webui;
 mod ws;

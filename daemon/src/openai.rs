@@ -13,7 +13,7 @@ use bytes::Bytes;
 use futures_util::stream;
 use serde::Deserialize;
 use yued_actors::hub::{StreamItem, Subscribe};
-use yued_actors::scheduler::GetState;
+use yued_actors::scheduler::{GetState, GetStatus};
 use yued_protocol::{Family, JobId, JobState, StreamCodec};
 
 /// `voice` presets: each is a style (YuE2) or caption opening (MiniMax) put before the
@@ -32,23 +32,37 @@ pub const VOICES: [(&str, &str); 11] = [
     ("verse", "country, male vocal, steel guitar"),
 ];
 
-#[derive(Debug, Deserialize)]
+/// OpenAI's speech body, as `/v1/audio/speech` reads it (the OpenAPI schema is this type's).
+#[derive(Debug, Deserialize, schemars::JsonSchema)]
 #[serde(deny_unknown_fields)]
-struct SpeechBody {
+pub struct SpeechBody {
+    /// A family (`yue2`, `mm3`) or one of its files (GET /v1/models); empty: the first
+    /// family served.
     model: String,
+    /// The lyrics, with section tags such as `[verse]` on lines of their own.
+    #[schemars(pattern(yued_protocol::request::NOT_BLANK))]
     input: String,
+    /// A style preset put before `instructions`.
     #[serde(default)]
     voice: Option<String>,
+    /// The container; `pcm` is raw s16le stereo at the family's rate.
     #[serde(default)]
+    #[schemars(extend("enum" = ["mp3", "opus", "aac", "flac", "wav", "pcm", null]))]
     response_format: Option<String>,
+    /// Accepted for OpenAI's clients; it does not change the song.
     #[serde(default)]
+    #[schemars(range(min = 0.25, max = 4.0))]
     speed: Option<f64>,
+    /// The style (YuE2) or caption (MiniMax Music 3).
     #[serde(default)]
     instructions: Option<String>,
+    /// `audio` (opus and pcm always flow as they are encoded).
     #[serde(default)]
+    #[schemars(extend("enum" = ["audio", null]))]
     stream_format: Option<String>,
     /// Not OpenAI's: the song's length in seconds (default: the family's).
     #[serde(default)]
+    #[schemars(extend("exclusiveMinimum" = 0))]
     duration: Option<f64>,
 }
 
@@ -77,28 +91,30 @@ pub async fn models(st: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(serde_json::json!({"object": "list", "data": data}))
 }
 
-/// The family a `model` names: a family, a file of it, or (empty) the only/first served.
-fn family_of(model: &str, st: &AppState) -> Result<Family, String> {
-    let served = |f: Family| st.families.contains(&f);
-    let m = model.trim();
-    let f = if m.is_empty() {
-        st.families[0]
-    } else if let Ok(f) = m.parse::<Family>() {
-        f
-    } else if m.starts_with("mm3")
-        || m.to_ascii_lowercase().contains("minimax")
-        || st.mm3.as_ref().is_some_and(|c| yued_engine::registry::Bucket::MM3.iter().any(|&b| c.registry.entries(b).iter().any(|e| e.name == m)))
-    {
-        Family::Mm3
-    } else if m.starts_with("yue") || std::path::Path::new(&st.props.model).file_name().is_some_and(|n| n.to_string_lossy() == m) {
-        Family::Yue2
-    } else {
-        return Err(format!("'{m}' names no model of this daemon (see GET /v1/models)"));
-    };
-    if !served(f) {
-        return Err(format!("'{m}': {f} is not served by this daemon"));
+/// The ids `GET /v1/models` lists, each with its family: the families served, then the
+/// YuE2 backbone's file and MiniMax Music 3's files.
+pub fn model_ids(families: &[Family], model: &str, mm3: Option<&crate::http::Mm3Check>) -> Vec<(String, Family)> {
+    let mut ids: Vec<(String, Family)> = families.iter().map(|f| (f.as_str().to_string(), *f)).collect();
+    let file = std::path::Path::new(model).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    ids.push((file, Family::Yue2));
+    if let Some(m) = mm3 {
+        for b in yued_engine::registry::Bucket::MM3 {
+            ids.extend(m.registry.entries(b).iter().map(|e| (e.name.clone(), Family::Mm3)));
+        }
     }
-    Ok(f)
+    ids
+}
+
+/// The family a `model` names: one of [`model_ids`], or (empty) the first served.
+fn family_of(model: &str, st: &AppState) -> Result<Family, String> {
+    if model.is_empty() {
+        return Ok(st.families[0]);
+    }
+    model_ids(&st.families, &st.props.model, st.mm3.as_ref())
+        .into_iter()
+        .find(|(id, _)| id == model)
+        .map(|(_, f)| f)
+        .ok_or_else(|| format!("'{model}' names no model of this daemon (see GET /v1/models)"))
 }
 
 /// OpenAI's `response_format` to ours, and whether it streams as the live tiles.
@@ -210,31 +226,61 @@ async fn run(req: &HttpRequest, st: &web::Data<AppState>, native: serde_json::Va
         return HttpResponse::Ok()
             .json(serde_json::json!({"id": id, "object": "music.job", "status": "queued", "status_url": format!("/job?id={id}"), "result_url": format!("/job?id={id}&result=1")}));
     }
+    // From here the caller waits for the audio: if it goes away first, the song is cancelled.
+    let mut guard = CancelOnDrop { scheduler: st.scheduler.clone(), job: id.clone(), armed: true };
     let sub = match st.hub.send(Subscribe { job: id.clone(), codec: codec.unwrap_or(StreamCodec::Pcm16) }).await {
         Ok(s) => s,
         Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, "stream hub unavailable"),
     };
     let (sub, codec) = match (codec, sub) {
         (Some(codec), Some(sub)) => (sub, codec),
-        (_, sub) => return finished_audio(st, &id, sub).await,
+        (_, sub) => {
+            let resp = finished_audio(st, &id, sub).await;
+            guard.disarm();
+            return resp;
+        }
     };
-    {
-        // The live stream's bytes, until the job's terminal event.
-        let mime = if codec == StreamCodec::Opus { "audio/ogg; codecs=opus" } else { "audio/pcm" };
-        let rx = sub.rx;
-        let body = stream::unfold((rx, false), |(mut rx, done)| async move {
-            if done {
-                return None;
-            }
-            loop {
-                match rx.recv().await? {
-                    StreamItem::Binary(b) => return Some((Ok::<Bytes, std::io::Error>(b), (rx, false))),
-                    StreamItem::Text(t) if terminal(&t).is_some() => return None,
-                    StreamItem::Text(_) => {}
+    // The live stream's bytes, until the job's terminal event.
+    let mime = if codec == StreamCodec::Opus { "audio/ogg; codecs=opus" } else { "audio/pcm" };
+    let body = stream::unfold((sub.rx, guard), |(mut rx, mut guard)| async move {
+        loop {
+            match rx.recv().await {
+                Some(StreamItem::Binary(b)) => return Some((Ok::<Bytes, std::io::Error>(b), (rx, guard))),
+                Some(StreamItem::Text(t)) if terminal(&t).is_some() => {
+                    guard.disarm();
+                    return None;
+                }
+                Some(StreamItem::Text(_)) => {}
+                None => {
+                    guard.disarm();
+                    return None;
                 }
             }
-        });
-        HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(mime).streaming(body)
+        }
+    });
+    HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(mime).streaming(body)
+}
+
+/// Cancels a job when the caller that waits for its audio goes away first (the handler's
+/// future or the response body is dropped before the job ended).
+struct CancelOnDrop {
+    scheduler: actix::Addr<yued_actors::scheduler::Scheduler>,
+    job: JobId,
+    armed: bool,
+}
+
+impl CancelOnDrop {
+    fn disarm(&mut self) {
+        self.armed = false;
+    }
+}
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        if self.armed {
+            tracing::info!(job = %self.job, "the client went away before its audio: cancelling the job");
+            self.scheduler.do_send(yued_actors::scheduler::Cancel(self.job.clone()));
+        }
     }
 }
 
@@ -257,8 +303,18 @@ async fn finished_audio(st: &AppState, id: &JobId, sub: Option<yued_actors::hub:
             _ => return error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is not running"),
         }
     };
-    if state != JobState::Done {
-        return openai_error(StatusCode::INTERNAL_SERVER_ERROR, format!("job {id} {}", state.as_str()), "server_error", None);
+    match state {
+        JobState::Done => {}
+        JobState::Cancelled => return openai_error(StatusCode::CONFLICT, format!("job {id} was cancelled"), "cancelled", None),
+        _ => {
+            // A song that failed on its content (a score the model could not write, a
+            // prompt it could not take): the request's, not the server's.
+            let why = match st.scheduler.send(GetStatus(id.clone())).await {
+                Ok(Some(s)) => s.error.unwrap_or_default(),
+                _ => String::new(),
+            };
+            return openai_error(StatusCode::UNPROCESSABLE_ENTITY, format!("job {id} failed: {why}"), "generation_failed", None);
+        }
     }
     audio_file(id, st)
 }

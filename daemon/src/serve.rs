@@ -106,6 +106,14 @@ pub struct ServeArgs {
     /// Largest `/vae` upload in bytes (default 256 MiB).
     #[arg(long)]
     pub max_upload_bytes: Option<usize>,
+    /// Most flow-matching steps a request may ask for (default 1000): a bound on the work
+    /// one request can queue.
+    #[arg(long)]
+    pub max_steps: Option<u32>,
+    /// Songs longer than this many seconds are cut to it, as the families' own budgets cut
+    /// them (default 0: no daemon bound).
+    #[arg(long)]
+    pub max_duration: Option<f64>,
 }
 
 impl ServeArgs {
@@ -134,6 +142,8 @@ impl ServeArgs {
         set("vae_core", self.vae_core.map(|v| v.to_string()))?;
         set("vae_halo", self.vae_halo.map(|v| v.to_string()))?;
         set("max_upload_bytes", self.max_upload_bytes.map(|v| v.to_string()))?;
+        set("max_steps", self.max_steps.map(|v| v.to_string()))?;
+        set("max_duration", self.max_duration.map(|v| v.to_string()))?;
         if self.keep_loaded {
             c.keep_loaded = true;
         }
@@ -261,9 +271,15 @@ async fn require_key(req: ServiceRequest, next: Next<impl MessageBody + 'static>
             // An export link's token is its own capability.
             || req.path().starts_with("/links/");
         if !st.api_keys.is_empty() && !open {
-            let ok = http::presented_key(req.request()).is_some_and(|k| st.api_keys.contains(&k));
+            let ok = http::valid_key(req.request(), &st.api_keys).is_some();
             if !ok {
-                let resp = http::error(StatusCode::UNAUTHORIZED, "missing or unknown API key (Authorization: Bearer KEY or X-API-Key)");
+                let msg = "missing or unknown API key (Authorization: Bearer KEY or X-API-Key)";
+                // OpenAI's SDKs read their own error shape.
+                let resp = if req.path().starts_with("/v1/") {
+                    HttpResponse::Unauthorized().json(serde_json::json!({"error": {"message": msg, "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}))
+                } else {
+                    http::error(StatusCode::UNAUTHORIZED, msg)
+                };
                 return Ok(req.into_response(resp).map_into_right_body());
             }
         }
@@ -316,7 +332,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     std::fs::create_dir_all(&uploads).with_context(|| format!("creating {}", uploads.display()))?;
     let results = Arc::new(ResultStore::open(&c.data_dir.join("results"), Retention { ttl_secs: c.result_ttl_secs, max_bytes: c.result_max_bytes, max_count: c.result_max_count })?);
     let context = if c.max_seq > 0 { (c.max_seq as usize).min(models.info.config.max_position_embeddings) } else { models.info.config.max_position_embeddings };
-    let limits = Limits { max_batch: c.max_batch, context: context as u32, codebook_size: models.info.tokens.codebook_size, ..Limits::default() };
+    let limits = Limits { max_batch: c.max_batch, context: context as u32, codebook_size: models.info.tokens.codebook_size, max_steps: c.max_steps, ..Limits::default() };
     let mut props = Props::new(env!("CARGO_PKG_VERSION"), models.model.display().to_string(), models.vae.display().to_string(), c.max_batch);
     props.context = context as u32;
     props.output_formats.retain(|f| f.name.parse::<yued_protocol::OutputFormat>().map(yued_audio::encode::supported).unwrap_or(false));
@@ -363,6 +379,27 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         let (tx, rx) = crossbeam_channel::unbounded();
         let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cfg.admission_cap)?.start();
         let stages = worker::spawn(worker_cfg, rx, scheduler.clone(), hub.clone(), results.clone(), metrics.clone());
+        let families = if models.mm3.is_some() { vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3] } else { vec![yued_protocol::Family::Yue2] };
+        let facts = crate::openapi::Facts {
+            families: families.clone(),
+            limits,
+            formats: yued_protocol::OutputFormat::all().iter().copied().filter(|f| yued_audio::encode::supported(*f)).collect(),
+            mm3_models: match &models.mm3 {
+                Some(m) => ["lm_model", "depth_model", "cond_model", "dit_model", "vae_model"]
+                    .into_iter()
+                    .zip(Bucket::MM3)
+                    .map(|(field, b)| (field, m.registry.entries(b).iter().map(|e| e.name.clone()).collect()))
+                    .collect(),
+                None => vec![],
+            },
+            adapters: adapters.as_ref().map(|d| d.adapters.iter().map(|a| a.name.clone()).collect()).unwrap_or_default(),
+            model_ids: openai::model_ids(&families, &props.model, models.mm3.as_ref()).into_iter().map(|(id, _)| id).collect(),
+            api_keys: !cfg.api_keys.is_empty(),
+            max_body_bytes: cfg.max_body_bytes,
+            max_upload_bytes: cfg.max_upload_bytes,
+            link_ttl_secs: cfg.link_ttl_secs,
+        };
+        let openapi = serde_json::to_string(&crate::openapi::document(&facts)).expect("the document serializes");
         let state = web::Data::new(AppState {
             scheduler: scheduler.clone(),
             hub,
@@ -370,7 +407,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             metrics,
             props,
             limits,
-            families: if models.mm3.is_some() { vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3] } else { vec![yued_protocol::Family::Yue2] },
+            families,
+            openapi,
             mm3: models.mm3,
             prompt: http::PromptCheck { tokenizer: models.tokenizer, tokens: models.info.tokens, instructions: models.instructions },
             api_keys: cfg.api_keys.iter().cloned().collect::<HashSet<_>>(),
@@ -381,6 +419,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             ws_ping: std::time::Duration::from_secs(cfg.ws_ping_secs),
             vae: http::VaeLimits { uploads, max_upload_bytes: cfg.max_upload_bytes, audio: models.audio, has_encoder: models.vae_has_encoder },
             adapters: adapters.clone(),
+            max_duration: cfg.max_duration,
             mcp: mcp::Mcp::new(cfg.mcp_max_seconds),
             links,
         });

@@ -5,7 +5,7 @@ use serde::{Deserialize, Serialize};
 use crate::request::RequestError;
 
 /// Body of every non-2xx reply, `{"error":"message"}`, so clients parse failures one way.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct ErrorBody {
     pub error: String,
 }

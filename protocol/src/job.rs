@@ -17,6 +17,15 @@ pub const JOB_METRICS_SCHEMA: u32 = 1;
 pub struct JobId(String);
 
 /// A string that is not 16 lowercase hex digits.
+impl schemars::JsonSchema for JobId {
+    fn schema_name() -> std::borrow::Cow<'static, str> {
+        "JobId".into()
+    }
+    fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
+        schemars::json_schema!({"type": "string", "pattern": "^[0-9a-f]{16}$", "description": "a job id: 16 lowercase hex digits"})
+    }
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 #[error("job id must be 16 lowercase hex digits, got {0:?}")]
 pub struct InvalidJobId(pub String);
@@ -83,7 +92,7 @@ impl AsRef<str> for JobId {
 }
 
 /// Lifecycle of a job.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum JobState {
     Queued,
@@ -117,7 +126,7 @@ impl fmt::Display for JobState {
 }
 
 /// Pipeline stage a running job is in, in pipeline order.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Stage {
     /// Autoregressive score (ABC) stage.
@@ -154,13 +163,13 @@ impl fmt::Display for Stage {
 
 /// Reply of `GET /jobs`: the caller's jobs (those submitted with its API key, or from its
 /// address without one) that the daemon still knows, oldest first.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobList {
     pub jobs: Vec<JobListEntry>,
 }
 
 /// One job of [`JobList`].
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobListEntry {
     pub id: JobId,
     pub family: crate::Family,
@@ -174,7 +183,7 @@ pub struct JobListEntry {
 
 /// Reply of `GET /job?id=N`. Optional fields are left out of the JSON when unknown, so
 /// a queued job reads exactly `{"status":"queued","queue_position":N}`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobStatus {
     pub status: JobState,
     /// Jobs ahead of this one in the queue; 0 once it is next, running or finished.
@@ -230,7 +239,7 @@ impl JobStatus {
 /// Timings and residency of a completed synthesis job, captured by the compute worker
 /// before it publishes `done` (schema 1). Timings come from a monotonic clock and exclude
 /// HTTP polling and transfers.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobMetrics {
     /// Always [`JOB_METRICS_SCHEMA`] for this layout.
     pub schema: u32,
@@ -278,13 +287,13 @@ impl Default for JobMetrics {
 }
 
 /// Reply of every job submission route.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SubmitReply {
     pub id: JobId,
 }
 
 /// Reply of `POST /job?id=N&cancel=1`.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct CancelReply {
     pub status: JobState,
 }

@@ -6,7 +6,7 @@ use crate::request::{OutputFormat, Yue2Request, DEFAULT_CONTEXT};
 use crate::{FRAME_RATE, SAMPLE_RATE};
 
 /// One export format as `/props` lists it, so clients never hardcode MIME types.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct OutputFormatInfo {
     pub name: String,
     pub extension: String,
@@ -20,7 +20,7 @@ impl From<OutputFormat> for OutputFormatInfo {
 }
 
 /// An adapter of the `--adapters` directory and the backbone halves it changes.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AdapterInfo {
     pub name: String,
     pub ar: bool,
@@ -32,7 +32,7 @@ pub struct AdapterInfo {
 
 /// Server description. `defaults` is the full default request: the single source of the
 /// WebUI placeholders.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Props {
     pub version: String,
     pub model: String,
@@ -55,7 +55,7 @@ pub struct Props {
 }
 
 /// What a MiniMax Music 3 client reads from `/props`.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct Mm3Props {
     /// The files of each bucket (`mm3-lm`, `mm3-depth`, `mm3-cond`, `mm3-dit`, `mm3-vae`), in
     /// name order: a request's `*_model` field names one; empty takes the first.

@@ -1,20 +1,28 @@
 //! Code lists (`semantic_tokens`, `source_tokens`): parsing and range checks.
 use super::*;
 
+/// The shape of a code list, as a pattern (ECMA-262, for the OpenAPI schema): decimal
+/// entries separated by commas, ASCII whitespace around any of them, or blank.
+/// What [`parse_codes`] reads; the codebook and context bounds are the daemon's.
+pub const CODES_PATTERN: &str = r"^[ \t\n\f\r]*([0-9]+[ \t\n\f\r]*(,[ \t\n\f\r]*[0-9]+[ \t\n\f\r]*)*)?$";
+
+/// A text that is not blank: some character that is not whitespace.
+pub const NOT_BLANK: &str = r"\S";
+
 /// Parses a comma separated list of semantic codes.
 ///
 /// Surrounding whitespace (a trailing newline of a CSV file) is ignored and the empty string
 /// is the empty list; an empty entry, a sign or anything but decimal digits is an error
 /// naming the 0-based entry index.
 pub fn parse_codes(s: &str) -> Result<Vec<u32>, String> {
-    let s = s.trim();
+    let s = s.trim_ascii();
     if s.is_empty() {
         return Ok(Vec::new());
     }
     s.split(',')
         .enumerate()
         .map(|(i, entry)| {
-            let entry = entry.trim();
+            let entry = entry.trim_ascii();
             if entry.is_empty() {
                 return Err(format!("entry {i} is empty"));
             }

@@ -49,10 +49,13 @@ pub struct Limits {
     /// Code-book sizes of the loaded MiniMax Music 3 LM and depth decoder, which bound
     /// `audio_codes` (the published models' by default).
     pub mm3_codebooks: super::Mm3Codebooks,
+    /// The daemon's bound on `steps` (`--max-steps`), on top of each family's own (YuE2 has
+    /// none, MiniMax Music 3 [`super::mm3::MAX_STEPS`]).
+    pub max_steps: u32,
 }
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_batch: 1, max_synth_batch: MAX_SYNTH_BATCH, context: DEFAULT_CONTEXT, codebook_size: CODEBOOK_SIZE, mm3_codebooks: super::Mm3Codebooks::FULL }
+        Self { max_batch: 1, max_synth_batch: MAX_SYNTH_BATCH, context: DEFAULT_CONTEXT, codebook_size: CODEBOOK_SIZE, mm3_codebooks: super::Mm3Codebooks::FULL, max_steps: u32::MAX }
     }
 }

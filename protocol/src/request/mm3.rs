@@ -89,7 +89,8 @@ impl Default for Mm3Codebooks {
 /// field at fault. Unknown fields are ignored, which lets older daemons accept requests from
 /// newer clients; so is a `"family"` key (the router reads it, [`route`]). Serialization
 /// writes every field, so a journaled or replayed request is complete on its own.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[schemars(default)]
 pub struct Mm3Request {
     /// Music description fed to the global LM (a Structured Caption or plain prose). Required.
     pub caption: String,
@@ -97,39 +98,49 @@ pub struct Mm3Request {
     pub lyrics: String,
     /// Target length in seconds, capped by the 9000 frame LM budget ([`frames`](Self::frames));
     /// the LM may end the song earlier.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub duration: f64,
     /// Euler steps per DiT window, at least 2.
+    #[schemars(range(min = MIN_STEPS, max = MAX_STEPS))]
     pub steps: u32,
     /// Philox seed of the DiT noise (low 32 bits consumed); -1 draws one. Variation `j` of a
     /// song uses `seed + j`.
+    #[schemars(range(min = -1))]
     pub seed: i64,
     /// mt19937 seed of the autoregressive sampling (low 32 bits consumed); -1 draws one.
     /// Song `i` of a batch uses `lm_seed + i`.
+    #[schemars(range(min = -1))]
     pub lm_seed: i64,
     /// Guidance on the LM and depth decoder logits: `uncond + (cond - uncond) * lm_cfg`.
     /// Any finite value (1 is the conditional branch alone, 0 the unconditional one).
     pub lm_cfg: f64,
     /// Top-K restriction of the LM and depth decoder sampling, ranked on the conditional
     /// branch before guidance; at least 1.
+    #[schemars(range(min = 1))]
     pub lm_top_k: u32,
     /// Songs generated from the prompt in one batched pass, bounded by `--max-batch`;
     /// ignored (one song) when `audio_codes` is given, yet still validated.
+    #[schemars(range(min = 1))]
     pub lm_batch_size: u32,
     /// Flow matching variations rendered per song, 1 to 9.
+    #[schemars(range(min = 1, max = MAX_SYNTH_BATCH))]
     pub synth_batch_size: u32,
     /// Guidance on the DiT velocity: `v_uncond + (v_cond - v_uncond) * dit_cfg`. Any finite
     /// value.
     pub dit_cfg: f64,
     /// Normalisation peak is the `1 - peak_clip / 1e6` percentile; 0 is the true peak.
     /// Ignored by `wav32`.
+    #[schemars(range(min = 0, max = PEAK_CLIP_MAX))]
     pub peak_clip: i64,
     /// Audio encoder of the tracks.
     pub output_format: OutputFormat,
     /// kbps, read only by the MP3 encoder (still validated for every format).
+    #[schemars(range(min = MP3_BITRATE_MIN, max = MP3_BITRATE_MAX))]
     pub mp3_bitrate: u32,
     /// Explicit code stream, flat comma separated, 8 values per frame (the semantic code,
     /// then the 7 acoustic codes); non-empty replaces the autoregressive sampling. Frame 0
     /// only feeds the first feedback. See [`audio_codes`](Self::audio_codes).
+    #[schemars(pattern(CODES_PATTERN))]
     pub audio_codes: String,
     /// GGUF file of the global LM (`mm3-lm`), resolved by the daemon against its model
     /// registry; empty keeps the previous one or the first registered.
@@ -236,8 +247,9 @@ impl Mm3Request {
         if !(self.duration.is_finite() && self.duration > 0.0) {
             return err("duration", format!("must be a positive number of seconds, got {}", self.duration));
         }
-        if !(MIN_STEPS..=MAX_STEPS).contains(&self.steps) {
-            return err("steps", format!("must be in [{MIN_STEPS}, {MAX_STEPS}], got {}", self.steps));
+        let max_steps = MAX_STEPS.min(limits.max_steps);
+        if !(MIN_STEPS..=max_steps).contains(&self.steps) {
+            return err("steps", format!("must be in [{MIN_STEPS}, {max_steps}], got {}", self.steps));
         }
         for (field, seed) in [("seed", self.seed), ("lm_seed", self.lm_seed)] {
             if seed < RANDOM_SEED {
@@ -278,7 +290,7 @@ impl Mm3Request {
 
     /// Whether the request carries a code stream (a replay) instead of sampling one.
     pub fn has_audio_codes(&self) -> bool {
-        !self.audio_codes.trim().is_empty()
+        !self.audio_codes.trim_ascii().is_empty()
     }
 
     /// Songs the job renders: one for a replay (`audio_codes` given), else `lm_batch_size`.

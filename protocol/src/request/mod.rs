@@ -25,7 +25,7 @@ pub mod sampling;
 pub mod yue2;
 
 use codes::check_codes;
-pub use codes::parse_codes;
+pub use codes::{parse_codes, CODES_PATTERN, NOT_BLANK};
 pub use format::OutputFormat;
 pub use limits::*;
 pub use mm3::{Mm3Codebooks, Mm3Request};
@@ -34,7 +34,7 @@ pub use sampling::SamplingPreset;
 pub use yue2::{AdapterRef, CotMode, Yue2Request};
 
 /// The model families a daemon may serve.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
     /// YuE2 (seed 000).
@@ -72,8 +72,8 @@ impl FromStr for Family {
 /// Which family a `POST /synth` body is for, among the `served` ones: its `"family"` when
 /// given; else the only family served; else the family whose own fields it has (`caption`
 /// or a `*_model` component: MiniMax Music 3; `style`, `cot`, `abc`, `semantic_tokens`,
-/// `source_tokens`: YuE2). Both kinds, neither, or a family not served is an error naming
-/// the fields.
+/// `source_tokens`: YuE2); with neither, YuE2 (a MiniMax request cannot be valid without
+/// its caption). Both kinds, or a family not served, is an error naming the fields.
 pub fn route(body: &Value, served: &[Family]) -> Result<Family, RequestError> {
     let obj = body.as_object().ok_or_else(|| RequestError::new("body", "must be a JSON object"))?;
     let serving = || served.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ");
@@ -87,6 +87,8 @@ pub fn route(body: &Value, served: &[Family]) -> Result<Family, RequestError> {
             let hits: Vec<(Family, Vec<&str>)> = served.iter().map(|&f| (f, present(f))).filter(|(_, h)| !h.is_empty()).collect();
             match hits.as_slice() {
                 [(f, _)] => *f,
+                // Nothing only MiniMax has: YuE2's (a MiniMax request needs its caption).
+                [] if served.contains(&Family::Yue2) => Family::Yue2,
                 [] => return Err(RequestError::new("family", format!("the body has no field only one family has: name the family (\"family\": {})", serving()))),
                 many => {
                     let fields: Vec<String> = many.iter().map(|(f, h)| format!("{} ({})", h.join(", "), f)).collect();
@@ -127,7 +129,9 @@ mod route_tests {
         assert_eq!(route(&json!({"dit_model": "d.gguf"}), &both), Ok(Family::Mm3));
         let e = route(&json!({"caption": "a", "cot": "off"}), &both).unwrap_err();
         assert!(e.message.contains("caption (mm3)") && e.message.contains("cot (yue2)"), "{e}");
-        assert!(route(&json!({"lyrics": "la"}), &both).unwrap_err().message.contains("name the family"));
+        // Neither: YuE2, the family a body of style/lyrics-like fields alone can be valid for.
+        assert_eq!(route(&json!({"lyrics": "la"}), &both), Ok(Family::Yue2));
+        assert_eq!(route(&json!({}), &both), Ok(Family::Yue2));
         // A null counts as absent.
         assert_eq!(route(&json!({"caption": null, "style": "x"}), &both), Ok(Family::Yue2));
         assert_eq!(route(&json!([1]), &both).unwrap_err().field, "body");

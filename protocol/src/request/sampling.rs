@@ -6,17 +6,23 @@ use super::*;
 ///
 /// Standalone deserialization needs every field; inside a request a partial object is
 /// completed from that stage's checkpoint preset.
-#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SamplingPreset {
+    #[schemars(range(min = 0, max = 5))]
     pub temperature: f64,
+    #[schemars(extend("exclusiveMinimum" = 0, "maximum" = 1))]
     pub top_p: f64,
+    #[schemars(range(min = 1))]
     pub top_k: u32,
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub repetition_penalty: f64,
     /// Tokens looked back over by the repetition penalty.
+    #[schemars(range(min = 1, max = 100))]
     pub penalty_window: u32,
-    /// The end token is blocked until this many tokens were sampled.
+    /// The end token is blocked until this many tokens were sampled (at most `max_tokens`).
     pub min_tokens: u32,
     /// Token budget of the stage.
+    #[schemars(range(min = 1))]
     pub max_tokens: u32,
 }
 

@@ -15,7 +15,7 @@ pub const SAMPLES_PER_FRAME: u32 = 1920;
 pub const LATENT_CHANNELS: u32 = 64;
 
 /// Chain of thought mode: who writes the ABC score, and how detailed it is.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum CotMode {
     /// Chord annotated score.
@@ -61,8 +61,9 @@ impl FromStr for CotMode {
 }
 
 /// One LoRA adapter of the `--adapters` directory, stacked at its own strength.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AdapterRef {
+    /// An adapter of the daemon's `--adapters` directory (GET /props lists them).
     pub name: String,
     /// Strength of the merge; 0 leaves the weights untouched.
     #[serde(default = "unit_scale")]
@@ -79,7 +80,8 @@ fn unit_scale() -> f64 {
 /// Deserialization goes through [`Yue2Request::from_value`] so that a type error names the
 /// field at fault and a partial sampling preset keeps its stage's defaults. Unknown fields
 /// are ignored, which lets older daemons accept requests from newer clients.
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, schemars::JsonSchema)]
+#[schemars(default)]
 pub struct Yue2Request {
     /// Style tags, verbatim under the `[Tags]` header.
     pub style: String,
@@ -89,34 +91,47 @@ pub struct Yue2Request {
     pub abc: String,
     pub cot: CotMode,
     /// Target length in seconds, capped by the semantic budget.
+    #[schemars(extend("exclusiveMinimum" = 0))]
     pub duration: f64,
     /// Philox key of the token draw; -1 draws one.
+    #[schemars(range(min = -1))]
     pub lm_seed: i64,
     /// mt19937 seed of the acoustic noise; -1 draws one.
+    #[schemars(range(min = -1))]
     pub seed: i64,
     /// Midpoint steps of the flow matching ODE.
+    #[schemars(range(min = 1))]
     pub steps: u32,
     /// Songs generated from the prompt, bounded by `--max-batch`.
+    #[schemars(range(min = 1))]
     pub lm_batch_size: u32,
     /// Noise variations rendered per song.
+    #[schemars(range(min = 1, max = MAX_SYNTH_BATCH))]
     pub synth_batch_size: u32,
     /// Guidance of the semantic stage; negative applies the protocol value of the cot mode.
     pub cfg_scale: f64,
     /// Comma separated semantic codes; non-empty replaces the autoregressive stage.
+    #[schemars(pattern(CODES_PATTERN))]
     pub semantic_tokens: String,
     /// Normalisation peak is the `1 - peak_clip / 1e6` percentile; 0 is the true peak.
+    #[schemars(range(min = 0, max = PEAK_CLIP_MAX))]
     pub peak_clip: i64,
     pub output_format: OutputFormat,
     /// kbps, read only by the MP3 encoder (still validated for every format).
+    #[schemars(range(min = MP3_BITRATE_MIN, max = MP3_BITRATE_MAX))]
     pub mp3_bitrate: u32,
     pub adapters: Vec<AdapterRef>,
     /// Codes of a source song to continue from; exclusive with `semantic_tokens`.
+    #[schemars(pattern(CODES_PATTERN))]
     pub source_tokens: String,
     /// Start of the source section, in seconds.
+    #[schemars(range(min = 0))]
     pub source_start: f64,
     /// End of the source section, in seconds; -1 is the end of the source.
+    #[schemars(extend("anyOf" = [{"const": -1}, {"minimum": 0}]))]
     pub source_end: f64,
     /// Extra planning attempts when the score comes out malformed.
+    #[schemars(range(min = 0, max = MAX_PLAN_RETRIES))]
     pub plan_retries: u32,
     pub abc_sampling: SamplingPreset,
     pub semantic_sampling: SamplingPreset,
@@ -128,6 +143,7 @@ pub struct Yue2Request {
     /// value renders different audio from the same codes; the replay request records it
     /// (when non-zero: a request at the default serializes as seed 000's reference body).
     #[serde(skip_serializing_if = "is_off")]
+    #[schemars(extend("anyOf" = [{"const": 0}, {"minimum": STREAM_CHUNK_SECONDS_MIN, "maximum": STREAM_CHUNK_SECONDS_MAX}]))]
     pub stream_chunk_seconds: f64,
 }
 
@@ -248,7 +264,7 @@ impl Yue2Request {
     /// empty *and* it brings no other content: no `abc`, no `semantic_tokens`, no
     /// `source_tokens`. A replay (codes only) or a cover (score only) stays valid.
     pub fn validate(&self, limits: &Limits) -> Result<(), RequestError> {
-        if self.style.is_empty() && self.lyrics.is_empty() && self.abc.is_empty() && self.semantic_tokens.trim().is_empty() && self.source_tokens.trim().is_empty() {
+        if self.style.is_empty() && self.lyrics.is_empty() && self.abc.is_empty() && self.semantic_tokens.trim_ascii().is_empty() && self.source_tokens.trim_ascii().is_empty() {
             return Err(RequestError::new("style", "a request needs style or lyrics (or an abc score, semantic_tokens or source_tokens)"));
         }
         self.validate_options(limits)
@@ -267,8 +283,8 @@ impl Yue2Request {
                 return err(field, format!("must be -1 (random) or non-negative, got {seed}"));
             }
         }
-        if self.steps < 1 {
-            return err("steps", "must be at least 1, got 0".into());
+        if !(1..=limits.max_steps).contains(&self.steps) {
+            return err("steps", format!("must be in [1, {}], got {}", limits.max_steps, self.steps));
         }
         if !(1..=limits.max_batch).contains(&self.lm_batch_size) {
             return err("lm_batch_size", format!("must be in [1, {}], got {}", limits.max_batch, self.lm_batch_size));
@@ -293,8 +309,8 @@ impl Yue2Request {
                 return err(&format!("adapters[{i}].scale"), format!("must be finite, got {}", a.scale));
             }
         }
-        let has_semantic = !self.semantic_tokens.trim().is_empty();
-        let has_source = !self.source_tokens.trim().is_empty();
+        let has_semantic = !self.semantic_tokens.trim_ascii().is_empty();
+        let has_source = !self.source_tokens.trim_ascii().is_empty();
         if has_semantic && has_source {
             return err("source_tokens", "is exclusive with semantic_tokens".into());
         }

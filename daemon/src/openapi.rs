@@ -1,0 +1,548 @@
+//! `/openapi.json`, built once at start from the types that parse and validate (schemars
+//! derives on the protocol's requests, replies and bounds) and from this daemon's own
+//! settings: the families and model files it serves, `--max-batch`, `--max-steps`, its
+//! adapters, its API keys. What it says is what the handlers check; the rules a JSON
+//! Schema cannot say (a code list against the codebook, a prompt against the KV cache,
+//! `source_start` against the source's length, `min_tokens` against `max_tokens`, the
+//! content of an upload) are written in the descriptions and answered 400 naming the field.
+//! The suite drives the running daemon with schemathesis against this document.
+use crate::openai::{SpeechBody, VOICES};
+use schemars::generate::SchemaSettings;
+use schemars::JsonSchema;
+use serde_json::{json, Map, Value};
+use yued_protocol::request::mm3::MAX_STEPS as MM3_MAX_STEPS;
+use yued_protocol::{CancelReply, ErrorBody, Family, JobList, JobStatus, Limits, Mm3Request, OutputFormat, Props, SubmitReply, Yue2Request};
+
+/// What the document depends on besides the types.
+pub struct Facts {
+    pub families: Vec<Family>,
+    pub limits: Limits,
+    /// The output formats this build encodes.
+    pub formats: Vec<OutputFormat>,
+    /// MiniMax Music 3's files per component field (`lm_model`, ...), when served.
+    pub mm3_models: Vec<(&'static str, Vec<String>)>,
+    /// The usable adapters of `--adapters` (none: a request may name none).
+    pub adapters: Vec<String>,
+    /// The ids `GET /v1/models` lists (families and files).
+    pub model_ids: Vec<String>,
+    pub api_keys: bool,
+    pub max_body_bytes: usize,
+    pub max_upload_bytes: usize,
+    pub link_ttl_secs: u64,
+}
+
+/// The schema of `T` as the daemon writes it (a reply), `$ref`s into `definitions`.
+fn reply_schema<T: JsonSchema>(defs: &mut Map<String, Value>) -> Value {
+    let mut g = SchemaSettings::draft2020_12().with(|s| s.definitions_path = "/components/schemas/".into()).for_serialize().into_generator();
+    let s = g.subschema_for::<T>().to_value();
+    defs.extend(g.take_definitions(true));
+    s
+}
+
+/// The schema of `T` as the daemon reads it (a request body), self-contained.
+fn body_schema<T: JsonSchema>() -> Value {
+    let mut g = SchemaSettings::draft2020_12().with(|s| s.inline_subschemas = true).for_deserialize().into_generator();
+    let mut s = g.root_schema_for::<T>().to_value();
+    if let Some(o) = s.as_object_mut() {
+        o.remove("$schema");
+    }
+    integer_bounds(&mut s);
+    s
+}
+
+/// The range of each Rust integer type, where the derive only names its format (a larger
+/// number does not parse, so it is outside the schema too).
+fn integer_bounds(v: &mut Value) {
+    match v {
+        Value::Object(o) => {
+            let range = match o.get("format").and_then(Value::as_str) {
+                Some("uint32") => Some((json!(0), json!(u32::MAX))),
+                Some("int64") => Some((json!(i64::MIN), json!(i64::MAX))),
+                Some("uint64") => Some((json!(0), json!(u64::MAX))),
+                Some("int32") => Some((json!(i32::MIN), json!(i32::MAX))),
+                _ => None,
+            };
+            if let Some((lo, hi)) = range {
+                o.entry("minimum").or_insert(lo);
+                o.entry("maximum").or_insert(hi);
+            }
+            o.values_mut().for_each(integer_bounds);
+        }
+        Value::Array(a) => a.iter_mut().for_each(integer_bounds),
+        _ => {}
+    }
+}
+
+/// Every property may also be `null` (a null field is an omitted one), and nested objects
+/// (the sampling presets) complete from their defaults: nothing in them is required.
+fn nullable_fields(schema: &mut Value, keep_required: &[&str]) {
+    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else { return };
+    for (name, p) in props.iter_mut() {
+        if p.get("type").and_then(Value::as_str) == Some("object") {
+            if let Some(o) = p.as_object_mut() {
+                o.remove("required");
+            }
+        }
+        if keep_required.contains(&name.as_str()) {
+            continue;
+        }
+        let mut inner = p.take();
+        let mut wrapper = Map::new();
+        if let Some(o) = inner.as_object_mut() {
+            for k in ["description", "default", "title"] {
+                if let Some(v) = o.remove(k) {
+                    wrapper.insert(k.into(), v);
+                }
+            }
+        }
+        wrapper.insert("anyOf".into(), json!([inner, {"type": "null"}]));
+        *p = Value::Object(wrapper);
+    }
+}
+
+fn set(schema: &mut Value, field: &str, key: &str, value: Value) {
+    if let Some(p) = schema.pointer_mut(&format!("/properties/{field}")).and_then(Value::as_object_mut) {
+        p.insert(key.into(), value);
+    }
+}
+
+/// Bounds of this daemon on a family's body (before the fields become nullable).
+fn apply_limits(schema: &mut Value, f: &Facts, max_steps: u32) {
+    let l = &f.limits;
+    set(schema, "lm_batch_size", "maximum", l.max_batch.into());
+    set(schema, "synth_batch_size", "maximum", l.max_synth_batch.into());
+    if max_steps < u32::MAX {
+        set(schema, "steps", "maximum", max_steps.into());
+    }
+    let formats: Vec<&str> = f.formats.iter().map(|x| x.name()).collect();
+    set(schema, "output_format", "enum", json!(formats));
+    if let Some(p) = schema.pointer_mut("/properties/output_format").and_then(Value::as_object_mut) {
+        p.remove("oneOf");
+        p.insert("type".into(), "string".into());
+    }
+}
+
+/// "Some non-null value": what makes a field route a body to its family.
+fn present(fields: &[&str]) -> Value {
+    Value::Array(fields.iter().map(|k| json!({"required": [k], "properties": {*k: {"not": {"type": "null"}}}})).collect())
+}
+
+/// YuE2's `POST /synth` body.
+fn yue2_body(f: &Facts) -> Value {
+    let mut s = body_schema::<Yue2Request>();
+    apply_limits(&mut s, f, f.limits.max_steps);
+    if f.adapters.is_empty() {
+        set(&mut s, "adapters", "maxItems", 0.into());
+    } else if let Some(items) = s.pointer_mut("/properties/adapters/items/properties/name").and_then(Value::as_object_mut) {
+        items.insert("enum".into(), json!(f.adapters));
+    }
+    nullable_fields(&mut s, &[]);
+    let o = s.as_object_mut().expect("an object schema");
+    o.remove("required");
+    o.get_mut("properties").and_then(Value::as_object_mut).expect("properties").insert("family".into(), json!({"enum": ["yue2", null], "description": "yue2 (may be left out)"}));
+    o.insert("title".into(), "YuE2 request".into());
+    o.insert(
+        "description".into(),
+        "A YuE2 song: style tags and lyrics (seed 000). Every field is optional (null is the same as left out) but the body needs some content: a style, lyrics, an abc score, semantic_tokens or source_tokens. Unknown fields are ignored. Rules beyond this schema, each a 400 naming its field: codes must be below the model's codebook size and fit its context; source_tokens excludes semantic_tokens; source_start must lie inside the source and source_end (unless -1) at or after it; min_tokens of a sampling preset must not exceed its max_tokens; the prompt, score budget and codes must fit the KV cache (\"do not fit\").".into(),
+    );
+    let content = json!([
+        {"required": ["style"], "properties": {"style": {"type": "string", "minLength": 1}}},
+        {"required": ["lyrics"], "properties": {"lyrics": {"type": "string", "minLength": 1}}},
+        {"required": ["abc"], "properties": {"abc": {"type": "string", "minLength": 1}}},
+        {"required": ["semantic_tokens"], "properties": {"semantic_tokens": {"type": "string", "pattern": "[^ \\t\\n\\f\\r]"}}},
+        {"required": ["source_tokens"], "properties": {"source_tokens": {"type": "string", "pattern": "[^ \\t\\n\\f\\r]"}}},
+    ]);
+    let mut all = vec![json!({"anyOf": content})];
+    if f.families.contains(&Family::Mm3) {
+        // Left unnamed, a body with a MiniMax field is MiniMax's.
+        all.push(json!({"anyOf": [{"required": ["family"], "properties": {"family": {"const": "yue2"}}}, {"not": {"anyOf": present(Family::Mm3.own_fields())}}]}));
+    }
+    o.insert("allOf".into(), Value::Array(all));
+    s
+}
+
+/// MiniMax Music 3's `POST /synth` body.
+fn mm3_body(f: &Facts) -> Value {
+    let mut s = body_schema::<Mm3Request>();
+    apply_limits(&mut s, f, f.limits.max_steps.min(MM3_MAX_STEPS));
+    for (field, files) in &f.mm3_models {
+        let mut names = vec![Value::from("")];
+        names.extend(files.iter().map(|n| Value::from(n.as_str())));
+        set(&mut s, field, "enum", Value::Array(names));
+    }
+    for field in ["caption", "lyrics"] {
+        set(&mut s, field, "pattern", yued_protocol::request::NOT_BLANK.into());
+    }
+    nullable_fields(&mut s, &["caption", "lyrics"]);
+    let o = s.as_object_mut().expect("an object schema");
+    o.insert("required".into(), json!(["caption", "lyrics"]));
+    o.get_mut("properties")
+        .and_then(Value::as_object_mut)
+        .expect("properties")
+        .insert("family".into(), json!({"enum": ["mm3", null], "description": "mm3 (may be left out when the body has a MiniMax field such as caption and no YuE2 one)"}));
+    o.insert("title".into(), "MiniMax Music 3 request".into());
+    o.insert(
+        "description".into(),
+        "A MiniMax Music 3 song: a caption and lyrics (seed 001), neither blank. Every other field is optional (null is the same as left out); unknown fields are ignored. Rules beyond this schema, each a 400 naming its field: audio_codes holds whole frames of 8 values (at least 2 frames, at most 9001), each below its codebook's size; the prompt's tokens fit the LM's budget.".into(),
+    );
+    o.insert("anyOf".into(), json!([{"required": ["family"], "properties": {"family": {"const": "mm3"}}}, {"not": {"anyOf": present(Family::Yue2.own_fields())}}]));
+    s
+}
+
+/// The `request` part of a `/vae` upload: a family's options (no content rule, nothing
+/// required); without a `family` it is YuE2's.
+fn vae_options(f: &Facts, yue2: &Value, mm3: &Value) -> Value {
+    let strip = |b: &Value| {
+        let mut s = b.clone();
+        let o = s.as_object_mut().expect("an object schema");
+        for k in ["allOf", "anyOf", "required", "description", "title"] {
+            o.remove(k);
+        }
+        s
+    };
+    let mut y = strip(yue2);
+    y["description"] = "YuE2's options (no family, or \"family\": \"yue2\")".into();
+    let mut options = vec![y];
+    if f.families.contains(&Family::Mm3) {
+        let mut m = strip(mm3);
+        for field in ["caption", "lyrics"] {
+            m["properties"][field] = json!({"anyOf": [{"type": "string"}, {"type": "null"}]});
+        }
+        m["required"] = json!(["family"]);
+        m["properties"]["family"] = json!({"const": "mm3"});
+        m["description"] = "MiniMax Music 3's options (\"family\": \"mm3\")".into();
+        options.push(m);
+    }
+    json!({"anyOf": options})
+}
+
+/// The `/synth` body: either family's, as served.
+fn synth_body(f: &Facts) -> Value {
+    let mut bodies = Vec::new();
+    if f.families.contains(&Family::Yue2) {
+        bodies.push(json!({"$ref": "#/components/schemas/Yue2Body"}));
+    }
+    if f.families.contains(&Family::Mm3) {
+        bodies.push(json!({"$ref": "#/components/schemas/Mm3Body"}));
+    }
+    json!({"anyOf": bodies})
+}
+
+/// A family's body for `/v1/audio/music`: its native fields, `model` naming a model of
+/// that family, `async`; the body's own `family` is replaced by the model's.
+fn music_body(f: &Facts, body: &Value, family: Family) -> Value {
+    let mut s = body.clone();
+    let names: Vec<&str> = f.model_ids.iter().map(String::as_str).filter(|m| model_family(m, f) == Some(family)).collect();
+    let mut names: Vec<Value> = names.into_iter().map(Value::from).collect();
+    if f.families[0] == family {
+        names.insert(0, "".into());
+    }
+    let o = s.as_object_mut().expect("an object schema");
+    let props = o.get_mut("properties").and_then(Value::as_object_mut).expect("properties");
+    props.insert("model".into(), json!({"type": "string", "enum": names, "description": "the family or one of its files (GET /v1/models); empty: the first family served"}));
+    props.insert("async".into(), json!({"type": "boolean", "default": false, "description": "answer with the job id at once instead of the audio"}));
+    props.insert("family".into(), json!({"description": "ignored: the model names the family"}));
+    // The model routes the body, not its fields.
+    o.remove("anyOf");
+    if let Some(all) = o.get_mut("allOf").and_then(Value::as_array_mut) {
+        all.truncate(1);
+    }
+    if f.families[0] != family {
+        let req = o.entry("required").or_insert(json!([]));
+        req.as_array_mut().expect("a list").push("model".into());
+    }
+    s
+}
+
+/// The family a `/v1` `model` names (see `openai::family_of`).
+fn model_family(m: &str, f: &Facts) -> Option<Family> {
+    if let Ok(fam) = m.parse::<Family>() {
+        return Some(fam);
+    }
+    let mm3 = f.mm3_models.iter().any(|(_, files)| files.iter().any(|n| n == m));
+    Some(if mm3 { Family::Mm3 } else { Family::Yue2 })
+}
+
+fn error_response(desc: &str) -> Value {
+    json!({"description": desc, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+}
+
+fn openai_error(desc: &str) -> Value {
+    json!({"description": desc, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAiError"}}}})
+}
+
+fn json_reply(desc: &str, schema: Value) -> Value {
+    json!({"description": desc, "content": {"application/json": {"schema": schema}}})
+}
+
+/// The answers every keyed route may give besides its own.
+fn common(f: &Facts, responses: &mut Map<String, Value>, openai: bool) {
+    let err = |d: &str| if openai { openai_error(d) } else { error_response(d) };
+    if f.api_keys {
+        responses.insert("401".into(), err("no API key, or an unknown one"));
+    }
+}
+
+fn op(f: &Facts, summary: &str, description: &str, params: Value, body: Option<Value>, mut responses: Map<String, Value>, open: bool, openai: bool) -> Value {
+    if !open {
+        common(f, &mut responses, openai);
+    }
+    let mut o = json!({"summary": summary, "description": description, "responses": responses});
+    if params.as_array().is_some_and(|p| !p.is_empty()) {
+        o["parameters"] = params;
+    }
+    if let Some(b) = body {
+        o["requestBody"] = b;
+    }
+    if open && f.api_keys {
+        o["security"] = json!([]);
+    }
+    o
+}
+
+fn map(v: Value) -> Map<String, Value> {
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("a map literal"),
+    }
+}
+
+fn job_param(desc: &str) -> Value {
+    json!({"name": "id", "in": "query", "required": true, "description": desc, "schema": {"$ref": "#/components/schemas/JobId"}})
+}
+
+/// Any value of a flag: `1` and `true` set it, anything else leaves it unset.
+fn flag_param(name: &str, required: bool, desc: &str) -> Value {
+    json!({"name": name, "in": "query", "required": required, "description": desc, "schema": {"type": "string"}})
+}
+
+fn audio_content() -> Value {
+    let mut c = Map::new();
+    for mime in ["audio/mpeg", "audio/ogg", "audio/flac", "audio/aac", "audio/wav", "audio/pcm", "audio/mp4"] {
+        c.insert(mime.into(), json!({"schema": {"type": "string", "format": "binary"}}));
+    }
+    Value::Object(c)
+}
+
+/// The whole document.
+pub fn document(f: &Facts) -> Value {
+    let mut defs = Map::new();
+    let submit = reply_schema::<SubmitReply>(&mut defs);
+    let status = reply_schema::<JobStatus>(&mut defs);
+    let cancel = reply_schema::<CancelReply>(&mut defs);
+    let jobs = reply_schema::<JobList>(&mut defs);
+    let props = reply_schema::<Props>(&mut defs);
+    let health = reply_schema::<crate::http::Health>(&mut defs);
+    reply_schema::<ErrorBody>(&mut defs);
+    let yue2 = yue2_body(f);
+    let mm3 = mm3_body(f);
+    let mut speech = body_schema::<SpeechBody>();
+    {
+        let mut models = vec![Value::from("")];
+        models.extend(f.model_ids.iter().map(|m| Value::from(m.as_str())));
+        set(&mut speech, "model", "enum", Value::Array(models));
+        let mut voices: Vec<Value> = VOICES.iter().map(|(n, _)| Value::from(*n)).collect();
+        voices.extend([Value::from(""), Value::Null]);
+        set(&mut speech, "voice", "enum", Value::Array(voices));
+        speech["title"] = "OpenAI speech request".into();
+    }
+    let mut music = Vec::new();
+    if f.families.contains(&Family::Yue2) {
+        music.push(music_body(f, &yue2, Family::Yue2));
+    }
+    if f.families.contains(&Family::Mm3) {
+        music.push(music_body(f, &mm3, Family::Mm3));
+    }
+    let vae_opts = vae_options(f, &yue2, &mm3);
+    defs.insert("Yue2Body".into(), yue2);
+    if f.families.contains(&Family::Mm3) {
+        defs.insert("Mm3Body".into(), mm3);
+    }
+    defs.insert("SpeechBody".into(), speech);
+    defs.insert(
+        "OpenAiError".into(),
+        json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["message", "type"], "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}),
+    );
+
+    let too_large = |n: usize| error_response(&format!("the body is larger than {n} bytes"));
+    let full = json!({"description": "the admission cap is reached: retry later", "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
+    let unavailable = error_response("the job could not be journaled (it is not accepted), or the daemon is shutting down");
+    let json_body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema}}});
+    let ws_note = "A WebSocket (RFC 6455): the 101 upgrade answers a GET with the handshake headers. Then text frames carry JSON events (queued, stage, score, codes, format, tile, done, failed, cancelled) and binary frames the audio: Ogg Opus pages by default (their concatenation is a playable .opus file), or with format=pcm16 interleaved s16le, one frame per decoded tile. The daemon pings an idle listener and closes one that stops answering or reads too slowly, with a reason.";
+
+    let mut paths = Map::new();
+    paths.insert(
+        "/synth".into(),
+        json!({"post": op(f, "Submit a song", "The native job contract: the body is a YuE2 or MiniMax Music 3 request; the answer is the job id at once. Poll GET /job, follow GET /stream, fetch GET /job?result=1.", json!([]), Some(json_body(synth_body(f))),
+            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("the body is not a request of a served family; the error names the field"), "413": too_large(f.max_body_bytes), "429": full, "503": unavailable})), false, false)}),
+    );
+    let vae_request = "a JSON request of options (YuE2's by default; with \"family\": \"mm3\" MiniMax Music 3's): output_format, peak_clip, mp3_bitrate and, for MiniMax, vae_model";
+    paths.insert(
+        "/vae".into(),
+        json!({"post": op(f, "Encode audio to latents, or decode latents to audio", &format!("multipart/form-data with exactly one of `audio` (any file symphonia decodes: WAV, FLAC, MP3, Ogg, AAC/M4A; encoded to YuE2's [T, 64] latents at 25 Hz, or MiniMax's [T, 128]) or `src_latents` (raw little-endian f32 latents, decoded to audio), and an optional `request` part. The upload is checked before it is queued: audio that does not decode, latents that are not whole frames, hold NaN or exceed the model's length are a 400. At most {} bytes.", f.max_upload_bytes), json!([]),
+            Some(json!({"required": true, "content": {"multipart/form-data": {
+                "schema": {"type": "object", "properties": {"audio": {"type": "string", "format": "binary", "description": "audio to encode"}, "src_latents": {"type": "string", "format": "binary", "description": "raw f32 latents to decode"}, "request": {"allOf": [vae_opts], "description": vae_request}}, "additionalProperties": false,
+                    "description": "exactly one of audio and src_latents (both, or neither, is a 400)"},
+                "encoding": {"request": {"contentType": "application/json"}}}}})),
+            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("not a multipart body, a part missing, twice or unknown, or an upload that does not check"), "413": too_large(f.max_upload_bytes), "429": full.clone(), "500": error_response("the upload could not be stored"), "503": unavailable.clone()})), false, false)}),
+    );
+    paths.insert(
+        "/job".into(),
+        json!({
+            "get": op(f, "A job's status, or its result", "With result=1 (or true), the finished job's result: multipart/mixed, one part per file (the audio tracks, a replay request per track, the latents of a VAE job). Otherwise the status.", json!([job_param("the job"), flag_param("result", false, "1 or true: the result instead of the status")]), None,
+                map(json!({"200": {"description": "the status (JSON) or the result (multipart/mixed)", "content": {"application/json": {"schema": status}, "multipart/mixed": {"schema": {"type": "string", "format": "binary"}}}}, "400": error_response("a malformed id"), "404": error_response("an unknown job, or no result (not done, or expired)"), "503": error_response("the scheduler is not running")})), false, false),
+            "post": op(f, "Cancel a job", "cancel=1 (or true) cancels a queued or running job; cancelling a cancelled job answers the same.", json!([job_param("the job"), {"name": "cancel", "in": "query", "required": true, "schema": {"type": "string", "enum": ["1", "true"]}}]), None,
+                map(json!({"200": json_reply("cancelled", cancel), "400": error_response("a malformed id, or cancel is not 1"), "404": error_response("an unknown job"), "409": error_response("the job has already ended (done or failed)"), "503": error_response("the scheduler is not running")})), false, false),
+        }),
+    );
+    paths.insert(
+        "/jobs".into(),
+        json!({"get": op(f, "The caller's jobs", "The jobs submitted with the caller's API key (else from its address) that the daemon still knows, oldest first, with their journaled requests.", json!([]), None, map(json!({"200": json_reply("the jobs", jobs), "503": error_response("the scheduler is not running")})), false, false)}),
+    );
+    let ws_fail = map(json!({"101": {"description": "switching protocols: the stream follows"}, "400": error_response("not a WebSocket handshake, or a malformed parameter")}));
+    let mut stream_r = ws_fail.clone();
+    stream_r.insert("404".into(), error_response("an unknown job"));
+    let format = json!({"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["opus", "pcm16"]}});
+    let handshake = [
+        json!({"name": "Upgrade", "in": "header", "required": true, "schema": {"type": "string", "enum": ["websocket"]}}),
+        json!({"name": "Sec-WebSocket-Key", "in": "header", "required": true, "schema": {"type": "string", "pattern": "^[A-Za-z0-9+/]{22}==$"}}),
+        json!({"name": "Sec-WebSocket-Version", "in": "header", "required": true, "schema": {"type": "string", "enum": ["13"]}}),
+    ];
+    let with_handshake = |mut p: Vec<Value>| {
+        p.extend(handshake.iter().cloned());
+        Value::Array(p)
+    };
+    paths.insert("/stream".into(), json!({"get": op(f, "Follow a job (WebSocket)", &format!("{ws_note} A finished job replays its audio as tiles, then its final event, then a close."), with_handshake(vec![job_param("the job to follow"), format.clone()]), None, stream_r, false, false)}));
+    paths.insert("/synth/stream".into(), json!({"get": op(f, "Submit and follow (WebSocket)", &format!("{ws_note} The first text message is the request (a /synth body); {{\"cmd\": \"cancel\"}} cancels the job. Closing the socket does not."), with_handshake(vec![format]), None, ws_fail, false, false)}));
+    for (path, what) in [("/health", "Liveness, queue and result storage"), ("/status", "The same as /health"), ("/system/queue", "The same as /health")] {
+        paths.insert(
+            path.into(),
+            json!({"get": op(f, what, "Open without an API key. 503 while the journal refuses writes (the daemon then accepts nothing).", json!([]), None, map(json!({"200": json_reply("ok or loading", health.clone()), "503": {"description": "unhealthy (the journal refuses writes), or the scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [health.clone(), {"$ref": "#/components/schemas/ErrorBody"}]}}}}})), path == "/health", false)}),
+        );
+    }
+    paths.insert("/props".into(), json!({"get": op(f, "What this daemon serves", "Version, models, rates, context, output formats, adapters, and each family's default request.", json!([]), None, map(json!({"200": json_reply("the server's description", props)})), false, false)}));
+    paths.insert("/logs".into(), json!({"get": op(f, "The daemon's log (server-sent events)", "The last 512 lines, then each new one, as they come; the stream does not end.", json!([]), None, map(json!({"200": {"description": "an event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})), false, false)}));
+    paths.insert("/metrics".into(), json!({"get": op(f, "Prometheus metrics", "The text exposition format (the yued_ metrics and the process's).", json!([]), None, map(json!({"200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}})), false, false)}));
+    paths.insert("/openapi.json".into(), json!({"get": op(f, "This document", "Open without an API key.", json!([]), None, map(json!({"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}})), true, false)}));
+    paths.insert(
+        "/v1/models".into(),
+        json!({"get": op(f, "OpenAI-compatible: the models", "The families served, then each model file, in OpenAI's list shape.", json!([]), None,
+            map(json!({"200": json_reply("the list", json!({"type": "object", "required": ["object", "data"], "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"type": "object", "required": ["id", "object", "owned_by"], "properties": {"id": {"type": "string"}, "object": {"const": "model"}, "created": {"type": "integer"}, "owned_by": {"type": "string"}, "family": {"type": "string"}, "component": {"type": "string"}}}}}}))})), false, true)}),
+    );
+    let openai_answers = |first: Value| {
+        map(
+            json!({"200": first, "400": openai_error("the body is not a request; param names the field"), "409": openai_error("the job was cancelled before it ended"), "413": openai_error(&format!("the body is larger than {} bytes", f.max_body_bytes)), "422": openai_error("the song failed (for example: the model could not write a valid score on these weights)"), "429": {"description": "the admission cap is reached (the SDKs' RateLimitError)", "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAiError"}}}}, "503": openai_error("the job could not be journaled, or the daemon is shutting down")}),
+        )
+    };
+    let voices = VOICES.iter().map(|(n, s)| format!("{n}: {s}")).collect::<Vec<_>>().join("; ");
+    paths.insert(
+        "/v1/audio/speech".into(),
+        json!({"post": op(f, "OpenAI-compatible speech: a song", &format!("OpenAI's speech body: input is the lyrics, instructions the style (YuE2) or caption (MiniMax), voice a style preset put before them ({voices}). Answers with the audio: opus and pcm (s16le stereo at the family's rate) flow as the tiles are encoded, the other formats once the file is written. The job id is in x-yued-job. An ordinary job: same admission cap, fairness, journal; a client that disconnects cancels it."), json!([]), Some(json_body(json!({"$ref": "#/components/schemas/SpeechBody"}))),
+            openai_answers(json!({"description": "the audio", "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": audio_content()})), false, true)}),
+    );
+    let mut music_ok = audio_content();
+    music_ok["application/json"] = json!({"schema": {"type": "object", "required": ["id", "object", "status"], "properties": {"id": {"$ref": "#/components/schemas/JobId"}, "object": {"const": "music.job"}, "status": {"const": "queued"}, "status_url": {"type": "string"}, "result_url": {"type": "string"}}}});
+    paths.insert(
+        "/v1/audio/music".into(),
+        json!({"post": op(f, "A family's native request, answered with its audio", "The body is a /synth body of the family `model` names, plus model and async. Answers with the first track's audio (one opus track flows as it is encoded), or with async: true the job id at once (JSON). A client that disconnects from a waiting answer cancels the job.", json!([]), Some(json_body(json!({"anyOf": music}))),
+            openai_answers(json!({"description": "the audio, or the job (async)", "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": music_ok})), false, true)}),
+    );
+    let rpc = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer"]}, "method": {"type": "string"}, "params": {"type": "object"}, "result": {}, "error": {"type": "object"}},
+        "anyOf": [{"required": ["method"]}, {"required": ["result"]}, {"required": ["error"]}], "description": "a request (method and id), a notification (method) or a response (result or error)"});
+    let rpc_reply = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]}, "result": {"type": "object"}, "error": {"type": "object", "required": ["code", "message"], "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}}});
+    let session =
+        json!({"name": "Mcp-Session-Id", "in": "header", "required": false, "description": "the session initialize opened (every message but initialize names it)", "schema": {"type": "string"}});
+    paths.insert(
+        "/mcp".into(),
+        json!({
+            "post": op(f, "MCP (Streamable HTTP): one JSON-RPC message", "The Model Context Protocol, revisions 2025-03-26 to 2025-11-25: initialize (opens a session, Mcp-Session-Id), ping, tools/list, tools/call (compose_song, song_status, song_result, cancel_song), resources/list, resources/read (yued://guide/songwriting). A request is answered with one JSON-RPC response; a notification or a response with 202.", json!([session.clone()]), Some(json_body(rpc)),
+                map(json!({"200": json_reply("the JSON-RPC response (an error in it for an unknown method or tool)", rpc_reply.clone()), "202": {"description": "a notification or response, accepted"}, "400": json_reply("not one JSON-RPC message, no session named, or an unknown protocol revision", rpc_reply.clone()), "403": json_reply("an Origin that is not this server", rpc_reply.clone()), "404": json_reply("an ended or unknown session", rpc_reply.clone()), "413": too_large(f.max_body_bytes)})), false, false),
+            "delete": op(f, "MCP: end a session", "", json!([{"name": "Mcp-Session-Id", "in": "header", "required": true, "schema": {"type": "string"}}]), None,
+                map(json!({"204": {"description": "ended"}, "400": json_reply("no session named", rpc_reply.clone()), "404": json_reply("an unknown session", rpc_reply)})), false, false),
+        }),
+    );
+    paths.insert(
+        "/links/{token}".into(),
+        json!({"get": op(f, "An exported song (MCP's song_result)", &format!("The song's own Opus or FLAC file. The token is the capability: no API key; a 404 {} seconds after the link was made, or once the result has expired.", f.link_ttl_secs),
+            json!([{"name": "token", "in": "path", "required": true, "schema": {"type": "string"}}]), None,
+            map(json!({"200": {"description": "the file", "content": {"audio/flac": {"schema": {"type": "string", "format": "binary"}}, "audio/ogg": {"schema": {"type": "string", "format": "binary"}}}}, "404": error_response("no such link, or it has expired")})), true, false)}),
+    );
+    for (path, what, mime) in [("/", "The WebUI", "text/html"), ("/docs", "This API's reference page (Swagger UI, compiled in)", "text/html")] {
+        paths.insert(
+            path.into(),
+            json!({"get": op(f, what, "Open without an API key.", json!([]), None, map(json!({"200": {"description": what, "content": {mime: {"schema": {"type": "string"}}}}})), true, false)}),
+        );
+    }
+
+    let mut doc = json!({
+        "openapi": "3.1.0",
+        "info": {"title": "yued", "version": env!("CARGO_PKG_VERSION"), "description": "Song generation (YuE2 and MiniMax Music 3): the native job contract of each seed, OpenAI-compatible routes, an MCP server. Errors are JSON naming the field at fault: {\"error\": \"field: what is wrong\"} (OpenAI's shape on /v1). Every route answers another method with 405 and an Allow header."},
+        "paths": paths,
+        "components": {"schemas": defs},
+    });
+    if f.api_keys {
+        doc["components"]["securitySchemes"] = json!({"bearer": {"type": "http", "scheme": "bearer"}, "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}});
+        doc["security"] = json!([{"bearer": []}, {"apiKey": []}]);
+    }
+    doc
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn facts() -> Facts {
+        Facts {
+            families: vec![Family::Yue2, Family::Mm3],
+            limits: Limits { max_batch: 2, max_steps: 40, ..Limits::default() },
+            formats: OutputFormat::all().to_vec(),
+            mm3_models: vec![("lm_model", vec!["a-lm.gguf".into()]), ("vae_model", vec!["a-vae.gguf".into()])],
+            adapters: vec![],
+            model_ids: vec!["yue2".into(), "mm3".into(), "y.gguf".into(), "a-lm.gguf".into()],
+            api_keys: true,
+            max_body_bytes: 1 << 20,
+            max_upload_bytes: 1 << 20,
+            link_ttl_secs: 3600,
+        }
+    }
+
+    /// Every `$ref` names a schema of the document.
+    fn refs(v: &Value, out: &mut Vec<String>) {
+        match v {
+            Value::Object(m) => {
+                if let Some(Value::String(r)) = m.get("$ref") {
+                    out.push(r.clone());
+                }
+                m.values().for_each(|x| refs(x, out));
+            }
+            Value::Array(a) => a.iter().for_each(|x| refs(x, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn the_document_resolves_and_carries_the_daemon_bounds() {
+        let d = document(&facts());
+        let mut found = Vec::new();
+        refs(&d, &mut found);
+        assert!(!found.is_empty());
+        for r in found {
+            assert!(d.pointer(r.trim_start_matches('#')).is_some(), "{r} does not resolve");
+        }
+        let y = &d["components"]["schemas"]["Yue2Body"]["properties"];
+        assert_eq!(y["lm_batch_size"]["anyOf"][0]["maximum"], 2);
+        assert_eq!(y["steps"]["anyOf"][0]["maximum"], 40);
+        assert_eq!(y["steps"]["anyOf"][1]["type"], "null");
+        assert_eq!(y["adapters"]["anyOf"][0]["maxItems"], 0);
+        assert_eq!(y["duration"]["anyOf"][0]["exclusiveMinimum"], 0);
+        assert_eq!(y["duration"]["default"], 360.0);
+        let m = &d["components"]["schemas"]["Mm3Body"];
+        assert_eq!(m["required"], json!(["caption", "lyrics"]));
+        assert_eq!(m["properties"]["lm_model"]["anyOf"][0]["enum"], json!(["", "a-lm.gguf"]));
+        assert_eq!(m["properties"]["steps"]["anyOf"][0]["minimum"], 2);
+        // The replies are the protocol's types.
+        assert!(d["components"]["schemas"]["JobStatus"]["properties"]["queue_position"].is_object());
+        assert_eq!(d["paths"]["/health"]["get"]["security"], json!([]));
+        assert!(d["paths"]["/synth"]["post"]["responses"]["401"].is_object());
+    }
+}
