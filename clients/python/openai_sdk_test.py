@@ -96,6 +96,19 @@ def main():
         check(s["codec_name"] == "opus" and s["channels"] == 2, f"a playable Opus stream: {s}")
         print("speech opus streamed: first bytes while", first_state)
 
+        # A client that goes away before its song ends cancels it (the job is its alone).
+        with client.audio.speech.with_streaming_response.create(model="yue2", voice="sage", input="[verse]\nleave early", response_format="opus", extra_body={"duration": 60}) as r:
+            gone = r.headers["x-yued-job"]
+            next(r.iter_bytes())
+        state = None
+        for _ in range(300):
+            state = http("GET", f"{base}/job?id={gone}")["status"]
+            if state in ("cancelled", "done", "failed"):
+                break
+            time.sleep(0.1)
+        check(state == "cancelled", f"a streamed song whose client left is cancelled (it is {state})")
+        print("client left mid-stream: job", state)
+
         # MiniMax through the same SDK call, and the music route's async job.
         mm3 = os.path.join(tmp, "mm3.wav")
         client.audio.speech.create(model="mm3", voice="nova", input="[verse]\nneon", response_format="wav", instructions="bright synth-pop", extra_body={"duration": 4}).write_to_file(mm3)

@@ -34,7 +34,7 @@ def free_port():
 
 def main():
     yued = os.environ["YUED_BIN"]
-    examples = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].isdigit() else os.environ.get("YUED_SCHEMATHESIS_EXAMPLES", "100")
+    examples = sys.argv[1] if len(sys.argv) > 1 and sys.argv[1].isdigit() else os.environ.get("YUED_SCHEMATHESIS_EXAMPLES", "200")
     tmp = tempfile.mkdtemp(prefix="yued-schemathesis-")
     port = free_port()
     log = open(os.path.join(tmp, "daemon.log"), "w")
@@ -63,8 +63,8 @@ def main():
         print(out.stdout[-20000:])
         print(out.stderr[-5000:], file=sys.stderr)
         print(f"schemathesis: exit {out.returncode} in {time.time() - t0:.0f} s")
-        if out.returncode != 0 or " 0 failures" in out.stdout and "error" in out.stdout.splitlines()[-1]:
-            raise SystemExit("schemathesis found failures or errors")
+        if out.returncode != 0:
+            raise SystemExit("schemathesis found failures or errors (exit %d)" % out.returncode)
         # The daemon is still healthy after the run.
         with urllib.request.urlopen(f"{base}/health", timeout=5) as r:
             check = json.loads(r.read())["status"]

@@ -12,7 +12,10 @@
 #      close reason, the daemon's RSS before/after.
 # Usage: scripts/bench/chaos.sh [jobs=20] [synth_mutants=10000] [vae_mutants=1000]
 #          [listeners=200] [slow=20] [port=18877]   (uses ports port..port+3)
-# CHAOS_SECTIONS="1 2 3" picks sections, CHAOS_SEED the seed (1). Exits 1 when a row fails.
+# CHAOS_SECTIONS="1 2 3" picks sections, CHAOS_SEED the seed (1), CHAOS_THREADS the daemon's
+# --threads (2), CHAOS_CLIENT_CPU pins section 3's listener client to one CPU (with
+# CHAOS_THREADS=1: the compute thread and the listeners' client on cores of their own).
+# Exits 1 when a row fails.
 # Uses $YUED_BIN, else target/release/yued (built if missing). Loopback only; the helper
 # (scripts/bench/chaos_fuzz.py) uses Python's standard library only.
 set -euo pipefail
@@ -25,6 +28,8 @@ slow=${5:-20}
 port=${6:-18877}
 sections=${CHAOS_SECTIONS:-1 2 3}
 seed=${CHAOS_SEED:-1}
+threads=${CHAOS_THREADS:-2}
+client_cpu=${CHAOS_CLIENT_CPU:+--client-cpu $CHAOS_CLIENT_CPU}
 bin=${YUED_BIN:-target/release/yued}
 [ -x "$bin" ] || cargo build --release -p yued --offline
 bin=$(realpath "$bin")
@@ -34,7 +39,7 @@ work=$(mktemp -d)
 trap 'while read -r p; do kill -9 "$p" 2>/dev/null || true; done <"$work/pids" 2>/dev/null; rm -rf "$work"' EXIT
 touch "$work/pids"
 helper() { python3 scripts/bench/chaos_fuzz.py "$1" --bin "$bin" --work "$work" --pidfile "$work/pids" --rows "$work/rows" \
-  --port "$port" --seed "$seed" --jobs "$jobs" --synth "$synth" --vae "$vae" --listeners "$listeners" --slow "$slow"; }
+  --port "$port" --seed "$seed" --jobs "$jobs" --synth "$synth" --vae "$vae" --listeners "$listeners" --slow "$slow" --threads "$threads" $client_cpu; }
 echo "chaos: jobs=$jobs synth_mutants=$synth vae_mutants=$vae listeners=$listeners slow=$slow seed=$seed sections: $sections (yued: $bin)"
 t0=$(date +%s)
 for s in $sections; do

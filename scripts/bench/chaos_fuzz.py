@@ -57,7 +57,7 @@ class Daemon:
     """One `yued serve` on loopback; its pid goes to the pid file the shell's trap reads."""
 
     def __init__(self, a, name, port, extra=(), env=None):
-        self.bin, self.port, self.pidfile = a.bin, port, a.pidfile
+        self.bin, self.port, self.pidfile, self.threads = a.bin, port, a.pidfile, a.threads
         self.data = os.path.join(a.work, name)
         self.log = self.data + ".log"
         self.extra, self.env = list(extra), env
@@ -70,7 +70,7 @@ class Daemon:
         self.log_offset = os.path.getsize(self.log) if os.path.exists(self.log) else 0
         with open(self.log, "ab") as f:
             self.proc = subprocess.Popen(
-                [self.bin, "serve", "--port", str(self.port), "--data-dir", self.data, "--threads", "2", "--log-format", "json"] + self.extra,
+                [self.bin, "serve", "--port", str(self.port), "--data-dir", self.data, "--threads", str(self.threads), "--log-format", "json"] + self.extra,
                 stdout=f, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL, preexec_fn=_normal_priority)
         with open(self.pidfile, "a") as f:
             f.write("%d\n" % self.proc.pid)
@@ -1073,6 +1073,10 @@ def cmd_ws(a):
         nice = os.nice(max(0, 10 - nice))
     except OSError:
         pass
+    # --client-cpu N: the listeners on core N only (with --threads 1 the daemon's compute
+    # thread then has a core the listeners' client does not take).
+    if a.client_cpu is not None:
+        os.sched_setaffinity(0, {a.client_cpu})
     h = Http(d.port)
     # 60 s of audio: its AR half outlasts the slow listeners' 3 x ping of silence, so they
     # are dropped while the song still renders (a job that ends before that is measured
@@ -1371,6 +1375,8 @@ def main():
     p.add_argument("--listeners", type=int, default=200)
     p.add_argument("--slow", type=int, default=20)
     p.add_argument("--ws-rounds", type=int, default=3)
+    p.add_argument("--threads", type=int, default=2, help="the daemon's --threads")
+    p.add_argument("--client-cpu", type=int, default=None, help="section 3: pin the listeners' client to this CPU")
     a = p.parse_args()
     if a.cmd == "table":
         sys.exit(cmd_table(a))
