@@ -283,9 +283,18 @@ fn common(f: &Facts, responses: &mut Map<String, Value>, openai: bool) {
     }
 }
 
-fn op(f: &Facts, summary: &str, description: &str, params: Value, body: Option<Value>, mut responses: Map<String, Value>, open: bool, openai: bool) -> Value {
+/// Who may call a route: with an API key (native or OpenAI error shape), or anyone.
+#[derive(Clone, Copy, PartialEq)]
+enum Door {
+    Keyed,
+    OpenAi,
+    Open,
+}
+
+fn op(f: &Facts, summary: &str, description: &str, params: Value, body: Option<Value>, mut responses: Map<String, Value>, door: Door) -> Value {
+    let open = door == Door::Open;
     if !open {
-        common(f, &mut responses, openai);
+        common(f, &mut responses, door == Door::OpenAi);
     }
     let mut o = json!({"summary": summary, "description": description, "responses": responses});
     if params.as_array().is_some_and(|p| !p.is_empty()) {
@@ -374,7 +383,7 @@ pub fn document(f: &Facts) -> Value {
     paths.insert(
         "/synth".into(),
         json!({"post": op(f, "Submit a song", "The native job contract: the body is a YuE2 or MiniMax Music 3 request; the answer is the job id at once. Poll GET /job, follow GET /stream, fetch GET /job?result=1.", json!([]), Some(json_body(synth_body(f))),
-            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("the body is not a request of a served family; the error names the field"), "413": too_large(f.max_body_bytes), "429": full, "503": unavailable})), false, false)}),
+            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("the body is not a request of a served family; the error names the field"), "413": too_large(f.max_body_bytes), "429": full, "503": unavailable})), Door::Keyed)}),
     );
     let vae_request = "a JSON request of options (YuE2's by default; with \"family\": \"mm3\" MiniMax Music 3's): output_format, peak_clip, mp3_bitrate and, for MiniMax, vae_model";
     paths.insert(
@@ -384,20 +393,20 @@ pub fn document(f: &Facts) -> Value {
                 "schema": {"type": "object", "properties": {"audio": {"type": "string", "format": "binary", "description": "audio to encode"}, "src_latents": {"type": "string", "format": "binary", "description": "raw f32 latents to decode"}, "request": {"allOf": [vae_opts], "description": vae_request}}, "additionalProperties": false,
                     "description": "exactly one of audio and src_latents (both, or neither, is a 400)"},
                 "encoding": {"request": {"contentType": "application/json"}}}}})),
-            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("not a multipart body, a part missing, twice or unknown, or an upload that does not check"), "413": too_large(f.max_upload_bytes), "429": full.clone(), "500": error_response("the upload could not be stored"), "503": unavailable.clone()})), false, false)}),
+            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("not a multipart body, a part missing, twice or unknown, or an upload that does not check"), "413": too_large(f.max_upload_bytes), "429": full.clone(), "500": error_response("the upload could not be stored"), "503": unavailable.clone()})), Door::Keyed)}),
     );
     paths.insert(
         "/job".into(),
         json!({
             "get": op(f, "A job's status, or its result", "With result=1 (or true), the finished job's result: multipart/mixed, one part per file (the audio tracks, a replay request per track, the latents of a VAE job). Otherwise the status.", json!([job_param("the job"), flag_param("result", false, "1 or true: the result instead of the status")]), None,
-                map(json!({"200": {"description": "the status (JSON) or the result (multipart/mixed)", "content": {"application/json": {"schema": status}, "multipart/mixed": {"schema": {"type": "string", "format": "binary"}}}}, "400": error_response("a malformed id"), "404": error_response("an unknown job, or no result (not done, or expired)"), "503": error_response("the scheduler is not running")})), false, false),
+                map(json!({"200": {"description": "the status (JSON) or the result (multipart/mixed)", "content": {"application/json": {"schema": status}, "multipart/mixed": {"schema": {"type": "string", "format": "binary"}}}}, "400": error_response("a malformed id"), "404": error_response("an unknown job, or no result (not done, or expired)"), "503": error_response("the scheduler is not running")})), Door::Keyed),
             "post": op(f, "Cancel a job", "cancel=1 (or true) cancels a queued or running job; cancelling a cancelled job answers the same.", json!([job_param("the job"), {"name": "cancel", "in": "query", "required": true, "schema": {"type": "string", "enum": ["1", "true"]}}]), None,
-                map(json!({"200": json_reply("cancelled", cancel), "400": error_response("a malformed id, or cancel is not 1"), "404": error_response("an unknown job"), "409": error_response("the job has already ended (done or failed)"), "503": error_response("the scheduler is not running")})), false, false),
+                map(json!({"200": json_reply("cancelled", cancel), "400": error_response("a malformed id, or cancel is not 1"), "404": error_response("an unknown job"), "409": error_response("the job has already ended (done or failed)"), "503": error_response("the scheduler is not running")})), Door::Keyed),
         }),
     );
     paths.insert(
         "/jobs".into(),
-        json!({"get": op(f, "The caller's jobs", "The jobs submitted with the caller's API key (else from its address) that the daemon still knows, oldest first, with their journaled requests.", json!([]), None, map(json!({"200": json_reply("the jobs", jobs), "503": error_response("the scheduler is not running")})), false, false)}),
+        json!({"get": op(f, "The caller's jobs", "The jobs submitted with the caller's API key (else from its address) that the daemon still knows, oldest first, with their journaled requests.", json!([]), None, map(json!({"200": json_reply("the jobs", jobs), "503": error_response("the scheduler is not running")})), Door::Keyed)}),
     );
     let ws_fail = map(json!({"101": {"description": "switching protocols: the stream follows"}, "400": error_response("not a WebSocket handshake, or a malformed parameter")}));
     let mut stream_r = ws_fail.clone();
@@ -412,22 +421,22 @@ pub fn document(f: &Facts) -> Value {
         p.extend(handshake.iter().cloned());
         Value::Array(p)
     };
-    paths.insert("/stream".into(), json!({"get": op(f, "Follow a job (WebSocket)", &format!("{ws_note} A finished job replays its audio as tiles, then its final event, then a close."), with_handshake(vec![job_param("the job to follow"), format.clone()]), None, stream_r, false, false)}));
-    paths.insert("/synth/stream".into(), json!({"get": op(f, "Submit and follow (WebSocket)", &format!("{ws_note} The first text message is the request (a /synth body); {{\"cmd\": \"cancel\"}} cancels the job. Closing the socket does not."), with_handshake(vec![format]), None, ws_fail, false, false)}));
+    paths.insert("/stream".into(), json!({"get": op(f, "Follow a job (WebSocket)", &format!("{ws_note} A finished job replays its audio as tiles, then its final event, then a close."), with_handshake(vec![job_param("the job to follow"), format.clone()]), None, stream_r, Door::Keyed)}));
+    paths.insert("/synth/stream".into(), json!({"get": op(f, "Submit and follow (WebSocket)", &format!("{ws_note} The first text message is the request (a /synth body); {{\"cmd\": \"cancel\"}} cancels the job. Closing the socket does not."), with_handshake(vec![format]), None, ws_fail, Door::Keyed)}));
     for (path, what) in [("/health", "Liveness, queue and result storage"), ("/status", "The same as /health"), ("/system/queue", "The same as /health")] {
         paths.insert(
             path.into(),
-            json!({"get": op(f, what, "Open without an API key. 503 while the journal refuses writes (the daemon then accepts nothing).", json!([]), None, map(json!({"200": json_reply("ok or loading", health.clone()), "503": {"description": "unhealthy (the journal refuses writes), or the scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [health.clone(), {"$ref": "#/components/schemas/ErrorBody"}]}}}}})), path == "/health", false)}),
+            json!({"get": op(f, what, if path == "/health" { "Open without an API key. 503 while the journal refuses writes (the daemon then accepts nothing)." } else { "503 while the journal refuses writes (the daemon then accepts nothing)." }, json!([]), None, map(json!({"200": json_reply("ok or loading", health.clone()), "503": {"description": "unhealthy (the journal refuses writes), or the scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [health.clone(), {"$ref": "#/components/schemas/ErrorBody"}]}}}}})), if path == "/health" { Door::Open } else { Door::Keyed })}),
         );
     }
-    paths.insert("/props".into(), json!({"get": op(f, "What this daemon serves", "Version, models, rates, context, output formats, adapters, and each family's default request.", json!([]), None, map(json!({"200": json_reply("the server's description", props)})), false, false)}));
-    paths.insert("/logs".into(), json!({"get": op(f, "The daemon's log (server-sent events)", "The last 512 lines, then each new one, as they come; the stream does not end.", json!([]), None, map(json!({"200": {"description": "an event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})), false, false)}));
-    paths.insert("/metrics".into(), json!({"get": op(f, "Prometheus metrics", "The text exposition format (the yued_ metrics and the process's).", json!([]), None, map(json!({"200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}})), false, false)}));
-    paths.insert("/openapi.json".into(), json!({"get": op(f, "This document", "Open without an API key.", json!([]), None, map(json!({"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}})), true, false)}));
+    paths.insert("/props".into(), json!({"get": op(f, "What this daemon serves", "Version, models, rates, context, output formats, adapters, and each family's default request.", json!([]), None, map(json!({"200": json_reply("the server's description", props)})), Door::Keyed)}));
+    paths.insert("/logs".into(), json!({"get": op(f, "The daemon's log (server-sent events)", "The last 512 lines, then each new one, as they come; the stream does not end.", json!([]), None, map(json!({"200": {"description": "an event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})), Door::Keyed)}));
+    paths.insert("/metrics".into(), json!({"get": op(f, "Prometheus metrics", "The text exposition format (the yued_ metrics and the process's).", json!([]), None, map(json!({"200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}})), Door::Keyed)}));
+    paths.insert("/openapi.json".into(), json!({"get": op(f, "This document", "Open without an API key.", json!([]), None, map(json!({"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}})), Door::Open)}));
     paths.insert(
         "/v1/models".into(),
         json!({"get": op(f, "OpenAI-compatible: the models", "The families served, then each model file, in OpenAI's list shape.", json!([]), None,
-            map(json!({"200": json_reply("the list", json!({"type": "object", "required": ["object", "data"], "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"type": "object", "required": ["id", "object", "owned_by"], "properties": {"id": {"type": "string"}, "object": {"const": "model"}, "created": {"type": "integer"}, "owned_by": {"type": "string"}, "family": {"type": "string"}, "component": {"type": "string"}}}}}}))})), false, true)}),
+            map(json!({"200": json_reply("the list", json!({"type": "object", "required": ["object", "data"], "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"type": "object", "required": ["id", "object", "owned_by"], "properties": {"id": {"type": "string"}, "object": {"const": "model"}, "created": {"type": "integer"}, "owned_by": {"type": "string"}, "family": {"type": "string"}, "component": {"type": "string"}}}}}}))})), Door::OpenAi)}),
     );
     let openai_answers = |first: Value| {
         map(
@@ -438,14 +447,14 @@ pub fn document(f: &Facts) -> Value {
     paths.insert(
         "/v1/audio/speech".into(),
         json!({"post": op(f, "OpenAI-compatible speech: a song", &format!("OpenAI's speech body: input is the lyrics, instructions the style (YuE2) or caption (MiniMax), voice a style preset put before them ({voices}). Answers with the audio: opus and pcm (s16le stereo at the family's rate) flow as the tiles are encoded, the other formats once the file is written. The job id is in x-yued-job. An ordinary job: same admission cap, fairness, journal; a client that disconnects cancels it."), json!([]), Some(json_body(json!({"$ref": "#/components/schemas/SpeechBody"}))),
-            openai_answers(json!({"description": "the audio", "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": audio_content()})), false, true)}),
+            openai_answers(json!({"description": "the audio", "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": audio_content()})), Door::OpenAi)}),
     );
     let mut music_ok = audio_content();
     music_ok["application/json"] = json!({"schema": {"type": "object", "required": ["id", "object", "status"], "properties": {"id": {"$ref": "#/components/schemas/JobId"}, "object": {"const": "music.job"}, "status": {"const": "queued"}, "status_url": {"type": "string"}, "result_url": {"type": "string"}}}});
     paths.insert(
         "/v1/audio/music".into(),
         json!({"post": op(f, "A family's native request, answered with its audio", "The body is a /synth body of the family `model` names, plus model and async. Answers with the first track's audio (one opus track flows as it is encoded), or with async: true the job id at once (JSON). A client that disconnects from a waiting answer cancels the job.", json!([]), Some(json_body(json!({"anyOf": music}))),
-            openai_answers(json!({"description": "the audio, or the job (async)", "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": music_ok})), false, true)}),
+            openai_answers(json!({"description": "the audio, or the job (async)", "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": music_ok})), Door::OpenAi)}),
     );
     let rpc = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer"]}, "method": {"type": "string"}, "params": {"type": "object"}, "result": {}, "error": {"type": "object"}},
         "anyOf": [{"required": ["method"]}, {"required": ["result"]}, {"required": ["error"]}], "description": "a request (method and id), a notification (method) or a response (result or error)"});
@@ -456,21 +465,21 @@ pub fn document(f: &Facts) -> Value {
         "/mcp".into(),
         json!({
             "post": op(f, "MCP (Streamable HTTP): one JSON-RPC message", "The Model Context Protocol, revisions 2025-03-26 to 2025-11-25: initialize (opens a session, Mcp-Session-Id), ping, tools/list, tools/call (compose_song, song_status, song_result, cancel_song), resources/list, resources/read (yued://guide/songwriting). A request is answered with one JSON-RPC response; a notification or a response with 202.", json!([session.clone()]), Some(json_body(rpc)),
-                map(json!({"200": json_reply("the JSON-RPC response (an error in it for an unknown method or tool)", rpc_reply.clone()), "202": {"description": "a notification or response, accepted"}, "400": json_reply("not one JSON-RPC message, no session named, or an unknown protocol revision", rpc_reply.clone()), "403": json_reply("an Origin that is not this server", rpc_reply.clone()), "404": json_reply("an ended or unknown session", rpc_reply.clone()), "413": too_large(f.max_body_bytes)})), false, false),
+                map(json!({"200": json_reply("the JSON-RPC response (an error in it for an unknown method or tool)", rpc_reply.clone()), "202": {"description": "a notification or response, accepted"}, "400": json_reply("not one JSON-RPC message, no session named, or an unknown protocol revision", rpc_reply.clone()), "403": json_reply("an Origin that is not this server", rpc_reply.clone()), "404": json_reply("an ended or unknown session", rpc_reply.clone()), "413": too_large(f.max_body_bytes)})), Door::Keyed),
             "delete": op(f, "MCP: end a session", "", json!([{"name": "Mcp-Session-Id", "in": "header", "required": true, "schema": {"type": "string"}}]), None,
-                map(json!({"204": {"description": "ended"}, "400": json_reply("no session named", rpc_reply.clone()), "404": json_reply("an unknown session", rpc_reply)})), false, false),
+                map(json!({"204": {"description": "ended"}, "400": json_reply("no session named", rpc_reply.clone()), "404": json_reply("an unknown session", rpc_reply)})), Door::Keyed),
         }),
     );
     paths.insert(
         "/links/{token}".into(),
         json!({"get": op(f, "An exported song (MCP's song_result)", &format!("The song's own Opus or FLAC file. The token is the capability: no API key; a 404 {} seconds after the link was made, or once the result has expired.", f.link_ttl_secs),
             json!([{"name": "token", "in": "path", "required": true, "schema": {"type": "string"}}]), None,
-            map(json!({"200": {"description": "the file", "content": {"audio/flac": {"schema": {"type": "string", "format": "binary"}}, "audio/ogg": {"schema": {"type": "string", "format": "binary"}}}}, "404": error_response("no such link, or it has expired")})), true, false)}),
+            map(json!({"200": {"description": "the file", "content": {"audio/flac": {"schema": {"type": "string", "format": "binary"}}, "audio/ogg": {"schema": {"type": "string", "format": "binary"}}}}, "404": error_response("no such link, or it has expired")})), Door::Open)}),
     );
     for (path, what, mime) in [("/", "The WebUI", "text/html"), ("/docs", "This API's reference page (Swagger UI, compiled in)", "text/html")] {
         paths.insert(
             path.into(),
-            json!({"get": op(f, what, "Open without an API key.", json!([]), None, map(json!({"200": {"description": what, "content": {mime: {"schema": {"type": "string"}}}}})), true, false)}),
+            json!({"get": op(f, what, "Open without an API key.", json!([]), None, map(json!({"200": {"description": what, "content": {mime: {"schema": {"type": "string"}}}}})), Door::Open)}),
         );
     }
 
