@@ -165,9 +165,9 @@ fn malformed_requests_get_400_naming_the_field_and_nothing_is_journaled() {
         (r#"{"style": "x", "semantic_tokens": "1,2", "source_tokens": "3"}"#, "source_tokens"),
         (r#"{"style": "x", "semantic_tokens": "1,99999"}"#, "semantic_tokens"),
         (r#"{"family": "yue2"}"#, "style"),
-        // Both families are served by default: a body with neither's fields, or both's.
-        (r#"{}"#, "family"),
-        (r#"{"lyrics": "la"}"#, "family"),
+        // Both families are served by default: a body with neither's fields is YuE2's (a
+        // MiniMax request needs its caption), one with both's is refused.
+        (r#"{}"#, "style"),
         (r#"{"caption": "x", "cot": "off", "lyrics": "la"}"#, "family"),
         // MiniMax Music 3's bad input.
         (r#"{"family": "mm3", "lyrics": "la"}"#, "caption"),
