@@ -456,7 +456,7 @@ pub fn document(f: &Facts) -> Value {
         json!({"post": op(f, "A family's native request, answered with its audio", "The body is a /synth body of the family `model` names, plus model and async. Answers with the first track's audio (one opus track flows as it is encoded), or with async: true the job id at once (JSON). A client that disconnects from a waiting answer cancels the job.", json!([]), Some(json_body(json!({"anyOf": music}))),
             openai_answers(json!({"description": "the audio, or the job (async)", "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": music_ok})), Door::OpenAi)}),
     );
-    let rpc = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer"]}, "method": {"type": "string"}, "params": {"type": "object"}, "result": {}, "error": {"type": "object"}},
+    let rpc = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}, "id": {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": i64::MIN, "maximum": u64::MAX}]}, "method": {"type": "string"}, "params": {"type": "object"}, "result": {}, "error": {"type": "object"}},
         "anyOf": [{"required": ["method"]}, {"required": ["result"]}, {"required": ["error"]}], "description": "a request (method and id), a notification (method) or a response (result or error)"});
     let rpc_reply = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]}, "result": {"type": "object"}, "error": {"type": "object", "required": ["code", "message"], "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}}});
     let session =
