@@ -175,6 +175,12 @@ async def scenario(base, tmp):
             for job in held:
                 c = structured(await client.call_tool("cancel_song", {"job_id": job}))
                 check(c["status"] == "cancelled", f"cancel {job}: {c}")
+            # A running song stops at its stage's next check: wait for the state.
+            for job in held:
+                for _ in range(300):
+                    if structured(await client.call_tool("song_status", {"job_id": job}))["status"] == "cancelled":
+                        break
+                    await asyncio.sleep(0.1)
             again = structured(await client.call_tool("cancel_song", {"job_id": held[0]}))
             check(again["status"] == "cancelled", f"a second cancel is idempotent: {again}")
             text = error_text(await client.call_tool("cancel_song", {"job_id": a["job_id"]}))
