@@ -194,12 +194,16 @@ struct Listener {
 #[derive(Default)]
 struct JobStream {
     /// Everything published, in order: events and tiles.
-    history: Vec<Publish2>,
+    history: Vec<HubItem>,
     listeners: Vec<Listener>,
+    /// Raw copies of every item (a cluster worker forwards them to the cluster's tile bus);
+    /// unbounded, since what reads them forwards them, and one song's tiles at most.
+    taps: Vec<mpsc::UnboundedSender<HubItem>>,
 }
 
-#[derive(Clone)]
-enum Publish2 {
+/// One published item of a job's stream, before it is shaped for a listener's codec.
+#[derive(Clone, Debug)]
+pub enum HubItem {
     Event(StreamEvent),
     Tile(EncodedTile),
     /// The last Ogg pages (end of stream), before the terminal event.
@@ -219,10 +223,12 @@ impl StreamHub {
         StreamHub { jobs: HashMap::new(), metrics }
     }
 
-    fn items(item: &Publish2, codec: StreamCodec, first_tile: bool) -> Vec<StreamItem> {
+    /// What a listener with `codec` receives for one item (`first_tile`: the job's first
+    /// tile, which a format event precedes).
+    pub fn items(item: &HubItem, codec: StreamCodec, first_tile: bool) -> Vec<StreamItem> {
         match item {
-            Publish2::Event(e) => vec![StreamItem::Text(e.to_text())],
-            Publish2::Tile(t) => {
+            HubItem::Event(e) => vec![StreamItem::Text(e.to_text())],
+            HubItem::Tile(t) => {
                 let mut v = Vec::new();
                 if first_tile {
                     // Opus always decodes at 48 kHz (the encoder resamples other rates).
@@ -237,8 +243,8 @@ impl StreamHub {
                 }
                 v
             }
-            Publish2::OpusTail(pages) if codec == StreamCodec::Opus && !pages.is_empty() => vec![StreamItem::Binary(pages.clone())],
-            Publish2::OpusTail(_) => vec![],
+            HubItem::OpusTail(pages) if codec == StreamCodec::Opus && !pages.is_empty() => vec![StreamItem::Binary(pages.clone())],
+            HubItem::OpusTail(_) => vec![],
         }
     }
 }
@@ -251,9 +257,9 @@ impl Handler<Publish> for StreamHub {
     type Result = ();
     fn handle(&mut self, msg: Publish, _: &mut Self::Context) {
         let (job, item) = match msg {
-            Publish::Event(j, e) => (j, Publish2::Event(e)),
-            Publish::Tile(j, t) => (j, Publish2::Tile(t)),
-            Publish::StreamEnd(j, pages) => (j, Publish2::OpusTail(pages)),
+            Publish::Event(j, e) => (j, HubItem::Event(e)),
+            Publish::Tile(j, t) => (j, HubItem::Tile(t)),
+            Publish::StreamEnd(j, pages) => (j, HubItem::OpusTail(pages)),
         };
         self.distribute(job, item);
     }
@@ -268,15 +274,15 @@ impl StreamHub {
     /// Sends one item to every listener of the job and keeps it for late joiners. A job's
     /// stream starts with its `queued` event; anything else for a job without one (a stage
     /// reporting after the job ended) is dropped.
-    fn distribute(&mut self, job: JobId, item: Publish2) {
-        let terminal = matches!(&item, Publish2::Event(e) if e.is_terminal());
-        let first_tile = matches!(&item, Publish2::Tile(..));
-        let opens = matches!(&item, Publish2::Event(StreamEvent::Queued { .. }));
+    fn distribute(&mut self, job: JobId, item: HubItem) {
+        let terminal = matches!(&item, HubItem::Event(e) if e.is_terminal());
+        let first_tile = matches!(&item, HubItem::Tile(..));
+        let opens = matches!(&item, HubItem::Event(StreamEvent::Queued { .. }));
         if !opens && !self.jobs.contains_key(&job) {
             return;
         }
         let s = self.jobs.entry(job.clone()).or_default();
-        let had_tile = s.history.iter().any(|h| matches!(h, Publish2::Tile(..)));
+        let had_tile = s.history.iter().any(|h| matches!(h, HubItem::Tile(..)));
         let mut dropped = 0;
         s.listeners.retain(|l| {
             for it in Self::items(&item, l.codec, first_tile && !had_tile) {
@@ -296,6 +302,7 @@ impl StreamHub {
             self.metrics.ws_dropped_listeners_total.inc_by(dropped);
             tracing::warn!(job = %job, dropped, "stream listeners dropped (too slow or gone)");
         }
+        s.taps.retain(|t| t.send(item.clone()).is_ok());
         if terminal {
             // Dropping the senders ends the sockets after the terminal event.
             for l in &s.listeners {
@@ -316,8 +323,8 @@ impl Handler<Subscribe> for StreamHub {
         let mut backlog: Vec<StreamItem> = Vec::new();
         let mut seen_tile = false;
         for h in &s.history {
-            let first = matches!(h, Publish2::Tile(..)) && !seen_tile;
-            if matches!(h, Publish2::Tile(..)) {
+            let first = matches!(h, HubItem::Tile(..)) && !seen_tile;
+            if matches!(h, HubItem::Tile(..)) {
                 seen_tile = true;
             }
             backlog.extend(Self::items(h, msg.codec, first));
@@ -329,6 +336,25 @@ impl Handler<Subscribe> for StreamHub {
         let ended = Arc::new(AtomicBool::new(false));
         s.listeners.push(Listener { codec: msg.codec, tx, ended: ended.clone() });
         Some(Subscription { rx, ended })
+    }
+}
+
+/// A raw copy of a job's stream (history, then live, to the terminal event); `None` when
+/// the hub holds none for it.
+#[derive(Message)]
+#[rtype(result = "Option<mpsc::UnboundedReceiver<HubItem>>")]
+pub struct Tap(pub JobId);
+
+impl Handler<Tap> for StreamHub {
+    type Result = Option<mpsc::UnboundedReceiver<HubItem>>;
+    fn handle(&mut self, msg: Tap, _: &mut Self::Context) -> Self::Result {
+        let s = self.jobs.get_mut(&msg.0)?;
+        let (tx, rx) = mpsc::unbounded_channel();
+        for h in &s.history {
+            let _ = tx.send(h.clone());
+        }
+        s.taps.push(tx);
+        Some(rx)
     }
 }
 

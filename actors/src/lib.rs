@@ -10,9 +10,12 @@
 //!   drive each job through its family's traits in `family` ([`yue2`], [`mm3`]);
 //! - [`hub::StreamHub`]: per-job listener queues for the WebSocket streams;
 //! - [`results::ResultStore`]: finished results on disk, with expiry;
-//! - [`metrics::Metrics`]: the Prometheus registry.
+//! - [`metrics::Metrics`]: the Prometheus registry;
+//! - [`backend`]: what the routes need of all this, as four traits (queue, job states, tile
+//!   bus, results), so a cluster can stand in for the single node.
 #![forbid(unsafe_code)]
 pub mod ar_decoder;
+pub mod backend;
 pub mod codec;
 pub mod encoder;
 pub mod fair_queue;

@@ -76,6 +76,11 @@ impl ResultStore {
         Some(meta.parts.into_iter().map(|p| (d.join(p.file), p.content_type)).collect())
     }
 
+    /// Removes a stored result (a cluster worker's, once the cluster holds it).
+    pub fn remove(&self, id: &JobId) {
+        let _ = std::fs::remove_dir_all(self.job_dir(id));
+    }
+
     pub fn exists(&self, id: &JobId) -> bool {
         self.job_dir(id).join("meta.json").exists()
     }

@@ -51,6 +51,9 @@ pub enum SubmitError {
     ShuttingDown,
     #[error("journal: {0}")]
     Journal(String),
+    /// The job system is not answering (a stopped actor, a lost cluster connection).
+    #[error("{0}")]
+    Unavailable(String),
 }
 
 impl Scheduler {
@@ -301,6 +304,18 @@ pub struct Submit {
     pub request: Request,
     /// Set for a `/vae` job; its upload is already on disk.
     pub vae: Option<VaeTask>,
+    /// The id the job already has elsewhere (a cluster worker runs the cluster's job under
+    /// its id); `None`: the journal numbers it.
+    pub id: Option<JobId>,
+    /// Songs whose codes are already known (a cluster job resumed on another worker).
+    pub songs: Vec<crate::journal::SongCodes>,
+}
+
+impl Submit {
+    /// A new job of this process.
+    pub fn new(client: String, request: Request, vae: Option<VaeTask>) -> Self {
+        Submit { client, request, vae, id: None, songs: vec![] }
+    }
 }
 
 impl Handler<Submit> for Scheduler {
@@ -313,8 +328,11 @@ impl Handler<Submit> for Scheduler {
             self.metrics.admission_rejections_total.inc();
             return Err(SubmitError::Full(self.cap));
         }
-        let id = self.journal.next_id();
-        let id = id.map_err(|e| SubmitError::Journal(e.to_string()));
+        let id = match m.id {
+            Some(id) if self.jobs.contains_key(&id) => return Err(SubmitError::Journal(format!("job {id} is already known here"))),
+            Some(id) => Ok(id),
+            None => self.journal.next_id().map_err(|e| SubmitError::Journal(e.to_string())),
+        };
         let id = match id {
             Ok(id) => id,
             Err(e) => {
@@ -329,7 +347,7 @@ impl Handler<Submit> for Scheduler {
             request: m.request,
             state: JobState::Queued,
             submitted_ms: now_ms(),
-            songs: vec![],
+            songs: m.songs,
             error: None,
             metrics: None,
             tracks: 0,
@@ -574,6 +592,19 @@ impl Handler<ListJobs> for Scheduler {
             .collect();
         jobs.sort_by_key(|j| (j.submitted_ms, j.id.to_u64()));
         MessageResult(yued_protocol::JobList { jobs })
+    }
+}
+
+/// A job's record as journaled, with its progress while it runs (stage, done, total):
+/// what a cluster worker reports of the job it runs.
+#[derive(Message)]
+#[rtype(result = "Option<(JobRecord, Option<(Stage, usize, usize)>)>")]
+pub struct GetRecord(pub JobId);
+
+impl Handler<GetRecord> for Scheduler {
+    type Result = Option<(JobRecord, Option<(Stage, usize, usize)>)>;
+    fn handle(&mut self, m: GetRecord, _: &mut Self::Context) -> Self::Result {
+        self.jobs.get(&m.0).map(|e| (e.record.clone(), e.progress))
     }
 }
 

@@ -77,6 +77,21 @@ pub struct Config {
     pub link_ttl_secs: u64,
     /// The longest song the MCP tool `compose_song` takes, in seconds.
     pub mcp_max_seconds: f64,
+    /// A NATS server with JetStream (`nats://HOST:PORT`): the queue, the job states, the
+    /// live tiles and the results live there and several yued nodes share them. Empty: one
+    /// node, all of it in this process (sled, memory, the results folder).
+    pub cluster: String,
+    /// In a cluster: `api` (the HTTP routes, no compute), `worker` (compute, with
+    /// `/health` and `/metrics` only) or `all` (both).
+    pub role: String,
+    /// In a cluster: a worker that has not reported on a job for this many seconds is
+    /// taken for dead and the job goes to another worker.
+    pub cluster_ack_wait_secs: u64,
+    /// In a cluster: how many times a job is started before it fails (each start after
+    /// the first follows a worker that died while running it).
+    pub cluster_max_attempts: u32,
+    /// In a cluster: this node's name (in the job states and logs); empty: host and pid.
+    pub node_name: String,
 }
 
 impl Default for Config {
@@ -110,6 +125,11 @@ impl Default for Config {
             max_duration: 0.0,
             link_ttl_secs: 3600,
             mcp_max_seconds: 300.0,
+            cluster: String::new(),
+            role: "all".into(),
+            cluster_ack_wait_secs: 30,
+            cluster_max_attempts: 3,
+            node_name: String::new(),
         }
     }
 }
@@ -143,6 +163,11 @@ const KEYS: &[&str] = &[
     "max_duration",
     "link_ttl_secs",
     "mcp_max_seconds",
+    "cluster",
+    "role",
+    "cluster_ack_wait_secs",
+    "cluster_max_attempts",
+    "node_name",
 ];
 
 impl Config {
@@ -208,6 +233,11 @@ impl Config {
             "link_ttl_secs" => self.link_ttl_secs = num(value, bad)?,
             "mcp_max_seconds" => self.mcp_max_seconds = num(value, bad)?,
             "compute_priority" => self.compute_priority = value.trim().to_ascii_lowercase(),
+            "cluster" => self.cluster = value.trim().into(),
+            "role" => self.role = value.trim().to_ascii_lowercase(),
+            "cluster_ack_wait_secs" => self.cluster_ack_wait_secs = num(value, bad)?,
+            "cluster_max_attempts" => self.cluster_max_attempts = num(value, bad)?,
+            "node_name" => self.node_name = value.trim().into(),
             _ => return Err(ConfigError::Value { key: key.into(), message: "unknown setting".into() }),
         }
         Ok(())
@@ -242,6 +272,21 @@ impl Config {
         }
         if !["low", "idle", "normal"].contains(&self.compute_priority.as_str()) {
             return bad("compute_priority", "must be low, idle or normal");
+        }
+        if !["api", "worker", "all"].contains(&self.role.as_str()) {
+            return bad("role", "must be api, worker or all");
+        }
+        if self.role != "all" && self.cluster.is_empty() {
+            return bad("role", "api and worker are cluster roles: give --cluster nats://HOST:PORT");
+        }
+        if !self.cluster.is_empty() && !(self.cluster.starts_with("nats://") || self.cluster.starts_with("tls://")) {
+            return bad("cluster", "must be a NATS address, nats://HOST:PORT");
+        }
+        if self.cluster_ack_wait_secs < 2 {
+            return bad("cluster_ack_wait_secs", "must be at least 2");
+        }
+        if self.cluster_max_attempts == 0 {
+            return bad("cluster_max_attempts", "must be at least 1");
         }
         Ok(())
     }
@@ -283,5 +328,11 @@ mod tests {
         let c = Config::load(None, vec![("YUED_COMPUTE_PRIORITY".to_string(), " Idle".to_string())]).unwrap();
         assert_eq!(c.compute_priority, "idle");
         assert_eq!(Config::default().compute_priority, "low");
+        let e = Config::load(None, vec![("YUED_ROLE".to_string(), "worker".to_string())]).unwrap_err().to_string();
+        assert!(e.starts_with("role:") && e.contains("--cluster"), "{e}");
+        let e = Config::load(None, vec![("YUED_CLUSTER".to_string(), "localhost:4222".to_string())]).unwrap_err().to_string();
+        assert!(e.starts_with("cluster:"), "{e}");
+        let c = Config::load(None, vec![("YUED_CLUSTER".to_string(), "nats://127.0.0.1:4222".to_string()), ("YUED_ROLE".to_string(), "API".to_string())]).unwrap();
+        assert_eq!((c.cluster.as_str(), c.role.as_str()), ("nats://127.0.0.1:4222", "api"));
     }
 }

@@ -2,26 +2,22 @@
 // Handlers return ready HTTP responses as their error values on purpose.
 #![allow(clippy::result_large_err)]
 use crate::logs::LogRing;
-use actix::Addr;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use std::collections::HashSet;
 use std::sync::Arc;
-use yued_actors::hub::StreamHub;
 use yued_actors::journal::{VaeOp, VaeTask};
 use yued_actors::metrics::Metrics;
-use yued_actors::results::ResultStore;
-use yued_actors::scheduler::{Cancel, GetState, GetStatus, Scheduler, Snapshot, Submit, SubmitError};
+use yued_actors::scheduler::{Submit, SubmitError};
 use yued_engine::registry::{Bucket, Registry};
 use yued_protocol::{ErrorBody, JobId, JobState, Limits, Props, Request, SubmitReply, Yue2Request, MULTIPART_BOUNDARY};
 
 /// Everything the handlers share.
 pub struct AppState {
-    pub scheduler: Addr<Scheduler>,
-    pub hub: Addr<StreamHub>,
-    pub results: Arc<ResultStore>,
+    /// The job system: this process's scheduler, hub and results, or a cluster's.
+    pub jobs: yued_actors::backend::Backend,
     pub metrics: Metrics,
     pub props: Props,
     pub limits: Limits,
@@ -244,14 +240,14 @@ fn random_u64() -> u64 {
 
 /// Submits a parsed request; the reply of every submission route.
 pub async fn submit(st: &AppState, client: String, request: Request, vae: Option<VaeTask>) -> Result<JobId, HttpResponse> {
-    match st.scheduler.send(Submit { client, request, vae }).await {
-        Ok(Ok(id)) => Ok(id),
-        Ok(Err(SubmitError::Full(cap))) => {
+    match st.jobs.queue.submit(Submit::new(client, request, vae)).await {
+        Ok(id) => Ok(id),
+        Err(SubmitError::Full(cap)) => {
             Err(HttpResponse::TooManyRequests().insert_header((header::RETRY_AFTER, "5")).json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") }))
         }
-        Ok(Err(SubmitError::ShuttingDown)) => Err(unavailable("the server is shutting down")),
-        Ok(Err(SubmitError::Journal(e))) => Err(unavailable(format!("the job could not be journaled, so it is not accepted: {e}"))),
-        Err(_) => Err(unavailable("the scheduler is not running")),
+        Err(SubmitError::ShuttingDown) => Err(unavailable("the server is shutting down")),
+        Err(SubmitError::Journal(e)) => Err(unavailable(format!("the job could not be journaled, so it is not accepted: {e}"))),
+        Err(SubmitError::Unavailable(e)) => Err(unavailable(e)),
     }
 }
 
@@ -454,9 +450,9 @@ pub fn job_id(id: &Option<String>) -> Result<JobId, HttpResponse> {
 /// `GET /jobs`: the caller's jobs (by its API key, else its address), oldest first, with
 /// their requests: what a page or a script needs to find its history again.
 pub async fn get_jobs(req: HttpRequest, st: web::Data<AppState>) -> HttpResponse {
-    match st.scheduler.send(yued_actors::scheduler::ListJobs(client_key(&req))).await {
+    match st.jobs.states.list(&client_key(&req)).await {
         Ok(list) => HttpResponse::Ok().json(list),
-        Err(_) => unavailable("the scheduler is not running"),
+        Err(e) => unavailable(e.0),
     }
 }
 
@@ -468,10 +464,10 @@ pub async fn get_job(q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpRe
     if flag(&q.result) {
         return result(&id, &st).await;
     }
-    match st.scheduler.send(GetStatus(id.clone())).await {
+    match st.jobs.states.status(&id).await {
         Ok(Some(s)) => HttpResponse::Ok().json(s),
         Ok(None) => not_found(format!("unknown job {id}")),
-        Err(_) => unavailable("the scheduler is not running"),
+        Err(e) => unavailable(e.0),
     }
 }
 
@@ -483,27 +479,27 @@ pub async fn post_job(q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpR
     if !flag(&q.cancel) {
         return bad("POST /job needs cancel=1");
     }
-    match st.scheduler.send(Cancel(id.clone())).await {
+    match st.jobs.queue.cancel(&id).await {
         Ok(Some(JobState::Cancelled)) => HttpResponse::Ok().json(serde_json::json!({"status": "cancelled"})),
         Ok(Some(s)) => error(actix_web::http::StatusCode::CONFLICT, format!("job {id} is already {}", s.as_str())),
         Ok(None) => not_found(format!("unknown job {id}")),
-        Err(_) => unavailable("the scheduler is not running"),
+        Err(e) => unavailable(e.0),
     }
 }
 
 /// The multipart result, streamed from the files in bounded chunks.
 async fn result(id: &JobId, st: &AppState) -> HttpResponse {
-    match st.scheduler.send(GetState(id.clone())).await {
+    match st.jobs.states.state(id).await {
         Ok(None) => return not_found(format!("unknown job {id}")),
         Ok(Some(JobState::Done)) => {}
         Ok(Some(s)) => return not_found(format!("job {id} has no result ({})", s.as_str())),
-        Err(_) => return unavailable("the scheduler is not running"),
+        Err(e) => return unavailable(e.0),
     }
-    let Some(parts) = st.results.parts(id) else {
+    let Some(parts) = st.jobs.results.parts(id).await else {
         return not_found(format!("the result of job {id} has expired"));
     };
     // Each seed's clients read its own boundary.
-    let boundary = match st.scheduler.send(yued_actors::scheduler::GetFamily(id.clone())).await {
+    let boundary = match st.jobs.states.family(id).await {
         Ok(Some(yued_protocol::Family::Mm3)) => yued_protocol::MM3_MULTIPART_BOUNDARY,
         _ => MULTIPART_BOUNDARY,
     };
@@ -567,7 +563,7 @@ pub struct Health {
 }
 
 async fn snapshot(st: &AppState) -> HttpResponse {
-    match st.scheduler.send(Snapshot).await {
+    match st.jobs.queue.snapshot().await {
         // A journal that refuses writes makes the daemon unhealthy (503) until one succeeds:
         // nothing it acknowledges then would survive a restart.
         Ok(s) => HttpResponse::build(if s.journal_error.is_some() { actix_web::http::StatusCode::SERVICE_UNAVAILABLE } else { actix_web::http::StatusCode::OK })
@@ -584,7 +580,7 @@ async fn snapshot(st: &AppState) -> HttpResponse {
                 demo_weights: st.demo_weights,
                 queue: s,
             }),
-        Err(_) => unavailable("the scheduler is not running"),
+        Err(e) => unavailable(e.0),
     }
 }
 

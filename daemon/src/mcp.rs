@@ -19,7 +19,6 @@ use serde_json::{json, Value};
 use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
-use yued_actors::scheduler::{Cancel, GetState, GetStatus};
 use yued_protocol::{Family, JobId, JobState};
 
 /// Handshake-era revisions this server speaks, newest first.
@@ -369,26 +368,26 @@ async fn compose(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) ->
 
 async fn status(params: &Value, st: &AppState) -> Result<Value, String> {
     let job = job_arg(arguments(params, &["job_id"])?)?;
-    match st.scheduler.send(GetStatus(job.clone())).await {
+    match st.jobs.states.status(&job).await {
         Ok(Some(s)) => {
             let mut v = serde_json::to_value(&s).expect("a status serializes");
             v["job_id"] = job.as_str().into();
             Ok(v)
         }
         Ok(None) => Err(format!("job_id: unknown job {job}")),
-        Err(_) => Err("the scheduler is not running".into()),
+        Err(e) => Err(e.0),
     }
 }
 
 async fn result(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Value, String> {
     let job = job_arg(arguments(params, &["job_id"])?)?;
-    match st.scheduler.send(GetState(job.clone())).await {
+    match st.jobs.states.state(&job).await {
         Ok(Some(JobState::Done)) => {}
         Ok(Some(s)) => return Err(format!("job {job} is {s}: a link exists once it is done (poll song_status)")),
         Ok(None) => return Err(format!("job_id: unknown job {job}")),
-        Err(_) => return Err("the scheduler is not running".into()),
+        Err(e) => return Err(e.0),
     }
-    let (path, content_type) = export_file(st, &job)?;
+    let (path, content_type) = export_file(st, &job).await?;
     let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let link = st.links.create(&job).map_err(|e| format!("the link could not be made: {e}"))?;
     let info = req.connection_info();
@@ -397,8 +396,8 @@ async fn result(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Valu
 }
 
 /// The one file a job may be exported as: its Opus or FLAC audio.
-pub fn export_file(st: &AppState, job: &JobId) -> Result<(std::path::PathBuf, String), String> {
-    let parts = st.results.parts(job).ok_or_else(|| format!("the result of job {job} has expired"))?;
+pub async fn export_file(st: &AppState, job: &JobId) -> Result<(std::path::PathBuf, String), String> {
+    let parts = st.jobs.results.parts(job).await.ok_or_else(|| format!("the result of job {job} has expired"))?;
     parts
         .into_iter()
         .find(|(_, ct)| ct == "audio/flac" || ct == "audio/ogg; codecs=opus")
@@ -407,11 +406,11 @@ pub fn export_file(st: &AppState, job: &JobId) -> Result<(std::path::PathBuf, St
 
 async fn cancel(params: &Value, st: &AppState) -> Result<Value, String> {
     let job = job_arg(arguments(params, &["job_id"])?)?;
-    match st.scheduler.send(Cancel(job.clone())).await {
+    match st.jobs.queue.cancel(&job).await {
         Ok(Some(JobState::Cancelled)) => Ok(json!({"job_id": job, "status": "cancelled"})),
         Ok(Some(s)) => Err(format!("job {job} is already {s}")),
         Ok(None) => Err(format!("job_id: unknown job {job}")),
-        Err(_) => Err("the scheduler is not running".into()),
+        Err(e) => Err(e.0),
     }
 }
 
@@ -421,7 +420,7 @@ pub async fn link(path: web::Path<String>, st: web::Data<AppState>) -> HttpRespo
     let token = path.into_inner();
     let gone = || crate::http::error(StatusCode::NOT_FOUND, "no such link (links expire an hour after they are made)");
     let Some(job) = st.links.resolve(&token) else { return gone() };
-    let Ok((file, content_type)) = export_file(&st, &job) else { return gone() };
+    let Ok((file, content_type)) = export_file(&st, &job).await else { return gone() };
     let ext = file.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_else(|| "bin".into());
     HttpResponse::Ok()
         .content_type(content_type)

@@ -12,8 +12,7 @@ use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream;
 use serde::Deserialize;
-use yued_actors::hub::{StreamItem, Subscribe};
-use yued_actors::scheduler::{GetState, GetStatus};
+use yued_actors::hub::StreamItem;
 use yued_protocol::{Family, JobId, JobState, StreamCodec};
 
 /// `voice` presets: each is a style (YuE2) or caption opening (MiniMax) put before the
@@ -227,10 +226,10 @@ async fn run(req: &HttpRequest, st: &web::Data<AppState>, native: serde_json::Va
             .json(serde_json::json!({"id": id, "object": "music.job", "status": "queued", "status_url": format!("/job?id={id}"), "result_url": format!("/job?id={id}&result=1")}));
     }
     // From here the caller waits for the audio: if it goes away first, the song is cancelled.
-    let mut guard = CancelOnDrop { scheduler: st.scheduler.clone(), job: id.clone(), armed: true };
-    let sub = match st.hub.send(Subscribe { job: id.clone(), codec: codec.unwrap_or(StreamCodec::Pcm16) }).await {
+    let mut guard = CancelOnDrop { queue: st.jobs.queue.clone(), job: id.clone(), armed: true };
+    let sub = match st.jobs.tiles.subscribe(&id, codec.unwrap_or(StreamCodec::Pcm16)).await {
         Ok(s) => s,
-        Err(_) => return error(StatusCode::SERVICE_UNAVAILABLE, "stream hub unavailable"),
+        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.0),
     };
     let (sub, codec) = match (codec, sub) {
         (Some(codec), Some(sub)) => (sub, codec),
@@ -264,7 +263,7 @@ async fn run(req: &HttpRequest, st: &web::Data<AppState>, native: serde_json::Va
 /// Cancels a job when the caller that waits for its audio goes away first (the handler's
 /// future or the response body is dropped before the job ended).
 struct CancelOnDrop {
-    scheduler: actix::Addr<yued_actors::scheduler::Scheduler>,
+    queue: std::sync::Arc<dyn yued_actors::backend::JobQueue>,
     job: JobId,
     armed: bool,
 }
@@ -279,7 +278,10 @@ impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if self.armed {
             tracing::info!(job = %self.job, "the client went away before its audio: cancelling the job");
-            self.scheduler.do_send(yued_actors::scheduler::Cancel(self.job.clone()));
+            let (queue, job) = (self.queue.clone(), self.job.clone());
+            actix_web::rt::spawn(async move {
+                let _ = queue.cancel(&job).await;
+            });
         }
     }
 }
@@ -297,10 +299,11 @@ async fn finished_audio(st: &AppState, id: &JobId, sub: Option<yued_actors::hub:
         }
     }
     let state = loop {
-        match st.scheduler.send(GetState(id.clone())).await {
+        match st.jobs.states.state(id).await {
             Ok(Some(s)) if s.is_terminal() => break s,
             Ok(Some(_)) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-            _ => return error(StatusCode::SERVICE_UNAVAILABLE, "the scheduler is not running"),
+            Ok(None) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("job {id} is no longer known")),
+            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.0),
         }
     };
     match state {
@@ -309,19 +312,19 @@ async fn finished_audio(st: &AppState, id: &JobId, sub: Option<yued_actors::hub:
         _ => {
             // A song that failed on its content (a score the model could not write, a
             // prompt it could not take): the request's, not the server's.
-            let why = match st.scheduler.send(GetStatus(id.clone())).await {
+            let why = match st.jobs.states.status(id).await {
                 Ok(Some(s)) => s.error.unwrap_or_default(),
                 _ => String::new(),
             };
             return openai_error(StatusCode::UNPROCESSABLE_ENTITY, format!("job {id} failed: {why}"), "generation_failed", None);
         }
     }
-    audio_file(id, st)
+    audio_file(id, st).await
 }
 
 /// The first audio part of a finished job's result.
-fn audio_file(id: &JobId, st: &AppState) -> HttpResponse {
-    let Some(parts) = st.results.parts(id) else { return openai_error(StatusCode::NOT_FOUND, format!("the result of job {id} has expired"), "not_found", None) };
+async fn audio_file(id: &JobId, st: &AppState) -> HttpResponse {
+    let Some(parts) = st.jobs.results.parts(id).await else { return openai_error(StatusCode::NOT_FOUND, format!("the result of job {id} has expired"), "not_found", None) };
     match parts.into_iter().find(|(_, ct)| ct.starts_with("audio/")) {
         Some((path, ct)) => match std::fs::read(&path) {
             Ok(bytes) => HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(ct).body(bytes),

@@ -23,6 +23,9 @@ use yued_actors::metrics::Metrics;
 use yued_actors::results::{ResultStore, Retention};
 use yued_actors::scheduler::{Scheduler, Shutdown};
 use yued_actors::worker::{self, WorkerConfig};
+use yued_cluster::api::NatsBackend;
+use yued_cluster::metrics::ClusterMetrics;
+use yued_cluster::{Cluster, ClusterConfig, Role};
 use yued_config::Config;
 use yued_engine::adapter::{shapes_of, AdapterDir};
 use yued_engine::gguf::GgufFile;
@@ -114,6 +117,25 @@ pub struct ServeArgs {
     /// them (default 0: no daemon bound).
     #[arg(long)]
     pub max_duration: Option<f64>,
+    /// Join a cluster on this NATS server (JetStream on): `nats://HOST:PORT`. The queue, the
+    /// job states, the live tiles and the results then live there, shared by every node;
+    /// without it yued is one node with all of that in its own process.
+    #[arg(long)]
+    pub cluster: Option<String>,
+    /// A cluster node's part: `api` (the HTTP routes, no compute), `worker` (compute; only
+    /// /health, /metrics and /props over HTTP) or `all` (both; the default).
+    #[arg(long, value_parser = ["api", "worker", "all"])]
+    pub role: Option<String>,
+    /// In a cluster: seconds a worker may stay silent on a job before the job goes to
+    /// another worker (default 30; it reports every 2 s or a third of this).
+    #[arg(long)]
+    pub cluster_ack_wait_secs: Option<u64>,
+    /// In a cluster: starts of a job before it fails (default 3).
+    #[arg(long)]
+    pub cluster_max_attempts: Option<u32>,
+    /// In a cluster: this node's name (default: host name and process id).
+    #[arg(long)]
+    pub node_name: Option<String>,
 }
 
 impl ServeArgs {
@@ -144,6 +166,11 @@ impl ServeArgs {
         set("max_upload_bytes", self.max_upload_bytes.map(|v| v.to_string()))?;
         set("max_steps", self.max_steps.map(|v| v.to_string()))?;
         set("max_duration", self.max_duration.map(|v| v.to_string()))?;
+        set("cluster", self.cluster.clone())?;
+        set("role", self.role.clone())?;
+        set("cluster_ack_wait_secs", self.cluster_ack_wait_secs.map(|v| v.to_string()))?;
+        set("cluster_max_attempts", self.cluster_max_attempts.map(|v| v.to_string()))?;
+        set("node_name", self.node_name.clone())?;
         if self.keep_loaded {
             c.keep_loaded = true;
         }
@@ -312,6 +339,36 @@ fn method_not_allowed(allow: &'static str) -> actix_web::Route {
     })
 }
 
+/// The routes: `/health`, `/metrics` and `/props` on every node; the rest where the node
+/// serves the API (not on a cluster's worker-only node).
+fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
+    s.service(web::resource("/health").route(web::get().to(http::health)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/props").route(web::get().to(http::props)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/metrics").route(web::get().to(http::metrics)).default_service(method_not_allowed("GET")));
+    if !serves_api {
+        return;
+    }
+    s.service(web::resource("/").wrap(Compress::default()).route(web::get().to(webui::index)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/assets/{name}").wrap(Compress::default()).route(web::get().to(webui::assets)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/docs").wrap(Compress::default()).route(web::get().to(webui::docs)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/docs/{name}").wrap(Compress::default()).route(web::get().to(webui::docs_assets)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/synth").route(web::post().to(http::post_synth)).default_service(method_not_allowed("POST")));
+    s.service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(method_not_allowed("POST")));
+    s.service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(method_not_allowed("GET, POST")));
+    s.service(web::resource("/jobs").route(web::get().to(http::get_jobs)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/status").route(web::get().to(http::health)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/system/queue").route(web::get().to(http::health)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/logs").route(web::get().to(http::logs)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/openapi.json").route(web::get().to(http::openapi)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/stream").route(web::get().to(ws::stream)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/synth/stream").route(web::get().to(ws::synth_stream)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/v1/models").route(web::get().to(openai::models)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/v1/audio/speech").route(web::post().to(openai::speech)).default_service(method_not_allowed("POST")));
+    s.service(web::resource("/v1/audio/music").route(web::post().to(openai::music)).default_service(method_not_allowed("POST")));
+    s.service(web::resource("/mcp").route(web::post().to(mcp::post)).route(web::delete().to(mcp::delete)).default_service(method_not_allowed("POST, DELETE")));
+    s.service(web::resource("/links/{token}").route(web::get().to(mcp::link)).default_service(method_not_allowed("GET")));
+}
+
 async fn not_found() -> HttpResponse {
     http::error(StatusCode::NOT_FOUND, "no such route")
 }
@@ -327,7 +384,6 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         }
     }
     std::fs::create_dir_all(&c.data_dir).with_context(|| format!("creating {}", c.data_dir.display()))?;
-    let journal = Journal::open(&c.data_dir.join("journal"))?;
     let uploads = c.data_dir.join("uploads");
     std::fs::create_dir_all(&uploads).with_context(|| format!("creating {}", uploads.display()))?;
     let results = Arc::new(ResultStore::open(&c.data_dir.join("results"), Retention { ttl_secs: c.result_ttl_secs, max_bytes: c.result_max_bytes, max_count: c.result_max_count })?);
@@ -374,11 +430,58 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let addr = (c.host.clone(), c.port);
     let cfg = c.clone();
     let demo = models.demo.is_some();
+    let role = Role::parse(&c.role).ok_or_else(|| anyhow::anyhow!("role: must be api, worker or all"))?;
     actix_web::rt::System::new().block_on(async move {
+        let cluster = if cfg.cluster.is_empty() {
+            None
+        } else {
+            let node = if cfg.node_name.is_empty() { yued_cluster::default_node_name() } else { yued_cluster::key_safe(&cfg.node_name) };
+            let cc = ClusterConfig {
+                url: cfg.cluster.clone(),
+                node,
+                role,
+                ack_wait: std::time::Duration::from_secs(cfg.cluster_ack_wait_secs),
+                max_attempts: cfg.cluster_max_attempts,
+                admission_cap: cfg.admission_cap,
+                result_ttl: std::time::Duration::from_secs(cfg.result_ttl_secs),
+                result_max_bytes: cfg.result_max_bytes,
+            };
+            let cm = ClusterMetrics::register(&metrics);
+            Some((Arc::new(Cluster::connect(cc).await?), cm))
+        };
         let hub = StreamHub::new(metrics.clone()).start();
-        let (tx, rx) = crossbeam_channel::unbounded();
-        let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cfg.admission_cap)?.start();
-        let stages = worker::spawn(worker_cfg, rx, scheduler.clone(), hub.clone(), results.clone(), metrics.clone());
+        // The compute side: the single node, or a cluster worker (fed by the cluster).
+        let mut local = None;
+        if cluster.is_none() || role.computes() {
+            let journal = match &cluster {
+                None => Journal::open(&cfg.data_dir.join("journal"))?,
+                Some(_) => {
+                    // A worker's own journal only mirrors the job it runs: the cluster's job
+                    // states are the truth, and a job this node was running when it died is
+                    // redelivered by the cluster, not resumed from here.
+                    let dir = cfg.data_dir.join("worker-journal");
+                    let _ = std::fs::remove_dir_all(&dir);
+                    Journal::open(&dir)?
+                }
+            };
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let cap = if cluster.is_some() { 1 } else { cfg.admission_cap };
+            let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cap)?.start();
+            let stages = worker::spawn(worker_cfg, rx, scheduler.clone(), hub.clone(), results.clone(), metrics.clone());
+            let stop = cluster.as_ref().map(|(c, cm)| yued_cluster::worker::start(c.clone(), scheduler.clone(), hub.clone(), results.clone(), uploads.clone(), cm.clone()));
+            local = Some((scheduler, stages, stop));
+        }
+        let jobs = match (&cluster, &local) {
+            (Some((c, cm)), _) if role.serves_api() => {
+                let cache = ResultStore::open(&cfg.data_dir.join("cluster-results"), Retention { ttl_secs: cfg.result_ttl_secs, max_bytes: cfg.result_max_bytes, max_count: cfg.result_max_count })?;
+                let b = NatsBackend::new(c.clone(), cache, metrics.clone(), cm.clone());
+                b.watch();
+                b.backend()
+            }
+            (_, Some((scheduler, _, _))) => yued_actors::backend::Backend::local(scheduler.clone(), hub.clone(), results.clone()),
+            _ => anyhow::bail!("role: a node must serve the API or compute"),
+        };
+        let serves_api = cluster.is_none() || role.serves_api();
         let families = if models.mm3.is_some() { vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3] } else { vec![yued_protocol::Family::Yue2] };
         let facts = crate::openapi::Facts {
             families: families.clone(),
@@ -401,9 +504,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         };
         let openapi = serde_json::to_string(&crate::openapi::document(&facts)).expect("the document serializes");
         let state = web::Data::new(AppState {
-            scheduler: scheduler.clone(),
-            hub,
-            results,
+            jobs,
             metrics,
             props,
             limits,
@@ -430,28 +531,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 .app_data(web::PayloadConfig::new(max_body))
                 .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
                 .wrap(from_fn(require_key))
-                .service(web::resource("/").wrap(Compress::default()).route(web::get().to(webui::index)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/assets/{name}").wrap(Compress::default()).route(web::get().to(webui::assets)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/docs").wrap(Compress::default()).route(web::get().to(webui::docs)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/docs/{name}").wrap(Compress::default()).route(web::get().to(webui::docs_assets)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/synth").route(web::post().to(http::post_synth)).default_service(method_not_allowed("POST")))
-                .service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(method_not_allowed("POST")))
-                .service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(method_not_allowed("GET, POST")))
-                .service(web::resource("/jobs").route(web::get().to(http::get_jobs)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/health").route(web::get().to(http::health)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/status").route(web::get().to(http::health)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/system/queue").route(web::get().to(http::health)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/props").route(web::get().to(http::props)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/metrics").route(web::get().to(http::metrics)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/logs").route(web::get().to(http::logs)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/openapi.json").route(web::get().to(http::openapi)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/stream").route(web::get().to(ws::stream)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/synth/stream").route(web::get().to(ws::synth_stream)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/v1/models").route(web::get().to(openai::models)).default_service(method_not_allowed("GET")))
-                .service(web::resource("/v1/audio/speech").route(web::post().to(openai::speech)).default_service(method_not_allowed("POST")))
-                .service(web::resource("/v1/audio/music").route(web::post().to(openai::music)).default_service(method_not_allowed("POST")))
-                .service(web::resource("/mcp").route(web::post().to(mcp::post)).route(web::delete().to(mcp::delete)).default_service(method_not_allowed("POST, DELETE")))
-                .service(web::resource("/links/{token}").route(web::get().to(mcp::link)).default_service(method_not_allowed("GET")))
+                .configure(move |s| routes(s, serves_api))
                 .default_service(web::to(not_found))
         })
         .shutdown_timeout(5)
@@ -459,6 +539,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("binding {}:{}", addr.0, addr.1))?;
         tracing::info!(host = %addr.0, port = addr.1, "yued listening");
         server.run().await?;
+        let Some((scheduler, stages, stop)) = local else { return anyhow::Ok(()) };
+        if let Some(stop) = stop {
+            // The cluster's jobs this worker runs go back to the cluster at once.
+            stop.stop();
+            actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
+        }
         tracing::info!("shutting down: cancelling the running job and flushing the journal");
         let _ = scheduler.send(Shutdown).await;
         if actix_web::rt::task::spawn_blocking(move || stages.join()).await.is_err() {

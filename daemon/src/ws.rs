@@ -10,8 +10,7 @@ use crate::http::{check_request, client_key, error, job_id, submit, AppState};
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::{CloseCode, CloseReason};
 use futures_util::StreamExt;
-use yued_actors::hub::{PcmTile, StreamItem, Subscribe, TileEncoder};
-use yued_actors::scheduler::{Cancel, GetState, GetStatus};
+use yued_actors::hub::{PcmTile, StreamItem, TileEncoder};
 use yued_protocol::{JobId, JobState, StreamCodec, StreamCommand, StreamEvent};
 
 #[derive(serde::Deserialize)]
@@ -37,7 +36,7 @@ pub async fn stream(req: HttpRequest, body: web::Payload, q: web::Query<StreamQu
         Ok(c) => c,
         Err(r) => return Ok(r),
     };
-    if st.scheduler.send(GetState(id.clone())).await.ok().flatten().is_none() {
+    if st.jobs.states.state(&id).await.ok().flatten().is_none() {
         return Ok(error(actix_web::http::StatusCode::NOT_FOUND, format!("unknown job {id}")));
     }
     let (resp, session, msgs) = actix_ws::handle(&req, body)?;
@@ -111,7 +110,7 @@ fn truncate(s: &str) -> String {
 /// live stream sent them: format, tile events, s16 or one Ogg Opus stream) then `done`; a
 /// failed or cancelled job's terminal event; then a close.
 async fn replay_ended(st: &AppState, mut session: actix_ws::Session, id: &JobId, codec: StreamCodec) {
-    let status = st.scheduler.send(GetStatus(id.clone())).await.ok().flatten();
+    let status = st.jobs.states.status(id).await.ok().flatten();
     let close = |description: &str| CloseReason { code: CloseCode::Normal, description: Some(description.into()) };
     let Some(status) = status.filter(|s| s.status.is_terminal()) else {
         let _ = session.close(Some(CloseReason { code: CloseCode::Error, description: Some("no stream for this job".into()) })).await;
@@ -121,7 +120,7 @@ async fn replay_ended(st: &AppState, mut session: actix_ws::Session, id: &JobId,
         JobState::Failed => (vec![StreamItem::Text(StreamEvent::Failed { error: status.error.unwrap_or_default() }.to_text())], "job finished"),
         JobState::Cancelled => (vec![StreamItem::Text(StreamEvent::Cancelled {}.to_text())], "job finished"),
         _ => {
-            let parts = st.results.parts(id).unwrap_or_default();
+            let parts = st.jobs.results.parts(id).await.unwrap_or_default();
             let tile_samples = st.vae.audio.samples_per_latent * 512;
             let job = id.clone();
             match web::block(move || result_as_tiles(&job, &parts, codec, tile_samples)).await {
@@ -200,7 +199,7 @@ async fn sent_in_time(st: &AppState, id: &JobId, send: impl std::future::Future<
 /// Pumps the hub's items for `id` into the socket until the terminal event, answering
 /// pings and (when `can_cancel`) the cancel command.
 async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mut msgs: actix_ws::AggregatedMessageStream, id: JobId, codec: StreamCodec, can_cancel: bool) {
-    let (mut rx, job_ended) = match st.hub.send(Subscribe { job: id.clone(), codec }).await {
+    let (mut rx, job_ended) = match st.jobs.tiles.subscribe(&id, codec).await {
         Ok(Some(sub)) => (sub.rx, sub.ended),
         Ok(None) => {
             // The job has ended (the hub frees a stream at its end): its story is on disk.
@@ -209,8 +208,8 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
             st.metrics.ws_listeners.dec();
             return;
         }
-        Err(_) => {
-            let _ = session.close(Some(CloseReason { code: CloseCode::Error, description: Some("stream hub unavailable".into()) })).await;
+        Err(e) => {
+            let _ = session.close(Some(CloseReason { code: CloseCode::Error, description: Some(truncate(&e.0)) })).await;
             return;
         }
     };
@@ -251,7 +250,7 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
                     Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => { let _ = session.pong(&p).await; }
                     Some(Ok(actix_ws::AggregatedMessage::Text(t))) if can_cancel => {
                         if let Ok(StreamCommand::Cancel) = StreamCommand::from_text(&t) {
-                            let _ = st.scheduler.send(Cancel(id.clone())).await;
+                            let _ = st.jobs.queue.cancel(&id).await;
                         }
                     }
                     Some(Ok(actix_ws::AggregatedMessage::Close(_))) | None | Some(Err(_)) => break,

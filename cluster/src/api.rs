@@ -1,0 +1,371 @@
+//! An API node's job system: the actors' four backend traits on JetStream. Nothing here
+//! computes: a submission is a state entry plus a message in the jobs stream, a status is a
+//! read of the entry, a listener is a consumer of the job's tile subject, and a result is
+//! fetched from the object store into a local cache the first time it is asked for.
+use crate::metrics::ClusterMetrics;
+use crate::record::{self, Change, ClusterJob};
+use crate::worker::WorkerInfo;
+use crate::{client_token, retry, tiles, Cluster};
+use async_trait::async_trait;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+use tokio::io::AsyncReadExt;
+use yued_actors::backend::{JobQueue, JobStates, ResultFiles, TileBus, Unavailable};
+use yued_actors::hub::{HubItem, Subscription};
+use yued_actors::journal::{JobRecord, VaeTask, RECORD_VERSION};
+use yued_actors::metrics::Metrics;
+use yued_actors::results::{now_ms, ResultStore};
+use yued_actors::scheduler::{QueueSnapshot, Submit, SubmitError};
+use yued_protocol::{Family, JobId, JobList, JobListEntry, JobState, JobStatus, Stage, StreamCodec, StreamEvent};
+
+pub struct NatsBackend {
+    c: Arc<Cluster>,
+    /// Results fetched from the object store, kept under the data directory with the
+    /// single node's expiry rules.
+    cache: ResultStore,
+    metrics: Metrics,
+    cluster_metrics: ClusterMetrics,
+}
+
+/// What the cluster looks like from here.
+struct View {
+    workers: Vec<WorkerInfo>,
+    /// Messages in the jobs stream: queued and running jobs.
+    messages: u64,
+    first_seq: u64,
+    clients: usize,
+}
+
+impl View {
+    fn running(&self) -> usize {
+        self.workers.iter().map(|w| w.jobs.len()).sum()
+    }
+    fn queued(&self) -> usize {
+        (self.messages as usize).saturating_sub(self.running())
+    }
+}
+
+fn unavailable(e: impl std::fmt::Display) -> Unavailable {
+    Unavailable(format!("the cluster is not answering: {e}"))
+}
+
+impl NatsBackend {
+    pub fn new(c: Arc<Cluster>, cache: ResultStore, metrics: Metrics, cluster_metrics: ClusterMetrics) -> Arc<Self> {
+        Arc::new(NatsBackend { c, cache, metrics, cluster_metrics })
+    }
+
+    pub fn backend(self: &Arc<Self>) -> yued_actors::backend::Backend {
+        yued_actors::backend::Backend { queue: self.clone(), states: self.clone(), tiles: self.clone(), results: self.clone() }
+    }
+
+    async fn view(&self) -> Result<View, Unavailable> {
+        let workers = live_workers(&self.c).await.map_err(unavailable)?;
+        let info = self.c.jobs.get_info().await.map_err(unavailable)?;
+        let v = View { workers, messages: info.state.messages, first_seq: info.state.first_sequence, clients: info.state.subjects_count as usize };
+        self.cluster_metrics.workers_alive.set(v.workers.len() as i64);
+        self.cluster_metrics.jobs_running.set(v.running() as i64);
+        self.cluster_metrics.queue_depth.set(v.queued() as i64);
+        Ok(v)
+    }
+
+    /// Keeps the cluster gauges current (every heartbeat).
+    pub fn watch(self: &Arc<Self>) {
+        let me = self.clone();
+        tokio::spawn(async move {
+            loop {
+                if let Err(e) = me.view().await {
+                    tracing::warn!(error = %e, "the cluster's figures could not be read");
+                }
+                tokio::time::sleep(crate::HEARTBEAT).await;
+            }
+        });
+    }
+
+    async fn publish_event(&self, id: &JobId, event: StreamEvent) {
+        let item = HubItem::Event(event);
+        let msg_id = tiles::message_id(id, &item, "api");
+        if let Err(e) = tiles::publish(&self.c.js, id, &item, &msg_id).await {
+            tracing::error!(job = %id, error = %e, "the job's stream event could not be published");
+        }
+    }
+
+    /// Puts a `/vae` upload where a worker can fetch it; the task names the object.
+    async fn ship_upload(&self, id: &JobId, task: &VaeTask) -> Result<String, String> {
+        let name = format!("upload.{id}");
+        retry("storing an upload", Duration::from_secs(10), || async {
+            let mut f = tokio::fs::File::open(&task.input).await.map_err(|e| format!("the upload: {e}"))?;
+            self.c.results.put(name.as_str(), &mut f).await.map(|_| ()).map_err(|e| e.to_string())
+        })
+        .await?;
+        let _ = std::fs::remove_file(&task.input);
+        Ok(name)
+    }
+}
+
+/// The workers that reported within their expiry.
+pub async fn live_workers(c: &Cluster) -> Result<Vec<WorkerInfo>, String> {
+    let mut keys = c.workers.keys().await.map_err(|e| e.to_string())?;
+    let mut out = Vec::new();
+    while let Some(k) = keys.next().await {
+        let Ok(k) = k else { continue };
+        if let Ok(Some(v)) = c.workers.get(k).await {
+            if let Ok(w) = serde_json::from_slice::<WorkerInfo>(&v) {
+                out.push(w);
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[async_trait]
+impl JobQueue for NatsBackend {
+    async fn submit(&self, job: Submit) -> Result<JobId, SubmitError> {
+        let cap = self.c.cfg.admission_cap;
+        let id = record::next_id(&self.c.state).await.map_err(SubmitError::Unavailable)?;
+        let upload = match &job.vae {
+            Some(task) => Some(self.ship_upload(&id, task).await.map_err(SubmitError::Unavailable)?),
+            None => None,
+        };
+        let record = JobRecord {
+            version: RECORD_VERSION,
+            id: id.clone(),
+            client: job.client.clone(),
+            request: job.request,
+            state: JobState::Queued,
+            submitted_ms: now_ms(),
+            songs: vec![],
+            error: None,
+            metrics: None,
+            tracks: 0,
+            audio_seconds: 0.0,
+            vae: job.vae.map(|v| VaeTask { op: v.op, input: PathBuf::new() }),
+            crashes: 0,
+            resumed: 0,
+        };
+        let entry = ClusterJob { record, seq: 0, owner: None, attempt: 0, progress: None, cancel: false, parts: vec![], upload };
+        record::create(&self.c.state, &entry).await.map_err(SubmitError::Journal)?;
+        // The job id is the message id: a publish retried after a lost acknowledgement is
+        // a duplicate, not a second song.
+        let subject = format!("yued.jobs.{}", client_token(&job.client));
+        let mut headers = async_nats::HeaderMap::new();
+        headers.insert("Nats-Msg-Id", id.as_str());
+        let payload = Bytes::from(id.to_string());
+        let published = retry("queueing a job", Duration::from_secs(10), || {
+            let (subject, headers, payload) = (subject.clone(), headers.clone(), payload.clone());
+            async move {
+                match self.c.js.publish_with_headers(subject, headers, payload).await {
+                    Ok(ack) => match ack.await {
+                        Ok(a) => Ok(Ok(a.sequence)),
+                        // A full stream is an answer, not a failure to retry.
+                        Err(e) if e.to_string().contains("maximum messages") => Ok(Err(())),
+                        Err(e) => Err(e.to_string()),
+                    },
+                    Err(e) => Err(e.to_string()),
+                }
+            }
+        })
+        .await;
+        let seq = match published {
+            Ok(Ok(seq)) => seq,
+            Ok(Err(())) => {
+                let _ = self.c.state.delete(record::key(&id)).await;
+                self.metrics.admission_rejections_total.inc();
+                return Err(SubmitError::Full(cap));
+            }
+            Err(e) => {
+                let _ = self.c.state.delete(record::key(&id)).await;
+                return Err(SubmitError::Unavailable(format!("the cluster's job queue: {e}")));
+            }
+        };
+        let _ = record::update(&self.c.state, &id, |j| {
+            j.seq = seq;
+            Change::Write(())
+        })
+        .await;
+        self.metrics.jobs_submitted_total.inc();
+        tracing::info!(job = %id, client = %job.client, seq, "job queued in the cluster");
+        let position = self.view().await.map(|v| v.queued().saturating_sub(1) as u32).unwrap_or(0);
+        self.publish_event(&id, StreamEvent::Queued { position }).await;
+        Ok(id)
+    }
+
+    async fn cancel(&self, id: &JobId) -> Result<Option<JobState>, Unavailable> {
+        enum Did {
+            Dequeued(u64),
+            Flagged,
+            Already(JobState),
+        }
+        let did = record::update(&self.c.state, id, |j| match j.record.state {
+            JobState::Queued => {
+                j.record.state = JobState::Cancelled;
+                Change::Write(Did::Dequeued(j.seq))
+            }
+            JobState::Running if !j.cancel => {
+                j.cancel = true;
+                Change::Write(Did::Flagged)
+            }
+            JobState::Running => Change::Keep(Did::Flagged),
+            s => Change::Keep(Did::Already(s)),
+        })
+        .await
+        .map_err(unavailable)?;
+        Ok(match did {
+            None => None,
+            Some(Did::Dequeued(seq)) => {
+                // Its message leaves the queue (a worker that took it meanwhile sees the state).
+                if seq > 0 {
+                    let _ = self.c.jobs.delete_message(seq).await;
+                }
+                self.metrics.jobs_finished_total.with_label_values(&["cancelled"]).inc();
+                self.publish_event(id, StreamEvent::Cancelled {}).await;
+                tracing::info!(job = %id, "queued job cancelled");
+                Some(JobState::Cancelled)
+            }
+            Some(Did::Flagged) => {
+                // The worker that runs it hears this at once (and reads the flag at its
+                // next heartbeat if it missed it).
+                let _ = self.c.client.publish(format!("yued.cancel.{id}"), Bytes::new()).await;
+                tracing::info!(job = %id, "cancel sent to the job's worker");
+                Some(JobState::Cancelled)
+            }
+            Some(Did::Already(s)) => Some(s),
+        })
+    }
+
+    async fn snapshot(&self) -> Result<QueueSnapshot, Unavailable> {
+        let v = match self.view().await {
+            Ok(v) => v,
+            Err(e) => {
+                return Ok(QueueSnapshot {
+                    queued: 0,
+                    running: vec![],
+                    cap: self.c.cfg.admission_cap,
+                    worker_ready: false,
+                    accepting: false,
+                    jobs_known: 0,
+                    clients_waiting: 0,
+                    results_stored: 0,
+                    results_bytes: 0,
+                    journal_error: Some(e.0),
+                })
+            }
+        };
+        let (bytes, count) = self.cache.usage();
+        let jobs_known = self.c.state.status().await.map(|s| s.values() as usize).unwrap_or(0);
+        Ok(QueueSnapshot {
+            queued: v.queued(),
+            running: v.workers.iter().flat_map(|w| w.jobs.iter().map(|j| j.to_string())).collect(),
+            cap: self.c.cfg.admission_cap,
+            worker_ready: !v.workers.is_empty(),
+            accepting: true,
+            jobs_known,
+            clients_waiting: v.clients,
+            results_stored: count,
+            results_bytes: bytes,
+            journal_error: None,
+        })
+    }
+}
+
+#[async_trait]
+impl JobStates for NatsBackend {
+    async fn status(&self, id: &JobId) -> Result<Option<JobStatus>, Unavailable> {
+        let Some((j, _)) = record::read(&self.c.state, id).await.map_err(Unavailable)? else { return Ok(None) };
+        Ok(Some(match j.record.state {
+            JobState::Queued => {
+                // Jobs ahead of it in the stream, less those already running: an estimate
+                // under the per-client fairness, exact for one client.
+                let position = match self.view().await {
+                    Ok(v) => (j.seq.saturating_sub(v.first_seq) as usize).saturating_sub(v.running()) as u32,
+                    Err(_) => 0,
+                };
+                JobStatus::queued(position)
+            }
+            JobState::Running => {
+                let mut s = match j.progress {
+                    Some((stage, done, total)) => {
+                        let mut s = JobStatus::running(stage, if total > 0 { done as f32 / total as f32 } else { 0.0 });
+                        if matches!(stage, Stage::Plan | Stage::Semantic) {
+                            s.tokens_done = Some(done);
+                            s.tokens_budget = Some(total);
+                        }
+                        s
+                    }
+                    None => JobStatus::new(JobState::Running, 0),
+                };
+                s.queue_position = 0;
+                s
+            }
+            JobState::Done => JobStatus::done(j.record.metrics.clone()),
+            JobState::Failed => JobStatus::failed(j.record.error.clone().unwrap_or_default()),
+            JobState::Cancelled => JobStatus::cancelled(),
+        }))
+    }
+
+    async fn state(&self, id: &JobId) -> Result<Option<JobState>, Unavailable> {
+        Ok(record::read(&self.c.state, id).await.map_err(Unavailable)?.map(|(j, _)| j.record.state))
+    }
+
+    async fn family(&self, id: &JobId) -> Result<Option<Family>, Unavailable> {
+        Ok(record::read(&self.c.state, id).await.map_err(Unavailable)?.map(|(j, _)| j.record.request.family()))
+    }
+
+    async fn list(&self, client: &str) -> Result<JobList, Unavailable> {
+        let mut keys = self.c.state.keys().await.map_err(unavailable)?;
+        let mut jobs = Vec::new();
+        while let Some(k) = keys.next().await {
+            let Some(id) = k.ok().and_then(|k| k.strip_prefix("job.").and_then(|s| JobId::parse(s).ok())) else { continue };
+            if let Ok(Some((j, _))) = record::read(&self.c.state, &id).await {
+                if j.record.client == client {
+                    let r = j.record;
+                    jobs.push(JobListEntry {
+                        id: r.id.clone(),
+                        family: r.request.family(),
+                        status: r.state,
+                        submitted_ms: r.submitted_ms,
+                        request: if r.vae.is_some() { None } else { serde_json::to_value(&r.request).ok() },
+                    });
+                }
+            }
+        }
+        jobs.sort_by_key(|j| (j.submitted_ms, j.id.to_u64()));
+        Ok(JobList { jobs })
+    }
+}
+
+#[async_trait]
+impl TileBus for NatsBackend {
+    async fn subscribe(&self, id: &JobId, codec: StreamCodec) -> Result<Option<Subscription>, Unavailable> {
+        match record::read(&self.c.state, id).await.map_err(Unavailable)? {
+            // An ended job is answered from its result, as on a single node.
+            Some((j, _)) if !j.record.state.is_terminal() => tiles::listen(&self.c.js, id, codec).await.map(Some).map_err(Unavailable),
+            _ => Ok(None),
+        }
+    }
+}
+
+#[async_trait]
+impl ResultFiles for NatsBackend {
+    async fn parts(&self, id: &JobId) -> Option<Vec<(PathBuf, String)>> {
+        if let Some(p) = self.cache.parts(id) {
+            return Some(p);
+        }
+        let (j, _) = record::read(&self.c.state, id).await.ok()??;
+        if j.record.state != JobState::Done || j.parts.is_empty() {
+            return None;
+        }
+        let mut files = Vec::new();
+        for p in &j.parts {
+            let mut obj =
+                self.c.results.get(record::result_object(id, &p.file)).await.map_err(|e| tracing::warn!(job = %id, file = %p.file, error = %e, "a result file is not in the cluster")).ok()?;
+            let mut data = Vec::new();
+            obj.read_to_end(&mut data).await.map_err(|e| tracing::warn!(job = %id, file = %p.file, error = %e, "reading a result file from the cluster")).ok()?;
+            files.push((p.file.clone(), p.content_type.clone(), data));
+        }
+        self.cache.save(id, files).map_err(|e| tracing::warn!(job = %id, error = %e, "caching a result")).ok()?;
+        self.cache.parts(id)
+    }
+}

@@ -1,0 +1,120 @@
+//! A job's state in the cluster: one KV entry (`job.<id>`), read by any API node and
+//! written with compare-and-set, so that of two writers racing (a cancel and a claim, two
+//! workers after a redelivery) one wins and the other reads again; a worker that has lost
+//! a job to another finds its owner changed and stops writing it.
+use crate::{retry, RETRY_WITHIN};
+use async_nats::jetstream::kv;
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use yued_actors::journal::JobRecord;
+use yued_actors::results::ResultPart;
+use yued_protocol::{JobId, Stage};
+
+/// Everything the cluster keeps about a job.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ClusterJob {
+    /// What a single node journals: request, state, codes, outcome.
+    pub record: JobRecord,
+    /// The job's message in the jobs stream (a queued job's cancel deletes it).
+    #[serde(default)]
+    pub seq: u64,
+    /// The worker that runs (or last ran) it.
+    #[serde(default)]
+    pub owner: Option<String>,
+    /// Its start count (the delivery that the owner runs).
+    #[serde(default)]
+    pub attempt: u32,
+    /// The running job's stage and its step count.
+    #[serde(default)]
+    pub progress: Option<(Stage, u64, u64)>,
+    /// Cancel asked while it runs: its worker stops it.
+    #[serde(default)]
+    pub cancel: bool,
+    /// A done job's result files in the object store (`result.<id>.<file>`).
+    #[serde(default)]
+    pub parts: Vec<ResultPart>,
+    /// A `/vae` upload waiting in the object store for its worker.
+    #[serde(default)]
+    pub upload: Option<String>,
+}
+
+pub fn key(id: &JobId) -> String {
+    format!("job.{id}")
+}
+
+/// The object name of one result file.
+pub fn result_object(id: &JobId, file: &str) -> String {
+    format!("result.{id}.{file}")
+}
+
+/// A job's entry and its revision; `None` when unknown (or expired).
+pub async fn read(kv: &kv::Store, id: &JobId) -> Result<Option<(ClusterJob, u64)>, String> {
+    let e = retry("reading a job state", RETRY_WITHIN, || kv.entry(key(id))).await.map_err(|e| format!("the cluster's job states: {e}"))?;
+    match e {
+        Some(e) if e.operation == kv::Operation::Put => {
+            let job: ClusterJob = serde_json::from_slice(&e.value).map_err(|err| format!("job {id}: an unreadable state in the cluster: {err}"))?;
+            Ok(Some((job, e.revision)))
+        }
+        _ => Ok(None),
+    }
+}
+
+/// What a compare-and-set change decided.
+pub enum Change<T> {
+    /// Write the changed job, then answer `T`.
+    Write(T),
+    /// Leave it as it is, answer `T`.
+    Keep(T),
+}
+
+/// Reads the job, lets `f` change it, writes it if the revision is still the one read;
+/// on a lost race reads again. `Ok(None)`: the job is unknown.
+pub async fn update<T>(kv: &kv::Store, id: &JobId, mut f: impl FnMut(&mut ClusterJob) -> Change<T>) -> Result<Option<T>, String> {
+    for _ in 0..64 {
+        let Some((mut job, rev)) = read(kv, id).await? else { return Ok(None) };
+        match f(&mut job) {
+            Change::Keep(t) => return Ok(Some(t)),
+            Change::Write(t) => {
+                let value = Bytes::from(serde_json::to_vec(&job).expect("a job state serializes"));
+                match kv.update(key(id), value, rev).await {
+                    Ok(_) => return Ok(Some(t)),
+                    Err(e) if e.kind() == kv::UpdateErrorKind::WrongLastRevision => continue,
+                    Err(e) => {
+                        // A timeout may still have landed: read again and decide again.
+                        tracing::debug!(job = %id, error = %e, "a job state write failed; reading again");
+                        tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        }
+    }
+    Err(format!("job {id}: the cluster's job state kept changing under this write"))
+}
+
+/// Writes a new job's first state.
+pub async fn create(kv: &kv::Store, job: &ClusterJob) -> Result<(), String> {
+    let value = Bytes::from(serde_json::to_vec(job).expect("a job state serializes"));
+    kv.create(key(&job.record.id), value).await.map(|_| ()).map_err(|e| format!("the cluster's job states: {e}"))
+}
+
+/// The next job id, cluster-wide (a counter under compare-and-set).
+pub async fn next_id(kv: &kv::Store) -> Result<JobId, String> {
+    const KEY: &str = "next_id";
+    for _ in 0..256 {
+        let e = retry("reading the id counter", RETRY_WITHIN, || kv.entry(KEY)).await.map_err(|e| format!("the cluster's id counter: {e}"))?;
+        let (n, rev) = match e {
+            Some(e) if e.operation == kv::Operation::Put => (std::str::from_utf8(&e.value).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0), Some(e.revision)),
+            _ => (0, None),
+        };
+        let next = n + 1;
+        let value = Bytes::from(next.to_string());
+        let ok = match rev {
+            Some(rev) => kv.update(KEY, value, rev).await.is_ok(),
+            None => kv.create(KEY, value).await.is_ok(),
+        };
+        if ok {
+            return Ok(JobId::from_u64(next));
+        }
+    }
+    Err("the cluster's id counter is contended beyond reason".into())
+}

@@ -1,0 +1,202 @@
+//! The tile bus on JetStream: a job's stream is the subject `yued.tiles.<id>` of the
+//! `YUED_TILES` stream. Each message is one hub item: an event (its JSON text), a tile
+//! (its s16 bytes then its Ogg Opus pages, the layout in a header) or the Opus stream's
+//! last pages. Tiles carry the message id `<job>:t<track>.<index>`, so the same tile sent
+//! again by the worker that took over a job is dropped by the server as a duplicate.
+//!
+//! A listener is an ordered consumer of its job's subject from the first message: it hears
+//! the stream from the start (a late joiner too) and then live, and a slow one lags only in
+//! its own consumer, since the forwarding task waits for its listener.
+use crate::{retry, RETRY_WITHIN};
+use async_nats::jetstream::{self, consumer};
+use async_nats::HeaderMap;
+use bytes::Bytes;
+use futures_util::StreamExt;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use yued_actors::hub::{EncodedTile, HubItem, StreamHub, StreamItem, Subscription, LISTENER_BACKLOG};
+use yued_protocol::{JobId, StreamCodec, StreamEvent};
+
+const KIND: &str = "yued-kind";
+const TILE: &str = "yued-tile";
+const PART: &str = "yued-part";
+/// Tiles are cut into messages of at most this many bytes (a server's default
+/// `max_payload` is 1 MiB; a YuE2 tile of s16 is about 1.2 MB).
+pub const PART_BYTES: usize = 256 * 1024;
+
+pub fn subject(id: &JobId) -> String {
+    format!("yued.tiles.{id}")
+}
+
+/// A hub item as a message: its headers and payload.
+pub fn encode(item: &HubItem) -> (HeaderMap, Bytes) {
+    let mut h = HeaderMap::new();
+    match item {
+        HubItem::Event(e) => {
+            h.insert(KIND, "event");
+            (h, Bytes::from(e.to_text()))
+        }
+        HubItem::Tile(t) => {
+            h.insert(KIND, "tile");
+            h.insert(TILE, format!("{},{},{},{},{},{},{}", t.track, t.index, t.start_sample, t.sample_rate, t.channels, t.samples, t.pcm16.len()).as_str());
+            let mut b = Vec::with_capacity(t.pcm16.len() + t.opus_pages.len());
+            b.extend_from_slice(&t.pcm16);
+            b.extend_from_slice(&t.opus_pages);
+            (h, Bytes::from(b))
+        }
+        HubItem::OpusTail(pages) => {
+            h.insert(KIND, "end");
+            (h, pages.clone())
+        }
+    }
+}
+
+/// A message back into a hub item; `None` for one this release cannot read.
+pub fn decode(headers: Option<&HeaderMap>, payload: &Bytes) -> Option<HubItem> {
+    let h = headers?;
+    match h.get(KIND)?.as_str() {
+        "event" => StreamEvent::from_text(std::str::from_utf8(payload).ok()?).ok().map(HubItem::Event),
+        "end" => Some(HubItem::OpusTail(payload.clone())),
+        "tile" => {
+            let f: Vec<u64> = h.get(TILE)?.as_str().split(',').map(|v| v.parse().ok()).collect::<Option<_>>()?;
+            let [track, index, start_sample, sample_rate, channels, samples, pcm_len] = f[..] else { return None };
+            let pcm_len = pcm_len as usize;
+            if pcm_len > payload.len() {
+                return None;
+            }
+            Some(HubItem::Tile(EncodedTile {
+                track: track as u32,
+                index: index as u32,
+                start_sample,
+                sample_rate: sample_rate as u32,
+                channels: channels as usize,
+                samples,
+                pcm16: payload.slice(..pcm_len),
+                opus_pages: payload.slice(pcm_len..),
+            }))
+        }
+        _ => None,
+    }
+}
+
+/// The message id that makes a re-send of the item a duplicate: tiles and the stream's
+/// end by their place in the song, the terminal event as the job's last word; other events
+/// (progress, score) by `fallback`, unique to one publish.
+pub fn message_id(id: &JobId, item: &HubItem, fallback: &str) -> String {
+    match item {
+        HubItem::Tile(t) => format!("{id}:t{}.{}", t.track, t.index),
+        HubItem::OpusTail(_) => format!("{id}:end"),
+        HubItem::Event(e) if e.is_terminal() => format!("{id}:final"),
+        HubItem::Event(StreamEvent::Queued { .. }) => format!("{id}:queued"),
+        HubItem::Event(_) => format!("{id}:{fallback}"),
+    }
+}
+
+/// Publishes one item of a job's stream (a large tile as several parts, each its own
+/// message id) and waits for the server to store it, retrying through a server restart.
+pub async fn publish(js: &jetstream::Context, id: &JobId, item: &HubItem, msg_id: &str) -> Result<(), String> {
+    let (headers, payload) = encode(item);
+    let n = payload.len().div_ceil(PART_BYTES).max(1);
+    for i in 0..n {
+        let mut headers = headers.clone();
+        let part = payload.slice(i * PART_BYTES..((i + 1) * PART_BYTES).min(payload.len()));
+        if n > 1 {
+            headers.insert(PART, format!("{i}/{n}").as_str());
+            headers.insert("Nats-Msg-Id", format!("{msg_id}.p{i}").as_str());
+        } else {
+            headers.insert("Nats-Msg-Id", msg_id);
+        }
+        retry("publishing a tile", RETRY_WITHIN, || {
+            let (headers, part) = (headers.clone(), part.clone());
+            async move { js.publish_with_headers(subject(id), headers, part).await?.await.map(|_| ()).map_err(|e| async_nats::Error::from(e.to_string())) }
+        })
+        .await
+        .map_err(|e| format!("job {id}: the cluster's tile stream: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Puts the parts of cut tiles back together. The parts of one tile arrive in order, but
+/// other events may come between them (a worker that took the job over re-sends its
+/// progress events while the server drops the tile parts it already has).
+#[derive(Default)]
+struct Parts {
+    tile: String,
+    got: Vec<Bytes>,
+}
+
+impl Parts {
+    /// The whole item once its last part is in; items that are not parts pass through.
+    fn take(&mut self, headers: Option<&HeaderMap>, payload: &Bytes) -> Option<(HeaderMap, Bytes)> {
+        let h = headers?;
+        let Some(part) = h.get(PART) else { return Some((h.clone(), payload.clone())) };
+        let (i, n) = part.as_str().split_once('/')?;
+        let (i, n): (usize, usize) = (i.parse().ok()?, n.parse().ok()?);
+        let tile = h.get(TILE).map(|v| v.to_string()).unwrap_or_default();
+        if i == 0 || tile != self.tile {
+            self.tile = tile;
+            self.got.clear();
+        }
+        if i != self.got.len() {
+            return None; // a part out of its place: the tile cannot be whole
+        }
+        self.got.push(payload.clone());
+        if self.got.len() < n {
+            return None;
+        }
+        let whole: Vec<u8> = self.got.drain(..).flat_map(|b| b.to_vec()).collect();
+        let mut h = h.clone();
+        h.insert(PART, "");
+        Some((h, Bytes::from(whole)))
+    }
+}
+
+/// A listener on a job's stream, from its first message: the same items in the same order
+/// as the single node's hub gives (a format event before the first tile), to the terminal
+/// event.
+pub async fn listen(js: &jetstream::Context, id: &JobId, codec: StreamCodec) -> Result<Subscription, String> {
+    let stream = retry("opening the tile stream", RETRY_WITHIN, || js.get_stream(crate::TILES_STREAM)).await.map_err(|e| format!("the cluster's tile stream: {e}"))?;
+    let consumer = stream
+        .create_consumer(consumer::pull::OrderedConfig { filter_subject: subject(id), deliver_policy: consumer::DeliverPolicy::All, ..Default::default() })
+        .await
+        .map_err(|e| format!("a listener on job {id}: {e}"))?;
+    let mut messages = consumer.messages().await.map_err(|e| format!("a listener on job {id}: {e}"))?;
+    let (tx, rx) = tokio::sync::mpsc::channel(LISTENER_BACKLOG);
+    let ended = Arc::new(AtomicBool::new(false));
+    let end = ended.clone();
+    let job = id.clone();
+    tokio::spawn(async move {
+        let mut seen_tile = false;
+        let mut parts = Parts::default();
+        while let Some(m) = messages.next().await {
+            let m = match m {
+                Ok(m) => m,
+                Err(e) => {
+                    tracing::debug!(job = %job, error = %e, "tile listener: a consumer error (it resumes where it was)");
+                    continue;
+                }
+            };
+            let Some((headers, payload)) = parts.take(m.headers.as_ref(), &m.payload) else { continue };
+            let Some(item) = decode(Some(&headers), &payload) else { continue };
+            let first = matches!(item, HubItem::Tile(..)) && !seen_tile;
+            seen_tile |= matches!(item, HubItem::Tile(..));
+            let terminal = matches!(&item, HubItem::Event(e) if e.is_terminal());
+            for it in StreamHub::items(&item, codec, first) {
+                // Waiting here is the back-pressure: a slow listener lags in its own consumer.
+                if tx.send(it).await.is_err() {
+                    return;
+                }
+            }
+            if terminal {
+                end.store(true, Ordering::Release);
+                return;
+            }
+        }
+    });
+    Ok(Subscription { rx, ended })
+}
+
+/// Whether an item is what the listener's socket shows as a terminal event.
+pub fn is_terminal(item: &StreamItem) -> bool {
+    matches!(item, StreamItem::Text(t) if StreamEvent::from_text(t).is_ok_and(|e| e.is_terminal()))
+}

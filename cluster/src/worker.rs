@@ -1,0 +1,498 @@
+//! A worker node: today's single-node pipeline (scheduler, stages, hub, results folder)
+//! fed from the cluster instead of from HTTP.
+//!
+//! Per free slot it pulls one job, fairly between clients (the client whose jobs were
+//! served longest ago first; one durable consumer per client subject). It claims the job
+//! in the state bucket with compare-and-set (owner, attempt), runs it in its own pipeline
+//! under the cluster's job id and with the codes the state already holds (a job resumed
+//! after another worker died takes the replay path), and while it runs:
+//! - forwards the job's stream to the tile bus (tiles deduplicate by their place);
+//! - every heartbeat tells the server the job is in progress (so it is not redelivered),
+//!   and writes its progress and any new codes into the state, as long as it still owns
+//!   the job: a worker that finds another owner stops the job and writes nothing more;
+//! - listens for the job's cancel.
+//!
+//! At the end it uploads the result to the object store, writes the final state, publishes
+//! the terminal event and acknowledges the message. A worker that dies does none of that:
+//! the server redelivers the job after `ack_wait`, and after `max_attempts` starts the job
+//! fails with a message that says why.
+use crate::metrics::ClusterMetrics;
+use crate::record::{self, Change, ClusterJob};
+use crate::{key_safe, retry, tiles, Cluster, RETRY_WITHIN};
+use actix::Addr;
+use async_nats::jetstream::{self, consumer};
+use bytes::Bytes;
+use futures_util::StreamExt;
+use serde::{Deserialize, Serialize};
+use std::collections::HashSet;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+use tokio::io::AsyncWriteExt;
+use yued_actors::hub::{HubItem, StreamHub, Tap};
+use yued_actors::journal::VaeTask;
+use yued_actors::results::{now_ms, ResultPart, ResultStore};
+use yued_actors::scheduler::{Cancel, GetRecord, Scheduler, Submit};
+use yued_protocol::{JobId, JobState, StreamEvent};
+
+/// What a worker reports of itself in the workers bucket at every heartbeat.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerInfo {
+    pub node: String,
+    pub jobs: Vec<JobId>,
+    pub slots: usize,
+    pub at_ms: u64,
+}
+
+pub struct Worker {
+    c: Arc<Cluster>,
+    scheduler: Addr<Scheduler>,
+    hub: Addr<StreamHub>,
+    results: Arc<ResultStore>,
+    uploads: PathBuf,
+    slots: usize,
+    running: Mutex<HashSet<JobId>>,
+    metrics: ClusterMetrics,
+    stop: tokio::sync::watch::Receiver<bool>,
+}
+
+/// Stops a worker: it takes no new job, and hands its running ones back to the cluster at
+/// once (another worker resumes them).
+pub struct StopHandle(tokio::sync::watch::Sender<bool>);
+
+impl StopHandle {
+    pub fn stop(&self) {
+        let _ = self.0.send(true);
+    }
+}
+
+/// Starts the worker's loops on the current runtime.
+pub fn start(c: Arc<Cluster>, scheduler: Addr<Scheduler>, hub: Addr<StreamHub>, results: Arc<ResultStore>, uploads: PathBuf, metrics: ClusterMetrics) -> StopHandle {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    let w = Arc::new(Worker { c, scheduler, hub, results, uploads, slots: 1, running: Mutex::new(HashSet::new()), metrics, stop: rx });
+    tokio::spawn(w.clone().pull_loop());
+    tokio::spawn(w.heartbeat_loop());
+    StopHandle(tx)
+}
+
+/// Whether this worker still owns the job it writes.
+enum Own {
+    Kept { cancel: bool },
+    Lost,
+}
+
+impl Worker {
+    fn node(&self) -> &str {
+        &self.c.cfg.node
+    }
+
+    fn stopping(&self) -> bool {
+        *self.stop.borrow()
+    }
+
+    async fn heartbeat_loop(self: Arc<Self>) {
+        let key = key_safe(self.node());
+        loop {
+            let jobs: Vec<JobId> = self.running.lock().unwrap().iter().cloned().collect();
+            let info = WorkerInfo { node: self.node().to_string(), jobs, slots: self.slots, at_ms: now_ms() };
+            if self.stopping() {
+                let _ = self.c.workers.delete(&key).await;
+                return;
+            }
+            if let Err(e) = self.c.workers.put(&key, Bytes::from(serde_json::to_vec(&info).expect("serializes"))).await {
+                tracing::warn!(error = %e, "the worker's heartbeat did not reach the cluster");
+            }
+            tokio::time::sleep(crate::HEARTBEAT).await;
+        }
+    }
+
+    async fn pull_loop(self: Arc<Self>) {
+        tracing::info!(node = %self.node(), slots = self.slots, "worker pulling jobs");
+        loop {
+            if self.stopping() {
+                return;
+            }
+            if self.running.lock().unwrap().len() >= self.slots {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            }
+            match self.next_message().await {
+                Ok(Some(msg)) => {
+                    let id = std::str::from_utf8(&msg.payload).ok().and_then(|s| JobId::parse(s).ok());
+                    let Some(id) = id else {
+                        tracing::error!("a message in the jobs stream that is not a job id: dropped");
+                        let _ = msg.ack_with(jetstream::AckKind::Term).await;
+                        continue;
+                    };
+                    self.running.lock().unwrap().insert(id.clone());
+                    let me = self.clone();
+                    tokio::spawn(async move {
+                        let span = tracing::info_span!("job", job = %id);
+                        let _ = tracing::Instrument::instrument(me.clone().run(id.clone(), msg), span).await;
+                        me.running.lock().unwrap().remove(&id);
+                    });
+                }
+                Ok(None) => tokio::time::sleep(Duration::from_millis(250)).await,
+                Err(e) => {
+                    tracing::warn!(error = %e, "pulling from the cluster's job queue");
+                    tokio::time::sleep(Duration::from_secs(1)).await;
+                }
+            }
+        }
+    }
+
+    /// The next job for this worker: the clients with messages in the stream, the one
+    /// served longest ago first.
+    async fn next_message(&self) -> Result<Option<jetstream::Message>, String> {
+        let mut subjects = Vec::new();
+        let mut info = self.c.jobs.info_with_subjects("yued.jobs.*").await.map_err(|e| e.to_string())?;
+        while let Some(s) = info.next().await {
+            let (subject, count) = s.map_err(|e| e.to_string())?;
+            if count > 0 {
+                subjects.push(subject);
+            }
+        }
+        let mut order = Vec::new();
+        for subject in subjects {
+            let token = subject.rsplit('.').next().unwrap_or_default().to_string();
+            let served = match self.c.state.get(format!("fair.{token}")).await {
+                Ok(Some(v)) => std::str::from_utf8(&v).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0),
+                _ => 0,
+            };
+            order.push((served, subject, token));
+        }
+        order.sort();
+        for (_, subject, token) in order {
+            let name = format!("w-{token}");
+            let consumer: consumer::PullConsumer = self
+                .c
+                .jobs
+                .get_or_create_consumer(
+                    &name,
+                    consumer::pull::Config {
+                        durable_name: Some(name.clone()),
+                        filter_subject: subject,
+                        ack_policy: consumer::AckPolicy::Explicit,
+                        ack_wait: self.c.cfg.ack_wait,
+                        // One delivery more than the starts: the last only records the failure.
+                        max_deliver: self.c.cfg.max_attempts as i64 + 1,
+                        inactive_threshold: Duration::from_secs(3600),
+                        ..Default::default()
+                    },
+                )
+                .await
+                .map_err(|e| e.to_string())?;
+            let mut batch = consumer.fetch().max_messages(1).messages().await.map_err(|e| e.to_string())?;
+            if let Some(m) = batch.next().await {
+                let m = m.map_err(|e| e.to_string())?;
+                let _ = self.c.state.put(format!("fair.{token}"), Bytes::from(now_ms().to_string())).await;
+                return Ok(Some(m));
+            }
+        }
+        Ok(None)
+    }
+
+    /// Writes the job's state if this worker still owns it (same owner, same attempt).
+    async fn write_own(&self, id: &JobId, attempt: u32, mut f: impl FnMut(&mut ClusterJob)) -> Result<Own, String> {
+        let me = self.node().to_string();
+        let r = record::update(&self.c.state, id, |j| {
+            if j.owner.as_deref() != Some(me.as_str()) || j.attempt != attempt {
+                return Change::Keep(Own::Lost);
+            }
+            f(j);
+            Change::Write(Own::Kept { cancel: j.cancel })
+        })
+        .await?;
+        Ok(r.unwrap_or(Own::Lost))
+    }
+
+    async fn run(self: Arc<Self>, id: JobId, msg: jetstream::Message) {
+        let delivered = msg.info().map(|i| i.delivered.max(1) as u32).unwrap_or(1);
+        let max = self.c.cfg.max_attempts;
+        let me = self.node().to_string();
+        enum Claim {
+            Run(Box<ClusterJob>),
+            Skip,
+            Ended(StreamEvent),
+        }
+        let claim = record::update(&self.c.state, &id, |j| {
+            if j.record.state.is_terminal() {
+                return Change::Keep(Claim::Skip);
+            }
+            if j.cancel {
+                j.record.state = JobState::Cancelled;
+                return Change::Write(Claim::Ended(StreamEvent::Cancelled {}));
+            }
+            if delivered > max {
+                let error = format!(
+                    "the job was started {max} times and each time the worker running it stopped answering (killed, crashed or cut off; the last was {}); it is not started again",
+                    j.owner.as_deref().unwrap_or("unknown")
+                );
+                j.record.state = JobState::Failed;
+                j.record.error = Some(error.clone());
+                return Change::Write(Claim::Ended(StreamEvent::Failed { error }));
+            }
+            j.owner = Some(me.clone());
+            j.attempt = delivered;
+            j.record.state = JobState::Running;
+            j.progress = None;
+            Change::Write(Claim::Run(Box::new(j.clone())))
+        })
+        .await;
+        let job = match claim {
+            Err(e) => {
+                // Not acknowledged: the cluster gives it to a worker again later.
+                tracing::error!(error = %e, "claiming a job");
+                return;
+            }
+            Ok(None) => {
+                tracing::warn!("a queued job without a state (expired?): dropped");
+                let _ = msg.ack().await;
+                return;
+            }
+            Ok(Some(Claim::Skip)) => {
+                let _ = msg.ack().await;
+                return;
+            }
+            Ok(Some(Claim::Ended(event))) => {
+                tracing::info!(event = %event.to_text(), "job ended without running");
+                self.finish_message(&id, event, &msg, None).await;
+                return;
+            }
+            Ok(Some(Claim::Run(job))) => job,
+        };
+        if delivered > 1 {
+            self.metrics.redeliveries_total.inc();
+            tracing::warn!(attempt = delivered, codes = job.record.songs.len(), "resuming a job whose worker stopped answering");
+        } else {
+            tracing::info!("job claimed");
+        }
+        let attempt = delivered;
+        let mut cancels = match self.c.client.subscribe(format!("yued.cancel.{id}")).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cancel subscription (the heartbeat still reads the flag)");
+                None
+            }
+        };
+        // A /vae job's upload comes from the object store.
+        let vae = match (&job.record.vae, &job.upload) {
+            (Some(task), Some(object)) => match self.fetch_upload(&id, object).await {
+                Ok(path) => Some(VaeTask { op: task.op, input: path }),
+                Err(e) => {
+                    self.fail(&id, attempt, &msg, format!("the job's upload could not be fetched from the cluster: {e}")).await;
+                    return;
+                }
+            },
+            _ => None,
+        };
+        let submit = Submit { client: job.record.client.clone(), request: job.record.request.clone(), vae, id: Some(id.clone()), songs: job.record.songs.clone() };
+        match self.scheduler.send(submit).await {
+            Ok(Ok(_)) => {}
+            other => {
+                tracing::error!(result = ?other.map(|r| r.map(|_| ()).map_err(|e| e.to_string())), "the local pipeline did not take the job: handing it back");
+                let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
+                return;
+            }
+        }
+        let Some(mut tap) = self.hub.send(Tap(id.clone())).await.ok().flatten() else {
+            tracing::error!("the local stream of the job is gone: handing it back");
+            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
+            return;
+        };
+        let msg = Arc::new(msg);
+        let lost = Arc::new(AtomicBool::new(false));
+        let beat = tokio::spawn(self.clone().job_heartbeat(id.clone(), attempt, msg.clone(), lost.clone(), job.record.songs.len()));
+        let mut stop = self.stop.clone();
+        let mut n = 0u64;
+        let terminal = loop {
+            tokio::select! {
+                item = tap.recv() => match item {
+                    None => break None,
+                    Some(HubItem::Event(StreamEvent::Queued { .. })) => {}
+                    Some(HubItem::Event(e)) if e.is_terminal() => break Some(e),
+                    Some(item) => {
+                        n += 1;
+                        let msg_id = tiles::message_id(&id, &item, &format!("a{attempt}.{n}"));
+                        if let Err(e) = tiles::publish(&self.c.js, &id, &item, &msg_id).await {
+                            tracing::error!(error = %e, "a stream item was lost");
+                        }
+                    }
+                },
+                Some(_) = async { match cancels.as_mut() { Some(s) => s.next().await, None => std::future::pending().await } } => {
+                    tracing::info!("cancel received");
+                    self.scheduler.do_send(Cancel(id.clone()));
+                }
+                _ = stop.changed() => {
+                    // This node is stopping: the job goes back to the cluster at once.
+                    beat.abort();
+                    tracing::info!("worker stopping: job handed back to the cluster");
+                    let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
+                    return;
+                }
+            }
+        };
+        beat.abort();
+        if lost.load(Ordering::Acquire) {
+            self.metrics.jobs_lost_total.inc();
+            tracing::warn!("another worker owns the job now: this one stopped it and writes nothing");
+            return;
+        }
+        let Some(event) = terminal else {
+            tracing::error!("the local stream ended without a final event: handing the job back");
+            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
+            return;
+        };
+        // The local record holds the outcome (written before the event was published).
+        let record = self.scheduler.send(GetRecord(id.clone())).await.ok().flatten().map(|(r, _)| r);
+        let mut parts = Vec::new();
+        if matches!(event, StreamEvent::Done { .. }) {
+            match self.upload_result(&id).await {
+                Ok(p) => parts = p,
+                Err(e) => {
+                    self.fail(&id, attempt, &msg, format!("the result could not be stored in the cluster: {e}")).await;
+                    return;
+                }
+            }
+        }
+        let state = match &event {
+            StreamEvent::Done { .. } => JobState::Done,
+            StreamEvent::Cancelled {} => JobState::Cancelled,
+            _ => JobState::Failed,
+        };
+        let own = self
+            .write_own(&id, attempt, |j| {
+                j.record.state = state;
+                j.progress = None;
+                j.parts = parts.clone();
+                if let Some(r) = &record {
+                    j.record.songs = r.songs.clone();
+                    j.record.metrics = r.metrics.clone();
+                    j.record.tracks = r.tracks;
+                    j.record.audio_seconds = r.audio_seconds;
+                    j.record.error = r.error.clone();
+                    j.record.resumed = r.resumed;
+                }
+                if let StreamEvent::Failed { error } = &event {
+                    j.record.error = Some(error.clone());
+                }
+            })
+            .await;
+        match own {
+            Ok(Own::Kept { .. }) => {}
+            Ok(Own::Lost) => {
+                self.metrics.jobs_lost_total.inc();
+                tracing::warn!("the job was taken over before its end was written: this worker's outcome is dropped");
+                return;
+            }
+            Err(e) => {
+                tracing::error!(error = %e, "the job's final state could not be written: it will run again elsewhere");
+                return;
+            }
+        }
+        self.results.remove(&id);
+        tracing::info!(state = state.as_str(), "job finished in the cluster");
+        self.finish_message(&id, event, &msg, job.upload.as_deref()).await;
+    }
+
+    /// The job's last word: its terminal event on the tile bus, then the acknowledgement
+    /// that takes its message out of the queue.
+    async fn finish_message(&self, id: &JobId, event: StreamEvent, msg: &jetstream::Message, upload: Option<&str>) {
+        let item = HubItem::Event(event);
+        if let Err(e) = tiles::publish(&self.c.js, id, &item, &tiles::message_id(id, &item, "final")).await {
+            tracing::error!(job = %id, error = %e, "the final event could not be published");
+        }
+        if let Err(e) = retry("acknowledging a job", RETRY_WITHIN, || msg.double_ack()).await {
+            tracing::error!(job = %id, error = %e, "the job's message could not be acknowledged (it may be delivered again, and then skipped)");
+        }
+        if let Some(object) = upload {
+            let _ = self.c.results.delete(object).await;
+        }
+    }
+
+    async fn fail(&self, id: &JobId, attempt: u32, msg: &jetstream::Message, error: String) {
+        tracing::error!(job = %id, %error, "job failed");
+        self.scheduler.do_send(Cancel(id.clone()));
+        let e2 = error.clone();
+        if let Ok(Own::Kept { .. }) = self
+            .write_own(id, attempt, |j| {
+                j.record.state = JobState::Failed;
+                j.record.error = Some(e2.clone());
+            })
+            .await
+        {
+            self.finish_message(id, StreamEvent::Failed { error }, msg, None).await;
+        }
+    }
+
+    /// Every beat while the job runs: "in progress" to the server, progress and new codes
+    /// to the state; a cancel flag or a new owner stops the local job.
+    async fn job_heartbeat(self: Arc<Self>, id: JobId, attempt: u32, msg: Arc<jetstream::Message>, lost: Arc<AtomicBool>, mut songs_known: usize) {
+        let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
+        let mut cancelled = false;
+        loop {
+            tokio::time::sleep(period).await;
+            if let Err(e) = msg.ack_with(jetstream::AckKind::Progress).await {
+                tracing::warn!(job = %id, error = %e, "the in-progress report did not reach the cluster");
+            }
+            let Some((record, progress)) = self.scheduler.send(GetRecord(id.clone())).await.ok().flatten() else { continue };
+            let new_songs = (record.songs.len() != songs_known).then(|| record.songs.clone());
+            let own = self
+                .write_own(&id, attempt, |j| {
+                    j.progress = progress.map(|(s, d, t)| (s, d as u64, t as u64));
+                    if let Some(songs) = &new_songs {
+                        // The codes are journaled in the cluster: a worker that takes the job
+                        // over resumes from them.
+                        j.record.songs = songs.clone();
+                    }
+                })
+                .await;
+            match own {
+                Ok(Own::Kept { cancel }) => {
+                    if new_songs.is_some() {
+                        songs_known = record.songs.len();
+                        tracing::info!(job = %id, codes = songs_known, "codes journaled in the cluster");
+                    }
+                    if cancel && !cancelled {
+                        cancelled = true;
+                        self.scheduler.do_send(Cancel(id.clone()));
+                    }
+                }
+                Ok(Own::Lost) => {
+                    lost.store(true, Ordering::Release);
+                    self.scheduler.do_send(Cancel(id.clone()));
+                    return;
+                }
+                Err(e) => tracing::warn!(job = %id, error = %e, "the job's progress could not be written"),
+            }
+        }
+    }
+
+    async fn fetch_upload(&self, id: &JobId, object: &str) -> Result<PathBuf, String> {
+        std::fs::create_dir_all(&self.uploads).map_err(|e| e.to_string())?;
+        let path = self.uploads.join(format!("{id}.cluster-upload"));
+        let mut obj = self.c.results.get(object).await.map_err(|e| e.to_string())?;
+        let mut f = tokio::fs::File::create(&path).await.map_err(|e| e.to_string())?;
+        tokio::io::copy(&mut obj, &mut f).await.map_err(|e| e.to_string())?;
+        f.flush().await.map_err(|e| e.to_string())?;
+        Ok(path)
+    }
+
+    /// Puts each file of the local result in the object store; their names and types.
+    async fn upload_result(&self, id: &JobId) -> Result<Vec<ResultPart>, String> {
+        let parts = self.results.parts(id).ok_or("the local result is missing")?;
+        let mut out = Vec::new();
+        for (path, content_type) in parts {
+            let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+            let name = record::result_object(id, &file);
+            retry("storing a result file", RETRY_WITHIN, || async {
+                let mut f = tokio::fs::File::open(&path).await.map_err(|e| e.to_string())?;
+                self.c.results.put(name.as_str(), &mut f).await.map(|_| ()).map_err(|e| e.to_string())
+            })
+            .await?;
+            out.push(ResultPart { file, content_type });
+        }
+        Ok(out)
+    }
+}
