@@ -279,7 +279,7 @@ impl Config {
         if self.role != "all" && self.cluster.is_empty() {
             return bad("role", "api and worker are cluster roles: give --cluster nats://HOST:PORT");
         }
-        if !self.cluster.is_empty() && !(self.cluster.starts_with("nats://") || self.cluster.starts_with("tls://")) {
+        if !(self.cluster.is_empty() || self.cluster.starts_with("nats://") || self.cluster.starts_with("tls://")) {
             return bad("cluster", "must be a NATS address, nats://HOST:PORT");
         }
         if self.cluster_ack_wait_secs < 2 {
