@@ -341,7 +341,7 @@ impl TileBus for NatsBackend {
     async fn subscribe(&self, id: &JobId, codec: StreamCodec) -> Result<Option<Subscription>, Unavailable> {
         match record::read(&self.c.state, id).await.map_err(Unavailable)? {
             // An ended job is answered from its result, as on a single node.
-            Some((j, _)) if !j.record.state.is_terminal() => tiles::listen(&self.c.js, id, codec).await.map(Some).map_err(Unavailable),
+            Some((j, _)) if !j.record.state.is_terminal() => tiles::listen(&self.c.js, id, codec, self.cluster_metrics.tile_latency_seconds.clone()).await.map(Some).map_err(Unavailable),
             _ => Ok(None),
         }
     }

@@ -1,7 +1,7 @@
 //! The cluster's own figures, on the node's registry beside the per-node `yued_` metrics:
 //! every node reports what it sees of the whole (queue depth, workers alive), so any one
 //! node's `/metrics` answers for the cluster.
-use prometheus::{IntCounter, IntGauge};
+use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge};
 use yued_actors::metrics::Metrics;
 
 #[derive(Clone)]
@@ -16,6 +16,8 @@ pub struct ClusterMetrics {
     pub redeliveries_total: IntCounter,
     /// Jobs this worker took and lost to another (it stopped writing them).
     pub jobs_lost_total: IntCounter,
+    /// From a tile leaving its worker's hub to its listener's task on this API node.
+    pub tile_latency_seconds: Histogram,
 }
 
 impl ClusterMetrics {
@@ -26,7 +28,13 @@ impl ClusterMetrics {
             workers_alive: IntGauge::new("yued_cluster_workers_alive", "Workers that reported within their heartbeat expiry").unwrap(),
             redeliveries_total: IntCounter::new("yued_cluster_redeliveries_total", "Jobs this worker resumed after another worker went silent on them").unwrap(),
             jobs_lost_total: IntCounter::new("yued_cluster_jobs_lost_total", "Jobs this worker stopped because another worker had taken them over").unwrap(),
+            tile_latency_seconds: Histogram::with_opts(
+                HistogramOpts::new("yued_cluster_tile_latency_seconds", "From a tile leaving its worker's pipeline to a listener on this API node, through JetStream")
+                    .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16).unwrap()),
+            )
+            .unwrap(),
         };
+        m.registry.register(Box::new(c.tile_latency_seconds.clone())).expect("a cluster histogram registers once");
         for g in [&c.queue_depth, &c.jobs_running, &c.workers_alive] {
             m.registry.register(Box::new(g.clone())).expect("a cluster gauge registers once");
         }

@@ -20,6 +20,8 @@ use yued_protocol::{JobId, StreamCodec, StreamEvent};
 const KIND: &str = "yued-kind";
 const TILE: &str = "yued-tile";
 const PART: &str = "yued-part";
+/// Unix microseconds when the worker took the item from its pipeline.
+const SENT: &str = "yued-sent-us";
 /// Tiles are cut into messages of at most this many bytes (a server's default
 /// `max_payload` is 1 MiB; a YuE2 tile of s16 is about 1.2 MB).
 pub const PART_BYTES: usize = 256 * 1024;
@@ -95,7 +97,8 @@ pub fn message_id(id: &JobId, item: &HubItem, fallback: &str) -> String {
 /// Publishes one item of a job's stream (a large tile as several parts, each its own
 /// message id) and waits for the server to store it, retrying through a server restart.
 pub async fn publish(js: &jetstream::Context, id: &JobId, item: &HubItem, msg_id: &str) -> Result<(), String> {
-    let (headers, payload) = encode(item);
+    let (mut headers, payload) = encode(item);
+    headers.insert(SENT, now_us().to_string().as_str());
     let n = payload.len().div_ceil(PART_BYTES).max(1);
     for i in 0..n {
         let mut headers = headers.clone();
@@ -151,10 +154,14 @@ impl Parts {
     }
 }
 
+fn now_us() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_micros() as u64).unwrap_or(0)
+}
+
 /// A listener on a job's stream, from its first message: the same items in the same order
 /// as the single node's hub gives (a format event before the first tile), to the terminal
 /// event.
-pub async fn listen(js: &jetstream::Context, id: &JobId, codec: StreamCodec) -> Result<Subscription, String> {
+pub async fn listen(js: &jetstream::Context, id: &JobId, codec: StreamCodec, latency: prometheus::Histogram) -> Result<Subscription, String> {
     let stream = retry("opening the tile stream", RETRY_WITHIN, || js.get_stream(crate::TILES_STREAM)).await.map_err(|e| format!("the cluster's tile stream: {e}"))?;
     let consumer = stream
         .create_consumer(consumer::pull::OrderedConfig { filter_subject: subject(id), deliver_policy: consumer::DeliverPolicy::All, ..Default::default() })
@@ -178,6 +185,13 @@ pub async fn listen(js: &jetstream::Context, id: &JobId, codec: StreamCodec) -> 
             };
             let Some((headers, payload)) = parts.take(m.headers.as_ref(), &m.payload) else { continue };
             let Some(item) = decode(Some(&headers), &payload) else { continue };
+            // Live tiles only: one replayed for a late joiner waited in the stream on purpose.
+            if let (HubItem::Tile(_), Some(sent)) = (&item, headers.get(SENT).and_then(|v| v.as_str().parse::<u64>().ok())) {
+                let age = now_us().saturating_sub(sent) as f64 / 1e6;
+                if m.info().map(|i| i.pending == 0).unwrap_or(false) {
+                    latency.observe(age);
+                }
+            }
             let first = matches!(item, HubItem::Tile(..)) && !seen_tile;
             seen_tile |= matches!(item, HubItem::Tile(..));
             let terminal = matches!(&item, HubItem::Event(e) if e.is_terminal());
@@ -199,4 +213,84 @@ pub async fn listen(js: &jetstream::Context, id: &JobId, codec: StreamCodec) -> 
 /// Whether an item is what the listener's socket shows as a terminal event.
 pub fn is_terminal(item: &StreamItem) -> bool {
     matches!(item, StreamItem::Text(t) if StreamEvent::from_text(t).is_ok_and(|e| e.is_terminal()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tile(pcm: usize, opus: usize) -> HubItem {
+        HubItem::Tile(EncodedTile {
+            track: 1,
+            index: 7,
+            start_sample: 1234,
+            sample_rate: 48000,
+            channels: 2,
+            samples: (pcm / 4) as u64,
+            pcm16: Bytes::from((0..pcm).map(|i| i as u8).collect::<Vec<_>>()),
+            opus_pages: Bytes::from(vec![9u8; opus]),
+        })
+    }
+
+    /// What `publish` sends for an item: each message's headers and payload.
+    fn messages(item: &HubItem) -> Vec<(HeaderMap, Bytes)> {
+        let (headers, payload) = encode(item);
+        let n = payload.len().div_ceil(PART_BYTES).max(1);
+        (0..n)
+            .map(|i| {
+                let mut h = headers.clone();
+                if n > 1 {
+                    h.insert(PART, format!("{i}/{n}").as_str());
+                }
+                (h, payload.slice(i * PART_BYTES..((i + 1) * PART_BYTES).min(payload.len())))
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_tile_cut_in_parts_comes_back_whole_across_events_between_them() {
+        let item = tile(3 * PART_BYTES / 2 * 2 + 10, 300);
+        let msgs = messages(&item);
+        assert_eq!(msgs.len(), 4);
+        let mut parts = Parts::default();
+        let mut out = Vec::new();
+        let event = encode(&HubItem::Event(StreamEvent::Stage { stage: yued_protocol::Stage::Decode, progress: 0.5, done: 1, total: 2 }));
+        for (i, (h, p)) in msgs.iter().enumerate() {
+            if i == 2 {
+                // A progress event re-sent by a worker that took the job over lands between parts.
+                out.extend(parts.take(Some(&event.0), &event.1).and_then(|(h, p)| decode(Some(&h), &p)));
+            }
+            out.extend(parts.take(Some(h), p).and_then(|(h, p)| decode(Some(&h), &p)));
+        }
+        assert_eq!(out.len(), 2, "{out:?}");
+        assert!(matches!(&out[0], HubItem::Event(StreamEvent::Stage { .. })));
+        let (HubItem::Tile(a), HubItem::Tile(b)) = (&out[1], &item) else { panic!("{out:?}") };
+        assert_eq!((a.track, a.index, a.start_sample, a.sample_rate, a.channels, a.samples), (b.track, b.index, b.start_sample, b.sample_rate, b.channels, b.samples));
+        assert_eq!((&a.pcm16, &a.opus_pages), (&b.pcm16, &b.opus_pages));
+    }
+
+    #[test]
+    fn a_tile_missing_a_part_is_not_delivered_and_small_items_pass_through() {
+        let msgs = messages(&tile(2 * PART_BYTES, 0));
+        assert_eq!(msgs.len(), 2);
+        let mut parts = Parts::default();
+        assert!(parts.take(Some(&msgs[1].0), &msgs[1].1).is_none(), "a second part without its first");
+        for item in [tile(100, 20), HubItem::OpusTail(Bytes::from_static(b"OggS")), HubItem::Event(StreamEvent::Done { tracks: 1, audio_seconds: 2.0 })] {
+            let m = messages(&item);
+            assert_eq!(m.len(), 1);
+            let (h, p) = parts.take(Some(&m[0].0), &m[0].1).unwrap();
+            assert_eq!(format!("{:?}", decode(Some(&h), &p).unwrap()), format!("{item:?}"));
+        }
+    }
+
+    #[test]
+    fn message_ids_make_resent_tiles_and_the_end_duplicates() {
+        let id = JobId::from_u64(42);
+        assert_eq!(message_id(&id, &tile(4, 0), "a2.9"), "000000000000002a:t1.7");
+        assert_eq!(message_id(&id, &HubItem::Event(StreamEvent::Cancelled {}), "a2.9"), "000000000000002a:final");
+        assert_eq!(message_id(&id, &HubItem::Event(StreamEvent::Score { abc: String::new() }), "a2.9"), "000000000000002a:a2.9");
+        assert_eq!(crate::client_token("key:abc"), crate::client_token("key:abc"));
+        assert_ne!(crate::client_token("key:abc"), crate::client_token("key:abd"));
+        assert_eq!(crate::key_safe("host.name:1/2"), "host_name_1_2");
+    }
 }

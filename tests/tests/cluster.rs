@@ -76,7 +76,11 @@ impl Drop for Nats {
 }
 
 fn node(dir: &Path, name: &str, nats: &Nats, role: &str) -> Daemon {
-    let args = ["--cluster", &nats.url(), "--role", role, "--node-name", name, "--cluster-ack-wait-secs", "6", "--max-seq", "2048"].iter().map(|s| s.to_string()).collect();
+    node_with(dir, name, nats, role, &[])
+}
+
+fn node_with(dir: &Path, name: &str, nats: &Nats, role: &str, extra: &[&str]) -> Daemon {
+    let args = ["--cluster", &nats.url(), "--role", role, "--node-name", name, "--cluster-ack-wait-secs", "6", "--max-seq", "2048"].iter().chain(extra).map(|s| s.to_string()).collect();
     Daemon::start_with_env(&dir.join(name), free_port(), args, &[("RUST_LOG", "info,yued_cluster=info")])
 }
 
@@ -220,5 +224,59 @@ fn six_songs_survive_a_killed_worker_and_a_nats_restart() {
             assert!(series, "the dashboard queries {name} ({e}), which no node exports");
         }
     }
-    let _ = Path::new(&killed_log);
+}
+
+/// Cluster-wide admission (a full cluster answers 429), cancel of a queued and of a
+/// running job from the API node, `GET /jobs` from the job states, and a job whose worker
+/// dies more often than `--cluster-max-attempts` fails with a message that says so.
+#[test]
+fn cluster_admission_cancel_and_attempts() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(bin, dir.path().join("nats"));
+    let opts = ["--admission-cap", "3", "--cluster-max-attempts", "1"];
+    let wa = node_with(dir.path(), "wa", &nats, "worker", &opts);
+    let api = node_with(dir.path(), "api", &nats, "api", &opts);
+    let long = api.submit(&streamed_song(1));
+    let t0 = Instant::now();
+    while api.status(&long)["status"] != "running" {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the first job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let short = api.submit(&yued_e2e::song(2.0, 4));
+    let queued = api.submit(&yued_e2e::song(2.0, 4));
+    // The cap holds across the cluster: queued and running jobs count.
+    let (status, body, retry) = api.submit_as(&yued_e2e::song(2.0, 4), None);
+    assert_eq!(status, 429, "{body}");
+    assert!(body["error"].as_str().unwrap().contains("admission cap of 3"), "{body}");
+    assert!(retry.is_some(), "429 without Retry-After");
+    // A queued job is cancelled in the job states, and its place in the queue is free again.
+    let r = api.http.post(api.url(&format!("/job?id={queued}&cancel=1"))).send().unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(api.status(&queued)["status"], "cancelled");
+    let doomed = api.submit(&streamed_song(2));
+    // A running job's cancel reaches its worker.
+    let r = api.http.post(api.url(&format!("/job?id={long}&cancel=1"))).send().unwrap();
+    assert_eq!(r.status(), 200);
+    assert_eq!(api.wait(&long, Duration::from_secs(60))["status"], "cancelled");
+    assert!(wa.log().lines().any(|l| l.contains(&long) && l.contains("cancel received")), "{}", wa.log());
+    assert_eq!(api.wait(&short, Duration::from_secs(120))["status"], "done");
+    // The worker dies while it runs `doomed`; with one start allowed, the job fails.
+    let t0 = Instant::now();
+    while count(&wa.log(), &doomed, "job claimed") == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(120), "the last job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    wa.kill9();
+    let _wb = node_with(dir.path(), "wb", &nats, "worker", &opts);
+    let s = api.wait(&doomed, Duration::from_secs(120));
+    assert_eq!(s["status"], "failed", "{s}");
+    let error = s["error"].as_str().unwrap();
+    assert!(error.contains("started 1 times") && error.contains("wa"), "{error}");
+    // The caller's history comes from the job states.
+    let jobs: serde_json::Value = api.http.get(api.url("/jobs")).send().unwrap().json().unwrap();
+    let states: Vec<(&str, &str)> = jobs["jobs"].as_array().unwrap().iter().map(|j| (j["id"].as_str().unwrap(), j["status"].as_str().unwrap())).collect();
+    assert_eq!(states, vec![(long.as_str(), "cancelled"), (short.as_str(), "done"), (queued.as_str(), "cancelled"), (doomed.as_str(), "failed")], "{jobs}");
+    let m = api.http.get(api.url("/metrics")).send().unwrap().text().unwrap();
+    assert!(m.contains("yued_admission_rejections_total 1"), "{m}");
 }
