@@ -279,4 +279,20 @@ fn cluster_admission_cancel_and_attempts() {
     assert_eq!(states, vec![(long.as_str(), "cancelled"), (short.as_str(), "done"), (queued.as_str(), "cancelled"), (doomed.as_str(), "failed")], "{jobs}");
     let m = api.http.get(api.url("/metrics")).send().unwrap().text().unwrap();
     assert!(m.contains("yued_admission_rejections_total 1"), "{m}");
+
+    // A /vae upload travels to its worker through the object store: 1 s of audio in, its
+    // 25 latent frames out, the API node's copy of the upload gone.
+    let wav = yued_audio::encode::encode(&yued_audio::Pcm::new(48000, 2, vec![0.1; 96000]), yued_protocol::OutputFormat::Wav16, 128).unwrap();
+    let mut body = b"--B\r\nContent-Disposition: form-data; name=\"audio\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n".to_vec();
+    body.extend_from_slice(&wav);
+    body.extend_from_slice(b"\r\n--B--\r\n");
+    let r = api.http.post(api.url("/vae")).header("content-type", "multipart/form-data; boundary=B").body(body).send().unwrap();
+    assert_eq!(r.status(), 200);
+    let id = r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string();
+    assert_eq!(api.wait(&id, Duration::from_secs(120))["status"], "done");
+    let body = api.http.get(api.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
+    let parts = yued_e2e::multipart_parts(&body, yued_protocol::MULTIPART_BOUNDARY);
+    assert_eq!(parts.len(), 1);
+    assert_eq!(parts[0].1.len(), 25 * 64 * 4, "{:?}", parts[0].0);
+    assert_eq!(std::fs::read_dir(dir.path().join("api/uploads")).unwrap().count(), 0);
 }
