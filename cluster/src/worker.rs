@@ -143,7 +143,7 @@ impl Worker {
     }
 
     /// The next job for this worker: the clients with messages in the stream, the one
-    /// served longest ago first.
+    /// served longest ago first (round-robin over clients, FIFO within one).
     async fn next_message(&self) -> Result<Option<jetstream::Message>, String> {
         let mut subjects = Vec::new();
         let mut info = self.c.jobs.info_with_subjects("yued.jobs.*").await.map_err(|e| e.to_string())?;
@@ -160,10 +160,13 @@ impl Worker {
                 Ok(Some(v)) => std::str::from_utf8(&v).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0),
                 _ => 0,
             };
-            order.push((served, subject, token));
+            // Between clients served equally long ago (never, say), the one that has waited
+            // longest: its oldest message first.
+            let first = self.c.jobs.get_first_raw_message_by_subject(&subject, 0).await.map(|m| m.sequence).unwrap_or(u64::MAX);
+            order.push((served, first, subject, token));
         }
         order.sort();
-        for (_, subject, token) in order {
+        for (_, _, subject, token) in order {
             let name = format!("w-{token}");
             let consumer: consumer::PullConsumer = self
                 .c

@@ -296,3 +296,36 @@ fn cluster_admission_cancel_and_attempts() {
     assert_eq!(parts[0].1.len(), 25 * 64 * 4, "{:?}", parts[0].0);
     assert_eq!(std::fs::read_dir(dir.path().join("api/uploads")).unwrap().count(), 0);
 }
+
+/// The queue is fair between clients cluster-wide: a client with three songs queued does
+/// not hold back another's one song behind all three.
+#[test]
+fn cluster_queue_is_fair_between_clients() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(bin, dir.path().join("nats"));
+    let keys = ["--api-key", "alice-key", "--api-key", "bob-key"];
+    let worker = node_with(dir.path(), "wa", &nats, "worker", &[]);
+    let api = node_with(dir.path(), "api", &nats, "api", &keys);
+    let submit = |key: &str, seed: u64| {
+        let (status, body, _) = api.submit_as(&streamed_song(seed), Some(key));
+        assert_eq!(status, 200, "{body}");
+        body["id"].as_str().unwrap().to_string()
+    };
+    let alice: Vec<String> = (0..3).map(|i| submit("alice-key", 10 + i)).collect();
+    let bob = submit("bob-key", 20);
+    for id in alice.iter().chain([&bob]) {
+        let t0 = Instant::now();
+        loop {
+            let s: serde_json::Value = api.http.get(api.url(&format!("/job?id={id}"))).header("x-api-key", "bob-key").send().unwrap().json().unwrap();
+            if s["status"] == "done" {
+                break;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(300) && s["status"] != "failed", "job {id}: {s}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let log = worker.log();
+    let claimed: Vec<&str> = log.lines().filter(|l| l.contains("job claimed")).filter_map(|l| l.split("job=").nth(1).map(|s| &s[..16])).collect();
+    assert_eq!(claimed, vec![alice[0].as_str(), bob.as_str(), alice[1].as_str(), alice[2].as_str()], "start order");
+}
