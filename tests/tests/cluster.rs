@@ -329,3 +329,38 @@ fn cluster_queue_is_fair_between_clients() {
     let claimed: Vec<&str> = log.lines().filter(|l| l.contains("job claimed")).filter_map(|l| l.split("job=").nth(1).map(|s| &s[..16])).collect();
     assert_eq!(claimed, vec![alice[0].as_str(), bob.as_str(), alice[1].as_str(), alice[2].as_str()], "start order");
 }
+
+/// A worker that stalls past `ack_wait` (SIGSTOP) loses its job to another; when it wakes
+/// up it finds the job's owner changed, stops it and writes nothing more.
+#[test]
+fn a_stalled_worker_loses_its_job_and_writes_nothing() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(bin, dir.path().join("nats"));
+    let wa = node(dir.path(), "wa", &nats, "worker");
+    let api = node(dir.path(), "api", &nats, "api");
+    let id = api.submit(&streamed_song(5));
+    let t0 = Instant::now();
+    while count(&wa.log(), &id, "codes journaled in the cluster") == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(120), "the song's codes never reached the cluster");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let wb = node(dir.path(), "wb", &nats, "worker");
+    let pid = wa.child.id().to_string();
+    assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
+    let s = api.wait(&id, Duration::from_secs(180));
+    assert!(Command::new("kill").args(["-CONT", &pid]).status().unwrap().success());
+    assert_eq!(s["status"], "done", "{s}");
+    assert_eq!(count(&wb.log(), &id, "job finished in the cluster"), 1);
+    let t0 = Instant::now();
+    loop {
+        let m = wa.http.get(wa.url("/metrics")).send().unwrap().text().unwrap();
+        if m.contains("yued_cluster_jobs_lost_total 1") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the stalled worker never noticed: {}", wa.log());
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(count(&wa.log(), &id, "job finished in the cluster"), 0, "{}", wa.log());
+    assert_eq!(api.status(&id)["status"], "done");
+}
