@@ -3,7 +3,7 @@
 //! read of the entry, a listener is a consumer of the job's tile subject, and a result is
 //! fetched from the object store into a local cache the first time it is asked for.
 use crate::metrics::ClusterMetrics;
-use crate::record::{self, Change, ClusterJob};
+use crate::record::{self, Change, ClusterJob, Patience};
 use crate::worker::WorkerInfo;
 use crate::{client_token, retry, tiles, Cluster};
 use async_trait::async_trait;
@@ -84,12 +84,17 @@ impl NatsBackend {
         });
     }
 
+    /// Publishes an event of the job's stream in the background (the answer to the
+    /// client does not wait for it through a NATS outage).
     async fn publish_event(&self, id: &JobId, event: StreamEvent) {
         let item = HubItem::Event(event);
         let msg_id = tiles::message_id(id, &item, "api");
-        if let Err(e) = tiles::publish(&self.c.js, id, &item, &msg_id).await {
-            tracing::error!(job = %id, error = %e, "the job's stream event could not be published");
-        }
+        let (js, id) = (self.c.js.clone(), id.clone());
+        tokio::spawn(async move {
+            if let Err(e) = tiles::publish(&js, &id, &item, &msg_id).await {
+                tracing::error!(job = %id, error = %e, "the job's stream event could not be published");
+            }
+        });
     }
 
     /// Puts a `/vae` upload where a worker can fetch it; the task names the object.
@@ -180,7 +185,7 @@ impl JobQueue for NatsBackend {
                 return Err(SubmitError::Unavailable(format!("the cluster's job queue: {e}")));
             }
         };
-        let _ = record::update(&self.c.state, &id, |j| {
+        let _ = record::update(&self.c.state, &id, Patience::Answer, |j| {
             j.seq = seq;
             Change::Write(())
         })
@@ -198,7 +203,7 @@ impl JobQueue for NatsBackend {
             Flagged,
             Already(JobState),
         }
-        let did = record::update(&self.c.state, id, |j| match j.record.state {
+        let did = record::update(&self.c.state, id, Patience::Answer, |j| match j.record.state {
             JobState::Queued => {
                 j.record.state = JobState::Cancelled;
                 Change::Write(Did::Dequeued(j.seq))
@@ -273,7 +278,7 @@ impl JobQueue for NatsBackend {
 #[async_trait]
 impl JobStates for NatsBackend {
     async fn status(&self, id: &JobId) -> Result<Option<JobStatus>, Unavailable> {
-        let Some((j, _)) = record::read(&self.c.state, id).await.map_err(Unavailable)? else { return Ok(None) };
+        let Some((j, _)) = record::read(&self.c.state, id, Patience::Answer).await.map_err(Unavailable)? else { return Ok(None) };
         Ok(Some(match j.record.state {
             JobState::Queued => {
                 // Jobs ahead of it in the stream, less those already running: an estimate
@@ -306,11 +311,11 @@ impl JobStates for NatsBackend {
     }
 
     async fn state(&self, id: &JobId) -> Result<Option<JobState>, Unavailable> {
-        Ok(record::read(&self.c.state, id).await.map_err(Unavailable)?.map(|(j, _)| j.record.state))
+        Ok(record::read(&self.c.state, id, Patience::Answer).await.map_err(Unavailable)?.map(|(j, _)| j.record.state))
     }
 
     async fn family(&self, id: &JobId) -> Result<Option<Family>, Unavailable> {
-        Ok(record::read(&self.c.state, id).await.map_err(Unavailable)?.map(|(j, _)| j.record.request.family()))
+        Ok(record::read(&self.c.state, id, Patience::Answer).await.map_err(Unavailable)?.map(|(j, _)| j.record.request.family()))
     }
 
     async fn list(&self, client: &str) -> Result<JobList, Unavailable> {
@@ -318,7 +323,7 @@ impl JobStates for NatsBackend {
         let mut jobs = Vec::new();
         while let Some(k) = keys.next().await {
             let Some(id) = k.ok().and_then(|k| k.strip_prefix("job.").and_then(|s| JobId::parse(s).ok())) else { continue };
-            if let Ok(Some((j, _))) = record::read(&self.c.state, &id).await {
+            if let Ok(Some((j, _))) = record::read(&self.c.state, &id, Patience::Answer).await {
                 if j.record.client == client {
                     let r = j.record;
                     jobs.push(JobListEntry {
@@ -339,7 +344,7 @@ impl JobStates for NatsBackend {
 #[async_trait]
 impl TileBus for NatsBackend {
     async fn subscribe(&self, id: &JobId, codec: StreamCodec) -> Result<Option<Subscription>, Unavailable> {
-        match record::read(&self.c.state, id).await.map_err(Unavailable)? {
+        match record::read(&self.c.state, id, Patience::Answer).await.map_err(Unavailable)? {
             // An ended job is answered from its result, as on a single node.
             Some((j, _)) if !j.record.state.is_terminal() => tiles::listen(&self.c.js, id, codec, self.cluster_metrics.tile_latency_seconds.clone()).await.map(Some).map_err(Unavailable),
             _ => Ok(None),
@@ -353,7 +358,7 @@ impl ResultFiles for NatsBackend {
         if let Some(p) = self.cache.parts(id) {
             return Some(p);
         }
-        let (j, _) = record::read(&self.c.state, id).await.ok()??;
+        let (j, _) = record::read(&self.c.state, id, Patience::Answer).await.ok()??;
         if j.record.state != JobState::Done || j.parts.is_empty() {
             return None;
         }

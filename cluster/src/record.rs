@@ -47,9 +47,26 @@ pub fn result_object(id: &JobId, file: &str) -> String {
     format!("result.{id}.{file}")
 }
 
+/// How long a read waits out the cluster: an HTTP answer gives up soon (a 503); a worker
+/// holding a job it has rendered waits out a NATS restart.
+#[derive(Clone, Copy)]
+pub enum Patience {
+    Answer,
+    Worker,
+}
+
+impl Patience {
+    fn within(self) -> std::time::Duration {
+        match self {
+            Patience::Answer => std::time::Duration::from_secs(5),
+            Patience::Worker => RETRY_WITHIN,
+        }
+    }
+}
+
 /// A job's entry and its revision; `None` when unknown (or expired).
-pub async fn read(kv: &kv::Store, id: &JobId) -> Result<Option<(ClusterJob, u64)>, String> {
-    let e = retry("reading a job state", RETRY_WITHIN, || kv.entry(key(id))).await.map_err(|e| format!("the cluster's job states: {e}"))?;
+pub async fn read(kv: &kv::Store, id: &JobId, patience: Patience) -> Result<Option<(ClusterJob, u64)>, String> {
+    let e = retry("reading a job state", patience.within(), || kv.entry(key(id))).await.map_err(|e| format!("the cluster's job states: {e}"))?;
     match e {
         Some(e) if e.operation == kv::Operation::Put => {
             let job: ClusterJob = serde_json::from_slice(&e.value).map_err(|err| format!("job {id}: an unreadable state in the cluster: {err}"))?;
@@ -69,9 +86,9 @@ pub enum Change<T> {
 
 /// Reads the job, lets `f` change it, writes it if the revision is still the one read;
 /// on a lost race reads again. `Ok(None)`: the job is unknown.
-pub async fn update<T>(kv: &kv::Store, id: &JobId, mut f: impl FnMut(&mut ClusterJob) -> Change<T>) -> Result<Option<T>, String> {
+pub async fn update<T>(kv: &kv::Store, id: &JobId, patience: Patience, mut f: impl FnMut(&mut ClusterJob) -> Change<T>) -> Result<Option<T>, String> {
     for _ in 0..64 {
-        let Some((mut job, rev)) = read(kv, id).await? else { return Ok(None) };
+        let Some((mut job, rev)) = read(kv, id, patience).await? else { return Ok(None) };
         match f(&mut job) {
             Change::Keep(t) => return Ok(Some(t)),
             Change::Write(t) => {
@@ -101,7 +118,7 @@ pub async fn create(kv: &kv::Store, job: &ClusterJob) -> Result<(), String> {
 pub async fn next_id(kv: &kv::Store) -> Result<JobId, String> {
     const KEY: &str = "next_id";
     for _ in 0..256 {
-        let e = retry("reading the id counter", RETRY_WITHIN, || kv.entry(KEY)).await.map_err(|e| format!("the cluster's id counter: {e}"))?;
+        let e = retry("reading the id counter", Patience::Answer.within(), || kv.entry(KEY)).await.map_err(|e| format!("the cluster's id counter: {e}"))?;
         let (n, rev) = match e {
             Some(e) if e.operation == kv::Operation::Put => (std::str::from_utf8(&e.value).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0), Some(e.revision)),
             _ => (0, None),

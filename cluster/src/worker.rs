@@ -17,7 +17,7 @@
 //! the server redelivers the job after `ack_wait`, and after `max_attempts` starts the job
 //! fails with a message that says why.
 use crate::metrics::ClusterMetrics;
-use crate::record::{self, Change, ClusterJob};
+use crate::record::{self, Change, ClusterJob, Patience};
 use crate::{key_safe, retry, tiles, Cluster, RETRY_WITHIN};
 use actix::Addr;
 use async_nats::jetstream::{self, consumer};
@@ -199,7 +199,7 @@ impl Worker {
     /// Writes the job's state if this worker still owns it (same owner, same attempt).
     async fn write_own(&self, id: &JobId, attempt: u32, mut f: impl FnMut(&mut ClusterJob)) -> Result<Own, String> {
         let me = self.node().to_string();
-        let r = record::update(&self.c.state, id, |j| {
+        let r = record::update(&self.c.state, id, Patience::Worker, |j| {
             if j.owner.as_deref() != Some(me.as_str()) || j.attempt != attempt {
                 return Change::Keep(Own::Lost);
             }
@@ -219,7 +219,7 @@ impl Worker {
             Skip,
             Ended(StreamEvent),
         }
-        let claim = record::update(&self.c.state, &id, |j| {
+        let claim = record::update(&self.c.state, &id, Patience::Worker, |j| {
             if j.record.state.is_terminal() {
                 return Change::Keep(Claim::Skip);
             }
