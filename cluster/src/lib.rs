@@ -14,6 +14,7 @@
 //! and uploads its result. A worker that dies stops acknowledging; after `ack_wait` the job
 //! goes to another worker, which resumes from the codes the state bucket holds.
 #![forbid(unsafe_code)]
+pub use async_nats;
 pub mod api;
 pub mod metrics;
 pub mod record;
@@ -33,6 +34,8 @@ pub const STATE_BUCKET: &str = "yued_jobstate";
 pub const WORKERS_BUCKET: &str = "yued_workers";
 /// Results (and `/vae` uploads on their way to a worker).
 pub const RESULTS_BUCKET: &str = "yued_results";
+/// MCP export links (token -> job), expiring with the links.
+pub const LINKS_BUCKET: &str = "yued_links";
 
 /// How often a worker reports itself and its jobs.
 pub const HEARTBEAT: Duration = Duration::from_secs(2);
@@ -79,6 +82,8 @@ pub struct ClusterConfig {
     pub admission_cap: usize,
     pub result_ttl: Duration,
     pub result_max_bytes: u64,
+    /// How long an MCP export link works.
+    pub link_ttl: Duration,
 }
 
 /// This node's default name: the host's and the process id.
@@ -111,6 +116,8 @@ pub struct Cluster {
     pub state: kv::Store,
     pub workers: kv::Store,
     pub results: object_store::ObjectStore,
+    /// MCP export links, so that a link made on one API node works on every other.
+    pub links: kv::Store,
     pub cfg: ClusterConfig,
 }
 
@@ -197,8 +204,18 @@ impl Cluster {
                 }
             }
         };
+        let links = js
+            .create_or_update_key_value(kv::Config {
+                bucket: LINKS_BUCKET.into(),
+                history: 1,
+                max_age: cfg.link_ttl.max(Duration::from_secs(1)),
+                storage: stream::StorageType::File,
+                ..Default::default()
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!("creating the {LINKS_BUCKET} bucket: {e}"))?;
         tracing::info!(url = %cfg.url, node = %cfg.node, role = ?cfg.role, "joined the cluster");
-        Ok(Cluster { client, js, jobs, state, workers, results, cfg })
+        Ok(Cluster { client, js, jobs, state, workers, results, links, cfg })
     }
 }
 

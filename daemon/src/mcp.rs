@@ -389,7 +389,7 @@ async fn result(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Valu
     }
     let (path, content_type) = export_file(st, &job).await?;
     let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
-    let link = st.links.create(&job).map_err(|e| format!("the link could not be made: {e}"))?;
+    let link = st.links.create(&job).await.map_err(|e| format!("the link could not be made: {e}"))?;
     let info = req.connection_info();
     let url = format!("{}://{}/links/{}", info.scheme(), info.host(), link.token);
     Ok(json!({"job_id": job, "url": url, "content_type": content_type, "bytes": bytes, "expires_at": link.expires, "expires_in_seconds": st.links.ttl().as_secs()}))
@@ -419,7 +419,7 @@ async fn cancel(params: &Value, st: &AppState) -> Result<Value, String> {
 pub async fn link(path: web::Path<String>, st: web::Data<AppState>) -> HttpResponse {
     let token = path.into_inner();
     let gone = || crate::http::error(StatusCode::NOT_FOUND, "no such link (links expire an hour after they are made)");
-    let Some(job) = st.links.resolve(&token) else { return gone() };
+    let Some(job) = st.links.resolve(&token).await else { return gone() };
     let Ok((file, content_type)) = export_file(&st, &job).await else { return gone() };
     let ext = file.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_else(|| "bin".into());
     HttpResponse::Ok()

@@ -445,6 +445,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 admission_cap: cfg.admission_cap,
                 result_ttl: std::time::Duration::from_secs(cfg.result_ttl_secs),
                 result_max_bytes: cfg.result_max_bytes,
+                link_ttl: std::time::Duration::from_secs(cfg.link_ttl_secs),
             };
             let cm = ClusterMetrics::register(&metrics);
             Some((Arc::new(Cluster::connect(cc).await?), cm))
@@ -522,7 +523,10 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             adapters: adapters.clone(),
             max_duration: cfg.max_duration,
             mcp: mcp::Mcp::new(cfg.mcp_max_seconds),
-            links,
+            links: match &cluster {
+                Some((c, _)) => links.in_cluster(c.links.clone()),
+                None => links,
+            },
         });
         let max_body = cfg.max_body_bytes;
         let server = HttpServer::new(move || {

@@ -295,6 +295,32 @@ fn cluster_admission_cancel_and_attempts() {
     assert_eq!(parts.len(), 1);
     assert_eq!(parts[0].1.len(), 25 * 64 * 4, "{:?}", parts[0].0);
     assert_eq!(std::fs::read_dir(dir.path().join("api/uploads")).unwrap().count(), 0);
+
+    // Any API node answers for any job, and an MCP export link made on one works on another.
+    let api2 = node_with(dir.path(), "api2", &nats, "api", &opts);
+    let flac = api.submit(r#"{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": 2, "steps": 4, "output_format": "flac", "semantic_sampling": {"min_tokens": 50}}"#);
+    assert_eq!(api2.wait(&flac, Duration::from_secs(120))["status"], "done");
+    let rpc = |session: Option<&str>, body: serde_json::Value| {
+        let mut rq = api.http.post(api.url("/mcp")).header("accept", "application/json, text/event-stream").json(&body);
+        if let Some(s) = session {
+            rq = rq.header("mcp-session-id", s).header("mcp-protocol-version", "2025-06-18");
+        }
+        rq.send().unwrap()
+    };
+    let r = rpc(
+        None,
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}}}),
+    );
+    let session = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
+    let r: serde_json::Value =
+        rpc(Some(&session), serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "song_result", "arguments": {"job_id": flac}}})).json().unwrap();
+    let out: serde_json::Value = serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{r}"))).unwrap();
+    let path = out["url"].as_str().unwrap().split_once("/links/").map(|(_, t)| format!("/links/{t}")).unwrap();
+    let got = api2.http.get(api2.url(&path)).send().unwrap();
+    assert_eq!(got.status(), 200, "the link made on api works on api2");
+    assert_eq!(got.headers()["content-type"], "audio/flac");
+    let flac_bytes = got.bytes().unwrap();
+    assert_eq!(yued_audio::decode::decode(&flac_bytes).unwrap().sample_rate, 48000);
 }
 
 /// The queue is fair between clients cluster-wide: a client with three songs queued does
