@@ -100,15 +100,37 @@ pub async fn publish(js: &jetstream::Context, id: &JobId, item: &HubItem, msg_id
     let (mut headers, payload) = encode(item);
     headers.insert(SENT, now_us().to_string().as_str());
     let n = payload.len().div_ceil(PART_BYTES).max(1);
-    for i in 0..n {
-        let mut headers = headers.clone();
-        let part = payload.slice(i * PART_BYTES..((i + 1) * PART_BYTES).min(payload.len()));
-        if n > 1 {
-            headers.insert(PART, format!("{i}/{n}").as_str());
-            headers.insert("Nats-Msg-Id", format!("{msg_id}.p{i}").as_str());
-        } else {
-            headers.insert("Nats-Msg-Id", msg_id);
-        }
+    let messages: Vec<(HeaderMap, Bytes)> = (0..n)
+        .map(|i| {
+            let mut headers = headers.clone();
+            if n > 1 {
+                headers.insert(PART, format!("{i}/{n}").as_str());
+                headers.insert("Nats-Msg-Id", format!("{msg_id}.p{i}").as_str());
+            } else {
+                headers.insert("Nats-Msg-Id", msg_id);
+            }
+            (headers, payload.slice(i * PART_BYTES..((i + 1) * PART_BYTES).min(payload.len())))
+        })
+        .collect();
+    // Every part sent before any acknowledgement is awaited (one round trip per tile, not
+    // one per part) ...
+    let mut acks = Vec::with_capacity(n);
+    for (headers, part) in &messages {
+        acks.push(js.publish_with_headers(subject(id), headers.clone(), part.clone()).await.ok());
+    }
+    let mut stored = true;
+    for ack in acks {
+        stored &= match ack {
+            Some(a) => a.await.is_ok(),
+            None => false,
+        };
+    }
+    if stored {
+        return Ok(());
+    }
+    // ... and after a failure (a server restarting) all of them again, one by one: those
+    // already stored are duplicates the server drops.
+    for (headers, part) in &messages {
         retry("publishing a tile", RETRY_WITHIN, || {
             let (headers, part) = (headers.clone(), part.clone());
             async move { js.publish_with_headers(subject(id), headers, part).await?.await.map(|_| ()).map_err(|e| async_nats::Error::from(e.to_string())) }
@@ -119,13 +141,15 @@ pub async fn publish(js: &jetstream::Context, id: &JobId, item: &HubItem, msg_id
     Ok(())
 }
 
-/// Puts the parts of cut tiles back together. The parts of one tile arrive in order, but
+/// Puts the parts of cut tiles back together. The parts of one tile may arrive in any
+/// order (a part re-sent after a failed publish lands after the ones stored before it), and
 /// other events may come between them (a worker that took the job over re-sends its
-/// progress events while the server drops the tile parts it already has).
+/// progress events while the server drops the tile parts it already has); a tile's parts
+/// all come before the next tile's.
 #[derive(Default)]
 struct Parts {
     tile: String,
-    got: Vec<Bytes>,
+    got: Vec<Option<Bytes>>,
 }
 
 impl Parts {
@@ -136,18 +160,19 @@ impl Parts {
         let (i, n) = part.as_str().split_once('/')?;
         let (i, n): (usize, usize) = (i.parse().ok()?, n.parse().ok()?);
         let tile = h.get(TILE).map(|v| v.to_string()).unwrap_or_default();
-        if i == 0 || tile != self.tile {
+        if tile != self.tile || self.got.len() != n {
             self.tile = tile;
-            self.got.clear();
+            self.got = vec![None; n];
         }
-        if i != self.got.len() {
-            return None; // a part out of its place: the tile cannot be whole
-        }
-        self.got.push(payload.clone());
-        if self.got.len() < n {
+        if i >= n {
             return None;
         }
-        let whole: Vec<u8> = self.got.drain(..).flat_map(|b| b.to_vec()).collect();
+        self.got[i] = Some(payload.clone());
+        if self.got.iter().any(Option::is_none) {
+            return None;
+        }
+        let whole: Vec<u8> = self.got.drain(..).flatten().flat_map(|b| b.to_vec()).collect();
+        self.tile.clear();
         let mut h = h.clone();
         h.insert(PART, "");
         Some((h, Bytes::from(whole)))
@@ -275,6 +300,11 @@ mod tests {
         assert_eq!(msgs.len(), 2);
         let mut parts = Parts::default();
         assert!(parts.take(Some(&msgs[1].0), &msgs[1].1).is_none(), "a second part without its first");
+        // The first, re-sent after it: the tile is whole.
+        let (h, p) = parts.take(Some(&msgs[0].0), &msgs[0].1).expect("whole in any order");
+        let HubItem::Tile(t) = decode(Some(&h), &p).unwrap() else { panic!() };
+        assert_eq!(t.pcm16.len(), 2 * PART_BYTES);
+        assert_eq!(t.pcm16[PART_BYTES - 1], ((PART_BYTES - 1) % 256) as u8);
         for item in [tile(100, 20), HubItem::OpusTail(Bytes::from_static(b"OggS")), HubItem::Event(StreamEvent::Done { tracks: 1, audio_seconds: 2.0 })] {
             let m = messages(&item);
             assert_eq!(m.len(), 1);

@@ -109,6 +109,15 @@ impl Worker {
 
     async fn pull_loop(self: Arc<Self>) {
         tracing::info!(node = %self.node(), slots = self.slots, "worker pulling jobs");
+        // A new job's message is also seen on the plain subject: it wakes an idle worker at
+        // once instead of at its next poll.
+        let mut wake = match self.c.client.subscribe("yued.jobs.*").await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "no wake-up subscription: the worker polls");
+                None
+            }
+        };
         loop {
             if self.stopping() {
                 return;
@@ -133,7 +142,21 @@ impl Worker {
                         me.running.lock().unwrap().remove(&id);
                     });
                 }
-                Ok(None) => tokio::time::sleep(Duration::from_millis(250)).await,
+                Ok(None) => {
+                    let woken = async {
+                        match wake.as_mut() {
+                            Some(w) => {
+                                w.next().await;
+                            }
+                            None => std::future::pending().await,
+                        }
+                    };
+                    // The poll stays, slower, for what no message announces: a redelivery.
+                    tokio::select! {
+                        _ = woken => {}
+                        _ = tokio::time::sleep(Duration::from_millis(500)) => {}
+                    }
+                }
                 Err(e) => {
                     tracing::warn!(error = %e, "pulling from the cluster's job queue");
                     tokio::time::sleep(Duration::from_secs(1)).await;
