@@ -15,6 +15,8 @@ export YUED_PYCLIENTS_PYTHON
 export YUED_REQUIRE_FFMPEG=1
 export YUED_REQUIRE_BROWSER=1
 export YUED_REQUIRE_PYCLIENTS=1
+# A one-off build gains nothing from incremental caches, and they are gigabytes on disk.
+export CARGO_INCREMENTAL="${CARGO_INCREMENTAL:-0}"
 # Style and lints first (rustfmt.toml; clippy's warnings are errors).
 cargo fmt --all --check
 cargo clippy --workspace --all-targets --locked -- -D warnings

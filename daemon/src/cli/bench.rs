@@ -73,6 +73,10 @@ pub struct BenchArgs {
     /// `stream_chunk_seconds` of the stream section's streaming rows.
     #[arg(long, default_value_t = 5.0)]
     pub stream_seconds: f64,
+    /// The stream section's residency policies: `both` (STRICT and --keep-loaded, side by
+    /// side), `strict` or `keep-loaded` (a full-shape song on a CPU is many minutes a row).
+    #[arg(long, value_enum, default_value = "both")]
+    pub stream_policy: StreamPolicy,
     /// Side by side: llama.cpp's own decode (libllama from the same build as our ggml) on
     /// the same AR weights, exported as a standard qwen3 GGUF next to the model, at equal
     /// batch, cache length and threads; each decode row gets a yued / llama.cpp ratio.
@@ -83,6 +87,14 @@ pub struct BenchArgs {
     pub json: Option<PathBuf>,
     #[command(flatten)]
     pub device: DeviceArgs,
+}
+
+/// Which residency policies `--only stream` measures.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum StreamPolicy {
+    Both,
+    Strict,
+    KeepLoaded,
 }
 
 /// Median, min and max of a set of timings.

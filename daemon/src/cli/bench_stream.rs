@@ -5,7 +5,7 @@
 //! to the first binary frame and to `done`: under the default STRICT policy and under
 //! `--keep-loaded`, each with the seed's chunk rule (`stream_chunk_seconds` 0) and with
 //! streaming chunks, side by side in one run.
-use super::bench::{stats, BenchArgs, Row};
+use super::bench::{stats, BenchArgs, Row, StreamPolicy};
 use anyhow::{bail, Context};
 use futures_util::{SinkExt, StreamExt};
 use std::io::{Read, Write};
@@ -128,19 +128,42 @@ pub(super) fn run_mm3(a: &BenchArgs, dir: &Path) -> anyhow::Result<Vec<Row>> {
     measure(a, &models, &[("200-frame windows".to_string(), body.to_string())])
 }
 
+/// The unmeasured run before a setting's rows: the song itself, or under `quick` the same
+/// request cut to 4 s.
+fn warm_up(body: &str, quick: bool) -> String {
+    let mut v: serde_json::Value = serde_json::from_str(body).expect("the bench's own request");
+    if quick {
+        let seconds = v["duration"].as_f64().unwrap_or(4.0);
+        if seconds > 4.0 {
+            v["duration"] = 4.0.into();
+            if let Some(min) = v.pointer_mut("/semantic_sampling/min_tokens") {
+                *min = ((min.as_f64().unwrap_or(0.0) * 4.0 / seconds).round() as u64).into();
+            }
+        }
+    }
+    v.to_string()
+}
+
 /// For each policy and each (label, request): the time to first audio, its share of the
 /// render in the note.
 fn measure(a: &BenchArgs, models: &[std::ffi::OsString], songs: &[(String, String)]) -> anyhow::Result<Vec<Row>> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let reps = if a.quick { 1 } else { a.reps.min(3) };
     let mut rows = Vec::new();
-    for (keep_loaded, policy) in [(false, "STRICT"), (true, "--keep-loaded")] {
+    let policies = [(false, "STRICT"), (true, "--keep-loaded")].into_iter().filter(|(keep, _)| match a.stream_policy {
+        StreamPolicy::Both => true,
+        StreamPolicy::Strict => !keep,
+        StreamPolicy::KeepLoaded => *keep,
+    });
+    for (keep_loaded, policy) in policies {
         let served = Served::start(a, models, keep_loaded)?;
         for (label, body) in songs {
             let pb = super::progress_bar(reps as u64, "stream");
             pb.set_message(format!("{policy}, {label}"));
-            // One unmeasured run per setting: its shapes' first graphs and buffers.
-            served.song(&rt, body)?;
+            // One unmeasured run per setting: its shapes' first graphs and buffers. Under
+            // --quick a 4 s song of the same setting (at full shapes on a CPU the song
+            // itself is many minutes; the streaming chunks' shapes are the same).
+            served.song(&rt, &warm_up(body, a.quick))?;
             let mut runs = Vec::with_capacity(reps);
             for _ in 0..reps {
                 runs.push(served.song(&rt, body)?);
