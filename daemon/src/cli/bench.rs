@@ -386,9 +386,7 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         }
     }
     if want("stream") {
-        for r in super::bench_stream::run(&a, &model, &vae, spec.code_rate)? {
-            push(r.section, r.what, r.unit, r.stats, r.note);
-        }
+        super::bench_stream::run(&a, &model, &vae, spec.code_rate, &mut |r| push(r.section, r.what, r.unit, r.stats, r.note))?;
     }
     if want("e2e") {
         drop(f);

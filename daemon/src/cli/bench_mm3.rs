@@ -215,9 +215,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     }
     if want("stream") {
         let dir = paths[0].as_ref().and_then(|p| p.parent()).context("the models' directory")?;
-        for r in super::bench_stream::run_mm3(a, dir)? {
-            push(r.section, r.what, r.unit, r.stats, r.note);
-        }
+        super::bench_stream::run_mm3(a, dir, &mut |r| push(r.section, r.what, r.unit, r.stats, r.note))?;
     }
     println!("{:<8} {:<46} {:>10} {:>10} {:>10}  {:<10} note", "section", "what", "median", "min", "max", "unit");
     for r in &rows {

@@ -107,17 +107,17 @@ fn request(seconds: f64, code_rate: f64, stream: f64) -> String {
 }
 
 /// The YuE2 rows: for each policy, the seed's chunks and `--stream-seconds` chunks.
-pub(super) fn run(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64) -> anyhow::Result<Vec<Row>> {
+pub(super) fn run(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64, emit: &mut dyn FnMut(Row)) -> anyhow::Result<()> {
     let models = ["--model".into(), model.into(), "--vae".into(), vae.into()];
     let songs: Vec<(String, String)> =
         [0.0, a.stream_seconds].iter().map(|&s| (if s > 0.0 { format!("{s} s chunks") } else { "the seed's chunks".to_string() }, request(a.e2e_seconds, code_rate, s))).collect();
-    measure(a, &models, &songs)
+    measure(a, &models, &songs, emit)
 }
 
 /// The MiniMax Music 3 rows (`--family mm3 --only stream`): for each policy, a song of
 /// `--e2e-seconds` from the five files in `dir` (under --keep-loaded each window renders
 /// as soon as its frames exist). The daemon also serves YuE2's tiny demo, idle.
-pub(super) fn run_mm3(a: &BenchArgs, dir: &Path) -> anyhow::Result<Vec<Row>> {
+pub(super) fn run_mm3(a: &BenchArgs, dir: &Path, emit: &mut dyn FnMut(Row)) -> anyhow::Result<()> {
     let (m, v) = super::bench::demo_pair(&a.cache, "tiny")?;
     let models = ["--models".into(), dir.into(), "--model".into(), m.into(), "--vae".into(), v.into()];
     let body = serde_json::json!({
@@ -125,7 +125,7 @@ pub(super) fn run_mm3(a: &BenchArgs, dir: &Path) -> anyhow::Result<Vec<Row>> {
         "lyrics": "[verse]\nneon lights over the city\n[chorus]\nwe run, we run", "duration": a.e2e_seconds, "lm_seed": 21, "seed": 2,
         "output_format": "wav16",
     });
-    measure(a, &models, &[("200-frame windows".to_string(), body.to_string())])
+    measure(a, &models, &[("200-frame windows".to_string(), body.to_string())], emit)
 }
 
 /// The unmeasured run before a setting's rows: the song itself, or under `quick` the same
@@ -145,11 +145,11 @@ fn warm_up(body: &str, quick: bool) -> String {
 }
 
 /// For each policy and each (label, request): the time to first audio, its share of the
-/// render in the note.
-fn measure(a: &BenchArgs, models: &[std::ffi::OsString], songs: &[(String, String)]) -> anyhow::Result<Vec<Row>> {
+/// render in the note; each row goes to `emit` as soon as it is measured (a full-shape row
+/// is many minutes).
+fn measure(a: &BenchArgs, models: &[std::ffi::OsString], songs: &[(String, String)], emit: &mut dyn FnMut(Row)) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let reps = if a.quick { 1 } else { a.reps.min(3) };
-    let mut rows = Vec::new();
     let policies = [(false, "STRICT"), (true, "--keep-loaded")].into_iter().filter(|(keep, _)| match a.stream_policy {
         StreamPolicy::Both => true,
         StreamPolicy::Strict => !keep,
@@ -174,12 +174,10 @@ fn measure(a: &BenchArgs, models: &[std::ffi::OsString], songs: &[(String, Strin
             let total = stats(runs.iter().map(|r| r.1).collect());
             let what = format!("first audio, {:.0} s song, {policy}, {label}", a.e2e_seconds);
             let note = format!("{:.1}% of the {:.1} s render", 100.0 * first.median / total.median, total.median);
-            // Printed as measured: a long run (full shapes) shows its rows before it ends.
-            eprintln!("  stream   {what:<46} {:>10.3} s        [{:.3} .. {:.3}] {note}", first.median, first.min, first.max);
-            rows.push(Row { section: "stream", what, unit: "s", stats: first, note });
+            emit(Row { section: "stream", what, unit: "s", stats: first, note });
         }
     }
-    Ok(rows)
+    Ok(())
 }
 
 /// `yued bench --only seam`: what streaming chunks do to the audio. One song's codes are
