@@ -4,9 +4,13 @@
 //! files). [`Local`] is the single-node case: the scheduler actor with its sled journal, the
 //! in-process stream hub and the results folder. The cluster case (NATS JetStream) lives in
 //! the `yued-cluster` crate and implements the same four.
+//!
+//! Tenancy lives here too: a route reaches a job only through [`Backend::of`], the view of
+//! one principal, which answers a job of another principal exactly as an unknown one.
 use crate::hub::{StreamHub, Subscribe, Subscription};
 use crate::results::ResultStore;
-use crate::scheduler::{Cancel, GetFamily, GetState, GetStatus, ListJobs, QueueSnapshot, Scheduler, Snapshot, Submit, SubmitError};
+use crate::scheduler::{Cancel, GetFamily, GetOwner, GetState, GetStatus, ListJobs, QueueSnapshot, Scheduler, Snapshot, Submit, SubmitError};
+use crate::tenancy::Principal;
 use actix::Addr;
 use async_trait::async_trait;
 use std::path::PathBuf;
@@ -22,7 +26,8 @@ pub struct Unavailable(pub String);
 /// Admission, fair order and cancellation.
 #[async_trait]
 pub trait JobQueue: Send + Sync {
-    /// Admits a validated job (its seeds resolved): its id, or why not.
+    /// Admits a validated job (its seeds resolved): its id, or why not (the admission cap,
+    /// or its principal's share of it).
     async fn submit(&self, job: Submit) -> Result<JobId, SubmitError>;
     /// Cancels a job: `None` when unknown, else its state after the request.
     async fn cancel(&self, id: &JobId) -> Result<Option<JobState>, Unavailable>;
@@ -36,8 +41,10 @@ pub trait JobStates: Send + Sync {
     async fn status(&self, id: &JobId) -> Result<Option<JobStatus>, Unavailable>;
     async fn state(&self, id: &JobId) -> Result<Option<JobState>, Unavailable>;
     async fn family(&self, id: &JobId) -> Result<Option<Family>, Unavailable>;
-    /// One client's jobs (its fairness key), oldest first.
-    async fn list(&self, client: &str) -> Result<JobList, Unavailable>;
+    /// The principal a job belongs to.
+    async fn owner(&self, id: &JobId) -> Result<Option<String>, Unavailable>;
+    /// One principal's jobs, or (`None`) every job with its owner named, oldest first.
+    async fn list(&self, owner: Option<&str>) -> Result<JobList, Unavailable>;
 }
 
 /// Live streams: a listener gets what was already published for the job, then the live
@@ -59,17 +66,133 @@ pub trait ResultFiles: Send + Sync {
 /// The four, as the routes hold them.
 #[derive(Clone)]
 pub struct Backend {
-    pub queue: Arc<dyn JobQueue>,
-    pub states: Arc<dyn JobStates>,
-    pub tiles: Arc<dyn TileBus>,
-    pub results: Arc<dyn ResultFiles>,
+    queue: Arc<dyn JobQueue>,
+    states: Arc<dyn JobStates>,
+    tiles: Arc<dyn TileBus>,
+    results: Arc<dyn ResultFiles>,
 }
 
 impl Backend {
+    pub fn new(queue: Arc<dyn JobQueue>, states: Arc<dyn JobStates>, tiles: Arc<dyn TileBus>, results: Arc<dyn ResultFiles>) -> Self {
+        Backend { queue, states, tiles, results }
+    }
+
     /// The single-node job system.
     pub fn local(scheduler: Addr<Scheduler>, hub: Addr<StreamHub>, results: Arc<ResultStore>) -> Self {
         let l = Arc::new(Local { scheduler, hub, results });
-        Backend { queue: l.clone(), states: l.clone(), tiles: l.clone(), results: l }
+        Backend::new(l.clone(), l.clone(), l.clone(), l)
+    }
+
+    /// Admits a job for `job.client` (a principal id).
+    pub async fn submit(&self, job: Submit) -> Result<JobId, SubmitError> {
+        self.queue.submit(job).await
+    }
+
+    /// The queue's state for `/health`, which tells anyone only its liveness (never a job id).
+    pub async fn liveness(&self) -> Result<QueueSnapshot, Unavailable> {
+        self.queue.snapshot().await
+    }
+
+    /// The job system as `who` sees it.
+    pub fn of(&self, who: &Principal) -> Jobs {
+        Jobs { backend: self.clone(), who: who.clone() }
+    }
+
+    /// The view of a route whose URL is its own capability (an export link's token): every
+    /// job, as an admin sees it.
+    pub fn by_capability(&self) -> Jobs {
+        self.of(&Principal { id: "capability".into(), role: crate::tenancy::Role::Admin })
+    }
+}
+
+/// One principal's view of the job system: a job it does not own (unless it is an admin)
+/// is `None` everywhere, exactly as a job nobody knows, so an id reveals nothing.
+#[derive(Clone)]
+pub struct Jobs {
+    backend: Backend,
+    who: Principal,
+}
+
+impl Jobs {
+    pub fn principal(&self) -> &Principal {
+        &self.who
+    }
+
+    async fn visible(&self, id: &JobId) -> Result<bool, Unavailable> {
+        if self.who.is_admin() {
+            return Ok(true);
+        }
+        Ok(self.backend.states.owner(id).await?.is_some_and(|o| o == self.who.id))
+    }
+
+    pub async fn status(&self, id: &JobId) -> Result<Option<JobStatus>, Unavailable> {
+        if !self.visible(id).await? {
+            return Ok(None);
+        }
+        self.backend.states.status(id).await
+    }
+
+    pub async fn state(&self, id: &JobId) -> Result<Option<JobState>, Unavailable> {
+        if !self.visible(id).await? {
+            return Ok(None);
+        }
+        self.backend.states.state(id).await
+    }
+
+    pub async fn family(&self, id: &JobId) -> Result<Option<Family>, Unavailable> {
+        if !self.visible(id).await? {
+            return Ok(None);
+        }
+        self.backend.states.family(id).await
+    }
+
+    /// Cancels a job: `None` when unknown (or another's), else its state after the request.
+    pub async fn cancel(&self, id: &JobId) -> Result<Option<JobState>, Unavailable> {
+        if !self.visible(id).await? {
+            return Ok(None);
+        }
+        self.backend.queue.cancel(id).await
+    }
+
+    pub async fn subscribe(&self, id: &JobId, codec: StreamCodec) -> Result<Option<Subscription>, Unavailable> {
+        if !self.visible(id).await? {
+            return Ok(None);
+        }
+        self.backend.tiles.subscribe(id, codec).await
+    }
+
+    /// A done job's result files; `None` when expired, unknown or another's.
+    pub async fn parts(&self, id: &JobId) -> Option<Vec<(PathBuf, String)>> {
+        if !self.visible(id).await.ok()? {
+            return None;
+        }
+        self.backend.results.parts(id).await
+    }
+
+    /// The principal's own jobs; with `all` (an admin's) every job, each naming its owner.
+    pub async fn list(&self, all: bool) -> Result<JobList, Unavailable> {
+        if all && self.who.is_admin() {
+            return self.backend.states.list(None).await;
+        }
+        self.backend.states.list(Some(&self.who.id)).await
+    }
+
+    /// The queue as this principal may see it: the figures, and the running job ids it owns
+    /// (an admin: all of them).
+    pub async fn snapshot(&self) -> Result<QueueSnapshot, Unavailable> {
+        let mut s = self.backend.queue.snapshot().await?;
+        if !self.who.is_admin() {
+            let mut own = Vec::new();
+            for id in std::mem::take(&mut s.running) {
+                if let Ok(j) = JobId::parse(&id) {
+                    if self.visible(&j).await? {
+                        own.push(id);
+                    }
+                }
+            }
+            s.running = own;
+        }
+        Ok(s)
     }
 }
 
@@ -109,8 +232,11 @@ impl JobStates for Local {
     async fn family(&self, id: &JobId) -> Result<Option<Family>, Unavailable> {
         self.scheduler.send(GetFamily(id.clone())).await.map_err(gone)
     }
-    async fn list(&self, client: &str) -> Result<JobList, Unavailable> {
-        self.scheduler.send(ListJobs(client.to_string())).await.map_err(gone)
+    async fn owner(&self, id: &JobId) -> Result<Option<String>, Unavailable> {
+        self.scheduler.send(GetOwner(id.clone())).await.map_err(gone)
+    }
+    async fn list(&self, owner: Option<&str>) -> Result<JobList, Unavailable> {
+        self.scheduler.send(ListJobs(owner.map(String::from))).await.map_err(gone)
     }
 }
 

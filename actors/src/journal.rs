@@ -2,13 +2,18 @@
 //! change, so after a crash or restart the daemon knows what was queued, what was running
 //! and which jobs already have their semantic codes. A database written by something else,
 //! or a newer format, is refused with a clear error, never wiped.
+//!
+//! A journal of an older release is upgraded when it is opened. Releases before layout 3
+//! wrote the client's raw API key (`key:SECRET`); those records are rewritten under the
+//! key's principal id into a fresh database that then replaces the old one, so the keys
+//! do not linger in sled's log segments either.
+use crate::tenancy::KeyTable;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 use yued_protocol::{JobId, JobMetrics, JobState, Request};
 
 const FORMAT_KEY: &[u8] = b"yued.journal.format";
 const FORMAT: &[u8] = b"1";
-const NEXT_ID_KEY: &[u8] = b"yued.journal.next_id";
 
 /// A song whose semantic stream is known (resume renders it through the replay path).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -36,8 +41,9 @@ pub struct VaeTask {
 }
 
 /// The record layout this release writes. 1 (no `version` key): the request was a YuE2
-/// request's fields alone; 2: the request names its family (`"family": "yue2"`).
-pub const RECORD_VERSION: u32 = 2;
+/// request's fields alone; 2: the request names its family (`"family": "yue2"`); 3: the
+/// client is a principal id, never a raw API key.
+pub const RECORD_VERSION: u32 = 3;
 
 /// Everything the daemon keeps about a job.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -45,7 +51,8 @@ pub struct JobRecord {
     /// The layout of the record ([`RECORD_VERSION`] when written by this release).
     pub version: u32,
     pub id: JobId,
-    /// Fairness key: the API key or the peer address.
+    /// The principal the job belongs to (its owner and fairness key): a key's name or hash
+    /// id, or the peer address on a box without keys. Never a key.
     pub client: String,
     /// The request with its seeds resolved, of its family.
     pub request: Request,
@@ -87,6 +94,8 @@ pub enum JournalError {
     Io(#[from] sled::Error),
     #[error("journal record {key}: {message}")]
     Corrupt { key: String, message: String },
+    #[error("no randomness for a job id: {0}")]
+    Random(String),
     /// The test-only fault (`$YUED_TEST_JOURNAL_FAULT_FILE` exists).
     #[error("journal write refused: test fault file {0} exists")]
     Fault(PathBuf),
@@ -104,9 +113,75 @@ pub struct Journal {
 /// How long opening waits for a sled file lock released by a handle dropped just before.
 const LOCK_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
 
+/// `dir` with a suffix on its last component (`journal` -> `journal.old`).
+fn sibling(dir: &Path, suffix: &str) -> PathBuf {
+    let mut name = dir.file_name().map(|n| n.to_os_string()).unwrap_or_else(|| "journal".into());
+    name.push(format!(".{suffix}"));
+    dir.with_file_name(name)
+}
+
 impl Journal {
-    /// Opens (or creates) the journal in `dir`.
-    pub fn open(dir: &Path) -> Result<Self, JournalError> {
+    /// Opens (or creates) the journal in `dir`, upgrading records of older layouts; `keys`
+    /// maps the raw keys older releases wrote to their principals.
+    pub fn open(dir: &Path, keys: &KeyTable) -> Result<Self, JournalError> {
+        Self::finish_rewrite(dir)?;
+        let j = Self::open_db(dir)?;
+        if j.stale_records()? {
+            return j.rewrite(dir, keys);
+        }
+        Ok(j)
+    }
+
+    /// Completes (or drops) a rewrite a crash interrupted: the old database is kept until
+    /// the new one has taken its name.
+    fn finish_rewrite(dir: &Path) -> Result<(), JournalError> {
+        let io = |e: std::io::Error| JournalError::Open { path: dir.to_path_buf(), message: format!("finishing an upgrade: {e}") };
+        let (new, old) = (sibling(dir, "upgrading"), sibling(dir, "old"));
+        if !dir.exists() && new.exists() && old.exists() {
+            std::fs::rename(&new, dir).map_err(io)?;
+        }
+        if dir.exists() && new.exists() {
+            std::fs::remove_dir_all(&new).map_err(io)?;
+        }
+        if dir.exists() && old.exists() {
+            std::fs::remove_dir_all(&old).map_err(io)?;
+        }
+        Ok(())
+    }
+
+    /// Whether a record of an older layout is stored.
+    fn stale_records(&self) -> Result<bool, JournalError> {
+        for kv in self.jobs.iter() {
+            let (_, v) = kv?;
+            let version = serde_json::from_slice::<serde_json::Value>(&v).ok().and_then(|v| v.get("version").and_then(|n| n.as_u64())).unwrap_or(1);
+            if version < RECORD_VERSION as u64 {
+                return Ok(true);
+            }
+        }
+        Ok(false)
+    }
+
+    /// Writes every record, upgraded, into a fresh database that replaces this one.
+    fn rewrite(self, dir: &Path, keys: &KeyTable) -> Result<Self, JournalError> {
+        let io = |e: std::io::Error| JournalError::Open { path: dir.to_path_buf(), message: format!("upgrading: {e}") };
+        let records = self.load_with(keys)?;
+        let (new, old) = (sibling(dir, "upgrading"), sibling(dir, "old"));
+        {
+            let fresh = Self::open_db(&new)?;
+            for r in &records {
+                fresh.put(r)?;
+            }
+            fresh.db.flush()?;
+        }
+        drop(self);
+        std::fs::rename(dir, &old).map_err(io)?;
+        std::fs::rename(&new, dir).map_err(io)?;
+        std::fs::remove_dir_all(&old).map_err(io)?;
+        tracing::info!(records = records.len(), layout = RECORD_VERSION, "journal upgraded (raw API keys replaced by principal ids)");
+        Self::open_db(dir)
+    }
+
+    fn open_db(dir: &Path) -> Result<Self, JournalError> {
         let open_err = |message: String| JournalError::Open { path: dir.to_path_buf(), message };
         if dir.exists() && dir.is_file() {
             return Err(open_err("is a file, not a journal directory".into()));
@@ -158,16 +233,20 @@ impl Journal {
         Ok(())
     }
 
-    /// Every record, oldest id first, in this release's layout (older layouts are read and
-    /// upgraded; a record of a newer layout is refused by name).
+    /// Every record (in id order: random, not submission order), in this release's layout
+    /// (a record of a newer layout is refused by name).
     pub fn load(&self) -> Result<Vec<JobRecord>, JournalError> {
+        self.load_with(&KeyTable::default())
+    }
+
+    fn load_with(&self, keys: &KeyTable) -> Result<Vec<JobRecord>, JournalError> {
         let mut out = Vec::new();
         for kv in self.jobs.iter() {
             let (k, v) = kv?;
             let key = k.iter().map(|b| format!("{b:02x}")).collect::<String>();
             let corrupt = |message: String| JournalError::Corrupt { key: key.clone(), message };
             let mut value: serde_json::Value = serde_json::from_slice(&v).map_err(|e| corrupt(e.to_string()))?;
-            upgrade(&mut value).map_err(corrupt)?;
+            upgrade(&mut value, keys).map_err(corrupt)?;
             let r: JobRecord = serde_json::from_value(value).map_err(|e| corrupt(e.to_string()))?;
             out.push(r);
         }
@@ -180,25 +259,20 @@ impl Journal {
         Ok(())
     }
 
-    /// The next job id (persisted, so ids never repeat across restarts).
-    pub fn next_id(&self) -> Result<JobId, JournalError> {
+    /// A new job id: 64 random bits from the CSPRNG, not yet used here.
+    pub fn new_id(&self) -> Result<JobId, JournalError> {
         self.check_fault()?;
-        let n = self
-            .db
-            .update_and_fetch(NEXT_ID_KEY, |old| {
-                let cur = old.map(|b| u64::from_be_bytes(b.try_into().unwrap_or([0; 8]))).unwrap_or(0);
-                Some((cur + 1).to_be_bytes().to_vec())
-            })?
-            .map(|b| u64::from_be_bytes(b.as_ref().try_into().unwrap_or([0; 8])))
-            .unwrap_or(1);
-        self.db.flush()?;
-        // Spread ids over the space so they do not read as a counter, keep them ordered.
-        Ok(JobId::from_u64(n))
+        loop {
+            let id = JobId::random().map_err(|e| JournalError::Random(e.to_string()))?;
+            if !self.jobs.contains_key(id.to_u64().to_be_bytes())? {
+                return Ok(id);
+            }
+        }
     }
 }
 
 /// Brings a record of an older layout to [`RECORD_VERSION`].
-fn upgrade(v: &mut serde_json::Value) -> Result<(), String> {
+fn upgrade(v: &mut serde_json::Value, keys: &KeyTable) -> Result<(), String> {
     let obj = v.as_object_mut().ok_or("a record is a JSON object")?;
     let version = match obj.get("version") {
         None => 1,
@@ -211,6 +285,12 @@ fn upgrade(v: &mut serde_json::Value) -> Result<(), String> {
         // Version 1 held a YuE2 request's fields alone.
         let req = obj.get_mut("request").and_then(|r| r.as_object_mut()).ok_or("no 'request' object")?;
         req.insert("family".into(), "yue2".into());
+    }
+    if version < 3 {
+        // Layouts 1 and 2 named a client by its raw API key.
+        let client = obj.get("client").and_then(|c| c.as_str()).ok_or("no 'client' text")?;
+        let principal = keys.upgrade_client(client);
+        obj.insert("client".into(), principal.into());
     }
     obj.insert("version".into(), RECORD_VERSION.into());
     Ok(())
@@ -240,27 +320,36 @@ mod tests {
         }
     }
 
+    fn open(p: &Path) -> Journal {
+        Journal::open(p, &KeyTable::default()).unwrap()
+    }
+
     #[test]
-    fn records_survive_reopen_in_id_order() {
+    fn records_survive_reopen_and_ids_are_random() {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("journal");
-        {
-            let j = Journal::open(&p).unwrap();
-            let a = j.next_id().unwrap();
-            let b = j.next_id().unwrap();
-            assert!(b > a);
+        let (a, b) = {
+            let j = open(&p);
+            let a = j.new_id().unwrap();
+            let b = j.new_id().unwrap();
             j.put(&rec(b.clone(), JobState::Queued)).unwrap();
             j.put(&rec(a.clone(), JobState::Running)).unwrap();
-        }
-        let j = Journal::open(&p).unwrap();
-        let all = j.load().unwrap();
-        assert_eq!(all.len(), 2);
-        assert!(all[0].id < all[1].id);
-        assert_eq!(all[0].state, JobState::Running);
-        let c = j.next_id().unwrap();
-        assert!(c > all[1].id, "ids never repeat after a restart");
+            (a, b)
+        };
+        let j = open(&p);
+        let mut all = j.load().unwrap();
+        all.sort_by(|x, y| x.id.cmp(&y.id));
+        let mut want = vec![(a, JobState::Running), (b, JobState::Queued)];
+        want.sort_by(|x, y| x.0.cmp(&y.0));
+        assert_eq!(all.iter().map(|r| (r.id.clone(), r.state)).collect::<Vec<_>>(), want);
+        // 64 random bits a draw: 256 ids share no value, and their bits are not a counter's
+        // (about half of the high 32 bits set across them).
+        let ids: std::collections::BTreeSet<u64> = (0..256).map(|_| j.new_id().unwrap().to_u64()).collect();
+        assert_eq!(ids.len(), 256);
+        let high: u32 = ids.iter().map(|n| (n >> 32).count_ones()).sum();
+        assert!((3000..5200).contains(&high), "{high} of 8192 high bits set");
         // While it is open, a second open waits for the lock, then names the likely cause.
-        let e = Journal::open(&p).err().expect("a held journal cannot be opened twice").to_string();
+        let e = Journal::open(&p, &KeyTable::default()).err().expect("a held journal cannot be opened twice").to_string();
         assert!(e.contains("another yued"), "{e}");
     }
 
@@ -277,7 +366,7 @@ mod tests {
         for f in ["conf", "db"] {
             std::fs::copy(fixture.join(f), p.join(f)).unwrap();
         }
-        let j = Journal::open(&p).unwrap();
+        let j = open(&p);
         let all = j.load().unwrap();
         let states: Vec<_> = all.iter().map(|r| (r.id.to_u64(), r.state)).collect();
         assert_eq!(states, vec![(1, JobState::Done), (2, JobState::Running), (3, JobState::Queued), (4, JobState::Cancelled)]);
@@ -291,7 +380,6 @@ mod tests {
         j.put(r2).unwrap();
         let raw: serde_json::Value = serde_json::from_slice(&j.jobs.get(2u64.to_be_bytes()).unwrap().unwrap()).unwrap();
         assert_eq!((raw["version"].as_u64(), raw["request"]["family"].as_str()), (Some(RECORD_VERSION as u64), Some("yue2")));
-        assert!(j.next_id().unwrap().to_u64() > 4, "ids go on after the old ones");
         // A record from a newer release is refused, naming it.
         let mut newer = raw.clone();
         newer["version"] = 99.into();
@@ -310,19 +398,88 @@ mod tests {
             db.insert(b"something", b"else").unwrap();
             db.flush().unwrap();
         }
-        let e = Journal::open(&p).err().unwrap().to_string();
+        let e = Journal::open(&p, &KeyTable::default()).err().unwrap().to_string();
         assert!(e.contains("foreign"), "{e}");
         // A directory of random files.
         let q = dir.path().join("junk");
         std::fs::create_dir_all(&q).unwrap();
         std::fs::write(q.join("db"), b"garbage").unwrap();
-        assert!(Journal::open(&q).is_err());
+        assert!(Journal::open(&q, &KeyTable::default()).is_err());
         assert_eq!(std::fs::read(q.join("db")).unwrap(), b"garbage", "never wiped");
         // A bad record is named.
         let r = dir.path().join("ok");
-        let j = Journal::open(&r).unwrap();
+        let j = open(&r);
         j.jobs.insert(7u64.to_be_bytes(), b"{not json".to_vec()).unwrap();
         let e = j.load().err().unwrap().to_string();
         assert!(e.contains("0000000000000007"), "{e}");
+    }
+
+    /// A journal written by the release before tenancy (layout 2, committed under
+    /// fixtures/journal/v2 by that release's `yued serve --api-key keyA111 --api-key
+    /// keyB222`: A's done job 1, B's job 2 and A's job 3 running at a SIGKILL) names its
+    /// clients by their raw keys. Opened with a keys table that names A, its jobs become
+    /// alice's; B's key is gone from the table, so its job gets the hash id an unnamed
+    /// entry of that key would have. The upgraded database holds neither key, in any file.
+    #[test]
+    fn a_journal_with_raw_keys_is_upgraded_to_principals_and_scrubbed() {
+        let dir = tempfile::tempdir().unwrap();
+        let fixture = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/journal/v2");
+        let p = dir.path().join("journal");
+        std::fs::create_dir_all(&p).unwrap();
+        for f in ["conf", "db"] {
+            std::fs::copy(fixture.join(f), p.join(f)).unwrap();
+        }
+        let grep = |root: &Path, needle: &[u8]| -> Vec<PathBuf> {
+            let mut hits = vec![];
+            let mut stack = vec![root.to_path_buf()];
+            while let Some(d) = stack.pop() {
+                for e in std::fs::read_dir(&d).unwrap() {
+                    let path = e.unwrap().path();
+                    if path.is_dir() {
+                        stack.push(path);
+                    } else if std::fs::read(&path).unwrap().windows(needle.len()).any(|w| w == needle) {
+                        hits.push(path);
+                    }
+                }
+            }
+            hits
+        };
+        assert!(!grep(&p, b"keyA111").is_empty(), "the fixture holds the raw key");
+        let mut keys = KeyTable::default();
+        keys.add_lines("keyA111 name=alice\n", "keys").unwrap();
+        let j = Journal::open(&p, &keys).unwrap();
+        let mut all = j.load().unwrap();
+        all.sort_by_key(|r| r.id.to_u64());
+        let got: Vec<_> = all.iter().map(|r| (r.id.to_u64(), r.client.as_str(), r.state, r.version)).collect();
+        let b = crate::tenancy::key_id("keyB222");
+        let want = vec![(1, "alice", JobState::Done, RECORD_VERSION), (2, b.as_str(), JobState::Running, RECORD_VERSION), (3, "alice", JobState::Running, RECORD_VERSION)];
+        assert_eq!(got, want);
+        assert_eq!(all[0].tracks, 1);
+        assert_eq!(all[1].request.as_yue2().unwrap().style, "warm pop");
+        drop(j);
+        for key in [&b"keyA111"[..], b"keyB222"] {
+            let hits = grep(dir.path(), key);
+            assert!(hits.is_empty(), "{} still in {hits:?}", String::from_utf8_lossy(key));
+        }
+        assert!(!sibling(&p, "old").exists() && !sibling(&p, "upgrading").exists());
+        // Reopened, it is current: nothing to rewrite, the same records.
+        let j = open(&p);
+        assert_eq!(j.load().unwrap().len(), 3);
+    }
+
+    /// A rewrite interrupted between its two renames is completed at the next open.
+    #[test]
+    fn an_interrupted_upgrade_is_completed() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = dir.path().join("journal");
+        {
+            let j = open(&p);
+            j.put(&rec(JobId::from_u64(5), JobState::Queued)).unwrap();
+        }
+        std::fs::rename(&p, sibling(&p, "upgrading")).unwrap();
+        std::fs::create_dir_all(sibling(&p, "old")).unwrap();
+        let j = open(&p);
+        assert_eq!(j.load().unwrap()[0].id.to_u64(), 5);
+        assert!(!sibling(&p, "old").exists() && !sibling(&p, "upgrading").exists());
     }
 }

@@ -12,7 +12,9 @@
 //! - [`results::ResultStore`]: finished results on disk, with expiry;
 //! - [`metrics::Metrics`]: the Prometheus registry;
 //! - [`backend`]: what the routes need of all this, as four traits (queue, job states, tile
-//!   bus, results), so a cluster can stand in for the single node.
+//!   bus, results), so a cluster can stand in for the single node, and the one principal's
+//!   view through which a route reaches a job;
+//! - [`tenancy`]: principals (who owns a job), roles and the API keys, held as hashes.
 #![forbid(unsafe_code)]
 pub mod ar_decoder;
 pub mod backend;
@@ -30,6 +32,7 @@ pub mod nar_renderer;
 pub mod results;
 pub mod scheduler;
 pub(crate) mod stage;
+pub mod tenancy;
 pub mod vae_tiler;
 pub mod worker;
 pub mod yue2;

@@ -1,6 +1,7 @@
 //! The Scheduler: the job table, a FIFO queue that is fair between clients (round-robin
-//! over client keys, FIFO within a client), the admission cap shared by every route, and
-//! the journal, to which every state change is written before it is acknowledged.
+//! over principals, FIFO within one), the admission cap shared by every route with each
+//! principal's share of it, and the journal, to which every state change is written before
+//! it is acknowledged.
 use crate::fair_queue::FairQueue;
 use crate::hub::{Publish, StreamHub};
 use crate::journal::{JobRecord, Journal, VaeTask, MAX_CRASHES};
@@ -37,6 +38,8 @@ pub struct Scheduler {
     results: Arc<ResultStore>,
     metrics: Metrics,
     cap: usize,
+    /// The most active jobs one principal may hold (its share of `cap`).
+    share: usize,
     accepting: bool,
     /// The last journal write failed (and why): `/health` reports the daemon unhealthy
     /// until a write succeeds again.
@@ -47,6 +50,9 @@ pub struct Scheduler {
 pub enum SubmitError {
     #[error("the server is at its admission cap of {0} jobs; retry later")]
     Full(usize),
+    /// The principal already holds its share of the admission cap (others still get in).
+    #[error("you have {0} jobs queued or running, your share of this server's admission cap; retry when one ends")]
+    OverShare(usize),
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("journal: {0}")]
@@ -68,6 +74,7 @@ impl Scheduler {
         results: Arc<ResultStore>,
         metrics: Metrics,
         cap: usize,
+        share: usize,
     ) -> Result<Self, crate::journal::JournalError> {
         let mut s = Scheduler {
             journal,
@@ -81,11 +88,15 @@ impl Scheduler {
             results,
             metrics,
             cap,
+            share: share.clamp(1, cap.max(1)),
             accepting: true,
             journal_error: None,
         };
         let mut restored = 0;
-        for mut r in s.journal.load()? {
+        // Ids are random: the queue is restored in submission order.
+        let mut records = s.journal.load()?;
+        records.sort_by(|a, b| (a.submitted_ms, &a.id).cmp(&(b.submitted_ms, &b.id)));
+        for mut r in records {
             let id = r.id.clone();
             if r.state == JobState::Running {
                 r.crashes += 1;
@@ -235,7 +246,8 @@ impl Scheduler {
         let r = self.results.retention;
         let now = now_ms();
         let mut ended: Vec<(JobId, JobState, u64)> = self.jobs.iter().filter(|(_, e)| e.record.state.is_terminal()).map(|(id, e)| (id.clone(), e.record.state, e.record.submitted_ms)).collect();
-        ended.sort_by(|a, b| a.0.cmp(&b.0));
+        // Oldest first (ids are random).
+        ended.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
         let over = ended.len().saturating_sub(r.max_count);
         let mut forget = Vec::new();
         for (i, (id, state, submitted)) in ended.into_iter().enumerate() {
@@ -300,12 +312,14 @@ impl Actor for Scheduler {
 #[derive(Message)]
 #[rtype(result = "Result<JobId, SubmitError>")]
 pub struct Submit {
+    /// The principal it belongs to ([`crate::tenancy::Principal::id`]): its owner, and its
+    /// place in the fair queue. Never a key.
     pub client: String,
     pub request: Request,
     /// Set for a `/vae` job; its upload is already on disk.
     pub vae: Option<VaeTask>,
     /// The id the job already has elsewhere (a cluster worker runs the cluster's job under
-    /// its id); `None`: the journal numbers it.
+    /// its id); `None`: the journal draws a random one.
     pub id: Option<JobId>,
     /// Songs whose codes are already known (a cluster job resumed on another worker).
     pub songs: Vec<crate::journal::SongCodes>,
@@ -328,10 +342,15 @@ impl Handler<Submit> for Scheduler {
             self.metrics.admission_rejections_total.inc();
             return Err(SubmitError::Full(self.cap));
         }
+        let held = self.jobs.values().filter(|e| e.record.client == m.client && !e.record.state.is_terminal()).count();
+        if held >= self.share {
+            self.metrics.admission_rejections_total.inc();
+            return Err(SubmitError::OverShare(self.share));
+        }
         let id = match m.id {
             Some(id) if self.jobs.contains_key(&id) => return Err(SubmitError::Journal(format!("job {id} is already known here"))),
             Some(id) => Ok(id),
-            None => self.journal.next_id().map_err(|e| SubmitError::Journal(e.to_string())),
+            None => self.journal.new_id().map_err(|e| SubmitError::Journal(e.to_string())),
         };
         let id = match id {
             Ok(id) => id,
@@ -519,8 +538,11 @@ pub struct Snapshot;
 pub struct QueueSnapshot {
     pub queued: usize,
     /// Jobs in the compute stages (several overlap under --keep-loaded).
+    /// Without an admin key: only the caller's own.
     pub running: Vec<String>,
     pub cap: usize,
+    /// The most jobs one principal may have queued or running at once.
+    pub share: usize,
     pub worker_ready: bool,
     pub accepting: bool,
     pub jobs_known: usize,
@@ -540,6 +562,7 @@ impl Handler<Snapshot> for Scheduler {
             queued: self.queued_count(),
             running: self.active.iter().map(|j| j.to_string()).collect(),
             cap: self.cap,
+            share: self.share,
             worker_ready: self.worker_ready,
             accepting: self.accepting,
             jobs_known: self.jobs.len(),
@@ -570,10 +593,10 @@ impl Handler<Shutdown> for Scheduler {
     }
 }
 
-/// The jobs of one client (its fairness key), oldest first.
+/// The jobs of one principal, or (`None`) every job with its owner, oldest first.
 #[derive(Message)]
 #[rtype(result = "yued_protocol::JobList")]
-pub struct ListJobs(pub String);
+pub struct ListJobs(pub Option<String>);
 
 impl Handler<ListJobs> for Scheduler {
     type Result = MessageResult<ListJobs>;
@@ -581,16 +604,17 @@ impl Handler<ListJobs> for Scheduler {
         let mut jobs: Vec<yued_protocol::JobListEntry> = self
             .jobs
             .values()
-            .filter(|e| e.record.client == m.0)
+            .filter(|e| m.0.as_ref().is_none_or(|owner| &e.record.client == owner))
             .map(|e| yued_protocol::JobListEntry {
                 id: e.record.id.clone(),
                 family: e.record.request.family(),
                 status: e.record.state,
                 submitted_ms: e.record.submitted_ms,
                 request: if e.record.vae.is_some() { None } else { serde_json::to_value(&e.record.request).ok() },
+                owner: m.0.is_none().then(|| e.record.client.clone()),
             })
             .collect();
-        jobs.sort_by_key(|j| (j.submitted_ms, j.id.to_u64()));
+        jobs.sort_by(|a, b| (a.submitted_ms, &a.id).cmp(&(b.submitted_ms, &b.id)));
         MessageResult(yued_protocol::JobList { jobs })
     }
 }
@@ -629,5 +653,17 @@ impl Handler<GetFamily> for Scheduler {
     type Result = Option<yued_protocol::Family>;
     fn handle(&mut self, m: GetFamily, _: &mut Self::Context) -> Self::Result {
         self.jobs.get(&m.0).map(|e| e.record.request.family())
+    }
+}
+
+/// The principal a job belongs to.
+#[derive(Message)]
+#[rtype(result = "Option<String>")]
+pub struct GetOwner(pub JobId);
+
+impl Handler<GetOwner> for Scheduler {
+    type Result = Option<String>;
+    fn handle(&mut self, m: GetOwner, _: &mut Self::Context) -> Self::Result {
+        self.jobs.get(&m.0).map(|e| e.record.client.clone())
     }
 }

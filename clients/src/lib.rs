@@ -95,6 +95,11 @@ impl Client {
         Ok(())
     }
 
+    /// `GET /status`: the daemon's health and its queue as this key may see it.
+    pub fn server_status(&self) -> Result<serde_json::Value, ClientError> {
+        Ok(Self::check(self.auth(self.http.get(format!("{}/status", self.base))).send()?)?.json()?)
+    }
+
     pub fn props(&self) -> Result<Props, ClientError> {
         Ok(Self::check(self.auth(self.http.get(format!("{}/props", self.base))).send()?)?.json()?)
     }

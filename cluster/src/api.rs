@@ -58,7 +58,7 @@ impl NatsBackend {
     }
 
     pub fn backend(self: &Arc<Self>) -> yued_actors::backend::Backend {
-        yued_actors::backend::Backend { queue: self.clone(), states: self.clone(), tiles: self.clone(), results: self.clone() }
+        yued_actors::backend::Backend::new(self.clone(), self.clone(), self.clone(), self.clone())
     }
 
     async fn view(&self) -> Result<View, Unavailable> {
@@ -97,6 +97,19 @@ impl NatsBackend {
         });
     }
 
+    /// Messages on one principal's subject of the jobs stream: its queued and running jobs.
+    async fn held(&self, subject: &str) -> Result<usize, String> {
+        let mut info = self.c.jobs.info_with_subjects(subject).await.map_err(|e| e.to_string())?;
+        let mut held = 0;
+        while let Some(item) = info.next().await {
+            let (s, n) = item.map_err(|e| e.to_string())?;
+            if s == subject {
+                held += n;
+            }
+        }
+        Ok(held)
+    }
+
     /// Puts a `/vae` upload where a worker can fetch it; the task names the object.
     async fn ship_upload(&self, id: &JobId, task: &VaeTask) -> Result<String, String> {
         let name = format!("upload.{id}");
@@ -129,7 +142,17 @@ pub async fn live_workers(c: &Cluster) -> Result<Vec<WorkerInfo>, String> {
 impl JobQueue for NatsBackend {
     async fn submit(&self, job: Submit) -> Result<JobId, SubmitError> {
         let cap = self.c.cfg.admission_cap;
-        let id = record::next_id(&self.c.state).await.map_err(SubmitError::Unavailable)?;
+        // A principal's share: its messages in the jobs stream are its queued and running
+        // jobs (a message leaves when its job ends). Checked before queueing, so two API
+        // nodes taking the same principal's jobs at one instant may each let one through.
+        let subject = format!("yued.jobs.{}", client_token(&job.client));
+        let held = self.held(&subject).await.map_err(|e| SubmitError::Unavailable(format!("the cluster's job queue: {e}")))?;
+        let share = self.c.cfg.admission_share.clamp(1, cap.max(1));
+        if held >= share {
+            self.metrics.admission_rejections_total.inc();
+            return Err(SubmitError::OverShare(share));
+        }
+        let id = JobId::random().map_err(|e| SubmitError::Unavailable(format!("no randomness for a job id: {e}")))?;
         let upload = match &job.vae {
             Some(task) => Some(self.ship_upload(&id, task).await.map_err(SubmitError::Unavailable)?),
             None => None,
@@ -154,7 +177,6 @@ impl JobQueue for NatsBackend {
         record::create(&self.c.state, &entry).await.map_err(SubmitError::Journal)?;
         // The job id is the message id: a publish retried after a lost acknowledgement is
         // a duplicate, not a second song.
-        let subject = format!("yued.jobs.{}", client_token(&job.client));
         let mut headers = async_nats::HeaderMap::new();
         headers.insert("Nats-Msg-Id", id.as_str());
         let payload = Bytes::from(id.to_string());
@@ -248,6 +270,7 @@ impl JobQueue for NatsBackend {
                     queued: 0,
                     running: vec![],
                     cap: self.c.cfg.admission_cap,
+                    share: self.c.cfg.admission_share,
                     worker_ready: false,
                     accepting: false,
                     jobs_known: 0,
@@ -264,6 +287,7 @@ impl JobQueue for NatsBackend {
             queued: v.queued(),
             running: v.workers.iter().flat_map(|w| w.jobs.iter().map(|j| j.to_string())).collect(),
             cap: self.c.cfg.admission_cap,
+            share: self.c.cfg.admission_share,
             worker_ready: !v.workers.is_empty(),
             accepting: true,
             jobs_known,
@@ -318,13 +342,17 @@ impl JobStates for NatsBackend {
         Ok(record::read(&self.c.state, id, Patience::Answer).await.map_err(Unavailable)?.map(|(j, _)| j.record.request.family()))
     }
 
-    async fn list(&self, client: &str) -> Result<JobList, Unavailable> {
+    async fn owner(&self, id: &JobId) -> Result<Option<String>, Unavailable> {
+        Ok(record::read(&self.c.state, id, Patience::Answer).await.map_err(Unavailable)?.map(|(j, _)| j.record.client))
+    }
+
+    async fn list(&self, owner: Option<&str>) -> Result<JobList, Unavailable> {
         let mut keys = self.c.state.keys().await.map_err(unavailable)?;
         let mut jobs = Vec::new();
         while let Some(k) = keys.next().await {
             let Some(id) = k.ok().and_then(|k| k.strip_prefix("job.").and_then(|s| JobId::parse(s).ok())) else { continue };
             if let Ok(Some((j, _))) = record::read(&self.c.state, &id, Patience::Answer).await {
-                if j.record.client == client {
+                if owner.is_none_or(|o| j.record.client == o) {
                     let r = j.record;
                     jobs.push(JobListEntry {
                         id: r.id.clone(),
@@ -332,11 +360,12 @@ impl JobStates for NatsBackend {
                         status: r.state,
                         submitted_ms: r.submitted_ms,
                         request: if r.vae.is_some() { None } else { serde_json::to_value(&r.request).ok() },
+                        owner: owner.is_none().then(|| r.client.clone()),
                     });
                 }
             }
         }
-        jobs.sort_by_key(|j| (j.submitted_ms, j.id.to_u64()));
+        jobs.sort_by(|a, b| (a.submitted_ms, &a.id).cmp(&(b.submitted_ms, &b.id)));
         Ok(JobList { jobs })
     }
 }

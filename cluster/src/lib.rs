@@ -28,7 +28,7 @@ use std::time::Duration;
 pub const JOBS_STREAM: &str = "YUED_JOBS";
 /// The stream of live tiles and events (`yued.tiles.<job id>`).
 pub const TILES_STREAM: &str = "YUED_TILES";
-/// Job states, the id counter and the fairness clock.
+/// Job states and the fairness clock.
 pub const STATE_BUCKET: &str = "yued_jobstate";
 /// One key per live worker, expiring when it stops reporting.
 pub const WORKERS_BUCKET: &str = "yued_workers";
@@ -80,6 +80,8 @@ pub struct ClusterConfig {
     pub max_attempts: u32,
     /// Jobs queued and running, cluster-wide.
     pub admission_cap: usize,
+    /// ... and of one principal.
+    pub admission_share: usize,
     pub result_ttl: Duration,
     pub result_max_bytes: u64,
     /// How long an MCP export link works.
@@ -97,8 +99,8 @@ pub fn key_safe(s: &str) -> String {
     s.chars().map(|c| if c.is_ascii_alphanumeric() || c == '-' || c == '_' { c } else { '_' }).collect()
 }
 
-/// The subject token of a client's fairness key (FNV-1a, 64 bits, hex): keys and
-/// addresses never appear in subjects.
+/// The subject token of a principal id (FNV-1a, 64 bits, hex): names and addresses never
+/// appear in subjects (and keys appear nowhere).
 pub fn client_token(client: &str) -> String {
     let mut h: u64 = 0xcbf2_9ce4_8422_2325;
     for b in client.bytes() {

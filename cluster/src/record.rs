@@ -114,24 +114,3 @@ pub async fn create(kv: &kv::Store, job: &ClusterJob) -> Result<(), String> {
     kv.create(key(&job.record.id), value).await.map(|_| ()).map_err(|e| format!("the cluster's job states: {e}"))
 }
 
-/// The next job id, cluster-wide (a counter under compare-and-set).
-pub async fn next_id(kv: &kv::Store) -> Result<JobId, String> {
-    const KEY: &str = "next_id";
-    for _ in 0..256 {
-        let e = retry("reading the id counter", Patience::Answer.within(), || kv.entry(KEY)).await.map_err(|e| format!("the cluster's id counter: {e}"))?;
-        let (n, rev) = match e {
-            Some(e) if e.operation == kv::Operation::Put => (std::str::from_utf8(&e.value).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0), Some(e.revision)),
-            _ => (0, None),
-        };
-        let next = n + 1;
-        let value = Bytes::from(next.to_string());
-        let ok = match rev {
-            Some(rev) => kv.update(KEY, value, rev).await.is_ok(),
-            None => kv.create(KEY, value).await.is_ok(),
-        };
-        if ok {
-            return Ok(JobId::from_u64(next));
-        }
-    }
-    Err("the cluster's id counter is contended beyond reason".into())
-}

@@ -48,12 +48,23 @@ pub struct Config {
     pub keep_loaded: bool,
     /// Jobs admitted at once across routes, active work included.
     pub admission_cap: usize,
+    /// The most of those one principal (an API key, or an address without keys) may hold;
+    /// 0: half the cap, rounded up.
+    pub admission_share: usize,
     /// VAE tile core frames.
     pub vae_core: u32,
     /// VAE tile halo frames.
     pub vae_halo: u32,
-    /// API keys; empty = no authentication.
+    /// API keys, each a keys-file line (`KEY [name=NAME] [admin|metrics]`); none at all
+    /// (here, in `admin_keys` and in `api_keys_file`) = no authentication, one user.
     pub api_keys: Vec<String>,
+    /// Admin keys (every job, `/logs`, `/metrics`), each a key or a keys-file line.
+    pub admin_keys: Vec<String>,
+    /// A keys file (one `KEY [name=NAME] [admin|metrics]` a line), re-read on SIGHUP.
+    pub api_keys_file: Option<PathBuf>,
+    /// A second listen address (`HOST:PORT`) that serves `/metrics` and `/health` without a
+    /// key, for a scraper on an internal network; empty: none.
+    pub metrics_listen: String,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
     /// A WebSocket listener that has been sent nothing for this many seconds gets a Ping;
@@ -111,9 +122,13 @@ impl Default for Config {
             max_seq: 0,
             keep_loaded: false,
             admission_cap: 8,
+            admission_share: 0,
             vae_core: 512,
             vae_halo: 16,
             api_keys: vec![],
+            admin_keys: vec![],
+            api_keys_file: None,
+            metrics_listen: String::new(),
             max_body_bytes: 4 << 20,
             ws_ping_secs: 10,
             max_upload_bytes: 256 << 20,
@@ -149,9 +164,13 @@ const KEYS: &[&str] = &[
     "max_seq",
     "keep_loaded",
     "admission_cap",
+    "admission_share",
     "vae_core",
     "vae_halo",
     "api_keys",
+    "admin_keys",
+    "api_keys_file",
+    "metrics_listen",
     "max_body_bytes",
     "ws_ping_secs",
     "max_upload_bytes",
@@ -171,6 +190,15 @@ const KEYS: &[&str] = &[
 ];
 
 impl Config {
+    /// One principal's share of the admission cap.
+    pub fn share(&self) -> usize {
+        if self.admission_share == 0 {
+            self.admission_cap.div_ceil(2)
+        } else {
+            self.admission_share
+        }
+    }
+
     /// Defaults, then the TOML file if given, then the environment.
     pub fn load(file: Option<&std::path::Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
         let mut c = match file {
@@ -218,9 +246,13 @@ impl Config {
                 }
             }
             "admission_cap" => self.admission_cap = num(value, bad)?,
+            "admission_share" => self.admission_share = num(value, bad)?,
             "vae_core" => self.vae_core = num(value, bad)?,
             "vae_halo" => self.vae_halo = num(value, bad)?,
             "api_keys" => self.api_keys = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+            "admin_keys" => self.admin_keys = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+            "api_keys_file" => self.api_keys_file = (!value.is_empty()).then(|| value.into()),
+            "metrics_listen" => self.metrics_listen = value.trim().into(),
             "max_body_bytes" => self.max_body_bytes = num(value, bad)?,
             "ws_ping_secs" => self.ws_ping_secs = num(value, bad)?,
             "max_upload_bytes" => self.max_upload_bytes = num(value, bad)?,
@@ -251,6 +283,12 @@ impl Config {
         }
         if self.admission_cap == 0 {
             return bad("admission_cap", "must be at least 1");
+        }
+        if self.admission_share > self.admission_cap {
+            return bad("admission_share", "must be at most admission_cap (0: half of it)");
+        }
+        if !self.metrics_listen.is_empty() && self.metrics_listen.parse::<std::net::SocketAddr>().is_err() {
+            return bad("metrics_listen", "must be HOST:PORT with an IP address, e.g. 127.0.0.1:9187");
         }
         if self.ws_ping_secs == 0 {
             return bad("ws_ping_secs", "must be at least 1");
@@ -307,6 +345,11 @@ mod tests {
         assert_eq!(c.max_batch, 4);
         assert_eq!(c.host, "0.0.0.0");
         assert_eq!(c.api_keys, vec!["a", "b"]);
+        assert_eq!((c.admission_cap, c.share()), (8, 4), "half the cap by default");
+        c.set("admission_share", "8").unwrap();
+        assert_eq!(c.share(), 8);
+        c.set("admission_share", "9").unwrap();
+        assert!(c.check().unwrap_err().to_string().starts_with("admission_share:"));
         c.set("port", "9200").unwrap();
         assert_eq!(c.port, 9200);
     }

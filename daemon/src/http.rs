@@ -6,7 +6,6 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use std::collections::HashSet;
 use std::sync::Arc;
 use yued_actors::journal::{VaeOp, VaeTask};
 use yued_actors::metrics::Metrics;
@@ -29,7 +28,8 @@ pub struct AppState {
     pub prompt: PromptCheck,
     /// The same for MiniMax Music 3, when it is served.
     pub mm3: Option<Mm3Check>,
-    pub api_keys: HashSet<String>,
+    /// The API keys (none: a single-user box), replaced on SIGHUP.
+    pub keys: crate::auth::Keys,
     pub logs: LogRing,
     pub started: std::time::Instant,
     pub demo_weights: bool,
@@ -92,36 +92,10 @@ fn unavailable(msg: impl Into<String>) -> HttpResponse {
     error(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, msg)
 }
 
-/// The API keys a request presents, in this order: `X-API-Key: K`, an `api_key` query
-/// parameter (for the browser's WebSocket and EventSource, which cannot set headers),
-/// `Authorization: Bearer K`.
-pub fn presented_keys(req: &HttpRequest) -> Vec<String> {
-    let mut keys = Vec::new();
-    if let Some(v) = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()) {
-        keys.push(v.trim().to_string());
-    }
-    if let Some(k) = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string()).ok().and_then(|q| q.get("api_key").cloned()) {
-        keys.push(k);
-    }
-    if let Some(k) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|a| a.strip_prefix("Bearer ")) {
-        keys.push(k.trim().to_string());
-    }
-    keys
-}
-
-/// The key a request is admitted with: the first it presents that `keys` holds (any key
-/// presented counts, so a stray header beside a good one does not lock a client out).
-pub fn valid_key(req: &HttpRequest, keys: &HashSet<String>) -> Option<String> {
-    presented_keys(req).into_iter().find(|k| keys.contains(k))
-}
-
-/// The fairness key of a request: its API key, else its peer address.
+/// The principal a request is admitted as (see [`crate::auth`]): its jobs' owner and its
+/// place in the fair queue. Never a key.
 pub fn client_key(req: &HttpRequest) -> String {
-    let key = match req.app_data::<web::Data<AppState>>() {
-        Some(st) if !st.api_keys.is_empty() => valid_key(req, &st.api_keys),
-        _ => presented_keys(req).into_iter().next(),
-    };
-    key.map(|k| format!("key:{k}")).unwrap_or_else(|| req.peer_addr().map(|a| format!("ip:{}", a.ip())).unwrap_or_else(|| "ip:unknown".into()))
+    crate::auth::caller(req).id
 }
 
 /// Routes, parses, validates and resolves a request body; the error says what is wrong,
@@ -240,11 +214,12 @@ fn random_u64() -> u64 {
 
 /// Submits a parsed request; the reply of every submission route.
 pub async fn submit(st: &AppState, client: String, request: Request, vae: Option<VaeTask>) -> Result<JobId, HttpResponse> {
-    match st.jobs.queue.submit(Submit::new(client, request, vae)).await {
+    match st.jobs.submit(Submit::new(client, request, vae)).await {
         Ok(id) => Ok(id),
         Err(SubmitError::Full(cap)) => {
             Err(HttpResponse::TooManyRequests().insert_header((header::RETRY_AFTER, "5")).json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") }))
         }
+        Err(e @ SubmitError::OverShare(_)) => Err(HttpResponse::TooManyRequests().insert_header((header::RETRY_AFTER, "5")).json(ErrorBody { error: e.to_string() })),
         Err(SubmitError::ShuttingDown) => Err(unavailable("the server is shutting down")),
         Err(SubmitError::Journal(e)) => Err(unavailable(format!("the job could not be journaled, so it is not accepted: {e}"))),
         Err(SubmitError::Unavailable(e)) => Err(unavailable(e)),
@@ -438,6 +413,11 @@ pub struct JobQuery {
     cancel: Option<String>,
 }
 
+#[derive(serde::Deserialize)]
+pub struct JobsQuery {
+    all: Option<String>,
+}
+
 fn flag(v: &Option<String>) -> bool {
     matches!(v.as_deref(), Some("1") | Some("true"))
 }
@@ -448,30 +428,37 @@ pub fn job_id(id: &Option<String>) -> Result<JobId, HttpResponse> {
 }
 
 /// `GET /jobs`: the caller's jobs (by its API key, else its address), oldest first, with
-/// their requests: what a page or a script needs to find its history again.
-pub async fn get_jobs(req: HttpRequest, st: web::Data<AppState>) -> HttpResponse {
-    match st.jobs.states.list(&client_key(&req)).await {
+/// their requests: what a page or a script needs to find its history again. `?all=1`
+/// (an admin key; anyone on a box without keys): every principal's, each naming its owner.
+pub async fn get_jobs(req: HttpRequest, q: web::Query<JobsQuery>, st: web::Data<AppState>) -> HttpResponse {
+    let who = crate::auth::caller(&req);
+    let all = flag(&q.all);
+    if all && !who.is_admin() {
+        return error(actix_web::http::StatusCode::FORBIDDEN, "all: every principal's jobs need an admin key");
+    }
+    match st.jobs.of(&who).list(all).await {
         Ok(list) => HttpResponse::Ok().json(list),
         Err(e) => unavailable(e.0),
     }
 }
 
-pub async fn get_job(q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpResponse {
+pub async fn get_job(req: HttpRequest, q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpResponse {
     let id = match job_id(&q.id) {
         Ok(id) => id,
         Err(r) => return r,
     };
+    let jobs = st.jobs.of(&crate::auth::caller(&req));
     if flag(&q.result) {
-        return result(&id, &st).await;
+        return result(&id, &jobs).await;
     }
-    match st.jobs.states.status(&id).await {
+    match jobs.status(&id).await {
         Ok(Some(s)) => HttpResponse::Ok().json(s),
         Ok(None) => not_found(format!("unknown job {id}")),
         Err(e) => unavailable(e.0),
     }
 }
 
-pub async fn post_job(q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpResponse {
+pub async fn post_job(req: HttpRequest, q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpResponse {
     let id = match job_id(&q.id) {
         Ok(id) => id,
         Err(r) => return r,
@@ -479,7 +466,7 @@ pub async fn post_job(q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpR
     if !flag(&q.cancel) {
         return bad("POST /job needs cancel=1");
     }
-    match st.jobs.queue.cancel(&id).await {
+    match st.jobs.of(&crate::auth::caller(&req)).cancel(&id).await {
         Ok(Some(JobState::Cancelled)) => HttpResponse::Ok().json(serde_json::json!({"status": "cancelled"})),
         Ok(Some(s)) => error(actix_web::http::StatusCode::CONFLICT, format!("job {id} is already {}", s.as_str())),
         Ok(None) => not_found(format!("unknown job {id}")),
@@ -488,18 +475,18 @@ pub async fn post_job(q: web::Query<JobQuery>, st: web::Data<AppState>) -> HttpR
 }
 
 /// The multipart result, streamed from the files in bounded chunks.
-async fn result(id: &JobId, st: &AppState) -> HttpResponse {
-    match st.jobs.states.state(id).await {
+async fn result(id: &JobId, jobs: &yued_actors::backend::Jobs) -> HttpResponse {
+    match jobs.state(id).await {
         Ok(None) => return not_found(format!("unknown job {id}")),
         Ok(Some(JobState::Done)) => {}
         Ok(Some(s)) => return not_found(format!("job {id} has no result ({})", s.as_str())),
         Err(e) => return unavailable(e.0),
     }
-    let Some(parts) = st.jobs.results.parts(id).await else {
+    let Some(parts) = jobs.parts(id).await else {
         return not_found(format!("the result of job {id} has expired"));
     };
-    // Each seed's clients read its own boundary.
-    let boundary = match st.jobs.states.family(id).await {
+    // Each family's clients read its own boundary.
+    let boundary = match jobs.family(id).await {
         Ok(Some(yued_protocol::Family::Mm3)) => yued_protocol::MM3_MULTIPART_BOUNDARY,
         _ => MULTIPART_BOUNDARY,
     };
@@ -549,43 +536,64 @@ pub fn file_chunks(path: std::path::PathBuf) -> impl futures_util::Stream<Item =
     })
 }
 
-/// Reply of `GET /health` (and `/status`, `/system/queue`).
+/// Reply of `GET /health`: liveness and readiness, open to anyone (no job ids, no queue).
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub struct Health {
     /// `ok`; `loading` until the compute stages are ready; `unhealthy` (with a 503) while the
     /// journal refuses writes.
     #[schemars(extend("enum" = ["ok", "loading", "unhealthy"]))]
     pub status: &'static str,
+    /// Whether the daemon takes and runs jobs now (`status` is `ok`).
+    pub ready: bool,
     pub uptime_seconds: f64,
     /// Whether the models are the embedded demo's random weights (songs are noise).
     pub demo_weights: bool,
+}
+
+/// Reply of `GET /status` and `/system/queue` (a key, where keys are configured): the
+/// health, and the queue as the caller may see it.
+#[derive(serde::Serialize, schemars::JsonSchema)]
+pub struct Status {
+    #[serde(flatten)]
+    pub health: Health,
     pub queue: yued_actors::scheduler::QueueSnapshot,
 }
 
-async fn snapshot(st: &AppState) -> HttpResponse {
-    match st.jobs.queue.snapshot().await {
-        // A journal that refuses writes makes the daemon unhealthy (503) until one succeeds:
-        // nothing it acknowledges then would survive a restart.
-        Ok(s) => HttpResponse::build(if s.journal_error.is_some() { actix_web::http::StatusCode::SERVICE_UNAVAILABLE } else { actix_web::http::StatusCode::OK })
-            .insert_header((header::CACHE_CONTROL, "no-store"))
-            .json(Health {
-                status: if s.journal_error.is_some() {
-                    "unhealthy"
-                } else if s.worker_ready {
-                    "ok"
-                } else {
-                    "loading"
-                },
-                uptime_seconds: st.started.elapsed().as_secs_f64(),
-                demo_weights: st.demo_weights,
-                queue: s,
-            }),
-        Err(e) => unavailable(e.0),
+fn health_of(st: &AppState, s: &yued_actors::scheduler::QueueSnapshot) -> Health {
+    let status = if s.journal_error.is_some() {
+        "unhealthy"
+    } else if s.worker_ready {
+        "ok"
+    } else {
+        "loading"
+    };
+    Health { status, ready: status == "ok" && s.accepting, uptime_seconds: st.started.elapsed().as_secs_f64(), demo_weights: st.demo_weights }
+}
+
+/// A journal that refuses writes makes the daemon unhealthy (503) until one succeeds:
+/// nothing it acknowledges then would survive a restart.
+fn health_status(s: &yued_actors::scheduler::QueueSnapshot) -> actix_web::http::StatusCode {
+    if s.journal_error.is_some() {
+        actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+    } else {
+        actix_web::http::StatusCode::OK
     }
 }
 
 pub async fn health(st: web::Data<AppState>) -> HttpResponse {
-    snapshot(&st).await
+    match st.jobs.liveness().await {
+        Ok(s) => HttpResponse::build(health_status(&s)).insert_header((header::CACHE_CONTROL, "no-store")).json(health_of(&st, &s)),
+        Err(e) => unavailable(e.0),
+    }
+}
+
+/// `/status`, `/system/queue`: the health and the queue; job ids only the caller's own
+/// (an admin's: every running one).
+pub async fn status(req: HttpRequest, st: web::Data<AppState>) -> HttpResponse {
+    match st.jobs.of(&crate::auth::caller(&req)).snapshot().await {
+        Ok(s) => HttpResponse::build(health_status(&s)).insert_header((header::CACHE_CONTROL, "no-store")).json(Status { health: health_of(&st, &s), queue: s }),
+        Err(e) => unavailable(e.0),
+    }
 }
 
 pub async fn props(st: web::Data<AppState>) -> HttpResponse {

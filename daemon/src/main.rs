@@ -4,6 +4,7 @@
 #![forbid(unsafe_code)]
 use clap::{Parser, Subcommand};
 
+mod auth;
 mod cli;
 mod http;
 mod links;

@@ -301,9 +301,9 @@ async fn call_tool(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) 
     let name = params.get("name").and_then(Value::as_str).ok_or((INVALID_PARAMS, "name: missing".to_string()))?;
     let outcome = match name {
         "compose_song" => compose(req, params, st).await,
-        "song_status" => status(params, st).await,
+        "song_status" => status(req, params, st).await,
         "song_result" => result(req, params, st).await,
-        "cancel_song" => cancel(params, st).await,
+        "cancel_song" => cancel(req, params, st).await,
         other => return Err((INVALID_PARAMS, format!("unknown tool: {other}"))),
     };
     tracing::info!(tool = name, ok = outcome.is_ok(), "mcp tool call");
@@ -366,9 +366,10 @@ async fn compose(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) ->
     Ok(json!({"job_id": id, "status": "queued", "family": family.as_str(), "duration": duration, "format": format}))
 }
 
-async fn status(params: &Value, st: &AppState) -> Result<Value, String> {
+async fn status(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Value, String> {
     let job = job_arg(arguments(params, &["job_id"])?)?;
-    match st.jobs.states.status(&job).await {
+    // Another principal's job is as unknown as a job nobody has.
+    match st.jobs.of(&crate::auth::caller(req)).status(&job).await {
         Ok(Some(s)) => {
             let mut v = serde_json::to_value(&s).expect("a status serializes");
             v["job_id"] = job.as_str().into();
@@ -381,13 +382,14 @@ async fn status(params: &Value, st: &AppState) -> Result<Value, String> {
 
 async fn result(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Value, String> {
     let job = job_arg(arguments(params, &["job_id"])?)?;
-    match st.jobs.states.state(&job).await {
+    let jobs = st.jobs.of(&crate::auth::caller(req));
+    match jobs.state(&job).await {
         Ok(Some(JobState::Done)) => {}
         Ok(Some(s)) => return Err(format!("job {job} is {s}: a link exists once it is done (poll song_status)")),
         Ok(None) => return Err(format!("job_id: unknown job {job}")),
         Err(e) => return Err(e.0),
     }
-    let (path, content_type) = export_file(st, &job).await?;
+    let (path, content_type) = export_file(&jobs, &job).await?;
     let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let link = st.links.create(&job).await.map_err(|e| format!("the link could not be made: {e}"))?;
     let info = req.connection_info();
@@ -396,17 +398,17 @@ async fn result(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Valu
 }
 
 /// The one file a job may be exported as: its Opus or FLAC audio.
-pub async fn export_file(st: &AppState, job: &JobId) -> Result<(std::path::PathBuf, String), String> {
-    let parts = st.jobs.results.parts(job).await.ok_or_else(|| format!("the result of job {job} has expired"))?;
+pub async fn export_file(jobs: &yued_actors::backend::Jobs, job: &JobId) -> Result<(std::path::PathBuf, String), String> {
+    let parts = jobs.parts(job).await.ok_or_else(|| format!("the result of job {job} has expired"))?;
     parts
         .into_iter()
         .find(|(_, ct)| ct == "audio/flac" || ct == "audio/ogg; codecs=opus")
         .ok_or_else(|| format!("job {job} has no Opus or FLAC audio (only songs composed as flac or opus are exported)"))
 }
 
-async fn cancel(params: &Value, st: &AppState) -> Result<Value, String> {
+async fn cancel(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Value, String> {
     let job = job_arg(arguments(params, &["job_id"])?)?;
-    match st.jobs.queue.cancel(&job).await {
+    match st.jobs.of(&crate::auth::caller(req)).cancel(&job).await {
         Ok(Some(JobState::Cancelled)) => Ok(json!({"job_id": job, "status": "cancelled"})),
         Ok(Some(s)) => Err(format!("job {job} is already {s}")),
         Ok(None) => Err(format!("job_id: unknown job {job}")),
@@ -420,7 +422,8 @@ pub async fn link(path: web::Path<String>, st: web::Data<AppState>) -> HttpRespo
     let token = path.into_inner();
     let gone = || crate::http::error(StatusCode::NOT_FOUND, "no such link (links expire an hour after they are made)");
     let Some(job) = st.links.resolve(&token).await else { return gone() };
-    let Ok((file, content_type)) = export_file(&st, &job).await else { return gone() };
+    // The token is the capability: the link works for whoever holds it.
+    let Ok((file, content_type)) = export_file(&st.jobs.by_capability(), &job).await else { return gone() };
     let ext = file.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_else(|| "bin".into());
     HttpResponse::Ok()
         .content_type(content_type)

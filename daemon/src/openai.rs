@@ -226,15 +226,16 @@ async fn run(req: &HttpRequest, st: &web::Data<AppState>, native: serde_json::Va
             .json(serde_json::json!({"id": id, "object": "music.job", "status": "queued", "status_url": format!("/job?id={id}"), "result_url": format!("/job?id={id}&result=1")}));
     }
     // From here the caller waits for the audio: if it goes away first, the song is cancelled.
-    let mut guard = CancelOnDrop { queue: st.jobs.queue.clone(), job: id.clone(), armed: true };
-    let sub = match st.jobs.tiles.subscribe(&id, codec.unwrap_or(StreamCodec::Pcm16)).await {
+    let jobs = st.jobs.of(&crate::auth::caller(req));
+    let mut guard = CancelOnDrop { jobs: jobs.clone(), job: id.clone(), armed: true };
+    let sub = match jobs.subscribe(&id, codec.unwrap_or(StreamCodec::Pcm16)).await {
         Ok(s) => s,
         Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.0),
     };
     let (sub, codec) = match (codec, sub) {
         (Some(codec), Some(sub)) => (sub, codec),
         (_, sub) => {
-            let resp = finished_audio(st, &id, sub).await;
+            let resp = finished_audio(&jobs, &id, sub).await;
             guard.disarm();
             return resp;
         }
@@ -263,7 +264,7 @@ async fn run(req: &HttpRequest, st: &web::Data<AppState>, native: serde_json::Va
 /// Cancels a job when the caller that waits for its audio goes away first (the handler's
 /// future or the response body is dropped before the job ended).
 struct CancelOnDrop {
-    queue: std::sync::Arc<dyn yued_actors::backend::JobQueue>,
+    jobs: yued_actors::backend::Jobs,
     job: JobId,
     armed: bool,
 }
@@ -278,9 +279,9 @@ impl Drop for CancelOnDrop {
     fn drop(&mut self) {
         if self.armed {
             tracing::info!(job = %self.job, "the client went away before its audio: cancelling the job");
-            let (queue, job) = (self.queue.clone(), self.job.clone());
+            let (jobs, job) = (self.jobs.clone(), self.job.clone());
             actix_web::rt::spawn(async move {
-                let _ = queue.cancel(&job).await;
+                let _ = jobs.cancel(&job).await;
             });
         }
     }
@@ -288,7 +289,7 @@ impl Drop for CancelOnDrop {
 
 /// The first track's file once the job has ended (its subscription, when the hub still had
 /// the job, is read to the terminal event first).
-async fn finished_audio(st: &AppState, id: &JobId, sub: Option<yued_actors::hub::Subscription>) -> HttpResponse {
+async fn finished_audio(jobs: &yued_actors::backend::Jobs, id: &JobId, sub: Option<yued_actors::hub::Subscription>) -> HttpResponse {
     if let Some(mut sub) = sub {
         while let Some(item) = sub.rx.recv().await {
             if let StreamItem::Text(t) = item {
@@ -299,7 +300,7 @@ async fn finished_audio(st: &AppState, id: &JobId, sub: Option<yued_actors::hub:
         }
     }
     let state = loop {
-        match st.jobs.states.state(id).await {
+        match jobs.state(id).await {
             Ok(Some(s)) if s.is_terminal() => break s,
             Ok(Some(_)) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
             Ok(None) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("job {id} is no longer known")),
@@ -312,19 +313,19 @@ async fn finished_audio(st: &AppState, id: &JobId, sub: Option<yued_actors::hub:
         _ => {
             // A song that failed on its content (a score the model could not write, a
             // prompt it could not take): the request's, not the server's.
-            let why = match st.jobs.states.status(id).await {
+            let why = match jobs.status(id).await {
                 Ok(Some(s)) => s.error.unwrap_or_default(),
                 _ => String::new(),
             };
             return openai_error(StatusCode::UNPROCESSABLE_ENTITY, format!("job {id} failed: {why}"), "generation_failed", None);
         }
     }
-    audio_file(id, st).await
+    audio_file(id, jobs).await
 }
 
 /// The first audio part of a finished job's result.
-async fn audio_file(id: &JobId, st: &AppState) -> HttpResponse {
-    let Some(parts) = st.jobs.results.parts(id).await else { return openai_error(StatusCode::NOT_FOUND, format!("the result of job {id} has expired"), "not_found", None) };
+async fn audio_file(id: &JobId, jobs: &yued_actors::backend::Jobs) -> HttpResponse {
+    let Some(parts) = jobs.parts(id).await else { return openai_error(StatusCode::NOT_FOUND, format!("the result of job {id} has expired"), "not_found", None) };
     match parts.into_iter().find(|(_, ct)| ct.starts_with("audio/")) {
         Some((path, ct)) => match std::fs::read(&path) {
             Ok(bytes) => HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(ct).body(bytes),

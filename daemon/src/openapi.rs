@@ -342,6 +342,14 @@ pub fn document(f: &Facts) -> Value {
     let jobs = reply_schema::<JobList>(&mut defs);
     let props = reply_schema::<Props>(&mut defs);
     let health = reply_schema::<crate::http::Health>(&mut defs);
+    let queue_status = reply_schema::<crate::http::Status>(&mut defs);
+    // What a key whose role does not reach a route gets.
+    let forbidden = |mut m: Map<String, Value>, what: &str| {
+        if f.api_keys {
+            m.insert("403".into(), error_response(what));
+        }
+        m
+    };
     reply_schema::<ErrorBody>(&mut defs);
     let yue2 = yue2_body(f);
     let mm3 = mm3_body(f);
@@ -374,7 +382,7 @@ pub fn document(f: &Facts) -> Value {
     );
 
     let too_large = |n: usize| error_response(&format!("the body is larger than {n} bytes"));
-    let full = json!({"description": "the admission cap is reached: retry later", "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
+    let full = json!({"description": "the admission cap, or the caller's share of it, is reached: retry later", "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
     let unavailable = error_response("the job could not be journaled (it is not accepted), or the daemon is shutting down");
     let json_body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema}}});
     let ws_note = "A WebSocket (RFC 6455): the 101 upgrade answers a GET with the handshake headers. Then text frames carry JSON events (queued, stage, score, codes, format, tile, done, failed, cancelled) and binary frames the audio: Ogg Opus pages by default (their concatenation is a playable .opus file), or with format=pcm16 interleaved s16le, one frame per decoded tile. The daemon pings an idle listener and closes one that stops answering or reads too slowly, with a reason.";
@@ -406,7 +414,7 @@ pub fn document(f: &Facts) -> Value {
     );
     paths.insert(
         "/jobs".into(),
-        json!({"get": op(f, "The caller's jobs", "The jobs submitted with the caller's API key (else from its address) that the daemon still knows, oldest first, with their journaled requests.", json!([]), None, map(json!({"200": json_reply("the jobs", jobs), "503": error_response("the scheduler is not running")})), Door::Keyed)}),
+        json!({"get": op(f, "The caller's jobs", "The jobs submitted with the caller's API key (else from its address) that the daemon still knows, oldest first, with their journaled requests. all=1 (an admin key): every principal's, each naming its owner.", json!([flag_param("all", false, "1 or true: every principal's jobs (an admin key)")]), None, forbidden(map(json!({"200": json_reply("the jobs", jobs), "503": error_response("the scheduler is not running")})), "all=1 without an admin key"), Door::Keyed)}),
     );
     let ws_fail = map(json!({"101": {"description": "switching protocols: the stream follows"}, "400": error_response("not a WebSocket handshake, or a malformed parameter")}));
     let mut stream_r = ws_fail.clone();
@@ -423,15 +431,20 @@ pub fn document(f: &Facts) -> Value {
     };
     paths.insert("/stream".into(), json!({"get": op(f, "Follow a job (WebSocket)", &format!("{ws_note} A finished job replays its audio as tiles, then its final event, then a close."), with_handshake(vec![job_param("the job to follow"), format.clone()]), None, stream_r, Door::Keyed)}));
     paths.insert("/synth/stream".into(), json!({"get": op(f, "Submit and follow (WebSocket)", &format!("{ws_note} The first text message is the request (a /synth body); {{\"cmd\": \"cancel\"}} cancels the job. Closing the socket does not."), with_handshake(vec![format]), None, ws_fail, Door::Keyed)}));
-    for (path, what) in [("/health", "Liveness, queue and result storage"), ("/status", "The same as /health"), ("/system/queue", "The same as /health")] {
+    for (path, what) in [("/health", "Liveness and readiness"), ("/status", "Health, queue and result storage"), ("/system/queue", "The same as /status")] {
+        let (schema, description, door) = if path == "/health" {
+            (health.clone(), "Open without an API key: status, readiness and uptime, no job ids. 503 while the journal refuses writes (the daemon then accepts nothing).", Door::Open)
+        } else {
+            (queue_status.clone(), "The queue's figures and the running jobs' ids: the caller's own (an admin key: all). 503 while the journal refuses writes.", Door::Keyed)
+        };
         paths.insert(
             path.into(),
-            json!({"get": op(f, what, if path == "/health" { "Open without an API key. 503 while the journal refuses writes (the daemon then accepts nothing)." } else { "503 while the journal refuses writes (the daemon then accepts nothing)." }, json!([]), None, map(json!({"200": json_reply("ok or loading", health.clone()), "503": {"description": "unhealthy (the journal refuses writes), or the scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [health.clone(), {"$ref": "#/components/schemas/ErrorBody"}]}}}}})), if path == "/health" { Door::Open } else { Door::Keyed })}),
+            json!({"get": op(f, what, description, json!([]), None, map(json!({"200": json_reply("ok or loading", schema.clone()), "503": {"description": "unhealthy (the journal refuses writes), or the scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [schema, {"$ref": "#/components/schemas/ErrorBody"}]}}}}})), door)}),
         );
     }
     paths.insert("/props".into(), json!({"get": op(f, "What this daemon serves", "Version, models, rates, context, output formats, adapters, and each family's default request.", json!([]), None, map(json!({"200": json_reply("the server's description", props)})), Door::Keyed)}));
-    paths.insert("/logs".into(), json!({"get": op(f, "The daemon's log (server-sent events)", "The last 512 lines, then each new one, as they come; the stream does not end.", json!([]), None, map(json!({"200": {"description": "an event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})), Door::Keyed)}));
-    paths.insert("/metrics".into(), json!({"get": op(f, "Prometheus metrics", "The text exposition format (the yued_ metrics and the process's).", json!([]), None, map(json!({"200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}})), Door::Keyed)}));
+    paths.insert("/logs".into(), json!({"get": op(f, "The daemon's log (server-sent events)", "The last 512 lines, then each new one, as they come; the stream does not end. An admin key where keys are configured.", json!([]), None, forbidden(map(json!({"200": {"description": "an event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})), "not an admin key"), Door::Keyed)}));
+    paths.insert("/metrics".into(), json!({"get": op(f, "Prometheus metrics", "The text exposition format (the yued_ metrics and the process's). An admin or a metrics key where keys are configured (or the --metrics-listen port, without one).", json!([]), None, forbidden(map(json!({"200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}})), "not an admin or a metrics key"), Door::Keyed)}));
     paths.insert("/openapi.json".into(), json!({"get": op(f, "This document", "Open without an API key.", json!([]), None, map(json!({"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}})), Door::Open)}));
     paths.insert(
         "/v1/models".into(),
@@ -440,7 +453,7 @@ pub fn document(f: &Facts) -> Value {
     );
     let openai_answers = |first: Value| {
         map(
-            json!({"200": first, "400": openai_error("the body is not a request; param names the field"), "409": openai_error("the job was cancelled before it ended"), "413": openai_error(&format!("the body is larger than {} bytes", f.max_body_bytes)), "422": openai_error("the song failed (for example: the model could not write a valid score on these weights)"), "429": {"description": "the admission cap is reached (the SDKs' RateLimitError)", "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAiError"}}}}, "503": openai_error("the job could not be journaled, or the daemon is shutting down")}),
+            json!({"200": first, "400": openai_error("the body is not a request; param names the field"), "409": openai_error("the job was cancelled before it ended"), "413": openai_error(&format!("the body is larger than {} bytes", f.max_body_bytes)), "422": openai_error("the song failed (for example: the model could not write a valid score on these weights)"), "429": {"description": "the admission cap, or the caller's share of it, is reached (the SDKs' RateLimitError)", "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAiError"}}}}, "503": openai_error("the job could not be journaled, or the daemon is shutting down")}),
         )
     };
     let voices = VOICES.iter().map(|(n, s)| format!("{n}: {s}")).collect::<Vec<_>>().join("; ");

@@ -7,12 +7,11 @@ use crate::logs::LogRing;
 use crate::{links, mcp, openai, webui, ws};
 use actix::Actor;
 use actix_web::body::MessageBody;
-use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::dev::ServiceResponse;
 use actix_web::http::StatusCode;
-use actix_web::middleware::{from_fn, Compress, ErrorHandlerResponse, ErrorHandlers, Next};
+use actix_web::middleware::{from_fn, Compress, ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::Context;
-use std::collections::HashSet;
 use std::path::PathBuf;
 use std::sync::Arc;
 use tracing_subscriber::layer::SubscriberExt;
@@ -83,12 +82,31 @@ pub struct ServeArgs {
     /// Jobs admitted at once across routes, active work included (default 8).
     #[arg(long)]
     pub admission_cap: Option<usize>,
-    /// An API key clients must present (repeatable); none = open.
+    /// The most of those one principal (an API key, or an address on a box without keys)
+    /// may hold at once; past it that client gets 429 while others still get in (default
+    /// 0: half the cap, rounded up).
+    #[arg(long)]
+    pub admission_share: Option<usize>,
+    /// An API key clients must present (repeatable): `KEY` or a keys-file line `KEY
+    /// name=NAME`. A key sees only its own jobs. No key at all (here, --admin-key,
+    /// --api-keys-file) = a single-user box, open to whoever reaches the port. A key on the
+    /// command line is visible to local users in `ps`: prefer --api-keys-file.
     #[arg(long = "api-key")]
     pub api_keys: Vec<String>,
-    /// A file of API keys, one per line.
+    /// An admin key (repeatable): every principal's jobs, /logs, /jobs?all=1 and /metrics.
+    #[arg(long = "admin-key")]
+    pub admin_keys: Vec<String>,
+    /// A keys file, one `KEY [name=NAME] [admin|metrics]` a line (`#` comments), re-read on
+    /// SIGHUP: added keys work and removed ones get 401 from then on, without a restart.
+    /// A job belongs to its key's name (else a short hash of the key). A `metrics` key may
+    /// only scrape /metrics.
     #[arg(long)]
     pub api_keys_file: Option<PathBuf>,
+    /// Also listen on HOST:PORT for /metrics and /health only, without a key: for a
+    /// Prometheus on an internal network (the main port's /metrics needs an admin or a
+    /// metrics key whenever keys are configured).
+    #[arg(long)]
+    pub metrics_listen: Option<String>,
     /// CPU threads for ggml (0 = every core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -159,6 +177,9 @@ impl ServeArgs {
         set("max_seq", self.max_seq.map(|v| v.to_string()))?;
         set("log_format", self.log_format.clone())?;
         set("admission_cap", self.admission_cap.map(|v| v.to_string()))?;
+        set("admission_share", self.admission_share.map(|v| v.to_string()))?;
+        set("api_keys_file", self.api_keys_file.as_ref().map(|p| p.display().to_string()))?;
+        set("metrics_listen", self.metrics_listen.clone())?;
         set("threads", self.threads.map(|v| v.to_string()))?;
         set("compute_priority", self.compute_priority.clone())?;
         set("vae_core", self.vae_core.map(|v| v.to_string()))?;
@@ -175,10 +196,7 @@ impl ServeArgs {
             c.keep_loaded = true;
         }
         c.api_keys.extend(self.api_keys.iter().cloned());
-        if let Some(p) = &self.api_keys_file {
-            let text = std::fs::read_to_string(p).with_context(|| format!("reading {}", p.display()))?;
-            c.api_keys.extend(text.lines().map(str::trim).filter(|l| !l.is_empty() && !l.starts_with('#')).map(String::from));
-        }
+        c.admin_keys.extend(self.admin_keys.iter().cloned());
         c.check()?;
         Ok(c)
     }
@@ -289,31 +307,6 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     Ok(Models { model, vae, info, demo, audio: vae_info.audio_spec(), vae_has_encoder: vae_info.has_encoder, tokenizer, instructions, mm3 })
 }
 
-/// API keys, when configured: 401 without one (the WebUI page, /health, /docs and the
-/// export links stay open).
-async fn require_key(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let st = req.app_data::<web::Data<AppState>>().cloned();
-    if let Some(st) = st {
-        let open = matches!(req.path(), "/" | "/health" | "/docs" | "/openapi.json") || req.path().starts_with("/assets/") || req.path().starts_with("/docs/")
-            // An export link's token is its own capability.
-            || req.path().starts_with("/links/");
-        if !st.api_keys.is_empty() && !open {
-            let ok = http::valid_key(req.request(), &st.api_keys).is_some();
-            if !ok {
-                let msg = "missing or unknown API key (Authorization: Bearer KEY or X-API-Key)";
-                // OpenAI's SDKs read their own error shape.
-                let resp = if req.path().starts_with("/v1/") {
-                    HttpResponse::Unauthorized().json(serde_json::json!({"error": {"message": msg, "type": "invalid_request_error", "param": null, "code": "invalid_api_key"}}))
-                } else {
-                    http::error(StatusCode::UNAUTHORIZED, msg)
-                };
-                return Ok(req.into_response(resp).map_into_right_body());
-            }
-        }
-    }
-    next.call(req).await.map(|r| r.map_into_left_body())
-}
-
 /// Errors produced by actix itself (oversized bodies, bad query strings) as JSON too.
 fn json_error<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
     let status = res.status();
@@ -356,8 +349,8 @@ fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
     s.service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(method_not_allowed("POST")));
     s.service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(method_not_allowed("GET, POST")));
     s.service(web::resource("/jobs").route(web::get().to(http::get_jobs)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/status").route(web::get().to(http::health)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/system/queue").route(web::get().to(http::health)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/status").route(web::get().to(http::status)).default_service(method_not_allowed("GET")));
+    s.service(web::resource("/system/queue").route(web::get().to(http::status)).default_service(method_not_allowed("GET")));
     s.service(web::resource("/logs").route(web::get().to(http::logs)).default_service(method_not_allowed("GET")));
     s.service(web::resource("/openapi.json").route(web::get().to(http::openapi)).default_service(method_not_allowed("GET")));
     s.service(web::resource("/stream").route(web::get().to(ws::stream)).default_service(method_not_allowed("GET")));
@@ -377,6 +370,14 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let c = a.config()?;
     let ring = LogRing::new();
     init_tracing(&c.log_format, &ring);
+    let key_source = crate::auth::KeySource { users: c.api_keys.clone(), admins: c.admin_keys.clone(), file: c.api_keys_file.clone() };
+    let key_table = key_source.load()?;
+    if key_table.is_empty() {
+        tracing::warn!(host = %c.host, "no API keys: a single-user box, every job open to whoever reaches the port");
+    } else {
+        let admins = key_table.principals().filter(|p| p.is_admin()).count();
+        tracing::info!(keys = key_table.len(), admins, "API keys: each key sees only its own jobs");
+    }
     let models = resolve_models(&c)?;
     if let Some(preset) = &models.demo {
         for _ in 0..3 {
@@ -443,6 +444,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 ack_wait: std::time::Duration::from_secs(cfg.cluster_ack_wait_secs),
                 max_attempts: cfg.cluster_max_attempts,
                 admission_cap: cfg.admission_cap,
+                admission_share: cfg.share(),
                 result_ttl: std::time::Duration::from_secs(cfg.result_ttl_secs),
                 result_max_bytes: cfg.result_max_bytes,
                 link_ttl: std::time::Duration::from_secs(cfg.link_ttl_secs),
@@ -455,19 +457,20 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         let mut local = None;
         if cluster.is_none() || role.computes() {
             let journal = match &cluster {
-                None => Journal::open(&cfg.data_dir.join("journal"))?,
+                None => Journal::open(&cfg.data_dir.join("journal"), &key_table)?,
                 Some(_) => {
                     // A worker's own journal only mirrors the job it runs: the cluster's job
                     // states are the truth, and a job this node was running when it died is
                     // redelivered by the cluster, not resumed from here.
                     let dir = cfg.data_dir.join("worker-journal");
                     let _ = std::fs::remove_dir_all(&dir);
-                    Journal::open(&dir)?
+                    Journal::open(&dir, &key_table)?
                 }
             };
             let (tx, rx) = crossbeam_channel::unbounded();
             let cap = if cluster.is_some() { 1 } else { cfg.admission_cap };
-            let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cap)?.start();
+            let share = if cluster.is_some() { 1 } else { cfg.share() };
+            let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cap, share)?.start();
             let stages = worker::spawn(worker_cfg, rx, scheduler.clone(), hub.clone(), results.clone(), metrics.clone());
             let stop = cluster.as_ref().map(|(c, cm)| yued_cluster::worker::start(c.clone(), scheduler.clone(), hub.clone(), results.clone(), uploads.clone(), cm.clone()));
             local = Some((scheduler, stages, stop));
@@ -498,12 +501,14 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             },
             adapters: adapters.as_ref().map(|d| d.adapters.iter().map(|a| a.name.clone()).collect()).unwrap_or_default(),
             model_ids: openai::model_ids(&families, &props.model, models.mm3.as_ref()).into_iter().map(|(id, _)| id).collect(),
-            api_keys: !cfg.api_keys.is_empty(),
+            api_keys: !key_table.is_empty(),
             max_body_bytes: cfg.max_body_bytes,
             max_upload_bytes: cfg.max_upload_bytes,
             link_ttl_secs: cfg.link_ttl_secs,
         };
         let openapi = serde_json::to_string(&crate::openapi::document(&facts)).expect("the document serializes");
+        let keys = crate::auth::Keys::new(key_table);
+        crate::auth::reload_on_sighup(keys.clone(), key_source);
         let state = web::Data::new(AppState {
             jobs,
             metrics,
@@ -513,7 +518,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             openapi,
             mm3: models.mm3,
             prompt: http::PromptCheck { tokenizer: models.tokenizer, tokens: models.info.tokens, instructions: models.instructions },
-            api_keys: cfg.api_keys.iter().cloned().collect::<HashSet<_>>(),
+            keys: keys.clone(),
             logs: ring,
             started: std::time::Instant::now(),
             demo_weights: demo,
@@ -529,12 +534,31 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             },
         });
         let max_body = cfg.max_body_bytes;
+        // The scrape port: /metrics and /health, no key (an internal address of the operator's).
+        let scrape = if cfg.metrics_listen.is_empty() {
+            None
+        } else {
+            let st = state.clone();
+            let server = HttpServer::new(move || {
+                App::new()
+                    .app_data(st.clone())
+                    .service(web::resource("/metrics").route(web::get().to(http::metrics)))
+                    .service(web::resource("/health").route(web::get().to(http::health)))
+                    .default_service(web::to(not_found))
+            })
+            .workers(1)
+            .shutdown_timeout(1)
+            .bind(&cfg.metrics_listen)
+            .with_context(|| format!("binding --metrics-listen {}", cfg.metrics_listen))?;
+            tracing::info!(addr = %cfg.metrics_listen, "metrics listening (no key: keep this address internal)");
+            Some(server.run())
+        };
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
                 .app_data(web::PayloadConfig::new(max_body))
                 .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
-                .wrap(from_fn(require_key))
+                .wrap(from_fn(crate::auth::require_key))
                 .configure(move |s| routes(s, serves_api))
                 .default_service(web::to(not_found))
         })
@@ -542,7 +566,21 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         .bind(addr.clone())
         .with_context(|| format!("binding {}:{}", addr.0, addr.1))?;
         tracing::info!(host = %addr.0, port = addr.1, "yued listening");
-        server.run().await?;
+        match scrape {
+            Some(scrape) => {
+                let handle = scrape.handle();
+                let main = server.run();
+                let main_handle = main.handle();
+                // Either one stopping (a signal stops both) stops the other.
+                let r = futures_util::future::select(main, scrape).await;
+                handle.stop(true).await;
+                main_handle.stop(true).await;
+                match r {
+                    futures_util::future::Either::Left((r, _)) | futures_util::future::Either::Right((r, _)) => r?,
+                }
+            }
+            None => server.run().await?,
+        }
         let Some((scheduler, stages, stop)) = local else { return anyhow::Ok(()) };
         if let Some(stop) = stop {
             // The cluster's jobs this worker runs go back to the cluster at once.

@@ -10,6 +10,7 @@ use crate::http::{check_request, client_key, error, job_id, submit, AppState};
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::{CloseCode, CloseReason};
 use futures_util::StreamExt;
+use yued_actors::backend::Jobs;
 use yued_actors::hub::{PcmTile, StreamItem, TileEncoder};
 use yued_protocol::{JobId, JobState, StreamCodec, StreamCommand, StreamEvent};
 
@@ -36,14 +37,16 @@ pub async fn stream(req: HttpRequest, body: web::Payload, q: web::Query<StreamQu
         Ok(c) => c,
         Err(r) => return Ok(r),
     };
-    if st.jobs.states.state(&id).await.ok().flatten().is_none() {
+    // Another principal's job is as unknown as a job nobody has.
+    let jobs = st.jobs.of(&crate::auth::caller(&req));
+    if jobs.state(&id).await.ok().flatten().is_none() {
         return Ok(error(actix_web::http::StatusCode::NOT_FOUND, format!("unknown job {id}")));
     }
     let (resp, session, msgs) = actix_ws::handle(&req, body)?;
     let msgs = msgs.aggregate_continuations();
     let st = st.into_inner();
     actix_web::rt::spawn(async move {
-        follow(st, session, msgs, id, codec, false).await;
+        follow(st, jobs, session, msgs, id, codec, false).await;
     });
     Ok(resp)
 }
@@ -54,6 +57,7 @@ pub async fn synth_stream(req: HttpRequest, body: web::Payload, q: web::Query<St
         Err(r) => return Ok(r),
     };
     let client = client_key(&req);
+    let jobs = st.jobs.of(&crate::auth::caller(&req));
     let (resp, mut session, msgs) = actix_ws::handle(&req, body)?;
     let mut msgs = msgs.max_frame_size(st.max_body_bytes).aggregate_continuations();
     let st = st.into_inner();
@@ -89,7 +93,7 @@ pub async fn synth_stream(req: HttpRequest, body: web::Payload, q: web::Query<St
             }
         };
         let _ = session.text(serde_json::json!({"event": "job", "id": id}).to_string()).await;
-        follow(st, session, msgs, id, codec, true).await;
+        follow(st, jobs, session, msgs, id, codec, true).await;
     });
     Ok(resp)
 }
@@ -109,8 +113,8 @@ fn truncate(s: &str) -> String {
 /// The stream of a job that has ended, at once: a done job's result audio as tiles (as the
 /// live stream sent them: format, tile events, s16 or one Ogg Opus stream) then `done`; a
 /// failed or cancelled job's terminal event; then a close.
-async fn replay_ended(st: &AppState, mut session: actix_ws::Session, id: &JobId, codec: StreamCodec) {
-    let status = st.jobs.states.status(id).await.ok().flatten();
+async fn replay_ended(st: &AppState, jobs: &Jobs, mut session: actix_ws::Session, id: &JobId, codec: StreamCodec) {
+    let status = jobs.status(id).await.ok().flatten();
     let close = |description: &str| CloseReason { code: CloseCode::Normal, description: Some(description.into()) };
     let Some(status) = status.filter(|s| s.status.is_terminal()) else {
         let _ = session.close(Some(CloseReason { code: CloseCode::Error, description: Some("no stream for this job".into()) })).await;
@@ -120,7 +124,7 @@ async fn replay_ended(st: &AppState, mut session: actix_ws::Session, id: &JobId,
         JobState::Failed => (vec![StreamItem::Text(StreamEvent::Failed { error: status.error.unwrap_or_default() }.to_text())], "job finished"),
         JobState::Cancelled => (vec![StreamItem::Text(StreamEvent::Cancelled {}.to_text())], "job finished"),
         _ => {
-            let parts = st.jobs.results.parts(id).await.unwrap_or_default();
+            let parts = jobs.parts(id).await.unwrap_or_default();
             let tile_samples = st.vae.audio.samples_per_latent * 512;
             let job = id.clone();
             match web::block(move || result_as_tiles(&job, &parts, codec, tile_samples)).await {
@@ -198,13 +202,13 @@ async fn sent_in_time(st: &AppState, id: &JobId, send: impl std::future::Future<
 
 /// Pumps the hub's items for `id` into the socket until the terminal event, answering
 /// pings and (when `can_cancel`) the cancel command.
-async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mut msgs: actix_ws::AggregatedMessageStream, id: JobId, codec: StreamCodec, can_cancel: bool) {
-    let (mut rx, job_ended) = match st.jobs.tiles.subscribe(&id, codec).await {
+async fn follow(st: std::sync::Arc<AppState>, jobs: Jobs, mut session: actix_ws::Session, mut msgs: actix_ws::AggregatedMessageStream, id: JobId, codec: StreamCodec, can_cancel: bool) {
+    let (mut rx, job_ended) = match jobs.subscribe(&id, codec).await {
         Ok(Some(sub)) => (sub.rx, sub.ended),
         Ok(None) => {
             // The job has ended (the hub frees a stream at its end): its story is on disk.
             st.metrics.ws_listeners.inc();
-            replay_ended(&st, session, &id, codec).await;
+            replay_ended(&st, &jobs, session, &id, codec).await;
             st.metrics.ws_listeners.dec();
             return;
         }
@@ -250,7 +254,7 @@ async fn follow(st: std::sync::Arc<AppState>, mut session: actix_ws::Session, mu
                     Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => { let _ = session.pong(&p).await; }
                     Some(Ok(actix_ws::AggregatedMessage::Text(t))) if can_cancel => {
                         if let Ok(StreamCommand::Cancel) = StreamCommand::from_text(&t) {
-                            let _ = st.jobs.queue.cancel(&id).await;
+                            let _ = jobs.cancel(&id).await;
                         }
                     }
                     Some(Ok(actix_ws::AggregatedMessage::Close(_))) | None | Some(Err(_)) => break,

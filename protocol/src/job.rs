@@ -39,6 +39,14 @@ impl JobId {
         Self(format!("{n:016x}"))
     }
 
+    /// A fresh id of 64 bits from the operating system's CSPRNG: ids cannot be walked or
+    /// guessed (an id alone is still never enough to reach another principal's job).
+    pub fn random() -> Result<Self, getrandom::Error> {
+        let mut b = [0u8; 8];
+        getrandom::fill(&mut b)?;
+        Ok(Self::from_u64(u64::from_le_bytes(b)))
+    }
+
     /// Checks the spelling; uppercase digits are refused so one job has one id.
     pub fn parse(s: &str) -> Result<Self, InvalidJobId> {
         let ok = s.len() == Self::LEN && s.bytes().all(|b| matches!(b, b'0'..=b'9' | b'a'..=b'f'));
@@ -162,7 +170,8 @@ impl fmt::Display for Stage {
 }
 
 /// Reply of `GET /jobs`: the caller's jobs (those submitted with its API key, or from its
-/// address without one) that the daemon still knows, oldest first.
+/// address without one) that the daemon still knows, oldest first; with `?all=1` (an admin
+/// key) every principal's.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct JobList {
     pub jobs: Vec<JobListEntry>,
@@ -179,6 +188,10 @@ pub struct JobListEntry {
     /// The request as journaled (seeds resolved); absent for a `/vae` job.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<serde_json::Value>,
+    /// The principal the job belongs to (a key's name or hash id, or an address); only in
+    /// an admin's `?all=1` list.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub owner: Option<String>,
 }
 
 /// Reply of `GET /job?id=N`. Optional fields are left out of the JSON when unknown, so

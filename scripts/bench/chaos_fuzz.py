@@ -84,7 +84,7 @@ class Daemon:
                 r = c.getresponse()
                 body = r.read()
                 c.close()
-                if r.status == 200 and json.loads(body)["queue"]["worker_ready"]:
+                if r.status == 200 and json.loads(body)["ready"]:
                     return time.time() - t0
             except (OSError, http.client.HTTPException, ValueError, KeyError):
                 pass
@@ -362,7 +362,7 @@ def cmd_kills(a):
         return s if st == 200 else {"status": "http %d" % st}
 
     def running():
-        st, s = h.json("GET", "/health")
+        st, s = h.json("GET", "/status")
         return s["queue"]["running"], s["queue"]["queued"]
 
     def kill_and_restart(k, rec):
@@ -451,7 +451,7 @@ def cmd_kills(a):
             kills.append(rec)
 
     final = wait_all(h, ids, 900)
-    st, hs = h.json("GET", "/health")
+    st, hs = h.json("GET", "/status")
     got = [fetch_result(h, i) if final.get(i) == "done" else None for i in ids]
     resumed_in = {r["job"]: r["landed"] for r in kills}
     # Diagnosis for MiniMax jobs resumed from their journaled codes: the reference's own

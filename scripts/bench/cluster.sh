@@ -28,7 +28,7 @@ CL=(--cluster "nats://127.0.0.1:$((PORT + 3))")
 "$YUED" serve --port $((PORT + 1)) --data-dir "$D/api" --threads 1 "${CL[@]}" --role api --node-name api 2>"$D/api.log" & PIDS+=($!)
 "$YUED" serve --port $((PORT + 2)) --data-dir "$D/worker" --threads 1 "${CL[@]}" --role worker --node-name worker 2>"$D/worker.log" & PIDS+=($!)
 for p in "$PORT" $((PORT + 1)) $((PORT + 2)); do
-  until curl -sf "http://127.0.0.1:$p/health" | grep -q '"worker_ready":true'; do sleep 0.2; done
+  until curl -sf "http://127.0.0.1:$p/health" | grep -q '"ready":true'; do sleep 0.2; done
 done
 song='{"style":"bench","lyrics":"[verse] la","cot":"off","duration":20,"steps":8,"output_format":"wav16","semantic_sampling":{"min_tokens":500}}'
 long='{"style":"bench","lyrics":"[verse] la","cot":"off","duration":240,"steps":8,"output_format":"wav16","semantic_sampling":{"min_tokens":6000}}'

@@ -15,7 +15,7 @@ DATA=$(mktemp -d); PORT=${PORT:-18087}; SERVER=http://127.0.0.1:$PORT
 $YUED serve --port "$PORT" --data-dir "$DATA" --admission-cap 2 --vae-core 32 2>"$DATA/log" &
 PID=$!
 trap 'kill $PID 2>/dev/null; rm -rf "$DATA"' EXIT
-until curl -sf "$SERVER/health" | grep -q '"worker_ready":true'; do sleep 0.2; done
+until curl -sf "$SERVER/health" | grep -q '"ready":true'; do sleep 0.2; done
 FMT="python3 scripts/bench/fmt.py"
 proc() { curl -s "$SERVER/metrics" | $FMT proc; }
 row() { $FMT row "$1"; }

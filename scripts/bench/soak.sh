@@ -14,13 +14,13 @@ trap 'kill $pid 2>/dev/null || true; rm -rf "$data"' EXIT
 "$bin" serve --port "$port" --data-dir "$data" --threads 2 --admission-cap 8 >"$data.log" 2>&1 &
 pid=$!
 url="http://127.0.0.1:$port"
-for _ in $(seq 1 120); do curl -sf "$url/health" | grep -q '"worker_ready":true' && break; sleep 0.5; done
+for _ in $(seq 1 120); do curl -sf "$url/health" | grep -q '"ready":true' && break; sleep 0.5; done
 body='{"style": "soak", "lyrics": "[verse] la", "cot": "off", "duration": 0.4, "steps": 1, "output_format": "wav16", "semantic_sampling": {"min_tokens": 10}}'
 sample() {
   local kb rss known
   kb=$(du -sk "$data/journal" | cut -f1)
   rss=$(awk '/VmRSS/ {print $2}' "/proc/$pid/status")
-  known=$(curl -sf "$url/health" | sed -n 's/.*"jobs_known":\([0-9]*\).*/\1/p')
+  known=$(curl -sf "$url/status" | sed -n 's/.*"jobs_known":\([0-9]*\).*/\1/p')
   printf '%8s %14s %12s %11s\n' "$1" "$kb" "$rss" "$known"
 }
 printf '%8s %14s %12s %11s\n' jobs "journal KiB" "RSS KiB" "jobs known"
@@ -39,7 +39,8 @@ while [ "$done_jobs" -lt "$jobs" ]; do
 done
 # Drain the queue, then the final figures.
 for _ in $(seq 1 600); do
-  curl -sf "$url/health" | grep -q '"queued":0,"results_bytes":[0-9]*,"results_stored":[0-9]*,"running":\[\]' && break
+  q=$(curl -sf "$url/status")
+  echo "$q" | grep -q '"queued":0' && echo "$q" | grep -q '"running":\[\]' && break
   sleep 0.5
 done
 sample "$jobs (end)"

@@ -64,7 +64,7 @@ impl Daemon {
         let t0 = Instant::now();
         loop {
             if let Ok(r) = d.http.get(d.url("/health")).send() {
-                if r.status().is_success() && r.json::<serde_json::Value>().map(|v| v["queue"]["worker_ready"] == true).unwrap_or(false) {
+                if r.status().is_success() && r.json::<serde_json::Value>().map(|v| v["ready"] == true).unwrap_or(false) {
                     break;
                 }
             }

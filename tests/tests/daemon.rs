@@ -230,7 +230,7 @@ fn kill_9_then_restart_completes_the_running_and_the_queued_job() {
     assert!(third > second);
     d.wait(&third, Duration::from_secs(300));
     let (data, _, _) = d.kill9();
-    let journal = yued_actors::journal::Journal::open(&data.join("journal")).unwrap();
+    let journal = yued_actors::journal::Journal::open(&data.join("journal"), &Default::default()).unwrap();
     let records = journal.load().unwrap();
     let resumed = |id: &str| records.iter().find(|r| r.id.as_str() == id).map(|r| (r.resumed, r.crashes)).unwrap();
     assert_eq!(resumed(&first), (1, 1), "the first job resumed once from its journaled codes, after one crash");
@@ -811,7 +811,7 @@ fn kill_9_mid_minimax_song_resumes_from_its_journaled_codes() {
     let wav = |p: &[(String, Vec<u8>)]| p.iter().find(|(t, _)| t.contains("wav")).expect("a wav part").1.clone();
     assert!(wav(&parts) == wav(&fresh_parts), "the resumed job's audio differs from an uninterrupted run's");
     let (data, _, _) = d.kill9();
-    let journal = yued_actors::journal::Journal::open(&data.join("journal")).unwrap();
+    let journal = yued_actors::journal::Journal::open(&data.join("journal"), &Default::default()).unwrap();
     let records = journal.load().unwrap();
     let rec = records.iter().find(|r| r.id.as_str() == id).unwrap();
     assert_eq!((rec.resumed, rec.crashes), (1, 1), "resumed once from its journaled codes, after one crash");

@@ -116,7 +116,7 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
         }
         Cmd::Props => println!("{}", serde_json::to_string_pretty(&client.props()?)?),
         Cmd::Status { id: None } => {
-            let v: serde_json::Value = reqwest::blocking::get(format!("{}/status", server.trim_end_matches('/')))?.json()?;
+            let v = client.server_status()?;
             println!("{}", serde_json::to_string_pretty(&v)?);
         }
         Cmd::Status { id: Some(id) } => println!("{}", serde_json::to_string_pretty(&client.status(&job_id(&id)?)?)?),

@@ -810,7 +810,8 @@ async function showResult(job, li) {
 // ---------------------------------------------------------------- header and logs
 async function health() {
   try {
-    const h = await json("/health");
+    // /status needs the key where keys are configured (/health tells anyone only liveness).
+    const h = await json("/status");
     $("health").textContent = `${h.status}${h.demo_weights ? " · demo weights" : ""} · ${h.queue.queued} queued · ${h.queue.running.length} running`;
     $("health").dataset.status = h.status;
   } catch (e) {

@@ -38,7 +38,7 @@ impl Served {
         let child = cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log)?).spawn().context("starting yued serve")?;
         let mut s = Served { child, port, log, _dir: dir };
         let t0 = Instant::now();
-        while !s.get("/health").is_ok_and(|b| b.contains("\"worker_ready\":true")) {
+        while !s.get("/health").is_ok_and(|b| b.contains("\"ready\":true")) {
             if let Some(status) = s.child.try_wait()? {
                 bail!("yued serve exited ({status}): {}", std::fs::read_to_string(&s.log).unwrap_or_default());
             }

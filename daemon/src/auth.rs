@@ -1,0 +1,214 @@
+//! Who a request speaks for. With keys configured every route but the open ones (the WebUI
+//! page and its assets, `/docs`, `/openapi.json`, `/health`, and the export links, whose
+//! token is their capability) needs a key: 401 without a known one, 403 when its role does
+//! not reach the route (`/logs` needs an admin key; `/metrics` an admin or a metrics key; a
+//! metrics key reaches nothing else). Without any key the box is single-user: every caller
+//! may see everything, and its address keeps the fair queue and `/jobs` apart.
+//!
+//! The keys are read from the flags and the keys file at start and again on SIGHUP, so a key
+//! is added or revoked without a restart: a removed key's running jobs finish, its next
+//! request is a 401.
+use crate::http::{self, AppState};
+use actix_web::body::MessageBody;
+use actix_web::dev::{ServiceRequest, ServiceResponse};
+use actix_web::http::{header, StatusCode};
+use actix_web::middleware::Next;
+use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use std::path::PathBuf;
+use std::sync::{Arc, RwLock};
+use yued_actors::tenancy::{KeyTable, Principal, Role};
+
+/// Where the keys come from: what a reload reads again.
+#[derive(Clone, Debug, Default)]
+pub struct KeySource {
+    /// User keys (`--api-key`, `api_keys`): keys-file lines.
+    pub users: Vec<String>,
+    /// Admin keys (`--admin-key`, `admin_keys`).
+    pub admins: Vec<String>,
+    /// `--api-keys-file`.
+    pub file: Option<PathBuf>,
+}
+
+impl KeySource {
+    /// The table these give now.
+    pub fn load(&self) -> anyhow::Result<KeyTable> {
+        let mut t = KeyTable::default();
+        t.add_lines(&self.users.join("\n"), "--api-key")?;
+        let admins: Vec<String> = self.admins.iter().map(|k| if k.split_whitespace().any(|w| w == "admin") { k.clone() } else { format!("{k} admin") }).collect();
+        t.add_lines(&admins.join("\n"), "--admin-key")?;
+        if let Some(p) = &self.file {
+            let text = std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("reading the keys file {}: {e}", p.display()))?;
+            t.add_lines(&text, &p.display().to_string())?;
+        }
+        for p in t.principals() {
+            tracing::debug!(principal = %p.id, role = p.role.as_str(), "API key");
+        }
+        Ok(t)
+    }
+}
+
+/// The keys, shared by the routes and replaced whole on a reload.
+#[derive(Clone, Default)]
+pub struct Keys(Arc<RwLock<KeyTable>>);
+
+impl Keys {
+    pub fn new(t: KeyTable) -> Keys {
+        Keys(Arc::new(RwLock::new(t)))
+    }
+
+    /// Whether the box has no keys (single-user).
+    pub fn is_open(&self) -> bool {
+        self.0.read().expect("keys lock").is_empty()
+    }
+
+    fn lookup(&self, presented: &[String]) -> Option<Principal> {
+        let t = self.0.read().expect("keys lock");
+        // Every presented key is tried, so a stray header beside a good one does not lock a
+        // client out; the first that matches speaks.
+        let mut found = None;
+        for k in presented {
+            if let Some(p) = t.lookup(k) {
+                found.get_or_insert_with(|| p.clone());
+            }
+        }
+        found
+    }
+
+    fn replace(&self, t: KeyTable) {
+        *self.0.write().expect("keys lock") = t;
+    }
+}
+
+/// Re-reads the keys on every SIGHUP; a file that cannot be read or parsed leaves the keys
+/// as they were (and says why in the log).
+pub fn reload_on_sighup(keys: Keys, source: KeySource) {
+    actix_web::rt::spawn(async move {
+        let Ok(mut hup) = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::hangup()) else {
+            tracing::warn!("SIGHUP cannot be caught here: the keys are only read at start");
+            return;
+        };
+        while hup.recv().await.is_some() {
+            match source.load() {
+                Ok(t) => {
+                    let (n, admins) = (t.len(), t.principals().filter(|p| p.is_admin()).count());
+                    if t.is_empty() && !keys.is_open() {
+                        tracing::error!("SIGHUP: the keys would all be gone, which would open the box to anyone; keeping the old keys");
+                        continue;
+                    }
+                    keys.replace(t);
+                    tracing::info!(keys = n, admins, "SIGHUP: API keys reloaded");
+                }
+                Err(e) => tracing::error!(error = %e, "SIGHUP: the keys were not reloaded (the old ones stay)"),
+            }
+        }
+    });
+}
+
+/// The API keys a request presents, in this order: `X-API-Key: K`, an `api_key` query
+/// parameter (for the browser's WebSocket and EventSource, which cannot set headers),
+/// `Authorization: Bearer K`.
+pub fn presented_keys(req: &HttpRequest) -> Vec<String> {
+    let mut keys = Vec::new();
+    if let Some(v) = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()) {
+        keys.push(v.trim().to_string());
+    }
+    if let Some(k) = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string()).ok().and_then(|q| q.get("api_key").cloned()) {
+        keys.push(k);
+    }
+    if let Some(k) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|a| a.strip_prefix("Bearer ")) {
+        keys.push(k.trim().to_string());
+    }
+    keys
+}
+
+/// The principal the middleware admitted the request as.
+pub fn caller(req: &HttpRequest) -> Principal {
+    req.extensions().get::<Principal>().cloned().unwrap_or_else(|| address_principal(req))
+}
+
+fn address_principal(req: &HttpRequest) -> Principal {
+    Principal::open(&req.peer_addr().map(|a| a.ip().to_string()).unwrap_or_else(|| "unknown".into()))
+}
+
+/// Routes anyone may reach, keys or not.
+fn open_route(path: &str) -> bool {
+    matches!(path, "/" | "/health" | "/docs" | "/openapi.json") || path.starts_with("/assets/") || path.starts_with("/docs/") || path.starts_with("/links/")
+}
+
+/// A refusal in the route's own error shape (OpenAI's SDKs read theirs).
+fn refuse(path: &str, status: StatusCode, msg: &str) -> HttpResponse {
+    if path.starts_with("/v1/") {
+        let code = if status == StatusCode::UNAUTHORIZED { "invalid_api_key" } else { "insufficient_permissions" };
+        HttpResponse::build(status).json(serde_json::json!({"error": {"message": msg, "type": "invalid_request_error", "param": null, "code": code}}))
+    } else {
+        http::error(status, msg)
+    }
+}
+
+/// What `who` may not reach: `Some(why)` for a 403.
+fn forbidden(who: &Principal, path: &str) -> Option<&'static str> {
+    match (who.role, path) {
+        (Role::Admin, _) => None,
+        (Role::Metrics, "/metrics") => None,
+        (Role::Metrics, _) => Some("this key only scrapes /metrics"),
+        (Role::User, "/metrics") => Some("/metrics needs an admin or a metrics key"),
+        (Role::User, "/logs") => Some("/logs needs an admin key"),
+        (Role::User, _) => None,
+    }
+}
+
+/// The middleware: admits the request as a principal (stored in its extensions) or refuses it.
+pub async fn require_key(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+    let Some(st) = req.app_data::<web::Data<AppState>>().cloned() else {
+        return next.call(req).await.map(|r| r.map_into_left_body());
+    };
+    let path = req.path().to_string();
+    if st.keys.is_open() {
+        let who = address_principal(req.request());
+        req.extensions_mut().insert(who);
+    } else if !open_route(&path) {
+        let Some(who) = st.keys.lookup(&presented_keys(req.request())) else {
+            let resp = refuse(&path, StatusCode::UNAUTHORIZED, "missing or unknown API key (Authorization: Bearer KEY or X-API-Key)");
+            return Ok(req.into_response(resp).map_into_right_body());
+        };
+        if let Some(why) = forbidden(&who, &path) {
+            return Ok(req.into_response(refuse(&path, StatusCode::FORBIDDEN, why)).map_into_right_body());
+        }
+        req.extensions_mut().insert(who);
+    }
+    next.call(req).await.map(|r| r.map_into_left_body())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn roles_reach_their_routes() {
+        let p = |role| Principal { id: "x".into(), role };
+        for path in ["/logs", "/metrics", "/job", "/jobs"] {
+            assert_eq!(forbidden(&p(Role::Admin), path), None, "{path}");
+        }
+        assert!(forbidden(&p(Role::User), "/logs").is_some());
+        assert!(forbidden(&p(Role::User), "/metrics").is_some());
+        assert_eq!(forbidden(&p(Role::User), "/synth"), None);
+        assert_eq!(forbidden(&p(Role::Metrics), "/metrics"), None);
+        assert!(forbidden(&p(Role::Metrics), "/synth").is_some());
+        assert!(open_route("/links/abc") && open_route("/health") && !open_route("/status") && !open_route("/logs"));
+    }
+
+    #[test]
+    fn flags_and_file_make_one_table() {
+        let dir = tempfile::tempdir().unwrap();
+        let f = dir.path().join("keys");
+        std::fs::write(&f, "fileKey1 name=carol\n").unwrap();
+        let src = KeySource { users: vec!["userKey1".into()], admins: vec!["adminKey1 name=ops".into()], file: Some(f.clone()) };
+        let t = src.load().unwrap();
+        assert_eq!(t.lookup("adminKey1").unwrap(), &Principal { id: "ops".into(), role: Role::Admin });
+        assert_eq!(t.lookup("fileKey1").unwrap().id, "carol");
+        assert_eq!(t.lookup("userKey1").unwrap().role, Role::User);
+        std::fs::write(&f, "fileKey1 name=carol\nfileKey1\n").unwrap();
+        let e = src.load().unwrap_err().to_string();
+        assert!(e.contains("line 2") && !e.contains("fileKey1"), "{e}");
+    }
+}
