@@ -218,7 +218,7 @@ def main():
     port = free_port()
     log = open(os.path.join(tmp, "daemon.log"), "w")
     env = dict(os.environ, YUED_LINK_TTL_SECS=str(LINK_TTL), YUED_MCP_MAX_SECONDS="60")
-    daemon = subprocess.Popen([yued, "serve", "--port", str(port), "--data-dir", os.path.join(tmp, "data"), "--device", "CPU", "--threads", "1", "--admission-cap", "2", "--api-key", KEY], stdout=log, stderr=log, env=env)
+    daemon = subprocess.Popen([yued, "serve", "--port", str(port), "--data-dir", os.path.join(tmp, "data"), "--device", "CPU", "--threads", "1", "--admission-cap", "2", "--admission-share", "2", "--api-key", KEY], stdout=log, stderr=log, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):

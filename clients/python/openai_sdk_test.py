@@ -53,12 +53,12 @@ def main():
     tmp = tempfile.mkdtemp(prefix="yued-openai-")
     port = free_port()
     log = open(os.path.join(tmp, "daemon.log"), "w")
-    daemon = subprocess.Popen([yued, "serve", "--port", str(port), "--data-dir", os.path.join(tmp, "data"), "--device", "CPU", "--threads", "1", "--admission-cap", "3"], stdout=log, stderr=log)
+    daemon = subprocess.Popen([yued, "serve", "--port", str(port), "--data-dir", os.path.join(tmp, "data"), "--device", "CPU", "--threads", "1", "--admission-cap", "3", "--admission-share", "3"], stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):
             try:
-                if http("GET", base + "/health")["queue"]["worker_ready"]:
+                if http("GET", base + "/health")["ready"]:
                     break
             except Exception:
                 pass

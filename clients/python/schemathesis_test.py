@@ -39,7 +39,7 @@ def main():
     port = free_port()
     log = open(os.path.join(tmp, "daemon.log"), "w")
     args = [yued, "serve", "--port", str(port), "--data-dir", os.path.join(tmp, "data"), "--device", "CPU", "--threads", "1",
-            "--admission-cap", "2", "--api-key", KEY, "--max-duration", "3", "--max-steps", "40", "--max-seq", "1024"]
+            "--admission-cap", "2", "--admission-share", "2", "--api-key", KEY, "--max-duration", "3", "--max-steps", "40", "--max-seq", "1024"]
     daemon = subprocess.Popen(args, stdout=log, stderr=log)
     base = f"http://127.0.0.1:{port}"
     try:

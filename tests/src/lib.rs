@@ -28,6 +28,8 @@ pub struct Daemon {
     pub data: PathBuf,
     pub args: Vec<String>,
     pub http: reqwest::blocking::Client,
+    /// The key `submit`, `status` and `wait` present (none: a box without keys).
+    pub key: Option<String>,
 }
 
 impl Daemon {
@@ -60,7 +62,7 @@ impl Daemon {
     /// Starts the daemon with extra environment variables and waits until it serves.
     pub fn start_with_env(data: &Path, port: u16, args: Vec<String>, env: &[(&str, &str)]) -> Daemon {
         let child = Self::spawn(data, port, &args, env);
-        let d = Daemon { child, port, data: data.to_path_buf(), args, http: reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap() };
+        let d = Daemon { child, port, data: data.to_path_buf(), args, http: reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(), key: None };
         let t0 = Instant::now();
         loop {
             if let Ok(r) = d.http.get(d.url("/health")).send() {
@@ -97,13 +99,17 @@ impl Daemon {
     }
 
     pub fn submit(&self, body: &str) -> String {
-        let (s, v, _) = self.submit_as(body, None);
+        let (s, v, _) = self.submit_as(body, self.key.as_deref());
         assert_eq!(s, 200, "submit: {v}");
         v["id"].as_str().unwrap().to_string()
     }
 
     pub fn status(&self, id: &str) -> serde_json::Value {
-        self.http.get(self.url(&format!("/job?id={id}"))).send().unwrap().json().unwrap()
+        let mut rq = self.http.get(self.url(&format!("/job?id={id}")));
+        if let Some(k) = &self.key {
+            rq = rq.header("x-api-key", k);
+        }
+        rq.send().unwrap().json().unwrap()
     }
 
     /// Polls until the job is terminal; returns the last status.
@@ -166,6 +172,24 @@ pub fn song(duration: f64, steps: u32) -> String {
 /// The parts of a multipart/mixed body: (headers, content), through the client library.
 pub fn multipart_parts(body: &[u8], boundary: &str) -> Vec<(String, Vec<u8>)> {
     yue_client::parse_multipart(body, boundary).into_iter().map(|p| (p.content_type, p.data)).collect()
+}
+
+/// The files under `root` (recursively) whose bytes contain `needle`; logs included.
+pub fn files_containing(root: &Path, needle: &[u8]) -> Vec<PathBuf> {
+    let mut hits = vec![];
+    let mut stack = vec![root.to_path_buf()];
+    while let Some(d) = stack.pop() {
+        let Ok(entries) = std::fs::read_dir(&d) else { continue };
+        for e in entries.flatten() {
+            let path = e.path();
+            if path.is_dir() {
+                stack.push(path);
+            } else if std::fs::read(&path).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)) {
+                hits.push(path);
+            }
+        }
+    }
+    hits
 }
 
 /// A binary built next to the test executable.

@@ -234,7 +234,7 @@ fn cluster_admission_cancel_and_attempts() {
     let Some(bin) = nats_server() else { return };
     let dir = tempfile::tempdir().unwrap();
     let nats = Nats::start(bin, dir.path().join("nats"));
-    let opts = ["--admission-cap", "3", "--cluster-max-attempts", "1"];
+    let opts = ["--admission-cap", "3", "--admission-share", "3", "--cluster-max-attempts", "1"];
     let wa = node_with(dir.path(), "wa", &nats, "worker", &opts);
     let api = node_with(dir.path(), "api", &nats, "api", &opts);
     let long = api.submit(&streamed_song(1));
@@ -324,26 +324,30 @@ fn cluster_admission_cancel_and_attempts() {
 }
 
 /// The queue is fair between clients cluster-wide: a client with three songs queued does
-/// not hold back another's one song behind all three.
+/// not hold back another's one song behind all three. Tenancy holds on every API node:
+/// on a second API node alice reaches her jobs, bob gets 404 for them (as for an unknown
+/// id), the admin key reaches both; and no node writes a raw key to its data or its log.
 #[test]
 fn cluster_queue_is_fair_between_clients() {
     let Some(bin) = nats_server() else { return };
     let dir = tempfile::tempdir().unwrap();
     let nats = Nats::start(bin, dir.path().join("nats"));
-    let keys = ["--api-key", "alice-key", "--api-key", "bob-key"];
-    let worker = node_with(dir.path(), "wa", &nats, "worker", &[]);
+    let keys = ["--api-key", "alice-key-0123456789 name=alice", "--api-key", "bob-key-0123456789", "--admin-key", "ops-key-0123456789"];
+    let worker = node_with(dir.path(), "wa", &nats, "worker", &keys);
     let api = node_with(dir.path(), "api", &nats, "api", &keys);
+    let api2 = node_with(dir.path(), "api2", &nats, "api", &keys);
+    let get = |d: &Daemon, path: &str, key: &str| d.http.get(d.url(path)).header("x-api-key", key).send().unwrap();
     let submit = |key: &str, seed: u64| {
         let (status, body, _) = api.submit_as(&streamed_song(seed), Some(key));
         assert_eq!(status, 200, "{body}");
         body["id"].as_str().unwrap().to_string()
     };
-    let alice: Vec<String> = (0..3).map(|i| submit("alice-key", 10 + i)).collect();
-    let bob = submit("bob-key", 20);
+    let alice: Vec<String> = (0..3).map(|i| submit("alice-key-0123456789", 10 + i)).collect();
+    let bob = submit("bob-key-0123456789", 20);
     for id in alice.iter().chain([&bob]) {
         let t0 = Instant::now();
         loop {
-            let s: serde_json::Value = api.http.get(api.url(&format!("/job?id={id}"))).header("x-api-key", "bob-key").send().unwrap().json().unwrap();
+            let s: serde_json::Value = get(&api, &format!("/job?id={id}"), "ops-key-0123456789").json().unwrap();
             if s["status"] == "done" {
                 break;
             }
@@ -354,6 +358,31 @@ fn cluster_queue_is_fair_between_clients() {
     let log = worker.log();
     let claimed: Vec<&str> = log.lines().filter(|l| l.contains("job claimed")).filter_map(|l| l.split("job=").nth(1).map(|s| &s[..16])).collect();
     assert_eq!(claimed, vec![alice[0].as_str(), bob.as_str(), alice[1].as_str(), alice[2].as_str()], "start order");
+    // The other API node keeps the same rules: the principal lives in the job state.
+    let a = &alice[0];
+    let unknown = "0123456789abcdef";
+    for (path, want_alice) in [(format!("/job?id={a}"), 200), (format!("/job?id={a}&result=1"), 200)] {
+        assert_eq!(get(&api2, &path, "alice-key-0123456789").status(), want_alice, "{path}");
+        let theirs = get(&api2, &path, "bob-key-0123456789");
+        assert_eq!(theirs.status(), 404, "{path}");
+        let body = theirs.text().unwrap();
+        let none = get(&api2, &path.replace(a.as_str(), unknown), "bob-key-0123456789").text().unwrap();
+        assert_eq!(body.replace(a.as_str(), unknown), none, "another's job reads as an unknown one");
+        assert_eq!(get(&api2, &path, "ops-key-0123456789").status(), 200, "{path}");
+    }
+    let cancel = api2.http.post(api2.url(&format!("/job?id={a}&cancel=1"))).header("x-api-key", "bob-key-0123456789").send().unwrap();
+    assert_eq!(cancel.status(), 404);
+    let listed: serde_json::Value = get(&api2, "/jobs", "bob-key-0123456789").json().unwrap();
+    assert_eq!(listed["jobs"].as_array().unwrap().len(), 1);
+    let all: serde_json::Value = get(&api2, "/jobs?all=1", "ops-key-0123456789").json().unwrap();
+    let owners: Vec<&str> = all["jobs"].as_array().unwrap().iter().map(|j| j["owner"].as_str().unwrap()).collect();
+    assert_eq!(owners.iter().filter(|o| **o == "alice").count(), 3, "{all}");
+    assert_eq!(get(&api2, "/jobs?all=1", "bob-key-0123456789").status(), 403);
+    // No raw key in any node's data (sled, results, caches) or log, nor in the NATS store.
+    for key in ["alice-key-0123456789", "bob-key-0123456789", "ops-key-0123456789"] {
+        let hits = yued_e2e::files_containing(dir.path(), key.as_bytes());
+        assert!(hits.is_empty(), "{key} written to {hits:?}");
+    }
 }
 
 /// A worker that stalls past `ack_wait` (SIGSTOP) loses its job to another; when it wakes

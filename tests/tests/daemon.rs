@@ -109,7 +109,8 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
 #[test]
 fn one_clients_batch_does_not_starve_another_client() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("data"), &["--admission-cap", "16"]);
+    let mut d = Daemon::start(&dir.path().join("data"), &["--admission-cap", "16", "--admission-share", "16", "--api-key", "client-a", "--api-key", "client-b", "--admin-key", "ops"]);
+    d.key = Some("ops".into());
     let body = song(2.0, 2);
     let a: Vec<String> = (0..10).map(|_| d.submit_as(&body, Some("client-a")).1["id"].as_str().unwrap().to_string()).collect();
     let (s, v, _) = d.submit_as(&body, Some("client-b"));
@@ -121,14 +122,18 @@ fn one_clients_batch_does_not_starve_another_client() {
     let still_waiting = a.iter().filter(|id| d.status(id)["status"] == "queued").count();
     assert!(still_waiting >= 5, "client b finished after only {} of client a's jobs", 10 - still_waiting);
     for id in &a {
-        assert_eq!(d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).send().unwrap().status().as_u16() / 100, if d.status(id)["status"] == "done" { 4 } else { 2 });
+        let status = |id: &str| d.http.get(d.url(&format!("/job?id={id}"))).header("x-api-key", "client-a").send().unwrap().json::<serde_json::Value>().unwrap();
+        let done = status(id)["status"] == "done";
+        let r = d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).header("x-api-key", "client-a").send().unwrap();
+        assert_eq!(r.status().as_u16() / 100, if done { 4 } else { 2 });
     }
 }
 
 #[test]
 fn the_admission_cap_answers_429_with_retry_after() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("data"), &[]);
+    // One client may fill the whole cap here (its share is the cap).
+    let d = Daemon::start(&dir.path().join("data"), &["--admission-share", "8"]);
     let body = song(30.0, 8);
     let ids: Vec<String> = (0..8).map(|_| d.submit(&body)).collect();
     let (s, v, retry) = d.submit_as(&body, None);
@@ -282,7 +287,7 @@ fn jobs_lists_the_callers_own_jobs() {
 #[test]
 fn metrics_parse_and_move_and_keys_are_enforced() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("data"), &["--api-key", "sesame"]);
+    let d = Daemon::start(&dir.path().join("data"), &["--admin-key", "sesame"]);
     assert_eq!(d.http.get(d.url("/props")).send().unwrap().status(), 401);
     assert_eq!(d.http.get(d.url("/health")).send().unwrap().status(), 200, "health stays open");
     let get = |p: &str| d.http.get(d.url(p)).header("authorization", "Bearer sesame").send().unwrap();
