@@ -102,7 +102,8 @@ fn six_songs_survive_a_killed_worker_and_a_nats_restart() {
     let dir = tempfile::tempdir().unwrap();
     let mut nats = Nats::start(bin, dir.path().join("nats"));
     let mut workers = [Some(node(dir.path(), "wa", &nats, "worker")), Some(node(dir.path(), "wb", &nats, "worker"))];
-    let api = node(dir.path(), "api", &nats, "api");
+    // One client's six songs: its share is the whole cap here.
+    let api = node_with(dir.path(), "api", &nats, "api", &["--admission-share", "8"]);
     let ids: Vec<String> = (0..6).map(|i| api.submit(&streamed_song(100 + i))).collect();
     let watched = ids[0].clone();
 

@@ -202,7 +202,7 @@ fn malformed_requests_get_400_naming_the_field_and_nothing_is_journaled() {
         assert_eq!(r.headers().get("allow").and_then(|v| v.to_str().ok()), Some(allow), "{path}");
     }
     assert_eq!(d.http.get(d.url("/nope")).send().unwrap().status(), 404);
-    let h: serde_json::Value = d.http.get(d.url("/health")).send().unwrap().json().unwrap();
+    let h: serde_json::Value = d.http.get(d.url("/status")).send().unwrap().json().unwrap();
     assert_eq!(h["queue"]["jobs_known"], 0, "a rejected request is never journaled");
 }
 
@@ -364,13 +364,16 @@ fn a_job_that_crashes_the_daemon_twice_is_failed_not_resumed_again() {
     let env = [("YUED_TEST_ABORT_STYLE", "crash-loop")];
     let port = free_port();
     let mut d = Daemon::start_with_env(&data, port, vec![], &env);
-    // The daemon may abort before it answers the submit: the poison's id is the next one.
     let first = d.submit(&song(1.0, 1));
     assert_eq!(d.wait(&first, Duration::from_secs(300))["status"], "done");
-    let poison = format!("{:016x}", u64::from_str_radix(&first, 16).unwrap() + 1);
     let _ = d.http.post(d.url("/synth")).header("content-type", "application/json").body(song(1.0, 1).replace("lo-fi piano", "crash-loop")).send();
     let st = wait_exit(&mut d.child, Duration::from_secs(60)).expect("the fault aborts the daemon");
     assert!(!st.success(), "{st:?}");
+    // The daemon may abort before it answers the submit (ids are random): the poison's id
+    // is the last one the log says was queued.
+    let log = d.log();
+    let poison = log.lines().filter(|l| l.contains("job queued")).filter_map(|l| l.split("job=").nth(1)).map(|s| s[..16].to_string()).last().unwrap();
+    assert_ne!(poison, first);
     // The restart resumes it (one crash may be anything): the process aborts again.
     let mut again = Daemon::spawn(&data, port, &[], &env);
     let st = wait_exit(&mut again, Duration::from_secs(120)).unwrap_or_else(|| panic!("the resumed job did not crash again; log: {}", d.log()));
@@ -491,7 +494,7 @@ fn a_request_that_cannot_fit_the_cache_is_a_400_at_submission() {
     let (s, v, _) = d.submit_as(&format!(r#"{{"style": "x", "cot": "off", "lyrics": "{}"}}"#, "la ".repeat(600)), None);
     assert_eq!(s, 400, "{v}");
     assert!(v["error"].as_str().unwrap().starts_with("lyrics:"), "{v}");
-    let h: serde_json::Value = d.http.get(d.url("/health")).send().unwrap().json().unwrap();
+    let h: serde_json::Value = d.http.get(d.url("/status")).send().unwrap().json().unwrap();
     assert_eq!(h["queue"]["jobs_known"], 0, "nothing refused is journaled");
     let id = d.submit(&song(2.0, 1));
     assert_eq!(d.wait(&id, Duration::from_secs(300))["status"], "done");
@@ -546,7 +549,7 @@ fn ended_jobs_leave_the_journal_with_their_results() {
         assert_eq!(d.wait(&id, Duration::from_secs(300))["status"], "done");
         ids.push(id);
     }
-    let known = |d: &Daemon| d.http.get(d.url("/health")).send().unwrap().json::<serde_json::Value>().unwrap()["queue"]["jobs_known"].as_u64().unwrap();
+    let known = |d: &Daemon| d.http.get(d.url("/status")).send().unwrap().json::<serde_json::Value>().unwrap()["queue"]["jobs_known"].as_u64().unwrap();
     assert_eq!(known(&d), 2);
     for (i, id) in ids.iter().enumerate() {
         let code = d.http.get(d.url(&format!("/job?id={id}"))).send().unwrap().status().as_u16();
@@ -569,7 +572,7 @@ fn journal_write_failures_are_not_acknowledged_and_make_the_daemon_unhealthy() {
     let env = [("YUED_TEST_JOURNAL_FAULT_FILE", fault.to_str().unwrap())];
     let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), vec![], &env);
     let health = |d: &Daemon| {
-        let r = d.http.get(d.url("/health")).send().unwrap();
+        let r = d.http.get(d.url("/status")).send().unwrap();
         (r.status().as_u16(), r.json::<serde_json::Value>().unwrap())
     };
     assert_eq!(health(&d).0, 200);

@@ -53,7 +53,7 @@ const port = await freePort();
 // shaped for them.
 const data = process.env.YUED_DATA || mkdtempSync(join(tmpdir(), "yued-webui-"));
 const ADAPTERS = process.env.YUED_ADAPTERS;
-const daemon = spawn(YUED, ["serve", "--port", String(port), "--data-dir", data, "--device", "CPU", "--threads", "1", "--vae-core", "32", ...(ADAPTERS ? ["--adapters", ADAPTERS] : [])], {
+const daemon = spawn(YUED, ["serve", "--port", String(port), "--data-dir", data, "--device", "CPU", "--threads", "1", "--vae-core", "32", "--admission-share", "8", ...(ADAPTERS ? ["--adapters", ADAPTERS] : [])], {
   stdio: ["ignore", "ignore", "pipe"],
   env: { ...process.env, NO_COLOR: "1" },
 });
@@ -67,7 +67,7 @@ try {
   for (let i = 0; ; i++) {
     try {
       const h = await (await fetch(`${base}/health`)).json();
-      if (h.queue.worker_ready) break;
+      if (h.ready) break;
     } catch {}
     check(i < 600, `yued did not come up: ${log}`);
     await sleep(100);
