@@ -145,12 +145,15 @@ impl JobQueue for NatsBackend {
         // A principal's share: its messages in the jobs stream are its queued and running
         // jobs (a message leaves when its job ends). Checked before queueing, so two API
         // nodes taking the same principal's jobs at one instant may each let one through.
+        // A share as large as the cap leaves the stream's bound (the cap) to answer.
         let subject = format!("yued.jobs.{}", client_token(&job.client));
-        let held = self.held(&subject).await.map_err(|e| SubmitError::Unavailable(format!("the cluster's job queue: {e}")))?;
         let share = self.c.cfg.admission_share.clamp(1, cap.max(1));
-        if held >= share {
-            self.metrics.admission_rejections_total.inc();
-            return Err(SubmitError::OverShare(share));
+        if share < cap {
+            let held = self.held(&subject).await.map_err(|e| SubmitError::Unavailable(format!("the cluster's job queue: {e}")))?;
+            if held >= share {
+                self.metrics.admission_rejections_total.inc();
+                return Err(SubmitError::OverShare(share));
+            }
         }
         let id = JobId::random().map_err(|e| SubmitError::Unavailable(format!("no randomness for a job id: {e}")))?;
         let upload = match &job.vae {
