@@ -113,4 +113,3 @@ pub async fn create(kv: &kv::Store, job: &ClusterJob) -> Result<(), String> {
     let value = Bytes::from(serde_json::to_vec(job).expect("a job state serializes"));
     kv.create(key(&job.record.id), value).await.map(|_| ()).map_err(|e| format!("the cluster's job states: {e}"))
 }
-

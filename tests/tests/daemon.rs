@@ -372,7 +372,7 @@ fn a_job_that_crashes_the_daemon_twice_is_failed_not_resumed_again() {
     // The daemon may abort before it answers the submit (ids are random): the poison's id
     // is the last one the log says was queued.
     let log = d.log();
-    let poison = log.lines().filter(|l| l.contains("job queued")).filter_map(|l| l.split("job=").nth(1)).map(|s| s[..16].to_string()).last().unwrap();
+    let poison = log.lines().filter(|l| l.contains("job queued")).filter_map(|l| l.split("job=").nth(1)).map(|s| s[..16].to_string()).next_back().unwrap();
     assert_ne!(poison, first);
     // The restart resumes it (one crash may be anything): the process aborts again.
     let mut again = Daemon::spawn(&data, port, &[], &env);
