@@ -114,10 +114,6 @@ pub struct Jobs {
 }
 
 impl Jobs {
-    pub fn principal(&self) -> &Principal {
-        &self.who
-    }
-
     async fn visible(&self, id: &JobId) -> Result<bool, Unavailable> {
         if self.who.is_admin() {
             return Ok(true);
