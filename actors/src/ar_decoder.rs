@@ -3,9 +3,10 @@
 //! one prefilled KV set per chunk; MiniMax Music 3: the frames' codes and states), then
 //! pins the family's synthesis group and hands the [`Synthesis`](crate::family::Synthesis)
 //! on to the synthesis stage. `/vae` jobs pass straight through to the VaeTiler.
-use crate::family::{Families, Handoff, StageError};
-use crate::messages::{EntryFree, JobCtx, NarCmd, VaeCmd, WorkerCmd};
-use crate::stage::{guarded, test_fault, Links};
+use crate::family::{Handoff, NarCmd, StageError};
+use crate::kinds::Families;
+use crate::messages::{EntryFree, JobCtx, VaeCmd, WorkerCmd};
+use crate::stage::{guarded, test_abort, test_fault, Links};
 use crossbeam_channel::{Receiver, Sender};
 use std::sync::Arc;
 use std::time::Instant;
@@ -34,12 +35,7 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
             started: Instant::now(),
             loads_at_start: links.store.residency().loads,
         });
-        // Test-only fault of the crash-loop test: a job whose style is
-        // $YUED_TEST_ABORT_STYLE aborts the process here, as a C abort in ggml would.
-        if std::env::var("YUED_TEST_ABORT_STYLE").is_ok_and(|s| !s.is_empty() && s == ctx.fault_tag()) {
-            tracing::error!("test fault (YUED_TEST_ABORT_STYLE): aborting the process on this job");
-            std::process::abort();
-        }
+        test_abort(&ctx);
         if let Some(task) = job.vae {
             // A `/vae` job: the family's decoder on the VaeTiler stage. Its synthesis group
             // is taken before the next job may start, so under STRICT the next AR cannot

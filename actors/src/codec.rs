@@ -3,8 +3,8 @@
 //! requested audio container. No actor or HTTP here; the caller owns the VAE.
 use yued_audio::encode::normalize_and_encode;
 use yued_audio::Pcm;
+use yued_engine::cancel::CancelToken;
 use yued_engine::ggml::Backend;
-use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::models::yue2::vae::{Tile, VaeModel};
 use yued_protocol::OutputFormat;
 

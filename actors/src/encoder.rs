@@ -2,8 +2,7 @@
 //! the requested container off the compute threads (checking the cancel token between
 //! tracks), writes the result to the ResultStore and reports the job done with its
 //! schema-1 metrics.
-use crate::messages::{EncCmd, Finished, JobCtx, Outcome};
-use crate::results::ResultStore;
+use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackOut};
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use crossbeam_channel::Receiver;
 use std::collections::HashMap;
@@ -11,26 +10,8 @@ use std::sync::Arc;
 use std::time::Instant;
 use yued_audio::encode::normalize_and_encode;
 use yued_audio::Pcm;
-use yued_engine::models::yue2::pipeline::Track;
+use yued_contract::results::ResultStore;
 use yued_protocol::{JobId, JobMetrics, Stage};
-
-/// A finished track of any family, as the Encoder packages it.
-pub struct TrackOut {
-    /// Full range, not normalised.
-    pub audio: Pcm,
-    /// The request that renders exactly this track again.
-    pub replay: serde_json::Value,
-    /// Its latents (YuE2's `[frames, 64]`), written beside it when there are.
-    pub latents: Vec<f32>,
-    /// The budget cut the song before the model ended it.
-    pub truncated: bool,
-}
-
-impl From<Track> for TrackOut {
-    fn from(t: Track) -> Self {
-        TrackOut { audio: Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm), replay: serde_json::to_value(&t.replay).expect("a request serializes"), latents: t.latents, truncated: t.truncated }
-    }
-}
 
 pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>) {
     // The tracks of each job gathered so far, with the job (a job another stage failed or

@@ -37,6 +37,7 @@ impl<T: Clone + PartialEq + Eq + Hash> FairQueue<T> {
         self.queues.values().map(|q| q.len()).sum()
     }
 
+    #[cfg(test)]
     pub fn is_empty(&self) -> bool {
         self.rr.is_empty()
     }

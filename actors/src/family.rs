@@ -14,10 +14,9 @@
 //! A family's rates reach the hub, the encoder and the HTTP layer through the
 //! [`AudioSpec`](yued_engine::models::AudioSpec) of its loaded decoder, never through a literal outside its folder.
 //!
-//! The families are in [`crate::yue2`] and [`crate::mm3`]; adding one is a module with
-//! its components and loader, an implementation of each trait, and an entry in
-//! [`Families::new`].
-use crate::messages::{EncCmd, JobCtx, NarCmd, NarWork, VaeCmd};
+//! The families are in `yue2` and `mm3`; adding one is a module with its components and
+//! loader, an implementation of each trait, and an entry in `kinds`.
+use crate::messages::{EncCmd, JobCtx, VaeCmd};
 use crate::model_store::{Group, GroupPin, Policy};
 use crate::stage::Links;
 use crossbeam_channel::Sender;
@@ -129,26 +128,15 @@ pub(crate) trait Synthesis: Send {
     fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, pin: GroupPin, out: &Outlets) -> Result<(), StageError>;
 }
 
-/// The families this daemon serves, keyed by [`Family`].
-pub(crate) struct Families {
-    served: Vec<Box<dyn ModelFamily>>,
+/// A job's synthesis half, whatever its family.
+pub struct NarWork {
+    pub job: Arc<JobCtx>,
+    pub(crate) synthesis: Box<dyn Synthesis>,
+    /// Holds the synthesis group for the job until its last tile is decoded.
+    pub pin: GroupPin,
 }
 
-impl Families {
-    /// YuE2 always (`shared` is its backbone, `None` when it failed to open), MiniMax
-    /// Music 3 when the registry holds its five components.
-    pub fn new(links: &Links, shared: Option<Arc<yued_engine::models::yue2::pipeline::Shared>>) -> Self {
-        let mut served: Vec<Box<dyn ModelFamily>> = vec![Box::new(crate::yue2::Yue2::new(shared))];
-        if let Some(reg) = links.cfg.mm3.clone() {
-            served.push(Box::new(crate::mm3::Mm3::new(reg)));
-        }
-        Families { served }
-    }
-
-    pub fn get(&mut self, family: Family) -> Result<&mut dyn ModelFamily, StageError> {
-        match self.served.iter_mut().find(|f| f.family() == family) {
-            Some(f) => Ok(f.as_mut()),
-            None => Err(StageError::Failed(format!("{family} is not served by this daemon"))),
-        }
-    }
+pub enum NarCmd {
+    Render(NarWork),
+    Shutdown,
 }

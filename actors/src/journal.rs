@@ -7,84 +7,14 @@
 //! wrote the client's raw API key (`key:SECRET`); those records are rewritten under the
 //! key's principal id into a fresh database that then replaces the old one, so the keys
 //! do not linger in sled's log segments either.
-use crate::tenancy::KeyTable;
-use serde::{Deserialize, Serialize};
+use yued_contract::tenancy::KeyTable;
+use yued_contract::{JobRecord, RECORD_VERSION};
+
 use std::path::{Path, PathBuf};
-use yued_protocol::{JobId, JobMetrics, JobState, Request};
+use yued_protocol::JobId;
 
 const FORMAT_KEY: &[u8] = b"yued.journal.format";
 const FORMAT: &[u8] = b"1";
-
-/// A song whose semantic stream is known (resume renders it through the replay path).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct SongCodes {
-    pub song: u32,
-    pub abc: String,
-    pub codes: Vec<u32>,
-}
-
-/// Which way a `/vae` job runs.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum VaeOp {
-    /// Audio to latents.
-    Encode,
-    /// Latents (raw f32 `[T, 64]`) to audio in the request's output format.
-    Decode,
-}
-
-/// A `/vae` job: its upload, kept on disk under the data directory until the job ends.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct VaeTask {
-    pub op: VaeOp,
-    pub input: PathBuf,
-}
-
-/// The record layout this release writes. 1 (no `version` key): the request was a YuE2
-/// request's fields alone; 2: the request names its family (`"family": "yue2"`); 3: the
-/// client is a principal id, never a raw API key.
-pub const RECORD_VERSION: u32 = 3;
-
-/// Everything the daemon keeps about a job.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct JobRecord {
-    /// The layout of the record ([`RECORD_VERSION`] when written by this release).
-    pub version: u32,
-    pub id: JobId,
-    /// The principal the job belongs to (its owner and fairness key): a key's name or hash
-    /// id, or the peer address on a box without keys. Never a key.
-    pub client: String,
-    /// The request with its seeds resolved, of its family.
-    pub request: Request,
-    pub state: JobState,
-    /// Unix milliseconds.
-    pub submitted_ms: u64,
-    #[serde(default)]
-    pub songs: Vec<SongCodes>,
-    #[serde(default)]
-    pub error: Option<String>,
-    #[serde(default)]
-    pub metrics: Option<JobMetrics>,
-    #[serde(default)]
-    pub tracks: u32,
-    #[serde(default)]
-    pub audio_seconds: f64,
-    /// Set for a `/vae` job (the request then only carries the decode's output options).
-    #[serde(default)]
-    pub vae: Option<VaeTask>,
-    /// Starts of the daemon that found this job running: each is a crash (or a kill) while
-    /// it ran, since a clean shutdown puts a running job back in the queue. A job that
-    /// reaches [`MAX_CRASHES`] is failed instead of resumed into the same crash.
-    #[serde(default)]
-    pub crashes: u32,
-    /// Times the job resumed from its journaled codes (the replay path: no sampling).
-    #[serde(default)]
-    pub resumed: u32,
-}
-
-/// Crashes while running after which a job is failed rather than resumed: the first
-/// crash may be anything (a kill, a power cut), the resume's crash too says it is the job.
-pub const MAX_CRASHES: u32 = 2;
 
 #[derive(Debug, thiserror::Error)]
 pub enum JournalError {
@@ -96,7 +26,8 @@ pub enum JournalError {
     Corrupt { key: String, message: String },
     #[error("no randomness for a job id: {0}")]
     Random(String),
-    /// The test-only fault (`$YUED_TEST_JOURNAL_FAULT_FILE` exists).
+    /// The test-only fault (`$YUED_TEST_JOURNAL_FAULT_FILE` exists; `test-faults` builds).
+    #[cfg(feature = "test-faults")]
     #[error("journal write refused: test fault file {0} exists")]
     Fault(PathBuf),
 }
@@ -106,7 +37,8 @@ pub struct Journal {
     db: sled::Db,
     jobs: sled::Tree,
     /// Test-only fault injection: while this file exists every write fails
-    /// (`$YUED_TEST_JOURNAL_FAULT_FILE`, read at open).
+    /// (`$YUED_TEST_JOURNAL_FAULT_FILE`, read at open; only in `test-faults` builds).
+    #[cfg(feature = "test-faults")]
     fault_file: Option<PathBuf>,
 }
 
@@ -213,15 +145,25 @@ impl Journal {
             Some(v) => return Err(open_err(format!("journal format {:?} is not supported by this yued", String::from_utf8_lossy(&v)))),
         }
         let jobs = db.open_tree("jobs")?;
-        let fault_file = std::env::var_os("YUED_TEST_JOURNAL_FAULT_FILE").filter(|v| !v.is_empty()).map(PathBuf::from);
-        Ok(Journal { db, jobs, fault_file })
+        Ok(Journal {
+            db,
+            jobs,
+            #[cfg(feature = "test-faults")]
+            fault_file: std::env::var_os("YUED_TEST_JOURNAL_FAULT_FILE").filter(|v| !v.is_empty()).map(PathBuf::from),
+        })
     }
 
+    #[cfg(feature = "test-faults")]
     fn check_fault(&self) -> Result<(), JournalError> {
         match &self.fault_file {
             Some(f) if f.exists() => Err(JournalError::Fault(f.clone())),
             _ => Ok(()),
         }
+    }
+
+    #[cfg(not(feature = "test-faults"))]
+    fn check_fault(&self) -> Result<(), JournalError> {
+        Ok(())
     }
 
     /// Writes a record durably.
@@ -251,6 +193,12 @@ impl Journal {
             out.push(r);
         }
         Ok(out)
+    }
+
+    /// Flushes what is written (every put is already flushed; removals are not).
+    pub fn flush(&self) -> Result<(), JournalError> {
+        self.db.flush()?;
+        Ok(())
     }
 
     pub fn remove(&self, id: &JobId) -> Result<(), JournalError> {
@@ -299,7 +247,7 @@ fn upgrade(v: &mut serde_json::Value, keys: &KeyTable) -> Result<(), String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use yued_protocol::Yue2Request;
+    use yued_protocol::{JobState, Yue2Request};
 
     fn rec(id: JobId, state: JobState) -> JobRecord {
         JobRecord {
@@ -451,7 +399,7 @@ mod tests {
         let mut all = j.load().unwrap();
         all.sort_by_key(|r| r.id.to_u64());
         let got: Vec<_> = all.iter().map(|r| (r.id.to_u64(), r.client.as_str(), r.state, r.version)).collect();
-        let b = crate::tenancy::key_id("keyB222");
+        let b = yued_contract::tenancy::key_id("keyB222");
         let want = vec![(1, "alice", JobState::Done, RECORD_VERSION), (2, b.as_str(), JobState::Running, RECORD_VERSION), (3, "alice", JobState::Running, RECORD_VERSION)];
         assert_eq!(got, want);
         assert_eq!(all[0].tracks, 1);

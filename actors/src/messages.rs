@@ -1,14 +1,14 @@
 //! What the actors and the stage threads send each other, in one leaf module: the
 //! scheduler's dispatch, the hand-offs between the stages and their reports back. Every
 //! actor module depends on it and it on none of them, so no two actors import each other.
-use crate::journal::{SongCodes, VaeTask};
 use crate::model_store::GroupPin;
 use actix::Message;
 use std::sync::Arc;
 use std::time::Instant;
 use yued_audio::Pcm;
-use yued_engine::models::yue2::generate::CancelToken;
-use yued_engine::models::yue2::pipeline::SongMeta;
+use yued_contract::{SongCodes, VaeTask};
+use yued_engine::cancel::CancelToken;
+use yued_engine::models::yue2::pipeline::{SongMeta, Track};
 use yued_protocol::{JobId, JobMetrics, Request, Stage, Yue2Request};
 
 // ---- the stages to the scheduler
@@ -114,25 +114,13 @@ impl JobCtx {
     }
 
     /// The text the test-only faults match: a YuE2 style, a MiniMax caption.
+    #[cfg(feature = "test-faults")]
     pub fn fault_tag(&self) -> &str {
         match &self.request {
             Request::Yue2(r) => &r.style,
             Request::Mm3(r) => &r.caption,
         }
     }
-}
-
-/// A job's synthesis half, whatever its family.
-pub struct NarWork {
-    pub job: Arc<JobCtx>,
-    pub(crate) synthesis: Box<dyn crate::family::Synthesis>,
-    /// Holds the synthesis group for the job until its last tile is decoded.
-    pub pin: GroupPin,
-}
-
-pub enum NarCmd {
-    Render(NarWork),
-    Shutdown,
 }
 
 /// One track the NAR will send chunks of.
@@ -177,7 +165,7 @@ pub enum EncCmd {
         job: Arc<JobCtx>,
         index: usize,
         of: usize,
-        track: Box<crate::encoder::TrackOut>,
+        track: Box<TrackOut>,
     },
     /// The audio of a `/vae` decode: one file in the request's format.
     Audio {
@@ -185,4 +173,22 @@ pub enum EncCmd {
         pcm: Pcm,
     },
     Shutdown,
+}
+
+/// A finished track of any family, as the Encoder packages it.
+pub struct TrackOut {
+    /// Full range, not normalised.
+    pub audio: Pcm,
+    /// The request that renders exactly this track again.
+    pub replay: serde_json::Value,
+    /// Its latents (YuE2's `[frames, 64]`), written beside it when there are.
+    pub latents: Vec<f32>,
+    /// The budget cut the song before the model ended it.
+    pub truncated: bool,
+}
+
+impl From<Track> for TrackOut {
+    fn from(t: Track) -> Self {
+        TrackOut { audio: Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm), replay: serde_json::to_value(&t.replay).expect("a request serializes"), latents: t.latents, truncated: t.truncated }
+    }
 }

@@ -1,6 +1,6 @@
 //! MiniMax Music 3 as the ModelStore and the stages see it: its five components and their
 //! coexistence groups ({ LM, depth } and the synthesis group { cond, DiT, VAE }), how each
-//! loads, which file a request's component fields name (the seed's rule: an empty field
+//! loads, which file a request's component fields name (minimaxmusic.cpp's rule: an empty field
 //! keeps the previous choice, else the first file of the bucket), and a job's run.
 //!
 //! A job's AR half runs on the entry stage ([`ModelFamily::compose`]): the AR group leased
@@ -9,19 +9,19 @@
 //! stage ([`Synthesis::render`]): the synthesis group leased, each window decoded the
 //! moment it is denoised and its audio published to the listeners (44.1 kHz; the Opus
 //! stream resamples), and the finished tracks go to the Encoder like YuE2's.
-use crate::encoder::TrackOut;
 use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
-use crate::hub::{PcmTile, Publish, TileEncoder};
-use crate::journal::{SongCodes, VaeOp, VaeTask};
-use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome};
+use crate::hub::Publish;
+use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome, TrackOut};
 use crate::model_store::{Component, ComponentKey, Group, GroupPin, Module};
-use crate::results::ResultStore;
 use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::Sender;
 use std::any::Any;
 use std::path::PathBuf;
 use std::sync::Arc;
 use yued_audio::Pcm;
+use yued_contract::results::ResultStore;
+use yued_contract::stream::{PcmTile, TileEncoder};
+use yued_contract::{SongCodes, VaeOp, VaeTask};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::mm3::compose::{self, ComposeError, SeedDraws};
@@ -39,8 +39,6 @@ use yued_protocol::{Family, Mm3Request, Stage, StreamEvent};
 
 pub const AR_GROUP: &str = "ar";
 pub const SYNTHESIS_GROUP: &str = "synthesis";
-/// The component names, in the order of the request's fields and the registry's buckets.
-pub const COMPONENTS: [&str; 5] = ["lm", "depth", "cond", "dit", "vae"];
 
 fn key(component: &'static str, file: PathBuf) -> ComponentKey {
     // The VAE's encoder (`vae_enc`, read from the vocoder file) sits with the synthesis group.

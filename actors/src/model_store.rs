@@ -13,12 +13,12 @@
 //! a component: the NAR renderer pins the synthesis group for a job until the VAE tiler
 //! has decoded its last tile, so the next job's AR half cannot evict the VAE between chunks.
 //! The store knows no family: what a component is and how it loads is the loader's.
-use crate::metrics::Metrics;
 use std::any::Any;
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex};
+use yued_contract::metrics::Metrics;
 use yued_engine::ggml::Backend;
 use yued_protocol::Family;
 
@@ -256,7 +256,7 @@ impl Drop for GroupPin {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::worker::WorkerConfig;
+    use crate::stage::WorkerConfig;
     use std::time::Duration;
     use yued_engine::models::yue2::demo::{write_demo, Preset};
     use yued_engine::models::yue2::pipeline::{PipelineOptions, Shared};
@@ -362,7 +362,7 @@ mod tests {
     }
 
     /// The same component named with another file is another entry: under NEVER both stay
-    /// resident (seed 001's per-request component files), and a lease used as the wrong
+    /// resident (minimaxmusic.cpp's per-request component files), and a lease used as the wrong
     /// type names both.
     #[test]
     fn a_component_of_another_file_loads_beside_the_first() {

@@ -4,20 +4,22 @@
 //! it is acknowledged.
 use crate::fair_queue::FairQueue;
 use crate::hub::{Publish, StreamHub};
-use crate::journal::{JobRecord, Journal, VaeTask, MAX_CRASHES};
+use crate::journal::Journal;
 use crate::messages::{CodesReady, EntryFree, Finished, Outcome, Progress, Resumed, RunJob, WorkerCmd, WorkerReady};
-use crate::metrics::Metrics;
-use crate::results::{now_ms, ResultStore};
 use actix::prelude::*;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
 use std::time::Instant;
-use yued_engine::models::yue2::generate::CancelToken;
-use yued_protocol::{JobId, JobState, JobStatus, Request, Stage, StreamEvent};
+use yued_contract::metrics::Metrics;
+use yued_contract::record::{StageProgress, MAX_CRASHES};
+use yued_contract::results::{now_ms, ResultStore};
+use yued_contract::{JobRecord, QueueSnapshot, Submission, SubmitError, RECORD_VERSION};
+use yued_engine::cancel::CancelToken;
+use yued_protocol::{JobId, JobState, JobStatus, Stage, StreamEvent};
 
 struct Entry {
     record: JobRecord,
-    progress: Option<(Stage, usize, usize)>,
+    progress: Option<StageProgress>,
     cancel: CancelToken,
     submitted: Instant,
 }
@@ -44,22 +46,6 @@ pub struct Scheduler {
     /// The last journal write failed (and why): `/health` reports the daemon unhealthy
     /// until a write succeeds again.
     journal_error: Option<String>,
-}
-
-#[derive(Debug, thiserror::Error)]
-pub enum SubmitError {
-    #[error("the server is at its admission cap of {0} jobs; retry later")]
-    Full(usize),
-    /// The principal already holds its share of the admission cap (others still get in).
-    #[error("you have {0} jobs queued or running, your share of this server's admission cap; retry when one ends")]
-    OverShare(usize),
-    #[error("the server is shutting down")]
-    ShuttingDown,
-    #[error("journal: {0}")]
-    Journal(String),
-    /// The job system is not answering (a stopped actor, a lost cluster connection).
-    #[error("{0}")]
-    Unavailable(String),
 }
 
 impl Scheduler {
@@ -243,7 +229,7 @@ impl Scheduler {
         if !gone.is_empty() {
             tracing::info!(expired = gone.len(), "results expired");
         }
-        let r = self.results.retention;
+        let r = self.results.retention();
         let now = now_ms();
         let mut ended: Vec<(JobId, JobState, u64)> = self.jobs.iter().filter(|(_, e)| e.record.state.is_terminal()).map(|(id, e)| (id.clone(), e.record.state, e.record.submitted_ms)).collect();
         // Oldest first (ids are random).
@@ -308,33 +294,14 @@ impl Actor for Scheduler {
     }
 }
 
-/// A new job. `request` is validated and its seeds resolved by the caller.
+/// Admits a job: its id, or why not.
 #[derive(Message)]
 #[rtype(result = "Result<JobId, SubmitError>")]
-pub struct Submit {
-    /// The principal it belongs to ([`crate::tenancy::Principal::id`]): its owner, and its
-    /// place in the fair queue. Never a key.
-    pub client: String,
-    pub request: Request,
-    /// Set for a `/vae` job; its upload is already on disk.
-    pub vae: Option<VaeTask>,
-    /// The id the job already has elsewhere (a cluster worker runs the cluster's job under
-    /// its id); `None`: the journal draws a random one.
-    pub id: Option<JobId>,
-    /// Songs whose codes are already known (a cluster job resumed on another worker).
-    pub songs: Vec<crate::journal::SongCodes>,
-}
-
-impl Submit {
-    /// A new job of this process.
-    pub fn new(client: String, request: Request, vae: Option<VaeTask>) -> Self {
-        Submit { client, request, vae, id: None, songs: vec![] }
-    }
-}
+pub struct Submit(pub Submission);
 
 impl Handler<Submit> for Scheduler {
     type Result = Result<JobId, SubmitError>;
-    fn handle(&mut self, m: Submit, _: &mut Self::Context) -> Self::Result {
+    fn handle(&mut self, Submit(m): Submit, _: &mut Self::Context) -> Self::Result {
         if !self.accepting {
             return Err(SubmitError::ShuttingDown);
         }
@@ -360,7 +327,7 @@ impl Handler<Submit> for Scheduler {
             }
         };
         let record = JobRecord {
-            version: crate::journal::RECORD_VERSION,
+            version: RECORD_VERSION,
             id: id.clone(),
             client: m.client.clone(),
             request: m.request,
@@ -534,26 +501,6 @@ impl Handler<WorkerReady> for Scheduler {
 #[rtype(result = "QueueSnapshot")]
 pub struct Snapshot;
 
-#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
-pub struct QueueSnapshot {
-    pub queued: usize,
-    /// Jobs in the compute stages (several overlap under --keep-loaded).
-    /// Without an admin key: only the caller's own.
-    pub running: Vec<String>,
-    pub cap: usize,
-    /// The most jobs one principal may have queued or running at once.
-    pub share: usize,
-    pub worker_ready: bool,
-    pub accepting: bool,
-    pub jobs_known: usize,
-    pub clients_waiting: usize,
-    pub results_stored: usize,
-    pub results_bytes: u64,
-    /// Why the last journal write failed, while writes fail.
-    #[serde(skip_serializing_if = "Option::is_none")]
-    pub journal_error: Option<String>,
-}
-
 impl Handler<Snapshot> for Scheduler {
     type Result = MessageResult<Snapshot>;
     fn handle(&mut self, _: Snapshot, _: &mut Self::Context) -> Self::Result {
@@ -622,11 +569,11 @@ impl Handler<ListJobs> for Scheduler {
 /// A job's record as journaled, with its progress while it runs (stage, done, total):
 /// what a cluster worker reports of the job it runs.
 #[derive(Message)]
-#[rtype(result = "Option<(JobRecord, Option<(Stage, usize, usize)>)>")]
+#[rtype(result = "Option<(JobRecord, Option<StageProgress>)>")]
 pub struct GetRecord(pub JobId);
 
 impl Handler<GetRecord> for Scheduler {
-    type Result = Option<(JobRecord, Option<(Stage, usize, usize)>)>;
+    type Result = Option<(JobRecord, Option<StageProgress>)>;
     fn handle(&mut self, m: GetRecord, _: &mut Self::Context) -> Self::Result {
         self.jobs.get(&m.0).map(|e| (e.record.clone(), e.progress))
     }
@@ -665,5 +612,20 @@ impl Handler<GetOwner> for Scheduler {
     type Result = Option<String>;
     fn handle(&mut self, m: GetOwner, _: &mut Self::Context) -> Self::Result {
         self.jobs.get(&m.0).map(|e| e.record.client.clone())
+    }
+}
+
+/// Answers once every message sent before it is handled (the shutdown's acknowledgement:
+/// the stages' last reports are journaled), after a flush of the journal.
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Flush;
+
+impl Handler<Flush> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, _: Flush, _: &mut Self::Context) {
+        if let Err(e) = self.journal.flush() {
+            tracing::error!(error = %e, "flushing the journal");
+        }
     }
 }

@@ -2,15 +2,32 @@
 //! reports, the stage backend, and the progress sink.
 use crate::hub::{Publish, StreamHub};
 use crate::messages::{Finished, JobCtx, Outcome, Progress};
-use crate::metrics::Metrics;
 use crate::model_store::ModelStore;
 use crate::scheduler::Scheduler;
-use crate::worker::WorkerConfig;
 use actix::Addr;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Instant;
+use yued_contract::metrics::Metrics;
 use yued_engine::ggml::Backend;
 use yued_protocol::{JobId, Stage, StreamEvent};
+
+/// How the compute stages run: the model files, the device and its threads, the
+/// residency policy, and what MiniMax Music 3 and the adapters need.
+#[derive(Clone, Debug)]
+pub struct WorkerConfig {
+    pub model: PathBuf,
+    pub vae: PathBuf,
+    pub device: String,
+    pub threads: usize,
+    pub priority: yued_engine::ggml::ComputePriority,
+    pub options: yued_engine::models::yue2::pipeline::PipelineOptions,
+    pub keep_loaded: bool,
+    /// The model registry when MiniMax Music 3 is served (its requests name files of it).
+    pub mm3: Option<yued_engine::registry::Registry>,
+    /// The `--adapters` directory, scanned against the backbone (YuE2 requests stack them).
+    pub adapters: Option<Arc<yued_engine::adapter::AdapterDir>>,
+}
 
 /// What every stage thread holds.
 #[derive(Clone)]
@@ -112,8 +129,9 @@ pub(crate) fn guarded<T>(links: &Links, job: &JobCtx, stage: &str, work: impl Fn
     }
 }
 
-/// Test-only fault of the stage-panic tests: a job whose style is the part after the colon
-/// of `$YUED_TEST_PANIC=<stage>:<style>` panics in that stage.
+/// Test-only fault of the stage-panic tests (`test-faults` builds): a job whose style is
+/// the part after the colon of `$YUED_TEST_PANIC=<stage>:<style>` panics in that stage.
+#[cfg(feature = "test-faults")]
 pub(crate) fn test_fault(stage: &str, job: &JobCtx) {
     if let Ok(v) = std::env::var("YUED_TEST_PANIC") {
         if v.split_once(':').is_some_and(|(s, style)| s == stage && style == job.fault_tag()) {
@@ -121,6 +139,23 @@ pub(crate) fn test_fault(stage: &str, job: &JobCtx) {
         }
     }
 }
+
+#[cfg(not(feature = "test-faults"))]
+pub(crate) fn test_fault(_: &str, _: &JobCtx) {}
+
+/// Test-only fault of the crash-loop test (`test-faults` builds): a job whose style is
+/// `$YUED_TEST_ABORT_STYLE` aborts the process as it enters the entry stage, as a C abort
+/// in ggml would.
+#[cfg(feature = "test-faults")]
+pub(crate) fn test_abort(job: &JobCtx) {
+    if std::env::var("YUED_TEST_ABORT_STYLE").is_ok_and(|s| !s.is_empty() && s == job.fault_tag()) {
+        tracing::error!("test fault (YUED_TEST_ABORT_STYLE): aborting the process on this job");
+        std::process::abort();
+    }
+}
+
+#[cfg(not(feature = "test-faults"))]
+pub(crate) fn test_abort(_: &JobCtx) {}
 
 /// Sampled tokens per AR stage, from the progress counts: `yued_ar_tokens_total` as they
 /// come, and each stage's tokens per second of wall time when the job leaves the stage.

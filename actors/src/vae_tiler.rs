@@ -2,16 +2,17 @@
 //! (a tile waits only for its right halo), publishes every tile to the StreamHub the
 //! moment it is decoded, and hands each finished track to the Encoder. It also runs the
 //! `/vae` jobs, the VAE's own work.
-use crate::hub::{PcmTile, Publish, StreamHub, TileEncoder};
-use crate::journal::{VaeOp, VaeTask};
+use crate::hub::{Publish, StreamHub};
 use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackPlan, VaeCmd};
 use crate::model_store::GroupPin;
-use crate::results::ResultStore;
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use actix::Addr;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::Arc;
+use yued_contract::results::ResultStore;
+use yued_contract::stream::{PcmTile, TileEncoder};
+use yued_contract::{VaeOp, VaeTask};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::pipeline::{replay_request, tile_core, SongMeta, Track};

@@ -14,36 +14,14 @@
 //! it to the scheduler first, then cancels the job's token so the others drop its work.
 use crate::hub::StreamHub;
 use crate::messages::{WorkerCmd, WorkerReady};
-use crate::metrics::Metrics;
-use crate::model_store::{Loader, ModelStore, Policy};
-use crate::results::ResultStore;
+use crate::model_store::{ModelStore, Policy};
 use crate::scheduler::Scheduler;
-use crate::stage::Links;
+use crate::stage::{Links, WorkerConfig};
 use actix::Addr;
-use std::path::PathBuf;
 use std::sync::Arc;
-use yued_engine::models::yue2::pipeline::{PipelineOptions, Shared};
-use yued_protocol::{Family, OutputFormat};
-
-#[derive(Clone, Debug)]
-pub struct WorkerConfig {
-    pub model: PathBuf,
-    pub vae: PathBuf,
-    pub device: String,
-    pub threads: usize,
-    pub priority: yued_engine::ggml::ComputePriority,
-    pub options: PipelineOptions,
-    pub keep_loaded: bool,
-    /// The model registry when MiniMax Music 3 is served (its requests name files of it).
-    pub mm3: Option<yued_engine::registry::Registry>,
-    /// The `--adapters` directory, scanned against the backbone (YuE2 requests stack them).
-    pub adapters: Option<Arc<yued_engine::adapter::AdapterDir>>,
-}
-
-/// Whether this build can write the format.
-pub fn format_supported(f: OutputFormat) -> bool {
-    yued_audio::encode::supported(f)
-}
+use yued_contract::metrics::Metrics;
+use yued_contract::results::ResultStore;
+use yued_engine::models::yue2::pipeline::Shared;
 
 /// The running stage threads.
 pub struct Stages {
@@ -61,14 +39,6 @@ impl Stages {
     }
 }
 
-/// The store's loader: each family loads its own components.
-fn loader(shared: Option<Arc<Shared>>, adapters: Option<Arc<yued_engine::adapter::AdapterDir>>) -> Box<Loader> {
-    Box::new(move |key, backend| match key.family {
-        Family::Yue2 => crate::yue2::load(key, backend, shared.as_ref().ok_or("the backbone file did not load; see the daemon log")?, adapters.as_deref()),
-        Family::Mm3 => crate::mm3::load(key, backend),
-    })
-}
-
 /// Starts the four stage threads; `rx` is the scheduler's dispatch channel.
 pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, scheduler: Addr<Scheduler>, hub: Addr<StreamHub>, results: Arc<ResultStore>, metrics: Metrics) -> Stages {
     let shared = match Shared::open(&cfg.model, &cfg.options) {
@@ -79,7 +49,7 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
         }
     };
     let policy = if cfg.keep_loaded { Policy::Never } else { Policy::Strict };
-    let store = ModelStore::new(policy, loader(shared.clone(), cfg.adapters.clone()), metrics.clone());
+    let store = ModelStore::new(policy, crate::kinds::loader(shared.clone(), cfg.adapters.clone()), metrics.clone());
     let waited = metrics.cpu_turn_wait_seconds_total.clone();
     let cpu_turns = yued_engine::ggml::CpuTurns::with_wait_hook(move |d| waited.inc_by(d.as_secs_f64()));
     let links = Links { scheduler: scheduler.clone(), hub, metrics, store: store.clone(), cfg: cfg.clone(), cpu_turns };
@@ -117,7 +87,7 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
             if policy == Policy::Never && shared.is_some() {
                 match ready_links.backend() {
                     Ok(b) => {
-                        for k in crate::yue2::components(&ready_links.cfg) {
+                        for k in crate::kinds::warm_up(&ready_links.cfg) {
                             if let Err(e) = store.lease(&k, &b) {
                                 tracing::error!(error = %e, "warm-up load failed");
                             }

@@ -5,14 +5,14 @@
 //! VaeTiler stage (tile by tile as the chunks arrive).
 use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
-use crate::journal::SongCodes;
 use crate::messages::{CodesReady, JobCtx, Resumed, TrackPlan, VaeCmd};
 use crate::model_store::{Component, ComponentKey, Group, GroupPin, Module};
+use crate::stage::WorkerConfig;
 use crate::stage::{Links, ProgressSink, TokenMeter};
-use crate::worker::WorkerConfig;
 use crossbeam_channel::{Receiver, Sender};
 use std::any::Any;
 use std::sync::Arc;
+use yued_contract::SongCodes;
 use yued_engine::adapter::{shapes_of, stack_terms, Adapter, AdapterDir};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;

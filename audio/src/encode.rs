@@ -6,11 +6,6 @@ use crate::wav::{wav_bytes, WavKind};
 use crate::{AudioError, Pcm};
 use yued_protocol::OutputFormat;
 
-/// Whether this build can write `f` (every format the protocol names, today).
-pub fn supported(f: OutputFormat) -> bool {
-    OutputFormat::all().contains(&f)
-}
-
 /// Bitrate of the AAC encodings, kbps (the request's `mp3_bitrate` is for MP3 only).
 pub const AAC_KBPS: u32 = 192;
 /// Vorbis quality (-0.1..1.0); 0.6 is about 192 kbps for 48 kHz stereo.

@@ -13,12 +13,11 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 use tokio::io::AsyncReadExt;
-use yued_actors::backend::{JobQueue, JobStates, ResultFiles, TileBus, Unavailable};
-use yued_actors::hub::{HubItem, Subscription};
-use yued_actors::journal::{JobRecord, VaeTask, RECORD_VERSION};
-use yued_actors::metrics::Metrics;
-use yued_actors::results::{now_ms, ResultStore};
-use yued_actors::scheduler::{QueueSnapshot, Submit, SubmitError};
+use yued_contract::metrics::Metrics;
+use yued_contract::results::{now_ms, ResultStore};
+use yued_contract::stream::{HubItem, Subscription};
+use yued_contract::{JobQueue, JobRecord, JobStates, QueueSnapshot, ResultFiles, Submission, SubmitError, TileBus};
+use yued_contract::{Unavailable, VaeTask, RECORD_VERSION};
 use yued_protocol::{Family, JobId, JobList, JobListEntry, JobState, JobStatus, Stage, StreamCodec, StreamEvent};
 
 pub struct NatsBackend {
@@ -57,8 +56,8 @@ impl NatsBackend {
         Arc::new(NatsBackend { c, cache, metrics, cluster_metrics })
     }
 
-    pub fn backend(self: &Arc<Self>) -> yued_actors::backend::Backend {
-        yued_actors::backend::Backend::new(self.clone(), self.clone(), self.clone(), self.clone())
+    pub fn backend(self: &Arc<Self>) -> yued_contract::Backend {
+        yued_contract::Backend::new(self.clone(), self.clone(), self.clone(), self.clone())
     }
 
     async fn view(&self) -> Result<View, Unavailable> {
@@ -140,7 +139,7 @@ pub async fn live_workers(c: &Cluster) -> Result<Vec<WorkerInfo>, String> {
 
 #[async_trait]
 impl JobQueue for NatsBackend {
-    async fn submit(&self, job: Submit) -> Result<JobId, SubmitError> {
+    async fn submit(&self, job: Submission) -> Result<JobId, SubmitError> {
         let cap = self.c.cfg.admission_cap;
         // A principal's share: its messages in the jobs stream are its queued and running
         // jobs (a message leaves when its job ends). Checked before queueing, so two API

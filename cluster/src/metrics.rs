@@ -2,7 +2,7 @@
 //! every node reports what it sees of the whole (queue depth, workers alive), so any one
 //! node's `/metrics` answers for the cluster.
 use prometheus::{Histogram, HistogramOpts, IntCounter, IntGauge};
-use yued_actors::metrics::Metrics;
+use yued_contract::metrics::Metrics;
 
 #[derive(Clone)]
 pub struct ClusterMetrics {

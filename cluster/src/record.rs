@@ -6,8 +6,8 @@ use crate::{retry, RETRY_WITHIN};
 use async_nats::jetstream::kv;
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
-use yued_actors::journal::JobRecord;
-use yued_actors::results::ResultPart;
+use yued_contract::results::ResultPart;
+use yued_contract::JobRecord;
 use yued_protocol::{JobId, Stage};
 
 /// Everything the cluster keeps about a job.

@@ -14,7 +14,7 @@ use bytes::Bytes;
 use futures_util::StreamExt;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use yued_actors::hub::{EncodedTile, HubItem, StreamHub, StreamItem, Subscription, LISTENER_BACKLOG};
+use yued_contract::stream::{items, EncodedTile, HubItem, StreamItem, Subscription, LISTENER_BACKLOG};
 use yued_protocol::{JobId, StreamCodec, StreamEvent};
 
 const KIND: &str = "yued-kind";
@@ -220,7 +220,7 @@ pub async fn listen(js: &jetstream::Context, id: &JobId, codec: StreamCodec, lat
             let first = matches!(item, HubItem::Tile(..)) && !seen_tile;
             seen_tile |= matches!(item, HubItem::Tile(..));
             let terminal = matches!(&item, HubItem::Event(e) if e.is_terminal());
-            for it in StreamHub::items(&item, codec, first) {
+            for it in items(&item, codec, first) {
                 // Waiting here is the back-pressure: a slow listener lags in its own consumer.
                 if tx.send(it).await.is_err() {
                     return;

@@ -19,7 +19,6 @@
 use crate::metrics::ClusterMetrics;
 use crate::record::{self, Change, ClusterJob, Patience};
 use crate::{key_safe, retry, tiles, Cluster, RETRY_WITHIN};
-use actix::Addr;
 use async_nats::jetstream::{self, consumer};
 use bytes::Bytes;
 use futures_util::StreamExt;
@@ -30,10 +29,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 use tokio::io::AsyncWriteExt;
-use yued_actors::hub::{HubItem, StreamHub, Tap};
-use yued_actors::journal::VaeTask;
-use yued_actors::results::{now_ms, ResultPart, ResultStore};
-use yued_actors::scheduler::{Cancel, GetRecord, Scheduler, Submit};
+use yued_contract::results::{now_ms, ResultPart, ResultStore};
+use yued_contract::stream::HubItem;
+use yued_contract::{NodeRunner, Submission, VaeTask};
 use yued_protocol::{JobId, JobState, StreamEvent};
 
 /// What a worker reports of itself in the workers bucket at every heartbeat.
@@ -47,33 +45,48 @@ pub struct WorkerInfo {
 
 pub struct Worker {
     c: Arc<Cluster>,
-    scheduler: Addr<Scheduler>,
-    hub: Addr<StreamHub>,
+    /// This node's own pipeline, which runs the cluster's jobs.
+    node: Arc<dyn NodeRunner>,
     results: Arc<ResultStore>,
     uploads: PathBuf,
     slots: usize,
     running: Mutex<HashSet<JobId>>,
     metrics: ClusterMetrics,
     stop: tokio::sync::watch::Receiver<bool>,
+    /// Dropped with the last task that holds the worker: [`StopHandle::stop`] waits for it.
+    _alive: tokio::sync::mpsc::Sender<()>,
 }
 
 /// Stops a worker: it takes no new job, and hands its running ones back to the cluster at
 /// once (another worker resumes them).
-pub struct StopHandle(tokio::sync::watch::Sender<bool>);
+pub struct StopHandle {
+    stop: tokio::sync::watch::Sender<bool>,
+    done: tokio::sync::mpsc::Receiver<()>,
+}
+
+/// How long a stop waits for the worker's tasks to hand their jobs back.
+const STOP_WAIT: Duration = Duration::from_secs(5);
 
 impl StopHandle {
-    pub fn stop(&self) {
-        let _ = self.0.send(true);
+    /// Stops the worker and returns once every task of it has ended (its running jobs
+    /// handed back, its heartbeat entry deleted), or after [`STOP_WAIT`].
+    pub async fn stop(mut self) {
+        let _ = self.stop.send(true);
+        if tokio::time::timeout(STOP_WAIT, self.done.recv()).await.is_err() {
+            tracing::warn!("the worker's tasks did not all end in time");
+        }
     }
 }
 
 /// Starts the worker's loops on the current runtime.
-pub fn start(c: Arc<Cluster>, scheduler: Addr<Scheduler>, hub: Addr<StreamHub>, results: Arc<ResultStore>, uploads: PathBuf, metrics: ClusterMetrics) -> StopHandle {
+pub fn start(c: Arc<Cluster>, node: Arc<dyn NodeRunner>, results: Arc<ResultStore>, uploads: PathBuf, metrics: ClusterMetrics) -> StopHandle {
     let (tx, rx) = tokio::sync::watch::channel(false);
-    let w = Arc::new(Worker { c, scheduler, hub, results, uploads, slots: 1, running: Mutex::new(HashSet::new()), metrics, stop: rx });
+    let (alive, done) = tokio::sync::mpsc::channel(1);
+    let running = Mutex::new(HashSet::new());
+    let w = Arc::new(Worker { c, node, results, uploads, slots: 1, running, metrics, stop: rx, _alive: alive });
     tokio::spawn(w.clone().pull_loop());
     tokio::spawn(w.heartbeat_loop());
-    StopHandle(tx)
+    StopHandle { stop: tx, done }
 }
 
 /// Whether this worker still owns the job it writes.
@@ -313,16 +326,17 @@ impl Worker {
             },
             _ => None,
         };
-        let submit = Submit { client: job.record.client.clone(), request: job.record.request.clone(), vae, id: Some(id.clone()), songs: job.record.songs.clone() };
-        match self.scheduler.send(submit).await {
-            Ok(Ok(_)) => {}
-            other => {
-                tracing::error!(result = ?other.map(|r| r.map(|_| ()).map_err(|e| e.to_string())), "the local pipeline did not take the job: handing it back");
+        let r = &job.record;
+        let submit = Submission { client: r.client.clone(), request: r.request.clone(), vae, id: Some(id.clone()), songs: r.songs.clone() };
+        match self.node.run(submit).await {
+            Ok(_) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "the local pipeline did not take the job: handing it back");
                 let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
                 return;
             }
         }
-        let Some(mut tap) = self.hub.send(Tap(id.clone())).await.ok().flatten() else {
+        let Some(mut tap) = self.node.tap(&id).await else {
             tracing::error!("the local stream of the job is gone: handing it back");
             let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
             return;
@@ -348,7 +362,7 @@ impl Worker {
                 },
                 Some(_) = async { match cancels.as_mut() { Some(s) => s.next().await, None => std::future::pending().await } } => {
                     tracing::info!("cancel received");
-                    self.scheduler.do_send(Cancel(id.clone()));
+                    self.node.cancel(&id);
                 }
                 _ = stop.changed() => {
                     // This node is stopping: the job goes back to the cluster at once.
@@ -371,7 +385,7 @@ impl Worker {
             return;
         };
         // The local record holds the outcome (written before the event was published).
-        let record = self.scheduler.send(GetRecord(id.clone())).await.ok().flatten().map(|(r, _)| r);
+        let record = self.node.record(&id).await.map(|(r, _)| r);
         let mut parts = Vec::new();
         if matches!(event, StreamEvent::Done { .. }) {
             match self.upload_result(&id).await {
@@ -439,7 +453,7 @@ impl Worker {
 
     async fn fail(&self, id: &JobId, attempt: u32, msg: &jetstream::Message, error: String) {
         tracing::error!(job = %id, %error, "job failed");
-        self.scheduler.do_send(Cancel(id.clone()));
+        self.node.cancel(id);
         let e2 = error.clone();
         if let Ok(Own::Kept { .. }) = self
             .write_own(id, attempt, |j| {
@@ -462,7 +476,7 @@ impl Worker {
             if let Err(e) = msg.ack_with(jetstream::AckKind::Progress).await {
                 tracing::warn!(job = %id, error = %e, "the in-progress report did not reach the cluster");
             }
-            let Some((record, progress)) = self.scheduler.send(GetRecord(id.clone())).await.ok().flatten() else { continue };
+            let Some((record, progress)) = self.node.record(&id).await else { continue };
             let new_songs = (record.songs.len() != songs_known).then(|| record.songs.clone());
             let own = self
                 .write_own(&id, attempt, |j| {
@@ -482,12 +496,12 @@ impl Worker {
                     }
                     if cancel && !cancelled {
                         cancelled = true;
-                        self.scheduler.do_send(Cancel(id.clone()));
+                        self.node.cancel(&id);
                     }
                 }
                 Ok(Own::Lost) => {
                     lost.store(true, Ordering::Release);
-                    self.scheduler.do_send(Cancel(id.clone()));
+                    self.node.cancel(&id);
                     return;
                 }
                 Err(e) => tracing::warn!(job = %id, error = %e, "the job's progress could not be written"),

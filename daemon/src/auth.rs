@@ -8,7 +8,6 @@
 //! The keys are read from the flags and the keys file at start and again on SIGHUP, so a key
 //! is added or revoked without a restart: a removed key's running jobs finish, its next
 //! request is a 401.
-use crate::http::{self, AppState};
 use actix_web::body::MessageBody;
 use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::{header, StatusCode};
@@ -16,7 +15,7 @@ use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
 use std::path::PathBuf;
 use std::sync::{Arc, RwLock};
-use yued_actors::tenancy::{KeyTable, Principal, Role};
+use yued_contract::tenancy::{KeyTable, Principal, Role};
 
 /// Where the keys come from: what a reload reads again.
 #[derive(Clone, Debug, Default)]
@@ -141,7 +140,7 @@ fn refuse(path: &str, status: StatusCode, msg: &str) -> HttpResponse {
         let code = if status == StatusCode::UNAUTHORIZED { "invalid_api_key" } else { "insufficient_permissions" };
         HttpResponse::build(status).json(serde_json::json!({"error": {"message": msg, "type": "invalid_request_error", "param": null, "code": code}}))
     } else {
-        http::error(status, msg)
+        crate::reply::error(status, msg)
     }
 }
 
@@ -159,15 +158,15 @@ fn forbidden(who: &Principal, path: &str) -> Option<&'static str> {
 
 /// The middleware: admits the request as a principal (stored in its extensions) or refuses it.
 pub async fn require_key(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let Some(st) = req.app_data::<web::Data<AppState>>().cloned() else {
+    let Some(keys) = req.app_data::<web::Data<Keys>>().cloned() else {
         return next.call(req).await.map(|r| r.map_into_left_body());
     };
     let path = req.path().to_string();
-    if st.keys.is_open() {
+    if keys.is_open() {
         let who = address_principal(req.request());
         req.extensions_mut().insert(who);
     } else if !open_route(&path) {
-        let Some(who) = st.keys.lookup(&presented_keys(req.request())) else {
+        let Some(who) = keys.lookup(&presented_keys(req.request())) else {
             let resp = refuse(&path, StatusCode::UNAUTHORIZED, "missing or unknown API key (Authorization: Bearer KEY or X-API-Key)");
             return Ok(req.into_response(resp).map_into_right_body());
         };

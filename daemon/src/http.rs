@@ -2,21 +2,21 @@
 // Handlers return ready HTTP responses as their error values on purpose.
 #![allow(clippy::result_large_err)]
 use crate::logs::LogRing;
+use crate::reply::{error, file_chunks};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
 use std::sync::Arc;
-use yued_actors::journal::{VaeOp, VaeTask};
-use yued_actors::metrics::Metrics;
-use yued_actors::scheduler::{Submit, SubmitError};
+use yued_contract::metrics::Metrics;
+use yued_contract::{Submission, SubmitError, VaeOp, VaeTask};
 use yued_engine::registry::{Bucket, Registry};
 use yued_protocol::{ErrorBody, JobId, JobState, Limits, Props, Request, SubmitReply, Yue2Request, MULTIPART_BOUNDARY};
 
 /// Everything the handlers share.
 pub struct AppState {
     /// The job system: this process's scheduler, hub and results, or a cluster's.
-    pub jobs: yued_actors::backend::Backend,
+    pub jobs: yued_contract::Backend,
     pub metrics: Metrics,
     pub props: Props,
     pub limits: Limits,
@@ -28,8 +28,6 @@ pub struct AppState {
     pub prompt: PromptCheck,
     /// The same for MiniMax Music 3, when it is served.
     pub mm3: Option<Mm3Check>,
-    /// The API keys (none: a single-user box), replaced on SIGHUP.
-    pub keys: crate::auth::Keys,
     pub logs: LogRing,
     pub started: std::time::Instant,
     pub demo_weights: bool,
@@ -42,7 +40,7 @@ pub struct AppState {
     /// `/openapi.json`, built at start (`openapi::document`).
     pub openapi: String,
     /// The MCP endpoint's sessions and caps.
-    pub mcp: crate::mcp::Mcp,
+    pub mcp: crate::mcp_sessions::Mcp,
     /// Expiring download links (the MCP export).
     pub links: crate::links::Links,
 }
@@ -76,10 +74,6 @@ impl AppState {
     }
 }
 
-pub fn error(status: actix_web::http::StatusCode, msg: impl Into<String>) -> HttpResponse {
-    HttpResponse::build(status).json(ErrorBody { error: msg.into() })
-}
-
 fn bad(msg: impl Into<String>) -> HttpResponse {
     error(actix_web::http::StatusCode::BAD_REQUEST, msg)
 }
@@ -111,9 +105,6 @@ pub fn check_request(body: &[u8], st: &AppState) -> Result<Request, String> {
     let p = &st.prompt;
     let builder = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &p.tokenizer, tokens: p.tokens, instructions: &p.instructions };
     yued_engine::models::yue2::generate::check_fits(&builder, st.limits.context as usize, &req).map_err(|e| e.to_string())?;
-    if !yued_actors::worker::format_supported(req.output_format) {
-        return Err(format!("output_format: '{}' has no encoder in this build", req.output_format.name()));
-    }
     Ok(req.with_resolved_seeds(random_u64).into())
 }
 
@@ -143,9 +134,6 @@ fn check_mm3(mut req: yued_protocol::Mm3Request, st: &AppState) -> Result<Reques
         }
     }
     yued_engine::models::mm3::prompt::build(&m.tokenizer, &m.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
-    if !yued_actors::worker::format_supported(req.output_format) {
-        return Err(format!("output_format: '{}' has no encoder in this build", req.output_format.name()));
-    }
     Ok(req.with_resolved_seeds(random_u64).into())
 }
 
@@ -214,7 +202,7 @@ fn random_u64() -> u64 {
 
 /// Submits a parsed request; the reply of every submission route.
 pub async fn submit(st: &AppState, client: String, request: Request, vae: Option<VaeTask>) -> Result<JobId, HttpResponse> {
-    match st.jobs.submit(Submit::new(client, request, vae)).await {
+    match st.jobs.submit(Submission::new(client, request, vae)).await {
         Ok(id) => Ok(id),
         Err(SubmitError::Full(cap)) => {
             Err(HttpResponse::TooManyRequests().insert_header((header::RETRY_AFTER, "5")).json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") }))
@@ -475,7 +463,7 @@ pub async fn post_job(req: HttpRequest, q: web::Query<JobQuery>, st: web::Data<A
 }
 
 /// The multipart result, streamed from the files in bounded chunks.
-async fn result(id: &JobId, jobs: &yued_actors::backend::Jobs) -> HttpResponse {
+async fn result(id: &JobId, jobs: &yued_contract::Jobs) -> HttpResponse {
     match jobs.state(id).await {
         Ok(None) => return not_found(format!("unknown job {id}")),
         Ok(Some(JobState::Done)) => {}
@@ -510,32 +498,6 @@ enum Segment {
     File(std::path::PathBuf),
 }
 
-/// A file as 256 KiB chunks.
-pub fn file_chunks(path: std::path::PathBuf) -> impl futures_util::Stream<Item = Result<Bytes, std::io::Error>> {
-    use std::io::Read;
-    stream::unfold(None::<std::fs::File>, move |f| {
-        let path = path.clone();
-        async move {
-            let mut f = match f {
-                Some(f) => f,
-                None => match std::fs::File::open(&path) {
-                    Ok(f) => f,
-                    Err(e) => return Some((Err(e), None)),
-                },
-            };
-            let mut buf = vec![0u8; 256 * 1024];
-            match f.read(&mut buf) {
-                Ok(0) => None,
-                Ok(n) => {
-                    buf.truncate(n);
-                    Some((Ok(Bytes::from(buf)), Some(f)))
-                }
-                Err(e) => Some((Err(e), None)),
-            }
-        }
-    })
-}
-
 /// Reply of `GET /health`: liveness and readiness, open to anyone (no job ids, no queue).
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub struct Health {
@@ -556,10 +518,10 @@ pub struct Health {
 pub struct Status {
     #[serde(flatten)]
     pub health: Health,
-    pub queue: yued_actors::scheduler::QueueSnapshot,
+    pub queue: yued_contract::QueueSnapshot,
 }
 
-fn health_of(st: &AppState, s: &yued_actors::scheduler::QueueSnapshot) -> Health {
+fn health_of(st: &AppState, s: &yued_contract::QueueSnapshot) -> Health {
     let status = if s.journal_error.is_some() {
         "unhealthy"
     } else if s.worker_ready {
@@ -572,7 +534,7 @@ fn health_of(st: &AppState, s: &yued_actors::scheduler::QueueSnapshot) -> Health
 
 /// A journal that refuses writes makes the daemon unhealthy (503) until one succeeds:
 /// nothing it acknowledges then would survive a restart.
-fn health_status(s: &yued_actors::scheduler::QueueSnapshot) -> actix_web::http::StatusCode {
+fn health_status(s: &yued_contract::QueueSnapshot) -> actix_web::http::StatusCode {
     if s.journal_error.is_some() {
         actix_web::http::StatusCode::SERVICE_UNAVAILABLE
     } else {

@@ -10,8 +10,10 @@ mod http;
 mod links;
 mod logs;
 mod mcp;
+mod mcp_sessions;
 mod openai;
 mod openapi;
+mod reply;
 mod serve;
 mod webui;
 mod ws;
@@ -45,14 +47,14 @@ enum Command {
     /// Write the full-vocabulary logits of a token sequence (prefill or decode).
     LmEval(cli::lm_eval::LmEvalArgs),
     /// Render a request to audio: plan, semantic codes, flow matching, VAE.
-    Synth(cli::synth::SynthArgs),
+    Synth(cli::synth_args::SynthArgs),
     /// The neural codec: audio to VAE latents (.vae, .nac8, .nac4) and back.
     Codec {
         #[command(subcommand)]
         command: cli::codec::CodecCommand,
     },
     /// Measure the speed of a model pair (default: the full-size demo) and print a table.
-    Bench(cli::bench::BenchArgs),
+    Bench(cli::bench_common::BenchArgs),
     /// Convert audio between containers (by output extension), resampling on request.
     AudioConvert(cli::audio_convert::AudioConvertArgs),
     /// LoRA adapter directories: what each adapter is and which halves it changes.

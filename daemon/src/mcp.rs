@@ -1,4 +1,4 @@
-//! The MCP server at `/mcp` (seed 000, "Endpoints"): the Streamable HTTP transport of the
+//! The MCP server at `/mcp` (yue2.cpp's architecture reference, "Endpoints"): the Streamable HTTP transport of the
 //! Model Context Protocol, handshake era (2025-03-26 to 2025-11-25), as a JSON-RPC 2.0
 //! handler. One message per POST; a request is answered with one JSON body, a notification
 //! or response with 202. `initialize` opens a session (`Mcp-Session-Id`); every later
@@ -12,23 +12,17 @@
 //! as `/synth`. A finished song leaves only as its Opus or FLAC file, through an expiring
 //! capability link (`/links/{token}`, see `links.rs`).
 use crate::http::{check_request, client_key, submit, AppState};
+use crate::reply;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use serde_json::{json, Value};
-use std::collections::HashMap;
-use std::sync::Mutex;
-use std::time::{Duration, Instant};
 use yued_protocol::{Family, JobId, JobState};
 
 /// Handshake-era revisions this server speaks, newest first.
 pub const PROTOCOL_VERSIONS: [&str; 3] = ["2025-11-25", "2025-06-18", "2025-03-26"];
 const SESSION_HEADER: &str = "mcp-session-id";
 const VERSION_HEADER: &str = "mcp-protocol-version";
-/// Sessions idle this long are forgotten (their client gets 404 and starts again).
-const SESSION_IDLE: Duration = Duration::from_secs(3600);
-/// At most this many sessions are kept; beyond it the least recently used goes.
-const MAX_SESSIONS: usize = 4096;
 const GUIDE_URI: &str = "yued://guide/songwriting";
 const GUIDE: &str = include_str!("songwriting.md");
 
@@ -37,55 +31,6 @@ const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
 const METHOD_NOT_FOUND: i64 = -32601;
 const INVALID_PARAMS: i64 = -32602;
-
-/// The sessions of the MCP endpoint: id → last use.
-pub struct Mcp {
-    sessions: Mutex<HashMap<String, Instant>>,
-    /// The longest song `compose_song` takes, in seconds.
-    pub max_seconds: f64,
-}
-
-impl Mcp {
-    pub fn new(max_seconds: f64) -> Mcp {
-        Mcp { sessions: Mutex::new(HashMap::new()), max_seconds }
-    }
-
-    fn open(&self) -> Result<String, String> {
-        let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|e| format!("no randomness for a session id: {e}"))?;
-        let id: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
-        let mut s = self.sessions.lock().expect("sessions lock");
-        let now = Instant::now();
-        s.retain(|_, t| now.duration_since(*t) < SESSION_IDLE);
-        if s.len() >= MAX_SESSIONS {
-            if let Some(oldest) = s.iter().min_by_key(|(_, t)| **t).map(|(k, _)| k.clone()) {
-                s.remove(&oldest);
-            }
-        }
-        s.insert(id.clone(), now);
-        Ok(id)
-    }
-
-    /// Whether `id` is a live session (its use time is refreshed).
-    fn touch(&self, id: &str) -> bool {
-        let mut s = self.sessions.lock().expect("sessions lock");
-        match s.get_mut(id) {
-            Some(t) if t.elapsed() < SESSION_IDLE => {
-                *t = Instant::now();
-                true
-            }
-            Some(_) => {
-                s.remove(id);
-                false
-            }
-            None => false,
-        }
-    }
-
-    fn close(&self, id: &str) -> bool {
-        self.sessions.lock().expect("sessions lock").remove(id).is_some()
-    }
-}
 
 fn rpc_result(id: &Value, result: Value) -> HttpResponse {
     HttpResponse::Ok().json(json!({"jsonrpc": "2.0", "id": id, "result": result}))
@@ -398,7 +343,7 @@ async fn result(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Valu
 }
 
 /// The one file a job may be exported as: its Opus or FLAC audio.
-pub async fn export_file(jobs: &yued_actors::backend::Jobs, job: &JobId) -> Result<(std::path::PathBuf, String), String> {
+pub async fn export_file(jobs: &yued_contract::Jobs, job: &JobId) -> Result<(std::path::PathBuf, String), String> {
     let parts = jobs.parts(job).await.ok_or_else(|| format!("the result of job {job} has expired"))?;
     parts
         .into_iter()
@@ -420,7 +365,7 @@ async fn cancel(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Valu
 /// capability); 404 for an unknown or expired link and for an expired result.
 pub async fn link(path: web::Path<String>, st: web::Data<AppState>) -> HttpResponse {
     let token = path.into_inner();
-    let gone = || crate::http::error(StatusCode::NOT_FOUND, "no such link (links expire an hour after they are made)");
+    let gone = || reply::error(StatusCode::NOT_FOUND, "no such link (links expire an hour after they are made)");
     let Some(job) = st.links.resolve(&token).await else { return gone() };
     // The token is the capability: the link works for whoever holds it.
     let Ok((file, content_type)) = export_file(&st.jobs.by_capability(), &job).await else { return gone() };
@@ -430,5 +375,5 @@ pub async fn link(path: web::Path<String>, st: web::Data<AppState>) -> HttpRespo
         .insert_header(("content-disposition", format!("attachment; filename=\"yued-{job}.{ext}\"")))
         .insert_header(("cache-control", "private, no-store"))
         .insert_header(("referrer-policy", "no-referrer"))
-        .streaming(crate::http::file_chunks(file))
+        .streaming(reply::file_chunks(file))
 }

@@ -1,4 +1,4 @@
-//! OpenAI-compatible routes (seed 000, "Endpoints"): `GET /v1/models`, `POST
+//! OpenAI-compatible routes (yue2.cpp's architecture reference, "Endpoints"): `GET /v1/models`, `POST
 //! /v1/audio/speech` (OpenAI's speech body: `input` is the lyrics, `instructions` the style
 //! or caption, `voice` a style preset) and `POST /v1/audio/music` (a family's native request
 //! plus `model`). Both audio routes submit an ordinary job (same admission cap, 429 with
@@ -6,13 +6,14 @@
 //! the song's tiles are encoded (the bytes of the live stream), the other formats once the
 //! file is written. Handlers stay thin: parsing here, validation and jobs where `/synth`
 //! has them.
-use crate::http::{check_request, client_key, error, submit, AppState};
+use crate::http::{check_request, client_key, submit, AppState};
+use crate::reply::error;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream;
 use serde::Deserialize;
-use yued_actors::hub::StreamItem;
+use yued_contract::stream::StreamItem;
 use yued_protocol::{Family, JobId, JobState, StreamCodec};
 
 /// `voice` presets: each is a style (YuE2) or caption opening (MiniMax) put before the
@@ -264,7 +265,7 @@ async fn run(req: &HttpRequest, st: &web::Data<AppState>, native: serde_json::Va
 /// Cancels a job when the caller that waits for its audio goes away first (the handler's
 /// future or the response body is dropped before the job ended).
 struct CancelOnDrop {
-    jobs: yued_actors::backend::Jobs,
+    jobs: yued_contract::Jobs,
     job: JobId,
     armed: bool,
 }
@@ -289,7 +290,7 @@ impl Drop for CancelOnDrop {
 
 /// The first track's file once the job has ended (its subscription, when the hub still had
 /// the job, is read to the terminal event first).
-async fn finished_audio(jobs: &yued_actors::backend::Jobs, id: &JobId, sub: Option<yued_actors::hub::Subscription>) -> HttpResponse {
+async fn finished_audio(jobs: &yued_contract::Jobs, id: &JobId, sub: Option<yued_contract::stream::Subscription>) -> HttpResponse {
     if let Some(mut sub) = sub {
         while let Some(item) = sub.rx.recv().await {
             if let StreamItem::Text(t) = item {
@@ -324,7 +325,7 @@ async fn finished_audio(jobs: &yued_actors::backend::Jobs, id: &JobId, sub: Opti
 }
 
 /// The first audio part of a finished job's result.
-async fn audio_file(id: &JobId, jobs: &yued_actors::backend::Jobs) -> HttpResponse {
+async fn audio_file(id: &JobId, jobs: &yued_contract::Jobs) -> HttpResponse {
     let Some(parts) = jobs.parts(id).await else { return openai_error(StatusCode::NOT_FOUND, format!("the result of job {id} has expired"), "not_found", None) };
     match parts.into_iter().find(|(_, ct)| ct.starts_with("audio/")) {
         Some((path, ct)) => match std::fs::read(&path) {

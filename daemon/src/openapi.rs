@@ -143,7 +143,7 @@ fn yue2_body(f: &Facts) -> Value {
     o.insert("title".into(), "YuE2 request".into());
     o.insert(
         "description".into(),
-        "A YuE2 song: style tags and lyrics (seed 000). Every field is optional (null is the same as left out) but the body needs some content: a style, lyrics, an abc score, semantic_tokens or source_tokens. Unknown fields are ignored. Rules beyond this schema, each a 400 naming its field: codes must be below the model's codebook size and fit its context; source_tokens excludes semantic_tokens; source_start must lie inside the source and source_end (unless -1) at or after it; min_tokens of a sampling preset must not exceed its max_tokens; the prompt, score budget and codes must fit the KV cache (\"do not fit\").".into(),
+        "A YuE2 song: style tags and lyrics (yue2.cpp's architecture reference). Every field is optional (null is the same as left out) but the body needs some content: a style, lyrics, an abc score, semantic_tokens or source_tokens. Unknown fields are ignored. Rules beyond this schema, each a 400 naming its field: codes must be below the model's codebook size and fit its context; source_tokens excludes semantic_tokens; source_start must lie inside the source and source_end (unless -1) at or after it; min_tokens of a sampling preset must not exceed its max_tokens; the prompt, score budget and codes must fit the KV cache (\"do not fit\").".into(),
     );
     let content = json!([
         {"required": ["style"], "properties": {"style": {"type": "string", "minLength": 1}}},
@@ -183,7 +183,7 @@ fn mm3_body(f: &Facts) -> Value {
     o.insert("title".into(), "MiniMax Music 3 request".into());
     o.insert(
         "description".into(),
-        "A MiniMax Music 3 song: a caption and lyrics (seed 001), neither blank. Every other field is optional (null is the same as left out); unknown fields are ignored. Rules beyond this schema, each a 400 naming its field: audio_codes holds whole frames of 8 values (at least 2 frames, at most 9001), each below its codebook's size; the prompt's tokens fit the LM's budget.".into(),
+        "A MiniMax Music 3 song: a caption and lyrics (minimaxmusic.cpp's architecture reference), neither blank. Every other field is optional (null is the same as left out); unknown fields are ignored. Rules beyond this schema, each a 400 naming its field: audio_codes holds whole frames of 8 values (at least 2 frames, at most 9001), each below its codebook's size; the prompt's tokens fit the LM's budget.".into(),
     );
     o.insert("anyOf".into(), json!([{"required": ["family"], "properties": {"family": {"const": "mm3"}}}, {"not": {"anyOf": present(Family::Yue2.own_fields())}}]));
     s
@@ -399,6 +399,7 @@ pub fn document(f: &Facts) -> Value {
         json!({"post": op(f, "Encode audio to latents, or decode latents to audio", &format!("multipart/form-data with exactly one of `audio` (any file symphonia decodes: WAV, FLAC, MP3, Ogg, AAC/M4A; encoded to YuE2's [T, 64] latents at 25 Hz, or MiniMax's [T, 128]) or `src_latents` (raw little-endian f32 latents, decoded to audio), and an optional `request` part. The upload is checked before it is queued: audio that does not decode, latents that are not whole frames, hold NaN or exceed the model's length are a 400. At most {} bytes.", f.max_upload_bytes), json!([]),
             Some(json!({"required": true, "content": {"multipart/form-data": {
                 "schema": {"type": "object", "properties": {"audio": {"type": "string", "format": "binary", "description": "audio to encode"}, "src_latents": {"type": "string", "format": "binary", "description": "raw f32 latents to decode"}, "request": {"allOf": [vae_opts], "description": vae_request}}, "additionalProperties": false,
+                    "oneOf": [{"required": ["audio"]}, {"required": ["src_latents"]}],
                     "description": "exactly one of audio and src_latents (both, or neither, is a 400)"},
                 "encoding": {"request": {"contentType": "application/json"}}}}})),
             map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("not a multipart body, a part missing, twice or unknown, or an upload that does not check"), "413": too_large(f.max_upload_bytes), "429": full.clone(), "500": error_response("the upload could not be stored"), "503": unavailable.clone()})), Door::Keyed)}),

@@ -5,7 +5,6 @@
 use crate::http::{self, AppState};
 use crate::logs::LogRing;
 use crate::{links, mcp, openai, webui, ws};
-use actix::Actor;
 use actix_web::body::MessageBody;
 use actix_web::dev::ServiceResponse;
 use actix_web::http::StatusCode;
@@ -16,16 +15,13 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
-use yued_actors::hub::StreamHub;
-use yued_actors::journal::Journal;
-use yued_actors::metrics::Metrics;
-use yued_actors::results::{ResultStore, Retention};
-use yued_actors::scheduler::{Scheduler, Shutdown};
-use yued_actors::worker::{self, WorkerConfig};
+use yued_actors::{Node, NodeConfig, WorkerConfig};
 use yued_cluster::api::NatsBackend;
 use yued_cluster::metrics::ClusterMetrics;
 use yued_cluster::{Cluster, ClusterConfig, Role};
 use yued_config::Config;
+use yued_contract::metrics::Metrics;
+use yued_contract::results::{ResultStore, Retention};
 use yued_engine::adapter::{shapes_of, AdapterDir};
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::config::BackboneInfo;
@@ -319,14 +315,14 @@ fn json_error<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_web::R
         s => s.canonical_reason().unwrap_or("error").to_lowercase(),
     };
     let (req, _) = res.into_parts();
-    let resp = http::error(status, msg);
+    let resp = crate::reply::error(status, msg);
     Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, resp).map_into_right_body()))
 }
 
 /// A 405 with the `Allow` header RFC 9110 requires: the methods the route takes.
 fn method_not_allowed(allow: &'static str) -> actix_web::Route {
     web::to(move || async move {
-        let mut r = http::error(StatusCode::METHOD_NOT_ALLOWED, format!("method not allowed on this route (it takes {allow})"));
+        let mut r = crate::reply::error(StatusCode::METHOD_NOT_ALLOWED, format!("method not allowed on this route (it takes {allow})"));
         r.headers_mut().insert(actix_web::http::header::ALLOW, actix_web::http::header::HeaderValue::from_static(allow));
         r
     })
@@ -363,7 +359,7 @@ fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
 }
 
 async fn not_found() -> HttpResponse {
-    http::error(StatusCode::NOT_FOUND, "no such route")
+    crate::reply::error(StatusCode::NOT_FOUND, "no such route")
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
@@ -392,7 +388,6 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let limits = Limits { max_batch: c.max_batch, context: context as u32, codebook_size: models.info.tokens.codebook_size, max_steps: c.max_steps, ..Limits::default() };
     let mut props = Props::new(env!("CARGO_PKG_VERSION"), models.model.display().to_string(), models.vae.display().to_string(), c.max_batch);
     props.context = context as u32;
-    props.output_formats.retain(|f| f.name.parse::<yued_protocol::OutputFormat>().map(yued_audio::encode::supported).unwrap_or(false));
     if let Some(m) = &models.mm3 {
         props.families = Some(vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3]);
         let files = Bucket::MM3.iter().map(|&b| (b.arch().to_string(), m.registry.entries(b).iter().map(|e| e.name.clone()).collect())).collect();
@@ -452,28 +447,23 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             let cm = ClusterMetrics::register(&metrics);
             Some((Arc::new(Cluster::connect(cc).await?), cm))
         };
-        let hub = StreamHub::new(metrics.clone()).start();
         // The compute side: the single node, or a cluster worker (fed by the cluster).
         let mut local = None;
         if cluster.is_none() || role.computes() {
-            let journal = match &cluster {
-                None => Journal::open(&cfg.data_dir.join("journal"), &key_table)?,
-                Some(_) => {
-                    // A worker's own journal only mirrors the job it runs: the cluster's job
-                    // states are the truth, and a job this node was running when it died is
-                    // redelivered by the cluster, not resumed from here.
-                    let dir = cfg.data_dir.join("worker-journal");
-                    let _ = std::fs::remove_dir_all(&dir);
-                    Journal::open(&dir, &key_table)?
-                }
+            // A cluster worker's own journal only mirrors the job it runs: the cluster's job
+            // states are the truth, and a job this node was running when it died is
+            // redelivered by the cluster, not resumed from here.
+            let in_cluster = cluster.is_some();
+            let node_cfg = NodeConfig {
+                worker: worker_cfg,
+                journal: cfg.data_dir.join(if in_cluster { "worker-journal" } else { "journal" }),
+                fresh_journal: in_cluster,
+                cap: if in_cluster { 1 } else { cfg.admission_cap },
+                share: if in_cluster { 1 } else { cfg.share() },
             };
-            let (tx, rx) = crossbeam_channel::unbounded();
-            let cap = if cluster.is_some() { 1 } else { cfg.admission_cap };
-            let share = if cluster.is_some() { 1 } else { cfg.share() };
-            let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cap, share)?.start();
-            let stages = worker::spawn(worker_cfg, rx, scheduler.clone(), hub.clone(), results.clone(), metrics.clone());
-            let stop = cluster.as_ref().map(|(c, cm)| yued_cluster::worker::start(c.clone(), scheduler.clone(), hub.clone(), results.clone(), uploads.clone(), cm.clone()));
-            local = Some((scheduler, stages, stop));
+            let node = Node::start(node_cfg, &key_table, results.clone(), metrics.clone()).map_err(|e| anyhow::anyhow!(e))?;
+            let stop = cluster.as_ref().map(|(c, cm)| yued_cluster::worker::start(c.clone(), node.runner(), results.clone(), uploads.clone(), cm.clone()));
+            local = Some((node, stop));
         }
         let jobs = match (&cluster, &local) {
             (Some((c, cm)), _) if role.serves_api() => {
@@ -482,7 +472,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 b.watch();
                 b.backend()
             }
-            (_, Some((scheduler, _, _))) => yued_actors::backend::Backend::local(scheduler.clone(), hub.clone(), results.clone()),
+            (_, Some((node, _))) => node.backend(),
             _ => anyhow::bail!("role: a node must serve the API or compute"),
         };
         let serves_api = cluster.is_none() || role.serves_api();
@@ -490,7 +480,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         let facts = crate::openapi::Facts {
             families: families.clone(),
             limits,
-            formats: yued_protocol::OutputFormat::all().iter().copied().filter(|f| yued_audio::encode::supported(*f)).collect(),
+            formats: yued_protocol::OutputFormat::all().to_vec(),
             mm3_models: match &models.mm3 {
                 Some(m) => ["lm_model", "depth_model", "cond_model", "dit_model", "vae_model"]
                     .into_iter()
@@ -518,7 +508,6 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             openapi,
             mm3: models.mm3,
             prompt: http::PromptCheck { tokenizer: models.tokenizer, tokens: models.info.tokens, instructions: models.instructions },
-            keys: keys.clone(),
             logs: ring,
             started: std::time::Instant::now(),
             demo_weights: demo,
@@ -527,7 +516,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             vae: http::VaeLimits { uploads, max_upload_bytes: cfg.max_upload_bytes, audio: models.audio, has_encoder: models.vae_has_encoder },
             adapters: adapters.clone(),
             max_duration: cfg.max_duration,
-            mcp: mcp::Mcp::new(cfg.mcp_max_seconds),
+            mcp: crate::mcp_sessions::Mcp::new(cfg.mcp_max_seconds),
             links: match &cluster {
                 Some((c, _)) => links.in_cluster(c.links.clone()),
                 None => links,
@@ -553,9 +542,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             tracing::info!(addr = %cfg.metrics_listen, "metrics listening (no key: keep this address internal)");
             Some(server.run())
         };
+        let keys = web::Data::new(keys);
         let server = HttpServer::new(move || {
             App::new()
                 .app_data(state.clone())
+                .app_data(keys.clone())
                 .app_data(web::PayloadConfig::new(max_body))
                 .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
                 .wrap(from_fn(crate::auth::require_key))
@@ -581,19 +572,13 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             }
             None => server.run().await?,
         }
-        let Some((scheduler, stages, stop)) = local else { return anyhow::Ok(()) };
+        let Some((node, stop)) = local else { return anyhow::Ok(()) };
         if let Some(stop) = stop {
             // The cluster's jobs this worker runs go back to the cluster at once.
-            stop.stop();
-            actix_web::rt::time::sleep(std::time::Duration::from_millis(300)).await;
+            stop.stop().await;
         }
         tracing::info!("shutting down: cancelling the running job and flushing the journal");
-        let _ = scheduler.send(Shutdown).await;
-        if actix_web::rt::task::spawn_blocking(move || stages.join()).await.is_err() {
-            tracing::error!("the compute stages did not stop cleanly");
-        }
-        // Let the scheduler record the interrupted job before the system stops.
-        actix_web::rt::time::sleep(std::time::Duration::from_millis(100)).await;
+        node.shutdown().await;
         anyhow::Ok(())
     })?;
     Ok(())

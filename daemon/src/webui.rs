@@ -26,7 +26,7 @@ pub async fn assets(name: web::Path<String>) -> HttpResponse {
     match name.as_str() {
         "app.js" => asset(APP_JS, "text/javascript; charset=utf-8", "no-cache"),
         "index.css" => asset(APP_CSS, "text/css; charset=utf-8", "no-cache"),
-        _ => crate::http::error(actix_web::http::StatusCode::NOT_FOUND, format!("no asset {name}")),
+        _ => crate::reply::error(actix_web::http::StatusCode::NOT_FOUND, format!("no asset {name}")),
     }
 }
 
@@ -40,6 +40,6 @@ pub async fn docs_assets(name: web::Path<String>) -> HttpResponse {
         "docs.js" => asset(DOCS_JS, "text/javascript; charset=utf-8", "no-cache"),
         "swagger-ui-bundle.js" => asset(SWAGGER_JS, "text/javascript; charset=utf-8", "no-cache"),
         "swagger-ui.css" => asset(SWAGGER_CSS, "text/css; charset=utf-8", "no-cache"),
-        _ => crate::http::error(actix_web::http::StatusCode::NOT_FOUND, format!("no asset {name}")),
+        _ => crate::reply::error(actix_web::http::StatusCode::NOT_FOUND, format!("no asset {name}")),
     }
 }

@@ -6,12 +6,13 @@
 //! `/synth/stream` an explicit `{"cmd":"cancel"}` does.
 // Handlers return ready HTTP responses as their error values on purpose.
 #![allow(clippy::result_large_err)]
-use crate::http::{check_request, client_key, error, job_id, submit, AppState};
+use crate::http::{check_request, client_key, job_id, submit, AppState};
+use crate::reply::error;
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::{CloseCode, CloseReason};
 use futures_util::StreamExt;
-use yued_actors::backend::Jobs;
-use yued_actors::hub::{PcmTile, StreamItem, TileEncoder};
+use yued_contract::stream::{PcmTile, StreamItem, TileEncoder};
+use yued_contract::Jobs;
 use yued_protocol::{JobId, JobState, StreamCodec, StreamCommand, StreamEvent};
 
 #[derive(serde::Deserialize)]

@@ -289,7 +289,7 @@ fn synth_renders_a_minimax_song_that_replays_as_the_same_song() {
     assert_eq!(r.duration() as usize, (frames * 441 / 128) * 512, "{frames} frames");
     assert_eq!((replay["seed"].as_i64(), replay["lm_seed"].as_i64(), replay["synth_batch_size"].as_i64()), (Some(41), Some(3), Some(1)));
     // The replay re-derives the states teacher-forced (activation epsilon from the sampled
-    // run, seed 001): the same song.
+    // run, as minimaxmusic.cpp's architecture reference says): the same song.
     ok(&["synth", "--models", s(&models), "--request", s(&d.join("o/song01.json")), "--out", s(&d.join("r/song.wav")), "--device", "CPU", "--threads", "1"]);
     let read = |p: &Path| hound::WavReader::open(p).unwrap().samples::<i16>().map(|x| x.unwrap() as f64).collect::<Vec<_>>();
     let (a, b) = (read(&d.join("o/song01.wav")), read(&d.join("r/song.wav")));

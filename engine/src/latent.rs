@@ -117,7 +117,7 @@ mod tests {
             let d: f64 = z.iter().map(|a| (*a as f64).powi(2)).sum();
             assert!((n / d).sqrt() <= rel, "{fmt:?}: relative RMS {}", (n / d).sqrt());
         }
-        // bit rates of the seed: 64 f32, 2 + 64, 2 + 32 bytes per 40 ms frame
+        // bit rates of yue2.cpp's architecture reference: 64 f32, 2 + 64, 2 + 32 bytes per 40 ms frame
         assert_eq!(encode_latents(&z, 64, LatentFormat::Nac8).len(), 12 + 37 * 66);
         assert_eq!(encode_latents(&z, 64, LatentFormat::Nac4).len(), 12 + 37 * 34);
     }

@@ -14,6 +14,7 @@
 #![deny(unsafe_code)]
 
 pub mod adapter;
+pub mod cancel;
 #[allow(unsafe_code)]
 pub mod ggml;
 pub mod gguf;

@@ -131,7 +131,7 @@ mod tests {
         assert_eq!(QuantTarget::Q4KM.type_for("transformer_blocks.0.ff_out.weight", &[8192, 2048], GgmlType::F32), GgmlType::Q6_K);
         assert_eq!(QuantTarget::Q4KM.type_for("transformer_blocks.0.attn.to_q.weight", &[2048, 2048], GgmlType::F32), GgmlType::Q4_K);
         assert!("Q3_K".parse::<QuantTarget>().unwrap_err().contains("Q4_K_M"));
-        // Per architecture (seed 001's table).
+        // Per architecture (minimaxmusic.cpp's table).
         assert!(allowed("yue2").unwrap().contains(&QuantTarget::Q5KM) && !allowed("yue2").unwrap().contains(&QuantTarget::Q4KM));
         assert!(!allowed("mm3-lm").unwrap().contains(&QuantTarget::Q4KM));
         assert!(allowed("mm3-dit").unwrap().contains(&QuantTarget::Q4KM));

@@ -142,25 +142,21 @@ impl BpeTokenizer {
     }
 }
 
-/// Appends Qwen's special tokens after the ordinary ones (which must end at
-/// `layout.endoftext`): `<|endoftext|>`, `<|im_start|>`, `<|im_end|>`, then
-/// `<|extra_i|>` slots up to music_start, with `<abc>` and `</abc>` taking the slots of
-/// abc_start and abc_end. In the published layout that is 208 entries, 151851 in all.
-pub fn append_qwen_specials(toks: &mut Vec<String>, types: &mut Vec<i32>, layout: &crate::models::yue2::config::TokenLayout) {
-    assert_eq!(toks.len(), layout.endoftext as usize, "ordinary tokens must end at endoftext");
-    let eot = layout.endoftext as usize;
+/// Appends Qwen's special tokens after the ordinary ones (whose count is the id of
+/// `<|endoftext|>`): `<|endoftext|>`, `<|im_start|>`, `<|im_end|>`, then `<|extra_i|>` slots
+/// up to `end`, with each of `named` (user-defined tokens, YuE2's `<abc>` and `</abc>`)
+/// taking the slot of its id. In YuE2's published layout that is 208 entries, 151851 in all.
+pub fn append_qwen_specials(toks: &mut Vec<String>, types: &mut Vec<i32>, end: u32, named: &[(u32, &str)]) {
+    let eot = toks.len();
     for t in ["<|endoftext|>", "<|im_start|>", "<|im_end|>"] {
         toks.push(t.into());
         types.push(token_type::CONTROL);
     }
-    while toks.len() < layout.music_start as usize {
+    while toks.len() < end as usize {
         let id = toks.len() as u32;
-        let (t, ty) = if id == layout.abc_start {
-            ("<abc>".to_string(), token_type::USER_DEFINED)
-        } else if id == layout.abc_end {
-            ("</abc>".to_string(), token_type::USER_DEFINED)
-        } else {
-            (format!("<|extra_{}|>", id as usize - eot - 3), token_type::CONTROL)
+        let (t, ty) = match named.iter().find(|(i, _)| *i == id) {
+            Some((_, text)) => (text.to_string(), token_type::USER_DEFINED),
+            None => (format!("<|extra_{}|>", id as usize - eot - 3), token_type::CONTROL),
         };
         toks.push(t);
         types.push(ty);

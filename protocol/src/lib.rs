@@ -24,7 +24,7 @@ pub use request::yue2::{FRAME_RATE, LATENT_CHANNELS, SAMPLES_PER_FRAME, SAMPLE_R
 
 /// Boundary of the `multipart/mixed` body returned by `GET /job?id=N&result=1`.
 pub const MULTIPART_BOUNDARY: &str = "yue2-batch-boundary";
-/// The boundary of a MiniMax Music 3 job's result (seed 001's server).
+/// The boundary of a MiniMax Music 3 job's result (minimaxmusic.cpp's server).
 pub const MM3_MULTIPART_BOUNDARY: &str = "mm3-batch-boundary";
 
 #[cfg(test)]

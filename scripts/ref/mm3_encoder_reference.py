@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Float64 numpy reference for MiniMax Music 3's flow VAE *encoder*, written from seed 001's
+"""Float64 numpy reference for MiniMax Music 3's flow VAE *encoder*, written from minimaxmusic.cpp's
 description alone (no public implementation exists: diffusers ships the decoder only).
 
 Usage (from the repository root; numpy from PyPI, nothing else):

@@ -293,7 +293,7 @@ def main(check=False):
         L5 = latent_length(5, cfg_ce)
         idx5 = [nearest_src_f32(i, 5, L5) for i in range(L5)]
         same(y5, proj[0, :, idx5].transpose(0, 1), "cond encoder re-implementation")
-        # folded-weights variant (the seed's formulation): not bit-identical in general, report max diff
+        # folded-weights variant (minimaxmusic.cpp's formulation): not bit-identical in general, report max diff
         mixed_f = torch.einsum("blht,l->bht", hs, folded)
         y5_f = ce.proj(mixed_f)[0, :, idx5].transpose(0, 1)
         notes["cond_folded_vs_diffusers_maxabs"] = float((y5_f - y5).abs().max())

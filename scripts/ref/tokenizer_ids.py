@@ -17,7 +17,7 @@ i.e. text is NFC-normalised first (as the Rust tokenizer does) and special
 tokens are never recognised inside text. The qwen.tiktoken path defaults to
 ${YUED_CACHE_DIR:-<repo>/.cache}/qwen.tiktoken (see scripts/fetch-qwen-tiktoken.sh).
 Also writes fixtures/tokenizer/prompts.json: the prompt id streams of the three cot modes
-(the published instruction texts, assembled here from the seed's layout).
+(the published instruction texts, assembled here from yue2.cpp's layout).
 With --check the fixtures are compared against the existing files instead of written.
 """
 import base64

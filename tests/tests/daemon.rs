@@ -235,8 +235,7 @@ fn kill_9_then_restart_completes_the_running_and_the_queued_job() {
     assert!(third != first && third != second);
     d.wait(&third, Duration::from_secs(300));
     let (data, _, _) = d.kill9();
-    let journal = yued_actors::journal::Journal::open(&data.join("journal"), &Default::default()).unwrap();
-    let records = journal.load().unwrap();
+    let records = yued_actors::node::journal_records(&data.join("journal")).unwrap();
     let resumed = |id: &str| records.iter().find(|r| r.id.as_str() == id).map(|r| (r.resumed, r.crashes)).unwrap();
     assert_eq!(resumed(&first), (1, 1), "the first job resumed once from its journaled codes, after one crash");
     assert_eq!(resumed(&second).0, 0, "the second had no codes yet");
@@ -744,7 +743,7 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     // The result: the track and its replay request.
     let r = d.http.get(d.url(&format!("/job?id={mm3}&result=1"))).send().unwrap();
     let boundary = r.headers()["content-type"].to_str().unwrap().split("boundary=").nth(1).unwrap().trim_matches('"').to_string();
-    assert_eq!(boundary, "mm3-batch-boundary", "seed 001's boundary");
+    assert_eq!(boundary, "mm3-batch-boundary", "minimaxmusic.cpp's boundary");
     let parts = multipart_parts(&r.bytes().unwrap(), &boundary);
     assert!(parts[0].0.contains("json"), "the replay request comes first");
     let wav = parts.iter().find(|(t, _)| t.contains("wav")).expect("a wav part");
@@ -819,8 +818,7 @@ fn kill_9_mid_minimax_song_resumes_from_its_journaled_codes() {
     let wav = |p: &[(String, Vec<u8>)]| p.iter().find(|(t, _)| t.contains("wav")).expect("a wav part").1.clone();
     assert!(wav(&parts) == wav(&fresh_parts), "the resumed job's audio differs from an uninterrupted run's");
     let (data, _, _) = d.kill9();
-    let journal = yued_actors::journal::Journal::open(&data.join("journal"), &Default::default()).unwrap();
-    let records = journal.load().unwrap();
+    let records = yued_actors::node::journal_records(&data.join("journal")).unwrap();
     let rec = records.iter().find(|r| r.id.as_str() == id).unwrap();
     assert_eq!((rec.resumed, rec.crashes), (1, 1), "resumed once from its journaled codes, after one crash");
 }

@@ -1,5 +1,5 @@
 //! `POST /vae` on the real daemon: encode an upload to latents, decode latents to audio in
-//! the requested format, and the 400s of the seed's list.
+//! the requested format, and the 400s of yue2.cpp's list.
 use std::time::Duration;
 use yued_e2e::*;
 
@@ -26,7 +26,7 @@ fn post(d: &Daemon, body: Vec<u8>) -> (u16, serde_json::Value) {
 fn result(d: &Daemon, id: &str) -> Vec<(String, Vec<u8>)> {
     let r = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap();
     assert_eq!(r.status().as_u16(), 200);
-    // The family's boundary (MiniMax Music 3's jobs answer with seed 001's).
+    // The family's boundary (MiniMax Music 3's jobs answer with minimaxmusic.cpp's).
     let ct = r.headers()["content-type"].to_str().unwrap().to_string();
     let boundary = ct.split("boundary=").nth(1).unwrap_or(yued_protocol::MULTIPART_BOUNDARY).trim_matches('"').to_string();
     multipart_parts(&r.bytes().unwrap(), &boundary)

@@ -1,5 +1,5 @@
 //! `yued audio-convert`: any decodable audio to any container we write, the format chosen
-//! by the output extension (the seed's mp3-codec, widened to every format).
+//! by the output extension (yue2.cpp's mp3-codec, widened to every format).
 use anyhow::Context;
 use std::path::PathBuf;
 use yued_audio::resample::{resample, to_channels};

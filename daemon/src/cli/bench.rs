@@ -3,154 +3,20 @@
 //! lengths) next to the bytes each decode step must read and the machine's read bandwidth
 //! measured in the same run; NAR per ODE step; VAE per second of audio; and the real-time
 //! factor of a whole song. Every figure is the median of `--reps` runs, with min and max.
-use super::common::DeviceArgs;
+use super::bench_common::{demo_pair, stats, time, BenchArgs, Row, Stats};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Instant;
+use yued_engine::cancel::CancelToken;
 use yued_engine::ggml::llama_ref::mean_steps;
 use yued_engine::gguf::GgufFile;
 use yued_engine::kv_cache::KvSet;
 use yued_engine::models::yue2::ar::{ArModel, Positions, SeqInput};
 use yued_engine::models::yue2::config::BackboneInfo;
-use yued_engine::models::yue2::demo::{write_demo, Preset};
-use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::models::yue2::nar::NarModel;
 use yued_engine::models::yue2::pipeline::{Pipeline, PipelineOptions};
 use yued_engine::models::yue2::vae::VaeModel;
 use yued_protocol::{CotMode, Yue2Request};
-
-#[derive(clap::Args)]
-pub struct BenchArgs {
-    /// The family measured: `yue2` (sections mem, prefill, decode, nar, vae, e2e, stream) or `mm3`
-    /// (MiniMax Music 3: frame, lm, dit, vae, e2e, stream).
-    #[arg(long, default_value = "yue2")]
-    pub family: yued_protocol::Family,
-    /// Demo preset measured when no --model/--vae is given: `full` (the published YuE2
-    /// dimensions, Q8_0, random weights, ~4 GB written once into --cache), `deep` (the
-    /// published depth at tiny widths) or `tiny`.
-    #[arg(long, default_value = "full")]
-    pub preset: String,
-    /// Backbone GGUF (with --vae) instead of a demo preset.
-    #[arg(long, requires = "vae")]
-    pub model: Option<PathBuf>,
-    /// VAE GGUF (with --model).
-    #[arg(long, requires = "model")]
-    pub vae: Option<PathBuf>,
-    /// MiniMax Music 3: the component files of this folder (as `yued serve --models` reads
-    /// it: the first file of each architecture) instead of a demo preset; a section whose
-    /// components are not there is skipped (scripts/bench/mm3-diffusers.sh writes a DiT,
-    /// condition encoder and vocoder only).
-    #[arg(long)]
-    pub models: Option<PathBuf>,
-    /// Where demo models are written and reused between runs.
-    #[arg(long, default_value = "yued-data/bench-models")]
-    pub cache: PathBuf,
-    /// Repetitions per figure (median, min, max).
-    #[arg(long, default_value_t = 5)]
-    pub reps: usize,
-    /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e, stream, seam,
-    /// adapters (YuE2: each half's load with a rank-16 LoRA merged against a plain load)
-    /// (YuE2: stream is the time to first audio on a daemon this bench starts, STRICT and
-    /// --keep-loaded, with and without streaming chunks; seam, not in the default, reads
-    /// the chunk boundaries of one song painted on several grids); frame, dit, vae, e2e,
-    /// stream (MiniMax Music 3). The default runs these sections of the family.
-    #[arg(long, default_value = "mem,prefill,decode,nar,vae,e2e,stream")]
-    pub only: String,
-    /// Smaller points (cache lengths, frames) for a quick look or a smoke test.
-    #[arg(long)]
-    pub quick: bool,
-    /// AR decode cache lengths instead of the defaults (0, 2048, 8192; --quick: 0, 512),
-    /// comma separated.
-    #[arg(long, value_delimiter = ',')]
-    pub cache_lengths: Option<Vec<usize>>,
-    /// NAR block sizes in frames instead of the defaults (250, 1500, 5000; --quick: 50,
-    /// 250), comma separated.
-    #[arg(long, value_delimiter = ',')]
-    pub nar_frames: Option<Vec<usize>>,
-    /// Seconds of audio of the end-to-end run (and of the stream section's songs).
-    #[arg(long, default_value_t = 30.0)]
-    pub e2e_seconds: f64,
-    /// `stream_chunk_seconds` of the stream section's streaming rows.
-    #[arg(long, default_value_t = 5.0)]
-    pub stream_seconds: f64,
-    /// The stream section's residency policies: `both` (STRICT and --keep-loaded, side by
-    /// side), `strict` or `keep-loaded` (a full-shape song on a CPU is many minutes a row).
-    #[arg(long, value_enum, default_value = "both")]
-    pub stream_policy: StreamPolicy,
-    /// Side by side: llama.cpp's own decode (libllama from the same build as our ggml) on
-    /// the same AR weights, exported as a standard qwen3 GGUF next to the model, at equal
-    /// batch, cache length and threads; each decode row gets a yued / llama.cpp ratio.
-    #[arg(long)]
-    pub llama_cpp: bool,
-    /// Also write the table as JSON here.
-    #[arg(long)]
-    pub json: Option<PathBuf>,
-    #[command(flatten)]
-    pub device: DeviceArgs,
-}
-
-/// Which residency policies `--only stream` measures.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
-pub enum StreamPolicy {
-    Both,
-    Strict,
-    KeepLoaded,
-}
-
-/// Median, min and max of a set of timings.
-#[derive(Clone, Copy, Debug, serde::Serialize)]
-pub struct Stats {
-    pub median: f64,
-    pub min: f64,
-    pub max: f64,
-}
-
-pub(super) fn stats(mut v: Vec<f64>) -> Stats {
-    v.sort_by(|a, b| a.partial_cmp(b).unwrap());
-    let n = v.len();
-    let median = if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 };
-    Stats { median, min: v[0], max: v[n - 1] }
-}
-
-impl Stats {
-    pub(super) fn map(self, f: impl Fn(f64) -> f64) -> Stats {
-        let (a, b) = (f(self.min), f(self.max));
-        Stats { median: f(self.median), min: a.min(b), max: a.max(b) }
-    }
-}
-
-/// One line of the table.
-#[derive(Debug, serde::Serialize)]
-pub struct Row {
-    pub section: &'static str,
-    pub what: String,
-    pub unit: &'static str,
-    #[serde(flatten)]
-    pub stats: Stats,
-    pub note: String,
-}
-
-/// A warm-up run longer than this counts as the first repetition: what a warm-up pays
-/// (first-touch page faults, the compute buffer's first allocation) is lost in it, and a
-/// full-size NAR block on a CPU takes minutes per run.
-const LONG_RUN_S: f64 = 20.0;
-
-/// Runs `f` once to warm up, then `reps` times; seconds per run.
-pub(super) fn time(reps: usize, mut f: impl FnMut() -> anyhow::Result<()>) -> anyhow::Result<Stats> {
-    let t = Instant::now();
-    f()?;
-    let warm = t.elapsed().as_secs_f64();
-    let mut v = Vec::with_capacity(reps);
-    if warm > LONG_RUN_S {
-        v.push(warm);
-    }
-    while v.len() < reps.max(1) {
-        let t = Instant::now();
-        f()?;
-        v.push(t.elapsed().as_secs_f64());
-    }
-    Ok(stats(v))
-}
 
 /// Read bandwidth of this machine: a parallel sum over a buffer far larger than the caches.
 /// Integer adds (associative, so the compiler vectorises them into several accumulators):
@@ -199,20 +65,6 @@ fn models(a: &BenchArgs) -> anyhow::Result<(PathBuf, PathBuf, String)> {
     }
     let (m, v) = demo_pair(&a.cache, &a.preset)?;
     Ok((m, v, format!("demo preset {} (random weights)", a.preset)))
-}
-
-/// The YuE2 demo pair of `tag` in `cache`, written once.
-pub(super) fn demo_pair(cache: &std::path::Path, tag: &str) -> anyhow::Result<(PathBuf, PathBuf)> {
-    let preset: Preset = tag.parse().map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
-    let dir = cache.join(tag);
-    let (m, v) = (dir.join(format!("yue2-demo-{tag}.gguf")), dir.join(format!("yue2-demo-{tag}-vae.gguf")));
-    if !m.exists() || !v.exists() {
-        eprintln!("writing the {tag} demo model into {} (once)", dir.display());
-        let pb = super::progress_bar(100, "demo model");
-        write_demo(&dir, preset, 0, &mut |done, total| pb.set_position((done * 100 / total.max(1)) as u64)).context("writing the demo model")?;
-        pb.finish_and_clear();
-    }
-    Ok((m, v))
 }
 
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {

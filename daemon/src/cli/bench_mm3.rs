@@ -3,7 +3,7 @@
 //! steps), the LM's step alone (next to llama.cpp's with `--llama-cpp`), the DiT per Euler step at a full window (689 latents, the guidance pair as one
 //! batch), the VAE per second of audio, and a whole song: its time to the first decoded
 //! window (what a listener waits for) and its real-time factor.
-use super::bench::{time, BenchArgs, Row, Stats};
+use super::bench_common::{stats, time, BenchArgs, Row, Stats};
 use anyhow::Context;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -136,7 +136,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
                 lm_model.feed(&backend, &mut set, &[(&emb, 0), (&emb, 1)], true)?;
                 Ok(t.elapsed().as_secs_f64())
             };
-            let s = super::bench::stats(yued_engine::ggml::llama_ref::mean_steps(a.reps, &mut step)?);
+            let s = stats(yued_engine::ggml::llama_ref::mean_steps(a.reps, &mut step)?);
             push(
                 "lm",
                 format!("LM step, guidance pair, cache {len}"),
@@ -146,7 +146,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
             );
             if let Some(l) = &llama {
                 let session = l.session(2, len, threads).map_err(|e| anyhow::anyhow!(e))?;
-                let ls = super::bench::stats(session.steps(2, a.reps.max(1)).map_err(|e| anyhow::anyhow!(e))?);
+                let ls = stats(session.steps(2, a.reps.max(1)).map_err(|e| anyhow::anyhow!(e))?);
                 push(
                     "llama",
                     format!("llama.cpp step, guidance pair, cache {len}"),

@@ -3,9 +3,9 @@
 //! free loopback port, a scratch data directory), sends each song over `/synth/stream`
 //! (the request in, the job's events and PCM frames out, one socket) and times submission
 //! to the first binary frame and to `done`: under the default STRICT policy and under
-//! `--keep-loaded`, each with the seed's chunk rule (`stream_chunk_seconds` 0) and with
+//! `--keep-loaded`, each with yue2.cpp's chunk rule (`stream_chunk_seconds` 0) and with
 //! streaming chunks, side by side in one run.
-use super::bench::{stats, BenchArgs, Row, StreamPolicy};
+use super::bench_common::{demo_pair, stats, BenchArgs, Row, StreamPolicy};
 use anyhow::{bail, Context};
 use futures_util::{SinkExt, StreamExt};
 use std::io::{Read, Write};
@@ -96,7 +96,7 @@ impl Drop for Served {
     }
 }
 
-/// The request of a bench song of `seconds`, chunked by `stream` seconds (0: the seed's rule).
+/// The request of a bench song of `seconds`, chunked by `stream` seconds (0: yue2.cpp's rule).
 fn request(seconds: f64, code_rate: f64, stream: f64) -> String {
     serde_json::json!({
         "style": "bench", "lyrics": "[verse] la la la", "cot": "off", "duration": seconds, "lm_seed": 1, "seed": 2,
@@ -106,11 +106,11 @@ fn request(seconds: f64, code_rate: f64, stream: f64) -> String {
     .to_string()
 }
 
-/// The YuE2 rows: for each policy, the seed's chunks and `--stream-seconds` chunks.
+/// The YuE2 rows: for each policy, yue2.cpp's chunks and `--stream-seconds` chunks.
 pub(super) fn run(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64, emit: &mut dyn FnMut(Row)) -> anyhow::Result<()> {
     let models = ["--model".into(), model.into(), "--vae".into(), vae.into()];
     let songs: Vec<(String, String)> =
-        [0.0, a.stream_seconds].iter().map(|&s| (if s > 0.0 { format!("{s} s chunks") } else { "the seed's chunks".to_string() }, request(a.e2e_seconds, code_rate, s))).collect();
+        [0.0, a.stream_seconds].iter().map(|&s| (if s > 0.0 { format!("{s} s chunks") } else { "yue2.cpp's chunks".to_string() }, request(a.e2e_seconds, code_rate, s))).collect();
     measure(a, &models, &songs, emit)
 }
 
@@ -118,7 +118,7 @@ pub(super) fn run(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64, emit:
 /// `--e2e-seconds` from the five files in `dir` (under --keep-loaded each window renders
 /// as soon as its frames exist). The daemon also serves YuE2's tiny demo, idle.
 pub(super) fn run_mm3(a: &BenchArgs, dir: &Path, emit: &mut dyn FnMut(Row)) -> anyhow::Result<()> {
-    let (m, v) = super::bench::demo_pair(&a.cache, "tiny")?;
+    let (m, v) = demo_pair(&a.cache, "tiny")?;
     let models = ["--models".into(), dir.into(), "--model".into(), m.into(), "--vae".into(), v.into()];
     let body = serde_json::json!({
         "family": "mm3", "caption": "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright vocals",
@@ -181,14 +181,14 @@ fn measure(a: &BenchArgs, models: &[std::ffi::OsString], songs: &[(String, Strin
 }
 
 /// `yued bench --only seam`: what streaming chunks do to the audio. One song's codes are
-/// painted on several chunk grids (the seed's single chunk; `--stream-seconds` chunks with
+/// painted on several chunk grids (yue2.cpp's single chunk; `--stream-seconds` chunks with
 /// no left context, with yued's one second, and with two) from the same noise, decoded on
 /// the same VAE tiles, and read at the chunk boundaries: the latent jump across each
 /// boundary and the sample-to-sample difference around it, each against its typical value
 /// over the song (1.0: a boundary reads like any other frame), and how far the whole
 /// render moved from the single chunk's.
 pub(super) fn seam(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64) -> anyhow::Result<Vec<Row>> {
-    use yued_engine::models::yue2::generate::CancelToken;
+    use yued_engine::cancel::CancelToken;
     use yued_engine::models::yue2::nar::ChunkPlan;
     use yued_engine::models::yue2::pipeline::{tile_core, Pipeline, PipelineOptions};
     use yued_protocol::request::yue2::STREAM_CONTEXT_FRAMES;
@@ -199,12 +199,12 @@ pub(super) fn seam(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64) -> a
     let frames = meta.codes.len();
     let step = req.stream_chunk_frames().context("--stream-seconds must be at least 2")?;
     let single = ChunkPlan::new(p.shared.max_seq, prefix.len(), None).context("the song does not fit one chunk")?;
-    anyhow::ensure!(single.step >= frames, "a {frames}-frame song takes several chunks even under the seed's rule: pick a shorter --e2e-seconds");
+    anyhow::ensure!(single.step >= frames, "a {frames}-frame song takes several chunks even under yue2.cpp's rule: pick a shorter --e2e-seconds");
     let (core, halo) = (tile_core(&req, p.shared.vae_core, p.shared.vae_halo), p.shared.vae_halo);
     let boundaries: Vec<usize> = (1..).map(|c| c * step).take_while(|&b| b < frames).collect();
     let s = a.stream_seconds;
     let grids = [
-        ("one chunk (the seed's rule)".to_string(), single),
+        ("one chunk (yue2.cpp's rule)".to_string(), single),
         (format!("{s} s chunks, no left context"), ChunkPlan { step, context: 0 }),
         (format!("{s} s chunks, {} s left context (yued)", STREAM_CONTEXT_FRAMES as f64 / code_rate), ChunkPlan { step, context: STREAM_CONTEXT_FRAMES }),
         (format!("{s} s chunks, {} s left context", 2.0 * STREAM_CONTEXT_FRAMES as f64 / code_rate), ChunkPlan { step, context: 2 * STREAM_CONTEXT_FRAMES }),

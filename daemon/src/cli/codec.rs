@@ -2,9 +2,9 @@ use super::common::DeviceArgs;
 use anyhow::Context;
 use std::path::PathBuf;
 use yued_actors::codec::{audio_to_latents, latents_to_audio, DecodeOptions};
+use yued_engine::cancel::CancelToken;
 use yued_engine::gguf::GgufFile;
 use yued_engine::latent::{decode_latents, encode_latents, LatentFormat};
-use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::models::yue2::vae::VaeModel;
 use yued_protocol::OutputFormat;
 

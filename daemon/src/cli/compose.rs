@@ -5,8 +5,8 @@
 use super::common::{random_u64, DeviceArgs};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
+use yued_engine::cancel::CancelToken;
 use yued_engine::models::yue2::ar::ArModel;
-use yued_engine::models::yue2::generate::CancelToken;
 use yued_engine::models::yue2::pipeline::{replay_request, Event, PipelineOptions, Shared};
 use yued_engine::registry::{Bucket, Registry};
 use yued_protocol::{Family, Limits, Request};

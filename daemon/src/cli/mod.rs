@@ -2,6 +2,7 @@
 pub mod adapters;
 pub mod audio_convert;
 pub mod bench;
+pub mod bench_common;
 pub mod bench_mm3;
 mod bench_stream;
 pub mod codec;
@@ -15,6 +16,7 @@ pub mod npy;
 pub mod plan;
 pub mod quantize;
 pub mod synth;
+pub mod synth_args;
 pub mod synth_mm3;
 pub mod tokenize;
 

@@ -1,7 +1,8 @@
 use super::common::{random_u64, read_request, Backbone, DeviceArgs};
 use std::path::PathBuf;
+use yued_engine::cancel::CancelToken;
 use yued_engine::models::yue2::ar::ArModel;
-use yued_engine::models::yue2::generate::{ArStages, CancelToken, GenError};
+use yued_engine::models::yue2::generate::{ArStages, GenError};
 use yued_protocol::Limits;
 
 /// Runs the planning stage alone and writes the score the model intends to play.

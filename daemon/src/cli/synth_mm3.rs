@@ -2,7 +2,7 @@
 //! `audio_codes`), then each song's variations rendered window by window, normalised and
 //! encoded, with the replay request of every track beside it.
 use super::common::random_u64;
-use super::synth::{numbered, SynthArgs};
+use super::synth_args::{numbered, SynthArgs};
 use anyhow::Context;
 use yued_audio::Pcm;
 use yued_engine::gguf::GgufFile;
@@ -52,7 +52,6 @@ pub fn run(a: &SynthArgs, reg: &Registry, mut req: Mm3Request) -> anyhow::Result
     let mut depth = DepthModel::load(&files[1], lm_model.hidden(), &backend).with_context(|| format!("loading {}", paths[1].display()))?;
     let codebooks = yued_protocol::Mm3Codebooks { semantic: lm_model.info.tokens.semantic_size, acoustic: depth.cfg.audio_vocab_size as u32 };
     req.validate(&Limits { max_batch: req.lm_batch_size.max(1), mm3_codebooks: codebooks, ..Limits::default() }).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-    anyhow::ensure!(yued_audio::encode::supported(req.output_format), "{what}: output_format '{}' has no encoder in this build", req.output_format.name());
     let prompt = prompt::build(&tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| anyhow::anyhow!("{what}: lyrics: {e}"))?;
     let codes = req.checked_audio_codes(&codebooks).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
     let batch = !a.no_batch_cfg;

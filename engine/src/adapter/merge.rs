@@ -1,5 +1,5 @@
 //! The merge engine: one weight tensor and the terms adapters add to it, merged the way
-//! seed 000's `adapter_apply` describes: the base dequantized on the host, every term of
+//! yue2.cpp's `adapter_apply` describes: the base dequantized on the host, every term of
 //! every stacked adapter summed in one backend graph, the sum quantized back to the
 //! tensor's GGUF type once, its rows split across threads. It knows nothing of where the
 //! terms come from (request adapters, a head's own LoRA factors).

@@ -1,4 +1,4 @@
-//! LoRA adapters on the YuE2 backbone (seed 000, "LoRA adapters"): the `--adapters`
+//! LoRA adapters on the YuE2 backbone (yue2.cpp's architecture reference, "LoRA adapters"): the `--adapters`
 //! directory's scan and key normalization ([`scan`]), and the merge engine that adds their
 //! terms to a tensor at load ([`merge`]).
 pub mod merge;

@@ -38,6 +38,34 @@ impl Role {
     pub const ALL: [Role; 11] = [Role::AttnNorm, Role::Q, Role::K, Role::V, Role::O, Role::QNorm, Role::KNorm, Role::MlpNorm, Role::Gate, Role::Up, Role::Down];
 }
 
+/// The tensor names of a Hugging Face Qwen3 checkpoint (both families keep them verbatim
+/// in their GGUFs).
+pub mod hf {
+    use super::Role;
+    pub const EMBED: &str = "model.embed_tokens.weight";
+    pub const NORM: &str = "model.norm.weight";
+    pub const LM_HEAD: &str = "lm_head.weight";
+    /// Per-layer tensors after `model.layers.{l}.`, in the order of [`Role::ALL`].
+    pub const LAYER: [&str; 11] = [
+        "input_layernorm.weight",
+        "self_attn.q_proj.weight",
+        "self_attn.k_proj.weight",
+        "self_attn.v_proj.weight",
+        "self_attn.o_proj.weight",
+        "self_attn.q_norm.weight",
+        "self_attn.k_norm.weight",
+        "post_attention_layernorm.weight",
+        "mlp.gate_proj.weight",
+        "mlp.up_proj.weight",
+        "mlp.down_proj.weight",
+    ];
+
+    /// Layer `l`'s tensor of `role`.
+    pub fn layer_role(l: usize, role: Role) -> String {
+        format!("model.layers.{l}.{}", LAYER[role as usize])
+    }
+}
+
 /// One layer's weights (handles into a loaded store).
 #[derive(Clone, Copy)]
 pub struct Qwen3Layer<'a> {

@@ -1,6 +1,6 @@
 //! The 64-bit Mersenne Twister (`std::mt19937_64`), and the uniform float libstdc++'s
 //! `std::uniform_real_distribution<float>(0, 1)` makes of one of its outputs: MiniMax Music
-//! 3's token draws (seed 001: one engine per song, seeded `lm_seed + i`).
+//! 3's token draws (minimaxmusic.cpp: one engine per song, seeded `lm_seed + i`).
 
 const NN: usize = 312;
 const MM: usize = 156;

@@ -76,7 +76,7 @@ fn qwen() -> BpeTokenizer {
 
 /// The prompt streams of the three cot modes with the built-in (published) instruction
 /// texts, against the ids that scripts/ref/tokenizer_ids.py assembled with tiktoken from
-/// the seed's layout (fixtures/tokenizer/prompts.json).
+/// yue2.cpp's layout (fixtures/tokenizer/prompts.json).
 #[test]
 fn published_prompts_match_the_reference_ids() {
     use crate::models::yue2::prompt::{Instructions, PromptBuilder, Score};

@@ -1,4 +1,4 @@
-//! The MiniMax Music 3 request (seed 001's `POST /synth` body): every field, its default and
+//! The MiniMax Music 3 request (minimaxmusic.cpp's `POST /synth` body): every field, its default and
 //! bound, and MiniMax Music 3's audio facts.
 use super::*;
 
@@ -370,7 +370,7 @@ impl<'de> Deserialize<'de> for Mm3Request {
 mod tests {
     use super::*;
 
-    /// The request reference of the specification (seed 001), with `audio_codes`.
+    /// The request reference of the specification (minimaxmusic.cpp's architecture reference), with `audio_codes`.
     const REFERENCE: &str = r#"{
         "caption": "", "lyrics": "", "duration": 60.0, "steps": 30, "seed": -1, "lm_seed": -1,
         "lm_cfg": 1.5, "lm_top_k": 50, "lm_batch_size": 1, "synth_batch_size": 1, "dit_cfg": 1.7,

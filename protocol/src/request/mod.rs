@@ -37,9 +37,9 @@ pub use yue2::{AdapterRef, CotMode, Yue2Request};
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Family {
-    /// YuE2 (seed 000).
+    /// YuE2 (yue2.cpp's architecture reference).
     Yue2,
-    /// MiniMax Music 3 (seed 001).
+    /// MiniMax Music 3 (minimaxmusic.cpp's architecture reference).
     Mm3,
 }
 

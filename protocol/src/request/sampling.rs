@@ -81,13 +81,30 @@ impl SamplingPreset {
     }
 }
 
-/// Moves `obj[key]` into `slot` when present and not null; type errors name `field`.
+/// Moves `obj[key]` into `slot` when present and not null; type errors name `field`. An
+/// integer field takes an integral number written with a fraction (`6.0`): JSON Schema
+/// counts it as an integer, and so do the SDKs that send one.
 pub(crate) fn take<T: DeserializeOwned>(obj: &mut Map<String, Value>, field: &str, key: &str, slot: &mut T) -> Result<(), RequestError> {
     match obj.remove(key) {
         None | Some(Value::Null) => Ok(()),
         Some(v) => {
-            *slot = serde_json::from_value(v).map_err(|e| RequestError::new(field, e.to_string()))?;
+            let integral = integral(&v);
+            *slot = match serde_json::from_value(v) {
+                Ok(x) => x,
+                Err(e) => match integral.map(serde_json::from_value) {
+                    Some(Ok(x)) => x,
+                    _ => return Err(RequestError::new(field, e.to_string())),
+                },
+            };
             Ok(())
         }
     }
+}
+
+/// The integer a JSON number with a zero fraction stands for (`6.0` → `6`), within the
+/// range a double holds exactly.
+pub(crate) fn integral(v: &Value) -> Option<Value> {
+    const EXACT: f64 = 9_007_199_254_740_992.0; // 2^53
+    let f = v.as_f64().filter(|_| v.is_f64())?;
+    (f.fract() == 0.0 && f.abs() <= EXACT).then(|| if f < 0.0 { Value::from(f as i64) } else { Value::from(f as u64) })
 }

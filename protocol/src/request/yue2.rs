@@ -1,4 +1,4 @@
-//! The YuE2 request (seed 000's `POST /synth` body): every field, its default and bound,
+//! The YuE2 request (yue2.cpp's `POST /synth` body): every field, its default and bound,
 //! and YuE2's audio facts as its `/props` publishes them.
 use super::*;
 
@@ -139,9 +139,9 @@ pub struct Yue2Request {
     /// with [`STREAM_CONTEXT_FRAMES`] of the previous chunk's codes as left context, cropped
     /// after), so the first audio comes after one small chunk instead of the whole song;
     /// with `--keep-loaded` chunk k renders while the AR half writes chunk k+1. 0 (the
-    /// default) keeps the seed's chunk rule: one chunk per context window. A different
+    /// default) keeps yue2.cpp's chunk rule: one chunk per context window. A different
     /// value renders different audio from the same codes; the replay request records it
-    /// (when non-zero: a request at the default serializes as seed 000's reference body).
+    /// (when non-zero: a request at the default serializes as yue2.cpp's reference body).
     #[serde(skip_serializing_if = "is_off")]
     #[schemars(extend("anyOf" = [{"const": 0}, {"minimum": STREAM_CHUNK_SECONDS_MIN, "maximum": STREAM_CHUNK_SECONDS_MAX}]))]
     pub stream_chunk_seconds: f64,
@@ -500,6 +500,20 @@ mod tests {
         assert_eq!(parse_field(r#"{"adapters":[{"scale":1}]}"#), "adapters");
         assert_eq!(parse_field(r#"{"abc_sampling":{"top_k":"x"}}"#), "abc_sampling.top_k");
         assert_eq!(parse_field(r#"{"semantic_sampling":5}"#), "semantic_sampling");
+    }
+
+    #[test]
+    fn integral_numbers_fill_integer_fields() {
+        // JSON Schema's integer includes 6.0; only plan_retries refuses it (its own rule).
+        let r = parse(r#"{"style":"x","synth_batch_size":6.0,"lm_seed":-3.0,"steps":8.0,"abc_sampling":{"top_k":5.0}}"#);
+        let r = r.unwrap();
+        assert_eq!((r.synth_batch_size, r.lm_seed, r.steps, r.abc_sampling.top_k), (6, -3, 8, 5));
+        for bad in ["6.5", "1e300", "\"6\""] {
+            let e = parse(&format!(r#"{{"style":"x","synth_batch_size":{bad}}}"#)).unwrap_err();
+            assert_eq!(e.field, "synth_batch_size", "{bad}");
+        }
+        // A float field keeps its fraction.
+        assert_eq!(parse(r#"{"style":"x","cfg_scale":2.0}"#).unwrap().cfg_scale, 2.0);
     }
 
     #[test]

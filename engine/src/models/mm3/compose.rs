@@ -14,7 +14,7 @@
 //!
 //! Frame 0 is sampled and fed back in full; only its states are dropped. A song of F frames
 //! leaves F + 1 code frames. Draws come from one stream per song, semantic first, then the
-//! 7 acoustic codes (seed 001: mt19937_64 seeded `lm_seed + i`, libstdc++'s float draw).
+//! 7 acoustic codes (minimaxmusic.cpp: mt19937_64 seeded `lm_seed + i`, libstdc++'s float draw).
 use crate::ggml::{Backend, GgmlError};
 use crate::models::mm3::config::{CODES_PER_FRAME, FEEDBACK_SCALE};
 use crate::models::mm3::depth::DepthModel;
@@ -66,7 +66,7 @@ pub trait Draws {
     fn next(&mut self, song: usize) -> f32;
 }
 
-/// The seed's streams: song i draws from `mt19937_64(seed + i)`.
+/// minimaxmusic.cpp's streams: song i draws from `mt19937_64(seed + i)`.
 pub struct SeedDraws(pub Vec<Mt19937_64>);
 
 impl SeedDraws {

@@ -140,26 +140,7 @@ impl LmConfig {
 
 /// The LM's tensor names (the checkpoint's, kept verbatim in the GGUF).
 pub mod lm_names {
-    use crate::nn::qwen3::Role;
-    pub const EMBED: &str = "model.embed_tokens.weight";
-    pub const NORM: &str = "model.norm.weight";
-    pub const LM_HEAD: &str = "lm_head.weight";
-    const LAYER: [&str; 11] = [
-        "input_layernorm.weight",
-        "self_attn.q_proj.weight",
-        "self_attn.k_proj.weight",
-        "self_attn.v_proj.weight",
-        "self_attn.o_proj.weight",
-        "self_attn.q_norm.weight",
-        "self_attn.k_norm.weight",
-        "post_attention_layernorm.weight",
-        "mlp.gate_proj.weight",
-        "mlp.up_proj.weight",
-        "mlp.down_proj.weight",
-    ];
-    pub fn layer_role(l: usize, role: Role) -> String {
-        format!("model.layers.{l}.{}", LAYER[role as usize])
-    }
+    pub use crate::nn::qwen3::hf::{layer_role, EMBED, LM_HEAD, NORM};
 }
 
 /// The RVQ depth decoder's `config.json` (diffusers `MiniMaxMusic3RVQDepthDecoder`).

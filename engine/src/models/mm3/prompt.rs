@@ -1,6 +1,6 @@
 //! MiniMax Music 3's prompt: the caption and lyrics cleaned as the reference pipeline
 //! cleans them (diffusers' `_clean_caption` and `_normalize_lyrics`, which the published
-//! checkpoint was sampled with; where the seed's prose differs, the code wins), BPE-encoded
+//! checkpoint was sampled with; where minimaxmusic.cpp's prose differs, the code wins), BPE-encoded
 //! between the control tokens, and the unconditional stream of the guidance pair.
 //!
 //! ```text

@@ -43,7 +43,7 @@ pub trait Noise {
     fn normals(&mut self, n: usize) -> Vec<f32>;
 }
 
-/// The seed's noise: Philox4x32-10 keyed by the seed, one counter per 4 values, Box-Muller
+/// minimaxmusic.cpp's noise: Philox4x32-10 keyed by the seed, one counter per 4 values, Box-Muller
 /// on pairs (curand's `normal4`), one continuous stream across windows.
 pub struct PhiloxNoise {
     key: [u32; 2],

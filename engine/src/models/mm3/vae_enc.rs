@@ -1,4 +1,4 @@
-//! The flow VAE's encoder (seed 001's `neural-codec --encode`): audio to the latent space the
+//! The flow VAE's encoder (minimaxmusic.cpp's `neural-codec --encode`): audio to the latent space the
 //! decoder reads, deterministically (the posterior mean, no sampling). The mirror of the
 //! decoder, per side: each stereo channel alone to its own `half` latent channels (left
 //! first): `encoder.conv_in` (1 -> E0, k=7), blocks of three residual units (dilations 1, 3,
@@ -145,7 +145,7 @@ mod tests {
         std::fs::read(p).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
     }
 
-    /// The encoder against the float64 numpy reference of the seed's description
+    /// The encoder against the float64 numpy reference of minimaxmusic.cpp's description
     /// (`scripts/ref/mm3_encoder_reference.py`, fixtures/mm3/encoder/), on tiny widths.
     #[test]
     fn the_encoder_matches_the_float64_reference_of_the_seed() {

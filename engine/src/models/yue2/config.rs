@@ -137,6 +137,15 @@ impl TokenLayout {
         token.checked_sub(self.code_base).filter(|&c| c < self.codebook_size)
     }
 
+    /// Qwen's special tokens for a vocabulary whose ordinary tokens end at `endoftext`
+    /// ([`crate::tokenizer::append_qwen_specials`]): up to music_start, `<abc>` and
+    /// `</abc>` in their slots.
+    pub fn append_specials(&self, toks: &mut Vec<String>, types: &mut Vec<i32>) {
+        assert_eq!(toks.len(), self.endoftext as usize, "ordinary tokens must end at endoftext");
+        let named = [(self.abc_start, "<abc>"), (self.abc_end, "</abc>")];
+        crate::tokenizer::append_qwen_specials(toks, types, self.music_start, &named);
+    }
+
     fn check(&self, vocab: usize) -> Result<(), String> {
         let end = self.code_base as usize + self.codebook_size as usize;
         if self.abc_end != self.abc_start + 1 || self.music_end != self.music_start + 1 || self.code_base != self.music_end + 1 {
@@ -195,9 +204,7 @@ impl BackboneInfo {
 
 /// Names of the backbone tensors, as in the HF checkpoint.
 pub mod names {
-    pub const EMBED: &str = "model.embed_tokens.weight";
-    pub const NORM: &str = "model.norm.weight";
-    pub const LM_HEAD: &str = "lm_head.weight";
+    pub use crate::nn::qwen3::hf::{EMBED, LM_HEAD, NORM};
     pub const VAE2LLM_W: &str = "vae2llm.weight";
     pub const VAE2LLM_B: &str = "vae2llm.bias";
     pub const LLM2VAE_W: &str = "llm2vae.weight";
@@ -219,20 +226,8 @@ pub mod names {
     }
 
     /// Per-layer tensors of the autoregressive half (11 per layer), in the order of
-    /// [`crate::nn::qwen3::Role::ALL`].
-    pub const AR_LAYER: [&str; 11] = [
-        "input_layernorm.weight",
-        "self_attn.q_proj.weight",
-        "self_attn.k_proj.weight",
-        "self_attn.v_proj.weight",
-        "self_attn.o_proj.weight",
-        "self_attn.q_norm.weight",
-        "self_attn.k_norm.weight",
-        "post_attention_layernorm.weight",
-        "mlp.gate_proj.weight",
-        "mlp.up_proj.weight",
-        "mlp.down_proj.weight",
-    ];
+    /// [`crate::nn::qwen3::Role::ALL`]: the Hugging Face Qwen3 names.
+    pub const AR_LAYER: [&str; 11] = crate::nn::qwen3::hf::LAYER;
     /// Per-layer tensors of the non-autoregressive half (11 per layer), same order.
     pub const NAR_LAYER: [&str; 11] = [
         "nar_input_layernorm.weight",

@@ -17,7 +17,7 @@ use crate::gguf::GgufWriter;
 pub use crate::models::checkpoint::ConvertError;
 use crate::models::checkpoint::{input, Shards};
 use crate::models::yue2::config::{TokenLayout, Yue2Config, ARCH, VAE_ARCH};
-use crate::tokenizer::{append_qwen_specials, convert_tiktoken, token_type};
+use crate::tokenizer::{convert_tiktoken, token_type};
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -35,7 +35,7 @@ pub fn convert_backbone(dir: &Path, out: &Path) -> Result<usize, ConvertError> {
     }
     let mut toks = vocab.tokens;
     let mut types = vec![token_type::NORMAL; toks.len()];
-    append_qwen_specials(&mut toks, &mut types, &layout);
+    layout.append_specials(&mut toks, &mut types);
 
     let shards = Shards::open(dir)?;
     let index = shards.index()?;

@@ -9,7 +9,7 @@ use crate::ggml::{quantize, GgmlType};
 use crate::gguf::{GgufError, GgufWriter, Value};
 use crate::models::yue2::config::{backbone_tensor_shapes, TokenLayout, Yue2Config, ARCH, VAE_ARCH};
 use crate::models::yue2::vae_layout;
-use crate::tokenizer::{append_qwen_specials, byte_to_char_table, token_type};
+use crate::tokenizer::{byte_to_char_table, token_type};
 use std::path::{Path, PathBuf};
 
 /// Which demo to write.
@@ -112,7 +112,7 @@ impl DemoSpec {
             toks.push(format!("<|unused_{}|>", toks.len()));
             types.push(token_type::UNUSED);
         }
-        append_qwen_specials(&mut toks, &mut types, &self.tokens);
+        self.tokens.append_specials(&mut toks, &mut types);
         (toks, types)
     }
 }

@@ -2,6 +2,7 @@
 //! semantic stream (25 Hz codes), plus the replay prefill. Synchronous and blocking: the
 //! daemon runs it on a compute thread and hears from it through the progress callback;
 //! a cancel token is checked between steps.
+use crate::cancel::CancelToken;
 use crate::ggml::{Backend, GgmlError};
 use crate::kv_cache::KvSet;
 use crate::models::yue2::abc_check::check_abc;
@@ -11,24 +12,14 @@ use crate::models::yue2::nar::{ChunkPlan, ChunkSpan};
 use crate::models::yue2::prompt::{source_section, Instructions, PromptBuilder, Score};
 use crate::sampling::{cfg_combine, sample, SampleContext};
 use crate::tokenizer::BpeTokenizer;
-use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
 use yued_protocol::{CotMode, RequestError, SamplingPreset, Yue2Request, FRAME_RATE};
 
-/// Shared flag a job's owner sets to stop it at the next step boundary.
-#[derive(Clone, Debug, Default)]
-pub struct CancelToken(Arc<AtomicBool>);
+/// Stops a generation at a step boundary once its job is cancelled.
+trait Check {
+    fn check(&self) -> Result<(), GenError>;
+}
 
-impl CancelToken {
-    pub fn new() -> Self {
-        Self::default()
-    }
-    pub fn cancel(&self) {
-        self.0.store(true, Ordering::SeqCst);
-    }
-    pub fn is_cancelled(&self) -> bool {
-        self.0.load(Ordering::SeqCst)
-    }
+impl Check for CancelToken {
     fn check(&self) -> Result<(), GenError> {
         if self.is_cancelled() {
             Err(GenError::Cancelled)

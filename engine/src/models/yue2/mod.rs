@@ -1,4 +1,4 @@
-//! YuE2 (seed 000): a Qwen3 backbone whose AR half writes an ABC score and 25 Hz semantic
+//! YuE2 (yue2.cpp's architecture reference): a Qwen3 backbone whose AR half writes an ABC score and 25 Hz semantic
 //! codes and whose NAR half paints latents by flow matching over that cache, then an Oobleck
 //! VAE to 48 kHz stereo.
 //!

@@ -12,17 +12,17 @@
 //! the frame rows into velocities. M noise variations of a song run side by side in one
 //! graph.
 //!
-//! These three readings of the seed (markers through `vae2llm`, the block-wide frame index,
+//! These three readings of yue2.cpp's architecture reference (markers through `vae2llm`, the block-wide frame index,
 //! and the timestep below) are the reference implementation's (yue2.cpp `src/nar.h`, checked
-//! against the PyTorch model); the seed's prose allows others.
+//! against the PyTorch model); yue2.cpp's prose allows others.
 //!
 //! The sinusoidal frame table is computed in f64 and rounded to F32 for the rows a block
 //! needs, rather than stored (the checkpoint's BF16 table is dropped by the converter).
+use crate::cancel::CancelToken;
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
 use crate::models::yue2::config::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
-use crate::models::yue2::generate::CancelToken;
 use crate::nn::qwen3::Qwen3Layer;
 use crate::nn::rms_norm;
 use crate::weights::LoadError;
@@ -108,7 +108,7 @@ pub struct ChunkPlan {
 }
 
 impl ChunkPlan {
-    /// The seed's rule (`stream` None: one chunk per context window, no left context), or
+    /// yue2.cpp's rule (`stream` None: one chunk per context window, no left context), or
     /// streaming chunks of `stream` frames behind `context` frames of left context, never
     /// more than the context window holds. `None` when the prefix leaves no room.
     pub fn new(context_window: usize, prefix_len: usize, stream: Option<(usize, usize)>) -> Option<ChunkPlan> {

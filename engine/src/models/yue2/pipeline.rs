@@ -2,12 +2,13 @@
 //! matching per chunk with the request's noise variations, tiled VAE decode. Synchronous;
 //! everything a listener may want early (score, codes, latent chunks, PCM tiles) is handed
 //! to the event callback the moment it exists.
+use crate::cancel::CancelToken;
 use crate::ggml::{Backend, GgmlError};
 use crate::gguf::{GgufError, GgufFile};
 use crate::kv_cache::KvSet;
 use crate::models::yue2::ar::ArModel;
 use crate::models::yue2::config::BackboneInfo;
-use crate::models::yue2::generate::{ArProgress, ArStage, ArStages, CancelToken, ChunkEvent, ChunkFeed, GenError, Song};
+use crate::models::yue2::generate::{ArProgress, ArStage, ArStages, ChunkEvent, ChunkFeed, GenError, Song};
 use crate::models::yue2::nar::{ChunkPlan, ChunkSpan, NarError, NarModel};
 use crate::models::yue2::prompt::Instructions;
 use crate::models::yue2::vae::{Tile, VaeError, VaeModel};
@@ -124,8 +125,8 @@ pub enum ChunkReady {
     SongEnd(SongMeta),
 }
 
-/// Where a request's chunks fall for a song behind a prefix of `prefix_len` tokens: the
-/// seed's rule, or `stream_chunk_seconds` chunks behind [`STREAM_CONTEXT_FRAMES`] of
+/// Where a request's chunks fall for a song behind a prefix of `prefix_len` tokens: yue2.cpp's
+/// rule, or `stream_chunk_seconds` chunks behind [`STREAM_CONTEXT_FRAMES`] of
 /// left context.
 pub fn chunk_plan(req: &Yue2Request, max_seq: usize, prefix_len: usize) -> Result<ChunkPlan, PipelineError> {
     ChunkPlan::new(max_seq, prefix_len, req.stream_chunk_frames().map(|f| (f, STREAM_CONTEXT_FRAMES)))

@@ -12,10 +12,10 @@
 //! computes its full output and crops ceil(s/2) samples on each side, which makes the output
 //! of T frames exactly 1920 * T - 64 samples with the left edge anchored: a tile decoded with
 //! a halo and cropped to its core is bit-for-bit the same signal as one pass would give.
+use crate::cancel::CancelToken;
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
 use crate::gguf::{GgufError, GgufFile};
 use crate::models::yue2::config::VAE_ARCH;
-use crate::models::yue2::generate::CancelToken;
 use crate::models::yue2::vae_layout::{decoder_shapes, encoder_shapes, RES_DILATIONS};
 use crate::weights::LoadError;
 

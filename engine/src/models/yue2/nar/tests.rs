@@ -149,7 +149,7 @@ fn velocity_does_not_depend_on_what_the_last_call_left_in_memory() {
 
 #[test]
 fn chunk_plans() {
-    // The seed's rule: one chunk per context window, no left context.
+    // yue2.cpp's rule: one chunk per context window, no left context.
     let seed = ChunkPlan::new(1003, 100, None).unwrap();
     assert_eq!(seed, ChunkPlan { step: 450, context: 0 });
     assert_eq!(seed.spans(1000), vec![ChunkSpan { context: 0, start: 0, end: 450 }, ChunkSpan { context: 450, start: 450, end: 900 }, ChunkSpan { context: 900, start: 900, end: 1000 }]);

@@ -1,20 +1,22 @@
 //! The four things the front doors (HTTP, WebSocket, OpenAI, MCP) need of the job system,
 //! as traits: the job queue (admission, fairness, cancel), the job-state store (status and
 //! history), the tile bus (a job's live stream) and the result store (a finished job's
-//! files). [`Local`] is the single-node case: the scheduler actor with its sled journal, the
-//! in-process stream hub and the results folder. The cluster case (NATS JetStream) lives in
-//! the `yued-cluster` crate and implements the same four.
+//! files). The single-node case is: the scheduler actor with its sled journal, the
+//! in-process stream hub and the results folder (`yued-actors`). The cluster case (NATS
+//! JetStream) lives in the `yued-cluster` crate and implements the same four; a cluster
+//! worker drives its own node through [`NodeRunner`].
 //!
 //! Tenancy lives here too: a route reaches a job only through [`Backend::of`], the view of
 //! one principal, which answers a job of another principal exactly as an unknown one.
-use crate::hub::{StreamHub, Subscribe, Subscription};
-use crate::results::ResultStore;
-use crate::scheduler::{Cancel, GetFamily, GetOwner, GetState, GetStatus, ListJobs, QueueSnapshot, Scheduler, Snapshot, Submit, SubmitError};
+use crate::queue::QueueSnapshot;
+use crate::record::{JobRecord, StageProgress};
+use crate::stream::{HubItem, Subscription};
+use crate::submission::{Submission, SubmitError};
 use crate::tenancy::Principal;
-use actix::Addr;
 use async_trait::async_trait;
 use std::path::PathBuf;
 use std::sync::Arc;
+use tokio::sync::mpsc;
 use yued_protocol::{Family, JobId, JobList, JobState, JobStatus, StreamCodec};
 
 /// The part of the job system a route needs is not answering (a stopped actor, a lost
@@ -28,7 +30,7 @@ pub struct Unavailable(pub String);
 pub trait JobQueue: Send + Sync {
     /// Admits a validated job (its seeds resolved): its id, or why not (the admission cap,
     /// or its principal's share of it).
-    async fn submit(&self, job: Submit) -> Result<JobId, SubmitError>;
+    async fn submit(&self, job: Submission) -> Result<JobId, SubmitError>;
     /// Cancels a job: `None` when unknown, else its state after the request.
     async fn cancel(&self, id: &JobId) -> Result<Option<JobState>, Unavailable>;
     /// The queue as `/health` shows it.
@@ -63,6 +65,21 @@ pub trait ResultFiles: Send + Sync {
     async fn parts(&self, id: &JobId) -> Option<Vec<(PathBuf, String)>>;
 }
 
+/// A node's own pipeline as a cluster worker drives it: the cluster's job run here under
+/// its cluster id, its record and progress read back, its stream copied out.
+#[async_trait]
+pub trait NodeRunner: Send + Sync {
+    /// Runs a job (its `id` and known songs set by the cluster).
+    async fn run(&self, job: Submission) -> Result<JobId, SubmitError>;
+    /// The job's record and its progress while it runs; `None` when unknown here.
+    async fn record(&self, id: &JobId) -> Option<(JobRecord, Option<StageProgress>)>;
+    /// Cancels the job, without waiting.
+    fn cancel(&self, id: &JobId);
+    /// A raw copy of the job's stream (history, then live, to the terminal event); `None`
+    /// when the node holds none for it.
+    async fn tap(&self, id: &JobId) -> Option<mpsc::UnboundedReceiver<HubItem>>;
+}
+
 /// The four, as the routes hold them.
 #[derive(Clone)]
 pub struct Backend {
@@ -77,14 +94,8 @@ impl Backend {
         Backend { queue, states, tiles, results }
     }
 
-    /// The single-node job system.
-    pub fn local(scheduler: Addr<Scheduler>, hub: Addr<StreamHub>, results: Arc<ResultStore>) -> Self {
-        let l = Arc::new(Local { scheduler, hub, results });
-        Backend::new(l.clone(), l.clone(), l.clone(), l)
-    }
-
     /// Admits a job for `job.client` (a principal id).
-    pub async fn submit(&self, job: Submit) -> Result<JobId, SubmitError> {
+    pub async fn submit(&self, job: Submission) -> Result<JobId, SubmitError> {
         self.queue.submit(job).await
     }
 
@@ -189,63 +200,5 @@ impl Jobs {
             s.running = own;
         }
         Ok(s)
-    }
-}
-
-/// Single node: the scheduler actor (queue and states, journaled in sled), the stream hub
-/// and the results folder of this process.
-pub struct Local {
-    pub scheduler: Addr<Scheduler>,
-    pub hub: Addr<StreamHub>,
-    pub results: Arc<ResultStore>,
-}
-
-fn gone<E>(_: E) -> Unavailable {
-    Unavailable("the scheduler is not running".into())
-}
-
-#[async_trait]
-impl JobQueue for Local {
-    async fn submit(&self, job: Submit) -> Result<JobId, SubmitError> {
-        self.scheduler.send(job).await.map_err(|_| SubmitError::Unavailable("the scheduler is not running".into()))?
-    }
-    async fn cancel(&self, id: &JobId) -> Result<Option<JobState>, Unavailable> {
-        self.scheduler.send(Cancel(id.clone())).await.map_err(gone)
-    }
-    async fn snapshot(&self) -> Result<QueueSnapshot, Unavailable> {
-        self.scheduler.send(Snapshot).await.map_err(gone)
-    }
-}
-
-#[async_trait]
-impl JobStates for Local {
-    async fn status(&self, id: &JobId) -> Result<Option<JobStatus>, Unavailable> {
-        self.scheduler.send(GetStatus(id.clone())).await.map_err(gone)
-    }
-    async fn state(&self, id: &JobId) -> Result<Option<JobState>, Unavailable> {
-        self.scheduler.send(GetState(id.clone())).await.map_err(gone)
-    }
-    async fn family(&self, id: &JobId) -> Result<Option<Family>, Unavailable> {
-        self.scheduler.send(GetFamily(id.clone())).await.map_err(gone)
-    }
-    async fn owner(&self, id: &JobId) -> Result<Option<String>, Unavailable> {
-        self.scheduler.send(GetOwner(id.clone())).await.map_err(gone)
-    }
-    async fn list(&self, owner: Option<&str>) -> Result<JobList, Unavailable> {
-        self.scheduler.send(ListJobs(owner.map(String::from))).await.map_err(gone)
-    }
-}
-
-#[async_trait]
-impl TileBus for Local {
-    async fn subscribe(&self, id: &JobId, codec: StreamCodec) -> Result<Option<Subscription>, Unavailable> {
-        self.hub.send(Subscribe { job: id.clone(), codec }).await.map_err(|_| Unavailable("stream hub unavailable".into()))
-    }
-}
-
-#[async_trait]
-impl ResultFiles for Local {
-    async fn parts(&self, id: &JobId) -> Option<Vec<(PathBuf, String)>> {
-        self.results.parts(id)
     }
 }

@@ -30,7 +30,7 @@ pub struct Retention {
 
 pub struct ResultStore {
     dir: PathBuf,
-    pub(crate) retention: Retention,
+    retention: Retention,
 }
 
 pub fn now_ms() -> u64 {
@@ -41,6 +41,11 @@ impl ResultStore {
     pub fn open(dir: &Path, retention: Retention) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
         Ok(ResultStore { dir: dir.to_path_buf(), retention })
+    }
+
+    /// The store's limits.
+    pub fn retention(&self) -> Retention {
+        self.retention
     }
 
     fn job_dir(&self, id: &JobId) -> PathBuf {

@@ -1,0 +1,21 @@
+//! The queue's figures, as `/health`, `/status` and `/system/queue` show them.
+
+#[derive(Debug, Clone, serde::Serialize, schemars::JsonSchema)]
+pub struct QueueSnapshot {
+    pub queued: usize,
+    /// Jobs in the compute stages (several overlap under --keep-loaded).
+    /// Without an admin key: only the caller's own.
+    pub running: Vec<String>,
+    pub cap: usize,
+    /// The most jobs one principal may have queued or running at once.
+    pub share: usize,
+    pub worker_ready: bool,
+    pub accepting: bool,
+    pub jobs_known: usize,
+    pub clients_waiting: usize,
+    pub results_stored: usize,
+    pub results_bytes: u64,
+    /// Why the last journal write failed, while writes fail.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub journal_error: Option<String>,
+}

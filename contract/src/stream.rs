@@ -1,0 +1,191 @@
+//! A job's live stream as it crosses the job system: the items published for it
+//! ([`HubItem`]: events, encoded tiles, the Opus tail), what one listener receives of them
+//! for its codec ([`StreamItem`], by [`items`]) and its end of the stream
+//! ([`Subscription`]). A tile is encoded once, by its job's [`TileEncoder`] on the thread
+//! that decoded it; the distribution (the single node's hub, the cluster's tile bus) only
+//! copies bytes.
+use bytes::Bytes;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use tokio::sync::mpsc;
+use yued_audio::ogg_opus::OggOpusStream;
+use yued_protocol::{JobId, StreamCodec, StreamEvent};
+
+/// Live items a listener may lag behind before it is dropped.
+pub const LISTENER_BACKLOG: usize = 256;
+
+/// What a listener receives.
+#[derive(Clone, Debug, PartialEq)]
+pub enum StreamItem {
+    Text(String),
+    Binary(Bytes),
+}
+
+/// One decoded tile, planar stereo f32.
+#[derive(Clone, Debug)]
+pub struct PcmTile {
+    pub track: u32,
+    pub index: u32,
+    pub start_sample: u64,
+    pub sample_rate: u32,
+    pub channels: usize,
+    pub planar: Vec<f32>,
+}
+
+/// Interleaved little-endian s16 of a planar tile.
+pub fn pcm16_bytes(t: &PcmTile) -> Bytes {
+    let n = t.planar.len() / t.channels.max(1);
+    let mut out = Vec::with_capacity(n * t.channels * 2);
+    for i in 0..n {
+        for c in 0..t.channels {
+            let v = (t.planar[c * n + i].clamp(-1.0, 1.0) * 32767.0).round() as i16;
+            out.extend_from_slice(&v.to_le_bytes());
+        }
+    }
+    Bytes::from(out)
+}
+
+/// A tile as listeners receive it.
+#[derive(Clone, Debug)]
+pub struct EncodedTile {
+    pub track: u32,
+    pub index: u32,
+    pub start_sample: u64,
+    pub sample_rate: u32,
+    pub channels: usize,
+    /// Sample frames (per channel).
+    pub samples: u64,
+    /// Interleaved s16 little-endian.
+    pub pcm16: Bytes,
+    /// The Ogg pages of the job's Opus stream this tile completed (may be empty).
+    pub opus_pages: Bytes,
+}
+
+/// A job's stream encoder, owned by the producer of its tiles: every Opus listener
+/// receives the pages of this one encoder, so a late joiner's concatenation is the same
+/// valid file as an early one's.
+pub struct TileEncoder {
+    serial: u32,
+    opus: Option<OggOpusStream>,
+    /// For tiles not at 48 kHz (MiniMax Music 3's 44.1 kHz): one resampler for the whole
+    /// stream, so tile boundaries leave no seam.
+    resampler: Option<yued_audio::resample::StreamResampler>,
+    job: JobId,
+}
+
+/// Opus's own rate.
+pub const OPUS_RATE: u32 = 48_000;
+
+impl TileEncoder {
+    pub fn new(job: &JobId) -> Self {
+        TileEncoder { serial: (job.to_u64() & 0xffff_ffff) as u32, opus: None, resampler: None, job: job.clone() }
+    }
+
+    pub fn encode(&mut self, t: &PcmTile) -> EncodedTile {
+        if self.opus.is_none() {
+            match OggOpusStream::new(t.channels, STREAM_OPUS_BITRATE, self.serial).map(|o| o.with_input_rate(t.sample_rate)) {
+                Ok(o) => self.opus = Some(o),
+                Err(err) => tracing::error!(job = %self.job, %err, "opening the Opus stream"),
+            }
+        }
+        if t.sample_rate != OPUS_RATE && self.resampler.is_none() {
+            match yued_audio::resample::StreamResampler::new(t.sample_rate, OPUS_RATE, t.channels) {
+                Ok(r) => self.resampler = Some(r),
+                Err(err) => tracing::error!(job = %self.job, %err, "opening the stream resampler"),
+            }
+        }
+        let at48 = match self.resampler.as_mut().map(|r| r.push(&t.planar)) {
+            Some(Ok(p)) => std::borrow::Cow::Owned(p),
+            Some(Err(err)) => {
+                tracing::error!(job = %self.job, %err, "resampling a tile");
+                std::borrow::Cow::Owned(Vec::new())
+            }
+            None => std::borrow::Cow::Borrowed(&t.planar),
+        };
+        let opus_pages = match self.opus.as_mut().map(|o| o.push(&at48)) {
+            Some(Ok(p)) => Bytes::from(p),
+            Some(Err(err)) => {
+                tracing::error!(job = %self.job, %err, "Opus encoding");
+                Bytes::new()
+            }
+            None => Bytes::new(),
+        };
+        EncodedTile {
+            track: t.track,
+            index: t.index,
+            start_sample: t.start_sample,
+            sample_rate: t.sample_rate,
+            channels: t.channels,
+            samples: (t.planar.len() / t.channels.max(1)) as u64,
+            pcm16: pcm16_bytes(t),
+            opus_pages,
+        }
+    }
+
+    /// Closes the Opus stream: its last pages, to publish as the stream's end after
+    /// the last tile. Empty when nothing was encoded.
+    pub fn finish(&mut self) -> Bytes {
+        let mut tail = Vec::new();
+        if let (Some(r), Some(o)) = (self.resampler.take(), self.opus.as_mut()) {
+            match r.finish().and_then(|rest| o.push(&rest)) {
+                Ok(p) => tail = p,
+                Err(err) => tracing::error!(job = %self.job, %err, "the stream's last samples"),
+            }
+        }
+        let end = self.opus.take().map(|o| o.finish()).map(|r| r.map(|p| [tail, p].concat()));
+        match end {
+            Some(Ok(pages)) => Bytes::from(pages),
+            Some(Err(err)) => {
+                tracing::error!(job = %self.job, %err, "closing the Opus stream");
+                Bytes::new()
+            }
+            None => Bytes::new(),
+        }
+    }
+}
+
+/// A listener's end of a job's stream.
+pub struct Subscription {
+    pub rx: mpsc::Receiver<StreamItem>,
+    /// Set when the job has ended: the hub has freed its history, so what the listener has
+    /// not read yet is held for it alone. The reader gives a listener that is still behind
+    /// a short grace to drain, then drops it (and with it that memory).
+    pub ended: Arc<AtomicBool>,
+}
+
+/// One published item of a job's stream, before it is shaped for a listener's codec.
+#[derive(Clone, Debug)]
+pub enum HubItem {
+    Event(StreamEvent),
+    Tile(EncodedTile),
+    /// The last Ogg pages (end of stream), before the terminal event.
+    OpusTail(Bytes),
+}
+
+/// Opus bitrate of the streams.
+pub const STREAM_OPUS_BITRATE: i32 = 128_000;
+
+/// What a listener with `codec` receives for one item (`first_tile`: the job's first
+/// tile, which a format event precedes).
+pub fn items(item: &HubItem, codec: StreamCodec, first_tile: bool) -> Vec<StreamItem> {
+    match item {
+        HubItem::Event(e) => vec![StreamItem::Text(e.to_text())],
+        HubItem::Tile(t) => {
+            let mut v = Vec::new();
+            if first_tile {
+                // Opus always decodes at 48 kHz (the encoder resamples other rates).
+                let sample_rate = if codec == StreamCodec::Opus { OPUS_RATE } else { t.sample_rate };
+                v.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate, channels: t.channels as u16 }.to_text()));
+            }
+            v.push(StreamItem::Text(StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }.to_text()));
+            match codec {
+                StreamCodec::Pcm16 => v.push(StreamItem::Binary(t.pcm16.clone())),
+                StreamCodec::Opus if !t.opus_pages.is_empty() => v.push(StreamItem::Binary(t.opus_pages.clone())),
+                StreamCodec::Opus => {}
+            }
+            v
+        }
+        HubItem::OpusTail(pages) if codec == StreamCodec::Opus && !pages.is_empty() => vec![StreamItem::Binary(pages.clone())],
+        HubItem::OpusTail(_) => vec![],
+    }
+}

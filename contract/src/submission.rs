@@ -1,0 +1,68 @@
+//! A job as it is admitted, and why it may not be.
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use yued_protocol::{JobId, Request};
+
+/// A new job. `request` is validated and its seeds resolved by the caller.
+#[derive(Clone, Debug)]
+pub struct Submission {
+    /// The principal it belongs to ([`crate::tenancy::Principal::id`]): its owner, and its
+    /// place in the fair queue. Never a key.
+    pub client: String,
+    pub request: Request,
+    /// Set for a `/vae` job; its upload is already on disk.
+    pub vae: Option<VaeTask>,
+    /// The id the job already has elsewhere (a cluster worker runs the cluster's job under
+    /// its id); `None`: a random one is drawn.
+    pub id: Option<JobId>,
+    /// Songs whose codes are already known (a cluster job resumed on another worker).
+    pub songs: Vec<SongCodes>,
+}
+
+impl Submission {
+    /// A new job of this process.
+    pub fn new(client: String, request: Request, vae: Option<VaeTask>) -> Self {
+        Submission { client, request, vae, id: None, songs: vec![] }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum SubmitError {
+    #[error("the server is at its admission cap of {0} jobs; retry later")]
+    Full(usize),
+    /// The principal already holds its share of the admission cap (others still get in).
+    #[error("you have {0} jobs queued or running, your share of this server's admission cap; retry when one ends")]
+    OverShare(usize),
+    #[error("the server is shutting down")]
+    ShuttingDown,
+    #[error("journal: {0}")]
+    Journal(String),
+    /// The job system is not answering (a stopped actor, a lost cluster connection).
+    #[error("{0}")]
+    Unavailable(String),
+}
+
+/// A song whose semantic stream is known (resume renders it through the replay path).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct SongCodes {
+    pub song: u32,
+    pub abc: String,
+    pub codes: Vec<u32>,
+}
+
+/// Which way a `/vae` job runs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum VaeOp {
+    /// Audio to latents.
+    Encode,
+    /// Latents (raw f32 `[T, 64]`) to audio in the request's output format.
+    Decode,
+}
+
+/// A `/vae` job: its upload, kept on disk under the data directory until the job ends.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct VaeTask {
+    pub op: VaeOp,
+    pub input: PathBuf,
+}
