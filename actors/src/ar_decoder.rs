@@ -12,7 +12,13 @@ use std::sync::Arc;
 use std::time::Instant;
 use yued_engine::models::yue2::pipeline::Shared;
 
-pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<WorkerCmd>, nar_tx: Sender<NarCmd>, vae_tx: Sender<VaeCmd>) {
+pub(crate) fn run(
+    links: Links,
+    shared: Option<Arc<Shared>>,
+    rx: Receiver<WorkerCmd>,
+    nar_tx: Sender<NarCmd>,
+    vae_tx: Sender<VaeCmd>,
+) {
     let backend = links.backend();
     let mut families = Families::new(&links, shared);
     if let Err(e) = &backend {
@@ -59,7 +65,10 @@ pub(crate) fn run(links: Links, shared: Option<Arc<Shared>>, rx: Receiver<Worker
                 Err(e) => return Err(StageError::Failed(format!("no compute backend: {e}"))),
             };
             if !out.sent() {
-                return Err(StageError::Failed(format!("{} composed the job without handing it over", ctx.request.family())));
+                return Err(StageError::Failed(format!(
+                    "{} composed the job without handing it over",
+                    ctx.request.family()
+                )));
             }
             Ok(())
         });

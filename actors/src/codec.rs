@@ -18,7 +18,8 @@ pub fn audio_to_latents(vae: &mut VaeModel, backend: &Backend, bytes: &[u8]) -> 
 /// As [`audio_to_latents`] from PCM already in memory.
 pub fn pcm_to_latents(vae: &mut VaeModel, backend: &Backend, pcm: &Pcm) -> Result<Vec<f32>, String> {
     let ch = vae.info.audio_channels;
-    let pcm = yued_audio::resample::resample(&yued_audio::resample::to_channels(pcm, ch), vae.info.sample_rate).map_err(|e| e.to_string())?;
+    let pcm = yued_audio::resample::resample(&yued_audio::resample::to_channels(pcm, ch), vae.info.sample_rate)
+        .map_err(|e| e.to_string())?;
     let hop = vae.info.hop();
     let n = pcm.frames().div_ceil(hop).max(1) * hop;
     let mut planar = Vec::with_capacity(n * ch);
@@ -42,19 +43,32 @@ pub struct DecodeOptions {
 
 /// Decodes time-major latents tile by tile (each tile handed to `on_tile` as it lands) and
 /// encodes the whole into `opts.format`, normalised unless the format is wav32.
-pub fn latents_to_audio(vae: &mut VaeModel, backend: &Backend, latents: &[f32], opts: DecodeOptions, cancel: &CancelToken, on_tile: &mut dyn FnMut(Tile<'_>)) -> Result<(Pcm, Vec<u8>), String> {
+pub fn latents_to_audio(
+    vae: &mut VaeModel,
+    backend: &Backend,
+    latents: &[f32],
+    opts: DecodeOptions,
+    cancel: &CancelToken,
+    on_tile: &mut dyn FnMut(Tile<'_>),
+) -> Result<(Pcm, Vec<u8>), String> {
     let pcm = vae.decode_tiled(backend, latents, opts.core, opts.halo, cancel, on_tile).map_err(|e| e.to_string())?;
     let audio = Pcm::new(vae.info.sample_rate, vae.info.audio_channels, pcm);
-    let bytes = normalize_and_encode(audio.clone(), opts.format, opts.peak_clip, opts.mp3_bitrate).map_err(|e| e.to_string())?;
+    let bytes = normalize_and_encode(audio.clone(), opts.format, opts.peak_clip, opts.mp3_bitrate)
+        .map_err(|e| e.to_string())?;
     Ok((audio, bytes))
 }
 
 /// MiniMax Music 3's codec: any decodable audio -> 44.1 kHz stereo -> the flow VAE's
 /// posterior mean, time-major `[T, 128]` (zero-padded to whole 512-sample frames).
-pub fn mm3_audio_to_latents(enc: &mut yued_engine::models::mm3::vae_enc::VaeEncoder, backend: &Backend, bytes: &[u8]) -> Result<Vec<f32>, String> {
+pub fn mm3_audio_to_latents(
+    enc: &mut yued_engine::models::mm3::vae_enc::VaeEncoder,
+    backend: &Backend,
+    bytes: &[u8],
+) -> Result<Vec<f32>, String> {
     let pcm = yued_audio::decode::decode(bytes).map_err(|e| e.to_string())?;
     let rate = yued_protocol::request::mm3::SAMPLE_RATE;
-    let pcm = yued_audio::resample::resample(&yued_audio::resample::to_channels(&pcm, 2), rate).map_err(|e| e.to_string())?;
+    let pcm =
+        yued_audio::resample::resample(&yued_audio::resample::to_channels(&pcm, 2), rate).map_err(|e| e.to_string())?;
     let hop = enc.hop();
     let n = pcm.frames().div_ceil(hop).max(1) * hop;
     let mut planar = Vec::with_capacity(2 * n);
@@ -96,7 +110,12 @@ pub type OnMm3Tile<'a> = dyn FnMut(usize, usize, &[f32]) -> Result<(), String> +
 /// MiniMax Music 3's latents to 44.1 kHz stereo, tile by tile ([`MM3_TILE`] frames with
 /// [`MM3_HALO`] of context each side, cropped): `on_tile(tiles done, tiles, the tile's
 /// planar stereo)` after each; an error it returns (a cancel) stops the decode.
-pub fn mm3_decode_tiled(vae: &mut yued_engine::models::mm3::vae::VaeModel, backend: &Backend, latents: &[f32], on_tile: &mut OnMm3Tile<'_>) -> Result<Pcm, String> {
+pub fn mm3_decode_tiled(
+    vae: &mut yued_engine::models::mm3::vae::VaeModel,
+    backend: &Backend,
+    latents: &[f32],
+    on_tile: &mut OnMm3Tile<'_>,
+) -> Result<Pcm, String> {
     let c = vae.info.latent_channels;
     if latents.is_empty() || !latents.len().is_multiple_of(c) {
         return Err(format!("{} latent values are not whole frames of {c} channels", latents.len()));

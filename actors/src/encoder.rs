@@ -38,7 +38,8 @@ pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>)
             links.cancelled(&job);
             continue;
         }
-        let (_, slots) = pending.entry(job.id.clone()).or_insert_with(|| (job.clone(), (0..of).map(|_| None).collect()));
+        let (_, slots) =
+            pending.entry(job.id.clone()).or_insert_with(|| (job.clone(), (0..of).map(|_| None).collect()));
         if index < slots.len() {
             slots[index] = Some(*track);
         }
@@ -101,10 +102,18 @@ fn package(links: &Links, job: &JobCtx, tracks: &[TrackOut], results: &ResultSto
             Ok(w) => w,
             Err(e) => return Outcome::Failed(format!("encoding track {k}: {e}")),
         };
-        files.push((format!("track{k:02}.json"), "application/json".to_string(), serde_json::to_vec_pretty(&t.replay).unwrap()));
+        files.push((
+            format!("track{k:02}.json"),
+            "application/json".to_string(),
+            serde_json::to_vec_pretty(&t.replay).unwrap(),
+        ));
         files.push((format!("track{k:02}.{}", format.extension()), format.mime().to_string(), encoded));
         if !t.latents.is_empty() {
-            files.push((format!("track{k:02}.vae"), "application/octet-stream".to_string(), t.latents.iter().flat_map(|x| x.to_le_bytes()).collect()));
+            files.push((
+                format!("track{k:02}.vae"),
+                "application/octet-stream".to_string(),
+                t.latents.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            ));
         }
     }
     if job.cancel.is_cancelled() {

@@ -37,6 +37,34 @@ impl From<String> for StageError {
     }
 }
 
+/// An engine error that may say the job was cancelled: every other one fails the job
+/// with its text.
+pub(crate) trait EngineError: std::fmt::Display {
+    fn is_cancelled(&self) -> bool;
+}
+
+impl<E: EngineError> From<E> for StageError {
+    fn from(e: E) -> Self {
+        if e.is_cancelled() {
+            StageError::Cancelled
+        } else {
+            StageError::Failed(e.to_string())
+        }
+    }
+}
+
+/// [`EngineError`] for error enums whose `Cancelled` variant is the cancellation.
+macro_rules! engine_error {
+    ($($t:ty),* $(,)?) => {
+        $(impl $crate::family::EngineError for $t {
+            fn is_cancelled(&self) -> bool {
+                matches!(self, Self::Cancelled)
+            }
+        })*
+    };
+}
+pub(crate) use engine_error;
+
 impl StageError {
     /// Reports the job's end to the scheduler.
     pub(crate) fn report(self, links: &Links, job: &JobCtx) {
@@ -60,7 +88,13 @@ pub(crate) trait ModelFamily: Send {
     /// after the AR leases are released, or, when [`Handoff::can_overlap`], as soon as the
     /// first part of it can render (a streamed song's chunks then follow through the
     /// hand-off's own channel while this writes them).
-    fn compose(&mut self, links: &Links, backend: &Backend, job: &Arc<JobCtx>, out: &mut Handoff<'_>) -> Result<(), StageError>;
+    fn compose(
+        &mut self,
+        links: &Links,
+        backend: &Backend,
+        job: &Arc<JobCtx>,
+        out: &mut Handoff<'_>,
+    ) -> Result<(), StageError>;
 }
 
 /// Where the entry stage's [`ModelFamily::compose`] hands its job's [`Synthesis`] over.
@@ -125,7 +159,14 @@ pub(crate) trait Synthesis: Send {
 
     /// The synthesis half and the decoder. `pin` keeps the synthesis group for the job
     /// until its last tile is decoded (handed on with the latents, or dropped on return).
-    fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, pin: GroupPin, out: &Outlets) -> Result<(), StageError>;
+    fn render(
+        self: Box<Self>,
+        links: &Links,
+        backend: &Backend,
+        job: &Arc<JobCtx>,
+        pin: GroupPin,
+        out: &Outlets,
+    ) -> Result<(), StageError>;
 }
 
 /// A job's synthesis half, whatever its family.

@@ -10,7 +10,8 @@
 //! result), never by a stream that waits for events that will not come.
 //!
 //! The hub only distributes: a tile arrives already as s16 bytes and Ogg Opus pages, made
-//! by a [`TileEncoder`](yued_contract::stream::TileEncoder) on the compute thread that decoded it. Encoding a tile of Opus
+//! by a [`TileEncoder`](yued_contract::stream::TileEncoder) on the compute thread that decoded it. Encoding a tile of
+//! Opus
 //! takes milliseconds; done here it would hold up every other message of the actor thread
 //! the hub shares with the scheduler, and with it every `/job` answer.
 use actix::prelude::*;
@@ -180,7 +181,14 @@ mod tests {
     use yued_contract::stream::{PcmTile, TileEncoder};
 
     fn tile(i: u32) -> PcmTile {
-        PcmTile { track: 0, index: i, start_sample: i as u64 * 4, sample_rate: 48000, channels: 2, planar: vec![0.5, 1.0, -0.5, -2.0, 0.0, 0.25, 0.0, 0.0] }
+        PcmTile {
+            track: 0,
+            index: i,
+            start_sample: i as u64 * 4,
+            sample_rate: 48000,
+            channels: 2,
+            planar: vec![0.5, 1.0, -0.5, -2.0, 0.0, 0.25, 0.0, 0.0],
+        }
     }
 
     #[actix_rt::test]

@@ -67,7 +67,10 @@ impl Journal {
     /// Completes (or drops) a rewrite a crash interrupted: the old database is kept until
     /// the new one has taken its name.
     fn finish_rewrite(dir: &Path) -> Result<(), JournalError> {
-        let io = |e: std::io::Error| JournalError::Open { path: dir.to_path_buf(), message: format!("finishing an upgrade: {e}") };
+        let io = |e: std::io::Error| JournalError::Open {
+            path: dir.to_path_buf(),
+            message: format!("finishing an upgrade: {e}"),
+        };
         let (new, old) = (sibling(dir, "upgrading"), sibling(dir, "old"));
         if !dir.exists() && new.exists() && old.exists() {
             std::fs::rename(&new, dir).map_err(io)?;
@@ -85,7 +88,10 @@ impl Journal {
     fn stale_records(&self) -> Result<bool, JournalError> {
         for kv in self.jobs.iter() {
             let (_, v) = kv?;
-            let version = serde_json::from_slice::<serde_json::Value>(&v).ok().and_then(|v| v.get("version").and_then(|n| n.as_u64())).unwrap_or(1);
+            let version = serde_json::from_slice::<serde_json::Value>(&v)
+                .ok()
+                .and_then(|v| v.get("version").and_then(|n| n.as_u64()))
+                .unwrap_or(1);
             if version < RECORD_VERSION as u64 {
                 return Ok(true);
             }
@@ -109,7 +115,11 @@ impl Journal {
         std::fs::rename(dir, &old).map_err(io)?;
         std::fs::rename(&new, dir).map_err(io)?;
         std::fs::remove_dir_all(&old).map_err(io)?;
-        tracing::info!(records = records.len(), layout = RECORD_VERSION, "journal upgraded (raw API keys replaced by principal ids)");
+        tracing::info!(
+            records = records.len(),
+            layout = RECORD_VERSION,
+            "journal upgraded (raw API keys replaced by principal ids)"
+        );
         Self::open_db(dir)
     }
 
@@ -131,8 +141,16 @@ impl Journal {
             match sled::Config::new().path(dir).open() {
                 Ok(db) => break db,
                 // sled wraps the lock's WouldBlock in an error of its own kind: only its text tells.
-                Err(sled::Error::Io(e)) if e.to_string().contains("could not acquire lock") && started.elapsed() < LOCK_WAIT => std::thread::sleep(std::time::Duration::from_millis(20)),
-                Err(e) => return Err(open_err(format!("cannot open as a sled database: {e} (is another yued using this data directory?)"))),
+                Err(sled::Error::Io(e))
+                    if e.to_string().contains("could not acquire lock") && started.elapsed() < LOCK_WAIT =>
+                {
+                    std::thread::sleep(std::time::Duration::from_millis(20))
+                }
+                Err(e) => {
+                    return Err(open_err(format!(
+                        "cannot open as a sled database: {e} (is another yued using this data directory?)"
+                    )))
+                }
             }
         };
         match db.get(FORMAT_KEY)? {
@@ -140,9 +158,18 @@ impl Journal {
                 db.insert(FORMAT_KEY, FORMAT)?;
                 db.flush()?;
             }
-            None => return Err(open_err("is a sled database without a yued journal format key: refusing to use a foreign database".into())),
+            None => {
+                return Err(open_err(
+                    "is a sled database without a yued journal format key: refusing to use a foreign database".into(),
+                ))
+            }
             Some(v) if v.as_ref() == FORMAT => {}
-            Some(v) => return Err(open_err(format!("journal format {:?} is not supported by this yued", String::from_utf8_lossy(&v)))),
+            Some(v) => {
+                return Err(open_err(format!(
+                    "journal format {:?} is not supported by this yued",
+                    String::from_utf8_lossy(&v)
+                )))
+            }
         }
         let jobs = db.open_tree("jobs")?;
         Ok(Journal {
@@ -297,7 +324,8 @@ mod tests {
         let high: u32 = ids.iter().map(|n| (n >> 32).count_ones()).sum();
         assert!((3000..5200).contains(&high), "{high} of 8192 high bits set");
         // While it is open, a second open waits for the lock, then names the likely cause.
-        let e = Journal::open(&p, &KeyTable::default()).err().expect("a held journal cannot be opened twice").to_string();
+        let e =
+            Journal::open(&p, &KeyTable::default()).err().expect("a held journal cannot be opened twice").to_string();
         assert!(e.contains("another yued"), "{e}");
     }
 
@@ -317,7 +345,10 @@ mod tests {
         let j = open(&p);
         let all = j.load().unwrap();
         let states: Vec<_> = all.iter().map(|r| (r.id.to_u64(), r.state)).collect();
-        assert_eq!(states, vec![(1, JobState::Done), (2, JobState::Running), (3, JobState::Queued), (4, JobState::Cancelled)]);
+        assert_eq!(
+            states,
+            vec![(1, JobState::Done), (2, JobState::Running), (3, JobState::Queued), (4, JobState::Cancelled)]
+        );
         let r2 = &all[1];
         assert_eq!(r2.version, RECORD_VERSION);
         let q = r2.request.as_yue2().expect("a YuE2 job");
@@ -327,7 +358,10 @@ mod tests {
         // Written back, it reads as the current layout.
         j.put(r2).unwrap();
         let raw: serde_json::Value = serde_json::from_slice(&j.jobs.get(2u64.to_be_bytes()).unwrap().unwrap()).unwrap();
-        assert_eq!((raw["version"].as_u64(), raw["request"]["family"].as_str()), (Some(RECORD_VERSION as u64), Some("yue2")));
+        assert_eq!(
+            (raw["version"].as_u64(), raw["request"]["family"].as_str()),
+            (Some(RECORD_VERSION as u64), Some("yue2"))
+        );
         // A record from a newer release is refused, naming it.
         let mut newer = raw.clone();
         newer["version"] = 99.into();
@@ -400,7 +434,11 @@ mod tests {
         all.sort_by_key(|r| r.id.to_u64());
         let got: Vec<_> = all.iter().map(|r| (r.id.to_u64(), r.client.as_str(), r.state, r.version)).collect();
         let b = yued_contract::tenancy::key_id("keyB222");
-        let want = vec![(1, "alice", JobState::Done, RECORD_VERSION), (2, b.as_str(), JobState::Running, RECORD_VERSION), (3, "alice", JobState::Running, RECORD_VERSION)];
+        let want = vec![
+            (1, "alice", JobState::Done, RECORD_VERSION),
+            (2, b.as_str(), JobState::Running, RECORD_VERSION),
+            (3, "alice", JobState::Running, RECORD_VERSION),
+        ];
         assert_eq!(got, want);
         assert_eq!(all[0].tracks, 1);
         assert_eq!(all[1].request.as_yue2().unwrap().style, "warm pop");

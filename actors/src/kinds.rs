@@ -5,7 +5,7 @@ use crate::family::{ModelFamily, StageError};
 use crate::model_store::{ComponentKey, Loader};
 use crate::stage::{Links, WorkerConfig};
 use std::sync::Arc;
-use yued_engine::adapter::AdapterDir;
+use yued_engine::models::yue2::adapter::AdapterDir;
 use yued_engine::models::yue2::pipeline::Shared;
 use yued_protocol::Family;
 
@@ -36,7 +36,12 @@ impl Families {
 /// The store's loader: each family loads its own components.
 pub(crate) fn loader(shared: Option<Arc<Shared>>, adapters: Option<Arc<AdapterDir>>) -> Box<Loader> {
     Box::new(move |key, backend| match key.family {
-        Family::Yue2 => crate::yue2::load(key, backend, shared.as_ref().ok_or("the backbone file did not load; see the daemon log")?, adapters.as_deref()),
+        Family::Yue2 => crate::yue2::load(
+            key,
+            backend,
+            shared.as_ref().ok_or("the backbone file did not load; see the daemon log")?,
+            adapters.as_deref(),
+        ),
         Family::Mm3 => crate::mm3::load(key, backend),
     })
 }

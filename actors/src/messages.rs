@@ -189,6 +189,11 @@ pub struct TrackOut {
 
 impl From<Track> for TrackOut {
     fn from(t: Track) -> Self {
-        TrackOut { audio: Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm), replay: serde_json::to_value(&t.replay).expect("a request serializes"), latents: t.latents, truncated: t.truncated }
+        TrackOut {
+            audio: Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm),
+            replay: serde_json::to_value(&t.replay).expect("a request serializes"),
+            latents: t.latents,
+            truncated: t.truncated,
+        }
     }
 }

@@ -29,7 +29,9 @@ use yued_engine::models::mm3::cond::CondEncoder;
 use yued_engine::models::mm3::depth::DepthModel;
 use yued_engine::models::mm3::dit::DitModel;
 use yued_engine::models::mm3::lm::{self, LmModel};
-use yued_engine::models::mm3::synth::{decode_open, decode_window, windows, Noise, PhiloxNoise, SynthError, WindowRenderer};
+use yued_engine::models::mm3::synth::{
+    decode_open, decode_window, windows, Noise, PhiloxNoise, SynthError, WindowRenderer,
+};
 use yued_engine::models::mm3::vae::VaeModel;
 use yued_engine::models::mm3::vae_enc::VaeEncoder;
 use yued_engine::models::mm3::{pipeline, prompt};
@@ -120,23 +122,7 @@ impl Mm3 {
     }
 }
 
-impl From<ComposeError> for StageError {
-    fn from(e: ComposeError) -> Self {
-        match e {
-            ComposeError::Cancelled => StageError::Cancelled,
-            e => StageError::Failed(e.to_string()),
-        }
-    }
-}
-
-impl From<SynthError> for StageError {
-    fn from(e: SynthError) -> Self {
-        match e {
-            SynthError::Cancelled => StageError::Cancelled,
-            e => StageError::Failed(e.to_string()),
-        }
-    }
-}
+crate::family::engine_error!(ComposeError, SynthError);
 
 impl ModelFamily for Mm3 {
     fn family(&self) -> Family {
@@ -150,7 +136,13 @@ impl ModelFamily for Mm3 {
     /// A fresh song with every group resident is handed over before its first frame
     /// ([`Mm3Stream`]): each window renders as soon as its frames' states exist. Otherwise
     /// (STRICT, a replay, a resumed job) the whole AR half runs first ([`Mm3Synthesis`]).
-    fn compose(&mut self, links: &Links, backend: &Backend, job: &Arc<JobCtx>, out: &mut Handoff<'_>) -> Result<(), StageError> {
+    fn compose(
+        &mut self,
+        links: &Links,
+        backend: &Backend,
+        job: &Arc<JobCtx>,
+        out: &mut Handoff<'_>,
+    ) -> Result<(), StageError> {
         let req = job.request.as_mm3().expect("a MiniMax job");
         if out.can_overlap() && req.audio_codes.trim().is_empty() && job.known_songs.is_empty() {
             return compose_streamed(links, backend, self, job, out);
@@ -166,7 +158,14 @@ impl Synthesis for Mm3Synthesis {
         format!("{} songs of {} frames", self.songs.len(), self.songs.iter().map(|s| s.frames()).max().unwrap_or(0))
     }
 
-    fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, _pin: GroupPin, out: &Outlets) -> Result<(), StageError> {
+    fn render(
+        self: Box<Self>,
+        links: &Links,
+        backend: &Backend,
+        job: &Arc<JobCtx>,
+        _pin: GroupPin,
+        out: &Outlets,
+    ) -> Result<(), StageError> {
         render_job(links, backend, job, &self, &out.enc)
     }
 }
@@ -186,14 +185,23 @@ pub fn synthesis_group() -> Group {
 /// The AR half of a MiniMax job on the entry stage: the frames sampled (or replayed from
 /// the request's codes or the journal's), each song's codes journaled and announced. The AR
 /// group's leases are released when it returns. Returns the songs and the synthesis files.
-fn compose_job(links: &Links, backend: &Backend, state: &mut Mm3, ctx: &Arc<JobCtx>) -> Result<(Vec<compose::Song>, [PathBuf; 3]), StageError> {
+fn compose_job(
+    links: &Links,
+    backend: &Backend,
+    state: &mut Mm3,
+    ctx: &Arc<JobCtx>,
+) -> Result<(Vec<compose::Song>, [PathBuf; 3]), StageError> {
     let req = ctx.request.as_mm3().expect("a MiniMax job");
     let files = state.files(req)?;
     let cancelled = || ctx.cancel.is_cancelled();
     let mut sink = ProgressSink::new(links, &ctx.id);
     // The guidance pairs as batches of two (the daemon has no split-path setting).
     let batch = true;
-    let journaled: Vec<Vec<[u32; 8]>> = ctx.known_songs.iter().map(|s| s.codes.chunks_exact(8).map(|c| c.try_into().expect("8 codes")).collect()).collect();
+    let journaled: Vec<Vec<[u32; 8]>> = ctx
+        .known_songs
+        .iter()
+        .map(|s| s.codes.chunks_exact(8).map(|c| c.try_into().expect("8 codes")).collect())
+        .collect();
     let given = req.audio_codes().map_err(|e| e.to_string())?;
     let resumed = given.is_empty() && !journaled.is_empty() && journaled.len() == req.songs() as usize;
     let replay_of: Vec<Vec<[u32; 8]>> = if !given.is_empty() {
@@ -210,12 +218,16 @@ fn compose_job(links: &Links, backend: &Backend, state: &mut Mm3, ctx: &Arc<JobC
         let lm_model = lm_lease.get::<LmModel>();
         let depth = depth_lease.get::<DepthModel>();
         let tok = state.tokenizer(&files[0], lm_model)?;
-        let prompt = prompt::build(tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
+        let prompt =
+            prompt::build(tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
         if replay_of.is_empty() {
             let n = req.songs() as usize;
             let s = pipeline::ar_settings(req, batch);
             let mut draws = SeedDraws::new(req.lm_seed, n);
-            let mut songs = compose::compose(backend, lm_model, depth, &prompt, n, &s, &mut draws, &cancelled, &mut |f, total| sink.report(Stage::Semantic, f + 1, total + 1))?;
+            let mut songs =
+                compose::compose(backend, lm_model, depth, &prompt, n, &s, &mut draws, &cancelled, &mut |f, total| {
+                    sink.report(Stage::Semantic, f + 1, total + 1)
+                })?;
             // The replay's states: a resumed job and a replayed track render the same bytes.
             compose::restate(backend, lm_model, depth, &prompt, &mut songs, &cancelled)?;
             songs
@@ -230,7 +242,14 @@ fn compose_job(links: &Links, backend: &Backend, state: &mut Mm3, ctx: &Arc<JobC
     };
     for (i, song) in songs.iter().enumerate() {
         if !resumed {
-            links.scheduler.do_send(CodesReady { id: ctx.id.clone(), song: SongCodes { song: i as u32, abc: String::new(), codes: song.codes.iter().flatten().copied().collect() } });
+            links.scheduler.do_send(CodesReady {
+                id: ctx.id.clone(),
+                song: SongCodes {
+                    song: i as u32,
+                    abc: String::new(),
+                    codes: song.codes.iter().flatten().copied().collect(),
+                },
+            });
         }
         links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Codes { frames: song.frames() as u32 }));
     }
@@ -248,7 +267,13 @@ enum Mm3Chunk {
 /// The AR half of a streamed job: the hand-off goes first; while the frames are sampled,
 /// each song's teacher-forced states go out chunk by chunk (a [`compose::Restater`] per
 /// song on the same modules), then its end. The codes are journaled when the half ends.
-fn compose_streamed(links: &Links, backend: &Backend, state: &mut Mm3, ctx: &Arc<JobCtx>, out: &mut Handoff<'_>) -> Result<(), StageError> {
+fn compose_streamed(
+    links: &Links,
+    backend: &Backend,
+    state: &mut Mm3,
+    ctx: &Arc<JobCtx>,
+    out: &mut Handoff<'_>,
+) -> Result<(), StageError> {
     let req = ctx.request.as_mm3().expect("a MiniMax job");
     let files = state.files(req)?;
     let n = req.songs() as usize;
@@ -261,11 +286,15 @@ fn compose_streamed(links: &Links, backend: &Backend, state: &mut Mm3, ctx: &Arc
     let lm_model = lm_lease.get::<LmModel>();
     let depth = depth_lease.get::<DepthModel>();
     let tok = state.tokenizer(&files[0], lm_model)?;
-    let prompt = prompt::build(tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
+    let prompt =
+        prompt::build(tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
     let s = pipeline::ar_settings(req, true);
-    let mut restaters = (0..n).map(|_| compose::Restater::new(backend, lm_model, &prompt, s.max_frames)).collect::<Result<Vec<_>, _>>()?;
+    let mut restaters = (0..n)
+        .map(|_| compose::Restater::new(backend, lm_model, &prompt, s.max_frames))
+        .collect::<Result<Vec<_>, _>>()?;
     let mut draws = SeedDraws::new(req.lm_seed, n);
-    let mut hook = |lm: &mut LmModel, depth: &mut DepthModel, i: usize, song: &compose::Song, complete: bool| {
+    // Each song's teacher-forced states go out as its frames are written, then its end.
+    let mut hand_out = |lm: &mut LmModel, depth: &mut DepthModel, i: usize, song: &compose::Song, complete: bool| {
         let before = restaters[i].frames();
         let states = restaters[i].advance(backend, lm, depth, &song.codes, complete, &cancelled)?;
         if !states.is_empty() {
@@ -274,11 +303,32 @@ fn compose_streamed(links: &Links, backend: &Backend, state: &mut Mm3, ctx: &Arc
         if complete {
             let _ = tx.send(Mm3Chunk::End { song: i, codes: song.codes.clone(), ended: song.ended });
         }
-        Ok(())
+        Ok::<_, compose::ComposeError>(())
     };
-    let songs = compose::compose_fed(backend, lm_model, depth, &prompt, n, &s, &mut draws, &cancelled, &mut |f, total| sink.report(Stage::Semantic, f + 1, total + 1), Some(&mut hook))?;
+    let mut composer = compose::Composer::new(backend, lm_model, &prompt, n, &s)?;
+    while !composer.done() {
+        if cancelled() {
+            return Err(StageError::Cancelled);
+        }
+        let Some(frame) = composer.step(backend, lm_model, depth, &mut draws)? else { continue };
+        for (i, complete) in frame.songs {
+            hand_out(lm_model, depth, i, composer.song(i), complete)?;
+        }
+        sink.report(Stage::Semantic, frame.frame + 1, s.max_frames + 1);
+    }
+    let (songs, untold) = composer.finish()?;
+    for i in untold {
+        hand_out(lm_model, depth, i, &songs[i], true)?;
+    }
     for (i, song) in songs.iter().enumerate() {
-        links.scheduler.do_send(CodesReady { id: ctx.id.clone(), song: SongCodes { song: i as u32, abc: String::new(), codes: song.codes.iter().flatten().copied().collect() } });
+        links.scheduler.do_send(CodesReady {
+            id: ctx.id.clone(),
+            song: SongCodes {
+                song: i as u32,
+                abc: String::new(),
+                codes: song.codes.iter().flatten().copied().collect(),
+            },
+        });
         links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Codes { frames: song.frames() as u32 }));
     }
     Ok(())
@@ -298,7 +348,14 @@ impl Synthesis for Mm3Stream {
         format!("{} songs, streamed window by window as they are written", self.songs)
     }
 
-    fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, _pin: GroupPin, out: &Outlets) -> Result<(), StageError> {
+    fn render(
+        self: Box<Self>,
+        links: &Links,
+        backend: &Backend,
+        job: &Arc<JobCtx>,
+        _pin: GroupPin,
+        out: &Outlets,
+    ) -> Result<(), StageError> {
         // false: the AR half stopped early, and reports why.
         render_stream(links, backend, job, &self, &out.enc).map(|_| ())
     }
@@ -340,7 +397,14 @@ impl LivePcm {
         self.peak = self.peak.max(planar.iter().fold(0f32, |a, x| a.max(x.abs())));
         let planar: Vec<f32> = planar.iter().map(|x| x / self.peak).collect();
         let n = (planar.len() / 2) as u64;
-        let tile = self.encoder.encode(&PcmTile { track: track as u32, index: self.sent, start_sample: self.starts[track], sample_rate: self.rate, channels: 2, planar });
+        let tile = self.encoder.encode(&PcmTile {
+            track: track as u32,
+            index: self.sent,
+            start_sample: self.starts[track],
+            sample_rate: self.rate,
+            channels: 2,
+            planar,
+        });
         links.hub.do_send(Publish::Tile(self.id.clone(), tile));
         self.starts[track] += n;
         self.sent += 1;
@@ -353,12 +417,26 @@ impl LivePcm {
 }
 
 /// The synthesis group's three leases: condition encoder, DiT, VAE.
-fn synthesis_leases(links: &Links, backend: &Backend, files: &[PathBuf; 3]) -> Result<[crate::model_store::Lease; 3], StageError> {
+fn synthesis_leases(
+    links: &Links,
+    backend: &Backend,
+    files: &[PathBuf; 3],
+) -> Result<[crate::model_store::Lease; 3], StageError> {
     let [cf, df, vf] = files;
-    Ok([links.store.lease(&key("cond", cf.clone()), backend)?, links.store.lease(&key("dit", df.clone()), backend)?, links.store.lease(&key("vae", vf.clone()), backend)?])
+    Ok([
+        links.store.lease(&key("cond", cf.clone()), backend)?,
+        links.store.lease(&key("dit", df.clone()), backend)?,
+        links.store.lease(&key("vae", vf.clone()), backend)?,
+    ])
 }
 
-fn render_stream(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3Stream, enc_tx: &Sender<EncCmd>) -> Result<bool, StageError> {
+fn render_stream(
+    links: &Links,
+    backend: &Backend,
+    ctx: &Arc<JobCtx>,
+    work: &Mm3Stream,
+    enc_tx: &Sender<EncCmd>,
+) -> Result<bool, StageError> {
     let req = ctx.request.as_mm3().expect("a MiniMax job");
     let cancelled = || ctx.cancel.is_cancelled();
     let [mut cond_lease, mut dit_lease, mut vae_lease] = synthesis_leases(links, backend, &work.files)?;
@@ -379,7 +457,9 @@ fn render_stream(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3
             frames: 0,
             end: None,
             windows: WindowRenderer::new(&s),
-            noise: (0..m).map(|j| Box::new(PhiloxNoise::new(req.seed.wrapping_add(j as i64) as u64)) as Box<dyn Noise + Send>).collect(),
+            noise: (0..m)
+                .map(|j| Box::new(PhiloxNoise::new(req.seed.wrapping_add(j as i64) as u64)) as Box<dyn Noise + Send>)
+                .collect(),
             tracks: vec![(Vec::new(), Vec::new()); m],
             held: vec![None; m],
             finished: false,
@@ -403,7 +483,18 @@ fn render_stream(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3
         };
         let sr = &mut songs[i];
         let complete = sr.end.is_some();
-        while let Some(w) = sr.windows.next(backend, cond, dit, &sr.states, sr.frames, complete, &mut sr.noise, &s, &cancelled, &mut |_| {})? {
+        while let Some(w) = sr.windows.next(
+            backend,
+            cond,
+            dit,
+            &sr.states,
+            sr.frames,
+            complete,
+            &mut sr.noise,
+            &s,
+            &cancelled,
+            &mut |_| {},
+        )? {
             let count = complete.then(|| windows(sr.frames).len());
             for (j, lat) in w.latents.iter().enumerate() {
                 if cancelled() {
@@ -450,11 +541,17 @@ fn render_stream(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3
         for (j, (l, r)) in std::mem::take(&mut sr.tracks).into_iter().enumerate() {
             let track = TrackOut {
                 audio: Pcm::new(spec.sample_rate, spec.channels, [l, r].concat()),
-                replay: serde_json::to_value(yued_protocol::Request::Mm3(pipeline::replay_request(req, song, i, j, false))).expect("a request serializes"),
+                replay: serde_json::to_value(yued_protocol::Request::Mm3(pipeline::replay_request(
+                    req, song, i, j, false,
+                )))
+                .expect("a request serializes"),
                 latents: Vec::new(),
                 truncated: !song.ended && song.frames() >= req.frames(),
             };
-            if enc_tx.send(EncCmd::Track { job: ctx.clone(), index: i * m + j, of: count, track: Box::new(track) }).is_err() {
+            if enc_tx
+                .send(EncCmd::Track { job: ctx.clone(), index: i * m + j, of: count, track: Box::new(track) })
+                .is_err()
+            {
                 return Err(StageError::Failed("the encoder stage is gone".into()));
             }
         }
@@ -465,7 +562,13 @@ fn render_stream(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3
 
 /// The synthesis half on the synthesis stage: each window denoised, decoded and published
 /// to the listeners at once; the finished tracks go to the Encoder.
-fn render_job(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3Synthesis, enc_tx: &Sender<EncCmd>) -> Result<(), StageError> {
+fn render_job(
+    links: &Links,
+    backend: &Backend,
+    ctx: &Arc<JobCtx>,
+    work: &Mm3Synthesis,
+    enc_tx: &Sender<EncCmd>,
+) -> Result<(), StageError> {
     let req = ctx.request.as_mm3().expect("a MiniMax job");
     let cancelled = || ctx.cancel.is_cancelled();
     if cancelled() {
@@ -480,13 +583,26 @@ fn render_job(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3Syn
     let variations = req.synth_batch_size.max(1) as usize;
     let s = pipeline::synth_settings(req, true);
     let mut live = LivePcm::new(&ctx.id, songs.len() * variations, spec.sample_rate);
-    let total_steps = songs.iter().map(|song| yued_engine::models::mm3::synth::windows(song.frames()).len() * s.steps).sum::<usize>();
+    let total_steps =
+        songs.iter().map(|song| yued_engine::models::mm3::synth::windows(song.frames()).len() * s.steps).sum::<usize>();
     let mut steps_before = 0;
     let count = songs.len() * variations;
     for (i, song) in songs.iter().enumerate() {
-        let tracks = pipeline::render_song(backend, cond, dit, vae, song, req.seed, variations, &s, &cancelled, &mut |d, _| sink.report(Stage::Synth, steps_before + d, total_steps), &mut |piece| {
-            live.publish(links, i * variations + piece.variation, piece.pcm);
-        })?;
+        let tracks = pipeline::render_song(
+            backend,
+            cond,
+            dit,
+            vae,
+            song,
+            req.seed,
+            variations,
+            &s,
+            &cancelled,
+            &mut |d, _| sink.report(Stage::Synth, steps_before + d, total_steps),
+            &mut |piece| {
+                live.publish(links, i * variations + piece.variation, piece.pcm);
+            },
+        )?;
         steps_before += yued_engine::models::mm3::synth::windows(song.frames()).len() * s.steps;
         for (j, pcm) in tracks.into_iter().enumerate() {
             let index = i * variations + j;
@@ -513,12 +629,21 @@ fn render_job(links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, work: &Mm3Syn
 /// encode an upload to the flow VAE's posterior mean (saved here as `latents.vae`), or
 /// decode uploaded latents tile by tile, each tile published to the listeners at 44.1 kHz
 /// as it lands, the audio then handed to the Encoder (which reports the job: `None` here).
-pub(crate) fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTask, results: &ResultStore, enc_tx: &Sender<EncCmd>) -> Option<Outcome> {
+pub(crate) fn run_vae_job(
+    links: &Links,
+    backend: &Backend,
+    job: &Arc<JobCtx>,
+    task: &VaeTask,
+    results: &ResultStore,
+    enc_tx: &Sender<EncCmd>,
+) -> Option<Outcome> {
     let req = job.request.as_mm3().expect("a MiniMax job");
     if job.cancel.is_cancelled() {
         return Some(Outcome::Cancelled);
     }
-    let Some(registry) = links.cfg.mm3.as_ref() else { return Some(Outcome::Failed("MiniMax Music 3 is not served by this daemon".into())) };
+    let Some(registry) = links.cfg.mm3.as_ref() else {
+        return Some(Outcome::Failed("MiniMax Music 3 is not served by this daemon".into()));
+    };
     let file = match registry.resolve(Bucket::Mm3Vae, &req.vae_model) {
         Ok(e) => e.path.clone(),
         Err(e) => return Some(Outcome::Failed(format!("vae_model: {e}"))),
@@ -545,7 +670,11 @@ pub(crate) fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, t
             sink.report(Stage::Encode, 1, 1);
             let frames = z.len() / channels;
             tracing::info!(frames, "vae encode done");
-            let files = vec![("latents.vae".to_string(), "application/octet-stream".to_string(), z.iter().flat_map(|x| x.to_le_bytes()).collect())];
+            let files = vec![(
+                "latents.vae".to_string(),
+                "application/octet-stream".to_string(),
+                z.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            )];
             if let Err(e) = results.save(&job.id, files) {
                 return Some(Outcome::Failed(format!("saving the result: {e}")));
             }

@@ -123,7 +123,14 @@ pub struct Residency {
 
 impl ModelStore {
     pub fn new(policy: Policy, loader: Box<Loader>, metrics: Metrics) -> Arc<Self> {
-        Arc::new(ModelStore { policy, loader, state: Mutex::new(State::default()), changed: Condvar::new(), loads: AtomicU64::new(0), metrics })
+        Arc::new(ModelStore {
+            policy,
+            loader,
+            state: Mutex::new(State::default()),
+            changed: Condvar::new(),
+            loads: AtomicU64::new(0),
+            metrics,
+        })
     }
 
     pub fn policy(&self) -> Policy {
@@ -132,7 +139,11 @@ impl ModelStore {
 
     pub fn residency(&self) -> Residency {
         let st = self.state.lock().unwrap();
-        Residency { loads: self.loads.load(Ordering::SeqCst), modules: st.slots.len(), weight_bytes: st.resident_bytes() }
+        Residency {
+            loads: self.loads.load(Ordering::SeqCst),
+            modules: st.slots.len(),
+            weight_bytes: st.resident_bytes(),
+        }
     }
 
     /// Under STRICT, whether a group other than `g` is held.
@@ -173,7 +184,12 @@ impl ModelStore {
         if self.policy == Policy::Strict {
             // Other groups go, and so does an idle other variant or file of this component.
             let same = |k: &ComponentKey| k.family == key.family && k.component == key.component;
-            let evict: Vec<ComponentKey> = st.slots.iter().filter(|(k, slot)| k.group() != group || (same(k) && matches!(slot, Slot::Idle(_)))).map(|(k, _)| k.clone()).collect();
+            let evict: Vec<ComponentKey> = st
+                .slots
+                .iter()
+                .filter(|(k, slot)| k.group() != group || (same(k) && matches!(slot, Slot::Idle(_))))
+                .map(|(k, _)| k.clone())
+                .collect();
             for k in evict {
                 st.slots.remove(&k);
                 tracing::info!(module = %k.name(), "evicting (STRICT: one coexistence group at a time)");
@@ -192,7 +208,8 @@ impl ModelStore {
                 self.loads.fetch_add(1, Ordering::SeqCst);
                 self.metrics.module_loads_total.inc();
                 self.metrics.resident_weight_bytes.set(st.resident_bytes() as i64);
-                tracing::info!(module = %key.name(), file = %key.file.display(), weight_bytes = m.weight_bytes(), seconds = t0.elapsed().as_secs_f64(), "module loaded");
+                tracing::info!(module = %key.name(), file = %key.file.display(), weight_bytes = m.weight_bytes(),
+                    seconds = t0.elapsed().as_secs_f64(), "module loaded");
                 Ok(Lease { store: self.clone(), key: key.clone(), module: Some(m) })
             }
             Err(e) => {
@@ -229,7 +246,10 @@ impl Lease {
     /// The component as its concrete type.
     pub fn get<T: Component>(&mut self) -> &mut T {
         let name = self.key.name();
-        self.module.as_mut().and_then(|m| m.as_any_mut().downcast_mut::<T>()).unwrap_or_else(|| panic!("lease of {name} used as a {}", std::any::type_name::<T>()))
+        self.module
+            .as_mut()
+            .and_then(|m| m.as_any_mut().downcast_mut::<T>())
+            .unwrap_or_else(|| panic!("lease of {name} used as a {}", std::any::type_name::<T>()))
     }
 }
 
@@ -270,11 +290,21 @@ mod tests {
     fn store(policy: Policy) -> (tempfile::TempDir, Arc<ModelStore>, Keys) {
         let dir = tempfile::tempdir().unwrap();
         let (bb, vae) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
-        let cfg =
-            WorkerConfig { model: bb.clone(), vae, device: "CPU".into(), threads: 1, priority: Default::default(), options: PipelineOptions::default(), keep_loaded: false, mm3: None, adapters: None };
+        let cfg = WorkerConfig {
+            model: bb.clone(),
+            vae,
+            device: "CPU".into(),
+            threads: 1,
+            priority: Default::default(),
+            options: PipelineOptions::default(),
+            keep_loaded: false,
+            mm3: None,
+            adapters: None,
+        };
         let shared = Shared::open(&bb, &PipelineOptions::default()).unwrap();
         let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(k, backend, &shared, None));
-        let keys = Keys { ar: crate::yue2::ar(&cfg, None), nar: crate::yue2::nar(&cfg, None), vae: crate::yue2::vae(&cfg) };
+        let keys =
+            Keys { ar: crate::yue2::ar(&cfg, None), nar: crate::yue2::nar(&cfg, None), vae: crate::yue2::vae(&cfg) };
         (dir, ModelStore::new(policy, loader, Metrics::new()), keys)
     }
 
@@ -333,9 +363,17 @@ mod tests {
             let (bb, _) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
             let shared = Shared::open(&bb, &PipelineOptions::default()).unwrap();
             // The variant's adapters do not matter to the store: load the plain half.
-            let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(&ComponentKey { variant: String::new(), ..k.clone() }, backend, &shared, None));
+            let loader: Box<Loader> = Box::new(move |k, backend| {
+                crate::yue2::load(&ComponentKey { variant: String::new(), ..k.clone() }, backend, &shared, None)
+            });
             let s = ModelStore::new(policy, loader, Metrics::new());
-            let plain = ComponentKey { family: Family::Yue2, component: "ar", group: crate::yue2::AR_GROUP, file: bb.clone(), variant: String::new() };
+            let plain = ComponentKey {
+                family: Family::Yue2,
+                component: "ar",
+                group: crate::yue2::AR_GROUP,
+                file: bb.clone(),
+                variant: String::new(),
+            };
             let adapted = ComponentKey { variant: "x.safetensors@0.5".into(), ..plain.clone() };
             assert_eq!(adapted.name(), "yue2/ar [x.safetensors@0.5]");
             let b = Backend::cpu(1).unwrap();

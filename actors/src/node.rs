@@ -5,7 +5,9 @@
 //! stays inside this crate.
 use crate::hub::{StreamHub, Subscribe, Tap};
 use crate::journal::Journal;
-use crate::scheduler::{Cancel, Flush, GetFamily, GetOwner, GetRecord, GetState, GetStatus, ListJobs, Scheduler, Shutdown, Snapshot, Submit};
+use crate::scheduler::{
+    Cancel, Flush, GetFamily, GetOwner, GetRecord, GetState, GetStatus, ListJobs, Scheduler, Shutdown, Snapshot, Submit,
+};
 use crate::stage::WorkerConfig;
 use crate::worker::Stages;
 use actix::{Actor, Addr};
@@ -17,7 +19,10 @@ use yued_contract::metrics::Metrics;
 use yued_contract::results::ResultStore;
 use yued_contract::stream::{HubItem, Subscription};
 use yued_contract::tenancy::KeyTable;
-use yued_contract::{Backend, JobQueue, JobRecord, JobStates, NodeRunner, QueueSnapshot, ResultFiles, StageProgress, Submission, SubmitError, TileBus, Unavailable};
+use yued_contract::{
+    Backend, JobQueue, JobRecord, JobStates, NodeRunner, QueueSnapshot, ResultFiles, StageProgress, Submission,
+    SubmitError, TileBus, Unavailable,
+};
 use yued_protocol::{Family, JobId, JobList, JobState, JobStatus, StreamCodec};
 
 /// How a node starts.
@@ -44,14 +49,21 @@ pub struct Node {
 impl Node {
     /// Starts the node; call it inside an actix system. `keys` maps the raw keys an older
     /// release wrote into the journal to their principals.
-    pub fn start(cfg: NodeConfig, keys: &KeyTable, results: Arc<ResultStore>, metrics: Metrics) -> Result<Node, String> {
+    pub fn start(
+        cfg: NodeConfig,
+        keys: &KeyTable,
+        results: Arc<ResultStore>,
+        metrics: Metrics,
+    ) -> Result<Node, String> {
         if cfg.fresh_journal {
             let _ = std::fs::remove_dir_all(&cfg.journal);
         }
         let journal = Journal::open(&cfg.journal, keys).map_err(|e| e.to_string())?;
         let hub = StreamHub::new(metrics.clone()).start();
         let (tx, rx) = crossbeam_channel::unbounded();
-        let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cfg.cap, cfg.share).map_err(|e| e.to_string())?.start();
+        let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cfg.cap, cfg.share)
+            .map_err(|e| e.to_string())?
+            .start();
         let stages = crate::worker::spawn(cfg.worker, rx, scheduler.clone(), hub.clone(), results.clone(), metrics);
         Ok(Node { scheduler, hub, results, stages })
     }

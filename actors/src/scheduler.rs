@@ -88,21 +88,27 @@ impl Scheduler {
                 r.crashes += 1;
             }
             if !r.state.is_terminal() && r.crashes >= MAX_CRASHES {
-                let msg = format!("the daemon stopped unexpectedly {} times while running this job (a crash or a kill); it is not resumed again", r.crashes);
+                let msg = format!(
+                    "the daemon stopped unexpectedly {} times while running this job (a crash or a \
+                    kill); it is not resumed again",
+                    r.crashes
+                );
                 tracing::error!(job = %id, crashes = r.crashes, "{msg}");
                 r.state = JobState::Failed;
                 r.error = Some(msg);
                 s.journal.put(&r)?;
             } else if !r.state.is_terminal() {
                 if r.state == JobState::Running {
-                    tracing::info!(job = %id, codes = r.songs.len(), crashes = r.crashes, "resuming a job interrupted by a restart");
+                    tracing::info!(job = %id, codes = r.songs.len(), crashes = r.crashes, "resuming a job interrupted \
+                        by a restart");
                 }
                 r.state = JobState::Queued;
                 s.journal.put(&r)?;
                 s.enqueue(&id, &r.client);
                 restored += 1;
             }
-            s.jobs.insert(id, Entry { record: r, progress: None, cancel: CancelToken::new(), submitted: Instant::now() });
+            s.jobs
+                .insert(id, Entry { record: r, progress: None, cancel: CancelToken::new(), submitted: Instant::now() });
         }
         if restored > 0 {
             tracing::info!(restored, "jobs restored from the journal");
@@ -197,7 +203,11 @@ impl Scheduler {
             // than run unrecorded (a crash would then lose what it did).
             let why = self.journal_error.clone().unwrap_or_default();
             tracing::error!(job = %id, "the journal could not record the job's start: failing it");
-            self.finish(&id, JobState::Failed, &Outcome::Failed(format!("the journal could not record the job's start ({why})")));
+            self.finish(
+                &id,
+                JobState::Failed,
+                &Outcome::Failed(format!("the journal could not record the job's start ({why})")),
+            );
             self.metrics.queue_depth.set(self.queued_count() as i64);
             self.dispatch();
             return;
@@ -231,7 +241,12 @@ impl Scheduler {
         }
         let r = self.results.retention();
         let now = now_ms();
-        let mut ended: Vec<(JobId, JobState, u64)> = self.jobs.iter().filter(|(_, e)| e.record.state.is_terminal()).map(|(id, e)| (id.clone(), e.record.state, e.record.submitted_ms)).collect();
+        let mut ended: Vec<(JobId, JobState, u64)> = self
+            .jobs
+            .iter()
+            .filter(|(_, e)| e.record.state.is_terminal())
+            .map(|(id, e)| (id.clone(), e.record.state, e.record.submitted_ms))
+            .collect();
         // Oldest first (ids are random).
         ended.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
         let over = ended.len().saturating_sub(r.max_count);
@@ -254,7 +269,11 @@ impl Scheduler {
             self.jobs.remove(id);
         }
         if !forget.is_empty() {
-            tracing::info!(forgotten = forget.len(), known = self.jobs.len(), "ended jobs forgotten with their results");
+            tracing::info!(
+                forgotten = forget.len(),
+                known = self.jobs.len(),
+                "ended jobs forgotten with their results"
+            );
         }
     }
 
@@ -315,7 +334,9 @@ impl Handler<Submit> for Scheduler {
             return Err(SubmitError::OverShare(self.share));
         }
         let id = match m.id {
-            Some(id) if self.jobs.contains_key(&id) => return Err(SubmitError::Journal(format!("job {id} is already known here"))),
+            Some(id) if self.jobs.contains_key(&id) => {
+                return Err(SubmitError::Journal(format!("job {id} is already known here")))
+            }
             Some(id) => Ok(id),
             None => self.journal.new_id().map_err(|e| SubmitError::Journal(e.to_string())),
         };
@@ -347,7 +368,10 @@ impl Handler<Submit> for Scheduler {
             return Err(SubmitError::Journal(put.unwrap_err().to_string()));
         }
         tracing::info!(job = %id, client = %m.client, "job queued");
-        self.jobs.insert(id.clone(), Entry { record, progress: None, cancel: CancelToken::new(), submitted: Instant::now() });
+        self.jobs.insert(
+            id.clone(),
+            Entry { record, progress: None, cancel: CancelToken::new(), submitted: Instant::now() },
+        );
         self.enqueue(&id, &m.client);
         self.metrics.jobs_submitted_total.inc();
         self.metrics.queue_depth.set(self.queued_count() as i64);

@@ -26,7 +26,7 @@ pub struct WorkerConfig {
     /// The model registry when MiniMax Music 3 is served (its requests name files of it).
     pub mm3: Option<yued_engine::registry::Registry>,
     /// The `--adapters` directory, scanned against the backbone (YuE2 requests stack them).
-    pub adapters: Option<Arc<yued_engine::adapter::AdapterDir>>,
+    pub adapters: Option<Arc<yued_engine::models::yue2::adapter::AdapterDir>>,
 }
 
 /// What every stage thread holds.
@@ -96,7 +96,10 @@ impl ProgressSink {
         self.last = Some((stage, done));
         self.links.scheduler.do_send(Progress { id: self.id.clone(), stage, done, total });
         let progress = if total > 0 { done as f32 / total as f32 } else { 0.0 };
-        self.links.hub.do_send(Publish::Event(self.id.clone(), StreamEvent::Stage { stage, progress, done: done as u64, total: total as u64 }));
+        self.links.hub.do_send(Publish::Event(
+            self.id.clone(),
+            StreamEvent::Stage { stage, progress, done: done as u64, total: total as u64 },
+        ));
     }
 
     /// Records the running stage's duration.
@@ -121,7 +124,11 @@ pub(crate) fn guarded<T>(links: &Links, job: &JobCtx, stage: &str, work: impl Fn
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
         Ok(v) => Some(v),
         Err(payload) => {
-            let msg = payload.downcast_ref::<String>().cloned().or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_else(|| "a panic".into());
+            let msg = payload
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_else(|| "a panic".into());
             tracing::error!(stage, panic = %msg, "the stage panicked on this job; failing it and going on");
             links.fail(job, format!("internal error in the {stage} stage: {msg}"));
             None

@@ -35,13 +35,27 @@ struct LiveTiles {
 
 impl LiveTiles {
     fn new(links: &Links, id: &JobId, total: usize) -> Self {
-        LiveTiles { id: id.clone(), peak: 1.0, sent: 0, total, sink: ProgressSink::new(links, id), encoder: TileEncoder::new(id) }
+        LiveTiles {
+            id: id.clone(),
+            peak: 1.0,
+            sent: 0,
+            total,
+            sink: ProgressSink::new(links, id),
+            encoder: TileEncoder::new(id),
+        }
     }
 
     fn publish(&mut self, hub: &Addr<StreamHub>, track: usize, spec: AudioSpec, tile: Tile<'_>) {
         self.peak = self.peak.max(tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
         let planar: Vec<f32> = tile.pcm.iter().map(|x| x / self.peak).collect();
-        let encoded = self.encoder.encode(&PcmTile { track: track as u32, index: self.sent, start_sample: tile.start_sample as u64, sample_rate: spec.sample_rate, channels: spec.channels, planar });
+        let encoded = self.encoder.encode(&PcmTile {
+            track: track as u32,
+            index: self.sent,
+            start_sample: tile.start_sample as u64,
+            sample_rate: spec.sample_rate,
+            channels: spec.channels,
+            planar,
+        });
         hub.do_send(Publish::Tile(self.id.clone(), encoded));
         self.sent += 1;
         self.sink.report(Stage::Decode, self.sent as usize, self.total);
@@ -64,7 +78,9 @@ struct JobState {
 
 pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, results: Arc<ResultStore>) {
     let backend = links.backend();
-    let info = GgufFile::open(&links.cfg.vae).map_err(|e| e.to_string()).and_then(|f| VaeModel::info(&f).map_err(|e| e.to_string()));
+    let info = GgufFile::open(&links.cfg.vae)
+        .map_err(|e| e.to_string())
+        .and_then(|f| VaeModel::info(&f).map_err(|e| e.to_string()));
     let mut jobs: HashMap<JobId, JobState> = HashMap::new();
     let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
     while let Ok(cmd) = rx.recv() {
@@ -82,11 +98,22 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                     }
                 };
                 // An open track counts at its budget until its length is known.
-                let budget = job.request.as_yue2().map(yued_engine::models::yue2::generate::semantic_budget).unwrap_or(0);
+                let budget =
+                    job.request.as_yue2().map(yued_engine::models::yue2::generate::semantic_budget).unwrap_or(0);
                 let core = job.request.as_yue2().map_or(core, |r| tile_core(r, core, halo));
-                let tiles_total = tracks.iter().map(|t| if t.open { budget } else { t.meta.codes.len() }.div_ceil(core.max(1))).sum();
-                let planned: Result<Vec<_>, _> =
-                    tracks.into_iter().map(|t| if t.open { TileStream::open(info, core, halo) } else { TileStream::new(info, t.meta.codes.len(), core, halo) }.map(|s| (t, Some(s)))).collect();
+                let tiles_total =
+                    tracks.iter().map(|t| if t.open { budget } else { t.meta.codes.len() }.div_ceil(core.max(1))).sum();
+                let planned: Result<Vec<_>, _> = tracks
+                    .into_iter()
+                    .map(|t| {
+                        if t.open {
+                            TileStream::open(info, core, halo)
+                        } else {
+                            TileStream::new(info, t.meta.codes.len(), core, halo)
+                        }
+                        .map(|s| (t, Some(s)))
+                    })
+                    .collect();
                 match planned {
                     Ok(tracks) => {
                         let live = LiveTiles::new(&links, &job.id, tiles_total);
@@ -97,7 +124,9 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
             }
             cmd @ (VaeCmd::Latents { .. } | VaeCmd::TrackEnd { .. }) => {
                 let (id, track, start_frame, latents, end) = match cmd {
-                    VaeCmd::Latents { id, track, start_frame, latents } => (id, track, Some(start_frame), latents, None),
+                    VaeCmd::Latents { id, track, start_frame, latents } => {
+                        (id, track, Some(start_frame), latents, None)
+                    }
                     VaeCmd::TrackEnd { id, track, meta } => (id, track, None, Vec::new(), Some(meta)),
                     _ => unreachable!(),
                 };
@@ -177,10 +206,14 @@ fn decode_chunk(
     end: Option<SongMeta>,
 ) -> Result<Option<Track>, VaeError> {
     let backend = backend.map_err(VaeError::Input)?;
-    let (plan, stream) = st.tracks.get_mut(track).ok_or_else(|| VaeError::Input(format!("no track {track} in this job")))?;
+    let (plan, stream) =
+        st.tracks.get_mut(track).ok_or_else(|| VaeError::Input(format!("no track {track} in this job")))?;
     let stream_ref = stream.as_mut().ok_or_else(|| VaeError::Input(format!("track {track} is already complete")))?;
     if let Some(start_frame) = start_frame.filter(|&f| f != stream_ref.received()) {
-        return Err(VaeError::Input(format!("track {track}: chunk at frame {start_frame}, expected {}", stream_ref.received())));
+        return Err(VaeError::Input(format!(
+            "track {track}: chunk at frame {start_frame}, expected {}",
+            stream_ref.received()
+        )));
     }
     if let Some(meta) = end {
         if !plan.open {
@@ -195,7 +228,9 @@ fn decode_chunk(
     let mut lease = links.store.lease(&crate::yue2::vae(&links.cfg), backend).map_err(VaeError::Input)?;
     let live = &mut st.live;
     let stream_ref_spec = lease.get::<VaeModel>().info.audio_spec();
-    stream_ref.push(lease.get::<VaeModel>(), backend, latents, &st.job.cancel, &mut |tile| live.publish(&links.hub, track, stream_ref_spec, tile))?;
+    stream_ref.push(lease.get::<VaeModel>(), backend, latents, &st.job.cancel, &mut |tile| {
+        live.publish(&links.hub, track, stream_ref_spec, tile)
+    })?;
     drop(lease);
     if !stream_ref.is_complete() {
         return Ok(None);
@@ -220,7 +255,14 @@ fn decode_chunk(
 /// A `/vae` job: encode an uploaded file to raw latents (the result is saved here), or
 /// decode uploaded latents tile by tile, streaming the tiles like a song's, and hand the
 /// audio to the Encoder (which then reports the job: `None` here).
-fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTask, results: &ResultStore, enc_tx: &Sender<EncCmd>) -> Option<Outcome> {
+fn run_vae_job(
+    links: &Links,
+    backend: &Backend,
+    job: &Arc<JobCtx>,
+    task: &VaeTask,
+    results: &ResultStore,
+    enc_tx: &Sender<EncCmd>,
+) -> Option<Outcome> {
     if job.request.as_mm3().is_some() {
         return crate::mm3::run_vae_job(links, backend, job, task, results, enc_tx);
     }
@@ -249,7 +291,11 @@ fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTa
             drop(lease);
             sink.report(Stage::Encode, 1, 1);
             tracing::info!(frames = z.len() / lat, "vae encode done");
-            let files = vec![("latents.vae".to_string(), "application/octet-stream".to_string(), z.iter().flat_map(|x| x.to_le_bytes()).collect())];
+            let files = vec![(
+                "latents.vae".to_string(),
+                "application/octet-stream".to_string(),
+                z.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            )];
             if let Err(e) = results.save(&job.id, files) {
                 return Some(Outcome::Failed(format!("saving the result: {e}")));
             }
@@ -260,12 +306,15 @@ fn run_vae_job(links: &Links, backend: &Backend, job: &Arc<JobCtx>, task: &VaeTa
             let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
             let mut live = LiveTiles::new(links, &job.id, (z.len() / lat).div_ceil(core.max(1)));
             let (rate, channels) = (vae.info.sample_rate, vae.info.audio_channels);
-            let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| live.publish(&links.hub, 0, spec, tile));
+            let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| {
+                live.publish(&links.hub, 0, spec, tile)
+            });
             drop(lease);
             match decoded {
                 Ok(pcm) => {
                     live.finish(&links.hub);
-                    let _ = enc_tx.send(EncCmd::Audio { job: job.clone(), pcm: yued_audio::Pcm::new(rate, channels, pcm) });
+                    let _ =
+                        enc_tx.send(EncCmd::Audio { job: job.clone(), pcm: yued_audio::Pcm::new(rate, channels, pcm) });
                     None
                 }
                 Err(VaeError::Cancelled) => Some(Outcome::Cancelled),

@@ -3,9 +3,9 @@
 //! come from the ModelStore on lease, KV sets travel with the work:
 //!
 //! ```text
-//! Scheduler ─RunJob─▶ ArDecoder ─songs + KV sets─▶ NarRenderer ─latent chunks─▶ VaeTiler ─tracks─▶ Encoder ─▶ ResultStore
-//!                     (plan, semantic,             (flow matching               (tiles to the       (normalise,
-//!                      chunk prefills)              per chunk)                   StreamHub)          containers)
+//! Scheduler ─RunJob─▶ ArDecoder ─songs + KV sets─▶ NarRenderer ─latents─▶ VaeTiler ─tracks─▶ Encoder ─▶ results
+//!                     (plan, semantic,             (flow matching          (tiles to the      (normalise,
+//!                      chunk prefills)              per chunk)              StreamHub)         containers)
 //! ```
 //!
 //! A job leaves the entry stage (ArDecoder) as soon as its songs are handed on, so under
@@ -40,7 +40,14 @@ impl Stages {
 }
 
 /// Starts the four stage threads; `rx` is the scheduler's dispatch channel.
-pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, scheduler: Addr<Scheduler>, hub: Addr<StreamHub>, results: Arc<ResultStore>, metrics: Metrics) -> Stages {
+pub fn spawn(
+    cfg: WorkerConfig,
+    rx: crossbeam_channel::Receiver<WorkerCmd>,
+    scheduler: Addr<Scheduler>,
+    hub: Addr<StreamHub>,
+    results: Arc<ResultStore>,
+    metrics: Metrics,
+) -> Stages {
     let shared = match Shared::open(&cfg.model, &cfg.options) {
         Ok(s) => Some(Arc::new(s)),
         Err(e) => {
@@ -59,7 +66,9 @@ pub fn spawn(cfg: WorkerConfig, rx: crossbeam_channel::Receiver<WorkerCmd>, sche
     let (vae_tx, vae_rx) = crossbeam_channel::unbounded();
     let (enc_tx, enc_rx) = crossbeam_channel::unbounded();
     let mut threads = Vec::new();
-    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| std::thread::Builder::new().name(name.into()).spawn(f).expect("spawn a compute stage");
+    let spawn = |name: &str, f: Box<dyn FnOnce() + Send>| {
+        std::thread::Builder::new().name(name.into()).spawn(f).expect("spawn a compute stage")
+    };
     {
         let (l, s) = (links.clone(), shared.clone());
         let vae_tx = vae_tx.clone();

@@ -13,9 +13,9 @@ use crossbeam_channel::{Receiver, Sender};
 use std::any::Any;
 use std::sync::Arc;
 use yued_contract::SongCodes;
-use yued_engine::adapter::{shapes_of, stack_terms, Adapter, AdapterDir};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
+use yued_engine::models::yue2::adapter::{shapes_of, stack_terms, Adapter, AdapterDir};
 use yued_engine::models::yue2::ar::ArModel;
 use yued_engine::models::yue2::nar::NarModel;
 use yued_engine::models::yue2::pipeline::{ChunkReady, Event, PipelineError, Shared, SongMeta, SongNoise, SongWork};
@@ -33,17 +33,35 @@ pub fn synthesis_group() -> Group {
 
 /// The AR half under the adapters of `req` that change it (none for `None`).
 pub fn ar(cfg: &WorkerConfig, req: Option<&Yue2Request>) -> ComponentKey {
-    ComponentKey { family: Family::Yue2, component: "ar", group: AR_GROUP, file: cfg.model.clone(), variant: variant(cfg, req, false) }
+    ComponentKey {
+        family: Family::Yue2,
+        component: "ar",
+        group: AR_GROUP,
+        file: cfg.model.clone(),
+        variant: variant(cfg, req, false),
+    }
 }
 /// The NAR half under the adapters of `req` that change it.
 pub fn nar(cfg: &WorkerConfig, req: Option<&Yue2Request>) -> ComponentKey {
-    ComponentKey { family: Family::Yue2, component: "nar", group: SYNTHESIS_GROUP, file: cfg.model.clone(), variant: variant(cfg, req, true) }
+    ComponentKey {
+        family: Family::Yue2,
+        component: "nar",
+        group: SYNTHESIS_GROUP,
+        file: cfg.model.clone(),
+        variant: variant(cfg, req, true),
+    }
 }
 pub fn vae(cfg: &WorkerConfig) -> ComponentKey {
-    ComponentKey { family: Family::Yue2, component: "vae", group: SYNTHESIS_GROUP, file: cfg.vae.clone(), variant: String::new() }
+    ComponentKey {
+        family: Family::Yue2,
+        component: "vae",
+        group: SYNTHESIS_GROUP,
+        file: cfg.vae.clone(),
+        variant: String::new(),
+    }
 }
 
-/// The variant of a half a request's adapters make ([`yued_engine::adapter::half_key`]):
+/// The variant of a half a request's adapters make ([`yued_engine::models::yue2::adapter::half_key`]):
 /// "" without adapters, or when none of them changes this half at a non-zero strength. A
 /// name the directory lacks keeps its place in the key; the load then says what is wrong.
 fn variant(cfg: &WorkerConfig, req: Option<&Yue2Request>, nar: bool) -> String {
@@ -76,16 +94,25 @@ pub fn components(cfg: &WorkerConfig) -> Vec<ComponentKey> {
 
 /// Loads a YuE2 component from its file, a half with the adapters its variant names
 /// merged in; the backbone's config comes from `shared`.
-pub fn load(key: &ComponentKey, backend: &Backend, shared: &Shared, adapters: Option<&AdapterDir>) -> Result<Module, String> {
+pub fn load(
+    key: &ComponentKey,
+    backend: &Backend,
+    shared: &Shared,
+    adapters: Option<&AdapterDir>,
+) -> Result<Module, String> {
     let f = GgufFile::open(&key.file).map_err(|e| e.to_string())?;
-    let terms = |nar: bool| -> Result<std::collections::HashMap<String, Vec<yued_engine::adapter::Term>>, String> {
+    let terms = |nar: bool| -> Result<
+        std::collections::HashMap<String, Vec<yued_engine::models::yue2::adapter::Term>>,
+        String,
+    > {
         if key.variant.is_empty() {
             return Ok(Default::default());
         }
         let dir = adapters.ok_or("adapters: this daemon has no --adapters directory")?;
         let t0 = std::time::Instant::now();
         let t = stack_terms(&stack_of(dir, &key.variant)?, &shapes_of(&f), nar)?;
-        tracing::info!(variant = %key.variant, tensors = t.len(), seconds = t0.elapsed().as_secs_f64(), "adapter terms read");
+        tracing::info!(variant = %key.variant, tensors = t.len(), seconds = t0.elapsed().as_secs_f64(), "adapter terms \
+            read");
         Ok(t)
     };
     Ok(match key.component {
@@ -125,14 +152,7 @@ impl Yue2 {
     }
 }
 
-impl From<PipelineError> for StageError {
-    fn from(e: PipelineError) -> Self {
-        match e {
-            PipelineError::Cancelled => StageError::Cancelled,
-            e => StageError::Failed(e.to_string()),
-        }
-    }
-}
+crate::family::engine_error!(PipelineError);
 
 impl ModelFamily for Yue2 {
     fn family(&self) -> Family {
@@ -146,8 +166,17 @@ impl ModelFamily for Yue2 {
     /// A fresh song under `stream_chunk_seconds` with both groups resident is handed over
     /// before its first code ([`Yue2Stream`]): chunk k renders while chunk k + 1 is written.
     /// Otherwise the whole AR half runs first ([`Yue2Synthesis`]).
-    fn compose(&mut self, links: &Links, backend: &Backend, ctx: &Arc<JobCtx>, out: &mut Handoff<'_>) -> Result<(), StageError> {
-        let shared = self.shared.clone().ok_or_else(|| StageError::Failed("the model failed to load; see the daemon log".into()))?;
+    fn compose(
+        &mut self,
+        links: &Links,
+        backend: &Backend,
+        ctx: &Arc<JobCtx>,
+        out: &mut Handoff<'_>,
+    ) -> Result<(), StageError> {
+        let shared = self
+            .shared
+            .clone()
+            .ok_or_else(|| StageError::Failed("the model failed to load; see the daemon log".into()))?;
         let req = ctx.yue2();
         if req.stream_chunk_seconds > 0.0 && out.can_overlap() && !resumes(ctx) && req.semantic_tokens.is_empty() {
             return Ok(compose_streamed(links, &shared, backend, ctx, out)?);
@@ -161,7 +190,8 @@ impl ModelFamily for Yue2 {
 /// Whether the job resumes from journaled codes (the replay path).
 fn resumes(ctx: &JobCtx) -> bool {
     let req = ctx.yue2();
-    !ctx.known_songs.is_empty() && (ctx.known_songs.len() as u32 == req.lm_batch_size.max(1) || !req.semantic_tokens.is_empty())
+    !ctx.known_songs.is_empty()
+        && (ctx.known_songs.len() as u32 == req.lm_batch_size.max(1) || !req.semantic_tokens.is_empty())
 }
 
 /// The AR half's reports: progress and token counts, the score, each song's codes
@@ -185,10 +215,15 @@ impl<'a> ArReports<'a> {
                 self.meter.count(links, stage, song, done);
                 self.sink.report(stage, done, total)
             }
-            Event::Score { abc, .. } => links.hub.do_send(Publish::Event(id.clone(), StreamEvent::Score { abc: abc.to_string() })),
+            Event::Score { abc, .. } => {
+                links.hub.do_send(Publish::Event(id.clone(), StreamEvent::Score { abc: abc.to_string() }))
+            }
             Event::Codes { song, abc, codes } => {
                 if journal {
-                    links.scheduler.do_send(CodesReady { id: id.clone(), song: SongCodes { song, abc: abc.to_string(), codes: codes.to_vec() } });
+                    links.scheduler.do_send(CodesReady {
+                        id: id.clone(),
+                        song: SongCodes { song, abc: abc.to_string(), codes: codes.to_vec() },
+                    });
                 }
                 links.hub.do_send(Publish::Event(id.clone(), StreamEvent::Codes { frames: codes.len() as u32 }));
             }
@@ -226,7 +261,9 @@ fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> R
         r.source_tokens.clear();
         r.lm_batch_size = 1;
         r.lm_seed = req.lm_seed + s.song as i64;
-        for mut w in shared.compose(lease.get::<ArModel>(), backend, &r, &ctx.cancel, &mut |e| reports.event(e, false))? {
+        for mut w in
+            shared.compose(lease.get::<ArModel>(), backend, &r, &ctx.cancel, &mut |e| reports.event(e, false))?
+        {
             w.meta.index = s.song;
             w.meta.abc = s.abc.clone();
             out.push(w);
@@ -239,17 +276,30 @@ fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> R
 /// The streamed AR half: the hand-off goes first, then each chunk through its channel the
 /// step its codes are written, then each song's end. A chunk in flight counts in the KV
 /// gauge until the synthesis half has painted it (or it is dropped).
-fn compose_streamed(links: &Links, shared: &Arc<Shared>, backend: &Backend, ctx: &JobCtx, out: &mut Handoff<'_>) -> Result<(), PipelineError> {
+fn compose_streamed(
+    links: &Links,
+    shared: &Arc<Shared>,
+    backend: &Backend,
+    ctx: &JobCtx,
+    out: &mut Handoff<'_>,
+) -> Result<(), PipelineError> {
     let req = ctx.yue2();
     let (tx, rx) = crossbeam_channel::unbounded();
     out.send(Box::new(Yue2Stream { shared: shared.clone(), rx, songs: req.lm_batch_size.max(1) as usize }));
     let mut lease = links.store.lease(&ar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
     let mut reports = ArReports::new(links, ctx);
-    let r = shared.compose_streamed(lease.get::<ArModel>(), backend, req, &ctx.cancel, &mut |e| reports.event(e, true), &mut |c| {
-        // A synthesis half that gave up drops what it is sent.
-        let count = matches!(c, ChunkReady::Chunk { .. }).then(|| KvCount::new(&links.metrics.kv_sets_in_use));
-        let _ = tx.send((c, count));
-    });
+    let r = shared.compose_streamed(
+        lease.get::<ArModel>(),
+        backend,
+        req,
+        &ctx.cancel,
+        &mut |e| reports.event(e, true),
+        &mut |c| {
+            // A synthesis half that gave up drops what it is sent.
+            let count = matches!(c, ChunkReady::Chunk { .. }).then(|| KvCount::new(&links.metrics.kv_sets_in_use));
+            let _ = tx.send((c, count));
+        },
+    );
     reports.finish();
     r.map(|_| ())
 }
@@ -286,13 +336,25 @@ impl Synthesis for Yue2Synthesis {
     }
 
     fn describe(&self) -> String {
-        format!("{} songs, {} KV sets of {} bytes", self.songs.len(), self.kv_sets(), self.songs.iter().map(SongWork::kv_bytes).sum::<usize>())
+        format!(
+            "{} songs, {} KV sets of {} bytes",
+            self.songs.len(),
+            self.kv_sets(),
+            self.songs.iter().map(SongWork::kv_bytes).sum::<usize>()
+        )
     }
 
     /// Flow matching over each song's chunks, every variation in one graph per chunk; each
     /// chunk's latents go to the VaeTiler the moment its solve ends (the tracks announced
     /// first, with the pin). On failure the VaeTiler drops what it holds of the job.
-    fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, pin: GroupPin, out: &Outlets) -> Result<(), StageError> {
+    fn render(
+        self: Box<Self>,
+        links: &Links,
+        backend: &Backend,
+        job: &Arc<JobCtx>,
+        pin: GroupPin,
+        out: &Outlets,
+    ) -> Result<(), StageError> {
         let r = render(links, &self.shared, backend, job, self.songs, pin, &out.vae);
         if r.is_err() {
             let _ = out.vae.send(VaeCmd::Abort(job.id.clone()));
@@ -301,13 +363,24 @@ impl Synthesis for Yue2Synthesis {
     }
 }
 
-fn render(links: &Links, shared: &Shared, backend: &Backend, job: &Arc<JobCtx>, songs: Vec<SongWork>, pin: GroupPin, vae_tx: &Sender<VaeCmd>) -> Result<(), PipelineError> {
+fn render(
+    links: &Links,
+    shared: &Shared,
+    backend: &Backend,
+    job: &Arc<JobCtx>,
+    songs: Vec<SongWork>,
+    pin: GroupPin,
+    vae_tx: &Sender<VaeCmd>,
+) -> Result<(), PipelineError> {
     if job.cancel.is_cancelled() {
         return Err(PipelineError::Cancelled);
     }
     let req = job.yue2();
     let m = req.synth_batch_size.max(1) as usize;
-    let tracks: Vec<TrackPlan> = songs.iter().flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32, open: false })).collect();
+    let tracks: Vec<TrackPlan> = songs
+        .iter()
+        .flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32, open: false }))
+        .collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
     let mut lease = links.store.lease(&nar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &job.id);
@@ -317,7 +390,8 @@ fn render(links: &Links, shared: &Shared, backend: &Backend, job: &Arc<JobCtx>, 
             Event::Progress { stage, done, total, .. } => sink.report(stage, done, total),
             Event::Latents { variation, start_frame, latents, .. } => {
                 let track = first + variation as usize;
-                let _ = vae_tx.send(VaeCmd::Latents { id: job.id.clone(), track, start_frame, latents: latents.to_vec() });
+                let _ =
+                    vae_tx.send(VaeCmd::Latents { id: job.id.clone(), track, start_frame, latents: latents.to_vec() });
             }
             _ => {}
         })?;
@@ -340,7 +414,14 @@ impl Synthesis for Yue2Stream {
         format!("{} songs, streamed chunk by chunk as they are written", self.songs)
     }
 
-    fn render(self: Box<Self>, links: &Links, backend: &Backend, job: &Arc<JobCtx>, pin: GroupPin, out: &Outlets) -> Result<(), StageError> {
+    fn render(
+        self: Box<Self>,
+        links: &Links,
+        backend: &Backend,
+        job: &Arc<JobCtx>,
+        pin: GroupPin,
+        out: &Outlets,
+    ) -> Result<(), StageError> {
         let r = render_stream(links, &self.shared, backend, job, &self.rx, self.songs, pin, &out.vae);
         // Chunks still on their way are dropped with the channel (and leave the gauge).
         if !matches!(r, Ok(true)) {
@@ -352,11 +433,23 @@ impl Synthesis for Yue2Stream {
 
 /// Returns whether every song ended (false: the AR half stopped early and reports why).
 #[allow(clippy::too_many_arguments)]
-fn render_stream(links: &Links, shared: &Shared, backend: &Backend, job: &Arc<JobCtx>, rx: &Receiver<Streamed>, songs: usize, pin: GroupPin, vae_tx: &Sender<VaeCmd>) -> Result<bool, PipelineError> {
+fn render_stream(
+    links: &Links,
+    shared: &Shared,
+    backend: &Backend,
+    job: &Arc<JobCtx>,
+    rx: &Receiver<Streamed>,
+    songs: usize,
+    pin: GroupPin,
+    vae_tx: &Sender<VaeCmd>,
+) -> Result<bool, PipelineError> {
     let req = job.yue2();
     let m = req.synth_batch_size.max(1) as usize;
-    let open = |i: usize| SongMeta { index: i as u32, abc: String::new(), plan_seed: None, codes: Vec::new(), ended: false };
-    let tracks: Vec<TrackPlan> = (0..songs).flat_map(|i| (0..m).map(move |j| TrackPlan { meta: open(i), variation: j as u32, open: true })).collect();
+    let open =
+        |i: usize| SongMeta { index: i as u32, abc: String::new(), plan_seed: None, codes: Vec::new(), ended: false };
+    let tracks: Vec<TrackPlan> = (0..songs)
+        .flat_map(|i| (0..m).map(move |j| TrackPlan { meta: open(i), variation: j as u32, open: true }))
+        .collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
     let mut lease = links.store.lease(&nar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &job.id);
@@ -367,18 +460,38 @@ fn render_stream(links: &Links, shared: &Shared, backend: &Backend, job: &Arc<Jo
         match item {
             ChunkReady::SongEnd(meta) => {
                 for j in 0..m {
-                    let _ = vae_tx.send(VaeCmd::TrackEnd { id: job.id.clone(), track: meta.index as usize * m + j, meta: meta.clone() });
+                    let _ = vae_tx.send(VaeCmd::TrackEnd {
+                        id: job.id.clone(),
+                        track: meta.index as usize * m + j,
+                        meta: meta.clone(),
+                    });
                 }
                 ended += 1;
             }
             ChunkReady::Chunk { song, chunk } => {
-                let nz = noise[song as usize].get_or_insert_with(|| SongNoise::new(req.seed, m, lease.get::<NarModel>().latent, budget));
-                shared.render_chunk(lease.get::<NarModel>(), backend, song, chunk, nz, req, (0, 1), &job.cancel, &mut |e| {
-                    if let Event::Latents { variation, start_frame, latents, .. } = e {
-                        let track = song as usize * m + variation as usize;
-                        let _ = vae_tx.send(VaeCmd::Latents { id: job.id.clone(), track, start_frame, latents: latents.to_vec() });
-                    }
-                })?;
+                let nz = noise[song as usize]
+                    .get_or_insert_with(|| SongNoise::new(req.seed, m, lease.get::<NarModel>().latent, budget));
+                shared.render_chunk(
+                    lease.get::<NarModel>(),
+                    backend,
+                    song,
+                    chunk,
+                    nz,
+                    req,
+                    (0, 1),
+                    &job.cancel,
+                    &mut |e| {
+                        if let Event::Latents { variation, start_frame, latents, .. } = e {
+                            let track = song as usize * m + variation as usize;
+                            let _ = vae_tx.send(VaeCmd::Latents {
+                                id: job.id.clone(),
+                                track,
+                                start_frame,
+                                latents: latents.to_vec(),
+                            });
+                        }
+                    },
+                )?;
                 painted += 1;
                 // The AR stage reports its own progress while it writes; this stage's shows
                 // once the songs are written.

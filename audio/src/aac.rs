@@ -71,7 +71,9 @@ pub fn encode_adts(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
 
 /// AAC-LC in an MP4 audio file (`.m4a`).
 pub fn encode_m4a(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
-    use mp4::{AacConfig, ChannelConfig, MediaConfig, Mp4Config, Mp4Sample, Mp4Writer, SampleFreqIndex, TrackConfig, TrackType};
+    use mp4::{
+        AacConfig, ChannelConfig, MediaConfig, Mp4Config, Mp4Sample, Mp4Writer, SampleFreqIndex, TrackConfig, TrackType,
+    };
     let freq_index = match pcm.sample_rate {
         96000 => SampleFreqIndex::Freq96000,
         88200 => SampleFreqIndex::Freq88200,
@@ -87,18 +89,34 @@ pub fn encode_m4a(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
     let enc = encode_units(pcm, kbps, Transport::Raw)?;
     let rate = pcm.sample_rate;
     let brand = |s: &str| s.parse::<mp4::FourCC>().map_err(err);
-    let cfg = Mp4Config { major_brand: brand("M4A ")?, minor_version: 512, compatible_brands: vec![brand("M4A ")?, brand("isom")?, brand("mp42")?], timescale: rate };
+    let cfg = Mp4Config {
+        major_brand: brand("M4A ")?,
+        minor_version: 512,
+        compatible_brands: vec![brand("M4A ")?, brand("isom")?, brand("mp42")?],
+        timescale: rate,
+    };
     let mut w = Mp4Writer::write_start(std::io::Cursor::new(Vec::new()), &cfg).map_err(err)?;
     let chan_conf = if pcm.channels == 1 { ChannelConfig::Mono } else { ChannelConfig::Stereo };
     w.add_track(&TrackConfig {
         track_type: TrackType::Audio,
         timescale: rate,
         language: "und".into(),
-        media_conf: MediaConfig::AacConfig(AacConfig { bitrate: kbps * 1000, profile: mp4::AudioObjectType::AacLowComplexity, freq_index, chan_conf }),
+        media_conf: MediaConfig::AacConfig(AacConfig {
+            bitrate: kbps * 1000,
+            profile: mp4::AudioObjectType::AacLowComplexity,
+            freq_index,
+            chan_conf,
+        }),
     })
     .map_err(err)?;
     for (k, unit) in enc.units.into_iter().enumerate() {
-        let s = Mp4Sample { start_time: (k * FRAME) as u64, duration: FRAME as u32, rendering_offset: 0, is_sync: true, bytes: bytes::Bytes::from(unit) };
+        let s = Mp4Sample {
+            start_time: (k * FRAME) as u64,
+            duration: FRAME as u32,
+            rendering_offset: 0,
+            is_sync: true,
+            bytes: bytes::Bytes::from(unit),
+        };
         w.write_sample(1, &s).map_err(err)?;
     }
     w.write_end().map_err(err)?;

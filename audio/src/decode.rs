@@ -31,7 +31,12 @@ pub fn decode(bytes: &[u8]) -> Result<Pcm, AudioError> {
 
 fn checked(pcm: Pcm) -> Result<Pcm, AudioError> {
     if !RATES.contains(&pcm.sample_rate) {
-        return Err(AudioError::Format(format!("audio: a sample rate of {} Hz is outside {}..={} Hz", pcm.sample_rate, RATES.start(), RATES.end())));
+        return Err(AudioError::Format(format!(
+            "audio: a sample rate of {} Hz is outside {}..={} Hz",
+            pcm.sample_rate,
+            RATES.start(),
+            RATES.end()
+        )));
     }
     if pcm.channels == 0 || pcm.channels > MAX_CHANNELS {
         return Err(AudioError::Format(format!("audio: {} channels (1 to {MAX_CHANNELS} are decoded)", pcm.channels)));
@@ -43,18 +48,29 @@ fn decode_symphonia(bytes: &[u8]) -> Result<Pcm, AudioError> {
     let bad = |e: &dyn std::fmt::Display| AudioError::Format(format!("audio does not decode: {e}"));
     let mss = MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes.to_vec())), Default::default());
     let opts = FormatOptions { enable_gapless: true, ..Default::default() };
-    let probed = symphonia::default::get_probe().format(&Hint::new(), mss, &opts, &MetadataOptions::default()).map_err(|e| bad(&e))?;
+    let probed = symphonia::default::get_probe()
+        .format(&Hint::new(), mss, &opts, &MetadataOptions::default())
+        .map_err(|e| bad(&e))?;
     let mut format = probed.format;
-    let track = format.default_track().ok_or_else(|| AudioError::Format("audio does not decode: no audio track".into()))?;
+    let track =
+        format.default_track().ok_or_else(|| AudioError::Format("audio does not decode: no audio track".into()))?;
     let track_id = track.id;
-    let rate = track.codec_params.sample_rate.ok_or_else(|| AudioError::Format("audio does not decode: unknown sample rate".into()))?;
+    let rate = track
+        .codec_params
+        .sample_rate
+        .ok_or_else(|| AudioError::Format("audio does not decode: unknown sample rate".into()))?;
     if !RATES.contains(&rate) {
-        return Err(AudioError::Format(format!("audio: a sample rate of {rate} Hz is outside {}..={} Hz", RATES.start(), RATES.end())));
+        return Err(AudioError::Format(format!(
+            "audio: a sample rate of {rate} Hz is outside {}..={} Hz",
+            RATES.start(),
+            RATES.end()
+        )));
     }
     if track.codec_params.channels.is_some_and(|c| c.count() > MAX_CHANNELS) {
         return Err(AudioError::Format(format!("audio: more than {MAX_CHANNELS} channels")));
     }
-    let mut dec = symphonia::default::get_codecs().make(&track.codec_params, &DecoderOptions::default()).map_err(|e| bad(&e))?;
+    let mut dec =
+        symphonia::default::get_codecs().make(&track.codec_params, &DecoderOptions::default()).map_err(|e| bad(&e))?;
     let mut channels = track.codec_params.channels.map(|c| c.count()).unwrap_or(0);
     // The container's sample count, when it has one (FLAC's STREAMINFO): the last block
     // may be padded.
@@ -178,7 +194,8 @@ mod tests {
         let mut at = 0;
         while at + 7 <= bytes.len() {
             assert_eq!((bytes[at], bytes[at + 1] & 0xf6), (0xff, 0xf0), "ADTS sync at {at}");
-            let len = ((bytes[at + 3] as usize & 3) << 11) | ((bytes[at + 4] as usize) << 3) | (bytes[at + 5] as usize >> 5);
+            let len =
+                ((bytes[at + 3] as usize & 3) << 11) | ((bytes[at + 4] as usize) << 3) | (bytes[at + 5] as usize >> 5);
             at += len;
             adts_frames += 1;
         }
@@ -187,7 +204,11 @@ mod tests {
         // Every sample leaves the encoder: whole frames covering priming + signal.
         assert_eq!(adts_frames, (src.frames() + 2048).div_ceil(1024));
         // symphonia's ADTS reader sometimes drops the final frame at end of file.
-        assert!(back.frames().abs_diff(adts_frames * 1024) <= 1024, "{} decoded of {adts_frames} frames", back.frames());
+        assert!(
+            back.frames().abs_diff(adts_frames * 1024) <= 1024,
+            "{} decoded of {adts_frames} frames",
+            back.frames()
+        );
         let c = corr(&src.channel(1)[4800..28800], &back.channel(1)[4800 + 2048..], 0);
         assert!(c > 0.95, "aligned at 2048: {c}");
     }
@@ -249,7 +270,9 @@ mod tests {
     /// 9 channels were accepted. Each is an error naming what is wrong; a sane one decodes.
     #[test]
     fn absurd_headers_are_refused() {
-        for (rate, ch, want) in [(0, 2, "decode"), (4_000_000_000, 2, "Hz"), (7_999, 2, "Hz"), (48_000, 9, "channels"), (48_000, 0, "")] {
+        for (rate, ch, want) in
+            [(0, 2, "decode"), (4_000_000_000, 2, "Hz"), (7_999, 2, "Hz"), (48_000, 9, "channels"), (48_000, 0, "")]
+        {
             let e = decode(&wav_header(rate, ch, 100)).expect_err(&format!("{rate} Hz x {ch}"));
             assert!(e.to_string().contains(want), "{rate} Hz x {ch}: {e}");
         }

@@ -13,7 +13,12 @@ pub const VORBIS_QUALITY: f32 = 0.6;
 
 /// The delivery path of rendered audio: percentile peak normalisation (unless the format
 /// is wav32, which keeps the raw float), then the container.
-pub fn normalize_and_encode(mut pcm: Pcm, f: OutputFormat, peak_clip: i64, mp3_kbps: u32) -> Result<Vec<u8>, AudioError> {
+pub fn normalize_and_encode(
+    mut pcm: Pcm,
+    f: OutputFormat,
+    peak_clip: i64,
+    mp3_kbps: u32,
+) -> Result<Vec<u8>, AudioError> {
     if f.normalizes() {
         crate::peak_normalize(&mut pcm.data, peak_clip);
     }
@@ -94,7 +99,10 @@ fn vorbis(pcm: &Pcm) -> Result<Vec<u8>, AudioError> {
     use vorbis_rs::{VorbisBitrateManagementStrategy, VorbisEncoderBuilder};
     let err = |e: &dyn std::fmt::Display| AudioError::Format(format!("vorbis: {e}"));
     let rate = NonZeroU32::new(pcm.sample_rate).ok_or_else(|| AudioError::Format("vorbis: rate 0".into()))?;
-    let ch = u8::try_from(pcm.channels).ok().and_then(NonZeroU8::new).ok_or_else(|| AudioError::Format("vorbis: channel count".into()))?;
+    let ch = u8::try_from(pcm.channels)
+        .ok()
+        .and_then(NonZeroU8::new)
+        .ok_or_else(|| AudioError::Format("vorbis: channel count".into()))?;
     let mut b = VorbisEncoderBuilder::new_with_serial(rate, ch, Vec::new(), 1);
     b.bitrate_management_strategy(VorbisBitrateManagementStrategy::QualityVbr { target_quality: VORBIS_QUALITY });
     let mut enc = b.build().map_err(|e| err(&e))?;
@@ -128,7 +136,10 @@ fn flac(pcm: &Pcm) -> Result<Vec<u8>, AudioError> {
     // (ffmpeg) would play the padding. Here the last frame holds exactly the tail.
     let mut src = flacenc::source::MemSource::from_samples(&inter, pcm.channels, 16, pcm.sample_rate as usize);
     let mut enc = flacenc::component::Stream::new(pcm.sample_rate as usize, pcm.channels, 16).map_err(|e| err(&e))?;
-    let mut buf = (flacenc::source::FrameBuf::with_size(pcm.channels, bs).map_err(|e| err(&e))?, flacenc::source::Context::new(16, pcm.channels, bs));
+    let mut buf = (
+        flacenc::source::FrameBuf::with_size(pcm.channels, bs).map_err(|e| err(&e))?,
+        flacenc::source::Context::new(16, pcm.channels, bs),
+    );
     let mut frame_number = 0;
     let mut left = n;
     while left > 0 {
@@ -140,7 +151,8 @@ fn flac(pcm: &Pcm) -> Result<Vec<u8>, AudioError> {
         if read == 0 {
             break;
         }
-        let frame = flacenc::encode_fixed_size_frame(&cfg, &buf.0, frame_number, enc.stream_info()).map_err(|e| err(&e))?;
+        let frame =
+            flacenc::encode_fixed_size_frame(&cfg, &buf.0, frame_number, enc.stream_info()).map_err(|e| err(&e))?;
         enc.add_frame(frame);
         frame_number += 1;
         left -= read;

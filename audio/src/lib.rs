@@ -31,7 +31,11 @@ pub struct Pcm {
 
 impl Pcm {
     pub fn new(sample_rate: u32, channels: usize, data: Vec<f32>) -> Self {
-        assert!(channels > 0 && data.len().is_multiple_of(channels), "planar data of {} values for {channels} channels", data.len());
+        assert!(
+            channels > 0 && data.len().is_multiple_of(channels),
+            "planar data of {} values for {channels} channels",
+            data.len()
+        );
         Pcm { sample_rate, channels, data }
     }
     /// Samples per channel.

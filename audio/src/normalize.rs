@@ -48,7 +48,11 @@ mod tests {
         let mut w = vec![0.5f32; 1_000_000];
         w[0] = 4.0;
         w[1] = 4.0;
-        assert_eq!(peak_normalize(&mut w, 1), 0.25, "1 per million: only one spike may clip, so the peak is the second spike");
+        assert_eq!(
+            peak_normalize(&mut w, 1),
+            0.25,
+            "1 per million: only one spike may clip, so the peak is the second spike"
+        );
     }
 
     #[test]

@@ -35,10 +35,22 @@ impl OggOpusStream {
             2 => opus::Channels::Stereo,
             n => return Err(AudioError::Format(format!("Opus streams carry 1 or 2 channels, not {n}"))),
         };
-        let mut enc = opus::Encoder::new(48000, ch, opus::Application::Audio).map_err(|e| AudioError::Format(e.to_string()))?;
+        let mut enc =
+            opus::Encoder::new(48000, ch, opus::Application::Audio).map_err(|e| AudioError::Format(e.to_string()))?;
         enc.set_bitrate(opus::Bitrate::Bits(bitrate)).map_err(|e| AudioError::Format(e.to_string()))?;
         let pre_skip = enc.get_lookahead().map_err(|e| AudioError::Format(e.to_string()))? as u64;
-        Ok(OggOpusStream { enc, writer: PacketWriter::new(Vec::new()), serial, channels, pre_skip, pending: Vec::new(), input: 0, encoded: 0, headers_out: false, input_rate: 48000 })
+        Ok(OggOpusStream {
+            enc,
+            writer: PacketWriter::new(Vec::new()),
+            serial,
+            channels,
+            pre_skip,
+            pending: Vec::new(),
+            input: 0,
+            encoded: 0,
+            headers_out: false,
+            input_rate: 48000,
+        })
     }
 
     /// Records the original rate of audio resampled to 48 kHz for this stream.
@@ -128,7 +140,10 @@ impl OggOpusStream {
 /// Decodes a whole Ogg Opus stream to planar f32 (pre-skip and end trim applied).
 pub fn decode_ogg_opus(bytes: &[u8]) -> Result<(usize, Vec<f32>), AudioError> {
     let mut r = ogg::reading::PacketReader::new(std::io::Cursor::new(bytes));
-    let head = r.read_packet().map_err(|e| AudioError::Format(e.to_string()))?.ok_or_else(|| AudioError::Format("empty Ogg stream".into()))?;
+    let head = r
+        .read_packet()
+        .map_err(|e| AudioError::Format(e.to_string()))?
+        .ok_or_else(|| AudioError::Format("empty Ogg stream".into()))?;
     if !head.data.starts_with(b"OpusHead") || head.data.len() < 19 {
         return Err(AudioError::Format("not an Ogg Opus stream (no OpusHead)".into()));
     }

@@ -67,9 +67,19 @@ impl StreamResampler {
         let (f, t) = (from as usize, to as usize);
         let min_in = f / gcd(f, t);
         let chunk = 2 * min_in * 1024usize.div_ceil(2 * min_in).max(1);
-        let rs = Fft::<f32>::new(f, t, chunk, channels, FixedSync::Input).map_err(|e| AudioError::Format(format!("resample {from} -> {to} Hz: {e}")))?;
+        let rs = Fft::<f32>::new(f, t, chunk, channels, FixedSync::Input)
+            .map_err(|e| AudioError::Format(format!("resample {from} -> {to} Hz: {e}")))?;
         let delay = rs.output_delay();
-        Ok(StreamResampler { rs, channels, from, to, pending: vec![Vec::new(); channels], delay, input_total: 0, output_total: 0 })
+        Ok(StreamResampler {
+            rs,
+            channels,
+            from,
+            to,
+            pending: vec![Vec::new(); channels],
+            delay,
+            input_total: 0,
+            output_total: 0,
+        })
     }
 
     /// Resamples what whole chunks of the input allow; returns planar output (maybe empty).
@@ -89,7 +99,8 @@ impl StreamResampler {
     }
 
     fn drain(&mut self, last: bool) -> Result<Vec<f32>, AudioError> {
-        let err = |e: &dyn std::fmt::Display| AudioError::Format(format!("resample {} -> {} Hz: {e}", self.from, self.to));
+        let err =
+            |e: &dyn std::fmt::Display| AudioError::Format(format!("resample {} -> {} Hz: {e}", self.from, self.to));
         let want_total = resampled_len(self.input_total as usize, self.from, self.to) as u64;
         let mut out: Vec<Vec<f32>> = vec![Vec::new(); self.channels];
         loop {
@@ -139,7 +150,11 @@ pub fn to_channels(pcm: &Pcm, channels: usize) -> Pcm {
         return pcm.clone();
     }
     let n = pcm.frames();
-    let mono: Vec<f32> = if pcm.channels == 1 { pcm.data.clone() } else { (0..n).map(|i| (0..pcm.channels).map(|c| pcm.data[c * n + i]).sum::<f32>() / pcm.channels as f32).collect() };
+    let mono: Vec<f32> = if pcm.channels == 1 {
+        pcm.data.clone()
+    } else {
+        (0..n).map(|i| (0..pcm.channels).map(|c| pcm.data[c * n + i]).sum::<f32>() / pcm.channels as f32).collect()
+    };
     let mut data = Vec::with_capacity(n * channels);
     for _ in 0..channels {
         data.extend_from_slice(&mono);
@@ -154,7 +169,8 @@ mod tests {
     #[test]
     fn a_stream_in_pieces_resamples_as_the_whole() {
         let n = 44_100 + 333;
-        let planar: Vec<f32> = (0..2 * n).map(|i| ((i % n) as f32 * 0.01).sin() * if i < n { 1.0 } else { 0.5 }).collect();
+        let planar: Vec<f32> =
+            (0..2 * n).map(|i| ((i % n) as f32 * 0.01).sin() * if i < n { 1.0 } else { 0.5 }).collect();
         let whole = resample(&Pcm::new(44_100, 2, planar.clone()), 48_000).unwrap();
         let mut s = StreamResampler::new(44_100, 48_000, 2).unwrap();
         let mut parts: Vec<Vec<f32>> = Vec::new();
@@ -177,18 +193,30 @@ mod tests {
         assert_eq!(left.len(), m, "the exact length of the whole");
         // Everywhere but the last filter length (the two pad the end of the signal differently).
         let k = m - 2048;
-        let err = left[..k].iter().zip(&whole.data[..k]).chain(right[..k].iter().zip(&whole.data[m..m + k])).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
+        let err = left[..k]
+            .iter()
+            .zip(&whole.data[..k])
+            .chain(right[..k].iter().zip(&whole.data[m..m + k]))
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
         assert!(err < 1e-3, "pieces differ from the whole by {err}");
     }
 
     fn tone(rate: u32, n: usize, hz: f32) -> Pcm {
-        let v: Vec<f32> = (0..2 * n).map(|k| (2.0 * std::f32::consts::PI * hz * (k % n) as f32 / rate as f32).sin() * 0.5).collect();
+        let v: Vec<f32> =
+            (0..2 * n).map(|k| (2.0 * std::f32::consts::PI * hz * (k % n) as f32 / rate as f32).sin() * 0.5).collect();
         Pcm::new(rate, 2, v)
     }
 
     #[test]
     fn lengths_are_exact_and_the_tone_survives() {
-        for (from, to, n) in [(44_100, 48_000, 44_100 + 77), (48_000, 44_100, 48_000 * 2 + 5), (16_000, 48_000, 16_001), (48_000, 48_000, 10_000), (22_050, 48_000, 30_000)] {
+        for (from, to, n) in [
+            (44_100, 48_000, 44_100 + 77),
+            (48_000, 44_100, 48_000 * 2 + 5),
+            (16_000, 48_000, 16_001),
+            (48_000, 48_000, 10_000),
+            (22_050, 48_000, 30_000),
+        ] {
             let src = tone(from, n, 440.0);
             let out = resample(&src, to).unwrap();
             assert_eq!(out.frames(), resampled_len(n, from, to), "{from}->{to}");

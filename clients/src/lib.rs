@@ -50,7 +50,11 @@ pub struct Client {
 impl Client {
     /// `base` like `http://127.0.0.1:8087`.
     pub fn new(base: &str, key: Option<String>) -> Self {
-        Client { base: base.trim_end_matches('/').to_string(), key, http: reqwest::blocking::Client::builder().timeout(Duration::from_secs(600)).build().expect("http client") }
+        Client {
+            base: base.trim_end_matches('/').to_string(),
+            key,
+            http: reqwest::blocking::Client::builder().timeout(Duration::from_secs(600)).build().expect("http client"),
+        }
     }
 
     /// The API key this client presents, if any.
@@ -82,7 +86,12 @@ impl Client {
 
     /// Submits raw JSON (fields the server defaults stay out of it).
     pub fn submit_json(&self, body: &str) -> Result<JobId, ClientError> {
-        let r = Self::check(self.auth(self.http.post(format!("{}/synth", self.base))).header("content-type", "application/json").body(body.to_string()).send()?)?;
+        let r = Self::check(
+            self.auth(self.http.post(format!("{}/synth", self.base)))
+                .header("content-type", "application/json")
+                .body(body.to_string())
+                .send()?,
+        )?;
         Ok(r.json::<SubmitReply>()?.id)
     }
 
@@ -112,7 +121,11 @@ impl Client {
             return Err(ClientError::Protocol(format!("result content type {ct:?}")));
         }
         // The boundary the server names (each family's seed has its own).
-        let boundary = ct.split("boundary=").nth(1).map(|b| b.trim().trim_matches('"').to_string()).unwrap_or_else(|| MULTIPART_BOUNDARY.to_string());
+        let boundary = ct
+            .split("boundary=")
+            .nth(1)
+            .map(|b| b.trim().trim_matches('"').to_string())
+            .unwrap_or_else(|| MULTIPART_BOUNDARY.to_string());
         Ok(parse_multipart(&r.bytes()?, &boundary))
     }
 
@@ -126,20 +139,34 @@ impl Client {
     }
 
     /// Submits through `/synth/stream` and follows the job.
-    pub fn synth_stream(&self, request_json: &str, format: &str, on: &mut dyn FnMut(StreamMessage)) -> Result<(), ClientError> {
+    pub fn synth_stream(
+        &self,
+        request_json: &str,
+        format: &str,
+        on: &mut dyn FnMut(StreamMessage),
+    ) -> Result<(), ClientError> {
         self.stream_url(format!("{}/synth/stream?format={format}", self.ws_base()), Some(request_json.to_string()), on)
     }
 
-    fn stream_url(&self, url: String, first: Option<String>, on: &mut dyn FnMut(StreamMessage)) -> Result<(), ClientError> {
+    fn stream_url(
+        &self,
+        url: String,
+        first: Option<String>,
+        on: &mut dyn FnMut(StreamMessage),
+    ) -> Result<(), ClientError> {
         use futures_util::{SinkExt, StreamExt};
         use tokio_tungstenite::tungstenite::{client::IntoClientRequest, Message};
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| ClientError::Transport(e.to_string()))?;
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .map_err(|e| ClientError::Transport(e.to_string()))?;
         let mut request = url.into_client_request().map_err(|e| ClientError::Transport(e.to_string()))?;
         if let Some(k) = &self.key {
             request.headers_mut().insert("authorization", format!("Bearer {k}").parse().unwrap());
         }
         rt.block_on(async {
-            let (mut ws, _) = tokio_tungstenite::connect_async(request).await.map_err(|e| ClientError::Transport(e.to_string()))?;
+            let (mut ws, _) =
+                tokio_tungstenite::connect_async(request).await.map_err(|e| ClientError::Transport(e.to_string()))?;
             if let Some(f) = first {
                 ws.send(Message::text(f)).await.map_err(|e| ClientError::Transport(e.to_string()))?;
             }
@@ -147,12 +174,17 @@ impl Client {
                 match m.map_err(|e| ClientError::Transport(e.to_string()))? {
                     Message::Binary(b) => on(StreamMessage::Audio(b.to_vec())),
                     Message::Text(t) => {
-                        let v: serde_json::Value = serde_json::from_str(t.as_str()).map_err(|e| ClientError::Protocol(e.to_string()))?;
+                        let v: serde_json::Value =
+                            serde_json::from_str(t.as_str()).map_err(|e| ClientError::Protocol(e.to_string()))?;
                         if v["event"] == "job" {
-                            let id = v["id"].as_str().and_then(|s| JobId::parse(s).ok()).ok_or_else(|| ClientError::Protocol(t.to_string()))?;
+                            let id = v["id"]
+                                .as_str()
+                                .and_then(|s| JobId::parse(s).ok())
+                                .ok_or_else(|| ClientError::Protocol(t.to_string()))?;
                             on(StreamMessage::Job(id));
                         } else {
-                            let e = StreamEvent::from_text(t.as_str()).map_err(|e| ClientError::Protocol(format!("{e}: {t}")))?;
+                            let e = StreamEvent::from_text(t.as_str())
+                                .map_err(|e| ClientError::Protocol(format!("{e}: {t}")))?;
                             on(StreamMessage::Event(e));
                         }
                     }
@@ -186,7 +218,9 @@ pub fn parse_multipart(body: &[u8], boundary: &str) -> Vec<Part> {
             let (k, v) = h.split_once(':').unwrap_or((h, ""));
             match k.trim().to_ascii_lowercase().as_str() {
                 "content-type" => content_type = v.trim().to_string(),
-                "content-disposition" => filename = v.split("filename=").nth(1).map(|f| f.trim().trim_matches('"').to_string()),
+                "content-disposition" => {
+                    filename = v.split("filename=").nth(1).map(|f| f.trim().trim_matches('"').to_string())
+                }
                 _ => {}
             }
         }
@@ -225,7 +259,8 @@ mod tests {
 
     #[test]
     fn multipart_round_trip() {
-        let body = b"--b\r\nContent-Type: application/json\r\nContent-Disposition: attachment; filename=\"t.json\"\r\n\r\n{}\r\n--b\r\nContent-Type: audio/wav\r\n\r\nRIFF\r\n--x\r\n--b--\r\n";
+        let body = b"--b\r\nContent-Type: application/json\r\nContent-Disposition: attachment; \
+            filename=\"t.json\"\r\n\r\n{}\r\n--b\r\nContent-Type: audio/wav\r\n\r\nRIFF\r\n--x\r\n--b--\r\n";
         let p = parse_multipart(body, "b");
         assert_eq!(p.len(), 2);
         assert_eq!(p[0].content_type, "application/json");

@@ -36,8 +36,16 @@ fn percentile(sorted: &[f64], p: f64) -> f64 {
 
 /// Sends `rps` requests per second for `seconds` over at most `connections` in flight:
 /// GET `url`, or POST `body` as JSON when given.
-pub async fn http_load(url: &str, body: Option<String>, api_key: Option<String>, rps: u32, seconds: f64, connections: usize) -> anyhow::Result<LoadReport> {
-    let client = reqwest::Client::builder().pool_max_idle_per_host(connections).timeout(Duration::from_secs(30)).build()?;
+pub async fn http_load(
+    url: &str,
+    body: Option<String>,
+    api_key: Option<String>,
+    rps: u32,
+    seconds: f64,
+    connections: usize,
+) -> anyhow::Result<LoadReport> {
+    let client =
+        reqwest::Client::builder().pool_max_idle_per_host(connections).timeout(Duration::from_secs(30)).build()?;
     let total = ((rps as f64) * seconds).round().max(1.0) as usize;
     let interval = Duration::from_secs_f64(1.0 / rps.max(1) as f64);
     let sem = std::sync::Arc::new(tokio::sync::Semaphore::new(connections.max(1)));
@@ -122,7 +130,12 @@ pub struct FanoutReport {
 }
 
 /// Opens `listeners` WebSockets on `/stream?id=ID&format=pcm16` and reads them to the end.
-pub async fn ws_fanout(ws_base: &str, id: &str, api_key: Option<String>, listeners: usize) -> anyhow::Result<FanoutReport> {
+pub async fn ws_fanout(
+    ws_base: &str,
+    id: &str,
+    api_key: Option<String>,
+    listeners: usize,
+) -> anyhow::Result<FanoutReport> {
     let t0 = Instant::now();
     let mut tasks = Vec::with_capacity(listeners);
     for _ in 0..listeners {
@@ -139,7 +152,11 @@ pub async fn ws_fanout(ws_base: &str, id: &str, api_key: Option<String>, listene
                         tiles += 1;
                         bytes += b.len() as u64;
                     }
-                    tokio_tungstenite::tungstenite::Message::Text(t) if t.contains("\"event\":\"done\"") || t.contains("\"event\":\"failed\"") || t.contains("\"event\":\"cancelled\"") => {
+                    tokio_tungstenite::tungstenite::Message::Text(t)
+                        if t.contains("\"event\":\"done\"")
+                            || t.contains("\"event\":\"failed\"")
+                            || t.contains("\"event\":\"cancelled\"") =>
+                    {
                         completed = true;
                         break;
                     }
@@ -158,5 +175,13 @@ pub async fn ws_fanout(ws_base: &str, id: &str, api_key: Option<String>, listene
         completed += done as usize;
         bytes += b;
     }
-    Ok(FanoutReport { listeners, tiles_min: if listeners == 0 { 0 } else { tiles_min }, tiles_max, completed, dropped: listeners - completed, bytes, seconds: t0.elapsed().as_secs_f64() })
+    Ok(FanoutReport {
+        listeners,
+        tiles_min: if listeners == 0 { 0 } else { tiles_min },
+        tiles_max,
+        completed,
+        dropped: listeners - completed,
+        bytes,
+        seconds: t0.elapsed().as_secs_f64(),
+    })
 }

@@ -9,7 +9,10 @@ fn help_lists_every_command_and_a_dead_server_is_a_clean_error() {
         assert!(help.contains(c), "{help}");
     }
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
-    let o = Command::new(env!("CARGO_BIN_EXE_yue")).args(["--server", &format!("http://127.0.0.1:{port}"), "props"]).output().unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_yue"))
+        .args(["--server", &format!("http://127.0.0.1:{port}"), "props"])
+        .output()
+        .unwrap();
     assert_eq!(o.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&o.stderr).starts_with("error:"));
     let o = Command::new(env!("CARGO_BIN_EXE_yue")).args(["cancel", "not-an-id"]).output().unwrap();

@@ -63,7 +63,12 @@ impl NatsBackend {
     async fn view(&self) -> Result<View, Unavailable> {
         let workers = live_workers(&self.c).await.map_err(unavailable)?;
         let info = self.c.jobs.get_info().await.map_err(unavailable)?;
-        let v = View { workers, messages: info.state.messages, first_seq: info.state.first_sequence, clients: info.state.subjects_count as usize };
+        let v = View {
+            workers,
+            messages: info.state.messages,
+            first_seq: info.state.first_sequence,
+            clients: info.state.subjects_count as usize,
+        };
         self.cluster_metrics.workers_alive.set(v.workers.len() as i64);
         self.cluster_metrics.jobs_running.set(v.running() as i64);
         self.cluster_metrics.queue_depth.set(v.queued() as i64);
@@ -148,7 +153,10 @@ impl JobQueue for NatsBackend {
         let subject = format!("yued.jobs.{}", client_token(&job.client));
         let share = self.c.cfg.admission_share.clamp(1, cap.max(1));
         if share < cap {
-            let held = self.held(&subject).await.map_err(|e| SubmitError::Unavailable(format!("the cluster's job queue: {e}")))?;
+            let held = self
+                .held(&subject)
+                .await
+                .map_err(|e| SubmitError::Unavailable(format!("the cluster's job queue: {e}")))?;
             if held >= share {
                 self.metrics.admission_rejections_total.inc();
                 return Err(SubmitError::OverShare(share));
@@ -175,7 +183,16 @@ impl JobQueue for NatsBackend {
             crashes: 0,
             resumed: 0,
         };
-        let entry = ClusterJob { record, seq: 0, owner: None, attempt: 0, progress: None, cancel: false, parts: vec![], upload };
+        let entry = ClusterJob {
+            record,
+            seq: 0,
+            owner: None,
+            attempt: 0,
+            progress: None,
+            cancel: false,
+            parts: vec![],
+            upload,
+        };
         record::create(&self.c.state, &entry).await.map_err(SubmitError::Journal)?;
         // The job id is the message id: a publish retried after a lost acknowledgement is
         // a duplicate, not a second song.
@@ -304,7 +321,9 @@ impl JobQueue for NatsBackend {
 #[async_trait]
 impl JobStates for NatsBackend {
     async fn status(&self, id: &JobId) -> Result<Option<JobStatus>, Unavailable> {
-        let Some((j, _)) = record::read(&self.c.state, id, Patience::Answer).await.map_err(Unavailable)? else { return Ok(None) };
+        let Some((j, _)) = record::read(&self.c.state, id, Patience::Answer).await.map_err(Unavailable)? else {
+            return Ok(None);
+        };
         Ok(Some(match j.record.state {
             JobState::Queued => {
                 // Jobs ahead of it in the stream, less those already running: an estimate
@@ -341,7 +360,10 @@ impl JobStates for NatsBackend {
     }
 
     async fn family(&self, id: &JobId) -> Result<Option<Family>, Unavailable> {
-        Ok(record::read(&self.c.state, id, Patience::Answer).await.map_err(Unavailable)?.map(|(j, _)| j.record.request.family()))
+        Ok(record::read(&self.c.state, id, Patience::Answer)
+            .await
+            .map_err(Unavailable)?
+            .map(|(j, _)| j.record.request.family()))
     }
 
     async fn owner(&self, id: &JobId) -> Result<Option<String>, Unavailable> {
@@ -352,7 +374,9 @@ impl JobStates for NatsBackend {
         let mut keys = self.c.state.keys().await.map_err(unavailable)?;
         let mut jobs = Vec::new();
         while let Some(k) = keys.next().await {
-            let Some(id) = k.ok().and_then(|k| k.strip_prefix("job.").and_then(|s| JobId::parse(s).ok())) else { continue };
+            let Some(id) = k.ok().and_then(|k| k.strip_prefix("job.").and_then(|s| JobId::parse(s).ok())) else {
+                continue;
+            };
             if let Ok(Some((j, _))) = record::read(&self.c.state, &id, Patience::Answer).await {
                 if owner.is_none_or(|o| j.record.client == o) {
                     let r = j.record;
@@ -377,7 +401,12 @@ impl TileBus for NatsBackend {
     async fn subscribe(&self, id: &JobId, codec: StreamCodec) -> Result<Option<Subscription>, Unavailable> {
         match record::read(&self.c.state, id, Patience::Answer).await.map_err(Unavailable)? {
             // An ended job is answered from its result, as on a single node.
-            Some((j, _)) if !j.record.state.is_terminal() => tiles::listen(&self.c.js, id, codec, self.cluster_metrics.tile_latency_seconds.clone()).await.map(Some).map_err(Unavailable),
+            Some((j, _)) if !j.record.state.is_terminal() => {
+                tiles::listen(&self.c.js, id, codec, self.cluster_metrics.tile_latency_seconds.clone())
+                    .await
+                    .map(Some)
+                    .map_err(Unavailable)
+            }
             _ => Ok(None),
         }
     }
@@ -395,10 +424,22 @@ impl ResultFiles for NatsBackend {
         }
         let mut files = Vec::new();
         for p in &j.parts {
-            let mut obj =
-                self.c.results.get(record::result_object(id, &p.file)).await.map_err(|e| tracing::warn!(job = %id, file = %p.file, error = %e, "a result file is not in the cluster")).ok()?;
+            let mut obj = self
+                .c
+                .results
+                .get(record::result_object(id, &p.file))
+                .await
+                .map_err(
+                    |e| tracing::warn!(job = %id, file = %p.file, error = %e, "a result file is not in the cluster"),
+                )
+                .ok()?;
             let mut data = Vec::new();
-            obj.read_to_end(&mut data).await.map_err(|e| tracing::warn!(job = %id, file = %p.file, error = %e, "reading a result file from the cluster")).ok()?;
+            obj.read_to_end(&mut data)
+                .await
+                .map_err(
+                    |e| tracing::warn!(job = %id, file = %p.file, error = %e, "reading a result file from the cluster"),
+                )
+                .ok()?;
             files.push((p.file.clone(), p.content_type.clone(), data));
         }
         self.cache.save(id, files).map_err(|e| tracing::warn!(job = %id, error = %e, "caching a result")).ok()?;

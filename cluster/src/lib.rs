@@ -1,14 +1,14 @@
 //! yued as a cluster on NATS JetStream. The four things one node keeps in its own process
 //! move to one NATS server (or cluster), shared by every yued node:
 //!
-//! | what            | single node                  | cluster                                   |
-//! |-----------------|------------------------------|-------------------------------------------|
-//! | job queue       | the scheduler's fair queue   | `YUED_JOBS`: a work-queue stream, one subject per client, bounded at the admission cap |
-//! | job states      | the sled journal             | `yued_jobstate`: a KV bucket, written with compare-and-set |
-//! | tile bus        | the in-process stream hub    | `YUED_TILES`: a stream, one subject per job, tiles deduplicated by id |
-//! | results         | the results folder           | `yued_results`: the object store            |
+//! | what       | single node                | cluster                                                         |
+//! |------------|----------------------------|-----------------------------------------------------------------|
+//! | job queue  | the scheduler's fair queue | `YUED_JOBS`: work-queue stream, a subject per client, capped     |
+//! | job states | the sled journal           | `yued_jobstate`: a KV bucket, written with compare-and-set       |
+//! | tile bus   | the in-process stream hub  | `YUED_TILES`: a stream, a subject per job, tiles deduplicated    |
+//! | results    | the results folder         | `yued_results`: the object store                                 |
 //!
-//! An API node ([`api::NatsBackend`]) implements the actors' backend traits on them; a
+//! An API node ([`api::NatsBackend`]) implements the job contract's traits on them; a
 //! worker node ([`worker`]) runs today's single-node pipeline and bridges it: it pulls a
 //! job per free slot, claims it in the state bucket, runs it locally, forwards its stream
 //! and uploads its result. A worker that dies stops acknowledging; after `ack_wait` the job
@@ -90,7 +90,11 @@ pub struct ClusterConfig {
 
 /// This node's default name: the host's and the process id.
 pub fn default_node_name() -> String {
-    let host = std::fs::read_to_string("/etc/hostname").ok().map(|s| s.trim().to_string()).filter(|s| !s.is_empty()).unwrap_or_else(|| "node".into());
+    let host = std::fs::read_to_string("/etc/hostname")
+        .ok()
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .unwrap_or_else(|| "node".into());
     key_safe(&format!("{host}-{}", std::process::id()))
 }
 
@@ -129,7 +133,8 @@ impl Cluster {
     pub async fn connect(cfg: ClusterConfig) -> anyhow::Result<Cluster> {
         let mut tries = 0;
         let client = loop {
-            let opts = async_nats::ConnectOptions::new().name(format!("yued {}", cfg.node)).max_reconnects(None::<usize>);
+            let opts =
+                async_nats::ConnectOptions::new().name(format!("yued {}", cfg.node)).max_reconnects(None::<usize>);
             match opts.connect(&cfg.url).await {
                 Ok(c) => break c,
                 Err(e) if tries < 60 => {
@@ -183,13 +188,25 @@ impl Cluster {
             .await
             .map_err(|e| anyhow::anyhow!("creating the {STATE_BUCKET} bucket: {e}"))?;
         let workers = js
-            .create_or_update_key_value(kv::Config { bucket: WORKERS_BUCKET.into(), history: 1, max_age: 5 * HEARTBEAT, storage: stream::StorageType::File, ..Default::default() })
+            .create_or_update_key_value(kv::Config {
+                bucket: WORKERS_BUCKET.into(),
+                history: 1,
+                max_age: 5 * HEARTBEAT,
+                storage: stream::StorageType::File,
+                ..Default::default()
+            })
             .await
             .map_err(|e| anyhow::anyhow!("creating the {WORKERS_BUCKET} bucket: {e}"))?;
         let results = match js.get_object_store(RESULTS_BUCKET).await {
             Ok(s) => s,
             Err(_) => {
-                let config = |max_bytes: i64| object_store::Config { bucket: RESULTS_BUCKET.into(), max_age: cfg.result_ttl, max_bytes, storage: stream::StorageType::File, ..Default::default() };
+                let config = |max_bytes: i64| object_store::Config {
+                    bucket: RESULTS_BUCKET.into(),
+                    max_age: cfg.result_ttl,
+                    max_bytes,
+                    storage: stream::StorageType::File,
+                    ..Default::default()
+                };
                 match js.create_object_store(config(cfg.result_max_bytes as i64)).await {
                     Ok(s) => s,
                     // A server reserves a bucket's bound on its disk up front: one with less
@@ -198,9 +215,12 @@ impl Cluster {
                     Err(e) if e.to_string().contains("insufficient storage") => {
                         tracing::warn!(
                             max_bytes = cfg.result_max_bytes,
-                            "the NATS server has less storage than result_max_bytes: the results bucket is bounded by result_ttl_secs and the server's own limit"
+                            "the NATS server has less storage than result_max_bytes: the results bucket is bounded by \
+                                result_ttl_secs and the server's own limit"
                         );
-                        js.create_object_store(config(-1)).await.map_err(|e| anyhow::anyhow!("creating the {RESULTS_BUCKET} object store: {e}"))?
+                        js.create_object_store(config(-1))
+                            .await
+                            .map_err(|e| anyhow::anyhow!("creating the {RESULTS_BUCKET} object store: {e}"))?
                     }
                     Err(e) => anyhow::bail!("creating the {RESULTS_BUCKET} object store: {e}"),
                 }

@@ -23,14 +23,34 @@ pub struct ClusterMetrics {
 impl ClusterMetrics {
     pub fn register(m: &Metrics) -> Self {
         let c = ClusterMetrics {
-            queue_depth: IntGauge::new("yued_cluster_queue_depth_jobs", "Jobs queued in the cluster, not yet taken by a worker").unwrap(),
-            jobs_running: IntGauge::new("yued_cluster_jobs_running", "Jobs the cluster's live workers are running").unwrap(),
-            workers_alive: IntGauge::new("yued_cluster_workers_alive", "Workers that reported within their heartbeat expiry").unwrap(),
-            redeliveries_total: IntCounter::new("yued_cluster_redeliveries_total", "Jobs this worker resumed after another worker went silent on them").unwrap(),
-            jobs_lost_total: IntCounter::new("yued_cluster_jobs_lost_total", "Jobs this worker stopped because another worker had taken them over").unwrap(),
+            queue_depth: IntGauge::new(
+                "yued_cluster_queue_depth_jobs",
+                "Jobs queued in the cluster, not yet taken by a worker",
+            )
+            .unwrap(),
+            jobs_running: IntGauge::new("yued_cluster_jobs_running", "Jobs the cluster's live workers are running")
+                .unwrap(),
+            workers_alive: IntGauge::new(
+                "yued_cluster_workers_alive",
+                "Workers that reported within their heartbeat expiry",
+            )
+            .unwrap(),
+            redeliveries_total: IntCounter::new(
+                "yued_cluster_redeliveries_total",
+                "Jobs this worker resumed after another worker went silent on them",
+            )
+            .unwrap(),
+            jobs_lost_total: IntCounter::new(
+                "yued_cluster_jobs_lost_total",
+                "Jobs this worker stopped because another worker had taken them over",
+            )
+            .unwrap(),
             tile_latency_seconds: Histogram::with_opts(
-                HistogramOpts::new("yued_cluster_tile_latency_seconds", "From a tile leaving its worker's pipeline to a listener on this API node, through JetStream")
-                    .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16).unwrap()),
+                HistogramOpts::new(
+                    "yued_cluster_tile_latency_seconds",
+                    "From a tile leaving its worker's pipeline to a listener on this API node, through JetStream",
+                )
+                .buckets(prometheus::exponential_buckets(0.0005, 2.0, 16).unwrap()),
             )
             .unwrap(),
         };

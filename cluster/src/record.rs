@@ -66,10 +66,13 @@ impl Patience {
 
 /// A job's entry and its revision; `None` when unknown (or expired).
 pub async fn read(kv: &kv::Store, id: &JobId, patience: Patience) -> Result<Option<(ClusterJob, u64)>, String> {
-    let e = retry("reading a job state", patience.within(), || kv.entry(key(id))).await.map_err(|e| format!("the cluster's job states: {e}"))?;
+    let e = retry("reading a job state", patience.within(), || kv.entry(key(id)))
+        .await
+        .map_err(|e| format!("the cluster's job states: {e}"))?;
     match e {
         Some(e) if e.operation == kv::Operation::Put => {
-            let job: ClusterJob = serde_json::from_slice(&e.value).map_err(|err| format!("job {id}: an unreadable state in the cluster: {err}"))?;
+            let job: ClusterJob = serde_json::from_slice(&e.value)
+                .map_err(|err| format!("job {id}: an unreadable state in the cluster: {err}"))?;
             Ok(Some((job, e.revision)))
         }
         _ => Ok(None),
@@ -86,7 +89,12 @@ pub enum Change<T> {
 
 /// Reads the job, lets `f` change it, writes it if the revision is still the one read;
 /// on a lost race reads again. `Ok(None)`: the job is unknown.
-pub async fn update<T>(kv: &kv::Store, id: &JobId, patience: Patience, mut f: impl FnMut(&mut ClusterJob) -> Change<T>) -> Result<Option<T>, String> {
+pub async fn update<T>(
+    kv: &kv::Store,
+    id: &JobId,
+    patience: Patience,
+    mut f: impl FnMut(&mut ClusterJob) -> Change<T>,
+) -> Result<Option<T>, String> {
     for _ in 0..64 {
         let Some((mut job, rev)) = read(kv, id, patience).await? else { return Ok(None) };
         match f(&mut job) {

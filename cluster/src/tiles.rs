@@ -40,7 +40,20 @@ pub fn encode(item: &HubItem) -> (HeaderMap, Bytes) {
         }
         HubItem::Tile(t) => {
             h.insert(KIND, "tile");
-            h.insert(TILE, format!("{},{},{},{},{},{},{}", t.track, t.index, t.start_sample, t.sample_rate, t.channels, t.samples, t.pcm16.len()).as_str());
+            h.insert(
+                TILE,
+                format!(
+                    "{},{},{},{},{},{},{}",
+                    t.track,
+                    t.index,
+                    t.start_sample,
+                    t.sample_rate,
+                    t.channels,
+                    t.samples,
+                    t.pcm16.len()
+                )
+                .as_str(),
+            );
             let mut b = Vec::with_capacity(t.pcm16.len() + t.opus_pages.len());
             b.extend_from_slice(&t.pcm16);
             b.extend_from_slice(&t.opus_pages);
@@ -133,7 +146,13 @@ pub async fn publish(js: &jetstream::Context, id: &JobId, item: &HubItem, msg_id
     for (headers, part) in &messages {
         retry("publishing a tile", RETRY_WITHIN, || {
             let (headers, part) = (headers.clone(), part.clone());
-            async move { js.publish_with_headers(subject(id), headers, part).await?.await.map(|_| ()).map_err(|e| async_nats::Error::from(e.to_string())) }
+            async move {
+                js.publish_with_headers(subject(id), headers, part)
+                    .await?
+                    .await
+                    .map(|_| ())
+                    .map_err(|e| async_nats::Error::from(e.to_string()))
+            }
         })
         .await
         .map_err(|e| format!("job {id}: the cluster's tile stream: {e}"))?;
@@ -186,10 +205,21 @@ fn now_us() -> u64 {
 /// A listener on a job's stream, from its first message: the same items in the same order
 /// as the single node's hub gives (a format event before the first tile), to the terminal
 /// event.
-pub async fn listen(js: &jetstream::Context, id: &JobId, codec: StreamCodec, latency: prometheus::Histogram) -> Result<Subscription, String> {
-    let stream = retry("opening the tile stream", RETRY_WITHIN, || js.get_stream(crate::TILES_STREAM)).await.map_err(|e| format!("the cluster's tile stream: {e}"))?;
+pub async fn listen(
+    js: &jetstream::Context,
+    id: &JobId,
+    codec: StreamCodec,
+    latency: prometheus::Histogram,
+) -> Result<Subscription, String> {
+    let stream = retry("opening the tile stream", RETRY_WITHIN, || js.get_stream(crate::TILES_STREAM))
+        .await
+        .map_err(|e| format!("the cluster's tile stream: {e}"))?;
     let consumer = stream
-        .create_consumer(consumer::pull::OrderedConfig { filter_subject: subject(id), deliver_policy: consumer::DeliverPolicy::All, ..Default::default() })
+        .create_consumer(consumer::pull::OrderedConfig {
+            filter_subject: subject(id),
+            deliver_policy: consumer::DeliverPolicy::All,
+            ..Default::default()
+        })
         .await
         .map_err(|e| format!("a listener on job {id}: {e}"))?;
     let mut messages = consumer.messages().await.map_err(|e| format!("a listener on job {id}: {e}"))?;
@@ -204,14 +234,17 @@ pub async fn listen(js: &jetstream::Context, id: &JobId, codec: StreamCodec, lat
             let m = match m {
                 Ok(m) => m,
                 Err(e) => {
-                    tracing::debug!(job = %job, error = %e, "tile listener: a consumer error (it resumes where it was)");
+                    tracing::debug!(job = %job, error = %e, "tile listener: a consumer error (it resumes where it \
+                        was)");
                     continue;
                 }
             };
             let Some((headers, payload)) = parts.take(m.headers.as_ref(), &m.payload) else { continue };
             let Some(item) = decode(Some(&headers), &payload) else { continue };
             // Live tiles only: one replayed for a late joiner waited in the stream on purpose.
-            if let (HubItem::Tile(_), Some(sent)) = (&item, headers.get(SENT).and_then(|v| v.as_str().parse::<u64>().ok())) {
+            if let (HubItem::Tile(_), Some(sent)) =
+                (&item, headers.get(SENT).and_then(|v| v.as_str().parse::<u64>().ok()))
+            {
                 let age = now_us().saturating_sub(sent) as f64 / 1e6;
                 if m.info().map(|i| i.pending == 0).unwrap_or(false) {
                     latency.observe(age);
@@ -279,7 +312,12 @@ mod tests {
         assert_eq!(msgs.len(), 4);
         let mut parts = Parts::default();
         let mut out = Vec::new();
-        let event = encode(&HubItem::Event(StreamEvent::Stage { stage: yued_protocol::Stage::Decode, progress: 0.5, done: 1, total: 2 }));
+        let event = encode(&HubItem::Event(StreamEvent::Stage {
+            stage: yued_protocol::Stage::Decode,
+            progress: 0.5,
+            done: 1,
+            total: 2,
+        }));
         for (i, (h, p)) in msgs.iter().enumerate() {
             if i == 2 {
                 // A progress event re-sent by a worker that took the job over lands between parts.
@@ -290,7 +328,10 @@ mod tests {
         assert_eq!(out.len(), 2, "{out:?}");
         assert!(matches!(&out[0], HubItem::Event(StreamEvent::Stage { .. })));
         let (HubItem::Tile(a), HubItem::Tile(b)) = (&out[1], &item) else { panic!("{out:?}") };
-        assert_eq!((a.track, a.index, a.start_sample, a.sample_rate, a.channels, a.samples), (b.track, b.index, b.start_sample, b.sample_rate, b.channels, b.samples));
+        assert_eq!(
+            (a.track, a.index, a.start_sample, a.sample_rate, a.channels, a.samples),
+            (b.track, b.index, b.start_sample, b.sample_rate, b.channels, b.samples)
+        );
         assert_eq!((&a.pcm16, &a.opus_pages), (&b.pcm16, &b.opus_pages));
     }
 
@@ -305,7 +346,11 @@ mod tests {
         let HubItem::Tile(t) = decode(Some(&h), &p).unwrap() else { panic!() };
         assert_eq!(t.pcm16.len(), 2 * PART_BYTES);
         assert_eq!(t.pcm16[PART_BYTES - 1], ((PART_BYTES - 1) % 256) as u8);
-        for item in [tile(100, 20), HubItem::OpusTail(Bytes::from_static(b"OggS")), HubItem::Event(StreamEvent::Done { tracks: 1, audio_seconds: 2.0 })] {
+        for item in [
+            tile(100, 20),
+            HubItem::OpusTail(Bytes::from_static(b"OggS")),
+            HubItem::Event(StreamEvent::Done { tracks: 1, audio_seconds: 2.0 }),
+        ] {
             let m = messages(&item);
             assert_eq!(m.len(), 1);
             let (h, p) = parts.take(Some(&m[0].0), &m[0].1).unwrap();
@@ -318,7 +363,10 @@ mod tests {
         let id = JobId::from_u64(42);
         assert_eq!(message_id(&id, &tile(4, 0), "a2.9"), "000000000000002a:t1.7");
         assert_eq!(message_id(&id, &HubItem::Event(StreamEvent::Cancelled {}), "a2.9"), "000000000000002a:final");
-        assert_eq!(message_id(&id, &HubItem::Event(StreamEvent::Score { abc: String::new() }), "a2.9"), "000000000000002a:a2.9");
+        assert_eq!(
+            message_id(&id, &HubItem::Event(StreamEvent::Score { abc: String::new() }), "a2.9"),
+            "000000000000002a:a2.9"
+        );
         assert_eq!(crate::client_token("key:abc"), crate::client_token("key:abc"));
         assert_ne!(crate::client_token("key:abc"), crate::client_token("key:abd"));
         assert_eq!(crate::key_safe("host.name:1/2"), "host_name_1_2");

@@ -79,7 +79,13 @@ impl StopHandle {
 }
 
 /// Starts the worker's loops on the current runtime.
-pub fn start(c: Arc<Cluster>, node: Arc<dyn NodeRunner>, results: Arc<ResultStore>, uploads: PathBuf, metrics: ClusterMetrics) -> StopHandle {
+pub fn start(
+    c: Arc<Cluster>,
+    node: Arc<dyn NodeRunner>,
+    results: Arc<ResultStore>,
+    uploads: PathBuf,
+    metrics: ClusterMetrics,
+) -> StopHandle {
     let (tx, rx) = tokio::sync::watch::channel(false);
     let (alive, done) = tokio::sync::mpsc::channel(1);
     let running = Mutex::new(HashSet::new());
@@ -113,7 +119,8 @@ impl Worker {
                 let _ = self.c.workers.delete(&key).await;
                 return;
             }
-            if let Err(e) = self.c.workers.put(&key, Bytes::from(serde_json::to_vec(&info).expect("serializes"))).await {
+            if let Err(e) = self.c.workers.put(&key, Bytes::from(serde_json::to_vec(&info).expect("serializes"))).await
+            {
                 tracing::warn!(error = %e, "the worker's heartbeat did not reach the cluster");
             }
             tokio::time::sleep(crate::HEARTBEAT).await;
@@ -198,7 +205,8 @@ impl Worker {
             };
             // Between clients served equally long ago (never, say), the one that has waited
             // longest: its oldest message first.
-            let first = self.c.jobs.get_first_raw_message_by_subject(&subject, 0).await.map(|m| m.sequence).unwrap_or(u64::MAX);
+            let first =
+                self.c.jobs.get_first_raw_message_by_subject(&subject, 0).await.map(|m| m.sequence).unwrap_or(u64::MAX);
             order.push((served, first, subject, token));
         }
         order.sort();
@@ -246,8 +254,10 @@ impl Worker {
         Ok(r.unwrap_or(Own::Lost))
     }
 
-    async fn run(self: Arc<Self>, id: JobId, msg: jetstream::Message) {
-        let delivered = msg.info().map(|i| i.delivered.max(1) as u32).unwrap_or(1);
+    /// Claims the job in the state bucket for this worker: `None` when it is not to run
+    /// here (already ended, cancelled, out of attempts, or the claim failed), every such
+    /// case answered to the server.
+    async fn claim(&self, id: &JobId, msg: &jetstream::Message, delivered: u32) -> Option<Box<ClusterJob>> {
         let max = self.c.cfg.max_attempts;
         let me = self.node().to_string();
         enum Claim {
@@ -255,7 +265,7 @@ impl Worker {
             Skip,
             Ended(StreamEvent),
         }
-        let claim = record::update(&self.c.state, &id, Patience::Worker, |j| {
+        let claim = record::update(&self.c.state, id, Patience::Worker, |j| {
             if j.record.state.is_terminal() {
                 return Change::Keep(Claim::Skip);
             }
@@ -265,7 +275,8 @@ impl Worker {
             }
             if delivered > max {
                 let error = format!(
-                    "the job was started {max} times and each time the worker running it stopped answering (killed, crashed or cut off; the last was {}); it is not started again",
+                    "the job was started {max} times and each time the worker running it stopped answering (killed, \
+                        crashed or cut off; the last was {}); it is not started again",
                     j.owner.as_deref().unwrap_or("unknown")
                 );
                 j.record.state = JobState::Failed;
@@ -279,119 +290,119 @@ impl Worker {
             Change::Write(Claim::Run(Box::new(j.clone())))
         })
         .await;
-        let job = match claim {
+        match claim {
             Err(e) => {
                 // Not acknowledged: the cluster gives it to a worker again later.
                 tracing::error!(error = %e, "claiming a job");
-                return;
+                None
             }
             Ok(None) => {
                 tracing::warn!("a queued job without a state (expired?): dropped");
                 let _ = msg.ack().await;
-                return;
+                None
             }
             Ok(Some(Claim::Skip)) => {
                 let _ = msg.ack().await;
-                return;
+                None
             }
             Ok(Some(Claim::Ended(event))) => {
                 tracing::info!(event = %event.to_text(), "job ended without running");
-                self.finish_message(&id, event, &msg, None).await;
-                return;
-            }
-            Ok(Some(Claim::Run(job))) => job,
-        };
-        if delivered > 1 {
-            self.metrics.redeliveries_total.inc();
-            tracing::warn!(attempt = delivered, codes = job.record.songs.len(), "resuming a job whose worker stopped answering");
-        } else {
-            tracing::info!("job claimed");
-        }
-        let attempt = delivered;
-        let mut cancels = match self.c.client.subscribe(format!("yued.cancel.{id}")).await {
-            Ok(s) => Some(s),
-            Err(e) => {
-                tracing::warn!(error = %e, "cancel subscription (the heartbeat still reads the flag)");
+                self.finish_message(id, event, msg, None).await;
                 None
             }
-        };
-        // A /vae job's upload comes from the object store.
+            Ok(Some(Claim::Run(job))) => Some(job),
+        }
+    }
+
+    /// Starts the claimed job on this node (a `/vae` job's upload fetched from the object
+    /// store first) and taps its stream; `None` when it could not start (handed back, or
+    /// failed when its upload is gone).
+    async fn start_local(
+        &self,
+        id: &JobId,
+        job: &ClusterJob,
+        attempt: u32,
+        msg: &jetstream::Message,
+    ) -> Option<tokio::sync::mpsc::UnboundedReceiver<HubItem>> {
         let vae = match (&job.record.vae, &job.upload) {
-            (Some(task), Some(object)) => match self.fetch_upload(&id, object).await {
+            (Some(task), Some(object)) => match self.fetch_upload(id, object).await {
                 Ok(path) => Some(VaeTask { op: task.op, input: path }),
                 Err(e) => {
-                    self.fail(&id, attempt, &msg, format!("the job's upload could not be fetched from the cluster: {e}")).await;
-                    return;
+                    let why = format!("the job's upload could not be fetched from the cluster: {e}");
+                    self.fail(id, attempt, msg, why).await;
+                    return None;
                 }
             },
             _ => None,
         };
         let r = &job.record;
-        let submit = Submission { client: r.client.clone(), request: r.request.clone(), vae, id: Some(id.clone()), songs: r.songs.clone() };
-        match self.node.run(submit).await {
-            Ok(_) => {}
-            Err(e) => {
-                tracing::error!(error = %e, "the local pipeline did not take the job: handing it back");
-                let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
-                return;
-            }
+        let submit = Submission {
+            client: r.client.clone(),
+            request: r.request.clone(),
+            vae,
+            id: Some(id.clone()),
+            songs: r.songs.clone(),
+        };
+        if let Err(e) = self.node.run(submit).await {
+            tracing::error!(error = %e, "the local pipeline did not take the job: handing it back");
+            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
+            return None;
         }
-        let Some(mut tap) = self.node.tap(&id).await else {
+        let tap = self.node.tap(id).await;
+        if tap.is_none() {
             tracing::error!("the local stream of the job is gone: handing it back");
             let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
-            return;
-        };
-        let msg = Arc::new(msg);
-        let lost = Arc::new(AtomicBool::new(false));
-        let beat = tokio::spawn(self.clone().job_heartbeat(id.clone(), attempt, msg.clone(), lost.clone(), job.record.songs.len()));
+        }
+        tap
+    }
+
+    /// Forwards the node's stream of the job to the tile bus until its terminal event (the
+    /// event), the stream's end without one (`Some(None)`), or this worker's stop (`None`:
+    /// the job is handed back). A cancel from the cluster cancels the local job.
+    async fn forward(
+        &self,
+        id: &JobId,
+        attempt: u32,
+        tap: &mut tokio::sync::mpsc::UnboundedReceiver<HubItem>,
+        mut cancels: Option<async_nats::Subscriber>,
+    ) -> Option<Option<StreamEvent>> {
         let mut stop = self.stop.clone();
         let mut n = 0u64;
-        let terminal = loop {
+        loop {
             tokio::select! {
                 item = tap.recv() => match item {
-                    None => break None,
+                    None => return Some(None),
                     Some(HubItem::Event(StreamEvent::Queued { .. })) => {}
-                    Some(HubItem::Event(e)) if e.is_terminal() => break Some(e),
+                    Some(HubItem::Event(e)) if e.is_terminal() => return Some(Some(e)),
                     Some(item) => {
                         n += 1;
-                        let msg_id = tiles::message_id(&id, &item, &format!("a{attempt}.{n}"));
-                        if let Err(e) = tiles::publish(&self.c.js, &id, &item, &msg_id).await {
+                        let msg_id = tiles::message_id(id, &item, &format!("a{attempt}.{n}"));
+                        if let Err(e) = tiles::publish(&self.c.js, id, &item, &msg_id).await {
                             tracing::error!(error = %e, "a stream item was lost");
                         }
                     }
                 },
-                Some(_) = async { match cancels.as_mut() { Some(s) => s.next().await, None => std::future::pending().await } } => {
+                Some(_) = async { match cancels.as_mut() { Some(s) => s.next().await,
+                    None => std::future::pending().await } } => {
                     tracing::info!("cancel received");
-                    self.node.cancel(&id);
+                    self.node.cancel(id);
                 }
-                _ = stop.changed() => {
-                    // This node is stopping: the job goes back to the cluster at once.
-                    beat.abort();
-                    tracing::info!("worker stopping: job handed back to the cluster");
-                    let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
-                    return;
-                }
+                _ = stop.changed() => return None,
             }
-        };
-        beat.abort();
-        if lost.load(Ordering::Acquire) {
-            self.metrics.jobs_lost_total.inc();
-            tracing::warn!("another worker owns the job now: this one stopped it and writes nothing");
-            return;
         }
-        let Some(event) = terminal else {
-            tracing::error!("the local stream ended without a final event: handing the job back");
-            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
-            return;
-        };
+    }
+
+    /// The job's end in the cluster: its result uploaded, its final state written (while
+    /// this worker still owns it), the terminal event published and the message acked.
+    async fn conclude(&self, id: &JobId, job: &ClusterJob, attempt: u32, msg: &jetstream::Message, event: StreamEvent) {
         // The local record holds the outcome (written before the event was published).
-        let record = self.node.record(&id).await.map(|(r, _)| r);
+        let record = self.node.record(id).await.map(|(r, _)| r);
         let mut parts = Vec::new();
         if matches!(event, StreamEvent::Done { .. }) {
-            match self.upload_result(&id).await {
+            match self.upload_result(id).await {
                 Ok(p) => parts = p,
                 Err(e) => {
-                    self.fail(&id, attempt, &msg, format!("the result could not be stored in the cluster: {e}")).await;
+                    self.fail(id, attempt, msg, format!("the result could not be stored in the cluster: {e}")).await;
                     return;
                 }
             }
@@ -402,7 +413,7 @@ impl Worker {
             _ => JobState::Failed,
         };
         let own = self
-            .write_own(&id, attempt, |j| {
+            .write_own(id, attempt, |j| {
                 j.record.state = state;
                 j.progress = None;
                 j.parts = parts.clone();
@@ -431,9 +442,55 @@ impl Worker {
                 return;
             }
         }
-        self.results.remove(&id);
+        self.results.remove(id);
         tracing::info!(state = state.as_str(), "job finished in the cluster");
-        self.finish_message(&id, event, &msg, job.upload.as_deref()).await;
+        self.finish_message(id, event, msg, job.upload.as_deref()).await;
+    }
+
+    /// One job from its message to its end: claimed, run on this node with its stream
+    /// forwarded and its heartbeat beating, concluded.
+    async fn run(self: Arc<Self>, id: JobId, msg: jetstream::Message) {
+        let delivered = msg.info().map(|i| i.delivered.max(1) as u32).unwrap_or(1);
+        let Some(job) = self.claim(&id, &msg, delivered).await else { return };
+        if delivered > 1 {
+            self.metrics.redeliveries_total.inc();
+            let codes = job.record.songs.len();
+            tracing::warn!(attempt = delivered, codes, "resuming a job whose worker stopped answering");
+        } else {
+            tracing::info!("job claimed");
+        }
+        let attempt = delivered;
+        let cancels = match self.c.client.subscribe(format!("yued.cancel.{id}")).await {
+            Ok(s) => Some(s),
+            Err(e) => {
+                tracing::warn!(error = %e, "cancel subscription (the heartbeat still reads the flag)");
+                None
+            }
+        };
+        let Some(mut tap) = self.start_local(&id, &job, attempt, &msg).await else { return };
+        let msg = Arc::new(msg);
+        let lost = Arc::new(AtomicBool::new(false));
+        let songs = job.record.songs.len();
+        let beat = tokio::spawn(self.clone().job_heartbeat(id.clone(), attempt, msg.clone(), lost.clone(), songs));
+        let terminal = self.forward(&id, attempt, &mut tap, cancels).await;
+        beat.abort();
+        let Some(terminal) = terminal else {
+            // This node is stopping: the job goes back to the cluster at once.
+            tracing::info!("worker stopping: job handed back to the cluster");
+            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
+            return;
+        };
+        if lost.load(Ordering::Acquire) {
+            self.metrics.jobs_lost_total.inc();
+            tracing::warn!("another worker owns the job now: this one stopped it and writes nothing");
+            return;
+        }
+        let Some(event) = terminal else {
+            tracing::error!("the local stream ended without a final event: handing the job back");
+            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
+            return;
+        };
+        self.conclude(&id, &job, attempt, &msg, event).await;
     }
 
     /// The job's last word: its terminal event on the tile bus, then the acknowledgement
@@ -444,7 +501,8 @@ impl Worker {
             tracing::error!(job = %id, error = %e, "the final event could not be published");
         }
         if let Err(e) = retry("acknowledging a job", RETRY_WITHIN, || msg.double_ack()).await {
-            tracing::error!(job = %id, error = %e, "the job's message could not be acknowledged (it may be delivered again, and then skipped)");
+            tracing::error!(job = %id, error = %e, "the job's message could not be acknowledged (it may be delivered \
+                again, and then skipped)");
         }
         if let Some(object) = upload {
             let _ = self.c.results.delete(object).await;
@@ -468,7 +526,14 @@ impl Worker {
 
     /// Every beat while the job runs: "in progress" to the server, progress and new codes
     /// to the state; a cancel flag or a new owner stops the local job.
-    async fn job_heartbeat(self: Arc<Self>, id: JobId, attempt: u32, msg: Arc<jetstream::Message>, lost: Arc<AtomicBool>, mut songs_known: usize) {
+    async fn job_heartbeat(
+        self: Arc<Self>,
+        id: JobId,
+        attempt: u32,
+        msg: Arc<jetstream::Message>,
+        lost: Arc<AtomicBool>,
+        mut songs_known: usize,
+    ) {
         let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
         let mut cancelled = false;
         loop {

@@ -200,10 +200,14 @@ impl Config {
     }
 
     /// Defaults, then the TOML file if given, then the environment.
-    pub fn load(file: Option<&std::path::Path>, env: impl IntoIterator<Item = (String, String)>) -> Result<Self, ConfigError> {
+    pub fn load(
+        file: Option<&std::path::Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
         let mut c = match file {
             Some(p) => {
-                let text = std::fs::read_to_string(p).map_err(|e| ConfigError::File { path: p.into(), message: e.to_string() })?;
+                let text = std::fs::read_to_string(p)
+                    .map_err(|e| ConfigError::File { path: p.into(), message: e.to_string() })?;
                 toml::from_str(&text).map_err(|e| ConfigError::File { path: p.into(), message: e.to_string() })?
             }
             None => Config::default(),
@@ -249,8 +253,12 @@ impl Config {
             "admission_share" => self.admission_share = num(value, bad)?,
             "vae_core" => self.vae_core = num(value, bad)?,
             "vae_halo" => self.vae_halo = num(value, bad)?,
-            "api_keys" => self.api_keys = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
-            "admin_keys" => self.admin_keys = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect(),
+            "api_keys" => {
+                self.api_keys = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+            }
+            "admin_keys" => {
+                self.admin_keys = value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(String::from).collect()
+            }
             "api_keys_file" => self.api_keys_file = (!value.is_empty()).then(|| value.into()),
             "metrics_listen" => self.metrics_listen = value.trim().into(),
             "max_body_bytes" => self.max_body_bytes = num(value, bad)?,
@@ -339,7 +347,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let p = dir.path().join("y.toml");
         std::fs::write(&p, "port = 9000\nmax_batch = 4\nhost = \"0.0.0.0\"\n").unwrap();
-        let env = vec![("YUED_PORT".to_string(), "9100".to_string()), ("YUED_API_KEYS".into(), "a, b".into()), ("OTHER".into(), "x".into())];
+        let env = vec![
+            ("YUED_PORT".to_string(), "9100".to_string()),
+            ("YUED_API_KEYS".into(), "a, b".into()),
+            ("OTHER".into(), "x".into()),
+        ];
         let mut c = Config::load(Some(&p), env).unwrap();
         assert_eq!(c.port, 9100);
         assert_eq!(c.max_batch, 4);
@@ -366,16 +378,27 @@ mod tests {
         let e = Config::load(None, vec![("YUED_MAX_BATCH".to_string(), "0".to_string())]).unwrap_err().to_string();
         assert!(e.contains("max_batch"), "{e}");
         assert!(Config::default().set("nope", "1").is_err());
-        let e = Config::load(None, vec![("YUED_COMPUTE_PRIORITY".to_string(), "realtime".to_string())]).unwrap_err().to_string();
+        let e = Config::load(None, vec![("YUED_COMPUTE_PRIORITY".to_string(), "realtime".to_string())])
+            .unwrap_err()
+            .to_string();
         assert!(e.contains("compute_priority"), "{e}");
         let c = Config::load(None, vec![("YUED_COMPUTE_PRIORITY".to_string(), " Idle".to_string())]).unwrap();
         assert_eq!(c.compute_priority, "idle");
         assert_eq!(Config::default().compute_priority, "low");
         let e = Config::load(None, vec![("YUED_ROLE".to_string(), "worker".to_string())]).unwrap_err().to_string();
         assert!(e.starts_with("role:") && e.contains("--cluster"), "{e}");
-        let e = Config::load(None, vec![("YUED_CLUSTER".to_string(), "localhost:4222".to_string())]).unwrap_err().to_string();
+        let e = Config::load(None, vec![("YUED_CLUSTER".to_string(), "localhost:4222".to_string())])
+            .unwrap_err()
+            .to_string();
         assert!(e.starts_with("cluster:"), "{e}");
-        let c = Config::load(None, vec![("YUED_CLUSTER".to_string(), "nats://127.0.0.1:4222".to_string()), ("YUED_ROLE".to_string(), "API".to_string())]).unwrap();
+        let c = Config::load(
+            None,
+            vec![
+                ("YUED_CLUSTER".to_string(), "nats://127.0.0.1:4222".to_string()),
+                ("YUED_ROLE".to_string(), "API".to_string()),
+            ],
+        )
+        .unwrap();
         assert_eq!((c.cluster.as_str(), c.role.as_str()), ("nats://127.0.0.1:4222", "api"));
     }
 }

@@ -90,7 +90,12 @@ pub struct Backend {
 }
 
 impl Backend {
-    pub fn new(queue: Arc<dyn JobQueue>, states: Arc<dyn JobStates>, tiles: Arc<dyn TileBus>, results: Arc<dyn ResultFiles>) -> Self {
+    pub fn new(
+        queue: Arc<dyn JobQueue>,
+        states: Arc<dyn JobStates>,
+        tiles: Arc<dyn TileBus>,
+        results: Arc<dyn ResultFiles>,
+    ) -> Self {
         Backend { queue, states, tiles, results }
     }
 

@@ -97,7 +97,10 @@ impl ResultStore {
             for e in rd.flatten() {
                 let name = e.file_name().to_string_lossy().into_owned();
                 let Ok(id) = JobId::parse(&name) else { continue };
-                if let Some(meta) = std::fs::read(e.path().join("meta.json")).ok().and_then(|b| serde_json::from_slice::<ResultMeta>(&b).ok()) {
+                if let Some(meta) = std::fs::read(e.path().join("meta.json"))
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<ResultMeta>(&b).ok())
+                {
                     out.push((id, meta));
                 }
             }

@@ -83,7 +83,9 @@ impl TileEncoder {
 
     pub fn encode(&mut self, t: &PcmTile) -> EncodedTile {
         if self.opus.is_none() {
-            match OggOpusStream::new(t.channels, STREAM_OPUS_BITRATE, self.serial).map(|o| o.with_input_rate(t.sample_rate)) {
+            match OggOpusStream::new(t.channels, STREAM_OPUS_BITRATE, self.serial)
+                .map(|o| o.with_input_rate(t.sample_rate))
+            {
                 Ok(o) => self.opus = Some(o),
                 Err(err) => tracing::error!(job = %self.job, %err, "opening the Opus stream"),
             }
@@ -175,9 +177,14 @@ pub fn items(item: &HubItem, codec: StreamCodec, first_tile: bool) -> Vec<Stream
             if first_tile {
                 // Opus always decodes at 48 kHz (the encoder resamples other rates).
                 let sample_rate = if codec == StreamCodec::Opus { OPUS_RATE } else { t.sample_rate };
-                v.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate, channels: t.channels as u16 }.to_text()));
+                v.push(StreamItem::Text(
+                    StreamEvent::Format { codec, sample_rate, channels: t.channels as u16 }.to_text(),
+                ));
             }
-            v.push(StreamItem::Text(StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }.to_text()));
+            v.push(StreamItem::Text(
+                StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }
+                    .to_text(),
+            ));
             match codec {
                 StreamCodec::Pcm16 => v.push(StreamItem::Binary(t.pcm16.clone())),
                 StreamCodec::Opus if !t.opus_pages.is_empty() => v.push(StreamItem::Binary(t.opus_pages.clone())),
@@ -185,7 +192,9 @@ pub fn items(item: &HubItem, codec: StreamCodec, first_tile: bool) -> Vec<Stream
             }
             v
         }
-        HubItem::OpusTail(pages) if codec == StreamCodec::Opus && !pages.is_empty() => vec![StreamItem::Binary(pages.clone())],
+        HubItem::OpusTail(pages) if codec == StreamCodec::Opus && !pages.is_empty() => {
+            vec![StreamItem::Binary(pages.clone())]
+        }
         HubItem::OpusTail(_) => vec![],
     }
 }

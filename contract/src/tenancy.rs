@@ -108,7 +108,9 @@ pub struct KeyError {
 }
 
 fn valid_name(name: &str) -> bool {
-    (1..=64).contains(&name.len()) && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._@-".contains(&b)) && !name.starts_with("key-")
+    (1..=64).contains(&name.len())
+        && name.bytes().all(|b| b.is_ascii_alphanumeric() || b"._@-".contains(&b))
+        && !name.starts_with("key-")
 }
 
 impl KeyTable {
@@ -144,7 +146,9 @@ impl KeyTable {
                     w if w.starts_with("name=") => {
                         let n = &w[5..];
                         if !valid_name(n) {
-                            return Err(err(format!("name '{n}': 1 to 64 letters, digits or ._@- (and not starting with key-)")));
+                            return Err(err(format!(
+                                "name '{n}': 1 to 64 letters, digits or ._@- (and not starting with key-)"
+                            )));
                         }
                         name = Some(n.to_string());
                     }

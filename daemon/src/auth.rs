@@ -33,10 +33,15 @@ impl KeySource {
     pub fn load(&self) -> anyhow::Result<KeyTable> {
         let mut t = KeyTable::default();
         t.add_lines(&self.users.join("\n"), "--api-key")?;
-        let admins: Vec<String> = self.admins.iter().map(|k| if k.split_whitespace().any(|w| w == "admin") { k.clone() } else { format!("{k} admin") }).collect();
+        let admins: Vec<String> = self
+            .admins
+            .iter()
+            .map(|k| if k.split_whitespace().any(|w| w == "admin") { k.clone() } else { format!("{k} admin") })
+            .collect();
         t.add_lines(&admins.join("\n"), "--admin-key")?;
         if let Some(p) = &self.file {
-            let text = std::fs::read_to_string(p).map_err(|e| anyhow::anyhow!("reading the keys file {}: {e}", p.display()))?;
+            let text = std::fs::read_to_string(p)
+                .map_err(|e| anyhow::anyhow!("reading the keys file {}: {e}", p.display()))?;
             t.add_lines(&text, &p.display().to_string())?;
         }
         for p in t.principals() {
@@ -91,7 +96,10 @@ pub fn reload_on_sighup(keys: Keys, source: KeySource) {
                 Ok(t) => {
                     let (n, admins) = (t.len(), t.principals().filter(|p| p.is_admin()).count());
                     if t.is_empty() && !keys.is_open() {
-                        tracing::error!("SIGHUP: the keys would all be gone, which would open the box to anyone; keeping the old keys");
+                        tracing::error!(
+                            "SIGHUP: the keys would all be gone, which would open the box to anyone; \
+                            keeping the old keys"
+                        );
                         continue;
                     }
                     keys.replace(t);
@@ -111,10 +119,15 @@ pub fn presented_keys(req: &HttpRequest) -> Vec<String> {
     if let Some(v) = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()) {
         keys.push(v.trim().to_string());
     }
-    if let Some(k) = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string()).ok().and_then(|q| q.get("api_key").cloned()) {
+    if let Some(k) = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
+        .ok()
+        .and_then(|q| q.get("api_key").cloned())
+    {
         keys.push(k);
     }
-    if let Some(k) = req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|a| a.strip_prefix("Bearer ")) {
+    if let Some(k) =
+        req.headers().get(header::AUTHORIZATION).and_then(|v| v.to_str().ok()).and_then(|a| a.strip_prefix("Bearer "))
+    {
         keys.push(k.trim().to_string());
     }
     keys
@@ -131,14 +144,18 @@ fn address_principal(req: &HttpRequest) -> Principal {
 
 /// Routes anyone may reach, keys or not.
 fn open_route(path: &str) -> bool {
-    matches!(path, "/" | "/health" | "/docs" | "/openapi.json") || path.starts_with("/assets/") || path.starts_with("/docs/") || path.starts_with("/links/")
+    matches!(path, "/" | "/health" | "/docs" | "/openapi.json")
+        || path.starts_with("/assets/")
+        || path.starts_with("/docs/")
+        || path.starts_with("/links/")
 }
 
 /// A refusal in the route's own error shape (OpenAI's SDKs read theirs).
 fn refuse(path: &str, status: StatusCode, msg: &str) -> HttpResponse {
     if path.starts_with("/v1/") {
         let code = if status == StatusCode::UNAUTHORIZED { "invalid_api_key" } else { "insufficient_permissions" };
-        HttpResponse::build(status).json(serde_json::json!({"error": {"message": msg, "type": "invalid_request_error", "param": null, "code": code}}))
+        HttpResponse::build(status).json(serde_json::json!({"error": {"message": msg, "type": "invalid_request_error",
+            "param": null, "code": code}}))
     } else {
         crate::reply::error(status, msg)
     }
@@ -157,7 +174,10 @@ fn forbidden(who: &Principal, path: &str) -> Option<&'static str> {
 }
 
 /// The middleware: admits the request as a principal (stored in its extensions) or refuses it.
-pub async fn require_key(req: ServiceRequest, next: Next<impl MessageBody + 'static>) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
+pub async fn require_key(
+    req: ServiceRequest,
+    next: Next<impl MessageBody + 'static>,
+) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
     let Some(keys) = req.app_data::<web::Data<Keys>>().cloned() else {
         return next.call(req).await.map(|r| r.map_into_left_body());
     };
@@ -167,7 +187,11 @@ pub async fn require_key(req: ServiceRequest, next: Next<impl MessageBody + 'sta
         req.extensions_mut().insert(who);
     } else if !open_route(&path) {
         let Some(who) = keys.lookup(&presented_keys(req.request())) else {
-            let resp = refuse(&path, StatusCode::UNAUTHORIZED, "missing or unknown API key (Authorization: Bearer KEY or X-API-Key)");
+            let resp = refuse(
+                &path,
+                StatusCode::UNAUTHORIZED,
+                "missing or unknown API key (Authorization: Bearer KEY or X-API-Key)",
+            );
             return Ok(req.into_response(resp).map_into_right_body());
         };
         if let Some(why) = forbidden(&who, &path) {
@@ -201,7 +225,11 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let f = dir.path().join("keys");
         std::fs::write(&f, "fileKey1 name=carol\n").unwrap();
-        let src = KeySource { users: vec!["userKey1".into()], admins: vec!["adminKey1 name=ops".into()], file: Some(f.clone()) };
+        let src = KeySource {
+            users: vec!["userKey1".into()],
+            admins: vec!["adminKey1 name=ops".into()],
+            file: Some(f.clone()),
+        };
         let t = src.load().unwrap();
         assert_eq!(t.lookup("adminKey1").unwrap(), &Principal { id: "ops".into(), role: Role::Admin });
         assert_eq!(t.lookup("fileKey1").unwrap().id, "carol");

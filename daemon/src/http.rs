@@ -34,7 +34,7 @@ pub struct AppState {
     pub max_body_bytes: usize,
     pub vae: VaeLimits,
     /// The `--adapters` directory YuE2 requests name adapters of.
-    pub adapters: Option<Arc<yued_engine::adapter::AdapterDir>>,
+    pub adapters: Option<Arc<yued_engine::models::yue2::adapter::AdapterDir>>,
     /// `--max-duration`: longer songs are cut to it (0: no bound).
     pub max_duration: f64,
     /// `/openapi.json`, built at start (`openapi::document`).
@@ -103,8 +103,13 @@ pub fn check_request(body: &[u8], st: &AppState) -> Result<Request, String> {
     req.duration = st.cap_duration(req.duration);
     check_adapters(&req, st)?;
     let p = &st.prompt;
-    let builder = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &p.tokenizer, tokens: p.tokens, instructions: &p.instructions };
-    yued_engine::models::yue2::generate::check_fits(&builder, st.limits.context as usize, &req).map_err(|e| e.to_string())?;
+    let builder = yued_engine::models::yue2::prompt::PromptBuilder {
+        tokenizer: &p.tokenizer,
+        tokens: p.tokens,
+        instructions: &p.instructions,
+    };
+    yued_engine::models::yue2::generate::check_fits(&builder, st.limits.context as usize, &req)
+        .map_err(|e| e.to_string())?;
     Ok(req.with_resolved_seeds(random_u64).into())
 }
 
@@ -133,7 +138,8 @@ fn check_mm3(mut req: yued_protocol::Mm3Request, st: &AppState) -> Result<Reques
             m.registry.resolve(bucket, name).map_err(|e| format!("{field}: {e}"))?;
         }
     }
-    yued_engine::models::mm3::prompt::build(&m.tokenizer, &m.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
+    yued_engine::models::mm3::prompt::build(&m.tokenizer, &m.tokens, &req.caption, &req.lyrics)
+        .map_err(|e| format!("lyrics: {e}"))?;
     Ok(req.with_resolved_seeds(random_u64).into())
 }
 
@@ -149,8 +155,14 @@ pub struct Mm3Check {
 /// The request part of a `/vae` upload: a family's request of options only. Without a
 /// `family` key it is YuE2's.
 fn vae_options(body: &[u8], st: &AppState) -> Result<Request, String> {
-    let names_family = serde_json::from_slice::<serde_json::Value>(body).ok().is_some_and(|v| v.get("family").is_some_and(|f| !f.is_null()));
-    let req = if names_family { Request::from_json(body, &st.families).map_err(|e| e.to_string())? } else { Request::Yue2(Yue2Request::from_json(body).map_err(|e| e.to_string())?) };
+    let names_family = serde_json::from_slice::<serde_json::Value>(body)
+        .ok()
+        .is_some_and(|v| v.get("family").is_some_and(|f| !f.is_null()));
+    let req = if names_family {
+        Request::from_json(body, &st.families).map_err(|e| e.to_string())?
+    } else {
+        Request::Yue2(Yue2Request::from_json(body).map_err(|e| e.to_string())?)
+    };
     match req {
         Request::Yue2(r) => {
             r.validate_options(&st.limits).map_err(|e| e.to_string())?;
@@ -160,7 +172,8 @@ fn vae_options(body: &[u8], st: &AppState) -> Result<Request, String> {
             let m = st.mm3.as_ref().ok_or("family: mm3 is not served by this daemon")?;
             r.validate_options(&Limits { mm3_codebooks: m.codebooks, ..st.limits }).map_err(|e| e.to_string())?;
             // The file is fixed now, so the job decodes with the VAE that was checked here.
-            r.vae_model = m.registry.resolve(Bucket::Mm3Vae, &r.vae_model).map_err(|e| format!("vae_model: {e}"))?.name.clone();
+            r.vae_model =
+                m.registry.resolve(Bucket::Mm3Vae, &r.vae_model).map_err(|e| format!("vae_model: {e}"))?.name.clone();
             Ok(Request::Mm3(r))
         }
     }
@@ -180,7 +193,12 @@ fn vae_facts(req: &Request, st: &AppState) -> Result<VaeFacts, String> {
     match req {
         Request::Yue2(_) => {
             let audio = st.vae.audio;
-            Ok(VaeFacts { audio, has_encoder: st.vae.has_encoder, max_seconds: st.limits.context as f64 / audio.latent_rate(), limit: "context" })
+            Ok(VaeFacts {
+                audio,
+                has_encoder: st.vae.has_encoder,
+                max_seconds: st.limits.context as f64 / audio.latent_rate(),
+                limit: "context",
+            })
         }
         Request::Mm3(r) => {
             let m = st.mm3.as_ref().ok_or("family: mm3 is not served by this daemon")?;
@@ -188,7 +206,12 @@ fn vae_facts(req: &Request, st: &AppState) -> Result<VaeFacts, String> {
             let f = yued_engine::gguf::GgufFile::open(&entry.path).map_err(|e| format!("vae_model: {e}"))?;
             let info = yued_engine::models::mm3::vae::VaeModel::info(&f).map_err(|e| format!("vae_model: {e}"))?;
             let max_seconds = yued_protocol::request::mm3::MAX_FRAMES as f64 / yued_protocol::request::mm3::FRAME_RATE;
-            Ok(VaeFacts { audio: info.audio_spec(), has_encoder: f.tensor("encoder.conv_in.weight").is_some(), max_seconds, limit: "song limit" })
+            Ok(VaeFacts {
+                audio: info.audio_spec(),
+                has_encoder: f.tensor("encoder.conv_in.weight").is_some(),
+                max_seconds,
+                limit: "song limit",
+            })
         }
     }
 }
@@ -201,15 +224,24 @@ fn random_u64() -> u64 {
 }
 
 /// Submits a parsed request; the reply of every submission route.
-pub async fn submit(st: &AppState, client: String, request: Request, vae: Option<VaeTask>) -> Result<JobId, HttpResponse> {
+pub async fn submit(
+    st: &AppState,
+    client: String,
+    request: Request,
+    vae: Option<VaeTask>,
+) -> Result<JobId, HttpResponse> {
     match st.jobs.submit(Submission::new(client, request, vae)).await {
         Ok(id) => Ok(id),
-        Err(SubmitError::Full(cap)) => {
-            Err(HttpResponse::TooManyRequests().insert_header((header::RETRY_AFTER, "5")).json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") }))
-        }
-        Err(e @ SubmitError::OverShare(_)) => Err(HttpResponse::TooManyRequests().insert_header((header::RETRY_AFTER, "5")).json(ErrorBody { error: e.to_string() })),
+        Err(SubmitError::Full(cap)) => Err(HttpResponse::TooManyRequests()
+            .insert_header((header::RETRY_AFTER, "5"))
+            .json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") })),
+        Err(e @ SubmitError::OverShare(_)) => Err(HttpResponse::TooManyRequests()
+            .insert_header((header::RETRY_AFTER, "5"))
+            .json(ErrorBody { error: e.to_string() })),
         Err(SubmitError::ShuttingDown) => Err(unavailable("the server is shutting down")),
-        Err(SubmitError::Journal(e)) => Err(unavailable(format!("the job could not be journaled, so it is not accepted: {e}"))),
+        Err(SubmitError::Journal(e)) => {
+            Err(unavailable(format!("the job could not be journaled, so it is not accepted: {e}")))
+        }
         Err(SubmitError::Unavailable(e)) => Err(unavailable(e)),
     }
 }
@@ -250,7 +282,11 @@ async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Opt
 fn closed(body: &Bytes, boundary: &str) -> Option<Bytes> {
     let close = format!("--{boundary}--");
     let close = close.as_bytes();
-    let end = if body.starts_with(close) { close.len() } else { body.windows(close.len() + 2).rposition(|w| w.starts_with(b"\r\n") && &w[2..] == close)? + close.len() + 2 };
+    let end = if body.starts_with(close) {
+        close.len()
+    } else {
+        body.windows(close.len() + 2).rposition(|w| w.starts_with(b"\r\n") && &w[2..] == close)? + close.len() + 2
+    };
     let mut out = bytes::BytesMut::with_capacity(end + 2);
     out.extend_from_slice(&body[..end]);
     out.extend_from_slice(b"\r\n");
@@ -261,69 +297,143 @@ fn too_large(limit: usize) -> HttpResponse {
     error(actix_web::http::StatusCode::PAYLOAD_TOO_LARGE, format!("upload larger than {limit} bytes"))
 }
 
+/// The parts of a `/vae` form.
+#[derive(Default)]
+struct VaeForm {
+    audio: Option<Vec<u8>>,
+    latents: Option<Vec<u8>>,
+    request: Option<Vec<u8>>,
+}
+
+/// Reads a `/vae` form: the whole body first (the parts' bytes are held anyway), so a body
+/// cut inside its closing delimiter is refused here (actix-multipart waits forever for the
+/// rest of a delimiter once the payload has ended), then each part, at most once.
+async fn read_vae_form(req: &HttpRequest, payload: web::Payload, limit: usize) -> Result<VaeForm, HttpResponse> {
+    let is_form = req
+        .headers()
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("multipart/form-data"));
+    if !is_form {
+        return Err(bad("POST /vae takes multipart/form-data with an 'audio' or a 'src_latents' part"));
+    }
+    let body = match read_body(payload, limit.saturating_add(MULTIPART_SLACK)).await {
+        Ok(b) => b,
+        Err(Some(resp)) => return Err(resp),
+        Err(None) => return Err(too_large(limit)),
+    };
+    let boundary = actix_web::HttpMessage::mime_type(req)
+        .ok()
+        .flatten()
+        .and_then(|m| m.get_param("boundary").map(|b| b.as_str().to_string()))
+        .unwrap_or_default();
+    if boundary.is_empty() {
+        return Err(bad("multipart: the content type names no boundary"));
+    }
+    let Some(body) = closed(&body, &boundary) else {
+        return Err(bad(format!("multipart: the body ends before its closing delimiter --{boundary}--")));
+    };
+    let mut form = actix_multipart::Multipart::new(
+        req.headers(),
+        stream::once(async move { Ok::<_, actix_web::error::PayloadError>(body) }),
+    );
+    let mut parts = VaeForm::default();
+    let mut total = 0usize;
+    while let Some(field) = form.next().await {
+        let mut field = field.map_err(|e| bad(format!("multipart: {e}")))?;
+        let name = field.name().unwrap_or_default().to_string();
+        let mut buf = Vec::new();
+        while let Some(chunk) = field.next().await {
+            let chunk = chunk.map_err(|e| bad(format!("multipart part '{name}': {e}")))?;
+            total += chunk.len();
+            if total > limit {
+                return Err(too_large(limit));
+            }
+            buf.extend_from_slice(&chunk);
+        }
+        let slot = match name.as_str() {
+            "audio" => &mut parts.audio,
+            "src_latents" => &mut parts.latents,
+            "request" => &mut parts.request,
+            other => return Err(bad(format!("unknown part '{other}' (audio, src_latents, request)"))),
+        };
+        if slot.is_some() {
+            return Err(bad(format!("{name}: given twice")));
+        }
+        *slot = Some(buf);
+    }
+    Ok(parts)
+}
+
+/// Audio to encode: it decodes, the VAE has an encoder, and it is not too long.
+async fn check_vae_audio(a: Vec<u8>, vae: &VaeFacts) -> Result<Vec<u8>, HttpResponse> {
+    if !vae.has_encoder {
+        return Err(bad("audio: this VAE file has no encoder; only src_latents can be decoded"));
+    }
+    match web::block(move || yued_audio::decode::decode(&a).map(|pcm| (pcm.seconds(), a))).await {
+        Ok(Ok((secs, _))) if secs > vae.max_seconds => {
+            Err(bad(format!("audio: {secs:.1} s is longer than the {} of {:.0} s", vae.limit, vae.max_seconds)))
+        }
+        Ok(Ok((_, a))) => Ok(a),
+        Ok(Err(e)) => Err(bad(format!("audio: {e}"))),
+        Err(_) => Err(unavailable("the decode check did not run")),
+    }
+}
+
+/// Latents to decode: whole frames of finite values, within the length bound.
+fn check_vae_latents(z: &[u8], vae: &VaeFacts) -> Result<(), String> {
+    let lat = vae.audio.latent_channels;
+    let frame = 4 * lat;
+    if z.is_empty() || !z.len().is_multiple_of(frame) {
+        return Err(format!("src_latents: {} bytes are not whole frames of {lat} f32 values ({frame} bytes)", z.len()));
+    }
+    let frames = z.len() / frame;
+    let seconds = vae.audio.latent_seconds(frames);
+    if seconds > vae.max_seconds + 1e-9 {
+        return Err(format!(
+            "src_latents: {frames} frames ({seconds:.1} s) exceed the {} of {:.0} s",
+            vae.limit, vae.max_seconds
+        ));
+    }
+    if z.chunks_exact(4).any(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()) {
+        return Err("src_latents: the latents hold NaN or infinite values".into());
+    }
+    Ok(())
+}
+
+/// Writes an upload under the data directory (synced), where its job reads it.
+async fn store_upload(dir: &std::path::Path, bytes: Vec<u8>) -> Result<std::path::PathBuf, HttpResponse> {
+    let path = dir.join(format!("{:016x}.upload", random_u64()));
+    let target = path.clone();
+    let written = web::block(move || -> std::io::Result<()> {
+        use std::io::Write;
+        let mut f = std::fs::File::create(&target)?;
+        f.write_all(&bytes)?;
+        f.sync_all()
+    })
+    .await;
+    if !matches!(written, Ok(Ok(()))) {
+        let _ = std::fs::remove_file(&path);
+        return Err(error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, "could not store the upload"));
+    }
+    Ok(path)
+}
+
 /// `POST /vae`: multipart/form-data with exactly one of `audio` (encode to latents) or
 /// `src_latents` (raw f32 `[T, 64]`, decode to audio), and an optional `request` JSON part
 /// whose output_format, peak_clip and mp3_bitrate drive a decode. The upload is checked
 /// here (400 on audio that does not decode, latents that are not whole frames or exceed
 /// the context), written under the data directory, and queued like any job.
 pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<AppState>) -> HttpResponse {
-    let is_form = req.headers().get(header::CONTENT_TYPE).and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("multipart/form-data"));
-    if !is_form {
-        return bad("POST /vae takes multipart/form-data with an 'audio' or a 'src_latents' part");
-    }
-    let limit = st.vae.max_upload_bytes;
-    // The whole body first (the parts' bytes are held anyway), so a body cut inside its
-    // closing delimiter is refused here: actix-multipart waits forever for the rest of a
-    // delimiter once the payload has ended.
-    let body = match read_body(payload, limit.saturating_add(MULTIPART_SLACK)).await {
-        Ok(b) => b,
-        Err(Some(resp)) => return resp,
-        Err(None) => return too_large(limit),
+    let form = match read_vae_form(&req, payload, st.vae.max_upload_bytes).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
     };
-    let boundary = actix_web::HttpMessage::mime_type(&req).ok().flatten().and_then(|m| m.get_param("boundary").map(|b| b.as_str().to_string())).unwrap_or_default();
-    if boundary.is_empty() {
-        return bad("multipart: the content type names no boundary");
-    }
-    let Some(body) = closed(&body, &boundary) else {
-        return bad(format!("multipart: the body ends before its closing delimiter --{boundary}--"));
-    };
-    let mut form = actix_multipart::Multipart::new(req.headers(), stream::once(async move { Ok::<_, actix_web::error::PayloadError>(body) }));
-    let (mut audio, mut latents, mut request) = (None::<Vec<u8>>, None::<Vec<u8>>, None::<Vec<u8>>);
-    let mut total = 0usize;
-    while let Some(field) = form.next().await {
-        let mut field = match field {
-            Ok(f) => f,
-            Err(e) => return bad(format!("multipart: {e}")),
-        };
-        let name = field.name().unwrap_or_default().to_string();
-        let mut buf = Vec::new();
-        while let Some(chunk) = field.next().await {
-            let chunk = match chunk {
-                Ok(c) => c,
-                Err(e) => return bad(format!("multipart part '{name}': {e}")),
-            };
-            total += chunk.len();
-            if total > limit {
-                return too_large(limit);
-            }
-            buf.extend_from_slice(&chunk);
-        }
-        let slot = match name.as_str() {
-            "audio" => &mut audio,
-            "src_latents" => &mut latents,
-            "request" => &mut request,
-            other => return bad(format!("unknown part '{other}' (audio, src_latents, request)")),
-        };
-        if slot.is_some() {
-            return bad(format!("{name}: given twice"));
-        }
-        *slot = Some(buf);
-    }
     // The request part is a request like /synth's, of which a decode reads output_format,
     // peak_clip and mp3_bitrate (and a MiniMax one its vae_model): every field is type- and
     // bound-checked, but a VAE job has no use for the "style or lyrics" rule of a song. A
     // part that names no family is YuE2's, as it was before MiniMax Music 3 was served.
-    let options = match &request {
+    let options = match &form.request {
         Some(body) => match vae_options(body, &st) {
             Ok(r) => r,
             // The part's own JSON errors name the part.
@@ -335,56 +445,22 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         Ok(v) => v,
         Err(e) => return bad(e),
     };
-    let lat = vae.audio.latent_channels;
-    let (op, bytes) = match (audio, latents) {
+    let (op, bytes) = match (form.audio, form.latents) {
         (Some(_), Some(_)) => return bad("give exactly one of 'audio' (encode) or 'src_latents' (decode), not both"),
         (None, None) => return bad("give exactly one of 'audio' (encode) or 'src_latents' (decode)"),
-        (Some(a), None) => {
-            if !vae.has_encoder {
-                return bad("audio: this VAE file has no encoder; only src_latents can be decoded");
-            }
-            let checked = web::block(move || yued_audio::decode::decode(&a).map(|pcm| (pcm.seconds(), a))).await;
-            match checked {
-                Ok(Ok((secs, a))) => {
-                    if secs > vae.max_seconds {
-                        return bad(format!("audio: {secs:.1} s is longer than the {} of {:.0} s", vae.limit, vae.max_seconds));
-                    }
-                    (VaeOp::Encode, a)
-                }
-                Ok(Err(e)) => return bad(format!("audio: {e}")),
-                Err(_) => return unavailable("the decode check did not run"),
-            }
-        }
-        (None, Some(z)) => {
-            let frame = 4 * lat;
-            if z.is_empty() || z.len() % frame != 0 {
-                return bad(format!("src_latents: {} bytes are not whole frames of {lat} f32 values ({frame} bytes)", z.len()));
-            }
-            let frames = z.len() / frame;
-            if vae.audio.latent_seconds(frames) > vae.max_seconds + 1e-9 {
-                return bad(format!("src_latents: {frames} frames ({:.1} s) exceed the {} of {:.0} s", vae.audio.latent_seconds(frames), vae.limit, vae.max_seconds));
-            }
-            if z.chunks_exact(4).any(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()) {
-                return bad("src_latents: the latents hold NaN or infinite values");
-            }
-            (VaeOp::Decode, z)
-        }
+        (Some(a), None) => match check_vae_audio(a, &vae).await {
+            Ok(a) => (VaeOp::Encode, a),
+            Err(resp) => return resp,
+        },
+        (None, Some(z)) => match check_vae_latents(&z, &vae) {
+            Ok(()) => (VaeOp::Decode, z),
+            Err(e) => return bad(e),
+        },
     };
-    let path = st.vae.uploads.join(format!("{:016x}.upload", random_u64()));
-    let written = {
-        let path = path.clone();
-        web::block(move || -> std::io::Result<()> {
-            use std::io::Write;
-            let mut f = std::fs::File::create(&path)?;
-            f.write_all(&bytes)?;
-            f.sync_all()
-        })
-        .await
+    let path = match store_upload(&st.vae.uploads, bytes).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
     };
-    if !matches!(written, Ok(Ok(()))) {
-        let _ = std::fs::remove_file(&path);
-        return error(actix_web::http::StatusCode::INTERNAL_SERVER_ERROR, "could not store the upload");
-    }
     match submit(&st, client_key(&req), options, Some(VaeTask { op, input: path.clone() })).await {
         Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
         Err(resp) => {
@@ -481,7 +557,9 @@ async fn result(id: &JobId, jobs: &yued_contract::Jobs) -> HttpResponse {
     let mut segments: Vec<Segment> = Vec::new();
     for (path, ct) in parts {
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-        segments.push(Segment::Bytes(Bytes::from(format!("--{boundary}\r\nContent-Type: {ct}\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n"))));
+        segments.push(Segment::Bytes(Bytes::from(format!(
+            "--{boundary}\r\nContent-Type: {ct}\r\nContent-Disposition: attachment; filename=\"{name}\"\r\n\r\n"
+        ))));
         segments.push(Segment::File(path));
         segments.push(Segment::Bytes(Bytes::from_static(b"\r\n")));
     }
@@ -529,7 +607,12 @@ fn health_of(st: &AppState, s: &yued_contract::QueueSnapshot) -> Health {
     } else {
         "loading"
     };
-    Health { status, ready: status == "ok" && s.accepting, uptime_seconds: st.started.elapsed().as_secs_f64(), demo_weights: st.demo_weights }
+    Health {
+        status,
+        ready: status == "ok" && s.accepting,
+        uptime_seconds: st.started.elapsed().as_secs_f64(),
+        demo_weights: st.demo_weights,
+    }
 }
 
 /// A journal that refuses writes makes the daemon unhealthy (503) until one succeeds:
@@ -544,7 +627,9 @@ fn health_status(s: &yued_contract::QueueSnapshot) -> actix_web::http::StatusCod
 
 pub async fn health(st: web::Data<AppState>) -> HttpResponse {
     match st.jobs.liveness().await {
-        Ok(s) => HttpResponse::build(health_status(&s)).insert_header((header::CACHE_CONTROL, "no-store")).json(health_of(&st, &s)),
+        Ok(s) => HttpResponse::build(health_status(&s))
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .json(health_of(&st, &s)),
         Err(e) => unavailable(e.0),
     }
 }
@@ -553,7 +638,9 @@ pub async fn health(st: web::Data<AppState>) -> HttpResponse {
 /// (an admin's: every running one).
 pub async fn status(req: HttpRequest, st: web::Data<AppState>) -> HttpResponse {
     match st.jobs.of(&crate::auth::caller(&req)).snapshot().await {
-        Ok(s) => HttpResponse::build(health_status(&s)).insert_header((header::CACHE_CONTROL, "no-store")).json(Status { health: health_of(&st, &s), queue: s }),
+        Ok(s) => HttpResponse::build(health_status(&s))
+            .insert_header((header::CACHE_CONTROL, "no-store"))
+            .json(Status { health: health_of(&st, &s), queue: s }),
         Err(e) => unavailable(e.0),
     }
 }
@@ -583,7 +670,10 @@ pub async fn logs(st: web::Data<AppState>) -> HttpResponse {
             }
         }
     });
-    HttpResponse::Ok().content_type("text/event-stream").insert_header((header::CACHE_CONTROL, "no-cache")).streaming(head.chain(live))
+    HttpResponse::Ok()
+        .content_type("text/event-stream")
+        .insert_header((header::CACHE_CONTROL, "no-cache"))
+        .streaming(head.chain(live))
 }
 
 fn sse(line: &str) -> Bytes {

@@ -60,12 +60,15 @@ impl Links {
     /// A new link to `job`'s result, valid for the configured time.
     pub async fn create(&self, job: &JobId) -> std::io::Result<Link> {
         let mut bytes = [0u8; 16];
-        getrandom::fill(&mut bytes).map_err(|e| std::io::Error::other(format!("no randomness for a link token: {e}")))?;
+        getrandom::fill(&mut bytes)
+            .map_err(|e| std::io::Error::other(format!("no randomness for a link token: {e}")))?;
         let token: String = bytes.iter().map(|b| format!("{b:02x}")).collect();
         let expires = now() + self.ttl.as_secs();
         let record = serde_json::to_vec(&Record { job: job.clone(), expires }).expect("a record serializes");
         if let Some(kv) = &self.cluster {
-            kv.create(&token, record.into()).await.map_err(|e| std::io::Error::other(format!("the cluster's links: {e}")))?;
+            kv.create(&token, record.into())
+                .await
+                .map_err(|e| std::io::Error::other(format!("the cluster's links: {e}")))?;
             return Ok(Link { token, expires });
         }
         self.sweep();
@@ -100,7 +103,11 @@ impl Links {
         let t = now();
         for e in entries.flatten() {
             let path = e.path();
-            let keep = path.extension().is_some_and(|x| x == "json") && std::fs::read(&path).ok().and_then(|b| serde_json::from_slice::<Record>(&b).ok()).is_some_and(|r| r.expires > t);
+            let keep = path.extension().is_some_and(|x| x == "json")
+                && std::fs::read(&path)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Record>(&b).ok())
+                    .is_some_and(|r| r.expires > t);
             if !keep {
                 let _ = std::fs::remove_file(&path);
             }

@@ -69,7 +69,10 @@ impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'
         if let Some(scope) = ctx.event_scope(event) {
             for span in scope.from_root() {
                 let _ = write!(v.0, " {}", span.name());
-                if let Some(f) = span.extensions().get::<tracing_subscriber::fmt::FormattedFields<tracing_subscriber::fmt::format::DefaultFields>>() {
+                if let Some(f) = span
+                    .extensions()
+                    .get::<tracing_subscriber::fmt::FormattedFields<tracing_subscriber::fmt::format::DefaultFields>>()
+                {
                     let _ = write!(v.0, "{{{f}}}");
                 }
             }
@@ -84,7 +87,8 @@ impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'
 fn chrono_like_now() -> String {
     use tracing_subscriber::fmt::time::FormatTime;
     let mut s = String::new();
-    let _ = tracing_subscriber::fmt::time::SystemTime.format_time(&mut tracing_subscriber::fmt::format::Writer::new(&mut s));
+    let _ = tracing_subscriber::fmt::time::SystemTime
+        .format_time(&mut tracing_subscriber::fmt::format::Writer::new(&mut s));
     s
 }
 

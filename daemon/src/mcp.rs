@@ -37,7 +37,8 @@ fn rpc_result(id: &Value, result: Value) -> HttpResponse {
 }
 
 fn rpc_error(status: StatusCode, id: &Value, code: i64, message: impl Into<String>) -> HttpResponse {
-    HttpResponse::build(status).json(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}}))
+    HttpResponse::build(status)
+        .json(json!({"jsonrpc": "2.0", "id": id, "error": {"code": code, "message": message.into()}}))
 }
 
 fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
@@ -62,7 +63,11 @@ pub async fn post(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> Htt
         Err(e) => return rpc_error(StatusCode::BAD_REQUEST, &Value::Null, PARSE_ERROR, format!("not JSON: {e}")),
     };
     let Some(obj) = msg.as_object() else {
-        let what = if msg.is_array() { "a batch (batches left the protocol in 2025-06-18; send one message per POST)" } else { "not a JSON-RPC message" };
+        let what = if msg.is_array() {
+            "a batch (batches left the protocol in 2025-06-18; send one message per POST)"
+        } else {
+            "not a JSON-RPC message"
+        };
         return rpc_error(StatusCode::BAD_REQUEST, &Value::Null, INVALID_REQUEST, what);
     };
     let id = obj.get("id").cloned();
@@ -72,7 +77,12 @@ pub async fn post(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> Htt
     }
     if let Some(v) = header(&req, VERSION_HEADER) {
         if !PROTOCOL_VERSIONS.contains(&v) {
-            return rpc_error(StatusCode::BAD_REQUEST, &id_or_null, INVALID_REQUEST, format!("MCP-Protocol-Version '{v}' is not one of {}", PROTOCOL_VERSIONS.join(", ")));
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                &id_or_null,
+                INVALID_REQUEST,
+                format!("MCP-Protocol-Version '{v}' is not one of {}", PROTOCOL_VERSIONS.join(", ")),
+            );
         }
     }
     if id.as_ref().is_some_and(|i| !(i.is_string() || i.is_i64() || i.is_u64())) {
@@ -86,14 +96,33 @@ pub async fn post(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> Htt
     }
     let session = header(&req, SESSION_HEADER).map(str::to_string);
     match &session {
-        None => return rpc_error(StatusCode::BAD_REQUEST, &id_or_null, INVALID_REQUEST, "Mcp-Session-Id: missing (send initialize first)"),
-        Some(s) if !st.mcp.touch(s) => return rpc_error(StatusCode::NOT_FOUND, &id_or_null, INVALID_REQUEST, "Mcp-Session-Id: no such session (it ended or expired; initialize again)"),
+        None => {
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                &id_or_null,
+                INVALID_REQUEST,
+                "Mcp-Session-Id: missing (send initialize first)",
+            )
+        }
+        Some(s) if !st.mcp.touch(s) => {
+            return rpc_error(
+                StatusCode::NOT_FOUND,
+                &id_or_null,
+                INVALID_REQUEST,
+                "Mcp-Session-Id: no such session (it ended or expired; initialize again)",
+            )
+        }
         Some(_) => {}
     }
     let (Some(method), Some(id)) = (method, id) else {
         // A notification (no id) or a response to us (no method): nothing to answer.
         if method.is_none() && !(obj.contains_key("result") || obj.contains_key("error")) {
-            return rpc_error(StatusCode::BAD_REQUEST, &id_or_null, INVALID_REQUEST, "neither a request, a notification nor a response");
+            return rpc_error(
+                StatusCode::BAD_REQUEST,
+                &id_or_null,
+                INVALID_REQUEST,
+                "neither a request, a notification nor a response",
+            );
         }
         return HttpResponse::Accepted().finish();
     };
@@ -108,11 +137,15 @@ pub async fn post(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> Htt
         },
         "resources/list" => rpc_result(
             &id,
-            json!({"resources": [{"uri": GUIDE_URI, "name": "songwriting-guide", "title": "Writing a song for yued", "description": "Lyrics structure, section tags, and what each model family expects of its description", "mimeType": "text/markdown", "size": GUIDE.len()}]}),
+            json!({"resources": [{"uri": GUIDE_URI, "name": "songwriting-guide", "title": "Writing a song for yued",
+                "description": "Lyrics structure, section tags, and what each model family expects of its description",
+                "mimeType": "text/markdown", "size": GUIDE.len()}]}),
         ),
         "resources/templates/list" => rpc_result(&id, json!({"resourceTemplates": []})),
         "resources/read" => match params.get("uri").and_then(Value::as_str) {
-            Some(GUIDE_URI) => rpc_result(&id, json!({"contents": [{"uri": GUIDE_URI, "mimeType": "text/markdown", "text": GUIDE}]})),
+            Some(GUIDE_URI) => {
+                rpc_result(&id, json!({"contents": [{"uri": GUIDE_URI, "mimeType": "text/markdown", "text": GUIDE}]}))
+            }
             Some(other) => rpc_error(StatusCode::OK, &id, -32002, format!("resource not found: {other}")),
             None => rpc_error(StatusCode::OK, &id, INVALID_PARAMS, "uri: missing"),
         },
@@ -135,12 +168,17 @@ fn initialize(id: &Value, params: &Value, st: &AppState) -> HttpResponse {
         "capabilities": {"tools": {"listChanged": false}, "resources": {"listChanged": false, "subscribe": false}},
         "serverInfo": {"name": "yued", "title": "yued song generation", "version": env!("CARGO_PKG_VERSION")},
         "instructions": format!(
-            "yued writes songs. Read the resource {GUIDE_URI} first. compose_song queues a song and returns its job_id; poll song_status until it is done (minutes on a GPU, longer on a CPU), then song_result gives a download link to its file, valid for {} minutes.",
+            "yued writes songs. Read the resource {GUIDE_URI} first. compose_song queues a song and returns its \
+                job_id; poll song_status until it is done (minutes on a GPU, longer on a CPU), then song_result gives \
+                a download link to its file, valid for {} minutes.",
             st.links.ttl().as_secs() / 60
         ),
     });
     let mut resp = rpc_result(id, result);
-    resp.headers_mut().insert(actix_web::http::header::HeaderName::from_static(SESSION_HEADER), actix_web::http::header::HeaderValue::from_str(&session).expect("hex is a header value"));
+    resp.headers_mut().insert(
+        actix_web::http::header::HeaderName::from_static(SESSION_HEADER),
+        actix_web::http::header::HeaderValue::from_str(&session).expect("hex is a header value"),
+    );
     resp
 }
 
@@ -164,41 +202,54 @@ fn tools(st: &AppState) -> Value {
         {
             "name": "compose_song",
             "title": "Compose a song",
-            "description": format!("Queue a new song from a description and lyrics (see the resource {GUIDE_URI}). Returns its job_id at once; the song renders in the background."),
+            "description": format!("Queue a new song from a description and lyrics (see the resource {GUIDE_URI}). \
+                Returns its job_id at once; the song renders in the background."),
             "inputSchema": {
                 "type": "object",
                 "properties": {
-                    "lyrics": {"type": "string", "minLength": 1, "maxLength": 20000, "description": "lyrics with section tags such as [verse] and [chorus] on lines of their own"},
-                    "style": {"type": "string", "maxLength": 4000, "description": "YuE2: comma-separated style tags (genre, mood, instruments, voice); MiniMax Music 3: a caption describing the song"},
-                    "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": st.mcp.max_seconds, "description": "length in seconds (default 30)"},
-                    "family": {"type": "string", "enum": families, "description": format!("the model family (default {})", families[0])},
-                    "format": {"type": "string", "enum": ["flac", "opus"], "description": "the file song_result exports (default flac)"}
+                    "lyrics": {"type": "string", "minLength": 1, "maxLength": 20000, "description": "lyrics with \
+                        section tags such as [verse] and [chorus] on lines of their own"},
+                    "style": {"type": "string", "maxLength": 4000, "description": "YuE2: comma-separated style tags \
+                        (genre, mood, instruments, voice); MiniMax Music 3: a caption describing the song"},
+                    "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": st.mcp.max_seconds,
+                        "description": "length in seconds (default 30)"},
+                    "family": {"type": "string", "enum": families, "description": format!("the model family (default \
+                        {})", families[0])},
+                    "format": {"type": "string", "enum": ["flac", "opus"], "description": "the file song_result \
+                        exports (default flac)"}
                 },
                 "required": ["lyrics"],
                 "additionalProperties": false
             },
-            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false, "openWorldHint": false}
+            "annotations": {"readOnlyHint": false, "destructiveHint": false, "idempotentHint": false,
+                "openWorldHint": false}
         },
         {
             "name": "song_status",
             "title": "A song's status",
-            "description": "The state of a song: queued (with its place in the queue), running (stage and progress), done, failed (with the reason) or cancelled.",
-            "inputSchema": {"type": "object", "properties": {"job_id": job_id_schema()}, "required": ["job_id"], "additionalProperties": false},
+            "description": "The state of a song: queued (with its place in the queue), running (stage and progress), \
+                done, failed (with the reason) or cancelled.",
+            "inputSchema": {"type": "object", "properties": {"job_id": job_id_schema()}, "required": ["job_id"],
+                "additionalProperties": false},
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         },
         {
             "name": "song_result",
             "title": "Download a finished song",
-            "description": "A download link to a finished song's audio file (its Opus or FLAC, as composed). The link needs no API key and expires after an hour.",
-            "inputSchema": {"type": "object", "properties": {"job_id": job_id_schema()}, "required": ["job_id"], "additionalProperties": false},
+            "description": "A download link to a finished song's audio file (its Opus or FLAC, as composed). The link \
+                needs no API key and expires after an hour.",
+            "inputSchema": {"type": "object", "properties": {"job_id": job_id_schema()}, "required": ["job_id"],
+                "additionalProperties": false},
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
         },
         {
             "name": "cancel_song",
             "title": "Cancel a song",
             "description": "Stop a queued or running song.",
-            "inputSchema": {"type": "object", "properties": {"job_id": job_id_schema()}, "required": ["job_id"], "additionalProperties": false},
-            "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true, "openWorldHint": false}
+            "inputSchema": {"type": "object", "properties": {"job_id": job_id_schema()}, "required": ["job_id"],
+                "additionalProperties": false},
+            "annotations": {"readOnlyHint": false, "destructiveHint": true, "idempotentHint": true,
+                "openWorldHint": false}
         }
     ])
 }
@@ -260,22 +311,27 @@ async fn call_tool(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) 
 
 async fn compose(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) -> Result<Value, String> {
     let args = arguments(params, &["lyrics", "style", "duration", "family", "format"])?;
-    let lyrics = string_arg(args, "lyrics")?.filter(|l| !l.trim().is_empty()).ok_or("lyrics: required and not blank")?;
+    let lyrics =
+        string_arg(args, "lyrics")?.filter(|l| !l.trim().is_empty()).ok_or("lyrics: required and not blank")?;
     let style = string_arg(args, "style")?.unwrap_or("").trim().to_string();
     let duration = match args.get("duration") {
         None | Some(Value::Null) => 30.0,
         Some(v) => v.as_f64().ok_or("duration: must be a number of seconds")?,
     };
     if !(duration > 0.0 && duration <= st.mcp.max_seconds) {
-        return Err(format!("duration: must be more than 0 and at most {} seconds, got {duration}", st.mcp.max_seconds));
+        return Err(format!(
+            "duration: must be more than 0 and at most {} seconds, got {duration}",
+            st.mcp.max_seconds
+        ));
     }
     let family = match string_arg(args, "family")? {
         None => st.families[0],
-        Some(f) => f
-            .parse::<Family>()
-            .ok()
-            .filter(|f| st.families.contains(f))
-            .ok_or_else(|| format!("family: '{f}' is not one of {}", st.families.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")))?,
+        Some(f) => f.parse::<Family>().ok().filter(|f| st.families.contains(f)).ok_or_else(|| {
+            format!(
+                "family: '{f}' is not one of {}",
+                st.families.iter().map(|f| f.as_str()).collect::<Vec<_>>().join(", ")
+            )
+        })?,
     };
     let format = match string_arg(args, "format")?.unwrap_or("flac") {
         f @ ("flac" | "opus") => f,
@@ -284,13 +340,18 @@ async fn compose(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) ->
     let native = match family {
         // On the demo's random weights no score can be written: straight to the codes.
         Family::Yue2 => {
-            let mut v = json!({"family": "yue2", "lyrics": lyrics, "style": style, "duration": duration, "output_format": format});
+            let mut v = json!({"family": "yue2", "lyrics": lyrics, "style": style, "duration": duration,
+                "output_format": format});
             if st.demo_weights {
                 v["cot"] = "off".into();
             }
             v
         }
-        Family::Mm3 => json!({"family": "mm3", "lyrics": lyrics, "caption": if style.is_empty() { "a song" } else { style.as_str() }, "duration": duration, "output_format": format}),
+        Family::Mm3 => {
+            json!({"family": "mm3", "lyrics": lyrics,
+                "caption": if style.is_empty() { "a song" } else { style.as_str() }, "duration": duration,
+                "output_format": format})
+        }
     };
     let body = serde_json::to_vec(&native).expect("JSON serializes");
     let state = st.clone();
@@ -301,9 +362,22 @@ async fn compose(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) ->
     let id = match submit(st, client_key(req), request, None).await {
         Ok(id) => id,
         Err(resp) => {
-            let retry = resp.headers().get("retry-after").and_then(|v| v.to_str().ok()).map(|s| format!(" (retry in {s} s)")).unwrap_or_default();
-            let body = actix_web::body::to_bytes(resp.into_body()).await.ok().and_then(|b| serde_json::from_slice::<Value>(&b).ok());
-            let msg = body.as_ref().and_then(|v| v.get("error")).and_then(Value::as_str).unwrap_or("the song was not accepted").to_string();
+            let retry = resp
+                .headers()
+                .get("retry-after")
+                .and_then(|v| v.to_str().ok())
+                .map(|s| format!(" (retry in {s} s)"))
+                .unwrap_or_default();
+            let body = actix_web::body::to_bytes(resp.into_body())
+                .await
+                .ok()
+                .and_then(|b| serde_json::from_slice::<Value>(&b).ok());
+            let msg = body
+                .as_ref()
+                .and_then(|v| v.get("error"))
+                .and_then(Value::as_str)
+                .unwrap_or("the song was not accepted")
+                .to_string();
             return Err(format!("{msg}{retry}"));
         }
     };
@@ -339,16 +413,16 @@ async fn result(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Valu
     let link = st.links.create(&job).await.map_err(|e| format!("the link could not be made: {e}"))?;
     let info = req.connection_info();
     let url = format!("{}://{}/links/{}", info.scheme(), info.host(), link.token);
-    Ok(json!({"job_id": job, "url": url, "content_type": content_type, "bytes": bytes, "expires_at": link.expires, "expires_in_seconds": st.links.ttl().as_secs()}))
+    Ok(json!({"job_id": job, "url": url, "content_type": content_type, "bytes": bytes, "expires_at": link.expires,
+            "expires_in_seconds": st.links.ttl().as_secs()}))
 }
 
 /// The one file a job may be exported as: its Opus or FLAC audio.
 pub async fn export_file(jobs: &yued_contract::Jobs, job: &JobId) -> Result<(std::path::PathBuf, String), String> {
     let parts = jobs.parts(job).await.ok_or_else(|| format!("the result of job {job} has expired"))?;
-    parts
-        .into_iter()
-        .find(|(_, ct)| ct == "audio/flac" || ct == "audio/ogg; codecs=opus")
-        .ok_or_else(|| format!("job {job} has no Opus or FLAC audio (only songs composed as flac or opus are exported)"))
+    parts.into_iter().find(|(_, ct)| ct == "audio/flac" || ct == "audio/ogg; codecs=opus").ok_or_else(|| {
+        format!("job {job} has no Opus or FLAC audio (only songs composed as flac or opus are exported)")
+    })
 }
 
 async fn cancel(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Value, String> {

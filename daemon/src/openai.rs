@@ -69,7 +69,8 @@ pub struct SpeechBody {
 fn openai_error(status: StatusCode, msg: impl Into<String>, kind: &str, param: Option<&str>) -> HttpResponse {
     // OpenAI's error shape, with yued's `error` text readable the same way.
     let msg = msg.into();
-    HttpResponse::build(status).json(serde_json::json!({"error": {"message": msg, "type": kind, "param": param, "code": null}}))
+    HttpResponse::build(status)
+        .json(serde_json::json!({"error": {"message": msg, "type": kind, "param": param, "code": null}}))
 }
 
 fn bad(msg: impl Into<String>, param: Option<&str>) -> HttpResponse {
@@ -78,13 +79,21 @@ fn bad(msg: impl Into<String>, param: Option<&str>) -> HttpResponse {
 
 /// `GET /v1/models`: one entry per family served, then each model file of the registry.
 pub async fn models(st: web::Data<AppState>) -> HttpResponse {
-    let mut data: Vec<serde_json::Value> = st.families.iter().map(|f| serde_json::json!({"id": f.as_str(), "object": "model", "created": 0, "owned_by": "yued"})).collect();
-    let file = |path: &str| std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-    data.push(serde_json::json!({"id": file(&st.props.model), "object": "model", "created": 0, "owned_by": "yued", "family": "yue2"}));
+    let mut data: Vec<serde_json::Value> = st
+        .families
+        .iter()
+        .map(|f| serde_json::json!({"id": f.as_str(), "object": "model", "created": 0, "owned_by": "yued"}))
+        .collect();
+    let file = |path: &str| {
+        std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default()
+    };
+    data.push(serde_json::json!({"id": file(&st.props.model), "object": "model", "created": 0, "owned_by": "yued",
+        "family": "yue2"}));
     if let Some(m) = &st.mm3 {
         for b in yued_engine::registry::Bucket::MM3 {
             for e in m.registry.entries(b) {
-                data.push(serde_json::json!({"id": e.name, "object": "model", "created": 0, "owned_by": "yued", "family": "mm3", "component": b.arch()}));
+                data.push(serde_json::json!({"id": e.name, "object": "model", "created": 0, "owned_by": "yued",
+                    "family": "mm3", "component": b.arch()}));
             }
         }
     }
@@ -156,19 +165,34 @@ pub async fn speech(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>)
         None | Some("") => None,
         Some(v) => match VOICES.iter().find(|(n, _)| *n == v) {
             Some((_, style)) => Some(*style),
-            None => return bad(format!("voice: '{v}' is not one of {}", VOICES.map(|(n, _)| n).join(", ")), Some("voice")),
+            None => {
+                return bad(format!("voice: '{v}' is not one of {}", VOICES.map(|(n, _)| n).join(", ")), Some("voice"))
+            }
         },
     };
     let (format, codec) = match format_of(b.response_format.as_deref().unwrap_or("mp3")) {
         Ok(f) => f,
         Err(e) => return bad(format!("response_format: {e}"), Some("response_format")),
     };
-    let style = [preset.unwrap_or(""), b.instructions.as_deref().unwrap_or("").trim()].iter().filter(|s| !s.is_empty()).copied().collect::<Vec<_>>().join(", ");
+    let style = [preset.unwrap_or(""), b.instructions.as_deref().unwrap_or("").trim()]
+        .iter()
+        .filter(|s| !s.is_empty())
+        .copied()
+        .collect::<Vec<_>>()
+        .join(", ");
     let mut native = match family {
         // On the demo's random weights the model cannot write a score: straight to the codes.
-        Family::Yue2 if st.demo_weights => serde_json::json!({"family": "yue2", "lyrics": b.input, "style": style, "output_format": format, "cot": "off"}),
-        Family::Yue2 => serde_json::json!({"family": "yue2", "lyrics": b.input, "style": style, "output_format": format}),
-        Family::Mm3 => serde_json::json!({"family": "mm3", "lyrics": b.input, "caption": if style.is_empty() { "a song".to_string() } else { style }, "output_format": format}),
+        Family::Yue2 if st.demo_weights => {
+            serde_json::json!({"family": "yue2", "lyrics": b.input, "style": style, "output_format": format,
+                "cot": "off"})
+        }
+        Family::Yue2 => {
+            serde_json::json!({"family": "yue2", "lyrics": b.input, "style": style, "output_format": format})
+        }
+        Family::Mm3 => {
+            serde_json::json!({"family": "mm3", "lyrics": b.input,
+                "caption": if style.is_empty() { "a song".to_string() } else { style }, "output_format": format})
+        }
     };
     if let Some(d) = b.duration {
         native["duration"] = d.into();
@@ -200,7 +224,8 @@ pub async fn music(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>) 
     };
     obj.insert("family".into(), family.as_str().into());
     // Streamed as live tiles only when it is one track in a streamable format.
-    let single = ["lm_batch_size", "synth_batch_size"].iter().all(|k| obj.get(*k).and_then(|x| x.as_u64()).unwrap_or(1) == 1);
+    let single =
+        ["lm_batch_size", "synth_batch_size"].iter().all(|k| obj.get(*k).and_then(|x| x.as_u64()).unwrap_or(1) == 1);
     let codec = match obj.get("output_format").and_then(|f| f.as_str()) {
         Some("opus") if single => Some(StreamCodec::Opus),
         _ => None,
@@ -209,7 +234,13 @@ pub async fn music(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>) 
 }
 
 /// Submits `native` (checked as `/synth` checks it) and answers with its audio.
-async fn run(req: &HttpRequest, st: &web::Data<AppState>, native: serde_json::Value, codec: Option<StreamCodec>, asynchronous: bool) -> HttpResponse {
+async fn run(
+    req: &HttpRequest,
+    st: &web::Data<AppState>,
+    native: serde_json::Value,
+    codec: Option<StreamCodec>,
+    asynchronous: bool,
+) -> HttpResponse {
     let body = serde_json::to_vec(&native).expect("JSON serializes");
     let request = match check_request(&body, st) {
         Ok(r) => r,
@@ -223,8 +254,8 @@ async fn run(req: &HttpRequest, st: &web::Data<AppState>, native: serde_json::Va
         Err(resp) => return as_openai(resp).await,
     };
     if asynchronous {
-        return HttpResponse::Ok()
-            .json(serde_json::json!({"id": id, "object": "music.job", "status": "queued", "status_url": format!("/job?id={id}"), "result_url": format!("/job?id={id}&result=1")}));
+        return HttpResponse::Ok().json(serde_json::json!({"id": id, "object": "music.job", "status": "queued",
+                "status_url": format!("/job?id={id}"), "result_url": format!("/job?id={id}&result=1")}));
     }
     // From here the caller waits for the audio: if it goes away first, the song is cancelled.
     let jobs = st.jobs.of(&crate::auth::caller(req));
@@ -290,7 +321,11 @@ impl Drop for CancelOnDrop {
 
 /// The first track's file once the job has ended (its subscription, when the hub still had
 /// the job, is read to the terminal event first).
-async fn finished_audio(jobs: &yued_contract::Jobs, id: &JobId, sub: Option<yued_contract::stream::Subscription>) -> HttpResponse {
+async fn finished_audio(
+    jobs: &yued_contract::Jobs,
+    id: &JobId,
+    sub: Option<yued_contract::stream::Subscription>,
+) -> HttpResponse {
     if let Some(mut sub) = sub {
         while let Some(item) = sub.rx.recv().await {
             if let StreamItem::Text(t) = item {
@@ -310,7 +345,9 @@ async fn finished_audio(jobs: &yued_contract::Jobs, id: &JobId, sub: Option<yued
     };
     match state {
         JobState::Done => {}
-        JobState::Cancelled => return openai_error(StatusCode::CONFLICT, format!("job {id} was cancelled"), "cancelled", None),
+        JobState::Cancelled => {
+            return openai_error(StatusCode::CONFLICT, format!("job {id} was cancelled"), "cancelled", None)
+        }
         _ => {
             // A song that failed on its content (a score the model could not write, a
             // prompt it could not take): the request's, not the server's.
@@ -318,7 +355,12 @@ async fn finished_audio(jobs: &yued_contract::Jobs, id: &JobId, sub: Option<yued
                 Ok(Some(s)) => s.error.unwrap_or_default(),
                 _ => String::new(),
             };
-            return openai_error(StatusCode::UNPROCESSABLE_ENTITY, format!("job {id} failed: {why}"), "generation_failed", None);
+            return openai_error(
+                StatusCode::UNPROCESSABLE_ENTITY,
+                format!("job {id} failed: {why}"),
+                "generation_failed",
+                None,
+            );
         }
     }
     audio_file(id, jobs).await
@@ -326,11 +368,18 @@ async fn finished_audio(jobs: &yued_contract::Jobs, id: &JobId, sub: Option<yued
 
 /// The first audio part of a finished job's result.
 async fn audio_file(id: &JobId, jobs: &yued_contract::Jobs) -> HttpResponse {
-    let Some(parts) = jobs.parts(id).await else { return openai_error(StatusCode::NOT_FOUND, format!("the result of job {id} has expired"), "not_found", None) };
+    let Some(parts) = jobs.parts(id).await else {
+        return openai_error(StatusCode::NOT_FOUND, format!("the result of job {id} has expired"), "not_found", None);
+    };
     match parts.into_iter().find(|(_, ct)| ct.starts_with("audio/")) {
         Some((path, ct)) => match std::fs::read(&path) {
             Ok(bytes) => HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(ct).body(bytes),
-            Err(e) => openai_error(StatusCode::INTERNAL_SERVER_ERROR, format!("reading the result: {e}"), "server_error", None),
+            Err(e) => openai_error(
+                StatusCode::INTERNAL_SERVER_ERROR,
+                format!("reading the result: {e}"),
+                "server_error",
+                None,
+            ),
         },
         None => openai_error(StatusCode::INTERNAL_SERVER_ERROR, format!("job {id} has no audio"), "server_error", None),
     }
@@ -348,7 +397,10 @@ fn terminal(text: &str) -> Option<String> {
 async fn as_openai(resp: HttpResponse) -> HttpResponse {
     let status = resp.status();
     let retry = resp.headers().get("retry-after").cloned();
-    let body = actix_web::body::to_bytes(resp.into_body()).await.ok().and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
+    let body = actix_web::body::to_bytes(resp.into_body())
+        .await
+        .ok()
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
     let msg = body.as_ref().and_then(|v| v.get("error")).and_then(|e| e.as_str()).unwrap_or("error").to_string();
     let kind = if status == StatusCode::TOO_MANY_REQUESTS { "rate_limit_exceeded" } else { "server_error" };
     let mut out = openai_error(status, msg, kind, None);

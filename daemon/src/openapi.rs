@@ -11,7 +11,10 @@ use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::{json, Map, Value};
 use yued_protocol::request::mm3::MAX_STEPS as MM3_MAX_STEPS;
-use yued_protocol::{CancelReply, ErrorBody, Family, JobList, JobStatus, Limits, Mm3Request, OutputFormat, Props, SubmitReply, Yue2Request};
+use yued_protocol::{
+    CancelReply, ErrorBody, Family, JobList, JobStatus, Limits, Mm3Request, OutputFormat, Props, SubmitReply,
+    Yue2Request,
+};
 
 /// What the document depends on besides the types.
 pub struct Facts {
@@ -33,7 +36,10 @@ pub struct Facts {
 
 /// The schema of `T` as the daemon writes it (a reply), `$ref`s into `definitions`.
 fn reply_schema<T: JsonSchema>(defs: &mut Map<String, Value>) -> Value {
-    let mut g = SchemaSettings::draft2020_12().with(|s| s.definitions_path = "/components/schemas/".into()).for_serialize().into_generator();
+    let mut g = SchemaSettings::draft2020_12()
+        .with(|s| s.definitions_path = "/components/schemas/".into())
+        .for_serialize()
+        .into_generator();
     let s = g.subschema_for::<T>().to_value();
     defs.extend(g.take_definitions(true));
     s
@@ -124,7 +130,9 @@ fn apply_limits(schema: &mut Value, f: &Facts, max_steps: u32) {
 
 /// "Some non-null value": what makes a field route a body to its family.
 fn present(fields: &[&str]) -> Value {
-    Value::Array(fields.iter().map(|k| json!({"required": [k], "properties": {*k: {"not": {"type": "null"}}}})).collect())
+    Value::Array(
+        fields.iter().map(|k| json!({"required": [k], "properties": {*k: {"not": {"type": "null"}}}})).collect(),
+    )
 }
 
 /// YuE2's `POST /synth` body.
@@ -133,29 +141,44 @@ fn yue2_body(f: &Facts) -> Value {
     apply_limits(&mut s, f, f.limits.max_steps);
     if f.adapters.is_empty() {
         set(&mut s, "adapters", "maxItems", 0.into());
-    } else if let Some(items) = s.pointer_mut("/properties/adapters/items/properties/name").and_then(Value::as_object_mut) {
+    } else if let Some(items) =
+        s.pointer_mut("/properties/adapters/items/properties/name").and_then(Value::as_object_mut)
+    {
         items.insert("enum".into(), json!(f.adapters));
     }
     nullable_fields(&mut s, &[]);
     let o = s.as_object_mut().expect("an object schema");
     o.remove("required");
-    o.get_mut("properties").and_then(Value::as_object_mut).expect("properties").insert("family".into(), json!({"enum": ["yue2", null], "description": "yue2 (may be left out)"}));
+    o.get_mut("properties")
+        .and_then(Value::as_object_mut)
+        .expect("properties")
+        .insert("family".into(), json!({"enum": ["yue2", null], "description": "yue2 (may be left out)"}));
     o.insert("title".into(), "YuE2 request".into());
     o.insert(
         "description".into(),
-        "A YuE2 song: style tags and lyrics (yue2.cpp's architecture reference). Every field is optional (null is the same as left out) but the body needs some content: a style, lyrics, an abc score, semantic_tokens or source_tokens. Unknown fields are ignored. Rules beyond this schema, each a 400 naming its field: codes must be below the model's codebook size and fit its context; source_tokens excludes semantic_tokens; source_start must lie inside the source and source_end (unless -1) at or after it; min_tokens of a sampling preset must not exceed its max_tokens; the prompt, score budget and codes must fit the KV cache (\"do not fit\").".into(),
+        "A YuE2 song: style tags and lyrics (yue2.cpp's architecture reference). Every field is optional (null is the \
+            same as left out) but the body needs some content: a style, lyrics, an abc score, semantic_tokens or \
+            source_tokens. Unknown fields are ignored. Rules beyond this schema, each a 400 naming its field: codes \
+            must be below the model's codebook size and fit its context; source_tokens excludes semantic_tokens; \
+            source_start must lie inside the source and source_end (unless -1) at or after it; min_tokens of a \
+            sampling preset must not exceed its max_tokens; the prompt, score budget and codes must fit the KV cache \
+            (\"do not fit\")."
+            .into(),
     );
     let content = json!([
         {"required": ["style"], "properties": {"style": {"type": "string", "minLength": 1}}},
         {"required": ["lyrics"], "properties": {"lyrics": {"type": "string", "minLength": 1}}},
         {"required": ["abc"], "properties": {"abc": {"type": "string", "minLength": 1}}},
-        {"required": ["semantic_tokens"], "properties": {"semantic_tokens": {"type": "string", "pattern": "[^ \\t\\n\\f\\r]"}}},
-        {"required": ["source_tokens"], "properties": {"source_tokens": {"type": "string", "pattern": "[^ \\t\\n\\f\\r]"}}},
+        {"required": ["semantic_tokens"], "properties": {"semantic_tokens": {"type": "string",
+            "pattern": "[^ \\t\\n\\f\\r]"}}},
+        {"required": ["source_tokens"], "properties": {"source_tokens": {"type": "string",
+            "pattern": "[^ \\t\\n\\f\\r]"}}},
     ]);
     let mut all = vec![json!({"anyOf": content})];
     if f.families.contains(&Family::Mm3) {
         // Left unnamed, a body with a MiniMax field is MiniMax's.
-        all.push(json!({"anyOf": [{"required": ["family"], "properties": {"family": {"const": "yue2"}}}, {"not": {"anyOf": present(Family::Mm3.own_fields())}}]}));
+        all.push(json!({"anyOf": [{"required": ["family"], "properties": {"family": {"const": "yue2"}}},
+            {"not": {"anyOf": present(Family::Mm3.own_fields())}}]}));
     }
     o.insert("allOf".into(), Value::Array(all));
     s
@@ -176,16 +199,25 @@ fn mm3_body(f: &Facts) -> Value {
     nullable_fields(&mut s, &["caption", "lyrics"]);
     let o = s.as_object_mut().expect("an object schema");
     o.insert("required".into(), json!(["caption", "lyrics"]));
-    o.get_mut("properties")
-        .and_then(Value::as_object_mut)
-        .expect("properties")
-        .insert("family".into(), json!({"enum": ["mm3", null], "description": "mm3 (may be left out when the body has a MiniMax field such as caption and no YuE2 one)"}));
+    o.get_mut("properties").and_then(Value::as_object_mut).expect("properties").insert(
+        "family".into(),
+        json!({"enum": ["mm3", null], "description": "mm3 (may be left out when the body has \
+            a MiniMax field such as caption and no YuE2 one)"}),
+    );
     o.insert("title".into(), "MiniMax Music 3 request".into());
     o.insert(
         "description".into(),
-        "A MiniMax Music 3 song: a caption and lyrics (minimaxmusic.cpp's architecture reference), neither blank. Every other field is optional (null is the same as left out); unknown fields are ignored. Rules beyond this schema, each a 400 naming its field: audio_codes holds whole frames of 8 values (at least 2 frames, at most 9001), each below its codebook's size; the prompt's tokens fit the LM's budget.".into(),
+        "A MiniMax Music 3 song: a caption and lyrics (minimaxmusic.cpp's architecture reference), neither blank. \
+            Every other field is optional (null is the same as left out); unknown fields are ignored. Rules beyond \
+            this schema, each a 400 naming its field: audio_codes holds whole frames of 8 values (at least 2 frames, \
+            at most 9001), each below its codebook's size; the prompt's tokens fit the LM's budget."
+            .into(),
     );
-    o.insert("anyOf".into(), json!([{"required": ["family"], "properties": {"family": {"const": "mm3"}}}, {"not": {"anyOf": present(Family::Yue2.own_fields())}}]));
+    o.insert(
+        "anyOf".into(),
+        json!([{"required": ["family"], "properties": {"family": {"const": "mm3"}}},
+        {"not": {"anyOf": present(Family::Yue2.own_fields())}}]),
+    );
     s
 }
 
@@ -232,15 +264,24 @@ fn synth_body(f: &Facts) -> Value {
 /// that family, `async`; the body's own `family` is replaced by the model's.
 fn music_body(f: &Facts, body: &Value, family: Family) -> Value {
     let mut s = body.clone();
-    let names: Vec<&str> = f.model_ids.iter().map(String::as_str).filter(|m| model_family(m, f) == Some(family)).collect();
+    let names: Vec<&str> =
+        f.model_ids.iter().map(String::as_str).filter(|m| model_family(m, f) == Some(family)).collect();
     let mut names: Vec<Value> = names.into_iter().map(Value::from).collect();
     if f.families[0] == family {
         names.insert(0, "".into());
     }
     let o = s.as_object_mut().expect("an object schema");
     let props = o.get_mut("properties").and_then(Value::as_object_mut).expect("properties");
-    props.insert("model".into(), json!({"type": "string", "enum": names, "description": "the family or one of its files (GET /v1/models); empty: the first family served"}));
-    props.insert("async".into(), json!({"type": "boolean", "default": false, "description": "answer with the job id at once instead of the audio"}));
+    props.insert(
+        "model".into(),
+        json!({"type": "string", "enum": names, "description": "the family or one of its \
+        files (GET /v1/models); empty: the first family served"}),
+    );
+    props.insert(
+        "async".into(),
+        json!({"type": "boolean", "default": false, "description": "answer with the job id \
+        at once instead of the audio"}),
+    );
     props.insert("family".into(), json!({"description": "ignored: the model names the family"}));
     // The model routes the body, not its fields.
     o.remove("anyOf");
@@ -264,11 +305,13 @@ fn model_family(m: &str, f: &Facts) -> Option<Family> {
 }
 
 fn error_response(desc: &str) -> Value {
-    json!({"description": desc, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+    json!({"description": desc,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
 }
 
 fn openai_error(desc: &str) -> Value {
-    json!({"description": desc, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAiError"}}}})
+    json!({"description": desc,
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAiError"}}}})
 }
 
 fn json_reply(desc: &str, schema: Value) -> Value {
@@ -291,7 +334,15 @@ enum Door {
     Open,
 }
 
-fn op(f: &Facts, summary: &str, description: &str, params: Value, body: Option<Value>, mut responses: Map<String, Value>, door: Door) -> Value {
+fn op(
+    f: &Facts,
+    summary: &str,
+    description: &str,
+    params: Value,
+    body: Option<Value>,
+    mut responses: Map<String, Value>,
+    door: Door,
+) -> Value {
     let open = door == Door::Open;
     if !open {
         common(f, &mut responses, door == Door::OpenAi);
@@ -317,7 +368,8 @@ fn map(v: Value) -> Map<String, Value> {
 }
 
 fn job_param(desc: &str) -> Value {
-    json!({"name": "id", "in": "query", "required": true, "description": desc, "schema": {"$ref": "#/components/schemas/JobId"}})
+    json!({"name": "id", "in": "query", "required": true, "description": desc,
+        "schema": {"$ref": "#/components/schemas/JobId"}})
 }
 
 /// Any value of a flag: `1` and `true` set it, anything else leaves it unset.
@@ -378,133 +430,279 @@ pub fn document(f: &Facts) -> Value {
     defs.insert("SpeechBody".into(), speech);
     defs.insert(
         "OpenAiError".into(),
-        json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "object", "required": ["message", "type"], "properties": {"message": {"type": "string"}, "type": {"type": "string"}, "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}),
+        json!({"type": "object", "required": ["error"], "properties": {"error": {"type": "object",
+            "required": ["message", "type"], "properties": {"message": {"type": "string"}, "type": {"type": "string"},
+            "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}),
     );
 
     let too_large = |n: usize| error_response(&format!("the body is larger than {n} bytes"));
-    let full = json!({"description": "the admission cap, or the caller's share of it, is reached: retry later", "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
-    let unavailable = error_response("the job could not be journaled (it is not accepted), or the daemon is shutting down");
+    let full = json!({"description": "the admission cap, or the caller's share of it, is reached: retry later",
+        "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
+    let unavailable =
+        error_response("the job could not be journaled (it is not accepted), or the daemon is shutting down");
     let json_body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema}}});
-    let ws_note = "A WebSocket (RFC 6455): the 101 upgrade answers a GET with the handshake headers. Then text frames carry JSON events (queued, stage, score, codes, format, tile, done, failed, cancelled) and binary frames the audio: Ogg Opus pages by default (their concatenation is a playable .opus file), or with format=pcm16 interleaved s16le, one frame per decoded tile. The daemon pings an idle listener and closes one that stops answering or reads too slowly, with a reason.";
+    let ws_note = "A WebSocket (RFC 6455): the 101 upgrade answers a GET with the handshake headers. Then text frames \
+        carry JSON events (queued, stage, score, codes, format, tile, done, failed, cancelled) and binary frames the \
+        audio: Ogg Opus pages by default (their concatenation is a playable .opus file), or with format=pcm16 \
+        interleaved s16le, one frame per decoded tile. The daemon pings an idle listener and closes one that stops \
+        answering or reads too slowly, with a reason.";
 
     let mut paths = Map::new();
     paths.insert(
         "/synth".into(),
-        json!({"post": op(f, "Submit a song", "The native job contract: the body is a YuE2 or MiniMax Music 3 request; the answer is the job id at once. Poll GET /job, follow GET /stream, fetch GET /job?result=1.", json!([]), Some(json_body(synth_body(f))),
-            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("the body is not a request of a served family; the error names the field"), "413": too_large(f.max_body_bytes), "429": full, "503": unavailable})), Door::Keyed)}),
+        json!({"post": op(f, "Submit a song", "The native job contract: the body is a YuE2 or MiniMax Music 3 \
+            request; the answer is the job id at once. Poll GET /job, follow GET /stream, fetch GET /job?result=1.",
+            json!([]), Some(json_body(synth_body(f))),
+            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("the body is not a \
+                request of a served family; the error names the field"), "413": too_large(f.max_body_bytes),
+                "429": full, "503": unavailable})), Door::Keyed)}),
     );
-    let vae_request = "a JSON request of options (YuE2's by default; with \"family\": \"mm3\" MiniMax Music 3's): output_format, peak_clip, mp3_bitrate and, for MiniMax, vae_model";
+    let vae_request = "a JSON request of options (YuE2's by default; with \"family\": \"mm3\" MiniMax Music 3's): \
+        output_format, peak_clip, mp3_bitrate and, for MiniMax, vae_model";
     paths.insert(
         "/vae".into(),
-        json!({"post": op(f, "Encode audio to latents, or decode latents to audio", &format!("multipart/form-data with exactly one of `audio` (any file symphonia decodes: WAV, FLAC, MP3, Ogg, AAC/M4A; encoded to YuE2's [T, 64] latents at 25 Hz, or MiniMax's [T, 128]) or `src_latents` (raw little-endian f32 latents, decoded to audio), and an optional `request` part. The upload is checked before it is queued: audio that does not decode, latents that are not whole frames, hold NaN or exceed the model's length are a 400. At most {} bytes.", f.max_upload_bytes), json!([]),
+        json!({"post": op(f, "Encode audio to latents, or decode latents to audio", &format!("multipart/form-data \
+            with exactly one of `audio` (any file symphonia decodes: WAV, FLAC, MP3, Ogg, AAC/M4A; encoded to YuE2's \
+            [T, 64] latents at 25 Hz, or MiniMax's [T, 128]) or `src_latents` (raw little-endian f32 latents, decoded \
+            to audio), and an optional `request` part. The upload is checked before it is queued: audio that does not \
+            decode, latents that are not whole frames, hold NaN or exceed the model's length are a 400. At most {} \
+            bytes.", f.max_upload_bytes), json!([]),
             Some(json!({"required": true, "content": {"multipart/form-data": {
-                "schema": {"type": "object", "properties": {"audio": {"type": "string", "format": "binary", "description": "audio to encode"}, "src_latents": {"type": "string", "format": "binary", "description": "raw f32 latents to decode"}, "request": {"allOf": [vae_opts], "description": vae_request}}, "additionalProperties": false,
+                "schema": {"type": "object", "properties": {"audio": {"type": "string", "format": "binary",
+                    "description": "audio to encode"}, "src_latents": {"type": "string", "format": "binary",
+                    "description": "raw f32 latents to decode"}, "request": {"allOf": [vae_opts],
+                    "description": vae_request}}, "additionalProperties": false,
                     "oneOf": [{"required": ["audio"]}, {"required": ["src_latents"]}],
                     "description": "exactly one of audio and src_latents (both, or neither, is a 400)"},
                 "encoding": {"request": {"contentType": "application/json"}}}}})),
-            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("not a multipart body, a part missing, twice or unknown, or an upload that does not check"), "413": too_large(f.max_upload_bytes), "429": full.clone(), "500": error_response("the upload could not be stored"), "503": unavailable.clone()})), Door::Keyed)}),
+            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("not a multipart body, \
+                a part missing, twice or unknown, or an upload that does not check"),
+                "413": too_large(f.max_upload_bytes), "429": full.clone(), "500": error_response("the upload could not \
+                be stored"), "503": unavailable.clone()})), Door::Keyed)}),
     );
     paths.insert(
         "/job".into(),
         json!({
-            "get": op(f, "A job's status, or its result", "With result=1 (or true), the finished job's result: multipart/mixed, one part per file (the audio tracks, a replay request per track, the latents of a VAE job). Otherwise the status.", json!([job_param("the job"), flag_param("result", false, "1 or true: the result instead of the status")]), None,
-                map(json!({"200": {"description": "the status (JSON) or the result (multipart/mixed)", "content": {"application/json": {"schema": status}, "multipart/mixed": {"schema": {"type": "string", "format": "binary"}}}}, "400": error_response("a malformed id"), "404": error_response("an unknown job, or no result (not done, or expired)"), "503": error_response("the scheduler is not running")})), Door::Keyed),
-            "post": op(f, "Cancel a job", "cancel=1 (or true) cancels a queued or running job; cancelling a cancelled job answers the same.", json!([job_param("the job"), {"name": "cancel", "in": "query", "required": true, "schema": {"type": "string", "enum": ["1", "true"]}}]), None,
-                map(json!({"200": json_reply("cancelled", cancel), "400": error_response("a malformed id, or cancel is not 1"), "404": error_response("an unknown job"), "409": error_response("the job has already ended (done or failed)"), "503": error_response("the scheduler is not running")})), Door::Keyed),
+            "get": op(f, "A job's status, or its result", "With result=1 (or true), the finished job's result: \
+                multipart/mixed, one part per file (the audio tracks, a replay request per track, the latents of a VAE \
+                job). Otherwise the status.", json!([job_param("the job"), flag_param("result", false, "1 or true: the \
+                result instead of the status")]), None,
+                map(json!({"200": {"description": "the status (JSON) or the result (multipart/mixed)",
+                    "content": {"application/json": {"schema": status}, "multipart/mixed": {"schema": {"type": "string",
+                    "format": "binary"}}}}, "400": error_response("a malformed id"), "404": error_response("an unknown \
+                    job, or no result (not done, or expired)"), "503": error_response("the scheduler is not \
+                    running")})), Door::Keyed),
+            "post": op(f, "Cancel a job", "cancel=1 (or true) cancels a queued or running job; cancelling a cancelled \
+                job answers the same.", json!([job_param("the job"), {"name": "cancel", "in": "query", "required": true,
+                "schema": {"type": "string", "enum": ["1", "true"]}}]), None,
+                map(json!({"200": json_reply("cancelled", cancel), "400": error_response("a malformed id, or cancel \
+                    is not 1"), "404": error_response("an unknown job"), "409": error_response("the job has already \
+                    ended (done or failed)"), "503": error_response("the scheduler is not running")})), Door::Keyed),
         }),
     );
     paths.insert(
         "/jobs".into(),
-        json!({"get": op(f, "The caller's jobs", "The jobs submitted with the caller's API key (else from its address) that the daemon still knows, oldest first, with their journaled requests. all=1 (an admin key): every principal's, each naming its owner.", json!([flag_param("all", false, "1 or true: every principal's jobs (an admin key)")]), None, forbidden(map(json!({"200": json_reply("the jobs", jobs), "503": error_response("the scheduler is not running")})), "all=1 without an admin key"), Door::Keyed)}),
+        json!({"get": op(f, "The caller's jobs", "The jobs submitted with the caller's API key (else from its \
+            address) that the daemon still knows, oldest first, with their journaled requests. all=1 (an admin key): \
+            every principal's, each naming its owner.", json!([flag_param("all", false, "1 or true: every principal's \
+            jobs (an admin key)")]), None, forbidden(map(json!({"200": json_reply("the jobs", jobs),
+            "503": error_response("the scheduler is not running")})), "all=1 without an admin key"), Door::Keyed)}),
     );
-    let ws_fail = map(json!({"101": {"description": "switching protocols: the stream follows"}, "400": error_response("not a WebSocket handshake, or a malformed parameter")}));
+    let ws_fail =
+        map(json!({"101": {"description": "switching protocols: the stream follows"}, "400": error_response("not a \
+            WebSocket handshake, or a malformed parameter")}));
     let mut stream_r = ws_fail.clone();
     stream_r.insert("404".into(), error_response("an unknown job"));
-    let format = json!({"name": "format", "in": "query", "required": false, "schema": {"type": "string", "enum": ["opus", "pcm16"]}});
+    let format = json!({"name": "format", "in": "query", "required": false, "schema": {"type": "string",
+        "enum": ["opus", "pcm16"]}});
     let handshake = [
-        json!({"name": "Upgrade", "in": "header", "required": true, "schema": {"type": "string", "enum": ["websocket"]}}),
-        json!({"name": "Sec-WebSocket-Key", "in": "header", "required": true, "schema": {"type": "string", "pattern": "^[A-Za-z0-9+/]{22}==$"}}),
-        json!({"name": "Sec-WebSocket-Version", "in": "header", "required": true, "schema": {"type": "string", "enum": ["13"]}}),
+        json!({"name": "Upgrade", "in": "header", "required": true, "schema": {"type": "string",
+            "enum": ["websocket"]}}),
+        json!({"name": "Sec-WebSocket-Key", "in": "header", "required": true, "schema": {"type": "string",
+            "pattern": "^[A-Za-z0-9+/]{22}==$"}}),
+        json!({"name": "Sec-WebSocket-Version", "in": "header", "required": true, "schema": {"type": "string",
+            "enum": ["13"]}}),
     ];
     let with_handshake = |mut p: Vec<Value>| {
         p.extend(handshake.iter().cloned());
         Value::Array(p)
     };
-    paths.insert("/stream".into(), json!({"get": op(f, "Follow a job (WebSocket)", &format!("{ws_note} A finished job replays its audio as tiles, then its final event, then a close."), with_handshake(vec![job_param("the job to follow"), format.clone()]), None, stream_r, Door::Keyed)}));
-    paths.insert("/synth/stream".into(), json!({"get": op(f, "Submit and follow (WebSocket)", &format!("{ws_note} The first text message is the request (a /synth body); {{\"cmd\": \"cancel\"}} cancels the job. Closing the socket does not."), with_handshake(vec![format]), None, ws_fail, Door::Keyed)}));
-    for (path, what) in [("/health", "Liveness and readiness"), ("/status", "Health, queue and result storage"), ("/system/queue", "The same as /status")] {
+    paths.insert(
+        "/stream".into(),
+        json!({"get": op(f, "Follow a job (WebSocket)", &format!("{ws_note} A finished job \
+        replays its audio as tiles, then its final event, then a close."), with_handshake(vec![job_param("the job to \
+        follow"), format.clone()]), None, stream_r, Door::Keyed)}),
+    );
+    paths.insert(
+        "/synth/stream".into(),
+        json!({"get": op(f, "Submit and follow (WebSocket)", &format!("{ws_note} The \
+        first text message is the request (a /synth body); {{\"cmd\": \"cancel\"}} cancels the job. Closing the \
+            socket does not."), with_handshake(vec![format]), None, ws_fail, Door::Keyed)}),
+    );
+    for (path, what) in [
+        ("/health", "Liveness and readiness"),
+        ("/status", "Health, queue and result storage"),
+        ("/system/queue", "The same as /status"),
+    ] {
         let (schema, description, door) = if path == "/health" {
-            (health.clone(), "Open without an API key: status, readiness and uptime, no job ids. 503 while the journal refuses writes (the daemon then accepts nothing).", Door::Open)
+            (
+                health.clone(),
+                "Open without an API key: status, readiness and uptime, no job ids. 503 while the \
+                journal refuses writes (the daemon then accepts nothing).",
+                Door::Open,
+            )
         } else {
-            (queue_status.clone(), "The queue's figures and the running jobs' ids: the caller's own (an admin key: all). 503 while the journal refuses writes.", Door::Keyed)
+            (
+                queue_status.clone(),
+                "The queue's figures and the running jobs' ids: the caller's own (an admin key: \
+                all). 503 while the journal refuses writes.",
+                Door::Keyed,
+            )
         };
         paths.insert(
             path.into(),
-            json!({"get": op(f, what, description, json!([]), None, map(json!({"200": json_reply("ok or loading", schema.clone()), "503": {"description": "unhealthy (the journal refuses writes), or the scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [schema, {"$ref": "#/components/schemas/ErrorBody"}]}}}}})), door)}),
+            json!({"get": op(f, what, description, json!([]), None, map(json!({"200": json_reply("ok or loading",
+                schema.clone()), "503": {"description": "unhealthy (the journal refuses writes), or the scheduler is \
+                not running", "content": {"application/json": {"schema": {"anyOf": [schema,
+                {"$ref": "#/components/schemas/ErrorBody"}]}}}}})), door)}),
         );
     }
-    paths.insert("/props".into(), json!({"get": op(f, "What this daemon serves", "Version, models, rates, context, output formats, adapters, and each family's default request.", json!([]), None, map(json!({"200": json_reply("the server's description", props)})), Door::Keyed)}));
-    paths.insert("/logs".into(), json!({"get": op(f, "The daemon's log (server-sent events)", "The last 512 lines, then each new one, as they come; the stream does not end. An admin key where keys are configured.", json!([]), None, forbidden(map(json!({"200": {"description": "an event stream", "content": {"text/event-stream": {"schema": {"type": "string"}}}}})), "not an admin key"), Door::Keyed)}));
-    paths.insert("/metrics".into(), json!({"get": op(f, "Prometheus metrics", "The text exposition format (the yued_ metrics and the process's). An admin or a metrics key where keys are configured (or the --metrics-listen port, without one).", json!([]), None, forbidden(map(json!({"200": {"description": "metrics", "content": {"text/plain": {"schema": {"type": "string"}}}}})), "not an admin or a metrics key"), Door::Keyed)}));
-    paths.insert("/openapi.json".into(), json!({"get": op(f, "This document", "Open without an API key.", json!([]), None, map(json!({"200": {"description": "OpenAPI 3.1", "content": {"application/json": {"schema": {"type": "object"}}}}})), Door::Open)}));
+    paths.insert(
+        "/props".into(),
+        json!({"get": op(f, "What this daemon serves", "Version, models, rates, context, \
+        output formats, adapters, and each family's default request.", json!([]), None,
+        map(json!({"200": json_reply("the server's description", props)})), Door::Keyed)}),
+    );
+    paths.insert(
+        "/logs".into(),
+        json!({"get": op(f, "The daemon's log (server-sent events)", "The last 512 lines, \
+        then each new one, as they come; the stream does not end. An admin key where keys are configured.", json!([]),
+        None, forbidden(map(json!({"200": {"description": "an event stream",
+        "content": {"text/event-stream": {"schema": {"type": "string"}}}}})), "not an admin key"), Door::Keyed)}),
+    );
+    paths.insert(
+        "/metrics".into(),
+        json!({"get": op(f, "Prometheus metrics", "The text exposition format (the yued_ \
+        metrics and the process's). An admin or a metrics key where keys are configured (or the --metrics-listen port, \
+        without one).", json!([]), None, forbidden(map(json!({"200": {"description": "metrics",
+        "content": {"text/plain": {"schema": {"type": "string"}}}}})), "not an admin or a metrics key"),
+        Door::Keyed)}),
+    );
+    paths.insert(
+        "/openapi.json".into(),
+        json!({"get": op(f, "This document", "Open without an API key.", json!([]),
+        None, map(json!({"200": {"description": "OpenAPI 3.1",
+        "content": {"application/json": {"schema": {"type": "object"}}}}})), Door::Open)}),
+    );
     paths.insert(
         "/v1/models".into(),
-        json!({"get": op(f, "OpenAI-compatible: the models", "The families served, then each model file, in OpenAI's list shape.", json!([]), None,
-            map(json!({"200": json_reply("the list", json!({"type": "object", "required": ["object", "data"], "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"type": "object", "required": ["id", "object", "owned_by"], "properties": {"id": {"type": "string"}, "object": {"const": "model"}, "created": {"type": "integer"}, "owned_by": {"type": "string"}, "family": {"type": "string"}, "component": {"type": "string"}}}}}}))})), Door::OpenAi)}),
+        json!({"get": op(f, "OpenAI-compatible: the models", "The families served, then each model file, in OpenAI's \
+            list shape.", json!([]), None,
+            map(json!({"200": json_reply("the list", json!({"type": "object", "required": ["object", "data"],
+                "properties": {"object": {"const": "list"}, "data": {"type": "array", "items": {"type": "object",
+                "required": ["id", "object", "owned_by"], "properties": {"id": {"type": "string"},
+                "object": {"const": "model"}, "created": {"type": "integer"}, "owned_by": {"type": "string"},
+                "family": {"type": "string"}, "component": {"type": "string"}}}}}}))})), Door::OpenAi)}),
     );
     let openai_answers = |first: Value| {
-        map(
-            json!({"200": first, "400": openai_error("the body is not a request; param names the field"), "409": openai_error("the job was cancelled before it ended"), "413": openai_error(&format!("the body is larger than {} bytes", f.max_body_bytes)), "422": openai_error("the song failed (for example: the model could not write a valid score on these weights)"), "429": {"description": "the admission cap, or the caller's share of it, is reached (the SDKs' RateLimitError)", "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}}, "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAiError"}}}}, "503": openai_error("the job could not be journaled, or the daemon is shutting down")}),
-        )
+        map(json!({"200": first, "400": openai_error("the body is not a request; param names the field"),
+                "409": openai_error("the job was cancelled before it ended"), "413": openai_error(&format!("the body \
+                is larger than {} bytes", f.max_body_bytes)), "422": openai_error("the song failed (for example: the \
+                model could not write a valid score on these weights)"), "429": {"description": "the admission cap, or \
+                the caller's share of it, is reached (the SDKs' RateLimitError)",
+                "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
+                "content": {"application/json": {"schema": {"$ref": "#/components/schemas/OpenAiError"}}}},
+                "503": openai_error("the job could not be journaled, or the daemon is shutting down")}))
     };
     let voices = VOICES.iter().map(|(n, s)| format!("{n}: {s}")).collect::<Vec<_>>().join("; ");
     paths.insert(
         "/v1/audio/speech".into(),
-        json!({"post": op(f, "OpenAI-compatible speech: a song", &format!("OpenAI's speech body: input is the lyrics, instructions the style (YuE2) or caption (MiniMax), voice a style preset put before them ({voices}). Answers with the audio: opus and pcm (s16le stereo at the family's rate) flow as the tiles are encoded, the other formats once the file is written. The job id is in x-yued-job. An ordinary job: same admission cap, fairness, journal; a client that disconnects cancels it."), json!([]), Some(json_body(json!({"$ref": "#/components/schemas/SpeechBody"}))),
-            openai_answers(json!({"description": "the audio", "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": audio_content()})), Door::OpenAi)}),
+        json!({"post": op(f, "OpenAI-compatible speech: a song", &format!("OpenAI's speech body: input is the lyrics, \
+            instructions the style (YuE2) or caption (MiniMax), voice a style preset put before them ({voices}). \
+            Answers with the audio: opus and pcm (s16le stereo at the family's rate) flow as the tiles are encoded, \
+            the other formats once the file is written. The job id is in x-yued-job. An ordinary job: same admission \
+            cap, fairness, journal; a client that disconnects cancels it."), json!([]),
+            Some(json_body(json!({"$ref": "#/components/schemas/SpeechBody"}))),
+            openai_answers(json!({"description": "the audio", "headers": {"x-yued-job": {"schema": {"type": "string"}}},
+                "content": audio_content()})), Door::OpenAi)}),
     );
     let mut music_ok = audio_content();
-    music_ok["application/json"] = json!({"schema": {"type": "object", "required": ["id", "object", "status"], "properties": {"id": {"$ref": "#/components/schemas/JobId"}, "object": {"const": "music.job"}, "status": {"const": "queued"}, "status_url": {"type": "string"}, "result_url": {"type": "string"}}}});
+    music_ok["application/json"] = json!({"schema": {"type": "object", "required": ["id", "object", "status"],
+        "properties": {"id": {"$ref": "#/components/schemas/JobId"}, "object": {"const": "music.job"},
+        "status": {"const": "queued"}, "status_url": {"type": "string"}, "result_url": {"type": "string"}}}});
     paths.insert(
         "/v1/audio/music".into(),
-        json!({"post": op(f, "A family's native request, answered with its audio", "The body is a /synth body of the family `model` names, plus model and async. Answers with the first track's audio (one opus track flows as it is encoded), or with async: true the job id at once (JSON). A client that disconnects from a waiting answer cancels the job.", json!([]), Some(json_body(json!({"anyOf": music}))),
-            openai_answers(json!({"description": "the audio, or the job (async)", "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": music_ok})), Door::OpenAi)}),
+        json!({"post": op(f, "A family's native request, answered with its audio", "The body is a /synth body of the \
+            family `model` names, plus model and async. Answers with the first track's audio (one opus track flows as \
+            it is encoded), or with async: true the job id at once (JSON). A client that disconnects from a waiting \
+            answer cancels the job.", json!([]), Some(json_body(json!({"anyOf": music}))),
+            openai_answers(json!({"description": "the audio, or the job (async)",
+                "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": music_ok})), Door::OpenAi)}),
     );
-    let rpc = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}, "id": {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": i64::MIN, "maximum": u64::MAX}]}, "method": {"type": "string"}, "params": {"type": "object"}, "result": {}, "error": {"type": "object"}},
-        "anyOf": [{"required": ["method"]}, {"required": ["result"]}, {"required": ["error"]}], "description": "a request (method and id), a notification (method) or a response (result or error)"});
-    let rpc_reply = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"}, "id": {"type": ["string", "integer", "null"]}, "result": {"type": "object"}, "error": {"type": "object", "required": ["code", "message"], "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}}});
-    let session =
-        json!({"name": "Mcp-Session-Id", "in": "header", "required": false, "description": "the session initialize opened (every message but initialize names it)", "schema": {"type": "string"}});
+    let rpc = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"},
+        "id": {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": i64::MIN, "maximum": u64::MAX}]},
+        "method": {"type": "string"}, "params": {"type": "object"}, "result": {}, "error": {"type": "object"}},
+        "anyOf": [{"required": ["method"]}, {"required": ["result"]}, {"required": ["error"]}],
+            "description": "a request (method and id), a notification (method) or a response (result or error)"});
+    let rpc_reply = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"},
+        "id": {"type": ["string", "integer", "null"]}, "result": {"type": "object"}, "error": {"type": "object",
+        "required": ["code", "message"], "properties": {"code": {"type": "integer"}, "message": {"type": "string"}}}}});
+    let session = json!({"name": "Mcp-Session-Id", "in": "header", "required": false, "description": "the session \
+        initialize opened (every message but initialize names it)", "schema": {"type": "string"}});
     paths.insert(
         "/mcp".into(),
         json!({
-            "post": op(f, "MCP (Streamable HTTP): one JSON-RPC message", "The Model Context Protocol, revisions 2025-03-26 to 2025-11-25: initialize (opens a session, Mcp-Session-Id), ping, tools/list, tools/call (compose_song, song_status, song_result, cancel_song), resources/list, resources/read (yued://guide/songwriting). A request is answered with one JSON-RPC response; a notification or a response with 202.", json!([session.clone()]), Some(json_body(rpc)),
-                map(json!({"200": json_reply("the JSON-RPC response (an error in it for an unknown method or tool)", rpc_reply.clone()), "202": {"description": "a notification or response, accepted"}, "400": json_reply("not one JSON-RPC message, no session named, or an unknown protocol revision", rpc_reply.clone()), "403": json_reply("an Origin that is not this server", rpc_reply.clone()), "404": json_reply("an ended or unknown session", rpc_reply.clone()), "413": too_large(f.max_body_bytes)})), Door::Keyed),
-            "delete": op(f, "MCP: end a session", "", json!([{"name": "Mcp-Session-Id", "in": "header", "required": true, "schema": {"type": "string"}}]), None,
-                map(json!({"204": {"description": "ended"}, "400": json_reply("no session named", rpc_reply.clone()), "404": json_reply("an unknown session", rpc_reply)})), Door::Keyed),
+            "post": op(f, "MCP (Streamable HTTP): one JSON-RPC message", "The Model Context Protocol, revisions \
+                2025-03-26 to 2025-11-25: initialize (opens a session, Mcp-Session-Id), ping, tools/list, tools/call \
+                (compose_song, song_status, song_result, cancel_song), resources/list, resources/read \
+                (yued://guide/songwriting). A request is answered with one JSON-RPC response; a notification or a \
+                response with 202.", json!([session.clone()]), Some(json_body(rpc)),
+                map(json!({"200": json_reply("the JSON-RPC response (an error in it for an unknown method or tool)",
+                    rpc_reply.clone()), "202": {"description": "a notification or response, accepted"},
+                    "400": json_reply("not one JSON-RPC message, no session named, or an unknown protocol revision",
+                    rpc_reply.clone()), "403": json_reply("an Origin that is not this server", rpc_reply.clone()),
+                    "404": json_reply("an ended or unknown session", rpc_reply.clone()),
+                    "413": too_large(f.max_body_bytes)})), Door::Keyed),
+            "delete": op(f, "MCP: end a session", "", json!([{"name": "Mcp-Session-Id", "in": "header",
+                "required": true, "schema": {"type": "string"}}]), None,
+                map(json!({"204": {"description": "ended"}, "400": json_reply("no session named", rpc_reply.clone()),
+                    "404": json_reply("an unknown session", rpc_reply)})), Door::Keyed),
         }),
     );
     paths.insert(
         "/links/{token}".into(),
-        json!({"get": op(f, "An exported song (MCP's song_result)", &format!("The song's own Opus or FLAC file. The token is the capability: no API key; a 404 {} seconds after the link was made, or once the result has expired.", f.link_ttl_secs),
+        json!({"get": op(f, "An exported song (MCP's song_result)", &format!("The song's own Opus or FLAC file. The \
+            token is the capability: no API key; a 404 {} seconds after the link was made, or once the result has \
+            expired.", f.link_ttl_secs),
             json!([{"name": "token", "in": "path", "required": true, "schema": {"type": "string"}}]), None,
-            map(json!({"200": {"description": "the file", "content": {"audio/flac": {"schema": {"type": "string", "format": "binary"}}, "audio/ogg": {"schema": {"type": "string", "format": "binary"}}}}, "404": error_response("no such link, or it has expired")})), Door::Open)}),
+            map(json!({"200": {"description": "the file", "content": {"audio/flac": {"schema": {"type": "string",
+                "format": "binary"}}, "audio/ogg": {"schema": {"type": "string", "format": "binary"}}}},
+                "404": error_response("no such link, or it has expired")})), Door::Open)}),
     );
-    for (path, what, mime) in [("/", "The WebUI", "text/html"), ("/docs", "This API's reference page (Swagger UI, compiled in)", "text/html")] {
+    for (path, what, mime) in
+        [("/", "The WebUI", "text/html"), ("/docs", "This API's reference page (Swagger UI, compiled in)", "text/html")]
+    {
         paths.insert(
             path.into(),
-            json!({"get": op(f, what, "Open without an API key.", json!([]), None, map(json!({"200": {"description": what, "content": {mime: {"schema": {"type": "string"}}}}})), Door::Open)}),
+            json!({"get": op(f, what, "Open without an API key.", json!([]), None,
+                map(json!({"200": {"description": what, "content": {mime: {"schema": {"type": "string"}}}}})),
+                Door::Open)}),
         );
     }
 
     let mut doc = json!({
         "openapi": "3.1.0",
-        "info": {"title": "yued", "version": env!("CARGO_PKG_VERSION"), "description": "Song generation (YuE2 and MiniMax Music 3): the native job contract of each seed, OpenAI-compatible routes, an MCP server. Errors are JSON naming the field at fault: {\"error\": \"field: what is wrong\"} (OpenAI's shape on /v1). Every route answers another method with 405 and an Allow header."},
+        "info": {"title": "yued", "version": env!("CARGO_PKG_VERSION"), "description": "Song generation (YuE2 and \
+            MiniMax Music 3): the native job contract of each seed, OpenAI-compatible routes,
+                an MCP server. Errors are JSON naming the field at fault: {\"error\": \"field: what is wrong\"} \
+                (OpenAI's shape on /v1). Every route answers another method with 405 and an Allow header."},
         "paths": paths,
         "components": {"schemas": defs},
     });
     if f.api_keys {
-        doc["components"]["securitySchemes"] = json!({"bearer": {"type": "http", "scheme": "bearer"}, "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}});
+        doc["components"]["securitySchemes"] = json!({"bearer": {"type": "http", "scheme": "bearer"},
+            "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}});
         doc["security"] = json!([{"bearer": []}, {"apiKey": []}]);
     }
     doc

@@ -22,8 +22,8 @@ use yued_cluster::{Cluster, ClusterConfig, Role};
 use yued_config::Config;
 use yued_contract::metrics::Metrics;
 use yued_contract::results::{ResultStore, Retention};
-use yued_engine::adapter::{shapes_of, AdapterDir};
 use yued_engine::gguf::GgufFile;
+use yued_engine::models::yue2::adapter::{shapes_of, AdapterDir};
 use yued_engine::models::yue2::config::BackboneInfo;
 use yued_engine::models::yue2::demo::{write_demo, Preset, DEMO_KEY};
 use yued_engine::models::yue2::pipeline::PipelineOptions;
@@ -199,14 +199,16 @@ impl ServeArgs {
 }
 
 fn init_tracing(format: &str, ring: &LogRing) {
-    let filter = tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,actix_server=warn".into());
+    let filter =
+        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,actix_server=warn".into());
     let registry = tracing_subscriber::registry().with(filter).with(ring.clone());
     if format == "json" {
         registry.with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)).init();
     } else {
         // Colours only on a terminal (a log file or journald gets plain text), and never
         // under NO_COLOR.
-        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr()) && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
+        let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr())
+            && std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty());
         registry.with(tracing_subscriber::fmt::layer().with_ansi(ansi).with_writer(std::io::stderr)).init();
     }
 }
@@ -233,16 +235,21 @@ fn mm3_check(reg: &Registry) -> anyhow::Result<Option<http::Mm3Check>> {
         return Ok(None);
     }
     if !missing.is_empty() {
-        tracing::warn!(missing = %missing.join(", "), "MiniMax Music 3 files are registered but not all five components: it is not served");
+        tracing::warn!(missing = %missing.join(", "), "MiniMax Music 3 files are registered but not all five \
+            components: it is not served");
         return Ok(None);
     }
-    let (lm_entry, depth_entry) = (reg.resolve(Bucket::Mm3Lm, "").map_err(|e| anyhow::anyhow!(e))?, reg.resolve(Bucket::Mm3Depth, "").map_err(|e| anyhow::anyhow!(e))?);
+    let (lm_entry, depth_entry) = (
+        reg.resolve(Bucket::Mm3Lm, "").map_err(|e| anyhow::anyhow!(e))?,
+        reg.resolve(Bucket::Mm3Depth, "").map_err(|e| anyhow::anyhow!(e))?,
+    );
     let f = GgufFile::open(&lm_entry.path)?;
     let info = config::LmInfo::read(&f)?;
     let tokenizer = lm::tokenizer(&f, &info)?;
     let df = GgufFile::open(&depth_entry.path)?;
     let depth = config::DepthConfig::from_gguf(&df)?;
-    let codebooks = yued_protocol::Mm3Codebooks { semantic: info.tokens.semantic_size, acoustic: depth.audio_vocab_size as u32 };
+    let codebooks =
+        yued_protocol::Mm3Codebooks { semantic: info.tokens.semantic_size, acoustic: depth.audio_vocab_size as u32 };
     Ok(Some(http::Mm3Check { registry: reg.clone(), tokenizer, tokens: info.tokens, codebooks }))
 }
 
@@ -269,7 +276,11 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
         (Some(m), Some(v)) => (m.clone(), v.clone()),
         (None, None) if registry.is_some() => {
             let (dir, reg) = registry.as_ref().expect("checked");
-            let pick = |b: Bucket| reg.resolve(b, "").map(|e| e.path.clone()).map_err(|e| anyhow::anyhow!("--models {}: {e} (or name YuE2's pair with --model and --vae)", dir.display()));
+            let pick = |b: Bucket| {
+                reg.resolve(b, "").map(|e| e.path.clone()).map_err(|e| {
+                    anyhow::anyhow!("--models {}: {e} (or name YuE2's pair with --model and --vae)", dir.display())
+                })
+            };
             (pick(Bucket::Yue2)?, pick(Bucket::Yue2Vae)?)
         }
         (None, None) => {
@@ -279,9 +290,13 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
                 tracing::warn!(dir = %dir.display(), "no --model given: writing the tiny demo model (random weights)");
                 write_demo(&dir, Preset::Tiny, 0, &mut |_, _| {}).context("writing the demo model")?;
             }
-            if !["lm", "depth", "cond", "dit", "vae"].iter().all(|c| dir.join(format!("mm3-demo-tiny-{c}.gguf")).exists()) {
+            if !["lm", "depth", "cond", "dit", "vae"]
+                .iter()
+                .all(|c| dir.join(format!("mm3-demo-tiny-{c}.gguf")).exists())
+            {
                 tracing::warn!(dir = %dir.display(), "writing the tiny MiniMax Music 3 demo (random weights)");
-                yued_engine::models::mm3::demo::write_demo(&dir, Preset::Tiny, 0, &mut |_, _| {}).context("writing the MiniMax Music 3 demo")?;
+                yued_engine::models::mm3::demo::write_demo(&dir, Preset::Tiny, 0, &mut |_, _| {})
+                    .context("writing the MiniMax Music 3 demo")?;
             }
             let (reg, _) = Registry::scan(&dir).with_context(|| format!("scanning {}", dir.display()))?;
             mm3 = mm3_check(&reg)?;
@@ -292,7 +307,12 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let f = GgufFile::open(&model)?;
     for (path, file, want) in [(&model, &f, Bucket::Yue2), (&vae, &GgufFile::open(&vae)?, Bucket::Yue2Vae)] {
         let arch = file.get_str("general.architecture")?;
-        anyhow::ensure!(arch == want.arch(), "{}: a '{arch}' model where a '{}' one belongs", path.display(), want.arch());
+        anyhow::ensure!(
+            arch == want.arch(),
+            "{}: a '{arch}' model where a '{}' one belongs",
+            path.display(),
+            want.arch()
+        );
     }
     let info = BackboneInfo::from_gguf(&f)?;
     let tokenizer = BpeTokenizer::from_gguf(&f)?;
@@ -300,13 +320,28 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let vf = GgufFile::open(&vae)?;
     let vae_info = yued_engine::models::yue2::vae::VaeModel::info(&vf)?;
     let demo = f.get(DEMO_KEY).and_then(|v| v.as_str()).map(String::from);
-    Ok(Models { model, vae, info, demo, audio: vae_info.audio_spec(), vae_has_encoder: vae_info.has_encoder, tokenizer, instructions, mm3 })
+    Ok(Models {
+        model,
+        vae,
+        info,
+        demo,
+        audio: vae_info.audio_spec(),
+        vae_has_encoder: vae_info.has_encoder,
+        tokenizer,
+        instructions,
+        mm3,
+    })
 }
 
 /// Errors produced by actix itself (oversized bodies, bad query strings) as JSON too.
 fn json_error<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_web::Result<ErrorHandlerResponse<B>> {
     let status = res.status();
-    let is_json = res.response().headers().get("content-type").and_then(|v| v.to_str().ok()).is_some_and(|v| v.starts_with("application/json"));
+    let is_json = res
+        .response()
+        .headers()
+        .get("content-type")
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|v| v.starts_with("application/json"));
     if is_json {
         return Ok(ErrorHandlerResponse::Response(res.map_into_left_body()));
     }
@@ -322,8 +357,12 @@ fn json_error<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_web::R
 /// A 405 with the `Allow` header RFC 9110 requires: the methods the route takes.
 fn method_not_allowed(allow: &'static str) -> actix_web::Route {
     web::to(move || async move {
-        let mut r = crate::reply::error(StatusCode::METHOD_NOT_ALLOWED, format!("method not allowed on this route (it takes {allow})"));
-        r.headers_mut().insert(actix_web::http::header::ALLOW, actix_web::http::header::HeaderValue::from_static(allow));
+        let mut r = crate::reply::error(
+            StatusCode::METHOD_NOT_ALLOWED,
+            format!("method not allowed on this route (it takes {allow})"),
+        );
+        r.headers_mut()
+            .insert(actix_web::http::header::ALLOW, actix_web::http::header::HeaderValue::from_static(allow));
         r
     })
 }
@@ -337,60 +376,120 @@ fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
     if !serves_api {
         return;
     }
-    s.service(web::resource("/").wrap(Compress::default()).route(web::get().to(webui::index)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/assets/{name}").wrap(Compress::default()).route(web::get().to(webui::assets)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/docs").wrap(Compress::default()).route(web::get().to(webui::docs)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/docs/{name}").wrap(Compress::default()).route(web::get().to(webui::docs_assets)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/synth").route(web::post().to(http::post_synth)).default_service(method_not_allowed("POST")));
+    s.service(
+        web::resource("/")
+            .wrap(Compress::default())
+            .route(web::get().to(webui::index))
+            .default_service(method_not_allowed("GET")),
+    );
+    s.service(
+        web::resource("/assets/{name}")
+            .wrap(Compress::default())
+            .route(web::get().to(webui::assets))
+            .default_service(method_not_allowed("GET")),
+    );
+    s.service(
+        web::resource("/docs")
+            .wrap(Compress::default())
+            .route(web::get().to(webui::docs))
+            .default_service(method_not_allowed("GET")),
+    );
+    s.service(
+        web::resource("/docs/{name}")
+            .wrap(Compress::default())
+            .route(web::get().to(webui::docs_assets))
+            .default_service(method_not_allowed("GET")),
+    );
+    s.service(
+        web::resource("/synth").route(web::post().to(http::post_synth)).default_service(method_not_allowed("POST")),
+    );
     s.service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(method_not_allowed("POST")));
-    s.service(web::resource("/job").route(web::get().to(http::get_job)).route(web::post().to(http::post_job)).default_service(method_not_allowed("GET, POST")));
+    s.service(
+        web::resource("/job")
+            .route(web::get().to(http::get_job))
+            .route(web::post().to(http::post_job))
+            .default_service(method_not_allowed("GET, POST")),
+    );
     s.service(web::resource("/jobs").route(web::get().to(http::get_jobs)).default_service(method_not_allowed("GET")));
     s.service(web::resource("/status").route(web::get().to(http::status)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/system/queue").route(web::get().to(http::status)).default_service(method_not_allowed("GET")));
+    s.service(
+        web::resource("/system/queue").route(web::get().to(http::status)).default_service(method_not_allowed("GET")),
+    );
     s.service(web::resource("/logs").route(web::get().to(http::logs)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/openapi.json").route(web::get().to(http::openapi)).default_service(method_not_allowed("GET")));
+    s.service(
+        web::resource("/openapi.json").route(web::get().to(http::openapi)).default_service(method_not_allowed("GET")),
+    );
     s.service(web::resource("/stream").route(web::get().to(ws::stream)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/synth/stream").route(web::get().to(ws::synth_stream)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/v1/models").route(web::get().to(openai::models)).default_service(method_not_allowed("GET")));
-    s.service(web::resource("/v1/audio/speech").route(web::post().to(openai::speech)).default_service(method_not_allowed("POST")));
-    s.service(web::resource("/v1/audio/music").route(web::post().to(openai::music)).default_service(method_not_allowed("POST")));
-    s.service(web::resource("/mcp").route(web::post().to(mcp::post)).route(web::delete().to(mcp::delete)).default_service(method_not_allowed("POST, DELETE")));
-    s.service(web::resource("/links/{token}").route(web::get().to(mcp::link)).default_service(method_not_allowed("GET")));
+    s.service(
+        web::resource("/synth/stream")
+            .route(web::get().to(ws::synth_stream))
+            .default_service(method_not_allowed("GET")),
+    );
+    s.service(
+        web::resource("/v1/models").route(web::get().to(openai::models)).default_service(method_not_allowed("GET")),
+    );
+    s.service(
+        web::resource("/v1/audio/speech")
+            .route(web::post().to(openai::speech))
+            .default_service(method_not_allowed("POST")),
+    );
+    s.service(
+        web::resource("/v1/audio/music")
+            .route(web::post().to(openai::music))
+            .default_service(method_not_allowed("POST")),
+    );
+    s.service(
+        web::resource("/mcp")
+            .route(web::post().to(mcp::post))
+            .route(web::delete().to(mcp::delete))
+            .default_service(method_not_allowed("POST, DELETE")),
+    );
+    s.service(
+        web::resource("/links/{token}").route(web::get().to(mcp::link)).default_service(method_not_allowed("GET")),
+    );
 }
 
 async fn not_found() -> HttpResponse {
     crate::reply::error(StatusCode::NOT_FOUND, "no such route")
 }
 
-pub fn run(a: ServeArgs) -> anyhow::Result<()> {
-    let c = a.config()?;
-    let ring = LogRing::new();
-    init_tracing(&c.log_format, &ring);
-    let key_source = crate::auth::KeySource { users: c.api_keys.clone(), admins: c.admin_keys.clone(), file: c.api_keys_file.clone() };
-    let key_table = key_source.load()?;
-    if key_table.is_empty() {
+/// The results folder's limits.
+fn retention(c: &Config) -> Retention {
+    Retention { ttl_secs: c.result_ttl_secs, max_bytes: c.result_max_bytes, max_count: c.result_max_count }
+}
+
+/// The API keys, with a word in the log on what they mean.
+fn open_keys(c: &Config) -> anyhow::Result<(crate::auth::KeySource, yued_contract::tenancy::KeyTable)> {
+    let source = crate::auth::KeySource {
+        users: c.api_keys.clone(),
+        admins: c.admin_keys.clone(),
+        file: c.api_keys_file.clone(),
+    };
+    let table = source.load()?;
+    if table.is_empty() {
         tracing::warn!(host = %c.host, "no API keys: a single-user box, every job open to whoever reaches the port");
     } else {
-        let admins = key_table.principals().filter(|p| p.is_admin()).count();
-        tracing::info!(keys = key_table.len(), admins, "API keys: each key sees only its own jobs");
+        let admins = table.principals().filter(|p| p.is_admin()).count();
+        tracing::info!(keys = table.len(), admins, "API keys: each key sees only its own jobs");
     }
-    let models = resolve_models(&c)?;
-    if let Some(preset) = &models.demo {
-        for _ in 0..3 {
-            tracing::warn!(preset, "THE MODEL HAS RANDOM WEIGHTS (yued demo model): songs will be noise; pass --model/--vae for real weights");
-        }
-    }
-    std::fs::create_dir_all(&c.data_dir).with_context(|| format!("creating {}", c.data_dir.display()))?;
-    let uploads = c.data_dir.join("uploads");
-    std::fs::create_dir_all(&uploads).with_context(|| format!("creating {}", uploads.display()))?;
-    let results = Arc::new(ResultStore::open(&c.data_dir.join("results"), Retention { ttl_secs: c.result_ttl_secs, max_bytes: c.result_max_bytes, max_count: c.result_max_count })?);
-    let context = if c.max_seq > 0 { (c.max_seq as usize).min(models.info.config.max_position_embeddings) } else { models.info.config.max_position_embeddings };
-    let limits = Limits { max_batch: c.max_batch, context: context as u32, codebook_size: models.info.tokens.codebook_size, max_steps: c.max_steps, ..Limits::default() };
-    let mut props = Props::new(env!("CARGO_PKG_VERSION"), models.model.display().to_string(), models.vae.display().to_string(), c.max_batch);
+    Ok((source, table))
+}
+
+/// `/props`: the served files and bounds, MiniMax Music 3's section when it is served.
+fn props_of(c: &Config, models: &Models, context: usize) -> Props {
+    let mut props = Props::new(
+        env!("CARGO_PKG_VERSION"),
+        models.model.display().to_string(),
+        models.vae.display().to_string(),
+        c.max_batch,
+    );
     props.context = context as u32;
     if let Some(m) = &models.mm3 {
         props.families = Some(vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3]);
-        let files = Bucket::MM3.iter().map(|&b| (b.arch().to_string(), m.registry.entries(b).iter().map(|e| e.name.clone()).collect())).collect();
+        let files = Bucket::MM3
+            .iter()
+            .map(|&b| (b.arch().to_string(), m.registry.entries(b).iter().map(|e| e.name.clone()).collect()))
+            .collect();
         props.mm3 = Some(yued_protocol::props::Mm3Props {
             models: files,
             sample_rate: yued_protocol::request::mm3::SAMPLE_RATE,
@@ -398,55 +497,207 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             defaults: yued_protocol::Mm3Request::default(),
         });
     }
-    let adapters = match &c.adapters {
-        Some(dir) => {
-            let d = AdapterDir::scan(dir, &shapes_of(&GgufFile::open(&models.model)?)).with_context(|| format!("--adapters {}", dir.display()))?;
-            for a in &d.adapters {
-                tracing::info!(adapter = %a.name, layout = %a.layouts.iter().map(|l| l.name()).collect::<Vec<_>>().join("+"), rank = a.rank, ar = a.ar, nar = a.nar, "adapter");
-            }
-            props.adapters = d.adapters.iter().map(|a| AdapterInfo { name: a.name.clone(), ar: a.ar, nar: a.nar, error: None }).collect();
-            props.adapters.extend(d.unusable.iter().map(|u| AdapterInfo { name: u.name.clone(), ar: false, nar: false, error: Some(u.reason.clone()) }));
-            Some(Arc::new(d))
-        }
-        None => None,
-    };
-    let links = links::Links::open(&c.data_dir.join("links"), std::time::Duration::from_secs(c.link_ttl_secs)).with_context(|| format!("creating {}", c.data_dir.join("links").display()))?;
-    let metrics = Metrics::new();
-    let worker_cfg = WorkerConfig {
+    props
+}
+
+/// The `--adapters` directory scanned against the backbone, each adapter logged and listed
+/// in `/props` (the unusable ones with why).
+fn scan_adapters(c: &Config, models: &Models, props: &mut Props) -> anyhow::Result<Option<Arc<AdapterDir>>> {
+    let Some(dir) = &c.adapters else { return Ok(None) };
+    let d = AdapterDir::scan(dir, &shapes_of(&GgufFile::open(&models.model)?))
+        .with_context(|| format!("--adapters {}", dir.display()))?;
+    for a in &d.adapters {
+        let layout = a.layouts.iter().map(|l| l.name()).collect::<Vec<_>>().join("+");
+        tracing::info!(adapter = %a.name, layout = %layout, rank = a.rank, ar = a.ar, nar = a.nar, "adapter");
+    }
+    props.adapters =
+        d.adapters.iter().map(|a| AdapterInfo { name: a.name.clone(), ar: a.ar, nar: a.nar, error: None }).collect();
+    props.adapters.extend(d.unusable.iter().map(|u| AdapterInfo {
+        name: u.name.clone(),
+        ar: false,
+        nar: false,
+        error: Some(u.reason.clone()),
+    }));
+    Ok(Some(Arc::new(d)))
+}
+
+/// How the compute stages run.
+fn worker_config(c: &Config, models: &Models, adapters: Option<Arc<AdapterDir>>) -> anyhow::Result<WorkerConfig> {
+    Ok(WorkerConfig {
         model: models.model.clone(),
         vae: models.vae.clone(),
         device: c.device.clone(),
         threads: c.threads,
         priority: c.compute_priority.parse().map_err(|e: String| anyhow::anyhow!(e))?,
-        options: PipelineOptions { max_seq: c.max_seq as usize, vae_core: c.vae_core as usize, vae_halo: c.vae_halo as usize },
+        options: PipelineOptions {
+            max_seq: c.max_seq as usize,
+            vae_core: c.vae_core as usize,
+            vae_halo: c.vae_halo as usize,
+        },
         keep_loaded: c.keep_loaded,
         mm3: models.mm3.as_ref().map(|m| m.registry.clone()),
-        adapters: adapters.clone(),
+        adapters,
+    })
+}
+
+/// The cluster this node joins (`--cluster`), with its metrics; `None` for a single node.
+async fn join_cluster(
+    cfg: &Config,
+    role: Role,
+    metrics: &Metrics,
+) -> anyhow::Result<Option<(Arc<Cluster>, ClusterMetrics)>> {
+    if cfg.cluster.is_empty() {
+        return Ok(None);
+    }
+    let node = if cfg.node_name.is_empty() {
+        yued_cluster::default_node_name()
+    } else {
+        yued_cluster::key_safe(&cfg.node_name)
     };
-    let addr = (c.host.clone(), c.port);
+    let cc = ClusterConfig {
+        url: cfg.cluster.clone(),
+        node,
+        role,
+        ack_wait: std::time::Duration::from_secs(cfg.cluster_ack_wait_secs),
+        max_attempts: cfg.cluster_max_attempts,
+        admission_cap: cfg.admission_cap,
+        admission_share: cfg.share(),
+        result_ttl: std::time::Duration::from_secs(cfg.result_ttl_secs),
+        result_max_bytes: cfg.result_max_bytes,
+        link_ttl: std::time::Duration::from_secs(cfg.link_ttl_secs),
+    };
+    let cm = ClusterMetrics::register(metrics);
+    Ok(Some((Arc::new(Cluster::connect(cc).await?), cm)))
+}
+
+/// What `/openapi.json` states of this daemon.
+fn openapi_facts(
+    cfg: &Config,
+    models: &Models,
+    families: &[yued_protocol::Family],
+    limits: Limits,
+    props: &Props,
+    adapters: Option<&AdapterDir>,
+    api_keys: bool,
+) -> crate::openapi::Facts {
+    crate::openapi::Facts {
+        families: families.to_vec(),
+        limits,
+        formats: yued_protocol::OutputFormat::all().to_vec(),
+        mm3_models: match &models.mm3 {
+            Some(m) => ["lm_model", "depth_model", "cond_model", "dit_model", "vae_model"]
+                .into_iter()
+                .zip(Bucket::MM3)
+                .map(|(field, b)| (field, m.registry.entries(b).iter().map(|e| e.name.clone()).collect()))
+                .collect(),
+            None => vec![],
+        },
+        adapters: adapters.map(|d| d.adapters.iter().map(|a| a.name.clone()).collect()).unwrap_or_default(),
+        model_ids: openai::model_ids(families, &props.model, models.mm3.as_ref())
+            .into_iter()
+            .map(|(id, _)| id)
+            .collect(),
+        api_keys,
+        max_body_bytes: cfg.max_body_bytes,
+        max_upload_bytes: cfg.max_upload_bytes,
+        link_ttl_secs: cfg.link_ttl_secs,
+    }
+}
+
+/// Serves the routes until a signal stops the server (and the `--metrics-listen` port
+/// beside it: either one stopping stops the other).
+async fn serve_http(
+    cfg: &Config,
+    state: web::Data<AppState>,
+    keys: crate::auth::Keys,
+    serves_api: bool,
+) -> anyhow::Result<()> {
+    let max_body = cfg.max_body_bytes;
+    // The scrape port: /metrics and /health, no key (an internal address of the operator's).
+    let scrape = if cfg.metrics_listen.is_empty() {
+        None
+    } else {
+        let st = state.clone();
+        let server = HttpServer::new(move || {
+            App::new()
+                .app_data(st.clone())
+                .service(web::resource("/metrics").route(web::get().to(http::metrics)))
+                .service(web::resource("/health").route(web::get().to(http::health)))
+                .default_service(web::to(not_found))
+        })
+        .workers(1)
+        .shutdown_timeout(1)
+        .bind(&cfg.metrics_listen)
+        .with_context(|| format!("binding --metrics-listen {}", cfg.metrics_listen))?;
+        tracing::info!(addr = %cfg.metrics_listen, "metrics listening (no key: keep this address internal)");
+        Some(server.run())
+    };
+    let keys = web::Data::new(keys);
+    let addr = (cfg.host.clone(), cfg.port);
+    let server = HttpServer::new(move || {
+        App::new()
+            .app_data(state.clone())
+            .app_data(keys.clone())
+            .app_data(web::PayloadConfig::new(max_body))
+            .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
+            .wrap(from_fn(crate::auth::require_key))
+            .configure(move |s| routes(s, serves_api))
+            .default_service(web::to(not_found))
+    })
+    .shutdown_timeout(5)
+    .bind(addr.clone())
+    .with_context(|| format!("binding {}:{}", addr.0, addr.1))?;
+    tracing::info!(host = %addr.0, port = addr.1, "yued listening");
+    let Some(scrape) = scrape else { return Ok(server.run().await?) };
+    let handle = scrape.handle();
+    let main = server.run();
+    let main_handle = main.handle();
+    let r = futures_util::future::select(main, scrape).await;
+    handle.stop(true).await;
+    main_handle.stop(true).await;
+    match r {
+        futures_util::future::Either::Left((r, _)) | futures_util::future::Either::Right((r, _)) => Ok(r?),
+    }
+}
+
+pub fn run(a: ServeArgs) -> anyhow::Result<()> {
+    let c = a.config()?;
+    let ring = LogRing::new();
+    init_tracing(&c.log_format, &ring);
+    let (key_source, key_table) = open_keys(&c)?;
+    let models = resolve_models(&c)?;
+    if let Some(preset) = &models.demo {
+        for _ in 0..3 {
+            tracing::warn!(
+                preset,
+                "THE MODEL HAS RANDOM WEIGHTS (yued demo model): songs will be noise; pass \
+                --model/--vae for real weights"
+            );
+        }
+    }
+    std::fs::create_dir_all(&c.data_dir).with_context(|| format!("creating {}", c.data_dir.display()))?;
+    let uploads = c.data_dir.join("uploads");
+    std::fs::create_dir_all(&uploads).with_context(|| format!("creating {}", uploads.display()))?;
+    let results = Arc::new(ResultStore::open(&c.data_dir.join("results"), retention(&c))?);
+    let model_context = models.info.config.max_position_embeddings;
+    let context = if c.max_seq > 0 { (c.max_seq as usize).min(model_context) } else { model_context };
+    let limits = Limits {
+        max_batch: c.max_batch,
+        context: context as u32,
+        codebook_size: models.info.tokens.codebook_size,
+        max_steps: c.max_steps,
+        ..Limits::default()
+    };
+    let mut props = props_of(&c, &models, context);
+    let adapters = scan_adapters(&c, &models, &mut props)?;
+    let links = links::Links::open(&c.data_dir.join("links"), std::time::Duration::from_secs(c.link_ttl_secs))
+        .with_context(|| format!("creating {}", c.data_dir.join("links").display()))?;
+    let metrics = Metrics::new();
+    let worker_cfg = worker_config(&c, &models, adapters.clone())?;
     let cfg = c.clone();
-    let demo = models.demo.is_some();
     let role = Role::parse(&c.role).ok_or_else(|| anyhow::anyhow!("role: must be api, worker or all"))?;
     actix_web::rt::System::new().block_on(async move {
-        let cluster = if cfg.cluster.is_empty() {
-            None
-        } else {
-            let node = if cfg.node_name.is_empty() { yued_cluster::default_node_name() } else { yued_cluster::key_safe(&cfg.node_name) };
-            let cc = ClusterConfig {
-                url: cfg.cluster.clone(),
-                node,
-                role,
-                ack_wait: std::time::Duration::from_secs(cfg.cluster_ack_wait_secs),
-                max_attempts: cfg.cluster_max_attempts,
-                admission_cap: cfg.admission_cap,
-                admission_share: cfg.share(),
-                result_ttl: std::time::Duration::from_secs(cfg.result_ttl_secs),
-                result_max_bytes: cfg.result_max_bytes,
-                link_ttl: std::time::Duration::from_secs(cfg.link_ttl_secs),
-            };
-            let cm = ClusterMetrics::register(&metrics);
-            Some((Arc::new(Cluster::connect(cc).await?), cm))
-        };
+        let cluster = join_cluster(&cfg, role, &metrics).await?;
         // The compute side: the single node, or a cluster worker (fed by the cluster).
         let mut local = None;
         if cluster.is_none() || role.computes() {
@@ -461,13 +712,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 cap: if in_cluster { 1 } else { cfg.admission_cap },
                 share: if in_cluster { 1 } else { cfg.share() },
             };
-            let node = Node::start(node_cfg, &key_table, results.clone(), metrics.clone()).map_err(|e| anyhow::anyhow!(e))?;
-            let stop = cluster.as_ref().map(|(c, cm)| yued_cluster::worker::start(c.clone(), node.runner(), results.clone(), uploads.clone(), cm.clone()));
+            let node =
+                Node::start(node_cfg, &key_table, results.clone(), metrics.clone()).map_err(|e| anyhow::anyhow!(e))?;
+            let stop = cluster.as_ref().map(|(c, cm)| {
+                yued_cluster::worker::start(c.clone(), node.runner(), results.clone(), uploads.clone(), cm.clone())
+            });
             local = Some((node, stop));
         }
         let jobs = match (&cluster, &local) {
             (Some((c, cm)), _) if role.serves_api() => {
-                let cache = ResultStore::open(&cfg.data_dir.join("cluster-results"), Retention { ttl_secs: cfg.result_ttl_secs, max_bytes: cfg.result_max_bytes, max_count: cfg.result_max_count })?;
+                let cache = ResultStore::open(&cfg.data_dir.join("cluster-results"), retention(&cfg))?;
                 let b = NatsBackend::new(c.clone(), cache, metrics.clone(), cm.clone());
                 b.watch();
                 b.backend()
@@ -476,26 +730,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             _ => anyhow::bail!("role: a node must serve the API or compute"),
         };
         let serves_api = cluster.is_none() || role.serves_api();
-        let families = if models.mm3.is_some() { vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3] } else { vec![yued_protocol::Family::Yue2] };
-        let facts = crate::openapi::Facts {
-            families: families.clone(),
-            limits,
-            formats: yued_protocol::OutputFormat::all().to_vec(),
-            mm3_models: match &models.mm3 {
-                Some(m) => ["lm_model", "depth_model", "cond_model", "dit_model", "vae_model"]
-                    .into_iter()
-                    .zip(Bucket::MM3)
-                    .map(|(field, b)| (field, m.registry.entries(b).iter().map(|e| e.name.clone()).collect()))
-                    .collect(),
-                None => vec![],
-            },
-            adapters: adapters.as_ref().map(|d| d.adapters.iter().map(|a| a.name.clone()).collect()).unwrap_or_default(),
-            model_ids: openai::model_ids(&families, &props.model, models.mm3.as_ref()).into_iter().map(|(id, _)| id).collect(),
-            api_keys: !key_table.is_empty(),
-            max_body_bytes: cfg.max_body_bytes,
-            max_upload_bytes: cfg.max_upload_bytes,
-            link_ttl_secs: cfg.link_ttl_secs,
+        let families = if models.mm3.is_some() {
+            vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3]
+        } else {
+            vec![yued_protocol::Family::Yue2]
         };
+        let facts = openapi_facts(&cfg, &models, &families, limits, &props, adapters.as_deref(), !key_table.is_empty());
         let openapi = serde_json::to_string(&crate::openapi::document(&facts)).expect("the document serializes");
         let keys = crate::auth::Keys::new(key_table);
         crate::auth::reload_on_sighup(keys.clone(), key_source);
@@ -506,15 +746,24 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             limits,
             families,
             openapi,
+            prompt: http::PromptCheck {
+                tokenizer: models.tokenizer,
+                tokens: models.info.tokens,
+                instructions: models.instructions,
+            },
             mm3: models.mm3,
-            prompt: http::PromptCheck { tokenizer: models.tokenizer, tokens: models.info.tokens, instructions: models.instructions },
             logs: ring,
             started: std::time::Instant::now(),
-            demo_weights: demo,
+            demo_weights: models.demo.is_some(),
             max_body_bytes: cfg.max_body_bytes,
             ws_ping: std::time::Duration::from_secs(cfg.ws_ping_secs),
-            vae: http::VaeLimits { uploads, max_upload_bytes: cfg.max_upload_bytes, audio: models.audio, has_encoder: models.vae_has_encoder },
-            adapters: adapters.clone(),
+            vae: http::VaeLimits {
+                uploads,
+                max_upload_bytes: cfg.max_upload_bytes,
+                audio: models.audio,
+                has_encoder: models.vae_has_encoder,
+            },
+            adapters,
             max_duration: cfg.max_duration,
             mcp: crate::mcp_sessions::Mcp::new(cfg.mcp_max_seconds),
             links: match &cluster {
@@ -522,56 +771,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
                 None => links,
             },
         });
-        let max_body = cfg.max_body_bytes;
-        // The scrape port: /metrics and /health, no key (an internal address of the operator's).
-        let scrape = if cfg.metrics_listen.is_empty() {
-            None
-        } else {
-            let st = state.clone();
-            let server = HttpServer::new(move || {
-                App::new()
-                    .app_data(st.clone())
-                    .service(web::resource("/metrics").route(web::get().to(http::metrics)))
-                    .service(web::resource("/health").route(web::get().to(http::health)))
-                    .default_service(web::to(not_found))
-            })
-            .workers(1)
-            .shutdown_timeout(1)
-            .bind(&cfg.metrics_listen)
-            .with_context(|| format!("binding --metrics-listen {}", cfg.metrics_listen))?;
-            tracing::info!(addr = %cfg.metrics_listen, "metrics listening (no key: keep this address internal)");
-            Some(server.run())
-        };
-        let keys = web::Data::new(keys);
-        let server = HttpServer::new(move || {
-            App::new()
-                .app_data(state.clone())
-                .app_data(keys.clone())
-                .app_data(web::PayloadConfig::new(max_body))
-                .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
-                .wrap(from_fn(crate::auth::require_key))
-                .configure(move |s| routes(s, serves_api))
-                .default_service(web::to(not_found))
-        })
-        .shutdown_timeout(5)
-        .bind(addr.clone())
-        .with_context(|| format!("binding {}:{}", addr.0, addr.1))?;
-        tracing::info!(host = %addr.0, port = addr.1, "yued listening");
-        match scrape {
-            Some(scrape) => {
-                let handle = scrape.handle();
-                let main = server.run();
-                let main_handle = main.handle();
-                // Either one stopping (a signal stops both) stops the other.
-                let r = futures_util::future::select(main, scrape).await;
-                handle.stop(true).await;
-                main_handle.stop(true).await;
-                match r {
-                    futures_util::future::Either::Left((r, _)) | futures_util::future::Either::Right((r, _)) => r?,
-                }
-            }
-            None => server.run().await?,
-        }
+        serve_http(&cfg, state, keys, serves_api).await?;
         let Some((node, stop)) = local else { return anyhow::Ok(()) };
         if let Some(stop) = stop {
             // The cluster's jobs this worker runs go back to the cluster at once.

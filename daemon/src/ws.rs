@@ -25,11 +25,19 @@ fn codec(q: &Option<String>) -> Result<StreamCodec, HttpResponse> {
     match q.as_deref() {
         None | Some("opus") => Ok(StreamCodec::Opus),
         Some("pcm16") => Ok(StreamCodec::Pcm16),
-        Some(other) => Err(error(actix_web::http::StatusCode::BAD_REQUEST, format!("format: unknown stream format '{other}' (opus or pcm16)"))),
+        Some(other) => Err(error(
+            actix_web::http::StatusCode::BAD_REQUEST,
+            format!("format: unknown stream format '{other}' (opus or pcm16)"),
+        )),
     }
 }
 
-pub async fn stream(req: HttpRequest, body: web::Payload, q: web::Query<StreamQuery>, st: web::Data<AppState>) -> Result<HttpResponse, actix_web::Error> {
+pub async fn stream(
+    req: HttpRequest,
+    body: web::Payload,
+    q: web::Query<StreamQuery>,
+    st: web::Data<AppState>,
+) -> Result<HttpResponse, actix_web::Error> {
     let id = match job_id(&q.id) {
         Ok(id) => id,
         Err(r) => return Ok(r),
@@ -52,7 +60,12 @@ pub async fn stream(req: HttpRequest, body: web::Payload, q: web::Query<StreamQu
     Ok(resp)
 }
 
-pub async fn synth_stream(req: HttpRequest, body: web::Payload, q: web::Query<StreamQuery>, st: web::Data<AppState>) -> Result<HttpResponse, actix_web::Error> {
+pub async fn synth_stream(
+    req: HttpRequest,
+    body: web::Payload,
+    q: web::Query<StreamQuery>,
+    st: web::Data<AppState>,
+) -> Result<HttpResponse, actix_web::Error> {
     let codec = match codec(&q.format) {
         Ok(c) => c,
         Err(r) => return Ok(r),
@@ -75,12 +88,16 @@ pub async fn synth_stream(req: HttpRequest, body: web::Payload, q: web::Query<St
             }
         };
         let (state, body) = (st.clone(), first.to_string());
-        let checked = web::block(move || check_request(body.as_bytes(), &state)).await.unwrap_or_else(|_| Err("the request check did not run".into()));
+        let checked = web::block(move || check_request(body.as_bytes(), &state))
+            .await
+            .unwrap_or_else(|_| Err("the request check did not run".into()));
         let request = match checked {
             Ok(r) => r,
             Err(msg) => {
                 let _ = session.text(StreamEvent::Failed { error: msg.clone() }.to_text()).await;
-                let _ = session.close(Some(CloseReason { code: CloseCode::Policy, description: Some(truncate(&msg)) })).await;
+                let _ = session
+                    .close(Some(CloseReason { code: CloseCode::Policy, description: Some(truncate(&msg)) }))
+                    .await;
                 return;
             }
         };
@@ -118,11 +135,16 @@ async fn replay_ended(st: &AppState, jobs: &Jobs, mut session: actix_ws::Session
     let status = jobs.status(id).await.ok().flatten();
     let close = |description: &str| CloseReason { code: CloseCode::Normal, description: Some(description.into()) };
     let Some(status) = status.filter(|s| s.status.is_terminal()) else {
-        let _ = session.close(Some(CloseReason { code: CloseCode::Error, description: Some("no stream for this job".into()) })).await;
+        let _ = session
+            .close(Some(CloseReason { code: CloseCode::Error, description: Some("no stream for this job".into()) }))
+            .await;
         return;
     };
     let (items, reason) = match status.status {
-        JobState::Failed => (vec![StreamItem::Text(StreamEvent::Failed { error: status.error.unwrap_or_default() }.to_text())], "job finished"),
+        JobState::Failed => (
+            vec![StreamItem::Text(StreamEvent::Failed { error: status.error.unwrap_or_default() }.to_text())],
+            "job finished",
+        ),
         JobState::Cancelled => (vec![StreamItem::Text(StreamEvent::Cancelled {}.to_text())], "job finished"),
         _ => {
             let parts = jobs.parts(id).await.unwrap_or_default();
@@ -130,7 +152,10 @@ async fn replay_ended(st: &AppState, jobs: &Jobs, mut session: actix_ws::Session
             let job = id.clone();
             match web::block(move || result_as_tiles(&job, &parts, codec, tile_samples)).await {
                 Ok(Some(items)) => (items, "job finished"),
-                _ => (vec![StreamItem::Text(StreamEvent::Done { tracks: 0, audio_seconds: 0.0 }.to_text())], "the job's result has expired"),
+                _ => (
+                    vec![StreamItem::Text(StreamEvent::Done { tracks: 0, audio_seconds: 0.0 }.to_text())],
+                    "the job's result has expired",
+                ),
             }
         }
     };
@@ -148,23 +173,44 @@ async fn replay_ended(st: &AppState, jobs: &Jobs, mut session: actix_ws::Session
 
 /// A stored result's audio tracks decoded and cut into tiles of `tile_samples`, encoded as
 /// the live stream's, ending on `done`; `None` when the result has no audio left.
-fn result_as_tiles(job: &JobId, parts: &[(std::path::PathBuf, String)], codec: StreamCodec, tile_samples: usize) -> Option<Vec<StreamItem>> {
+fn result_as_tiles(
+    job: &JobId,
+    parts: &[(std::path::PathBuf, String)],
+    codec: StreamCodec,
+    tile_samples: usize,
+) -> Option<Vec<StreamItem>> {
     let mut encoder = TileEncoder::new(job);
     let mut items = Vec::new();
     let (mut tracks, mut seconds, mut index) = (0u32, 0.0, 0u32);
     for (path, ct) in parts.iter().filter(|(_, ct)| ct.starts_with("audio/")) {
         let pcm = yued_audio::decode::decode(&std::fs::read(path).ok()?)
-            .map_err(|e| tracing::warn!(job = %job, file = %path.display(), content_type = %ct, error = %e, "result audio does not decode"))
+            .map_err(|e| {
+                tracing::warn!(job = %job, file = %path.display(), content_type = %ct, error = %e, "result \
+                audio does not decode")
+            })
             .ok()?;
         let n = pcm.data.len() / pcm.channels;
         for start in (0..n).step_by(tile_samples.max(1)) {
             let end = (start + tile_samples).min(n);
-            let planar: Vec<f32> = (0..pcm.channels).flat_map(|c| pcm.data[c * n + start..c * n + end].iter().copied()).collect();
-            let t = encoder.encode(&PcmTile { track: tracks, index, start_sample: start as u64, sample_rate: pcm.sample_rate, channels: pcm.channels, planar });
+            let planar: Vec<f32> =
+                (0..pcm.channels).flat_map(|c| pcm.data[c * n + start..c * n + end].iter().copied()).collect();
+            let t = encoder.encode(&PcmTile {
+                track: tracks,
+                index,
+                start_sample: start as u64,
+                sample_rate: pcm.sample_rate,
+                channels: pcm.channels,
+                planar,
+            });
             if index == 0 {
-                items.push(StreamItem::Text(StreamEvent::Format { codec, sample_rate: t.sample_rate, channels: t.channels as u16 }.to_text()));
+                items.push(StreamItem::Text(
+                    StreamEvent::Format { codec, sample_rate: t.sample_rate, channels: t.channels as u16 }.to_text(),
+                ));
             }
-            items.push(StreamItem::Text(StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }.to_text()));
+            items.push(StreamItem::Text(
+                StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }
+                    .to_text(),
+            ));
             match codec {
                 StreamCodec::Pcm16 => items.push(StreamItem::Binary(t.pcm16)),
                 StreamCodec::Opus if !t.opus_pages.is_empty() => items.push(StreamItem::Binary(t.opus_pages)),
@@ -190,7 +236,11 @@ fn result_as_tiles(job: &JobId, parts: &[(std::path::PathBuf, String)], codec: S
 /// stalls the write once the socket's buffers are full; past that it is dropped (the
 /// socket closes when the session goes), so a stuck writer never outlives it and its queue
 /// in the hub stays bounded.
-async fn sent_in_time(st: &AppState, id: &JobId, send: impl std::future::Future<Output = Result<(), actix_ws::Closed>>) -> bool {
+async fn sent_in_time(
+    st: &AppState,
+    id: &JobId,
+    send: impl std::future::Future<Output = Result<(), actix_ws::Closed>>,
+) -> bool {
     match tokio::time::timeout(3 * st.ws_ping, send).await {
         Ok(r) => r.is_ok(),
         Err(_) => {
@@ -203,7 +253,15 @@ async fn sent_in_time(st: &AppState, id: &JobId, send: impl std::future::Future<
 
 /// Pumps the hub's items for `id` into the socket until the terminal event, answering
 /// pings and (when `can_cancel`) the cancel command.
-async fn follow(st: std::sync::Arc<AppState>, jobs: Jobs, mut session: actix_ws::Session, mut msgs: actix_ws::AggregatedMessageStream, id: JobId, codec: StreamCodec, can_cancel: bool) {
+async fn follow(
+    st: std::sync::Arc<AppState>,
+    jobs: Jobs,
+    mut session: actix_ws::Session,
+    mut msgs: actix_ws::AggregatedMessageStream,
+    id: JobId,
+    codec: StreamCodec,
+    can_cancel: bool,
+) {
     let (mut rx, job_ended) = match jobs.subscribe(&id, codec).await {
         Ok(Some(sub)) => (sub.rx, sub.ended),
         Ok(None) => {
@@ -214,7 +272,8 @@ async fn follow(st: std::sync::Arc<AppState>, jobs: Jobs, mut session: actix_ws:
             return;
         }
         Err(e) => {
-            let _ = session.close(Some(CloseReason { code: CloseCode::Error, description: Some(truncate(&e.0)) })).await;
+            let _ =
+                session.close(Some(CloseReason { code: CloseCode::Error, description: Some(truncate(&e.0)) })).await;
             return;
         }
     };
@@ -237,8 +296,10 @@ async fn follow(st: std::sync::Arc<AppState>, jobs: Jobs, mut session: actix_ws:
         }
         if ended_at.is_some_and(|t| t.elapsed() >= 3 * st.ws_ping) && !rx.is_empty() {
             st.metrics.ws_dropped_listeners_total.inc();
-            tracing::warn!(job = %id, behind = rx.len(), "a WebSocket listener is still behind after the job ended: dropped");
-            let description = format!("listener fell too far behind; the job has ended: its result is at /job?id={id}&result=1");
+            tracing::warn!(job = %id, behind = rx.len(), "a WebSocket listener is still behind after the job ended: \
+                dropped");
+            let description =
+                format!("listener fell too far behind; the job has ended: its result is at /job?id={id}&result=1");
             let _ = session.close(Some(CloseReason { code: CloseCode::Policy, description: Some(description) })).await;
             break;
         }
@@ -265,7 +326,8 @@ async fn follow(st: std::sync::Arc<AppState>, jobs: Jobs, mut session: actix_ws:
             _ = tick.tick() => {
                 if last_heard.elapsed() >= 3 * st.ws_ping {
                     tracing::info!(job = %id, "WebSocket peer stopped answering: closing");
-                    let _ = session.close(Some(CloseReason { code: CloseCode::Away, description: Some("peer stopped answering".into()) })).await;
+                    let _ = session.close(Some(CloseReason { code: CloseCode::Away, description: Some("peer stopped \
+                        answering".into()) })).await;
                     break;
                 }
                 if last_sent.elapsed() >= st.ws_ping || last_heard.elapsed() >= st.ws_ping {
@@ -287,7 +349,8 @@ async fn follow(st: std::sync::Arc<AppState>, jobs: Jobs, mut session: actix_ws:
                     let reason = if ended {
                         CloseReason { code: CloseCode::Normal, description: Some("job finished".into()) }
                     } else {
-                        CloseReason { code: CloseCode::Policy, description: Some("listener fell too far behind".into()) }
+                        CloseReason { code: CloseCode::Policy, description: Some("listener fell too far \
+                            behind".into()) }
                     };
                     let _ = session.close(Some(reason)).await;
                     break;

@@ -33,14 +33,22 @@ fn demo_inspect_tokenize_quantize() {
     assert!(out.contains("random weights"));
     let bb = dir.path().join("yue2-demo-tiny.gguf");
     let inspect = ok(&["gguf", "inspect", s(&bb)]);
-    assert!(inspect.contains("architecture: yue2") && inspect.contains("model.layers.1.nar_mlp.down_proj.weight") && inspect.contains("tensors (55,"), "{inspect}");
+    assert!(
+        inspect.contains("architecture: yue2")
+            && inspect.contains("model.layers.1.nar_mlp.down_proj.weight")
+            && inspect.contains("tensors (55,"),
+        "{inspect}"
+    );
     assert_eq!(ok(&["tokenize", "--model", s(&bb), "--text", "Hé"]).trim(), "72,195,169");
     let q = dir.path().join("q8.gguf");
     ok(&["quantize", s(&bb), s(&q), "--type", "Q8_0"]);
     assert!(ok(&["gguf", "inspect", s(&q)]).contains("q8_0"));
     let vae = dir.path().join("yue2-demo-tiny-vae.gguf");
     assert!(fails(&["quantize", s(&vae), s(&q), "--type", "Q8_0"]).contains("never quantized"));
-    assert!(yued(&["quantize", s(&bb), s(&q), "--type", "Q4_0"]).status.code() == Some(2), "a bad --type is a usage error");
+    assert!(
+        yued(&["quantize", s(&bb), s(&q), "--type", "Q4_0"]).status.code() == Some(2),
+        "a bad --type is a usage error"
+    );
 }
 
 #[test]
@@ -56,9 +64,29 @@ fn bad_files_are_clear_errors() {
     assert!(e.contains("cut.gguf") && e.contains("truncated"), "{e}");
     // a VAE where a backbone is expected
     ok(&["demo-model", "--out", s(dir.path())]);
-    let e = fails(&["lm-eval", "--model", s(&dir.path().join("yue2-demo-tiny-vae.gguf")), "--tokens", "1", "--out", s(&dir.path().join("x.f32")), "--device", "CPU"]);
+    let e = fails(&[
+        "lm-eval",
+        "--model",
+        s(&dir.path().join("yue2-demo-tiny-vae.gguf")),
+        "--tokens",
+        "1",
+        "--out",
+        s(&dir.path().join("x.f32")),
+        "--device",
+        "CPU",
+    ]);
     assert!(e.contains("yue2-vae") && e.contains("expected 'yue2'"), "{e}");
-    let e = fails(&["lm-eval", "--model", s(&repo().join("fixtures/ar/tiny-qwen3.gguf")), "--tokens", "1,999", "--out", "x", "--device", "CPU"]);
+    let e = fails(&[
+        "lm-eval",
+        "--model",
+        s(&repo().join("fixtures/ar/tiny-qwen3.gguf")),
+        "--tokens",
+        "1,999",
+        "--out",
+        "x",
+        "--device",
+        "CPU",
+    ]);
     assert!(e.contains("999"), "{e}");
 }
 
@@ -70,7 +98,8 @@ fn read_f32(p: &Path) -> Vec<f32> {
 fn lm_eval_prefill_and_decode_agree_with_each_other_and_the_reference() {
     let dir = tempfile::tempdir().unwrap();
     let model = repo().join("fixtures/ar/tiny-qwen3.gguf");
-    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo().join("fixtures/ar/cases.json")).unwrap()).unwrap();
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("fixtures/ar/cases.json")).unwrap()).unwrap();
     let toks: Vec<String> = cases["A"].as_array().unwrap().iter().map(|v| v.to_string()).collect();
     let toks = toks.join(",");
     let (p, d) = (dir.path().join("p.f32"), dir.path().join("d.f32"));
@@ -93,16 +122,41 @@ fn plan_writes_the_score_even_when_it_looks_malformed() {
     let dir = tempfile::tempdir().unwrap();
     ok(&["demo-model", "--out", s(dir.path())]);
     let req = dir.path().join("req.json");
-    std::fs::write(&req, r#"{"style": "pop", "lyrics": "[verse] hi", "plan_retries": 1, "abc_sampling": {"max_tokens": 16, "min_tokens": 2}}"#).unwrap();
+    std::fs::write(
+        &req,
+        r#"{"style": "pop", "lyrics": "[verse] hi", "plan_retries": 1,
+        "abc_sampling": {"max_tokens": 16, "min_tokens": 2}}"#,
+    )
+    .unwrap();
     let out = dir.path().join("score.abc");
-    let o = yued(&["plan", "--model", s(&dir.path().join("yue2-demo-tiny.gguf")), "--request", s(&req), "--out", s(&out), "--lm-seed", "3", "--device", "CPU"]);
+    let o = yued(&[
+        "plan",
+        "--model",
+        s(&dir.path().join("yue2-demo-tiny.gguf")),
+        "--request",
+        s(&req),
+        "--out",
+        s(&out),
+        "--lm-seed",
+        "3",
+        "--device",
+        "CPU",
+    ]);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(err.contains("malformed after 2 attempt(s)") && err.contains("RANDOM"), "{err}");
     assert!(out.exists());
     // a bad request is refused with the field named
     std::fs::write(&req, r#"{"style": "pop", "plan_retries": 9}"#).unwrap();
-    let e = fails(&["plan", "--model", s(&dir.path().join("yue2-demo-tiny.gguf")), "--request", s(&req), "--device", "CPU"]);
+    let e = fails(&[
+        "plan",
+        "--model",
+        s(&dir.path().join("yue2-demo-tiny.gguf")),
+        "--request",
+        s(&req),
+        "--device",
+        "CPU",
+    ]);
     assert!(e.contains("plan_retries"), "{e}");
 }
 
@@ -113,8 +167,12 @@ fn synth_writes_exact_length_audio_and_a_replay_that_renders_the_same_bytes() {
     ok(&["demo-model", "--out", s(d)]);
     let (bb, vae) = (d.join("yue2-demo-tiny.gguf"), d.join("yue2-demo-tiny-vae.gguf"));
     let req = d.join("req.json");
-    std::fs::write(&req, r#"{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16", "synth_batch_size": 2, "semantic_sampling": {"min_tokens": 25}}"#)
-        .unwrap();
+    std::fs::write(
+        &req,
+        r#"{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0,
+        "output_format": "wav16", "synth_batch_size": 2, "semantic_sampling": {"min_tokens": 25}}"#,
+    )
+    .unwrap();
     let out = d.join("out/song.wav");
     let dump = d.join("dump");
     let stdout = ok(&[
@@ -160,11 +218,26 @@ fn synth_writes_exact_length_audio_and_a_replay_that_renders_the_same_bytes() {
     // The replay request of track 01 renders the same bytes.
     let replay = d.join("out/song01.json");
     let re = d.join("re.wav");
-    ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&replay), "--out", s(&re), "--vae-core", "8", "--device", "CPU"]);
+    ok(&[
+        "synth",
+        "--model",
+        s(&bb),
+        "--vae",
+        s(&vae),
+        "--request",
+        s(&replay),
+        "--out",
+        s(&re),
+        "--vae-core",
+        "8",
+        "--device",
+        "CPU",
+    ]);
     assert_eq!(std::fs::read(&re).unwrap(), std::fs::read(d.join("out/song01.wav")).unwrap());
     // Bad requests name the field.
     std::fs::write(&req, r#"{"style": "x", "steps": 0}"#).unwrap();
-    assert!(fails(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--device", "CPU"]).contains("steps"));
+    assert!(fails(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--device", "CPU"])
+        .contains("steps"));
 }
 
 /// At the published depth (the `deep` demo: 28 layers, 16 query heads over 8 KV heads): a
@@ -178,13 +251,40 @@ fn synth_renders_guided_and_batched_songs_at_the_published_depth() {
     let (bb, vae) = (d.join("yue2-demo-deep.gguf"), d.join("yue2-demo-deep-vae.gguf"));
     for (name, extra, tracks) in [("guided", "", 1), ("batched", r#", "lm_batch_size": 2, "cfg_scale": 1.0"#, 2)] {
         let req = d.join(format!("{name}.json"));
-        std::fs::write(&req, format!(r#"{{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 25}}{extra}}}"#))
-            .unwrap();
+        std::fs::write(
+            &req,
+            format!(
+                r#"{{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0,
+            "output_format": "wav16", "semantic_sampling": {{"min_tokens": 25}}{extra}}}"#
+            ),
+        )
+        .unwrap();
         let out = d.join(format!("{name}/song.wav"));
-        let stdout = ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--out", s(&out), "--steps", "2", "--device", "CPU"]);
-        let wavs = std::fs::read_dir(d.join(name)).unwrap().filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "wav")).count();
+        let stdout = ok(&[
+            "synth",
+            "--model",
+            s(&bb),
+            "--vae",
+            s(&vae),
+            "--request",
+            s(&req),
+            "--out",
+            s(&out),
+            "--steps",
+            "2",
+            "--device",
+            "CPU",
+        ]);
+        let wavs = std::fs::read_dir(d.join(name))
+            .unwrap()
+            .filter(|e| e.as_ref().unwrap().path().extension().is_some_and(|x| x == "wav"))
+            .count();
         assert_eq!(wavs, tracks, "{name}: {stdout}");
-        let replay: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join(format!("{name}/song{}.json", if tracks == 1 { "" } else { "00" }))).unwrap()).unwrap();
+        let replay: serde_json::Value = serde_json::from_str(
+            &std::fs::read_to_string(d.join(format!("{name}/song{}.json", if tracks == 1 { "" } else { "00" })))
+                .unwrap(),
+        )
+        .unwrap();
         assert_eq!(replay["semantic_tokens"].as_str().map(|t| t.split(',').count()), Some(25), "{name}: {replay}");
     }
 }
@@ -198,27 +298,76 @@ fn compose_writes_the_replayable_request_of_each_song() {
     let d = dir.path();
     ok(&["demo-model", "--out", s(&d.join("models"))]);
     let req = d.join("req.json");
-    std::fs::write(&req, r#"{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "lm_batch_size": 2, "output_format": "wav16", "semantic_sampling": {"min_tokens": 25}}"#)
-        .unwrap();
+    std::fs::write(
+        &req,
+        r#"{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0,
+        "lm_batch_size": 2, "output_format": "wav16", "semantic_sampling": {"min_tokens": 25}}"#,
+    )
+    .unwrap();
     let out = d.join("composed/request.json");
-    let stdout = ok(&["compose", "--models", s(&d.join("models")), "--request", s(&req), "--out", s(&out), "--lm-seed", "11", "--device", "CPU"]);
+    let stdout = ok(&[
+        "compose",
+        "--models",
+        s(&d.join("models")),
+        "--request",
+        s(&req),
+        "--out",
+        s(&out),
+        "--lm-seed",
+        "11",
+        "--device",
+        "CPU",
+    ]);
     assert!(stdout.contains("request00.json") && stdout.contains("request01.json"), "{stdout}");
-    let composed: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("composed/request01.json")).unwrap()).unwrap();
+    let composed: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("composed/request01.json")).unwrap()).unwrap();
     assert_eq!(composed["lm_seed"], 12, "song 1 samples with lm_seed + 1");
     assert_eq!(composed["lm_batch_size"], 1);
     let codes = composed["semantic_tokens"].as_str().unwrap().to_string();
     assert_eq!(codes.split(',').count(), 25);
     // synth at the same seeds writes the same codes for song 1.
     let (bb, vae) = (d.join("models/yue2-demo-tiny.gguf"), d.join("models/yue2-demo-tiny-vae.gguf"));
-    ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--out", s(&d.join("synth/song.wav")), "--lm-seed", "11", "--steps", "1", "--device", "CPU"]);
-    let synth: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("synth/song10.json")).unwrap()).unwrap();
+    ok(&[
+        "synth",
+        "--model",
+        s(&bb),
+        "--vae",
+        s(&vae),
+        "--request",
+        s(&req),
+        "--out",
+        s(&d.join("synth/song.wav")),
+        "--lm-seed",
+        "11",
+        "--steps",
+        "1",
+        "--device",
+        "CPU",
+    ]);
+    let synth: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("synth/song10.json")).unwrap()).unwrap();
     assert_eq!(synth["semantic_tokens"].as_str().unwrap(), codes);
     // And the composed request renders.
-    ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&d.join("composed/request01.json")), "--out", s(&d.join("replay.wav")), "--steps", "1", "--device", "CPU"]);
+    ok(&[
+        "synth",
+        "--model",
+        s(&bb),
+        "--vae",
+        s(&vae),
+        "--request",
+        s(&d.join("composed/request01.json")),
+        "--out",
+        s(&d.join("replay.wav")),
+        "--steps",
+        "1",
+        "--device",
+        "CPU",
+    ]);
     assert!(d.join("replay.wav").exists());
     // A body of a family this build does not serve is refused, naming the field.
     std::fs::write(&req, r#"{"family": "mm3", "caption": "x", "lyrics": "la"}"#).unwrap();
-    assert!(fails(&["compose", "--models", s(&d.join("models")), "--request", s(&req), "--device", "CPU"]).contains("family"));
+    assert!(fails(&["compose", "--models", s(&d.join("models")), "--request", s(&req), "--device", "CPU"])
+        .contains("family"));
 }
 
 /// MiniMax Music 3's AR half through `yued compose`: a batch of two songs writes two
@@ -234,36 +383,119 @@ fn compose_writes_minimax_songs_that_replay() {
     assert!(out.contains("mm3-demo-tiny-lm.gguf") && out.contains("mm3-demo-tiny-depth.gguf"), "{out}");
     ok(&["demo-model", "--out", s(&models)]);
     let req = d.join("req.json");
-    std::fs::write(&req, r#"{"caption": "<|genre synth-pop|> **bright**", "lyrics": "[Verse] la la\nneon ^ light", "duration": 0.6, "lm_batch_size": 2, "lm_top_k": 8}"#).unwrap();
-    let stdout = ok(&["compose", "--models", s(&models), "--request", s(&req), "--out", s(&d.join("c/request.json")), "--lm-seed", "21", "--device", "CPU", "--threads", "1"]);
+    std::fs::write(
+        &req,
+        r#"{"caption": "<|genre synth-pop|> **bright**", "lyrics": "[Verse] la la\nneon ^ light",
+        "duration": 0.6, "lm_batch_size": 2, "lm_top_k": 8}"#,
+    )
+    .unwrap();
+    let stdout = ok(&[
+        "compose",
+        "--models",
+        s(&models),
+        "--request",
+        s(&req),
+        "--out",
+        s(&d.join("c/request.json")),
+        "--lm-seed",
+        "21",
+        "--device",
+        "CPU",
+        "--threads",
+        "1",
+    ]);
     assert!(stdout.contains("request00.json") && stdout.contains("request01.json"), "{stdout}");
-    let song1: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("c/request01.json")).unwrap()).unwrap();
-    assert_eq!((song1["family"].as_str(), song1["lm_seed"].as_i64(), song1["lm_batch_size"].as_i64()), (Some("mm3"), Some(22), Some(1)));
+    let song1: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("c/request01.json")).unwrap()).unwrap();
+    assert_eq!(
+        (song1["family"].as_str(), song1["lm_seed"].as_i64(), song1["lm_batch_size"].as_i64()),
+        (Some("mm3"), Some(22), Some(1))
+    );
     let codes = song1["audio_codes"].as_str().unwrap().to_string();
     let n = codes.split(',').count();
     assert!(n.is_multiple_of(8) && (16..=8 * 16).contains(&n), "{n} codes: 1 + up to 15 frames of 8");
     // The same song composed alone at lm_seed 22.
     let one = d.join("one.json");
-    std::fs::write(&one, r#"{"caption": "<|genre synth-pop|> **bright**", "lyrics": "[Verse] la la\nneon ^ light", "duration": 0.6, "lm_top_k": 8}"#).unwrap();
-    ok(&["compose", "--models", s(&models), "--request", s(&one), "--out", s(&d.join("alone.json")), "--lm-seed", "22", "--device", "CPU", "--threads", "1"]);
-    let alone: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("alone.json")).unwrap()).unwrap();
+    std::fs::write(
+        &one,
+        r#"{"caption": "<|genre synth-pop|> **bright**", "lyrics": "[Verse] la la\nneon ^ light",
+        "duration": 0.6, "lm_top_k": 8}"#,
+    )
+    .unwrap();
+    ok(&[
+        "compose",
+        "--models",
+        s(&models),
+        "--request",
+        s(&one),
+        "--out",
+        s(&d.join("alone.json")),
+        "--lm-seed",
+        "22",
+        "--device",
+        "CPU",
+        "--threads",
+        "1",
+    ]);
+    let alone: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("alone.json")).unwrap()).unwrap();
     assert_eq!(alone["audio_codes"].as_str().unwrap(), codes, "song 1 of a batch is the song of lm_seed + 1");
     // --no-batch-cfg draws the same song on the demo.
-    ok(&["compose", "--models", s(&models), "--request", s(&one), "--out", s(&d.join("split.json")), "--lm-seed", "22", "--no-batch-cfg", "--device", "CPU", "--threads", "1"]);
-    let split: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("split.json")).unwrap()).unwrap();
+    ok(&[
+        "compose",
+        "--models",
+        s(&models),
+        "--request",
+        s(&one),
+        "--out",
+        s(&d.join("split.json")),
+        "--lm-seed",
+        "22",
+        "--no-batch-cfg",
+        "--device",
+        "CPU",
+        "--threads",
+        "1",
+    ]);
+    let split: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("split.json")).unwrap()).unwrap();
     assert_eq!(split["audio_codes"], alone["audio_codes"]);
     // A replay keeps its codes.
-    ok(&["compose", "--models", s(&models), "--request", s(&d.join("c/request01.json")), "--out", s(&d.join("replay.json")), "--device", "CPU", "--threads", "1"]);
-    let replay: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("replay.json")).unwrap()).unwrap();
+    ok(&[
+        "compose",
+        "--models",
+        s(&models),
+        "--request",
+        s(&d.join("c/request01.json")),
+        "--out",
+        s(&d.join("replay.json")),
+        "--device",
+        "CPU",
+        "--threads",
+        "1",
+    ]);
+    let replay: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("replay.json")).unwrap()).unwrap();
     assert_eq!(replay["audio_codes"].as_str().unwrap(), codes);
     // Bad input: named fields, and a file of the wrong architecture.
     std::fs::write(&req, r#"{"caption": "x", "lyrics": "la", "depth_model": "yue2-demo-tiny.gguf"}"#).unwrap();
     let e = fails(&["compose", "--models", s(&models), "--request", s(&req), "--device", "CPU", "--threads", "1"]);
     assert!(e.contains("depth_model") && e.contains("yue2"), "{e}");
     std::fs::write(&req, r#"{"caption": "x", "lyrics": "la", "audio_codes": "1,2,3"}"#).unwrap();
-    assert!(fails(&["compose", "--models", s(&models), "--request", s(&req), "--device", "CPU", "--threads", "1"]).contains("audio_codes"));
+    assert!(fails(&["compose", "--models", s(&models), "--request", s(&req), "--device", "CPU", "--threads", "1"])
+        .contains("audio_codes"));
     std::fs::write(&req, r#"{"style": "x", "cot": "off", "lyrics": "la"}"#).unwrap();
-    let e = fails(&["compose", "--model", s(&models.join("mm3-demo-tiny-lm.gguf")), "--request", s(&req), "--device", "CPU", "--threads", "1"]);
+    let e = fails(&[
+        "compose",
+        "--model",
+        s(&models.join("mm3-demo-tiny-lm.gguf")),
+        "--request",
+        s(&req),
+        "--device",
+        "CPU",
+        "--threads",
+        "1",
+    ]);
     assert!(e.contains("mm3-lm") && e.contains("yue2"), "{e}");
 }
 
@@ -277,21 +509,63 @@ fn synth_renders_a_minimax_song_that_replays_as_the_same_song() {
     let models = d.join("models");
     ok(&["demo-model", "--family", "mm3", "--out", s(&models)]);
     let req = d.join("req.json");
-    std::fs::write(&req, r#"{"caption": "<|genre pop|> bright", "lyrics": "[Verse]\nhello world", "duration": 4.5, "output_format": "wav16", "synth_batch_size": 2, "steps": 3}"#).unwrap();
-    let out = ok(&["synth", "--models", s(&models), "--request", s(&req), "--out", s(&d.join("o/song.wav")), "--lm-seed", "3", "--seed", "40", "--device", "CPU", "--threads", "1"]);
+    std::fs::write(
+        &req,
+        r#"{"caption": "<|genre pop|> bright", "lyrics": "[Verse]\nhello world", "duration": 4.5,
+        "output_format": "wav16", "synth_batch_size": 2, "steps": 3}"#,
+    )
+    .unwrap();
+    let out = ok(&[
+        "synth",
+        "--models",
+        s(&models),
+        "--request",
+        s(&req),
+        "--out",
+        s(&d.join("o/song.wav")),
+        "--lm-seed",
+        "3",
+        "--seed",
+        "40",
+        "--device",
+        "CPU",
+        "--threads",
+        "1",
+    ]);
     assert!(out.contains("song00.wav") && out.contains("song01.wav"), "{out}");
-    let probe = Command::new("ffprobe").args(["-v", "error", "-show_entries", "stream=sample_rate,channels", "-of", "csv=p=0"]).arg(d.join("o/song01.wav")).output().unwrap();
+    let probe = Command::new("ffprobe")
+        .args(["-v", "error", "-show_entries", "stream=sample_rate,channels", "-of", "csv=p=0"])
+        .arg(d.join("o/song01.wav"))
+        .output()
+        .unwrap();
     assert_eq!(String::from_utf8_lossy(&probe.stdout).trim(), "44100,2");
     let r = hound::WavReader::open(d.join("o/song01.wav")).unwrap();
     // 112 frames (4.5 s at 25 Hz, unless the LM ended the song) -> int(112 * 441 / 128) latents of 512 samples.
-    let replay: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("o/song01.json")).unwrap()).unwrap();
+    let replay: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("o/song01.json")).unwrap()).unwrap();
     let frames = replay["audio_codes"].as_str().unwrap().split(',').count() / 8 - 1;
     assert_eq!(r.duration() as usize, (frames * 441 / 128) * 512, "{frames} frames");
-    assert_eq!((replay["seed"].as_i64(), replay["lm_seed"].as_i64(), replay["synth_batch_size"].as_i64()), (Some(41), Some(3), Some(1)));
+    assert_eq!(
+        (replay["seed"].as_i64(), replay["lm_seed"].as_i64(), replay["synth_batch_size"].as_i64()),
+        (Some(41), Some(3), Some(1))
+    );
     // The replay re-derives the states teacher-forced (activation epsilon from the sampled
     // run, as minimaxmusic.cpp's architecture reference says): the same song.
-    ok(&["synth", "--models", s(&models), "--request", s(&d.join("o/song01.json")), "--out", s(&d.join("r/song.wav")), "--device", "CPU", "--threads", "1"]);
-    let read = |p: &Path| hound::WavReader::open(p).unwrap().samples::<i16>().map(|x| x.unwrap() as f64).collect::<Vec<_>>();
+    ok(&[
+        "synth",
+        "--models",
+        s(&models),
+        "--request",
+        s(&d.join("o/song01.json")),
+        "--out",
+        s(&d.join("r/song.wav")),
+        "--device",
+        "CPU",
+        "--threads",
+        "1",
+    ]);
+    let read =
+        |p: &Path| hound::WavReader::open(p).unwrap().samples::<i16>().map(|x| x.unwrap() as f64).collect::<Vec<_>>();
     let (a, b) = (read(&d.join("o/song01.wav")), read(&d.join("r/song.wav")));
     assert_eq!(a.len(), b.len());
     let dot = |x: &[f64], y: &[f64]| x.iter().zip(y).map(|(p, q)| p * q).sum::<f64>();
@@ -325,10 +599,32 @@ fn synth_renders_a_minimax_song_that_replays_as_the_same_song() {
         "--threads",
         "1",
     ]);
-    assert_eq!(std::fs::read(d.join("f/song.wav")).unwrap(), std::fs::read(d.join("r/song.wav")).unwrap(), "the same files by flag render the same bytes");
+    assert_eq!(
+        std::fs::read(d.join("f/song.wav")).unwrap(),
+        std::fs::read(d.join("r/song.wav")).unwrap(),
+        "the same files by flag render the same bytes"
+    );
     let npy = std::fs::read(d.join("dump/song0_codes.npy")).unwrap();
-    assert!(npy.starts_with(b"\x93NUMPY") && String::from_utf8_lossy(&npy[..128]).contains(&format!("({}, 8)", frames + 1)));
-    let e = fails(&["synth", "--lm", s(&dit), "--depth", s(&depth), "--cond", s(&cond), "--dit", s(&dit), "--vae-mm3", s(&vae), "--request", s(&req), "--device", "CPU"]);
+    assert!(
+        npy.starts_with(b"\x93NUMPY") && String::from_utf8_lossy(&npy[..128]).contains(&format!("({}, 8)", frames + 1))
+    );
+    let e = fails(&[
+        "synth",
+        "--lm",
+        s(&dit),
+        "--depth",
+        s(&depth),
+        "--cond",
+        s(&cond),
+        "--dit",
+        s(&dit),
+        "--vae-mm3",
+        s(&vae),
+        "--request",
+        s(&req),
+        "--device",
+        "CPU",
+    ]);
     assert!(e.contains("'mm3-dit' model where a 'mm3-lm'"), "{e}");
     // A component field naming another bucket's file is refused.
     std::fs::write(&req, r#"{"caption": "x", "lyrics": "la", "vae_model": "mm3-demo-tiny-dit.gguf"}"#).unwrap();
@@ -344,7 +640,12 @@ fn codec_encodes_audio_to_latents_and_back_in_every_format() {
     let vae = d.join("yue2-demo-tiny-vae.gguf");
     // 0.5 s of a stereo tone as WAV
     let wav = d.join("in.wav");
-    let spec = hound::WavSpec { channels: 2, sample_rate: 48000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: 48000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
     let mut w = hound::WavWriter::create(&wav, spec).unwrap();
     for i in 0..24000 {
         let v = ((i as f32 * 0.05).sin() * 10000.0) as i16;
@@ -352,19 +653,38 @@ fn codec_encodes_audio_to_latents_and_back_in_every_format() {
         w.write_sample(v / 2).unwrap();
     }
     w.finalize().unwrap();
-    for (flag, ext, size) in [(None, "vae", 13 * 64 * 4), (Some("--q8"), "nac8", 12 + 13 * 66), (Some("--q4"), "nac4", 12 + 13 * 34)] {
+    for (flag, ext, size) in
+        [(None, "vae", 13 * 64 * 4), (Some("--q8"), "nac8", 12 + 13 * 66), (Some("--q4"), "nac4", 12 + 13 * 34)]
+    {
         let out = d.join(format!("z.{ext}"));
         let mut args = vec!["codec", "encode", "--vae", s(&vae), "-i", s(&wav), "-o", s(&out), "--device", "CPU"];
         args.extend(flag);
         ok(&args);
         assert_eq!(std::fs::metadata(&out).unwrap().len() as usize, size, "{ext}: 24000 samples pad to 13 frames");
         let back = d.join(format!("back-{ext}.wav"));
-        ok(&["codec", "decode", "--vae", s(&vae), "-i", s(&out), "-o", s(&back), "--format", "wav16", "--vae-core", "4", "--device", "CPU"]);
+        ok(&[
+            "codec",
+            "decode",
+            "--vae",
+            s(&vae),
+            "-i",
+            s(&out),
+            "-o",
+            s(&back),
+            "--format",
+            "wav16",
+            "--vae-core",
+            "4",
+            "--device",
+            "CPU",
+        ]);
         assert_eq!(hound::WavReader::open(&back).unwrap().duration() as usize, 1920 * 13 - 64);
     }
     let junk = d.join("junk.mp3");
     std::fs::write(&junk, b"this is not audio at all").unwrap();
-    assert!(fails(&["codec", "encode", "--vae", s(&vae), "-i", s(&junk), "--device", "CPU"]).contains("does not decode"));
+    assert!(
+        fails(&["codec", "encode", "--vae", s(&vae), "-i", s(&junk), "--device", "CPU"]).contains("does not decode")
+    );
 }
 
 /// `yued codec --family mm3`: a 48 kHz WAV to MiniMax Music 3's latents (resampled to 44.1
@@ -377,7 +697,12 @@ fn codec_encodes_and_decodes_with_the_minimax_flow_vae() {
     ok(&["demo-model", "--family", "mm3", "--out", s(d)]);
     let vae = d.join("mm3-demo-tiny-vae.gguf");
     let wav = d.join("in.wav");
-    let spec = hound::WavSpec { channels: 2, sample_rate: 48000, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: 48000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
     let mut w = hound::WavWriter::create(&wav, spec).unwrap();
     for i in 0..24000 {
         let v = ((i as f32 * 0.05).sin() * 10000.0) as i16;
@@ -387,7 +712,8 @@ fn codec_encodes_and_decodes_with_the_minimax_flow_vae() {
     w.finalize().unwrap();
     // 24000 samples at 48 kHz are 22050 at 44.1 kHz: 44 frames of 512 (padded), 8 channels.
     let z = d.join("z.vae");
-    let said = ok(&["codec", "encode", "--family", "mm3", "--vae", s(&vae), "-i", s(&wav), "-o", s(&z), "--device", "CPU"]);
+    let said =
+        ok(&["codec", "encode", "--family", "mm3", "--vae", s(&vae), "-i", s(&wav), "-o", s(&z), "--device", "CPU"]);
     assert!(said.contains("44 frames"), "{said}");
     let bytes = std::fs::read(&z).unwrap();
     assert_eq!(bytes.len(), 44 * 8 * 4);
@@ -395,20 +721,42 @@ fn codec_encodes_and_decodes_with_the_minimax_flow_vae() {
     ok(&["codec", "encode", "--family", "mm3", "--vae", s(&vae), "-i", s(&wav), "-o", s(&again), "--device", "CPU"]);
     assert!(std::fs::read(&again).unwrap() == bytes, "the encode is deterministic");
     let back = d.join("back.wav");
-    ok(&["codec", "decode", "--family", "mm3", "--vae", s(&vae), "-i", s(&z), "-o", s(&back), "--format", "wav16", "--device", "CPU"]);
+    ok(&[
+        "codec",
+        "decode",
+        "--family",
+        "mm3",
+        "--vae",
+        s(&vae),
+        "-i",
+        s(&z),
+        "-o",
+        s(&back),
+        "--format",
+        "wav16",
+        "--device",
+        "CPU",
+    ]);
     let r = hound::WavReader::open(&back).unwrap();
     assert_eq!((r.spec().sample_rate, r.spec().channels, r.duration()), (44100, 2, 44 * 512));
     let partial = d.join("partial.vae");
     std::fs::write(&partial, &bytes[..bytes.len() - 4]).unwrap();
-    assert!(fails(&["codec", "decode", "--family", "mm3", "--vae", s(&vae), "-i", s(&partial), "--device", "CPU"]).contains("not whole frames"));
+    assert!(fails(&["codec", "decode", "--family", "mm3", "--vae", s(&vae), "-i", s(&partial), "--device", "CPU"])
+        .contains("not whole frames"));
     ok(&["demo-model", "--out", s(d)]);
     let yue2_vae = d.join("yue2-demo-tiny-vae.gguf");
-    assert!(fails(&["codec", "encode", "--family", "mm3", "--vae", s(&yue2_vae), "-i", s(&wav), "--device", "CPU"]).contains("mm3-vae"));
+    assert!(fails(&["codec", "encode", "--family", "mm3", "--vae", s(&yue2_vae), "-i", s(&wav), "--device", "CPU"])
+        .contains("mm3-vae"));
 }
 
 /// A mono 44.1 kHz sweep: the resampling and channel paths, not the 48 kHz stereo default.
 fn write_sweep_44k_mono(path: &Path, frames: usize) {
-    let spec = hound::WavSpec { channels: 1, sample_rate: 44100, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 44100,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
     let mut w = hound::WavWriter::create(path, spec).unwrap();
     for i in 0..frames {
         let t = i as f32 / 44100.0;
@@ -459,7 +807,8 @@ fn audio_convert_picks_the_format_by_extension_and_keeps_the_length() {
     let r = hound::WavReader::open(&st).unwrap();
     assert_eq!((r.spec().sample_rate, r.spec().channels, r.duration()), (48000, 2, 48327));
     assert!(fails(&["audio-convert", "-i", s(&wav), "-o", s(&d.join("x.xyz"))]).contains("unknown output extension"));
-    assert!(fails(&["audio-convert", "-i", s(&wav), "-o", s(&d.join("x.wav")), "--format", "mp3"]).contains("not a WAV flavour"));
+    assert!(fails(&["audio-convert", "-i", s(&wav), "-o", s(&d.join("x.wav")), "--format", "mp3"])
+        .contains("not a WAV flavour"));
     let junk = d.join("junk.wav");
     std::fs::write(&junk, b"RIFF....WAVEjunk").unwrap();
     assert!(fails(&["audio-convert", "-i", s(&junk), "-o", s(&d.join("y.flac"))]).contains("does not decode"));
@@ -471,8 +820,14 @@ fn write_lora(path: &Path, module: &str, shape: &[usize]) {
     let a: Vec<u8> = (0..2 * inp).flat_map(|i| ((i as f32 * 0.61).sin() * 0.6).to_le_bytes()).collect();
     let b: Vec<u8> = (0..out * 2).flat_map(|i| ((i as f32 * 0.37).cos() * 0.6).to_le_bytes()).collect();
     let views = vec![
-        (format!("{module}.lora_A.weight"), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, inp], &a).unwrap()),
-        (format!("{module}.lora_B.weight"), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![out, 2], &b).unwrap()),
+        (
+            format!("{module}.lora_A.weight"),
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, inp], &a).unwrap(),
+        ),
+        (
+            format!("{module}.lora_B.weight"),
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![out, 2], &b).unwrap(),
+        ),
     ];
     std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
 }
@@ -485,24 +840,43 @@ fn adapters_list_lm_eval_compose_and_synth() {
     let dir = tempfile::tempdir().unwrap();
     let d = dir.path();
     let (tiny, lora) = (repo().join("fixtures/ar/tiny-qwen3.gguf"), repo().join("fixtures/lora"));
-    let listed: serde_json::Value = serde_json::from_str(&ok(&["adapters", "list", s(&lora.join("adapters")), "--model", s(&tiny), "--json"])).unwrap();
+    let listed: serde_json::Value =
+        serde_json::from_str(&ok(&["adapters", "list", s(&lora.join("adapters")), "--model", s(&tiny), "--json"]))
+            .unwrap();
     let names: Vec<&str> = listed["adapters"].as_array().unwrap().iter().map(|a| a["name"].as_str().unwrap()).collect();
     assert_eq!(names.len(), 6, "{listed}");
     let peft = listed["adapters"].as_array().unwrap().iter().find(|a| a["name"] == "peft").unwrap();
-    assert_eq!((peft["layout"].as_str(), peft["rank"].as_u64(), peft["alpha"].as_f64(), peft["ar"].as_bool()), (Some("peft"), Some(4), Some(8.0), Some(true)));
+    assert_eq!(
+        (peft["layout"].as_str(), peft["rank"].as_u64(), peft["alpha"].as_f64(), peft["ar"].as_bool()),
+        (Some("peft"), Some(4), Some(8.0), Some(true))
+    );
     assert!(ok(&["adapters", "list", s(&lora.join("adapters")), "--model", s(&tiny)]).contains("nar.safetensors"));
 
     // lm-eval with the adapter merged: PEFT's merge_and_unload logits; the native layout
     // of the same factors gives the same bytes.
-    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(lora.join("cases.json")).unwrap()).unwrap();
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(lora.join("cases.json")).unwrap()).unwrap();
     let toks = cases["seq"].as_array().unwrap().iter().map(|v| v.to_string()).collect::<Vec<_>>().join(",");
     let (p, n) = (d.join("peft.f32"), d.join("native.f32"));
     let adapter_dir = lora.join("adapters");
-    let base = ["lm-eval", "--model", s(&tiny), "--tokens", &toks, "--kv-f32", "--device", "CPU", "--adapters", s(&adapter_dir)];
+    let base = [
+        "lm-eval",
+        "--model",
+        s(&tiny),
+        "--tokens",
+        &toks,
+        "--kv-f32",
+        "--device",
+        "CPU",
+        "--adapters",
+        s(&adapter_dir),
+    ];
     ok(&[&base[..], &["--out", s(&p), "--adapter", "peft"]].concat());
     ok(&[&base[..], &["--out", s(&n), "--adapter", "native.safetensors:1.0"]].concat());
     let (pv, want) = (read_f32(&p), read_f32(&lora.join("logits.f32")));
-    let rel = (pv.iter().zip(&want).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>() / want.iter().map(|y| (*y as f64).powi(2)).sum::<f64>()).sqrt();
+    let rel = (pv.iter().zip(&want).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>()
+        / want.iter().map(|y| (*y as f64).powi(2)).sum::<f64>())
+    .sqrt();
     assert!(rel < 1e-5, "relative RMS {rel:e} against PEFT's merged model");
     assert!(std::fs::read(&p).unwrap() == std::fs::read(&n).unwrap(), "two layouts of one adapter, the same logits");
     assert!(fails(&[&base[..], &["--out", s(&p), "--adapter", "nope"]].concat()).contains("adapters[0].name"));
@@ -511,16 +885,37 @@ fn adapters_list_lm_eval_compose_and_synth() {
     ok(&["demo-model", "--out", s(&d.join("models"))]);
     let (bb, vae) = (d.join("models/yue2-demo-tiny.gguf"), d.join("models/yue2-demo-tiny-vae.gguf"));
     let f = yued_engine::gguf::GgufFile::open(&bb).unwrap();
-    let shapes = yued_engine::adapter::shapes_of(&f);
+    let shapes = yued_engine::models::yue2::adapter::shapes_of(&f);
     let adapters = d.join("adapters");
     std::fs::create_dir_all(&adapters).unwrap();
-    write_lora(&adapters.join("ar.safetensors"), "layers.0.self_attn.q_proj", &shapes["model.layers.0.self_attn.q_proj.weight"]);
+    write_lora(
+        &adapters.join("ar.safetensors"),
+        "layers.0.self_attn.q_proj",
+        &shapes["model.layers.0.self_attn.q_proj.weight"],
+    );
     let req = d.join("req.json");
     let body = |adapters: &str| {
-        format!(r#"{{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 25}}, "adapters": {adapters}}}"#)
+        format!(
+            r#"{{"style": "lo-fi", "lyrics": "[verse] la", "cot": "off", "duration": 1.0, "output_format": "wav16",
+                "semantic_sampling": {{"min_tokens": 25}}, "adapters": {adapters}}}"#
+        )
     };
     let compose = |out: &Path| {
-        ok(&["compose", "--model", s(&bb), "--adapters", s(&adapters), "--request", s(&req), "--out", s(out), "--lm-seed", "11", "--device", "CPU"]);
+        ok(&[
+            "compose",
+            "--model",
+            s(&bb),
+            "--adapters",
+            s(&adapters),
+            "--request",
+            s(&req),
+            "--out",
+            s(out),
+            "--lm-seed",
+            "11",
+            "--device",
+            "CPU",
+        ]);
         serde_json::from_str::<serde_json::Value>(&std::fs::read_to_string(out).unwrap()).unwrap()
     };
     std::fs::write(&req, body("[]")).unwrap();
@@ -530,13 +925,50 @@ fn adapters_list_lm_eval_compose_and_synth() {
     assert_ne!(plain["semantic_tokens"], adapted["semantic_tokens"], "the adapter changes the codes");
     assert_eq!(adapted["adapters"][0]["name"], "ar.safetensors");
     let synth = |request: &Path, out: &Path| {
-        ok(&["synth", "--model", s(&bb), "--vae", s(&vae), "--adapters", s(&adapters), "--request", s(request), "--out", s(out), "--seed", "3", "--lm-seed", "11", "--steps", "1", "--device", "CPU"])
+        ok(&[
+            "synth",
+            "--model",
+            s(&bb),
+            "--vae",
+            s(&vae),
+            "--adapters",
+            s(&adapters),
+            "--request",
+            s(request),
+            "--out",
+            s(out),
+            "--seed",
+            "3",
+            "--lm-seed",
+            "11",
+            "--steps",
+            "1",
+            "--device",
+            "CPU",
+        ])
     };
     synth(&req, &d.join("a/song.wav"));
     synth(&d.join("a/song.json"), &d.join("b/song.wav"));
-    assert!(std::fs::read(d.join("a/song.wav")).unwrap() == std::fs::read(d.join("b/song.wav")).unwrap(), "the replay with its adapters renders the same bytes");
-    let replay: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(d.join("a/song.json")).unwrap()).unwrap();
+    assert!(
+        std::fs::read(d.join("a/song.wav")).unwrap() == std::fs::read(d.join("b/song.wav")).unwrap(),
+        "the replay with its adapters renders the same bytes"
+    );
+    let replay: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(d.join("a/song.json")).unwrap()).unwrap();
     assert_eq!(replay["semantic_tokens"], adapted["semantic_tokens"]);
     // Without the directory, the request's adapter is a clear error.
-    assert!(fails(&["synth", "--model", s(&bb), "--vae", s(&vae), "--request", s(&req), "--out", s(&d.join("c.wav")), "--device", "CPU"]).contains("--adapters"));
+    assert!(fails(&[
+        "synth",
+        "--model",
+        s(&bb),
+        "--vae",
+        s(&vae),
+        "--request",
+        s(&req),
+        "--out",
+        s(&d.join("c.wav")),
+        "--device",
+        "CPU"
+    ])
+    .contains("--adapters"));
 }

@@ -17,7 +17,8 @@ fn yued(args: &[&str]) {
 /// 2 s of a stereo sweep (the channels differ) at `rate`, as 16-bit WAV.
 fn sweep(path: &Path, rate: u32) -> Vec<f32> {
     let n = 2 * rate as usize + 321;
-    let spec = hound::WavSpec { channels: 2, sample_rate: rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
+    let spec =
+        hound::WavSpec { channels: 2, sample_rate: rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
     let mut w = hound::WavWriter::create(path, spec).unwrap();
     let mut left = Vec::with_capacity(n);
     for i in 0..n {
@@ -51,7 +52,10 @@ fn corr(a: &[f32], b: &[f32], max_shift: usize) -> f64 {
 #[test]
 fn ffprobe_and_ffmpeg_read_every_container_we_write() {
     if !have("ffprobe") || !have("ffmpeg") {
-        assert!(std::env::var_os("YUED_REQUIRE_FFMPEG").is_none(), "YUED_REQUIRE_FFMPEG is set but ffmpeg/ffprobe are not installed");
+        assert!(
+            std::env::var_os("YUED_REQUIRE_FFMPEG").is_none(),
+            "YUED_REQUIRE_FFMPEG is set but ffmpeg/ffprobe are not installed"
+        );
         eprintln!("ffmpeg/ffprobe not installed: skipping (scripts/test.sh installs them)");
         return;
     }
@@ -85,7 +89,18 @@ fn containers_at(rate: u32) {
     ] {
         let out = dir.path().join(format!("out.{ext}"));
         yued(&["audio-convert", "-i", src.to_str().unwrap(), "-o", out.to_str().unwrap(), "-b", "192"]);
-        let probe = Command::new("ffprobe").args(["-v", "error", "-show_entries", "stream=codec_name,sample_rate,channels:format=duration", "-of", "json"]).arg(&out).output().unwrap();
+        let probe = Command::new("ffprobe")
+            .args([
+                "-v",
+                "error",
+                "-show_entries",
+                "stream=codec_name,sample_rate,channels:format=duration",
+                "-of",
+                "json",
+            ])
+            .arg(&out)
+            .output()
+            .unwrap();
         assert!(probe.status.success(), "{ext}: ffprobe failed: {}", String::from_utf8_lossy(&probe.stderr));
         let v: serde_json::Value = serde_json::from_slice(&probe.stdout).unwrap();
         let s = &v["streams"][0];
@@ -97,7 +112,13 @@ fn containers_at(rate: u32) {
         let dur: f64 = v["format"]["duration"].as_str().unwrap().parse().unwrap();
         assert!((dur - secs).abs() <= tol, "{ext}: ffprobe duration {dur} vs {secs}");
         let raw = dir.path().join(format!("back-{ext}.f32"));
-        let dec = Command::new("ffmpeg").args(["-v", "error", "-y", "-i"]).arg(&out).args(["-f", "f32le", "-ac", "2", "-ar", &rate.to_string()]).arg(&raw).output().unwrap();
+        let dec = Command::new("ffmpeg")
+            .args(["-v", "error", "-y", "-i"])
+            .arg(&out)
+            .args(["-f", "f32le", "-ac", "2", "-ar", &rate.to_string()])
+            .arg(&raw)
+            .output()
+            .unwrap();
         assert!(dec.status.success(), "{ext}: ffmpeg decode: {}", String::from_utf8_lossy(&dec.stderr));
         let bytes = std::fs::read(&raw).unwrap();
         let back: Vec<f32> = bytes.chunks_exact(8).map(|f| f32::from_le_bytes([f[0], f[1], f[2], f[3]])).collect();
@@ -105,7 +126,12 @@ fn containers_at(rate: u32) {
         assert!(c > min_corr, "{ext}: correlation {c}");
         // A container resampled to 48 kHz and back may be a frame off.
         if let Some(t) = frames_tol.map(|t| if want_rate != rate { t + 2 } else { t }) {
-            assert!(back.len().abs_diff(left.len()) <= t, "{ext} from {rate} Hz: ffmpeg decodes {} frames of {}", back.len(), left.len());
+            assert!(
+                back.len().abs_diff(left.len()) <= t,
+                "{ext} from {rate} Hz: ffmpeg decodes {} frames of {}",
+                back.len(),
+                left.len()
+            );
         }
     }
 }

@@ -49,11 +49,25 @@ impl KvSet {
 
     /// A set of `streams` sequences whose entries are `ty` (F32: exact, twice the memory;
     /// for precision checks against an f32 reference).
-    pub fn with_type(backend: &Backend, dims: KvDims, capacity: usize, streams: usize, ty: GgmlType) -> Result<Self, GgmlError> {
+    pub fn with_type(
+        backend: &Backend,
+        dims: KvDims,
+        capacity: usize,
+        streams: usize,
+        ty: GgmlType,
+    ) -> Result<Self, GgmlError> {
         Self::alloc(backend, dims.layers, dims.head_dim, dims.kv_heads, capacity, streams, ty)
     }
 
-    fn alloc(backend: &Backend, layers: usize, head_dim: usize, kv_heads: usize, capacity: usize, streams: usize, ty: GgmlType) -> Result<Self, GgmlError> {
+    fn alloc(
+        backend: &Backend,
+        layers: usize,
+        head_dim: usize,
+        kv_heads: usize,
+        capacity: usize,
+        streams: usize,
+        ty: GgmlType,
+    ) -> Result<Self, GgmlError> {
         assert!(streams >= 1, "a KV set holds at least one stream");
         let shape = [head_dim as i64, capacity as i64, kv_heads as i64, streams as i64];
         let mut store = TensorStore::new(2 * layers)?;

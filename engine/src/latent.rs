@@ -37,14 +37,16 @@ pub fn encode_latents(latents: &[f32], channels: usize, format: LatentFormat) ->
     match format {
         LatentFormat::RawF32 => latents.iter().flat_map(|x| x.to_le_bytes()).collect(),
         LatentFormat::Nac8 | LatentFormat::Nac4 => {
-            let (magic, levels) = if format == LatentFormat::Nac8 { (NAC8_MAGIC, 127.0f32) } else { (NAC4_MAGIC, 7.0f32) };
+            let (magic, levels) =
+                if format == LatentFormat::Nac8 { (NAC8_MAGIC, 127.0f32) } else { (NAC4_MAGIC, 7.0f32) };
             let mut out = header(magic);
             for f in latents.chunks(channels) {
                 let peak = f.iter().fold(0f32, |m, x| m.max(x.abs()));
                 let scale = half::f16::from_f32(if peak > 0.0 { peak / levels } else { 0.0 });
                 let s = scale.to_f32();
                 out.extend_from_slice(&scale.to_le_bytes());
-                let q: Vec<i8> = f.iter().map(|x| if s > 0.0 { (x / s).round().clamp(-levels, levels) as i8 } else { 0 }).collect();
+                let q: Vec<i8> =
+                    f.iter().map(|x| if s > 0.0 { (x / s).round().clamp(-levels, levels) as i8 } else { 0 }).collect();
                 if format == LatentFormat::Nac8 {
                     out.extend(q.iter().map(|v| *v as u8));
                 } else {
@@ -70,9 +72,15 @@ pub fn decode_latents(bytes: &[u8], channels: usize) -> Result<(LatentFormat, Ve
         LatentFormat::Nac4
     } else {
         if bytes.is_empty() || !bytes.len().is_multiple_of(4 * channels) {
-            return Err(format!("{} bytes are not whole frames of {channels} f32 latents (and no NAC magic)", bytes.len()));
+            return Err(format!(
+                "{} bytes are not whole frames of {channels} f32 latents (and no NAC magic)",
+                bytes.len()
+            ));
         }
-        return Ok((LatentFormat::RawF32, bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()));
+        return Ok((
+            LatentFormat::RawF32,
+            bytes.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect(),
+        ));
     };
     let frames = u32::from_le_bytes(bytes[4..8].try_into().unwrap()) as usize;
     let ch = u32::from_le_bytes(bytes[8..12].try_into().unwrap()) as usize;

@@ -6,14 +6,13 @@
 //! - [`nn`]: the building blocks the families' graphs share (the Qwen3 decoder layer);
 //! - [`kv_cache`]: KV cache sets; [`tokenizer`]: the byte-level BPE of a GGUF;
 //! - [`rng`], [`sampling`]: the random streams and the token sampler;
-//! - [`latent`]: latent files; [`quantize`]: the per-tensor quantization policy;
+//! - [`latent`]: latent files;
 //! - [`registry`]: the model files of a directory, by architecture.
 //!
 //! One folder per model family under [`models`].
 // Every unsafe block is in the ggml layer; nothing else may have one.
 #![deny(unsafe_code)]
 
-pub mod adapter;
 pub mod cancel;
 #[allow(unsafe_code)]
 pub mod ggml;
@@ -22,9 +21,10 @@ pub mod kv_cache;
 pub mod latent;
 pub mod models;
 pub mod nn;
-pub mod quantize;
 pub mod registry;
 pub mod rng;
 pub mod sampling;
+#[cfg(test)]
+mod test_util;
 pub mod tokenizer;
 pub mod weights;

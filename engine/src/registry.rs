@@ -22,7 +22,15 @@ pub enum Bucket {
 impl Bucket {
     /// MiniMax Music 3's buckets, in the order of its request's component fields.
     pub const MM3: [Bucket; 5] = [Bucket::Mm3Lm, Bucket::Mm3Depth, Bucket::Mm3Cond, Bucket::Mm3Dit, Bucket::Mm3Vae];
-    pub const ALL: [Bucket; 7] = [Bucket::Yue2, Bucket::Yue2Vae, Bucket::Mm3Lm, Bucket::Mm3Depth, Bucket::Mm3Cond, Bucket::Mm3Dit, Bucket::Mm3Vae];
+    pub const ALL: [Bucket; 7] = [
+        Bucket::Yue2,
+        Bucket::Yue2Vae,
+        Bucket::Mm3Lm,
+        Bucket::Mm3Depth,
+        Bucket::Mm3Cond,
+        Bucket::Mm3Dit,
+        Bucket::Mm3Vae,
+    ];
 
     /// The `general.architecture` of the bucket's files.
     pub fn arch(self) -> &'static str {
@@ -74,18 +82,24 @@ pub struct Registry {
 impl Registry {
     /// Reads the header of every `.gguf` file of `dir` (not its subdirectories).
     pub fn scan(dir: &Path) -> std::io::Result<(Registry, Vec<Skipped>)> {
-        let mut files: Vec<PathBuf> =
-            std::fs::read_dir(dir)?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file() && p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf"))).collect();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.is_file() && p.extension().is_some_and(|x| x.eq_ignore_ascii_case("gguf")))
+            .collect();
         files.sort();
         let mut reg = Registry::default();
         let mut skipped = Vec::new();
         for path in files {
             let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
-            let arch = GgufFile::open(&path).map_err(|e| e.to_string()).and_then(|f| f.get_str("general.architecture").map(String::from).map_err(|e| e.to_string()));
+            let arch = GgufFile::open(&path)
+                .map_err(|e| e.to_string())
+                .and_then(|f| f.get_str("general.architecture").map(String::from).map_err(|e| e.to_string()));
             match arch {
                 Ok(a) => match Bucket::from_arch(&a) {
                     Some(b) => reg.buckets.entry(b).or_default().push(Entry { name, path }),
-                    None => skipped.push(Skipped { path, reason: format!("architecture '{a}' is not one yued serves") }),
+                    None => {
+                        skipped.push(Skipped { path, reason: format!("architecture '{a}' is not one yued serves") })
+                    }
                 },
                 Err(e) => skipped.push(Skipped { path, reason: e }),
             }
@@ -98,7 +112,11 @@ impl Registry {
     pub fn from_files(files: &[(Bucket, &Path)]) -> Result<Registry, String> {
         let mut reg = Registry::default();
         for &(b, path) in files {
-            let arch = GgufFile::open(path).map_err(|e| e.to_string())?.get_str("general.architecture").map(String::from).map_err(|e| e.to_string())?;
+            let arch = GgufFile::open(path)
+                .map_err(|e| e.to_string())?
+                .get_str("general.architecture")
+                .map(String::from)
+                .map_err(|e| e.to_string())?;
             if arch != b.arch() {
                 return Err(format!("{}: a '{arch}' model where a '{}' one belongs", path.display(), b.arch()));
             }
@@ -124,7 +142,11 @@ impl Registry {
         }
         match self.buckets.iter().find(|(_, es)| es.iter().any(|e| e.name == name)) {
             Some((other, _)) => Err(format!("'{name}' is a {} model, not a {} one", other.arch(), b.arch())),
-            None => Err(format!("no model file '{name}' (the {} models: {})", b.arch(), self.entries(b).iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", "))),
+            None => Err(format!(
+                "no model file '{name}' (the {} models: {})",
+                b.arch(),
+                self.entries(b).iter().map(|e| e.name.as_str()).collect::<Vec<_>>().join(", ")
+            )),
         }
     }
 
@@ -165,11 +187,21 @@ mod tests {
         std::fs::write(d.join("junk.gguf"), b"not a gguf").unwrap();
         std::fs::write(d.join("notes.txt"), b"ignored").unwrap();
         let (r, skipped) = Registry::scan(d).unwrap();
-        assert_eq!(r.entries(Bucket::Yue2).iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["yue2-demo-tiny.gguf"]);
+        assert_eq!(
+            r.entries(Bucket::Yue2).iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+            ["yue2-demo-tiny.gguf"]
+        );
         assert_eq!(r.entries(Bucket::Yue2Vae)[0].name, "yue2-demo-tiny-vae.gguf");
-        assert_eq!(r.entries(Bucket::Mm3Lm).iter().map(|e| e.name.as_str()).collect::<Vec<_>>(), ["a-lm.gguf", "b-lm.gguf"], "name order");
+        assert_eq!(
+            r.entries(Bucket::Mm3Lm).iter().map(|e| e.name.as_str()).collect::<Vec<_>>(),
+            ["a-lm.gguf", "b-lm.gguf"],
+            "name order"
+        );
         assert!(r.entries(Bucket::Mm3Vae).is_empty());
-        let why: Vec<(String, &str)> = skipped.iter().map(|s| (s.path.file_name().unwrap().to_string_lossy().into_owned(), s.reason.as_str())).collect();
+        let why: Vec<(String, &str)> = skipped
+            .iter()
+            .map(|s| (s.path.file_name().unwrap().to_string_lossy().into_owned(), s.reason.as_str()))
+            .collect();
         assert_eq!(why.len(), 2, "{why:?}");
         assert!(why[0].0 == "junk.gguf" && why[1].0 == "llama.gguf" && why[1].1.contains("'llama'"), "{why:?}");
         // Resolution: empty = the first; by name; a name of another bucket or none names it.

@@ -34,7 +34,11 @@ pub fn cfg_combine(cond: &mut [f32], uncond: &[f32], scale: f32) {
 /// Applies mask, floor and penalty; returns the processed logits (f64, -inf = removed).
 fn masked_penalised(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset) -> Vec<f64> {
     let start = cx.rows.start;
-    let mut l: Vec<f64> = logits.iter().enumerate().map(|(i, &x)| if cx.allowed.contains(&(start + i as u32)) { x as f64 } else { f64::NEG_INFINITY }).collect();
+    let mut l: Vec<f64> = logits
+        .iter()
+        .enumerate()
+        .map(|(i, &x)| if cx.allowed.contains(&(start + i as u32)) { x as f64 } else { f64::NEG_INFINITY })
+        .collect();
     if cx.step < p.min_tokens as usize && cx.rows.contains(&cx.end_id) {
         l[(cx.end_id - start) as usize] = f64::NEG_INFINITY;
     }

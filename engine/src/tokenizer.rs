@@ -16,7 +16,8 @@ use tokenizers::{PreTokenizerWrapper, SplitDelimiterBehavior, Tokenizer};
 
 /// Qwen's pre-tokenizer: contractions, letter runs with one leading non-letter, single
 /// digits, punctuation runs, newlines, and whitespace (a trailing space stays separate).
-pub const QWEN_PATTERN: &str = r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
+pub const QWEN_PATTERN: &str =
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|\p{N}| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+";
 
 /// GGUF token types (llama.cpp numbering).
 pub mod token_type {
@@ -70,7 +71,10 @@ impl BpeTokenizer {
     pub fn from_gguf(f: &GgufFile) -> Result<Self, TokenizerError> {
         let model = f.get_str("tokenizer.ggml.model")?;
         if model != "gpt2" {
-            return Err(TokenizerError::Build(format!("{}: tokenizer.ggml.model is '{model}', only 'gpt2' byte-level BPE is supported", f.path().display())));
+            return Err(TokenizerError::Build(format!(
+                "{}: tokenizer.ggml.model is '{model}', only 'gpt2' byte-level BPE is supported",
+                f.path().display()
+            )));
         }
         let tokens: Vec<String> = f.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
         let types: Vec<i32> = match f.get("tokenizer.ggml.token_type") {
@@ -78,7 +82,8 @@ impl BpeTokenizer {
             None => vec![token_type::NORMAL; tokens.len()],
         };
         let merges: Vec<String> = f.get_str_array("tokenizer.ggml.merges")?.into_iter().map(String::from).collect();
-        Self::from_parts(tokens, types, &merges).map_err(|e| TokenizerError::Build(format!("{}: {e}", f.path().display())))
+        Self::from_parts(tokens, types, &merges)
+            .map_err(|e| TokenizerError::Build(format!("{}: {e}", f.path().display())))
     }
 
     /// Builds it from the token list, token types and "left right" merge lines.
@@ -108,9 +113,13 @@ impl BpeTokenizer {
         let bpe = BPE::builder().vocab_and_merges(vocab, pairs).build().map_err(|e| e.to_string())?;
         let mut inner = Tokenizer::new(bpe);
         inner.with_normalizer(Some(NFC));
-        let split = Split::new(SplitPattern::Regex(QWEN_PATTERN.into()), SplitDelimiterBehavior::Isolated, false).map_err(|e| e.to_string())?;
+        let split = Split::new(SplitPattern::Regex(QWEN_PATTERN.into()), SplitDelimiterBehavior::Isolated, false)
+            .map_err(|e| e.to_string())?;
         let byte_level = ByteLevel::new(false, false, false);
-        inner.with_pre_tokenizer(Some(Sequence::new(vec![PreTokenizerWrapper::Split(split), PreTokenizerWrapper::ByteLevel(byte_level)])));
+        inner.with_pre_tokenizer(Some(Sequence::new(vec![
+            PreTokenizerWrapper::Split(split),
+            PreTokenizerWrapper::ByteLevel(byte_level),
+        ])));
         inner.with_decoder(Some(ByteLevel::default()));
         Ok(BpeTokenizer { inner, tokens, token_types, special })
     }
@@ -122,7 +131,11 @@ impl BpeTokenizer {
 
     /// Text of ordinary ids; control and out-of-vocabulary ids are skipped.
     pub fn decode(&self, ids: &[u32]) -> String {
-        let plain: Vec<u32> = ids.iter().copied().filter(|&i| (i as usize) < self.tokens.len() && !self.special.contains_key(&self.tokens[i as usize])).collect();
+        let plain: Vec<u32> = ids
+            .iter()
+            .copied()
+            .filter(|&i| (i as usize) < self.tokens.len() && !self.special.contains_key(&self.tokens[i as usize]))
+            .collect();
         self.inner.decode(&plain, false).unwrap_or_default()
     }
 
@@ -191,7 +204,11 @@ pub fn convert_tiktoken(text: &str) -> Result<TiktokenVocab, String> {
             return Err(format!("line {}: rank {rank} appears twice", lineno + 1));
         }
     }
-    let ranks: Vec<Vec<u8>> = by_rank.into_iter().enumerate().map(|(r, b)| b.ok_or_else(|| format!("rank {r} is missing"))).collect::<Result<_, _>>()?;
+    let ranks: Vec<Vec<u8>> = by_rank
+        .into_iter()
+        .enumerate()
+        .map(|(r, b)| b.ok_or_else(|| format!("rank {r} is missing")))
+        .collect::<Result<_, _>>()?;
     let index: Map<&[u8], usize> = ranks.iter().enumerate().map(|(r, b)| (b.as_slice(), r)).collect();
     let table = byte_to_char_table();
     let tokens: Vec<String> = ranks.iter().map(|b| bytes_to_bpe_string(b, &table)).collect();
@@ -200,7 +217,8 @@ pub fn convert_tiktoken(text: &str) -> Result<TiktokenVocab, String> {
         if bytes.len() < 2 {
             continue;
         }
-        let mut local: Vec<(usize, usize, usize)> = (1..bytes.len()).filter_map(|k| Some((rank, *index.get(&bytes[..k])?, *index.get(&bytes[k..])?))).collect();
+        let mut local: Vec<(usize, usize, usize)> =
+            (1..bytes.len()).filter_map(|k| Some((rank, *index.get(&bytes[..k])?, *index.get(&bytes[k..])?))).collect();
         local.sort_by_key(|&(_, a, b)| (a, b));
         merges.extend(local);
     }

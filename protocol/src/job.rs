@@ -22,7 +22,8 @@ impl schemars::JsonSchema for JobId {
         "JobId".into()
     }
     fn json_schema(_: &mut schemars::SchemaGenerator) -> schemars::Schema {
-        schemars::json_schema!({"type": "string", "pattern": "^[0-9a-f]{16}$", "description": "a job id: 16 lowercase hex digits"})
+        schemars::json_schema!({"type": "string", "pattern": "^[0-9a-f]{16}$", "description": "a job id: 16 lowercase \
+            hex digits"})
     }
 }
 
@@ -223,7 +224,16 @@ pub struct JobStatus {
 impl JobStatus {
     /// A status with every optional field unset.
     pub fn new(status: JobState, queue_position: u32) -> Self {
-        Self { status, queue_position, stage: None, progress: None, tokens_done: None, tokens_budget: None, error: None, metrics: None }
+        Self {
+            status,
+            queue_position,
+            stage: None,
+            progress: None,
+            tokens_done: None,
+            tokens_budget: None,
+            error: None,
+            metrics: None,
+        }
     }
 
     pub fn queued(position: u32) -> Self {
@@ -357,12 +367,25 @@ mod tests {
     #[test]
     fn status_skips_unset_fields() {
         assert_eq!(serde_json::to_string(&JobStatus::queued(3)).unwrap(), r#"{"status":"queued","queue_position":3}"#);
-        assert_eq!(serde_json::to_string(&JobStatus::running(Stage::Synth, 0.25)).unwrap(), r#"{"status":"running","queue_position":0,"stage":"synth","progress":0.25}"#);
+        assert_eq!(
+            serde_json::to_string(&JobStatus::running(Stage::Synth, 0.25)).unwrap(),
+            r#"{"status":"running","queue_position":0,"stage":"synth","progress":0.25}"#
+        );
         assert_eq!(JobStatus::running(Stage::Plan, 1.5).progress, Some(1.0));
         assert_eq!(JobStatus::running(Stage::Plan, f32::NAN).progress, Some(0.0));
-        let semantic = JobStatus { tokens_done: Some(120), tokens_budget: Some(9000), ..JobStatus::running(Stage::Semantic, 0.5) };
-        assert_eq!(serde_json::to_string(&semantic).unwrap(), r#"{"status":"running","queue_position":0,"stage":"semantic","progress":0.5,"tokens_done":120,"tokens_budget":9000}"#);
-        assert_eq!(serde_json::to_string(&JobStatus::failed("out of memory")).unwrap(), r#"{"status":"failed","queue_position":0,"error":"out of memory"}"#);
+        let semantic =
+            JobStatus { tokens_done: Some(120), tokens_budget: Some(9000), ..JobStatus::running(Stage::Semantic, 0.5) };
+        assert_eq!(
+            serde_json::to_string(&semantic).unwrap(),
+            concat!(
+                r#"{"status":"running","queue_position":0,"stage":"semantic","progress":0.5,"#,
+                r#""tokens_done":120,"tokens_budget":9000}"#
+            )
+        );
+        assert_eq!(
+            serde_json::to_string(&JobStatus::failed("out of memory")).unwrap(),
+            r#"{"status":"failed","queue_position":0,"error":"out of memory"}"#
+        );
         assert_eq!(serde_json::to_string(&CancelReply::cancelled()).unwrap(), r#"{"status":"cancelled"}"#);
         let back: JobStatus = serde_json::from_str(r#"{"status":"done","queue_position":0}"#).unwrap();
         assert_eq!(back, JobStatus::done(None));

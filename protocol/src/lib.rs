@@ -12,11 +12,15 @@ pub mod request;
 pub mod stream;
 
 pub use error::ErrorBody;
-pub use job::{CancelReply, InvalidJobId, JobId, JobList, JobListEntry, JobMetrics, JobState, JobStatus, Stage, SubmitReply, JOB_METRICS_SCHEMA};
+pub use job::{
+    CancelReply, InvalidJobId, JobId, JobList, JobListEntry, JobMetrics, JobState, JobStatus, Stage, SubmitReply,
+    JOB_METRICS_SCHEMA,
+};
 pub use props::{AdapterInfo, OutputFormatInfo, Props};
 pub use request::{
-    parse_codes, AdapterRef, CotMode, Family, Limits, Mm3Codebooks, Mm3Request, OutputFormat, Request, RequestError, SamplingPreset, Yue2Request, CODEBOOK_SIZE, DEFAULT_CONTEXT, MAX_PLAN_RETRIES,
-    MAX_SYNTH_BATCH, MP3_BITRATE_MAX, MP3_BITRATE_MIN, PEAK_CLIP_MAX, RANDOM_SEED, RANDOM_SEED_LIMIT,
+    parse_codes, AdapterRef, CotMode, Family, Limits, Mm3Codebooks, Mm3Request, OutputFormat, Request, RequestError,
+    SamplingPreset, Yue2Request, CODEBOOK_SIZE, DEFAULT_CONTEXT, MAX_PLAN_RETRIES, MAX_SYNTH_BATCH, MP3_BITRATE_MAX,
+    MP3_BITRATE_MIN, PEAK_CLIP_MAX, RANDOM_SEED, RANDOM_SEED_LIMIT,
 };
 pub use stream::{StreamCodec, StreamCommand, StreamEvent};
 

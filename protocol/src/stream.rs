@@ -111,14 +111,32 @@ mod tests {
     fn events_serialize_exactly() {
         let cases = [
             (StreamEvent::Queued { position: 2 }, r#"{"event":"queued","position":2}"#),
-            (StreamEvent::Stage { stage: Stage::Semantic, progress: 0.25, done: 250, total: 1000 }, r#"{"event":"stage","stage":"semantic","progress":0.25,"done":250,"total":1000}"#),
+            (
+                StreamEvent::Stage { stage: Stage::Semantic, progress: 0.25, done: 250, total: 1000 },
+                r#"{"event":"stage","stage":"semantic","progress":0.25,"done":250,"total":1000}"#,
+            ),
             (StreamEvent::Score { abc: "X:1\nK:C".into() }, r#"{"event":"score","abc":"X:1\nK:C"}"#),
             (StreamEvent::Codes { frames: 1620 }, r#"{"event":"codes","frames":1620}"#),
-            (StreamEvent::Format { codec: StreamCodec::Opus, sample_rate: 48000, channels: 2 }, r#"{"event":"format","codec":"opus","sample_rate":48000,"channels":2}"#),
-            (StreamEvent::Format { codec: StreamCodec::Pcm16, sample_rate: 48000, channels: 2 }, r#"{"event":"format","codec":"pcm16","sample_rate":48000,"channels":2}"#),
-            (StreamEvent::Tile { track: 1, index: 1, start_sample: 983040, samples: 983040 }, r#"{"event":"tile","track":1,"index":1,"start_sample":983040,"samples":983040}"#),
-            (StreamEvent::Done { tracks: 2, audio_seconds: 64.8 }, r#"{"event":"done","tracks":2,"audio_seconds":64.8}"#),
-            (StreamEvent::Failed { error: "cancelled by shutdown".into() }, r#"{"event":"failed","error":"cancelled by shutdown"}"#),
+            (
+                StreamEvent::Format { codec: StreamCodec::Opus, sample_rate: 48000, channels: 2 },
+                r#"{"event":"format","codec":"opus","sample_rate":48000,"channels":2}"#,
+            ),
+            (
+                StreamEvent::Format { codec: StreamCodec::Pcm16, sample_rate: 48000, channels: 2 },
+                r#"{"event":"format","codec":"pcm16","sample_rate":48000,"channels":2}"#,
+            ),
+            (
+                StreamEvent::Tile { track: 1, index: 1, start_sample: 983040, samples: 983040 },
+                r#"{"event":"tile","track":1,"index":1,"start_sample":983040,"samples":983040}"#,
+            ),
+            (
+                StreamEvent::Done { tracks: 2, audio_seconds: 64.8 },
+                r#"{"event":"done","tracks":2,"audio_seconds":64.8}"#,
+            ),
+            (
+                StreamEvent::Failed { error: "cancelled by shutdown".into() },
+                r#"{"event":"failed","error":"cancelled by shutdown"}"#,
+            ),
             (StreamEvent::Cancelled {}, r#"{"event":"cancelled"}"#),
         ];
         for (event, text) in cases {

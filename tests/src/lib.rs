@@ -49,7 +49,17 @@ impl Daemon {
         // `$YUED_TEST_DEVICE` (e.g. `Vulkan0`) runs the suite's daemons on that device.
         let device = std::env::var("YUED_TEST_DEVICE").ok().filter(|d| !d.is_empty()).unwrap_or_else(|| "CPU".into());
         Command::new(yued_bin())
-            .args(["serve", "--port", &port.to_string(), "--data-dir", data.to_str().unwrap(), "--device", &device, "--threads", "1"])
+            .args([
+                "serve",
+                "--port",
+                &port.to_string(),
+                "--data-dir",
+                data.to_str().unwrap(),
+                "--device",
+                &device,
+                "--threads",
+                "1",
+            ])
             .args(args)
             .env("NO_COLOR", "1")
             .envs(env.iter().copied())
@@ -62,11 +72,19 @@ impl Daemon {
     /// Starts the daemon with extra environment variables and waits until it serves.
     pub fn start_with_env(data: &Path, port: u16, args: Vec<String>, env: &[(&str, &str)]) -> Daemon {
         let child = Self::spawn(data, port, &args, env);
-        let d = Daemon { child, port, data: data.to_path_buf(), args, http: reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(), key: None };
+        let d = Daemon {
+            child,
+            port,
+            data: data.to_path_buf(),
+            args,
+            http: reqwest::blocking::Client::builder().timeout(Duration::from_secs(60)).build().unwrap(),
+            key: None,
+        };
         let t0 = Instant::now();
         loop {
             if let Ok(r) = d.http.get(d.url("/health")).send() {
-                if r.status().is_success() && r.json::<serde_json::Value>().map(|v| v["ready"] == true).unwrap_or(false) {
+                if r.status().is_success() && r.json::<serde_json::Value>().map(|v| v["ready"] == true).unwrap_or(false)
+                {
                     break;
                 }
             }
@@ -88,7 +106,8 @@ impl Daemon {
 
     /// POSTs a request; returns (status, body JSON, Retry-After).
     pub fn submit_as(&self, body: &str, key: Option<&str>) -> (u16, serde_json::Value, Option<String>) {
-        let mut rq = self.http.post(self.url("/synth")).header("content-type", "application/json").body(body.to_string());
+        let mut rq =
+            self.http.post(self.url("/synth")).header("content-type", "application/json").body(body.to_string());
         if let Some(k) = key {
             rq = rq.header("x-api-key", k);
         }
@@ -143,7 +162,10 @@ impl Drop for Daemon {
 /// Writes the `deep` demo model (the published depth and head layout at tiny widths) into
 /// `dir` through `yued demo-model`; returns the serve flags that load it.
 pub fn deep_model(dir: &Path) -> Vec<String> {
-    let out = Command::new(yued_bin()).args(["demo-model", "--preset", "deep", "--out", dir.to_str().unwrap()]).output().expect("run yued demo-model");
+    let out = Command::new(yued_bin())
+        .args(["demo-model", "--preset", "deep", "--out", dir.to_str().unwrap()])
+        .output()
+        .expect("run yued demo-model");
     assert!(out.status.success(), "yued demo-model --preset deep: {}", String::from_utf8_lossy(&out.stderr));
     let p = |f: &str| dir.join(f).to_str().unwrap().to_string();
     vec!["--model".into(), p("yue2-demo-deep.gguf"), "--vae".into(), p("yue2-demo-deep-vae.gguf")]
@@ -164,7 +186,8 @@ pub fn wait_exit(child: &mut Child, limit: Duration) -> Option<std::process::Exi
 /// A short song request on the demo model.
 pub fn song(duration: f64, steps: u32) -> String {
     format!(
-        r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": {duration}, "steps": {steps}, "output_format": "wav16", "semantic_sampling": {{"min_tokens": {}}}}}"#,
+        r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": {duration}, "steps": {steps},
+            "output_format": "wav16", "semantic_sampling": {{"min_tokens": {}}}}}"#,
         (duration * 25.0) as u32
     )
 }
@@ -204,14 +227,24 @@ pub fn sibling_bin(name: &str) -> PathBuf {
 /// sets it, so in CI a missing SDK fails instead).
 pub fn run_pyclient(script: &str, marker: &str) {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let python = std::env::var_os("YUED_PYCLIENTS_PYTHON").map(PathBuf::from).unwrap_or_else(|| root.join("target/pyclients-venv/bin/python"));
+    let python = std::env::var_os("YUED_PYCLIENTS_PYTHON")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/pyclients-venv/bin/python"));
     let ready = python.exists() && Command::new("ffprobe").arg("-version").output().is_ok();
     if !ready {
-        assert!(std::env::var_os("YUED_REQUIRE_PYCLIENTS").is_none(), "YUED_REQUIRE_PYCLIENTS is set but {} or ffprobe is missing (scripts/pyclients.sh)", python.display());
+        assert!(
+            std::env::var_os("YUED_REQUIRE_PYCLIENTS").is_none(),
+            "YUED_REQUIRE_PYCLIENTS is set but {} or ffprobe is missing (scripts/pyclients.sh)",
+            python.display()
+        );
         eprintln!("{} or ffprobe missing: skipping (scripts/test.sh installs them)", python.display());
         return;
     }
-    let out = Command::new(&python).arg(root.join("clients/python").join(script)).env("YUED_BIN", yued_bin()).output().expect("run python");
+    let out = Command::new(&python)
+        .arg(root.join("clients/python").join(script))
+        .env("YUED_BIN", yued_bin())
+        .output()
+        .expect("run python");
     let text = format!("{}{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
     assert!(out.status.success() && text.contains(marker), "{script} failed:\n{text}");
     eprintln!("{text}");

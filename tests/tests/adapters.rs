@@ -18,9 +18,16 @@ fn lora(module: &str, weight: &[usize], seed: u32) -> Vec<(String, Vec<f32>, Vec
 }
 
 fn write(path: &Path, tensors: &[(String, Vec<f32>, Vec<usize>)]) {
-    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = tensors.iter().map(|(n, v, s)| (n.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect(), s.clone())).collect();
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
-        bytes.iter().map(|(n, b, s)| (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap())).collect();
+    let bytes: Vec<(String, Vec<u8>, Vec<usize>)> = tensors
+        .iter()
+        .map(|(n, v, s)| (n.clone(), v.iter().flat_map(|x| x.to_le_bytes()).collect(), s.clone()))
+        .collect();
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = bytes
+        .iter()
+        .map(|(n, b, s)| {
+            (n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap())
+        })
+        .collect();
     std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
 }
 
@@ -36,23 +43,39 @@ fn adapters_stack_per_request_and_reload_only_the_half_they_change() {
     // The demo backbone the daemon will serve (written as it would write it), so the
     // adapters can be shaped for it.
     let models = data.join("models");
-    let (backbone, _) = yued_engine::models::yue2::demo::write_demo(&models, yued_engine::models::yue2::demo::Preset::Tiny, 0, &mut |_, _| {}).unwrap();
-    let shapes = yued_engine::adapter::shapes_of(&GgufFile::open(&backbone).unwrap());
+    let (backbone, _) = yued_engine::models::yue2::demo::write_demo(
+        &models,
+        yued_engine::models::yue2::demo::Preset::Tiny,
+        0,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let shapes = yued_engine::models::yue2::adapter::shapes_of(&GgufFile::open(&backbone).unwrap());
     let adapters = dir.path().join("adapters");
     std::fs::create_dir_all(&adapters).unwrap();
     let shape = |n: &str| shapes[n].clone();
     let mut ar = lora("layers.0.self_attn.q_proj", &shape("model.layers.0.self_attn.q_proj.weight"), 1);
     ar.extend(lora("layers.1.mlp.down_proj", &shape("model.layers.1.mlp.down_proj.weight"), 2));
     write(&adapters.join("ar.safetensors"), &ar);
-    write(&adapters.join("nar.safetensors"), &lora("layers.0.nar_self_attn.v_proj", &shape("model.layers.0.nar_self_attn.v_proj.weight"), 3));
+    write(
+        &adapters.join("nar.safetensors"),
+        &lora("layers.0.nar_self_attn.v_proj", &shape("model.layers.0.nar_self_attn.v_proj.weight"), 3),
+    );
     write(&adapters.join("bad.safetensors"), &lora("layers.0.self_attn.z_proj", &[8, 8], 4));
 
     let d = Daemon::start(&data, &["--keep-loaded", "--adapters", adapters.to_str().unwrap()]);
     let props: serde_json::Value = d.http.get(d.url("/props")).send().unwrap().json().unwrap();
     let listed = props["adapters"].as_array().unwrap();
-    let entry = |n: &str| listed.iter().find(|a| a["name"] == n).unwrap_or_else(|| panic!("{n} not in {listed:?}")).clone();
-    assert_eq!((entry("ar.safetensors")["ar"].as_bool(), entry("ar.safetensors")["nar"].as_bool()), (Some(true), Some(false)));
-    assert_eq!((entry("nar.safetensors")["ar"].as_bool(), entry("nar.safetensors")["nar"].as_bool()), (Some(false), Some(true)));
+    let entry =
+        |n: &str| listed.iter().find(|a| a["name"] == n).unwrap_or_else(|| panic!("{n} not in {listed:?}")).clone();
+    assert_eq!(
+        (entry("ar.safetensors")["ar"].as_bool(), entry("ar.safetensors")["nar"].as_bool()),
+        (Some(true), Some(false))
+    );
+    assert_eq!(
+        (entry("nar.safetensors")["ar"].as_bool(), entry("nar.safetensors")["nar"].as_bool()),
+        (Some(false), Some(true))
+    );
     assert!(entry("bad.safetensors")["error"].as_str().unwrap().contains("z_proj"), "{listed:?}");
 
     let with = |adapters: &str| -> String {
@@ -63,7 +86,10 @@ fn adapters_stack_per_request_and_reload_only_the_half_they_change() {
         v.to_string()
     };
     // Bad names are 400s naming the entry.
-    for (body, needle) in [(with(r#"[{"name": "nope.safetensors"}]"#), "adapters[0].name"), (with(r#"[{"name": "ar.safetensors"}, {"name": "bad.safetensors"}]"#), "adapters[1].name")] {
+    for (body, needle) in [
+        (with(r#"[{"name": "nope.safetensors"}]"#), "adapters[0].name"),
+        (with(r#"[{"name": "ar.safetensors"}, {"name": "bad.safetensors"}]"#), "adapters[1].name"),
+    ] {
         let (s, v, _) = d.submit_as(&body, None);
         assert_eq!(s, 400, "{v}");
         assert!(v["error"].as_str().unwrap().contains(needle), "{v}");
@@ -76,15 +102,27 @@ fn adapters_stack_per_request_and_reload_only_the_half_they_change() {
         (st, result(&d, &id))
     };
     let wav = |p: &[(String, Vec<u8>)]| p.iter().find(|(h, _)| h.contains("audio/wav")).unwrap().1.clone();
-    let replay = |p: &[(String, Vec<u8>)]| -> serde_json::Value { serde_json::from_slice(&p.iter().find(|(h, _)| h.contains("json")).unwrap().1).unwrap() };
+    let replay = |p: &[(String, Vec<u8>)]| -> serde_json::Value {
+        serde_json::from_slice(&p.iter().find(|(h, _)| h.contains("json")).unwrap().1).unwrap()
+    };
     let (_, plain) = run(&with("[]"));
-    let (a, parts_a) = run(&with(r#"[{"name": "ar.safetensors", "scale": 1.0}, {"name": "nar.safetensors", "scale": 1.0}]"#));
+    let (a, parts_a) =
+        run(&with(r#"[{"name": "ar.safetensors", "scale": 1.0}, {"name": "nar.safetensors", "scale": 1.0}]"#));
     assert_eq!(a["metrics"]["module_loads"], 2, "both halves under their adapters: {a}");
-    assert_ne!(replay(&parts_a)["semantic_tokens"], replay(&plain)["semantic_tokens"], "the AR adapter changes the codes");
+    assert_ne!(
+        replay(&parts_a)["semantic_tokens"],
+        replay(&plain)["semantic_tokens"],
+        "the AR adapter changes the codes"
+    );
     // Another strength of the NAR adapter alone: only the NAR half loads again.
-    let (b, parts_b) = run(&with(r#"[{"name": "ar.safetensors", "scale": 1.0}, {"name": "nar.safetensors", "scale": 0.5}]"#));
+    let (b, parts_b) =
+        run(&with(r#"[{"name": "ar.safetensors", "scale": 1.0}, {"name": "nar.safetensors", "scale": 0.5}]"#));
     assert_eq!(b["metrics"]["module_loads"], 1, "the NAR half alone: {b}");
-    assert_eq!(replay(&parts_b)["semantic_tokens"], replay(&parts_a)["semantic_tokens"], "the AR half is the same variant");
+    assert_eq!(
+        replay(&parts_b)["semantic_tokens"],
+        replay(&parts_a)["semantic_tokens"],
+        "the AR half is the same variant"
+    );
     assert_ne!(wav(&parts_b), wav(&parts_a));
     // A zero strength is no adapter at all: the plain halves, nothing loaded.
     let (z, parts_z) = run(&with(r#"[{"name": "ar.safetensors", "scale": 0.0}]"#));
@@ -96,5 +134,9 @@ fn adapters_stack_per_request_and_reload_only_the_half_they_change() {
     let (_, again) = run(&r.to_string());
     assert!(wav(&again) == wav(&parts_a), "the replay with adapters renders the same WAV");
     let metrics = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
-    assert!(metrics.lines().any(|l| l.starts_with("yued_module_loads_total ") && l.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() >= 6.0), "{metrics}");
+    assert!(
+        metrics.lines().any(|l| l.starts_with("yued_module_loads_total ")
+            && l.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() >= 6.0),
+        "{metrics}"
+    );
 }

@@ -12,12 +12,25 @@ fn yue_synth_streams_to_a_growing_wav_and_unpacks_the_result() {
     let out = dir.path().join("out");
     let yue = sibling_bin("yue");
     assert!(yue.exists(), "yue not built");
-    let o = Command::new(&yue).args(["--server", &d.url(""), "synth", req.to_str().unwrap(), "--stream", wav.to_str().unwrap(), "--out", out.to_str().unwrap()]).output().unwrap();
+    let o = Command::new(&yue)
+        .args([
+            "--server",
+            &d.url(""),
+            "synth",
+            req.to_str().unwrap(),
+            "--stream",
+            wav.to_str().unwrap(),
+            "--out",
+            out.to_str().unwrap(),
+        ])
+        .output()
+        .unwrap();
     assert!(o.status.success(), "{}\n{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr));
     let r = hound::WavReader::open(&wav).unwrap();
     assert_eq!(r.spec().channels, 2);
     assert_eq!(r.duration() as usize, 1920 * 100 - 64, "the streamed file holds the whole song");
-    let files: Vec<String> = std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let files: Vec<String> =
+        std::fs::read_dir(&out).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     assert_eq!(files.len(), 3, "{files:?}");
     assert!(files.iter().any(|f| f.ends_with("track00.wav")));
     // status and cancel of unknown jobs fail cleanly
@@ -36,7 +49,10 @@ fn yue_load_and_fanout_measure_the_daemon() {
     let d = Daemon::start(&dir.path().join("data"), &["--vae-core", "8"]);
     let yue = sibling_bin("yue");
     let server = d.url("");
-    let out = std::process::Command::new(&yue).args(["--server", &server, "load", "--path", "/health", "--rps", "200", "--seconds", "1"]).output().unwrap();
+    let out = std::process::Command::new(&yue)
+        .args(["--server", &server, "load", "--path", "/health", "--rps", "200", "--seconds", "1"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["requests"], 200);
@@ -45,12 +61,18 @@ fn yue_load_and_fanout_measure_the_daemon() {
     // Counted from the schedule, every request is later than from its send, so is every
     // percentile.
     for p in ["p50", "p99"] {
-        assert!(r[format!("{p}_from_schedule_ms")].as_f64().unwrap() >= r[format!("{p}_ms")].as_f64().unwrap(), "{p}: {r}");
+        assert!(
+            r[format!("{p}_from_schedule_ms")].as_f64().unwrap() >= r[format!("{p}_ms")].as_f64().unwrap(),
+            "{p}: {r}"
+        );
     }
     // 20 listeners join a queued job (the first keeps the worker busy) and all hear it all.
     let _busy = d.submit(&song(6.0, 4));
     let id = d.submit(&song(3.0, 2));
-    let out = std::process::Command::new(&yue).args(["--server", &server, "fanout", &id, "--listeners", "20"]).output().unwrap();
+    let out = std::process::Command::new(&yue)
+        .args(["--server", &server, "fanout", &id, "--listeners", "20"])
+        .output()
+        .unwrap();
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
     let r: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(r["completed"], 20, "{r}");

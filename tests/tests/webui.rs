@@ -9,20 +9,32 @@ use std::process::Command;
 fn the_webui_composes_plays_live_renders_the_score_and_survives_a_reload() {
     let web = PathBuf::from(env!("CARGO_MANIFEST_DIR")).parent().unwrap().join("clients/web");
     let chromium = std::env::var("CHROMIUM").unwrap_or_else(|_| "/usr/bin/chromium".into());
-    let ready = web.join("node_modules/playwright-core").exists() && std::path::Path::new(&chromium).exists() && Command::new("node").arg("--version").output().is_ok();
+    let ready = web.join("node_modules/playwright-core").exists()
+        && std::path::Path::new(&chromium).exists()
+        && Command::new("node").arg("--version").output().is_ok();
     if !ready {
-        assert!(std::env::var_os("YUED_REQUIRE_BROWSER").is_none(), "YUED_REQUIRE_BROWSER is set but node, {chromium} or clients/web/node_modules is missing");
+        assert!(
+            std::env::var_os("YUED_REQUIRE_BROWSER").is_none(),
+            "YUED_REQUIRE_BROWSER is set but node, {chromium} or clients/web/node_modules is missing"
+        );
         eprintln!("node, chromium or clients/web/node_modules missing: skipping (scripts/test.sh installs them)");
         return;
     }
     let shots = PathBuf::from(env!("CARGO_TARGET_TMPDIR")).join("webui-screenshots");
-    let _ = std::fs::remove_dir_all(&shots); // only this run's screenshots count
-                                             // The demo models written where the daemon looks for them, and an adapter directory
-                                             // shaped for them: one usable LoRA and one that names no backbone tensor.
+    // Only this run's screenshots count.
+    let _ = std::fs::remove_dir_all(&shots);
+    // The demo models written where the daemon looks for them, and an adapter directory
+    // shaped for them: one usable LoRA and one that names no backbone tensor.
     let tmp = tempfile::tempdir().unwrap();
     let (data, adapters) = (tmp.path().join("data"), tmp.path().join("adapters"));
-    let (backbone, _) = yued_engine::models::yue2::demo::write_demo(&data.join("models"), yued_engine::models::yue2::demo::Preset::Tiny, 0, &mut |_, _| {}).unwrap();
-    let shapes = yued_engine::adapter::shapes_of(&yued_engine::gguf::GgufFile::open(&backbone).unwrap());
+    let (backbone, _) = yued_engine::models::yue2::demo::write_demo(
+        &data.join("models"),
+        yued_engine::models::yue2::demo::Preset::Tiny,
+        0,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let shapes = yued_engine::models::yue2::adapter::shapes_of(&yued_engine::gguf::GgufFile::open(&backbone).unwrap());
     std::fs::create_dir_all(&adapters).unwrap();
     let q = &shapes["model.layers.0.self_attn.q_proj.weight"];
     write_lora(&adapters.join("demo-lora.safetensors"), "layers.0.self_attn.q_proj", q[0], q[1]);
@@ -58,7 +70,14 @@ fn the_webui_composes_plays_live_renders_the_score_and_survives_a_reload() {
         "mm3-reloaded",
         "docs",
     ] {
-        assert!(std::fs::read_dir(&shots).unwrap().any(|e| e.unwrap().file_name().to_string_lossy().ends_with(&format!("-{step}.png"))), "no screenshot of {step}");
+        assert!(
+            std::fs::read_dir(&shots).unwrap().any(|e| e
+                .unwrap()
+                .file_name()
+                .to_string_lossy()
+                .ends_with(&format!("-{step}.png"))),
+            "no screenshot of {step}"
+        );
     }
 }
 
@@ -67,8 +86,14 @@ fn write_lora(path: &std::path::Path, module: &str, out: usize, inp: usize) {
     let a: Vec<u8> = (0..2 * inp).flat_map(|i| ((i as f32 * 0.61).sin() * 0.4).to_le_bytes()).collect();
     let b: Vec<u8> = (0..out * 2).flat_map(|i| ((i as f32 * 0.37).cos() * 0.4).to_le_bytes()).collect();
     let views = vec![
-        (format!("{module}.lora_A.weight"), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, inp], &a).unwrap()),
-        (format!("{module}.lora_B.weight"), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![out, 2], &b).unwrap()),
+        (
+            format!("{module}.lora_A.weight"),
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![2, inp], &a).unwrap(),
+        ),
+        (
+            format!("{module}.lora_B.weight"),
+            safetensors::tensor::TensorView::new(safetensors::Dtype::F32, vec![out, 2], &b).unwrap(),
+        ),
     ];
     std::fs::write(path, safetensors::serialize(views, &None).unwrap()).unwrap();
 }

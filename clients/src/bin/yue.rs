@@ -105,13 +105,21 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
         Cmd::Load { path, post, rps, seconds, connections } => {
             let rt = tokio::runtime::Runtime::new()?;
             let url = format!("{}{path}", server.trim_end_matches('/'));
-            let r = rt.block_on(yue_client::load::http_load(&url, post, client.api_key().map(String::from), rps, seconds, connections))?;
+            let r = rt.block_on(yue_client::load::http_load(
+                &url,
+                post,
+                client.api_key().map(String::from),
+                rps,
+                seconds,
+                connections,
+            ))?;
             println!("{}", serde_json::to_string_pretty(&r)?);
         }
         Cmd::Fanout { id, listeners } => {
             let rt = tokio::runtime::Runtime::new()?;
             let ws = server.replacen("http", "ws", 1);
-            let r = rt.block_on(yue_client::load::ws_fanout(&ws, &id, client.api_key().map(String::from), listeners))?;
+            let r =
+                rt.block_on(yue_client::load::ws_fanout(&ws, &id, client.api_key().map(String::from), listeners))?;
             println!("{}", serde_json::to_string_pretty(&r)?);
         }
         Cmd::Props => println!("{}", serde_json::to_string_pretty(&client.props()?)?),
@@ -133,7 +141,9 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
                 return Ok(());
             }
             let pb = ProgressBar::new(1);
-            pb.set_style(ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len}").unwrap().progress_chars("=> "));
+            pb.set_style(
+                ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len}").unwrap().progress_chars("=> "),
+            );
             let mut file = match &stream {
                 Some(p) => {
                     // The header is written again once the stream's format event tells the
@@ -155,13 +165,19 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
                     pb.set_length(total.max(1));
                     pb.set_position(done);
                 }
-                StreamMessage::Event(StreamEvent::Score { abc }) => pb.println(format!("score: {} lines", abc.lines().count())),
+                StreamMessage::Event(StreamEvent::Score { abc }) => {
+                    pb.println(format!("score: {} lines", abc.lines().count()))
+                }
                 StreamMessage::Event(StreamEvent::Codes { frames }) => pb.println(format!("codes: {frames} frames")),
                 StreamMessage::Event(StreamEvent::Format { sample_rate, channels, .. }) => {
                     format = (sample_rate, channels);
                     if let Some(f) = file.as_mut() {
                         let header = wav_header(u32::MAX - 36, sample_rate, channels);
-                        if let Err(e) = f.seek(SeekFrom::Start(0)).and_then(|_| f.write_all(&header)).and_then(|_| f.seek(SeekFrom::End(0)).map(|_| ())) {
+                        if let Err(e) = f
+                            .seek(SeekFrom::Start(0))
+                            .and_then(|_| f.write_all(&header))
+                            .and_then(|_| f.seek(SeekFrom::End(0)).map(|_| ()))
+                        {
                             io_err = Some(e);
                         }
                     }
@@ -184,7 +200,11 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
             if let (Some(f), Some(p)) = (file.as_mut(), &stream) {
                 f.seek(SeekFrom::Start(0))?;
                 f.write_all(&wav_header(written.min(u32::MAX as u64 - 36) as u32, format.0, format.1))?;
-                println!("streamed {} ({:.1} s)", p.display(), written as f64 / (2.0 * format.1 as f64) / format.0 as f64);
+                println!(
+                    "streamed {} ({:.1} s)",
+                    p.display(),
+                    written as f64 / (2.0 * format.1 as f64) / format.0 as f64
+                );
             }
             match outcome {
                 Some(StreamEvent::Done { tracks, audio_seconds }) => {

@@ -23,13 +23,28 @@ pub struct ListArgs {
 pub fn run(c: AdaptersCommand) -> anyhow::Result<()> {
     let AdaptersCommand::List(a) = c;
     let f = yued_engine::gguf::GgufFile::open(&a.model)?;
-    let d = yued_engine::adapter::AdapterDir::scan(&a.dir, &yued_engine::adapter::shapes_of(&f)).map_err(|e| anyhow::anyhow!("{}: {e}", a.dir.display()))?;
-    let layouts = |x: &yued_engine::adapter::Adapter| x.layouts.iter().map(|l| l.name()).collect::<Vec<_>>().join("+");
-    let halves = |x: &yued_engine::adapter::Adapter| [(x.ar, "AR"), (x.nar, "NAR")].iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect::<Vec<_>>().join("+");
+    let d = yued_engine::models::yue2::adapter::AdapterDir::scan(
+        &a.dir,
+        &yued_engine::models::yue2::adapter::shapes_of(&f),
+    )
+    .map_err(|e| anyhow::anyhow!("{}: {e}", a.dir.display()))?;
+    let layouts = |x: &yued_engine::models::yue2::adapter::Adapter| {
+        x.layouts.iter().map(|l| l.name()).collect::<Vec<_>>().join("+")
+    };
+    let halves = |x: &yued_engine::models::yue2::adapter::Adapter| {
+        [(x.ar, "AR"), (x.nar, "NAR")].iter().filter(|(b, _)| *b).map(|(_, n)| *n).collect::<Vec<_>>().join("+")
+    };
     if a.json {
-        let usable: Vec<serde_json::Value> =
-            d.adapters.iter().map(|x| serde_json::json!({"name": x.name, "layout": layouts(x), "rank": x.rank, "alpha": x.alpha, "ar": x.ar, "nar": x.nar, "tensors": x.tensors})).collect();
-        let unusable: Vec<serde_json::Value> = d.unusable.iter().map(|u| serde_json::json!({"name": u.name, "error": u.reason})).collect();
+        let usable: Vec<serde_json::Value> = d
+            .adapters
+            .iter()
+            .map(|x| {
+                serde_json::json!({"name": x.name, "layout": layouts(x), "rank": x.rank,
+                "alpha": x.alpha, "ar": x.ar, "nar": x.nar, "tensors": x.tensors})
+            })
+            .collect();
+        let unusable: Vec<serde_json::Value> =
+            d.unusable.iter().map(|u| serde_json::json!({"name": u.name, "error": u.reason})).collect();
         println!("{}", serde_json::to_string_pretty(&serde_json::json!({"adapters": usable, "unusable": unusable}))?);
         return Ok(());
     }

@@ -35,7 +35,9 @@ pub fn format_for(path: &std::path::Path, wav: &str) -> anyhow::Result<OutputFor
         anyhow::ensure!(f.extension() == "wav", "--format: '{wav}' is not a WAV flavour (wav16, wav24, wav32)");
         return Ok(f);
     }
-    OutputFormat::all().iter().copied().find(|f| f.extension() == ext).ok_or_else(|| anyhow::anyhow!("{}: unknown output extension '.{ext}' (wav, mp3, flac, ogg, opus, aac, m4a)", path.display()))
+    OutputFormat::all().iter().copied().find(|f| f.extension() == ext).ok_or_else(|| {
+        anyhow::anyhow!("{}: unknown output extension '.{ext}' (wav, mp3, flac, ogg, opus, aac, m4a)", path.display())
+    })
 }
 
 pub fn run(a: AudioConvertArgs) -> anyhow::Result<()> {
@@ -51,8 +53,17 @@ pub fn run(a: AudioConvertArgs) -> anyhow::Result<()> {
     let rate = a.rate.unwrap_or(pcm.sample_rate);
     anyhow::ensure!((8_000..=192_000).contains(&rate), "--rate: {rate} Hz (8000..192000)");
     let pcm = resample(&pcm, rate)?;
-    let out = yued_audio::encode::encode(&pcm, format, a.bitrate).map_err(|e| anyhow::anyhow!("{}: {e}", a.output.display()))?;
+    let out = yued_audio::encode::encode(&pcm, format, a.bitrate)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.output.display()))?;
     std::fs::write(&a.output, &out).with_context(|| format!("writing {}", a.output.display()))?;
-    println!("{}: {} {:.3} s, {} Hz, {} ch, {} bytes", a.output.display(), format.name(), pcm.seconds(), pcm.sample_rate, pcm.channels, out.len());
+    println!(
+        "{}: {} {:.3} s, {} Hz, {} ch, {} bytes",
+        a.output.display(),
+        format.name(),
+        pcm.seconds(),
+        pcm.sample_rate,
+        pcm.channels,
+        out.len()
+    );
     Ok(())
 }

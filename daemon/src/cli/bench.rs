@@ -3,12 +3,13 @@
 //! lengths) next to the bytes each decode step must read and the machine's read bandwidth
 //! measured in the same run; NAR per ODE step; VAE per second of audio; and the real-time
 //! factor of a whole song. Every figure is the median of `--reps` runs, with min and max.
-use super::bench_common::{demo_pair, stats, time, BenchArgs, Row, Stats};
+use super::bench_common::{demo_pair, stats, threads_of, time, BenchArgs, Stats, Table};
 use anyhow::Context;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Instant;
 use yued_engine::cancel::CancelToken;
 use yued_engine::ggml::llama_ref::mean_steps;
+use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::kv_cache::KvSet;
 use yued_engine::models::yue2::ar::{ArModel, Positions, SeqInput};
@@ -29,7 +30,8 @@ fn read_bandwidth(reps: usize, threads: usize) -> anyhow::Result<Stats> {
     let mut sink = 0u64;
     let s = time(reps, || {
         let total: u64 = std::thread::scope(|sc| {
-            let hs: Vec<_> = data.chunks(per).map(|c| sc.spawn(move || c.iter().fold(0u64, |a, &b| a.wrapping_add(b)))).collect();
+            let hs: Vec<_> =
+                data.chunks(per).map(|c| sc.spawn(move || c.iter().fold(0u64, |a, &b| a.wrapping_add(b)))).collect();
             hs.into_iter().map(|h| h.join().unwrap()).fold(0u64, u64::wrapping_add)
         });
         sink = sink.wrapping_add(total);
@@ -41,20 +43,35 @@ fn read_bandwidth(reps: usize, threads: usize) -> anyhow::Result<Stats> {
 
 /// A LoRA of `rank` on every projection of both halves of the backbone (native layout,
 /// deterministic pseudo-random factors).
-fn write_bench_lora(path: &std::path::Path, shapes: &yued_engine::adapter::Shapes, rank: usize) -> anyhow::Result<()> {
+fn write_bench_lora(
+    path: &std::path::Path,
+    shapes: &yued_engine::models::yue2::adapter::Shapes,
+    rank: usize,
+) -> anyhow::Result<()> {
     std::fs::create_dir_all(path.parent().context("the adapter's folder")?)?;
-    let mut names: Vec<&String> = shapes.keys().filter(|n| n.ends_with("_proj.weight") && n.starts_with("model.layers.")).collect();
+    let mut names: Vec<&String> =
+        shapes.keys().filter(|n| n.ends_with("_proj.weight") && n.starts_with("model.layers.")).collect();
     names.sort();
     let mut data: Vec<(String, Vec<u8>, Vec<usize>)> = Vec::new();
     for (k, n) in names.into_iter().enumerate() {
         let (out, inp) = (shapes[n][0], shapes[n][1]);
         let module = n.trim_start_matches("model.").trim_end_matches(".weight");
         let val = |i: usize, salt: usize| ((((i * 2654435761 + salt * 97) % 10007) as f32) / 10007.0 - 0.5) * 0.02;
-        data.push((format!("{module}.lora_A.weight"), (0..rank * inp).flat_map(|i| val(i, 2 * k).to_le_bytes()).collect(), vec![rank, inp]));
-        data.push((format!("{module}.lora_B.weight"), (0..out * rank).flat_map(|i| val(i, 2 * k + 1).to_le_bytes()).collect(), vec![out, rank]));
+        data.push((
+            format!("{module}.lora_A.weight"),
+            (0..rank * inp).flat_map(|i| val(i, 2 * k).to_le_bytes()).collect(),
+            vec![rank, inp],
+        ));
+        data.push((
+            format!("{module}.lora_B.weight"),
+            (0..out * rank).flat_map(|i| val(i, 2 * k + 1).to_le_bytes()).collect(),
+            vec![out, rank],
+        ));
     }
-    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
-        data.iter().map(|(n, b, s)| Ok((n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)?))).collect::<Result<_, safetensors::SafeTensorError>>()?;
+    let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = data
+        .iter()
+        .map(|(n, b, s)| Ok((n.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b)?)))
+        .collect::<Result<_, safetensors::SafeTensorError>>()?;
     std::fs::write(path, safetensors::serialize(views, &None)?)?;
     Ok(())
 }
@@ -67,6 +84,280 @@ fn models(a: &BenchArgs) -> anyhow::Result<(PathBuf, PathBuf, String)> {
     Ok((m, v, format!("demo preset {} (random weights)", a.preset)))
 }
 
+/// What every section of a YuE2 run measures on.
+struct Ctx<'a> {
+    a: &'a BenchArgs,
+    backend: &'a Backend,
+    model: &'a Path,
+    vae: &'a Path,
+    f: &'a GgufFile,
+    info: &'a BackboneInfo,
+    spec: yued_engine::models::AudioSpec,
+    threads: usize,
+    /// The host's read bandwidth, when measured (GB/s).
+    bandwidth: Option<f64>,
+}
+
+/// AR prefill: tokens per second of one forward at two prompt lengths.
+fn bench_prefill(c: &Ctx<'_>, ar: &mut ArModel, t: &mut Table) -> anyhow::Result<()> {
+    for n in if c.a.quick { vec![128, 512] } else { vec![512, 2048] } {
+        let tokens: Vec<u32> = (0..n).map(|i| (i * 7919 % c.info.config.vocab_size.min(150_000)) as u32).collect();
+        let mut sets = vec![KvSet::new(c.backend, c.info.config.kv_dims(), n)?];
+        let s = time(c.a.reps, || {
+            sets[0].reset();
+            ar.forward(
+                c.backend,
+                &mut sets,
+                &[SeqInput { tokens: &tokens, set: 0 }],
+                c.info.tokens.semantic_rows(),
+                Positions::Last,
+            )?;
+            Ok(())
+        })?;
+        t.push(
+            "prefill",
+            format!("AR prefill {n} tokens"),
+            "tok/s",
+            s.map(|t| n as f64 / t),
+            format!("{:.1} ms per forward", s.median * 1e3),
+        );
+    }
+    Ok(())
+}
+
+/// llama.cpp on the same weights (the AR half exported as a qwen3 GGUF once), for the
+/// side-by-side decode rows.
+fn llama_of(c: &Ctx<'_>) -> anyhow::Result<yued_engine::ggml::llama_ref::LlamaRef> {
+    let q = c.model.with_extension("qwen3.gguf");
+    if !q.exists() {
+        eprintln!("exporting the AR half as a qwen3 GGUF: {}", q.display());
+        yued_engine::models::yue2::export_qwen3::export_qwen3(c.model, &q)?;
+    }
+    yued_engine::ggml::llama_ref::LlamaRef::load(&q, c.backend.name() != "CPU").map_err(|e| anyhow::anyhow!(e))
+}
+
+/// AR decode: milliseconds a step at several batch sizes and cache lengths, beside the
+/// bytes a step reads (and llama.cpp's step on the same weights, with `--llama-cpp`).
+fn bench_decode(
+    c: &Ctx<'_>,
+    ar: &mut ArModel,
+    llama: Option<&yued_engine::ggml::llama_ref::LlamaRef>,
+    t: &mut Table,
+) -> anyhow::Result<()> {
+    let lengths = c.a.cache_lengths.clone().unwrap_or(if c.a.quick { vec![0, 512] } else { vec![0, 2048, 8192] });
+    // llama.cpp's filled contexts, one per cache length, shared by the batch sizes.
+    let mut sessions = std::collections::BTreeMap::new();
+    for (batch, what) in [(1usize, "batch 1"), (2, "guidance pair"), (4, "lm_batch_size 4")] {
+        for &len in &lengths {
+            // One set of `batch` streams, as the semantic stage holds its batch.
+            let mut sets = vec![KvSet::with_streams(c.backend, c.info.config.kv_dims(), len + 1, batch)?];
+            let toks: Vec<[u32; 1]> = (0..batch).map(|b| [c.info.tokens.code_token(17 + b as u32)]).collect();
+            let mut step = || -> anyhow::Result<f64> {
+                sets[0].assume_filled(len);
+                let seqs: Vec<SeqInput<'_>> =
+                    toks.iter().enumerate().map(|(i, t)| SeqInput { tokens: t, set: i }).collect();
+                let t = Instant::now();
+                ar.forward(c.backend, &mut sets, &seqs, c.info.tokens.semantic_rows(), Positions::Last)?;
+                Ok(t.elapsed().as_secs_f64())
+            };
+            let s = stats(mean_steps(c.a.reps, &mut step)?);
+            let weights = ar.step_read_bytes(c.info.tokens.semantic_rows().len(), batch);
+            let kv = batch * KvSet::bytes_for(c.info.config.kv_dims(), len);
+            let bytes = (weights + kv) as f64;
+            let gbs = bytes / s.median / 1e9;
+            let ratio = c
+                .bandwidth
+                .map(|b| format!(" = {:.0}% of the measured read bandwidth", 100.0 * gbs / b))
+                .unwrap_or_default();
+            t.push(
+                "decode",
+                format!("AR decode, {what}, cache {len}"),
+                "ms/step",
+                s.map(|t| t * 1e3),
+                format!(
+                    "reads {:.1} MB (weights {:.1} + KV {:.1}): {gbs:.1} GB/s{ratio}",
+                    bytes / 1e6,
+                    weights as f64 / 1e6,
+                    kv as f64 / 1e6
+                ),
+            );
+            if let Some(l) = &llama {
+                let session = match sessions.entry(len) {
+                    std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
+                    std::collections::btree_map::Entry::Vacant(e) => {
+                        e.insert(l.session(4, len, c.threads).map_err(|e| anyhow::anyhow!(e))?)
+                    }
+                };
+                let ls = stats(session.steps(batch, c.a.reps.max(1)).map_err(|e| anyhow::anyhow!(e))?);
+                t.push(
+                    "llama",
+                    format!("llama.cpp decode, {what}, cache {len}"),
+                    "ms/step",
+                    ls.map(|t| t * 1e3),
+                    format!("yued / llama.cpp = {:.2}", s.median / ls.median),
+                );
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Adapters: each half loaded plain and with a rank-16 LoRA merged.
+fn bench_adapters(c: &Ctx<'_>, t: &mut Table) -> anyhow::Result<()> {
+    // One rank-16 LoRA on every projection of both halves (random factors, written once
+    // beside the model): each half loaded plain and with the adapter merged; the
+    // difference is what a job with a new adapter set pays per half.
+    let shapes = yued_engine::models::yue2::adapter::shapes_of(c.f);
+    let dir = c.model.with_extension("bench-adapters");
+    let file = dir.join("lora-r16.safetensors");
+    if !file.exists() {
+        eprintln!("writing a rank-16 LoRA on every projection: {}", file.display());
+        write_bench_lora(&file, &shapes, 16)?;
+    }
+    let scanned = yued_engine::models::yue2::adapter::AdapterDir::scan(&dir, &shapes)?;
+    let adapter = scanned.get("lora-r16.safetensors").map_err(|e| anyhow::anyhow!(e))?;
+    let ty = c.f.require_tensor("model.layers.0.mlp.up_proj.weight")?.ty;
+    for (nar, half) in [(false, "AR"), (true, "NAR")] {
+        let t0 = Instant::now();
+        let terms = yued_engine::models::yue2::adapter::stack_terms(&[(adapter, 1.0)], &shapes, nar)
+            .map_err(|e| anyhow::anyhow!(e))?;
+        let read = t0.elapsed().as_secs_f64();
+        let load = |terms: &yued_engine::models::yue2::adapter::HalfTerms| -> anyhow::Result<()> {
+            if nar {
+                drop(NarModel::load_with(c.f, c.info, c.backend, terms)?);
+            } else {
+                drop(ArModel::load_with(c.f, c.info, c.backend, terms)?);
+            }
+            Ok(())
+        };
+        let plain = time(c.a.reps, || load(&Default::default()))?;
+        let merged = time(c.a.reps, || load(&terms))?;
+        t.push("adapters", format!("{half} half load, plain ({})", ty.name()), "s", plain, String::new());
+        t.push(
+            "adapters",
+            format!("{half} half load, one LoRA merged ({})", ty.name()),
+            "s",
+            merged,
+            format!(
+                "+{:.2} s merge per job ({} tensors; reading the adapter {:.2} s)",
+                merged.median - plain.median,
+                terms.len(),
+                read
+            ),
+        );
+    }
+    Ok(())
+}
+
+/// NAR: milliseconds per ODE step (two velocity evaluations) at several block lengths.
+fn bench_nar(c: &Ctx<'_>, t: &mut Table) -> anyhow::Result<()> {
+    let mut nar = NarModel::load(c.f, c.info, c.backend)?;
+    let prefix = 300;
+    for n in c.a.nar_frames.clone().unwrap_or(if c.a.quick { vec![50, 250] } else { vec![250, 1500, 5000] }) {
+        let window = prefix + n + 1;
+        if window + n > c.info.config.max_position_embeddings {
+            eprintln!(
+                "  nar      {n} frames skipped: a {window}-token window plus the block exceeds the model's \
+                {} positions",
+                c.info.config.max_position_embeddings
+            );
+            continue;
+        }
+        let mut kv = KvSet::new(c.backend, c.info.config.kv_dims(), window)?;
+        kv.assume_filled(window);
+        let x = yued_engine::rng::torch_cpu::randn(1, n * nar.latent);
+        let s = time(c.a.reps, || {
+            nar.velocity(c.backend, &kv, &x, n, 1, 0.5)?;
+            Ok(())
+        })?;
+        // The midpoint solver evaluates the velocity twice per step.
+        t.push(
+            "nar",
+            format!("NAR ODE step, {n} frames ({:.0} s)", c.spec.latent_seconds(n)),
+            "ms/step",
+            s.map(|t| 2e3 * t),
+            format!("window {window} tokens"),
+        );
+    }
+    Ok(())
+}
+
+/// VAE: milliseconds of tiled decode per second of audio.
+fn bench_vae(c: &Ctx<'_>, t: &mut Table) -> anyhow::Result<()> {
+    let vf = GgufFile::open(c.vae)?;
+    let mut v = VaeModel::load(&vf, c.backend)?;
+    let frames = if c.a.quick { 50 } else { 250 };
+    let z = yued_engine::rng::torch_cpu::randn(2, frames * v.info.latent_channels);
+    let secs = c.spec.latent_seconds(frames);
+    let s = time(c.a.reps, || {
+        v.decode_tiled(c.backend, &z, 512, 16, &CancelToken::new(), &mut |_| {})?;
+        Ok(())
+    })?;
+    t.push(
+        "vae",
+        format!("VAE tiled decode (core 512, halo 16), {secs:.0} s"),
+        "ms/s",
+        s.map(|t| t * 1e3 / secs),
+        String::new(),
+    );
+    Ok(())
+}
+
+/// A whole song end to end, as a real-time factor.
+fn bench_e2e(
+    a: &BenchArgs,
+    model: &Path,
+    vae: &Path,
+    spec: yued_engine::models::AudioSpec,
+    t: &mut Table,
+) -> anyhow::Result<()> {
+    let mut p = Pipeline::load(model, vae, a.device.open()?, &PipelineOptions::default())?;
+    let mut req = Yue2Request {
+        style: "bench".into(),
+        lyrics: "[verse] la la la".into(),
+        cot: CotMode::Off,
+        duration: a.e2e_seconds,
+        lm_seed: 1,
+        seed: 2,
+        ..Default::default()
+    };
+    req.semantic_sampling.min_tokens = (a.e2e_seconds * spec.code_rate) as u32;
+    let reps = if a.quick { 1 } else { a.reps.min(3) };
+    // Warm up on a 2 s song, not on a whole one: at full size on a CPU a 30 s song
+    // takes a quarter of an hour, and the warm-up only has to touch every graph once.
+    let mut warm = req.clone();
+    warm.duration = a.e2e_seconds.min(2.0);
+    warm.semantic_sampling.min_tokens = (warm.duration * spec.code_rate) as u32;
+    p.run(&warm, &CancelToken::new(), &mut |_| {})?;
+    let mut audio = 0.0;
+    let mut v = Vec::with_capacity(reps);
+    for r in 0..reps {
+        let pb = super::progress_bar(1, "e2e");
+        let t = std::time::Instant::now();
+        let tracks = p.run(&req, &CancelToken::new(), &mut |e| {
+            if let yued_engine::models::yue2::pipeline::Event::Progress { stage, done, total, .. } = e {
+                pb.set_message(format!("e2e {}/{reps} {stage}", r + 1));
+                pb.set_length(total as u64);
+                pb.set_position(done as u64);
+            }
+        })?;
+        v.push(t.elapsed().as_secs_f64());
+        pb.finish_and_clear();
+        audio = tracks.iter().map(|t| t.audio.latent_seconds(t.frames)).sum();
+    }
+    let s = stats(v);
+    // The request's defaults, guidance included (1.01 in cot off: both streams decode
+    // as one batch and the song's stream is copied out of the pair at the end).
+    t.push(
+        "e2e",
+        format!("whole song, {:.0} s, cot off, cfg {}, {} steps", a.e2e_seconds, req.effective_cfg_scale(), req.steps),
+        "x realtime",
+        s.map(|t| audio / t),
+        format!("{:.1} s per song", s.median),
+    );
+    Ok(())
+}
+
 pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     if cfg!(debug_assertions) {
         eprintln!("warning: a debug build; measure with `cargo run --release -p yued -- bench`");
@@ -76,216 +367,53 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     }
     let only: Vec<&str> = a.only.split(',').map(str::trim).collect();
     let want = |s: &str| only.contains(&s);
-    let threads = if a.device.threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { a.device.threads };
+    let threads = threads_of(&a);
     let backend = a.device.open()?;
     let (model, vae, label) = models(&a)?;
-    let mut rows: Vec<Row> = Vec::new();
-    let mut push = |section, what: String, unit, stats, note: String| {
-        let r = Row { section, what, unit, stats, note };
-        eprintln!("  {:<8} {:<46} {:>10.3} {:<8} [{:.3} .. {:.3}] {}", r.section, r.what, r.stats.median, r.unit, r.stats.min, r.stats.max, r.note);
-        rows.push(r);
-    };
+    let mut table = Table::default();
     eprintln!("yued bench: {label}, device {}, {threads} threads, {} reps", backend.name(), a.reps);
     let mut bandwidth = None;
     if want("mem") || want("decode") {
         let bw = read_bandwidth(a.reps, threads)?;
         bandwidth = Some(bw.median);
-        push("mem", "host read bandwidth (parallel sum, 1 GiB)".into(), "GB/s", bw, String::new());
+        table.push("mem", "host read bandwidth (parallel sum, 1 GiB)".into(), "GB/s", bw, String::new());
     }
-    let f = GgufFile::open(&model)?;
-    let info = BackboneInfo::from_gguf(&f)?;
     let spec = VaeModel::info(&GgufFile::open(&vae)?)?.audio_spec();
-    let cfg = info.config.clone();
-    let rows_sem = info.tokens.semantic_rows();
-    if want("prefill") || want("decode") {
-        let mut ar = ArModel::load(&f, &info, &backend)?;
-        if want("prefill") {
-            for n in if a.quick { vec![128, 512] } else { vec![512, 2048] } {
-                let tokens: Vec<u32> = (0..n).map(|i| (i * 7919 % cfg.vocab_size.min(150_000)) as u32).collect();
-                let mut sets = vec![KvSet::new(&backend, cfg.kv_dims(), n)?];
-                let s = time(a.reps, || {
-                    sets[0].reset();
-                    ar.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens, set: 0 }], rows_sem.clone(), Positions::Last)?;
-                    Ok(())
-                })?;
-                push("prefill", format!("AR prefill {n} tokens"), "tok/s", s.map(|t| n as f64 / t), format!("{:.1} ms per forward", s.median * 1e3));
+    {
+        let f = GgufFile::open(&model)?;
+        let info = BackboneInfo::from_gguf(&f)?;
+        let c =
+            Ctx { a: &a, backend: &backend, model: &model, vae: &vae, f: &f, info: &info, spec, threads, bandwidth };
+        if want("prefill") || want("decode") {
+            let mut ar = ArModel::load(&f, &info, &backend)?;
+            if want("prefill") {
+                bench_prefill(&c, &mut ar, &mut table)?;
+            }
+            if want("decode") {
+                let llama = if a.llama_cpp { Some(llama_of(&c)?) } else { None };
+                bench_decode(&c, &mut ar, llama.as_ref(), &mut table)?;
             }
         }
-        let llama = if a.llama_cpp && want("decode") {
-            let q = model.with_extension("qwen3.gguf");
-            if !q.exists() {
-                eprintln!("exporting the AR half as a qwen3 GGUF: {}", q.display());
-                yued_engine::models::yue2::export_qwen3::export_qwen3(&model, &q)?;
-            }
-            Some(yued_engine::ggml::llama_ref::LlamaRef::load(&q, backend.name() != "CPU").map_err(|e| anyhow::anyhow!(e))?)
-        } else {
-            None
-        };
-        if want("decode") {
-            let lengths = a.cache_lengths.clone().unwrap_or(if a.quick { vec![0, 512] } else { vec![0, 2048, 8192] });
-            // llama.cpp's filled contexts, one per cache length, shared by the batch sizes.
-            let mut sessions = std::collections::BTreeMap::new();
-            for (batch, what) in [(1usize, "batch 1"), (2, "guidance pair"), (4, "lm_batch_size 4")] {
-                for &len in &lengths {
-                    // One set of `batch` streams, as the semantic stage holds its batch.
-                    let mut sets = vec![KvSet::with_streams(&backend, cfg.kv_dims(), len + 1, batch)?];
-                    let toks: Vec<[u32; 1]> = (0..batch).map(|b| [info.tokens.code_token(17 + b as u32)]).collect();
-                    let mut step = || -> anyhow::Result<f64> {
-                        sets[0].assume_filled(len);
-                        let seqs: Vec<SeqInput<'_>> = toks.iter().enumerate().map(|(i, t)| SeqInput { tokens: t, set: i }).collect();
-                        let t = Instant::now();
-                        ar.forward(&backend, &mut sets, &seqs, rows_sem.clone(), Positions::Last)?;
-                        Ok(t.elapsed().as_secs_f64())
-                    };
-                    let s = stats(mean_steps(a.reps, &mut step)?);
-                    let weights = ar.step_read_bytes(rows_sem.len(), batch);
-                    let kv = batch * KvSet::bytes_for(cfg.kv_dims(), len);
-                    let bytes = (weights + kv) as f64;
-                    let gbs = bytes / s.median / 1e9;
-                    let ratio = bandwidth.map(|b| format!(" = {:.0}% of the measured read bandwidth", 100.0 * gbs / b)).unwrap_or_default();
-                    push(
-                        "decode",
-                        format!("AR decode, {what}, cache {len}"),
-                        "ms/step",
-                        s.map(|t| t * 1e3),
-                        format!("reads {:.1} MB (weights {:.1} + KV {:.1}): {gbs:.1} GB/s{ratio}", bytes / 1e6, weights as f64 / 1e6, kv as f64 / 1e6),
-                    );
-                    if let Some(l) = &llama {
-                        let session = match sessions.entry(len) {
-                            std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
-                            std::collections::btree_map::Entry::Vacant(e) => e.insert(l.session(4, len, threads).map_err(|e| anyhow::anyhow!(e))?),
-                        };
-                        let ls = stats(session.steps(batch, a.reps.max(1)).map_err(|e| anyhow::anyhow!(e))?);
-                        push("llama", format!("llama.cpp decode, {what}, cache {len}"), "ms/step", ls.map(|t| t * 1e3), format!("yued / llama.cpp = {:.2}", s.median / ls.median));
-                    }
-                }
-            }
+        if want("adapters") {
+            bench_adapters(&c, &mut table)?;
         }
-    }
-    if want("adapters") {
-        // One rank-16 LoRA on every projection of both halves (random factors, written once
-        // beside the model): each half loaded plain and with the adapter merged; the
-        // difference is what a job with a new adapter set pays per half.
-        let shapes = yued_engine::adapter::shapes_of(&f);
-        let dir = model.with_extension("bench-adapters");
-        let file = dir.join("lora-r16.safetensors");
-        if !file.exists() {
-            eprintln!("writing a rank-16 LoRA on every projection: {}", file.display());
-            write_bench_lora(&file, &shapes, 16)?;
+        if want("nar") {
+            bench_nar(&c, &mut table)?;
         }
-        let scanned = yued_engine::adapter::AdapterDir::scan(&dir, &shapes)?;
-        let adapter = scanned.get("lora-r16.safetensors").map_err(|e| anyhow::anyhow!(e))?;
-        let ty = f.require_tensor("model.layers.0.mlp.up_proj.weight")?.ty;
-        for (nar, half) in [(false, "AR"), (true, "NAR")] {
-            let t0 = Instant::now();
-            let terms = yued_engine::adapter::stack_terms(&[(adapter, 1.0)], &shapes, nar).map_err(|e| anyhow::anyhow!(e))?;
-            let read = t0.elapsed().as_secs_f64();
-            let load = |terms: &yued_engine::adapter::HalfTerms| -> anyhow::Result<()> {
-                if nar {
-                    drop(NarModel::load_with(&f, &info, &backend, terms)?);
-                } else {
-                    drop(ArModel::load_with(&f, &info, &backend, terms)?);
-                }
-                Ok(())
-            };
-            let plain = time(a.reps, || load(&Default::default()))?;
-            let merged = time(a.reps, || load(&terms))?;
-            push("adapters", format!("{half} half load, plain ({})", ty.name()), "s", plain, String::new());
-            push(
-                "adapters",
-                format!("{half} half load, one LoRA merged ({})", ty.name()),
-                "s",
-                merged,
-                format!("+{:.2} s merge per job ({} tensors; reading the adapter {:.2} s)", merged.median - plain.median, terms.len(), read),
-            );
+        if want("vae") {
+            bench_vae(&c, &mut table)?;
         }
-    }
-    if want("nar") {
-        let mut nar = NarModel::load(&f, &info, &backend)?;
-        let prefix = 300;
-        for n in a.nar_frames.clone().unwrap_or(if a.quick { vec![50, 250] } else { vec![250, 1500, 5000] }) {
-            let window = prefix + n + 1;
-            if window + n > cfg.max_position_embeddings {
-                eprintln!("  nar      {n} frames skipped: a {window}-token window plus the block exceeds the model's {} positions", cfg.max_position_embeddings);
-                continue;
-            }
-            let mut kv = KvSet::new(&backend, cfg.kv_dims(), window)?;
-            kv.assume_filled(window);
-            let x = yued_engine::rng::torch_cpu::randn(1, n * nar.latent);
-            let s = time(a.reps, || {
-                nar.velocity(&backend, &kv, &x, n, 1, 0.5)?;
-                Ok(())
-            })?;
-            // The midpoint solver evaluates the velocity twice per step.
-            push("nar", format!("NAR ODE step, {n} frames ({:.0} s)", spec.latent_seconds(n)), "ms/step", s.map(|t| 2e3 * t), format!("window {window} tokens"));
-        }
-    }
-    if want("vae") {
-        let vf = GgufFile::open(&vae)?;
-        let mut v = VaeModel::load(&vf, &backend)?;
-        let frames = if a.quick { 50 } else { 250 };
-        let z = yued_engine::rng::torch_cpu::randn(2, frames * v.info.latent_channels);
-        let secs = spec.latent_seconds(frames);
-        let s = time(a.reps, || {
-            v.decode_tiled(&backend, &z, 512, 16, &CancelToken::new(), &mut |_| {})?;
-            Ok(())
-        })?;
-        push("vae", format!("VAE tiled decode (core 512, halo 16), {secs:.0} s"), "ms/s", s.map(|t| t * 1e3 / secs), String::new());
     }
     if want("seam") {
         for r in super::bench_stream::seam(&a, &model, &vae, spec.code_rate)? {
-            push(r.section, r.what, r.unit, r.stats, r.note);
+            table.add(r);
         }
     }
     if want("stream") {
-        super::bench_stream::run(&a, &model, &vae, spec.code_rate, &mut |r| push(r.section, r.what, r.unit, r.stats, r.note))?;
+        super::bench_stream::run(&a, &model, &vae, spec.code_rate, &mut |r| table.add(r))?;
     }
     if want("e2e") {
-        drop(f);
-        let mut p = Pipeline::load(&model, &vae, a.device.open()?, &PipelineOptions::default())?;
-        let mut req = Yue2Request { style: "bench".into(), lyrics: "[verse] la la la".into(), cot: CotMode::Off, duration: a.e2e_seconds, lm_seed: 1, seed: 2, ..Default::default() };
-        req.semantic_sampling.min_tokens = (a.e2e_seconds * spec.code_rate) as u32;
-        let reps = if a.quick { 1 } else { a.reps.min(3) };
-        // Warm up on a 2 s song, not on a whole one: at full size on a CPU a 30 s song
-        // takes a quarter of an hour, and the warm-up only has to touch every graph once.
-        let mut warm = req.clone();
-        warm.duration = a.e2e_seconds.min(2.0);
-        warm.semantic_sampling.min_tokens = (warm.duration * spec.code_rate) as u32;
-        p.run(&warm, &CancelToken::new(), &mut |_| {})?;
-        let mut audio = 0.0;
-        let mut v = Vec::with_capacity(reps);
-        for r in 0..reps {
-            let pb = super::progress_bar(1, "e2e");
-            let t = std::time::Instant::now();
-            let tracks = p.run(&req, &CancelToken::new(), &mut |e| {
-                if let yued_engine::models::yue2::pipeline::Event::Progress { stage, done, total, .. } = e {
-                    pb.set_message(format!("e2e {}/{reps} {stage}", r + 1));
-                    pb.set_length(total as u64);
-                    pb.set_position(done as u64);
-                }
-            })?;
-            v.push(t.elapsed().as_secs_f64());
-            pb.finish_and_clear();
-            audio = tracks.iter().map(|t| t.audio.latent_seconds(t.frames)).sum();
-        }
-        let s = stats(v);
-        // The request's defaults, guidance included (1.01 in cot off: both streams decode
-        // as one batch and the song's stream is copied out of the pair at the end).
-        push(
-            "e2e",
-            format!("whole song, {:.0} s, cot off, cfg {}, {} steps", a.e2e_seconds, req.effective_cfg_scale(), req.steps),
-            "x realtime",
-            s.map(|t| audio / t),
-            format!("{:.1} s per song", s.median),
-        );
+        bench_e2e(&a, &model, &vae, spec, &mut table)?;
     }
-    println!("{:<8} {:<46} {:>10} {:>10} {:>10}  {:<10} note", "section", "what", "median", "min", "max", "unit");
-    for r in &rows {
-        println!("{:<8} {:<46} {:>10.3} {:>10.3} {:>10.3}  {:<10} {}", r.section, r.what, r.stats.median, r.stats.min, r.stats.max, r.unit, r.note);
-    }
-    if let Some(path) = &a.json {
-        let doc = serde_json::json!({ "model": label, "device": backend.name(), "threads": threads, "reps": a.reps, "rows": rows });
-        std::fs::write(path, serde_json::to_vec_pretty(&doc)?).with_context(|| format!("writing {}", path.display()))?;
-    }
-    Ok(())
+    table.report(&a, &label, backend.name(), threads)
 }

@@ -117,6 +117,55 @@ pub struct Row {
     pub note: String,
 }
 
+/// The rows of a run: each printed as it comes, then the table (and `--json`) at the end.
+#[derive(Default)]
+pub struct Table {
+    pub rows: Vec<Row>,
+}
+
+impl Table {
+    pub fn push(&mut self, section: &'static str, what: String, unit: &'static str, stats: Stats, note: String) {
+        let r = Row { section, what, unit, stats, note };
+        eprintln!(
+            "  {:<8} {:<46} {:>10.3} {:<8} [{:.3} .. {:.3}] {}",
+            r.section, r.what, r.stats.median, r.unit, r.stats.min, r.stats.max, r.note
+        );
+        self.rows.push(r);
+    }
+
+    /// A row another module measured.
+    pub fn add(&mut self, r: Row) {
+        self.push(r.section, r.what, r.unit, r.stats, r.note)
+    }
+
+    /// The table on stdout, and the rows as JSON with `--json`.
+    pub fn report(&self, a: &BenchArgs, label: &str, device: &str, threads: usize) -> anyhow::Result<()> {
+        println!("{:<8} {:<46} {:>10} {:>10} {:>10}  {:<10} note", "section", "what", "median", "min", "max", "unit");
+        for r in &self.rows {
+            println!(
+                "{:<8} {:<46} {:>10.3} {:>10.3} {:>10.3}  {:<10} {}",
+                r.section, r.what, r.stats.median, r.stats.min, r.stats.max, r.unit, r.note
+            );
+        }
+        if let Some(path) = &a.json {
+            let doc = serde_json::json!({ "model": label, "device": device, "threads": threads, "reps": a.reps,
+                "rows": self.rows });
+            std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
+                .with_context(|| format!("writing {}", path.display()))?;
+        }
+        Ok(())
+    }
+}
+
+/// The compute threads of a run (`--threads 0`: every core).
+pub fn threads_of(a: &BenchArgs) -> usize {
+    if a.device.threads == 0 {
+        std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1)
+    } else {
+        a.device.threads
+    }
+}
+
 /// A warm-up run longer than this counts as the first repetition: what a warm-up pays
 /// (first-touch page faults, the compute buffer's first allocation) is lost in it, and a
 /// full-size NAR block on a CPU takes minutes per run.
@@ -147,7 +196,8 @@ pub fn demo_pair(cache: &std::path::Path, tag: &str) -> anyhow::Result<(PathBuf,
     if !m.exists() || !v.exists() {
         eprintln!("writing the {tag} demo model into {} (once)", dir.display());
         let pb = super::progress_bar(100, "demo model");
-        write_demo(&dir, preset, 0, &mut |done, total| pb.set_position((done * 100 / total.max(1)) as u64)).context("writing the demo model")?;
+        write_demo(&dir, preset, 0, &mut |done, total| pb.set_position((done * 100 / total.max(1)) as u64))
+            .context("writing the demo model")?;
         pb.finish_and_clear();
     }
     Ok((m, v))

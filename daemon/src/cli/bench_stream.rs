@@ -31,11 +31,19 @@ impl Served {
         let log = dir.path().join("daemon.log");
         let mut cmd = Command::new(std::env::current_exe()?);
         cmd.arg("serve").args(models).arg("--data-dir").arg(dir.path().join("data"));
-        cmd.args(["--port", &port.to_string(), "--device", &a.device.device, "--threads", &a.device.threads.to_string()]);
+        cmd.args([
+            "--port",
+            &port.to_string(),
+            "--device",
+            &a.device.device,
+            "--threads",
+            &a.device.threads.to_string(),
+        ]);
         if keep_loaded {
             cmd.arg("--keep-loaded");
         }
-        let child = cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log)?).spawn().context("starting yued serve")?;
+        let child =
+            cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log)?).spawn().context("starting yued serve")?;
         let mut s = Served { child, port, log, _dir: dir };
         let t0 = Instant::now();
         while !s.get("/health").is_ok_and(|b| b.contains("\"ready\":true")) {
@@ -63,7 +71,9 @@ impl Served {
     /// binary frame and to `done`.
     fn song(&self, rt: &tokio::runtime::Runtime, body: &str) -> anyhow::Result<(f64, f64)> {
         rt.block_on(async {
-            let (mut ws, _) = tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{}/synth/stream?format=pcm16", self.port)).await?;
+            let (mut ws, _) =
+                tokio_tungstenite::connect_async(format!("ws://127.0.0.1:{}/synth/stream?format=pcm16", self.port))
+                    .await?;
             let t0 = Instant::now();
             ws.send(Message::text(body)).await?;
             let mut first = None;
@@ -107,10 +117,23 @@ fn request(seconds: f64, code_rate: f64, stream: f64) -> String {
 }
 
 /// The YuE2 rows: for each policy, yue2.cpp's chunks and `--stream-seconds` chunks.
-pub(super) fn run(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64, emit: &mut dyn FnMut(Row)) -> anyhow::Result<()> {
+pub(super) fn run(
+    a: &BenchArgs,
+    model: &Path,
+    vae: &Path,
+    code_rate: f64,
+    emit: &mut dyn FnMut(Row),
+) -> anyhow::Result<()> {
     let models = ["--model".into(), model.into(), "--vae".into(), vae.into()];
-    let songs: Vec<(String, String)> =
-        [0.0, a.stream_seconds].iter().map(|&s| (if s > 0.0 { format!("{s} s chunks") } else { "yue2.cpp's chunks".to_string() }, request(a.e2e_seconds, code_rate, s))).collect();
+    let songs: Vec<(String, String)> = [0.0, a.stream_seconds]
+        .iter()
+        .map(|&s| {
+            (
+                if s > 0.0 { format!("{s} s chunks") } else { "yue2.cpp's chunks".to_string() },
+                request(a.e2e_seconds, code_rate, s),
+            )
+        })
+        .collect();
     measure(a, &models, &songs, emit)
 }
 
@@ -121,8 +144,10 @@ pub(super) fn run_mm3(a: &BenchArgs, dir: &Path, emit: &mut dyn FnMut(Row)) -> a
     let (m, v) = demo_pair(&a.cache, "tiny")?;
     let models = ["--models".into(), dir.into(), "--model".into(), m.into(), "--vae".into(), v.into()];
     let body = serde_json::json!({
-        "family": "mm3", "caption": "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright vocals",
-        "lyrics": "[verse]\nneon lights over the city\n[chorus]\nwe run, we run", "duration": a.e2e_seconds, "lm_seed": 21, "seed": 2,
+        "family": "mm3", "caption": "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright \
+            vocals",
+        "lyrics": "[verse]\nneon lights over the city\n[chorus]\nwe run, we run", "duration": a.e2e_seconds,
+            "lm_seed": 21, "seed": 2,
         "output_format": "wav16",
     });
     measure(a, &models, &[("200-frame windows".to_string(), body.to_string())], emit)
@@ -147,7 +172,12 @@ fn warm_up(body: &str, quick: bool) -> String {
 /// For each policy and each (label, request): the time to first audio, its share of the
 /// render in the note; each row goes to `emit` as soon as it is measured (a full-shape row
 /// is many minutes).
-fn measure(a: &BenchArgs, models: &[std::ffi::OsString], songs: &[(String, String)], emit: &mut dyn FnMut(Row)) -> anyhow::Result<()> {
+fn measure(
+    a: &BenchArgs,
+    models: &[std::ffi::OsString],
+    songs: &[(String, String)],
+    emit: &mut dyn FnMut(Row),
+) -> anyhow::Result<()> {
     let rt = tokio::runtime::Builder::new_current_thread().enable_all().build()?;
     let reps = if a.quick { 1 } else { a.reps.min(3) };
     let policies = [(false, "STRICT"), (true, "--keep-loaded")].into_iter().filter(|(keep, _)| match a.stream_policy {
@@ -195,19 +225,33 @@ pub(super) fn seam(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64) -> a
     let mut p = Pipeline::load(model, vae, a.device.open()?, &PipelineOptions::default())?;
     let req: yued_protocol::Yue2Request = serde_json::from_str(&request(a.e2e_seconds, code_rate, a.stream_seconds))?;
     let cancel = CancelToken::new();
-    let (meta, prefix) = p.shared.compose_codes(&mut p.ar, &p.backend, &req, &cancel, &mut |_| {})?.into_iter().next().context("no song")?;
+    let (meta, prefix) = p
+        .shared
+        .compose_codes(&mut p.ar, &p.backend, &req, &cancel, &mut |_| {})?
+        .into_iter()
+        .next()
+        .context("no song")?;
     let frames = meta.codes.len();
     let step = req.stream_chunk_frames().context("--stream-seconds must be at least 2")?;
     let single = ChunkPlan::new(p.shared.max_seq, prefix.len(), None).context("the song does not fit one chunk")?;
-    anyhow::ensure!(single.step >= frames, "a {frames}-frame song takes several chunks even under yue2.cpp's rule: pick a shorter --e2e-seconds");
+    anyhow::ensure!(
+        single.step >= frames,
+        "a {frames}-frame song takes several chunks even under yue2.cpp's rule: pick a shorter --e2e-seconds"
+    );
     let (core, halo) = (tile_core(&req, p.shared.vae_core, p.shared.vae_halo), p.shared.vae_halo);
     let boundaries: Vec<usize> = (1..).map(|c| c * step).take_while(|&b| b < frames).collect();
     let s = a.stream_seconds;
     let grids = [
         ("one chunk (yue2.cpp's rule)".to_string(), single),
         (format!("{s} s chunks, no left context"), ChunkPlan { step, context: 0 }),
-        (format!("{s} s chunks, {} s left context (yued)", STREAM_CONTEXT_FRAMES as f64 / code_rate), ChunkPlan { step, context: STREAM_CONTEXT_FRAMES }),
-        (format!("{s} s chunks, {} s left context", 2.0 * STREAM_CONTEXT_FRAMES as f64 / code_rate), ChunkPlan { step, context: 2 * STREAM_CONTEXT_FRAMES }),
+        (
+            format!("{s} s chunks, {} s left context (yued)", STREAM_CONTEXT_FRAMES as f64 / code_rate),
+            ChunkPlan { step, context: STREAM_CONTEXT_FRAMES },
+        ),
+        (
+            format!("{s} s chunks, {} s left context", 2.0 * STREAM_CONTEXT_FRAMES as f64 / code_rate),
+            ChunkPlan { step, context: 2 * STREAM_CONTEXT_FRAMES },
+        ),
     ];
     let mut rows = Vec::new();
     let mut reference: Option<Vec<f32>> = None;
@@ -220,24 +264,48 @@ pub(super) fn seam(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64) -> a
         let left = &pcm[..samples];
         // Latent jump between consecutive frames.
         let c = p.nar.latent;
-        let jump = |t: usize| lat[t * c..(t + 1) * c].iter().zip(&lat[(t - 1) * c..t * c]).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>().sqrt();
+        let jump = |t: usize| {
+            lat[t * c..(t + 1) * c]
+                .iter()
+                .zip(&lat[(t - 1) * c..t * c])
+                .map(|(x, y)| ((x - y) as f64).powi(2))
+                .sum::<f64>()
+                .sqrt()
+        };
         let mut all: Vec<f64> = (1..frames).map(jump).collect();
         all.sort_by(|x, y| x.partial_cmp(y).unwrap());
         let lat_ratio = boundaries.iter().map(|&b| jump(b)).sum::<f64>() / boundaries.len() as f64 / all[all.len() / 2];
         // Sample-to-sample difference in 10 ms either side of each boundary.
-        let diff_rms = |a: usize, b: usize| ((a.max(1)..b.min(samples)).map(|n| ((left[n] - left[n - 1]) as f64).powi(2)).sum::<f64>() / (b.min(samples) - a.max(1)) as f64).sqrt();
+        let diff_rms = |a: usize, b: usize| {
+            ((a.max(1)..b.min(samples)).map(|n| ((left[n] - left[n - 1]) as f64).powi(2)).sum::<f64>()
+                / (b.min(samples) - a.max(1)) as f64)
+                .sqrt()
+        };
         let w = hop / 4;
-        let audio_ratio = boundaries.iter().map(|&b| diff_rms(b * hop - w, b * hop + w)).sum::<f64>() / boundaries.len() as f64 / diff_rms(1, samples);
+        let audio_ratio = boundaries.iter().map(|&b| diff_rms(b * hop - w, b * hop + w)).sum::<f64>()
+            / boundaries.len() as f64
+            / diff_rms(1, samples);
         let moved = match &reference {
             None => {
                 reference = Some(lat.clone());
                 0.0
             }
-            Some(r) => (r.iter().zip(&lat).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>() / r.iter().map(|x| (*x as f64).powi(2)).sum::<f64>()).sqrt(),
+            Some(r) => (r.iter().zip(&lat).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>()
+                / r.iter().map(|x| (*x as f64).powi(2)).sum::<f64>())
+            .sqrt(),
         };
         let one = |v: f64| stats(vec![v]);
-        let note = format!("sample differences x{audio_ratio:.2} around the {} boundaries; latents {moved:.3} rel. RMS from one chunk", boundaries.len());
-        rows.push(Row { section: "seam", what: format!("latent jump at boundaries, {what}"), unit: "x typical", stats: one(lat_ratio), note });
+        let note = format!(
+            "sample differences x{audio_ratio:.2} around the {} boundaries; latents {moved:.3} rel. RMS from one chunk",
+            boundaries.len()
+        );
+        rows.push(Row {
+            section: "seam",
+            what: format!("latent jump at boundaries, {what}"),
+            unit: "x typical",
+            stats: one(lat_ratio),
+            note,
+        });
     }
     Ok(rows)
 }

@@ -83,17 +83,25 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
     let lat = vae.info.latent_channels;
     let bytes = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     if encode {
-        let z = audio_to_latents(&mut vae, &backend, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
+        let z =
+            audio_to_latents(&mut vae, &backend, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
         let fmt = a.latent_format();
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(fmt.extension()));
         std::fs::write(&out, encode_latents(&z, lat, fmt))?;
-        println!("{}: {} frames ({:.2} s) as {}", out.display(), z.len() / lat, vae.info.audio_spec().latent_seconds(z.len() / lat), fmt.extension());
+        println!(
+            "{}: {} frames ({:.2} s) as {}",
+            out.display(),
+            z.len() / lat,
+            vae.info.audio_spec().latent_seconds(z.len() / lat),
+            fmt.extension()
+        );
     } else {
         let format: OutputFormat = a.format.parse().map_err(|e| anyhow::anyhow!("--format: {e}"))?;
         let (_, z) = decode_latents(&bytes, lat).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
         let pb = super::progress_bar((z.len() / lat).div_ceil(a.vae_core.max(1)) as u64, "decode");
         let opts = DecodeOptions { format, peak_clip: 10, mp3_bitrate: a.bitrate, core: a.vae_core, halo: a.vae_halo };
-        let (audio, encoded) = latents_to_audio(&mut vae, &backend, &z, opts, &CancelToken::new(), &mut |_| pb.inc(1)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (audio, encoded) = latents_to_audio(&mut vae, &backend, &z, opts, &CancelToken::new(), &mut |_| pb.inc(1))
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         pb.finish_and_clear();
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(format.extension()));
         std::fs::write(&out, encoded)?;
@@ -111,17 +119,28 @@ fn run_mm3(encode: bool, a: &CodecArgs, backend: &yued_engine::ggml::Backend) ->
     let lat = spec.latent_channels;
     if encode {
         let mut enc = VaeEncoder::load(&vf, backend)?;
-        let z = yued_actors::codec::mm3_audio_to_latents(&mut enc, backend, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
+        let z = yued_actors::codec::mm3_audio_to_latents(&mut enc, backend, &bytes)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
         let fmt = a.latent_format();
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(fmt.extension()));
         std::fs::write(&out, encode_latents(&z, lat, fmt))?;
-        println!("{}: {} frames ({:.2} s) as {}", out.display(), z.len() / lat, spec.latent_seconds(z.len() / lat), fmt.extension());
+        println!(
+            "{}: {} frames ({:.2} s) as {}",
+            out.display(),
+            z.len() / lat,
+            spec.latent_seconds(z.len() / lat),
+            fmt.extension()
+        );
     } else {
         let format: OutputFormat = a.format.parse().map_err(|e| anyhow::anyhow!("--format: {e}"))?;
         let (_, z) = decode_latents(&bytes, lat).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
         let mut vae = VaeModel::load(&vf, backend)?;
         let pb = super::progress_bar((z.len() / lat).div_ceil(yued_actors::codec::MM3_TILE) as u64, "decode");
-        let (audio, encoded) = yued_actors::codec::mm3_latents_to_audio(&mut vae, backend, &z, format, a.bitrate, &mut |done, _| pb.set_position(done as u64)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let (audio, encoded) =
+            yued_actors::codec::mm3_latents_to_audio(&mut vae, backend, &z, format, a.bitrate, &mut |done, _| {
+                pb.set_position(done as u64)
+            })
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         pb.finish_and_clear();
         let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(format.extension()));
         std::fs::write(&out, encoded)?;

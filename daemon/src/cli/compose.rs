@@ -65,7 +65,9 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
             })
             .collect();
         let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
-        if let Request::Mm3(req) = Request::from_json(&body, &served).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))? {
+        if let Request::Mm3(req) =
+            Request::from_json(&body, &served).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?
+        {
             return compose_mm3(&a, &reg, req);
         }
     }
@@ -78,7 +80,9 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
         (None, None) => unreachable!("clap requires one"),
     };
     let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
-    let Request::Yue2(mut req) = Request::from_json(&body, &[Family::Yue2]).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))? else {
+    let Request::Yue2(mut req) =
+        Request::from_json(&body, &[Family::Yue2]).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?
+    else {
         anyhow::bail!("{}: not a YuE2 request", a.request.display());
     };
     if let Some(s) = a.lm_seed {
@@ -86,14 +90,20 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
     }
     let req = req.with_resolved_seeds(random_u64);
     let shared = Shared::open(&model, &PipelineOptions { max_seq: a.max_seq, ..PipelineOptions::default() })?;
-    let limits = Limits { context: shared.max_seq as u32, codebook_size: shared.info.tokens.codebook_size, max_batch: req.lm_batch_size.max(1), ..Limits::default() };
+    let limits = Limits {
+        context: shared.max_seq as u32,
+        codebook_size: shared.info.tokens.codebook_size,
+        max_batch: req.lm_batch_size.max(1),
+        ..Limits::default()
+    };
     req.validate(&limits).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
     let backend = a.device.open()?;
     let f = yued_engine::gguf::GgufFile::open(&model)?;
     if f.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
         eprintln!("warning: {} holds RANDOM demo weights", model.display());
     }
-    let (ar_terms, _) = yued_engine::adapter::request_terms(a.adapters.as_deref(), &model, &req.adapters).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
+    let (ar_terms, _) = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), &model, &req.adapters)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
     let mut ar = ArModel::load_with(&f, &shared.info, &backend, &ar_terms)?;
     let pb = super::progress_bar(1, "compose");
     let songs = shared
@@ -116,8 +126,16 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
         let mut replay = replay_request(&req, meta, 0);
         replay.synth_batch_size = req.synth_batch_size;
         let out = numbered(&a.out, meta.index as usize, songs.len());
-        std::fs::write(&out, serde_json::to_string_pretty(&replay)?).with_context(|| format!("writing {}", out.display()))?;
-        println!("{}: song {} ({} codes{}, lm_seed {})", out.display(), meta.index, meta.codes.len(), if meta.ended { "" } else { ", cut by the budget" }, replay.lm_seed);
+        std::fs::write(&out, serde_json::to_string_pretty(&replay)?)
+            .with_context(|| format!("writing {}", out.display()))?;
+        println!(
+            "{}: song {} ({} codes{}, lm_seed {})",
+            out.display(),
+            meta.index,
+            meta.codes.len(),
+            if meta.ended { "" } else { ", cut by the budget" },
+            replay.lm_seed
+        );
     }
     Ok(())
 }
@@ -125,8 +143,13 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
 fn compose_mm3(a: &ComposeArgs, reg: &Registry, mut req: yued_protocol::Mm3Request) -> anyhow::Result<()> {
     use yued_engine::models::mm3::{compose, config, depth::DepthModel, lm, prompt};
     let what = a.request.display();
-    let lm_path = reg.resolve(Bucket::Mm3Lm, &req.lm_model).map_err(|e| anyhow::anyhow!("{what}: lm_model: {e}"))?.path.clone();
-    let depth_path = reg.resolve(Bucket::Mm3Depth, &req.depth_model).map_err(|e| anyhow::anyhow!("{what}: depth_model: {e}"))?.path.clone();
+    let lm_path =
+        reg.resolve(Bucket::Mm3Lm, &req.lm_model).map_err(|e| anyhow::anyhow!("{what}: lm_model: {e}"))?.path.clone();
+    let depth_path = reg
+        .resolve(Bucket::Mm3Depth, &req.depth_model)
+        .map_err(|e| anyhow::anyhow!("{what}: depth_model: {e}"))?
+        .path
+        .clone();
     if let Some(s) = a.lm_seed {
         req.lm_seed = s;
     }
@@ -141,21 +164,42 @@ fn compose_mm3(a: &ComposeArgs, reg: &Registry, mut req: yued_protocol::Mm3Reque
     }
     let mut lm_model = lm::LmModel::load(&lf, &backend).with_context(|| format!("loading {}", lm_path.display()))?;
     let tok = lm::tokenizer(&lf, &lm_model.info)?;
-    let mut depth = DepthModel::load(&df, lm_model.hidden(), &backend).with_context(|| format!("loading {}", depth_path.display()))?;
-    let codebooks = yued_protocol::request::Mm3Codebooks { semantic: lm_model.info.tokens.semantic_size, acoustic: depth.cfg.audio_vocab_size as u32 };
+    let mut depth = DepthModel::load(&df, lm_model.hidden(), &backend)
+        .with_context(|| format!("loading {}", depth_path.display()))?;
+    let codebooks = yued_protocol::request::Mm3Codebooks {
+        semantic: lm_model.info.tokens.semantic_size,
+        acoustic: depth.cfg.audio_vocab_size as u32,
+    };
     let limits = Limits { max_batch: req.lm_batch_size.max(1), mm3_codebooks: codebooks, ..Limits::default() };
     req.validate(&limits).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-    let prompt = prompt::build(&tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| anyhow::anyhow!("{what}: lyrics: {e}"))?;
-    let settings = compose::ArSettings { lm_cfg: req.lm_cfg as f32, top_k: req.lm_top_k as usize, max_frames: req.frames(), batch_cfg: !a.no_batch_cfg };
+    let prompt = prompt::build(&tok, &lm_model.info.tokens, &req.caption, &req.lyrics)
+        .map_err(|e| anyhow::anyhow!("{what}: lyrics: {e}"))?;
+    let settings = compose::ArSettings {
+        lm_cfg: req.lm_cfg as f32,
+        top_k: req.lm_top_k as usize,
+        max_frames: req.frames(),
+        batch_cfg: !a.no_batch_cfg,
+    };
     let codes = req.checked_audio_codes(&codebooks).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
     let songs = if !codes.is_empty() {
-        vec![compose::replay(&backend, &mut lm_model, &mut depth, &prompt, &codes, &|| false).map_err(|e| anyhow::anyhow!("{e}"))?]
+        vec![compose::replay(&backend, &mut lm_model, &mut depth, &prompt, &codes, &|| false)
+            .map_err(|e| anyhow::anyhow!("{e}"))?]
     } else {
         let n = req.lm_batch_size.max(1) as usize;
         let pb = super::progress_bar(settings.max_frames as u64 + 1, "frames");
         let mut draws = compose::SeedDraws::new(req.lm_seed, n);
-        let songs =
-            compose::compose(&backend, &mut lm_model, &mut depth, &prompt, n, &settings, &mut draws, &|| false, &mut |f, _| pb.set_position(f as u64 + 1)).map_err(|e| anyhow::anyhow!("{e}"))?;
+        let songs = compose::compose(
+            &backend,
+            &mut lm_model,
+            &mut depth,
+            &prompt,
+            n,
+            &settings,
+            &mut draws,
+            &|| false,
+            &mut |f, _| pb.set_position(f as u64 + 1),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
         pb.finish_and_clear();
         songs
     };
@@ -170,8 +214,15 @@ fn compose_mm3(a: &ComposeArgs, reg: &Registry, mut req: yued_protocol::Mm3Reque
         }
         replay.lm_batch_size = 1;
         let out = numbered(&a.out, i, songs.len());
-        std::fs::write(&out, serde_json::to_string_pretty(&Request::Mm3(replay.clone()))?).with_context(|| format!("writing {}", out.display()))?;
-        println!("{}: song {i} ({} frames{}, lm_seed {})", out.display(), song.frames(), if song.ended { ", ended by the LM" } else { "" }, replay.lm_seed);
+        std::fs::write(&out, serde_json::to_string_pretty(&Request::Mm3(replay.clone()))?)
+            .with_context(|| format!("writing {}", out.display()))?;
+        println!(
+            "{}: song {i} ({} frames{}, lm_seed {})",
+            out.display(),
+            song.frames(),
+            if song.ended { ", ended by the LM" } else { "" },
+            replay.lm_seed
+        );
     }
     Ok(())
 }

@@ -39,15 +39,24 @@ pub enum ConvertCommand {
 pub fn run(c: ConvertCommand) -> anyhow::Result<()> {
     if let ConvertCommand::Mm3 { dir, out, semantic_codes } = &c {
         let opts = yued_engine::models::mm3::convert::ConvertOptions { semantic_codes: *semantic_codes };
-        let done = yued_engine::models::mm3::convert::convert_checkpoint(dir, out, &opts, &mut |m| eprintln!("{m}")).with_context(|| format!("converting {}", dir.display()))?;
+        let done = yued_engine::models::mm3::convert::convert_checkpoint(dir, out, &opts, &mut |m| eprintln!("{m}"))
+            .with_context(|| format!("converting {}", dir.display()))?;
         for d in done {
             println!("wrote {} ({} tensors)", d.path.display(), d.tensors);
         }
         return Ok(());
     }
     let (n, out) = match c {
-        ConvertCommand::Backbone { dir, out } => (yued_engine::models::yue2::convert::convert_backbone(&dir, &out).with_context(|| format!("converting {}", dir.display()))?, out),
-        ConvertCommand::Vae { dir, out } => (yued_engine::models::yue2::convert::convert_vae(&dir, &out).with_context(|| format!("converting {}", dir.display()))?, out),
+        ConvertCommand::Backbone { dir, out } => (
+            yued_engine::models::yue2::convert::convert_backbone(&dir, &out)
+                .with_context(|| format!("converting {}", dir.display()))?,
+            out,
+        ),
+        ConvertCommand::Vae { dir, out } => (
+            yued_engine::models::yue2::convert::convert_vae(&dir, &out)
+                .with_context(|| format!("converting {}", dir.display()))?,
+            out,
+        ),
         ConvertCommand::Mm3 { .. } => unreachable!("converted above"),
     };
     println!("wrote {} ({n} tensors)", out.display());

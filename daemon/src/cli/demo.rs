@@ -43,6 +43,10 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     })
     .with_context(|| format!("writing the demo model into {}", a.out.display()))?;
     pb.finish_and_clear();
-    println!("backbone: {}\nvae:      {}\n(random weights: the output is noise, for testing and benchmarks)", bb.display(), vae.display());
+    println!(
+        "backbone: {}\nvae:      {}\n(random weights: the output is noise, for testing and benchmarks)",
+        bb.display(),
+        vae.display()
+    );
     Ok(())
 }

@@ -44,25 +44,36 @@ pub struct LmEvalArgs {
 pub fn run(a: LmEvalArgs) -> anyhow::Result<()> {
     let bb = Backbone::open(&a.model)?;
     let vocab = bb.info.config.vocab_size;
-    let tokens: Vec<u32> = a.tokens.split(',').map(|s| s.trim().parse::<u32>().map_err(|_| anyhow::anyhow!("--tokens: {s:?} is not a token id"))).collect::<Result<_, _>>()?;
+    let tokens: Vec<u32> = a
+        .tokens
+        .split(',')
+        .map(|s| s.trim().parse::<u32>().map_err(|_| anyhow::anyhow!("--tokens: {s:?} is not a token id")))
+        .collect::<Result<_, _>>()?;
     anyhow::ensure!(!tokens.is_empty(), "--tokens: no token");
     if let Some(t) = tokens.iter().find(|&&t| t as usize >= vocab) {
         anyhow::bail!("--tokens: id {t} is outside the vocabulary of {vocab}");
     }
-    anyhow::ensure!(tokens.len() <= bb.info.config.max_position_embeddings, "--tokens: {} tokens exceed the context", tokens.len());
+    anyhow::ensure!(
+        tokens.len() <= bb.info.config.max_position_embeddings,
+        "--tokens: {} tokens exceed the context",
+        tokens.len()
+    );
     let backend = a.device.open()?;
     let refs = a
         .adapter
         .iter()
         .map(|s| {
             let (name, scale) = match s.rsplit_once(':') {
-                Some((n, v)) => (n, v.parse::<f64>().map_err(|_| anyhow::anyhow!("--adapter {s}: '{v}' is not a strength"))?),
+                Some((n, v)) => {
+                    (n, v.parse::<f64>().map_err(|_| anyhow::anyhow!("--adapter {s}: '{v}' is not a strength"))?)
+                }
                 None => (s.as_str(), 1.0),
             };
             Ok(yued_protocol::AdapterRef { name: name.to_string(), scale })
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
-    let (terms, _) = yued_engine::adapter::request_terms(a.adapters.as_deref(), &a.model, &refs).map_err(|e| anyhow::anyhow!("--adapter: {e}"))?;
+    let (terms, _) = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), &a.model, &refs)
+        .map_err(|e| anyhow::anyhow!("--adapter: {e}"))?;
     let mut model = ArModel::load_with(&bb.file, &bb.info, &backend, &terms)?;
     let kv = if a.kv_f32 { yued_engine::ggml::GgmlType::F32 } else { yued_engine::kv_cache::KV_TYPE };
     let mut sets = vec![KvSet::with_type(&backend, bb.info.config.kv_dims(), tokens.len(), 1, kv)?];
@@ -70,12 +81,19 @@ pub fn run(a: LmEvalArgs) -> anyhow::Result<()> {
     let mut out: Vec<f32> = Vec::with_capacity(tokens.len() * vocab);
     match a.mode {
         EvalMode::Prefill => {
-            let l = model.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens, set: 0 }], rows, Positions::All)?;
+            let l =
+                model.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens, set: 0 }], rows, Positions::All)?;
             l.per_seq[0].iter().for_each(|r| out.extend_from_slice(r));
         }
         EvalMode::Decode => {
             for t in &tokens {
-                let l = model.forward(&backend, &mut sets, &[SeqInput { tokens: std::slice::from_ref(t), set: 0 }], rows.clone(), Positions::Last)?;
+                let l = model.forward(
+                    &backend,
+                    &mut sets,
+                    &[SeqInput { tokens: std::slice::from_ref(t), set: 0 }],
+                    rows.clone(),
+                    Positions::Last,
+                )?;
                 out.extend_from_slice(&l.per_seq[0][0]);
             }
         }

@@ -23,7 +23,11 @@ pub mod tokenize;
 /// A progress bar for long CLI work (hidden when stderr is not a terminal).
 pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(total);
-    pb.set_style(indicatif::ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} {elapsed_precise}").unwrap().progress_chars("=> "));
+    pb.set_style(
+        indicatif::ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len} {elapsed_precise}")
+            .unwrap()
+            .progress_chars("=> "),
+    );
     pb.set_message(what.to_string());
     pb
 }

@@ -37,19 +37,31 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     }
     let req = req.with_resolved_seeds(random_u64);
     let bb = Backbone::open(&a.model)?;
-    let limits = Limits { context: bb.max_seq(a.max_seq) as u32, codebook_size: bb.info.tokens.codebook_size, max_batch: req.lm_batch_size.max(1), ..Limits::default() };
+    let limits = Limits {
+        context: bb.max_seq(a.max_seq) as u32,
+        codebook_size: bb.info.tokens.codebook_size,
+        max_batch: req.lm_batch_size.max(1),
+        ..Limits::default()
+    };
     req.validate(&limits).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
     anyhow::ensure!(req.cot != yued_protocol::CotMode::Off, "cot is off: there is no score to plan");
     let backend = a.device.open()?;
     let mut model = ArModel::load(&bb.file, &bb.info, &backend)?;
-    let mut st = ArStages { model: &mut model, backend: &backend, tokenizer: &bb.tokenizer, tokens: bb.info.tokens, instructions: &bb.instructions, max_seq: bb.max_seq(a.max_seq) };
+    let mut st = ArStages {
+        model: &mut model,
+        backend: &backend,
+        tokenizer: &bb.tokenizer,
+        tokens: bb.info.tokens,
+        instructions: &bb.instructions,
+        max_seq: bb.max_seq(a.max_seq),
+    };
     if let Some(p) = &a.dump_tokens {
-        let prefix = yued_engine::models::yue2::prompt::PromptBuilder { tokenizer: &bb.tokenizer, tokens: bb.info.tokens, instructions: &bb.instructions }.conditional(
-            req.cot,
-            &req.style,
-            &req.lyrics,
-            &yued_engine::models::yue2::prompt::Score::Open,
-        );
+        let prefix = yued_engine::models::yue2::prompt::PromptBuilder {
+            tokenizer: &bb.tokenizer,
+            tokens: bb.info.tokens,
+            instructions: &bb.instructions,
+        }
+        .conditional(req.cot, &req.style, &req.lyrics, &yued_engine::models::yue2::prompt::Score::Open);
         std::fs::write(p, prefix.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","))?;
     }
     let pb = super::progress_bar(req.abc_sampling.max_tokens as u64, "plan");
@@ -58,11 +70,21 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     match r {
         Ok(plan) => {
             std::fs::write(&a.out, &plan.abc)?;
-            println!("score: {} ({} tokens, seed {}, attempt {}{})", a.out.display(), plan.ids.len(), plan.seed, plan.attempts, if plan.truncated { ", cut by the budget" } else { "" });
+            println!(
+                "score: {} ({} tokens, seed {}, attempt {}{})",
+                a.out.display(),
+                plan.ids.len(),
+                plan.seed,
+                plan.attempts,
+                if plan.truncated { ", cut by the budget" } else { "" }
+            );
         }
         Err(GenError::PlanExhausted { attempts, reason, last_abc }) => {
             std::fs::write(&a.out, &last_abc)?;
-            eprintln!("warning: the score looks malformed after {attempts} attempt(s) ({reason}); saved for inspection: {}", a.out.display());
+            eprintln!(
+                "warning: the score looks malformed after {attempts} attempt(s) ({reason}); saved for inspection: {}",
+                a.out.display()
+            );
         }
         Err(e) => return Err(e.into()),
     }

@@ -1,6 +1,6 @@
 use anyhow::Context;
 use std::path::PathBuf;
-use yued_engine::quantize::{quantize_file, QuantTarget};
+use yued_engine::models::quantize::{quantize_file, QuantTarget};
 
 #[derive(clap::Args)]
 pub struct QuantizeArgs {

@@ -11,9 +11,18 @@ use yued_protocol::Stage;
 pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     if let (Some(lm), Some(depth), Some(cond), Some(dit), Some(vae)) = (&a.lm, &a.depth, &a.cond, &a.dit, &a.vae_mm3) {
         use yued_engine::registry::{Bucket, Registry};
-        let reg = Registry::from_files(&[(Bucket::Mm3Lm, lm), (Bucket::Mm3Depth, depth), (Bucket::Mm3Cond, cond), (Bucket::Mm3Dit, dit), (Bucket::Mm3Vae, vae)]).map_err(|e| anyhow::anyhow!(e))?;
+        let reg = Registry::from_files(&[
+            (Bucket::Mm3Lm, lm),
+            (Bucket::Mm3Depth, depth),
+            (Bucket::Mm3Cond, cond),
+            (Bucket::Mm3Dit, dit),
+            (Bucket::Mm3Vae, vae),
+        ])
+        .map_err(|e| anyhow::anyhow!(e))?;
         let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
-        let Ok(yued_protocol::Request::Mm3(r)) = yued_protocol::Request::from_json(&body, &[yued_protocol::Family::Mm3]) else {
+        let Ok(yued_protocol::Request::Mm3(r)) =
+            yued_protocol::Request::from_json(&body, &[yued_protocol::Family::Mm3])
+        else {
             anyhow::bail!("{}: not a MiniMax Music 3 request (caption and lyrics)", a.request.display());
         };
         return super::synth_mm3::run(&a, &reg, r);
@@ -21,14 +30,21 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     let (model, vae) = match (&a.model, &a.vae, &a.models) {
         (Some(m), Some(v), _) => (m.clone(), v.clone()),
         (_, _, Some(dir)) => {
-            let (reg, _) = yued_engine::registry::Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
+            let (reg, _) =
+                yued_engine::registry::Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
             let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
             let served = super::synth_mm3::served(&reg);
-            match yued_protocol::Request::from_json(&body, &served).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))? {
+            match yued_protocol::Request::from_json(&body, &served)
+                .map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?
+            {
                 yued_protocol::Request::Mm3(r) => return super::synth_mm3::run(&a, &reg, r),
                 yued_protocol::Request::Yue2(_) => {
                     use yued_engine::registry::Bucket;
-                    let pick = |b: Bucket| reg.resolve(b, "").map(|e| e.path.clone()).map_err(|e| anyhow::anyhow!("--models {}: {e}", dir.display()));
+                    let pick = |b: Bucket| {
+                        reg.resolve(b, "")
+                            .map(|e| e.path.clone())
+                            .map_err(|e| anyhow::anyhow!("--models {}: {e}", dir.display()))
+                    };
                     (pick(Bucket::Yue2)?, pick(Bucket::Yue2Vae)?)
                 }
             }
@@ -51,11 +67,18 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     let req = req.with_resolved_seeds(random_u64);
     let backend = a.device.open()?;
     eprintln!("loading {} and {} on {}", model.display(), vae.display(), backend.name());
-    let terms = yued_engine::adapter::request_terms(a.adapters.as_deref(), &model, &req.adapters).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
+    let terms = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), &model, &req.adapters)
+        .map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
     if !req.adapters.is_empty() {
         eprintln!("merging {} adapter(s): {} AR and {} NAR tensors", req.adapters.len(), terms.0.len(), terms.1.len());
     }
-    let mut p = Pipeline::load_adapted(&model, &vae, backend, &PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo }, &terms)?;
+    let mut p = Pipeline::load_adapted(
+        &model,
+        &vae,
+        backend,
+        &PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo },
+        &terms,
+    )?;
     let spec = p.audio_spec();
     if yued_engine::gguf::GgufFile::open(&model)?.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
         eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", model.display());
@@ -77,7 +100,11 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
                 pb.set_position(done as u64);
             }
             Event::Score { song, abc } => pb.println(format!("song {song}: score of {} lines", abc.lines().count())),
-            Event::Codes { song, codes, .. } => pb.println(format!("song {song}: {} semantic frames ({:.1} s)", codes.len(), spec.code_seconds(codes.len()))),
+            Event::Codes { song, codes, .. } => pb.println(format!(
+                "song {song}: {} semantic frames ({:.1} s)",
+                codes.len(),
+                spec.code_seconds(codes.len())
+            )),
             Event::Latents { .. } => {}
             Event::Tile { track, tile } => {
                 if stage != Some(Stage::Decode) {
@@ -111,7 +138,14 @@ fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2
     std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
     let json = numbered(&a.out, suffix, "json");
     std::fs::write(&json, serde_json::to_string_pretty(&t.replay)?)?;
-    println!("{}: {:.2} s ({} frames{}), replay {}", out.display(), seconds, t.frames, if t.truncated { ", cut by the budget" } else { "" }, json.display());
+    println!(
+        "{}: {:.2} s ({} frames{}), replay {}",
+        out.display(),
+        seconds,
+        t.frames,
+        if t.truncated { ", cut by the budget" } else { "" },
+        json.display()
+    );
     if let Some(p) = &a.score {
         std::fs::write(numbered(p, suffix, "abc"), &t.abc)?;
     }
@@ -126,7 +160,11 @@ fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2
         let tag = if suffix.is_empty() { "track".to_string() } else { format!("track{suffix}") };
         let codes: Vec<i32> = t.codes.iter().map(|&c| c as i32).collect();
         npy::write_i32(&dir.join(format!("{tag}_codes.npy")), &[codes.len()], &codes)?;
-        npy::write_f32(&dir.join(format!("{tag}_noise.npy")), &[t.frames, 64], &randn(t.replay.seed as u64, t.frames * 64))?;
+        npy::write_f32(
+            &dir.join(format!("{tag}_noise.npy")),
+            &[t.frames, 64],
+            &randn(t.replay.seed as u64, t.frames * 64),
+        )?;
         npy::write_f32(&dir.join(format!("{tag}_latents.npy")), &[t.frames, 64], &t.latents)?;
         npy::write_f32(&dir.join(format!("{tag}_pcm.npy")), &[2, t.pcm.len() / 2], &t.pcm)?;
     }

@@ -6,7 +6,9 @@ use super::synth_args::{numbered, SynthArgs};
 use anyhow::Context;
 use yued_audio::Pcm;
 use yued_engine::gguf::GgufFile;
-use yued_engine::models::mm3::{compose, cond::CondEncoder, config, depth::DepthModel, dit::DitModel, lm, pipeline, prompt, vae::VaeModel};
+use yued_engine::models::mm3::{
+    compose, cond::CondEncoder, config, depth::DepthModel, dit::DitModel, lm, pipeline, prompt, vae::VaeModel,
+};
 use yued_engine::registry::{Bucket, Registry};
 use yued_protocol::{Family, Limits, Mm3Request, Request};
 
@@ -47,26 +49,45 @@ pub fn run(a: &SynthArgs, reg: &Registry, mut req: Mm3Request) -> anyhow::Result
     }
     let backend = a.device.open()?;
     eprintln!("loading the LM and the depth decoder on {}", backend.name());
-    let mut lm_model = lm::LmModel::load(&files[0], &backend).with_context(|| format!("loading {}", paths[0].display()))?;
+    let mut lm_model =
+        lm::LmModel::load(&files[0], &backend).with_context(|| format!("loading {}", paths[0].display()))?;
     let tok = lm::tokenizer(&files[0], &lm_model.info)?;
-    let mut depth = DepthModel::load(&files[1], lm_model.hidden(), &backend).with_context(|| format!("loading {}", paths[1].display()))?;
-    let codebooks = yued_protocol::Mm3Codebooks { semantic: lm_model.info.tokens.semantic_size, acoustic: depth.cfg.audio_vocab_size as u32 };
-    req.validate(&Limits { max_batch: req.lm_batch_size.max(1), mm3_codebooks: codebooks, ..Limits::default() }).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
-    let prompt = prompt::build(&tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| anyhow::anyhow!("{what}: lyrics: {e}"))?;
+    let mut depth = DepthModel::load(&files[1], lm_model.hidden(), &backend)
+        .with_context(|| format!("loading {}", paths[1].display()))?;
+    let codebooks = yued_protocol::Mm3Codebooks {
+        semantic: lm_model.info.tokens.semantic_size,
+        acoustic: depth.cfg.audio_vocab_size as u32,
+    };
+    req.validate(&Limits { max_batch: req.lm_batch_size.max(1), mm3_codebooks: codebooks, ..Limits::default() })
+        .map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
+    let prompt = prompt::build(&tok, &lm_model.info.tokens, &req.caption, &req.lyrics)
+        .map_err(|e| anyhow::anyhow!("{what}: lyrics: {e}"))?;
     let codes = req.checked_audio_codes(&codebooks).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
     let batch = !a.no_batch_cfg;
     let replayed = !codes.is_empty();
     let songs = if replayed {
-        vec![compose::replay(&backend, &mut lm_model, &mut depth, &prompt, &codes, &|| false).map_err(|e| anyhow::anyhow!("{e}"))?]
+        vec![compose::replay(&backend, &mut lm_model, &mut depth, &prompt, &codes, &|| false)
+            .map_err(|e| anyhow::anyhow!("{e}"))?]
     } else {
         let n = req.lm_batch_size.max(1) as usize;
         let s = pipeline::ar_settings(&req, batch);
         let pb = super::progress_bar(s.max_frames as u64 + 1, "frames");
-        let mut songs = compose::compose(&backend, &mut lm_model, &mut depth, &prompt, n, &s, &mut compose::SeedDraws::new(req.lm_seed, n), &|| false, &mut |f, _| pb.set_position(f as u64 + 1))
-            .map_err(|e| anyhow::anyhow!("{e}"))?;
+        let mut songs = compose::compose(
+            &backend,
+            &mut lm_model,
+            &mut depth,
+            &prompt,
+            n,
+            &s,
+            &mut compose::SeedDraws::new(req.lm_seed, n),
+            &|| false,
+            &mut |f, _| pb.set_position(f as u64 + 1),
+        )
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
         pb.finish_and_clear();
         // The replay's states, so a track's replay request renders the same bytes.
-        compose::restate(&backend, &mut lm_model, &mut depth, &prompt, &mut songs, &|| false).map_err(|e| anyhow::anyhow!("{e}"))?;
+        compose::restate(&backend, &mut lm_model, &mut depth, &prompt, &mut songs, &|| false)
+            .map_err(|e| anyhow::anyhow!("{e}"))?;
         songs
     };
     if let Some(dir) = &a.dump {
@@ -117,12 +138,19 @@ pub fn run(a: &SynthArgs, reg: &Registry, mut req: Mm3Request) -> anyhow::Result
             let audio = Pcm::new(spec.sample_rate, spec.channels, pcm);
             let seconds = audio.seconds();
             let out = numbered(&a.out, &suffix, req.output_format.extension());
-            let bytes = yued_audio::encode::normalize_and_encode(audio, req.output_format, req.peak_clip, req.mp3_bitrate)?;
+            let bytes =
+                yued_audio::encode::normalize_and_encode(audio, req.output_format, req.peak_clip, req.mp3_bitrate)?;
             std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
             let replay = pipeline::replay_request(&req, song, i, j, replayed);
             let json = numbered(&a.out, &suffix, "json");
             std::fs::write(&json, serde_json::to_string_pretty(&Request::Mm3(replay))?)?;
-            println!("{}: {seconds:.2} s ({} frames{}), replay {}", out.display(), song.frames(), if song.ended { ", ended by the LM" } else { "" }, json.display());
+            println!(
+                "{}: {seconds:.2} s ({} frames{}), replay {}",
+                out.display(),
+                song.frames(),
+                if song.ended { ", ended by the LM" } else { "" },
+                json.display()
+            );
         }
     }
     Ok(())

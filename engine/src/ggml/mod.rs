@@ -97,7 +97,11 @@ pub enum GgmlError {
 
 static LOG_ONCE: Once = Once::new();
 
-unsafe extern "C" fn log_to_tracing(level: sys::ggml_log_level, text: *const std::os::raw::c_char, _user: *mut std::os::raw::c_void) {
+unsafe extern "C" fn log_to_tracing(
+    level: sys::ggml_log_level,
+    text: *const std::os::raw::c_char,
+    _user: *mut std::os::raw::c_void,
+) {
     if text.is_null() {
         return;
     }
@@ -194,14 +198,6 @@ impl Context {
         Tensor::from_raw(p)
     }
 
-    /// Looks a tensor up by name.
-    pub fn get_tensor(&self, name: &str) -> Option<Tensor<'_>> {
-        let c = CString::new(name).ok()?;
-        // SAFETY: valid context and C string.
-        let p = unsafe { sys::ggml_get_tensor(self.raw(), c.as_ptr()) };
-        NonNull::new(p).map(|ptr| Tensor { ptr, _ctx: PhantomData })
-    }
-
     /// A context for one graph of up to `nodes` nodes (and as many leaves):
     /// room for the graph and for two tensors per node (views and inputs included).
     pub fn for_graph(nodes: usize) -> Result<Self, GgmlError> {
@@ -215,7 +211,11 @@ impl Context {
         let need = unsafe { sys::ggml_graph_overhead_custom(nodes, false) };
         // SAFETY: reads the arena's counters.
         let used = unsafe { sys::ggml_used_mem(self.raw()) };
-        assert!(used + need <= self.mem_size, "ggml context of {} bytes has no room for graph '{name}' of {nodes} nodes", self.mem_size);
+        assert!(
+            used + need <= self.mem_size,
+            "ggml context of {} bytes has no room for graph '{name}' of {nodes} nodes",
+            self.mem_size
+        );
         // SAFETY: room checked above.
         let p = unsafe { sys::ggml_new_graph_custom(self.raw(), nodes, false) };
         Graph {
@@ -236,7 +236,12 @@ impl Context {
     pub(crate) fn ensure_room(&self, n: usize) {
         // SAFETY: pure size computation and a read of the arena's counters.
         let (per, used) = unsafe { (sys::ggml_tensor_overhead(), sys::ggml_used_mem(self.raw())) };
-        assert!(used + n * per <= self.mem_size, "ggml context of {} bytes ({} tensors) is full", self.mem_size, self.mem_size / per);
+        assert!(
+            used + n * per <= self.mem_size,
+            "ggml context of {} bytes ({} tensors) is full",
+            self.mem_size,
+            self.mem_size / per
+        );
     }
 }
 
@@ -318,7 +323,14 @@ impl<'a> Tensor<'a> {
     /// Writes raw bytes at `offset` into the tensor's backend memory.
     pub fn write_bytes(&self, offset: usize, bytes: &[u8]) {
         assert!(self.is_allocated(), "tensor '{}' has no buffer", self.name());
-        assert!(offset + bytes.len() <= self.nbytes(), "write of {} bytes at {} overflows '{}' ({} bytes)", bytes.len(), offset, self.name(), self.nbytes());
+        assert!(
+            offset + bytes.len() <= self.nbytes(),
+            "write of {} bytes at {} overflows '{}' ({} bytes)",
+            bytes.len(),
+            offset,
+            self.name(),
+            self.nbytes()
+        );
         // SAFETY: bounds checked above; the tensor has a buffer.
         unsafe { sys::ggml_backend_tensor_set(self.raw(), bytes.as_ptr().cast(), offset, bytes.len()) }
     }
@@ -332,7 +344,14 @@ impl<'a> Tensor<'a> {
     /// Reads raw bytes at `offset` from the tensor's backend memory.
     pub fn read_bytes(&self, offset: usize, out: &mut [u8]) {
         assert!(self.is_allocated(), "tensor '{}' has no buffer", self.name());
-        assert!(offset + out.len() <= self.nbytes(), "read of {} bytes at {} overflows '{}' ({} bytes)", out.len(), offset, self.name(), self.nbytes());
+        assert!(
+            offset + out.len() <= self.nbytes(),
+            "read of {} bytes at {} overflows '{}' ({} bytes)",
+            out.len(),
+            offset,
+            self.name(),
+            self.nbytes()
+        );
         // SAFETY: bounds checked above.
         unsafe { sys::ggml_backend_tensor_get(self.raw(), out.as_mut_ptr().cast(), offset, out.len()) }
     }
@@ -356,11 +375,6 @@ impl<'a> Tensor<'a> {
         assert_eq!(self.ty(), GgmlType::I32, "write_i32 on a {} tensor '{}'", self.ty().name(), self.name());
         self.write_bytes(0, as_bytes(v));
     }
-    /// Uploads f32 values, converting to the tensor's float type (F32, F16, BF16).
-    pub fn write_f32_as_own_type(&self, v: &[f32]) {
-        let bytes = types::encode_f32(self.ty(), v).unwrap_or_else(|| panic!("cannot convert f32 into {} tensor '{}'", self.ty().name(), self.name()));
-        self.write_bytes(0, &bytes);
-    }
     /// Downloads an F32 tensor (must be contiguous).
     pub fn read_f32(&self) -> Vec<f32> {
         assert_eq!(self.ty(), GgmlType::F32, "read_f32 on a {} tensor '{}'", self.ty().name(), self.name());
@@ -372,7 +386,8 @@ impl<'a> Tensor<'a> {
     pub fn read_as_f32(&self) -> Vec<f32> {
         let mut raw = vec![0u8; self.nbytes()];
         self.read_bytes(0, &mut raw);
-        types::decode_to_f32(self.ty(), &raw).unwrap_or_else(|| panic!("cannot convert {} tensor '{}' to f32", self.ty().name(), self.name()))
+        types::decode_to_f32(self.ty(), &raw)
+            .unwrap_or_else(|| panic!("cannot convert {} tensor '{}' to f32", self.ty().name(), self.name()))
     }
 }
 
@@ -405,7 +420,16 @@ pub struct Graph<'a> {
 impl<'a> Graph<'a> {
     /// A graph already built and checked (a kept one being computed again).
     fn built(ptr: NonNull<sys::ggml_cgraph>) -> Self {
-        Graph { ptr, name: String::new(), size: usize::MAX, seen: Default::default(), nodes: 0, leafs: 0, over: None, _ctx: PhantomData }
+        Graph {
+            ptr,
+            name: String::new(),
+            size: usize::MAX,
+            seen: Default::default(),
+            nodes: 0,
+            leafs: 0,
+            over: None,
+            _ctx: PhantomData,
+        }
     }
 
     /// Adds `t` and everything it depends on, if the graph has room for them (else the
@@ -451,7 +475,9 @@ impl<'a> Graph<'a> {
     pub fn check_capacity(&self) -> Result<(), GgmlError> {
         match self.over {
             None => Ok(()),
-            Some((nodes, leafs)) => Err(GgmlError::GraphFull { graph: self.name.clone(), nodes, leafs, size: self.size }),
+            Some((nodes, leafs)) => {
+                Err(GgmlError::GraphFull { graph: self.name.clone(), nodes, leafs, size: self.size })
+            }
         }
     }
 
@@ -534,7 +560,13 @@ impl<K: PartialEq> GraphCache<K> {
     /// makes (in a context of `n_nodes` nodes) and the allocator places, kept from then on.
     /// `build` gets the stores back with the graph's lifetime and returns the tensors to
     /// keep handles on.
-    pub fn get<'s, F>(&'s mut self, key: K, stores: &[&'s TensorStore], n_nodes: usize, build: F) -> Result<KeptGraph<'s>, GgmlError>
+    pub fn get<'s, F>(
+        &'s mut self,
+        key: K,
+        stores: &[&'s TensorStore],
+        n_nodes: usize,
+        build: F,
+    ) -> Result<KeptGraph<'s>, GgmlError>
     where
         F: for<'a> FnOnce(&'a Context, &mut Graph<'a>, &[&'a TensorStore]) -> Vec<Tensor<'a>>,
     {
@@ -629,12 +661,20 @@ pub struct CpuTurns {
 
 impl CpuTurns {
     pub fn new() -> std::sync::Arc<Self> {
-        std::sync::Arc::new(CpuTurns { state: std::sync::Mutex::new((0, 0)), turn_over: std::sync::Condvar::new(), on_wait: None })
+        std::sync::Arc::new(CpuTurns {
+            state: std::sync::Mutex::new((0, 0)),
+            turn_over: std::sync::Condvar::new(),
+            on_wait: None,
+        })
     }
 
     /// Like [`CpuTurns::new`], calling `hook` with each wait for a turn.
     pub fn with_wait_hook(hook: impl Fn(std::time::Duration) + Send + Sync + 'static) -> std::sync::Arc<Self> {
-        std::sync::Arc::new(CpuTurns { state: std::sync::Mutex::new((0, 0)), turn_over: std::sync::Condvar::new(), on_wait: Some(Box::new(hook)) })
+        std::sync::Arc::new(CpuTurns {
+            state: std::sync::Mutex::new((0, 0)),
+            turn_over: std::sync::Condvar::new(),
+            on_wait: Some(Box::new(hook)),
+        })
     }
 
     /// Waits for this caller's turn; the turn ends when the guard drops.
@@ -724,7 +764,9 @@ impl Backend {
     #[doc(hidden)]
     pub fn for_tests(threads: usize) -> Self {
         match std::env::var("YUED_TEST_DEVICE") {
-            Ok(name) if !name.is_empty() => Backend::new(&name).unwrap_or_else(|e| panic!("YUED_TEST_DEVICE={name}: {e}")),
+            Ok(name) if !name.is_empty() => {
+                Backend::new(&name).unwrap_or_else(|e| panic!("YUED_TEST_DEVICE={name}: {e}"))
+            }
             _ => Backend::cpu(threads).expect("CPU backend"),
         }
     }
@@ -739,7 +781,8 @@ impl Backend {
     /// Sets the CPU thread count (ignored on GPU devices). 0 means every core.
     pub fn set_threads(&self, threads: usize) {
         if self.is_cpu {
-            let n = if threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { threads };
+            let n =
+                if threads == 0 { std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1) } else { threads };
             // SAFETY: valid CPU backend.
             unsafe { sys::ggml_backend_cpu_set_n_threads(self.raw(), n as i32) }
         }
@@ -838,7 +881,11 @@ impl Buffer {
         // SAFETY: valid context and buffer type; NULL on failure.
         let size = unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft_size(ctx.raw(), backend.buffer_type()) };
         let p = unsafe { sys::ggml_backend_alloc_ctx_tensors_from_buft(ctx.raw(), backend.buffer_type()) };
-        NonNull::new(p).map(|ptr| Buffer { ptr }).ok_or_else(|| GgmlError::Alloc { what: what.to_string(), bytes: size, device: backend.name.clone() })
+        NonNull::new(p).map(|ptr| Buffer { ptr }).ok_or_else(|| GgmlError::Alloc {
+            what: what.to_string(),
+            bytes: size,
+            device: backend.name.clone(),
+        })
     }
 
     pub fn size(&self) -> usize {
@@ -912,14 +959,32 @@ impl Drop for Allocator {
 
 /// Quantizes `src` (rows of `n_per_row` f32) into `ty` blocks.
 pub fn quantize(ty: GgmlType, src: &[f32], n_per_row: usize) -> Vec<u8> {
-    assert!(n_per_row > 0 && src.len().is_multiple_of(n_per_row), "quantize: {} values are not whole rows of {n_per_row}", src.len());
-    assert!(n_per_row as i64 % ty.block_size() as i64 == 0, "quantize: row of {n_per_row} is not whole {} blocks", ty.name());
+    assert!(
+        n_per_row > 0 && src.len().is_multiple_of(n_per_row),
+        "quantize: {} values are not whole rows of {n_per_row}",
+        src.len()
+    );
+    assert!(
+        n_per_row as i64 % ty.block_size() as i64 == 0,
+        "quantize: row of {n_per_row} is not whole {} blocks",
+        ty.name()
+    );
     let nrows = src.len() / n_per_row;
     // SAFETY: pure function of the type.
     assert!(!unsafe { sys::ggml_quantize_requires_imatrix(ty.raw()) }, "{} needs an importance matrix", ty.name());
     let mut out = vec![0u8; ty.row_size(n_per_row) * nrows];
     // SAFETY: out has room for nrows rows of the quantized type; src holds nrows*n_per_row.
-    let written = unsafe { sys::ggml_quantize_chunk(ty.raw(), src.as_ptr(), out.as_mut_ptr().cast(), 0, nrows as i64, n_per_row as i64, std::ptr::null()) };
+    let written = unsafe {
+        sys::ggml_quantize_chunk(
+            ty.raw(),
+            src.as_ptr(),
+            out.as_mut_ptr().cast(),
+            0,
+            nrows as i64,
+            n_per_row as i64,
+            std::ptr::null(),
+        )
+    };
     assert_eq!(written, out.len(), "ggml_quantize_chunk wrote an unexpected size");
     out
 }

@@ -19,7 +19,14 @@ impl Context {
     /// `a^T b` in ggml terms: a [K, M], b [K, N, ...] -> [M, N, ...].
     pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         let (na, nb) = (a.ne(), b.ne());
-        assert!(na[0] == nb[0] && nb[2] % na[2] == 0 && nb[3] % na[3] == 0, "mul_mat shape mismatch {:?} x {:?} ({} x {})", na, nb, a.name(), b.name());
+        assert!(
+            na[0] == nb[0] && nb[2] % na[2] == 0 && nb[3] % na[3] == 0,
+            "mul_mat shape mismatch {:?} x {:?} ({} x {})",
+            na,
+            nb,
+            a.name(),
+            b.name()
+        );
         // SAFETY: shapes checked; both tensors live at least as long as 'a.
         self.op(|| unsafe { sys::ggml_mul_mat(self.raw(), a.raw(), b.raw()) })
     }
@@ -143,11 +150,6 @@ impl Context {
     fn check_view(a: &Tensor<'_>, bytes_needed: usize) {
         assert!(bytes_needed <= a.nbytes(), "view of {bytes_needed} bytes overflows {:?} ({} bytes)", a, a.nbytes());
     }
-    pub fn view_1d<'a>(&'a self, a: Tensor<'a>, n0: i64, offset: usize) -> Tensor<'a> {
-        Self::check_view(&a, offset + a.ty().row_size(n0 as usize));
-        // SAFETY: bounds checked.
-        self.op(|| unsafe { sys::ggml_view_1d(self.raw(), a.raw(), n0, offset) })
-    }
     pub fn view_2d<'a>(&'a self, a: Tensor<'a>, n0: i64, n1: i64, nb1: usize, offset: usize) -> Tensor<'a> {
         if n1 > 0 {
             Self::check_view(&a, offset + (n1 as usize - 1) * nb1 + a.ty().row_size(n0 as usize));
@@ -156,17 +158,41 @@ impl Context {
         self.op(|| unsafe { sys::ggml_view_2d(self.raw(), a.raw(), n0, n1, nb1, offset) })
     }
     #[allow(clippy::too_many_arguments)]
-    pub fn view_3d<'a>(&'a self, a: Tensor<'a>, n0: i64, n1: i64, n2: i64, nb1: usize, nb2: usize, offset: usize) -> Tensor<'a> {
+    pub fn view_3d<'a>(
+        &'a self,
+        a: Tensor<'a>,
+        n0: i64,
+        n1: i64,
+        n2: i64,
+        nb1: usize,
+        nb2: usize,
+        offset: usize,
+    ) -> Tensor<'a> {
         if n1 > 0 && n2 > 0 {
-            Self::check_view(&a, offset + (n2 as usize - 1) * nb2 + (n1 as usize - 1) * nb1 + a.ty().row_size(n0 as usize));
+            Self::check_view(
+                &a,
+                offset + (n2 as usize - 1) * nb2 + (n1 as usize - 1) * nb1 + a.ty().row_size(n0 as usize),
+            );
         }
         // SAFETY: bounds checked.
         self.op(|| unsafe { sys::ggml_view_3d(self.raw(), a.raw(), n0, n1, n2, nb1, nb2, offset) })
     }
     #[allow(clippy::too_many_arguments)]
-    pub fn view_4d<'a>(&'a self, a: Tensor<'a>, ne: [i64; 4], nb1: usize, nb2: usize, nb3: usize, offset: usize) -> Tensor<'a> {
+    pub fn view_4d<'a>(
+        &'a self,
+        a: Tensor<'a>,
+        ne: [i64; 4],
+        nb1: usize,
+        nb2: usize,
+        nb3: usize,
+        offset: usize,
+    ) -> Tensor<'a> {
         if ne.iter().all(|&n| n > 0) {
-            let last = offset + (ne[3] as usize - 1) * nb3 + (ne[2] as usize - 1) * nb2 + (ne[1] as usize - 1) * nb1 + a.ty().row_size(ne[0] as usize);
+            let last = offset
+                + (ne[3] as usize - 1) * nb3
+                + (ne[2] as usize - 1) * nb2
+                + (ne[1] as usize - 1) * nb1
+                + a.ty().row_size(ne[0] as usize);
             Self::check_view(&a, last);
         }
         // SAFETY: bounds checked.
@@ -191,7 +217,23 @@ impl Context {
         assert_eq!(pos.ty(), GgmlType::I32, "rope positions must be I32");
         assert_eq!(pos.ne()[0], a.ne()[2], "rope: {} positions for {} tokens", pos.ne()[0], a.ne()[2]);
         // SAFETY: checked above.
-        self.op(|| unsafe { sys::ggml_rope_ext(self.raw(), a.raw(), pos.raw(), std::ptr::null_mut(), n_dims, sys::GGML_ROPE_TYPE_NEOX as i32, 0, freq_base, 1.0, 0.0, 1.0, 0.0, 0.0) })
+        self.op(|| unsafe {
+            sys::ggml_rope_ext(
+                self.raw(),
+                a.raw(),
+                pos.raw(),
+                std::ptr::null_mut(),
+                n_dims,
+                sys::GGML_ROPE_TYPE_NEOX as i32,
+                0,
+                freq_base,
+                1.0,
+                0.0,
+                1.0,
+                0.0,
+                0.0,
+            )
+        })
     }
     /// NeoX-style rotary embedding of the first `n_dims` dims of `a` [head_dim, heads,
     /// tokens, batch] at `pos` (I32, one per token, shared by the batch); the other dims
@@ -201,16 +243,40 @@ impl Context {
         assert_eq!(pos.ne()[0], a.ne()[2], "rope: {} positions for {} tokens", pos.ne()[0], a.ne()[2]);
         assert!(n_dims as i64 <= a.ne()[0] && n_dims % 2 == 0, "rope of {n_dims} dims in heads of {}", a.ne()[0]);
         // SAFETY: checked above; ggml rotates each batch entry with the same positions.
-        self.op(|| unsafe { sys::ggml_rope_ext(self.raw(), a.raw(), pos.raw(), std::ptr::null_mut(), n_dims, sys::GGML_ROPE_TYPE_NEOX as i32, 0, freq_base, 1.0, 0.0, 1.0, 0.0, 0.0) })
+        self.op(|| unsafe {
+            sys::ggml_rope_ext(
+                self.raw(),
+                a.raw(),
+                pos.raw(),
+                std::ptr::null_mut(),
+                n_dims,
+                sys::GGML_ROPE_TYPE_NEOX as i32,
+                0,
+                freq_base,
+                1.0,
+                0.0,
+                1.0,
+                0.0,
+                0.0,
+            )
+        })
     }
     /// softmax(a * scale + mask) over rows; `mask` broadcast over heads.
     pub fn soft_max_ext<'a>(&'a self, a: Tensor<'a>, mask: Option<Tensor<'a>>, scale: f32) -> Tensor<'a> {
         let m = mask.map(|m| m.raw()).unwrap_or(std::ptr::null_mut());
-        // SAFETY: ggml checks mask shape compatibility internally on build (asserts); callers build masks of [n_kv, n_q].
+        // SAFETY: ggml checks mask shape compatibility internally on build (asserts); callers build masks of [n_kv,
+        // n_q].
         self.op(|| unsafe { sys::ggml_soft_max_ext(self.raw(), a.raw(), m, scale, 0.0) })
     }
     /// Fused attention. q [D, n_q, H], k/v [D, n_kv, H_kv], mask F16 [n_kv, n_q_padded].
-    pub fn flash_attn_ext<'a>(&'a self, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>, mask: Option<Tensor<'a>>, scale: f32) -> Tensor<'a> {
+    pub fn flash_attn_ext<'a>(
+        &'a self,
+        q: Tensor<'a>,
+        k: Tensor<'a>,
+        v: Tensor<'a>,
+        mask: Option<Tensor<'a>>,
+        scale: f32,
+    ) -> Tensor<'a> {
         assert_eq!(q.ne()[0], k.ne()[0], "flash_attn head dims differ");
         assert_eq!(q.ne()[2] % k.ne()[2], 0, "flash_attn: {} q heads over {} kv heads", q.ne()[2], k.ne()[2]);
         let m = mask.map(|m| m.raw()).unwrap_or(std::ptr::null_mut());
@@ -224,18 +290,46 @@ impl Context {
         self.op(|| unsafe { sys::ggml_set_rows(self.raw(), dst.raw(), src.raw(), idx.raw()) })
     }
     /// 1D convolution as im2col + mul_mat. kernel [K, Cin, Cout], x [T, Cin] -> [T', Cout].
-    pub fn conv_1d<'a>(&'a self, kernel: Tensor<'a>, x: Tensor<'a>, stride: i32, pad: i32, dilation: i32) -> Tensor<'a> {
+    pub fn conv_1d<'a>(
+        &'a self,
+        kernel: Tensor<'a>,
+        x: Tensor<'a>,
+        stride: i32,
+        pad: i32,
+        dilation: i32,
+    ) -> Tensor<'a> {
         assert_eq!(kernel.ne()[1], x.ne()[1], "conv_1d channel mismatch: kernel {:?} input {:?}", kernel.ne(), x.ne());
         // SAFETY: channel counts checked.
         self.op(|| unsafe { sys::ggml_conv_1d(self.raw(), kernel.raw(), x.raw(), stride, pad, dilation) })
     }
     /// 1D convolution in F32 throughout (im2col kept in F32, unlike `ggml_conv_1d` which
     /// rounds the columns to F16). kernel [K, Cin, Cout], x [T, Cin] -> [T', Cout].
-    pub fn conv_1d_f32<'a>(&'a self, kernel: Tensor<'a>, x: Tensor<'a>, stride: i32, pad: i32, dilation: i32) -> Tensor<'a> {
+    pub fn conv_1d_f32<'a>(
+        &'a self,
+        kernel: Tensor<'a>,
+        x: Tensor<'a>,
+        stride: i32,
+        pad: i32,
+        dilation: i32,
+    ) -> Tensor<'a> {
         assert_eq!(kernel.ne()[1], x.ne()[1], "conv_1d channel mismatch: kernel {:?} input {:?}", kernel.ne(), x.ne());
         let (k, cin, cout) = (kernel.ne()[0], kernel.ne()[1], kernel.ne()[2]);
         // SAFETY: channel counts checked; F32 im2col is supported by every backend we use.
-        let im = self.op(|| unsafe { sys::ggml_im2col(self.raw(), kernel.raw(), x.raw(), stride, 0, pad, 0, dilation, 0, false, sys::GGML_TYPE_F32) });
+        let im = self.op(|| unsafe {
+            sys::ggml_im2col(
+                self.raw(),
+                kernel.raw(),
+                x.raw(),
+                stride,
+                0,
+                pad,
+                0,
+                dilation,
+                0,
+                false,
+                sys::GGML_TYPE_F32,
+            )
+        });
         let (ol, n) = (im.ne()[1], im.ne()[2]);
         let cols = self.reshape_2d(im, k * cin, ol * n);
         let w = self.reshape_2d(kernel, k * cin, cout);
@@ -244,7 +338,13 @@ impl Context {
     }
     /// Transposed 1D convolution with zero padding. kernel [K, Cout, Cin], x [T, Cin].
     pub fn conv_transpose_1d<'a>(&'a self, kernel: Tensor<'a>, x: Tensor<'a>, stride: i32) -> Tensor<'a> {
-        assert_eq!(kernel.ne()[2], x.ne()[1], "conv_transpose_1d channel mismatch: kernel {:?} input {:?}", kernel.ne(), x.ne());
+        assert_eq!(
+            kernel.ne()[2],
+            x.ne()[1],
+            "conv_transpose_1d channel mismatch: kernel {:?} input {:?}",
+            kernel.ne(),
+            x.ne()
+        );
         // SAFETY: ggml requires p0 = 0 and d0 = 1; checked shapes.
         self.op(|| unsafe { sys::ggml_conv_transpose_1d(self.raw(), kernel.raw(), x.raw(), stride, 0, 1) })
     }
@@ -252,10 +352,5 @@ impl Context {
     pub fn pad<'a>(&'a self, a: Tensor<'a>, p: [i32; 4]) -> Tensor<'a> {
         // SAFETY: creates a larger tensor.
         self.op(|| unsafe { sys::ggml_pad(self.raw(), a.raw(), p[0], p[1], p[2], p[3]) })
-    }
-    /// Zero padding on both sides of dim 0.
-    pub fn pad_ext_0<'a>(&'a self, a: Tensor<'a>, left: i32, right: i32) -> Tensor<'a> {
-        // SAFETY: creates a larger tensor.
-        self.op(|| unsafe { sys::ggml_pad_ext(self.raw(), a.raw(), left, right, 0, 0, 0, 0, 0, 0) })
     }
 }

@@ -44,7 +44,14 @@ unsafe impl Send for TensorStore {}
 impl TensorStore {
     /// A store with room for `capacity` tensors.
     pub fn new(capacity: usize) -> Result<Self, GgmlError> {
-        Ok(TensorStore { id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed), ctx: Context::new(capacity, 0)?, buffer: None, index: HashMap::new(), order: Vec::new(), tensors: Vec::new() })
+        Ok(TensorStore {
+            id: NEXT_STORE_ID.fetch_add(1, Ordering::Relaxed),
+            ctx: Context::new(capacity, 0)?,
+            buffer: None,
+            index: HashMap::new(),
+            order: Vec::new(),
+            tensors: Vec::new(),
+        })
     }
 
     /// Declares a tensor (before [`TensorStore::allocate`]).

@@ -56,7 +56,8 @@ impl Value {
         }
     }
     pub fn type_name(&self) -> &'static str {
-        ["u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"][self.type_code() as usize]
+        ["u8", "i8", "u16", "i16", "u32", "i32", "f32", "bool", "string", "array", "u64", "i64", "f64"]
+            [self.type_code() as usize]
     }
     /// Any integer value as i64 (u64 beyond i64 range is None).
     pub fn as_i64(&self) -> Option<i64> {
@@ -94,11 +95,18 @@ impl Value {
     /// Short human rendering for `gguf inspect` (long arrays and strings elided).
     pub fn summary(&self) -> String {
         match self {
-            Value::String(s) if s.chars().count() > 80 => format!("{:?}... ({} bytes)", s.chars().take(60).collect::<String>(), s.len()),
+            Value::String(s) if s.chars().count() > 80 => {
+                format!("{:?}... ({} bytes)", s.chars().take(60).collect::<String>(), s.len())
+            }
             Value::String(s) => format!("{s:?}"),
             Value::Array(a) if a.len() > 8 => {
                 let head: Vec<String> = a.iter().take(4).map(|v| v.summary()).collect();
-                format!("[{}, ...] ({} x {})", head.join(", "), a.len(), a.first().map(|v| v.type_name()).unwrap_or("?"))
+                format!(
+                    "[{}, ...] ({} x {})",
+                    head.join(", "),
+                    a.len(),
+                    a.first().map(|v| v.type_name()).unwrap_or("?")
+                )
             }
             Value::Array(a) => format!("[{}]", a.iter().map(|v| v.summary()).collect::<Vec<_>>().join(", ")),
             Value::Bool(b) => b.to_string(),

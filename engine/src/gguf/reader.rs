@@ -73,7 +73,8 @@ impl<'a> Cursor<'a> {
             return Err(GgufError::Truncated { path: self.path.to_path_buf(), what: what() });
         }
         let b = self.take(n as usize, what)?;
-        String::from_utf8(b.to_vec()).map_err(|_| GgufError::Corrupt { path: self.path.to_path_buf(), what: format!("{} is not UTF-8", what()) })
+        String::from_utf8(b.to_vec())
+            .map_err(|_| GgufError::Corrupt { path: self.path.to_path_buf(), what: format!("{} is not UTF-8", what()) })
     }
     fn value(&mut self, ty: u32, what: &dyn Fn() -> String, depth: u32) -> Result<Value, GgufError> {
         let corrupt = |msg: String| GgufError::Corrupt { path: self.path.to_path_buf(), what: msg };
@@ -145,7 +146,10 @@ impl GgufFile {
         let n_kv = c.u64(&|| "the metadata count".into())?;
         // Each key needs at least 12 bytes, each tensor entry at least 24.
         if n_kv.saturating_mul(12) > c.remaining() as u64 || n_tensors.saturating_mul(24) > c.remaining() as u64 {
-            return Err(GgufError::Truncated { path, what: format!("a header announcing {n_kv} keys and {n_tensors} tensors") });
+            return Err(GgufError::Truncated {
+                path,
+                what: format!("a header announcing {n_kv} keys and {n_tensors} tensors"),
+            });
         }
         let mut metadata = BTreeMap::new();
         let mut key_order = Vec::with_capacity(n_kv as usize);
@@ -162,7 +166,12 @@ impl GgufFile {
             None => DEFAULT_ALIGNMENT,
             Some(v) => match v.as_i64() {
                 Some(a) if a > 0 && (a as u64).is_power_of_two() => a as u64,
-                _ => return Err(GgufError::Corrupt { path, what: format!("general.alignment {} is not a power of two", v.summary()) }),
+                _ => {
+                    return Err(GgufError::Corrupt {
+                        path,
+                        what: format!("general.alignment {} is not a power of two", v.summary()),
+                    })
+                }
             },
         };
         let mut tensors = Vec::with_capacity(n_tensors as usize);
@@ -192,11 +201,17 @@ impl GgufFile {
                 return Err(GgufError::Corrupt { path, what: format!("tensor '{name}' shape {ne:?} overflows") });
             };
             if ne[0] % ty.block_size() as i64 != 0 {
-                return Err(GgufError::Corrupt { path, what: format!("tensor '{name}' rows of {} are not whole {} blocks", ne[0], ty.name()) });
+                return Err(GgufError::Corrupt {
+                    path,
+                    what: format!("tensor '{name}' rows of {} are not whole {} blocks", ne[0], ty.name()),
+                });
             }
             let nbytes = (nel as u128 / ty.block_size() as u128) * ty.type_size() as u128;
             if offset % alignment != 0 {
-                return Err(GgufError::Corrupt { path, what: format!("tensor '{name}' offset {offset} is not {alignment}-aligned") });
+                return Err(GgufError::Corrupt {
+                    path,
+                    what: format!("tensor '{name}' offset {offset} is not {alignment}-aligned"),
+                });
             }
             if by_name.insert(name.clone(), tensors.len()).is_some() {
                 return Err(GgufError::Corrupt { path, what: format!("duplicate tensor '{name}'") });
@@ -207,10 +222,23 @@ impl GgufFile {
         let data_len = (map.len() as u64).saturating_sub(data_offset);
         for t in &tensors {
             if t.offset.checked_add(t.nbytes as u64).is_none_or(|end| end > data_len) {
-                return Err(GgufError::Truncated { path, what: format!("the data of tensor '{}' ({} bytes at offset {})", t.name, t.nbytes, t.offset) });
+                return Err(GgufError::Truncated {
+                    path,
+                    what: format!("the data of tensor '{}' ({} bytes at offset {})", t.name, t.nbytes, t.offset),
+                });
             }
         }
-        Ok(GgufFile { path, map, version, alignment, metadata, key_order, tensors, by_name, data_offset: data_offset as usize })
+        Ok(GgufFile {
+            path,
+            map,
+            version,
+            alignment,
+            metadata,
+            key_order,
+            tensors,
+            by_name,
+            data_offset: data_offset as usize,
+        })
     }
 
     pub fn path(&self) -> &Path {
@@ -237,7 +265,12 @@ impl GgufFile {
     }
 
     fn key_err(&self, key: &str, found: &Value, expected: &str) -> GgufError {
-        GgufError::KeyType { path: self.path.clone(), key: key.into(), found: found.type_name().into(), expected: expected.into() }
+        GgufError::KeyType {
+            path: self.path.clone(),
+            key: key.into(),
+            found: found.type_name().into(),
+            expected: expected.into(),
+        }
     }
     pub fn require(&self, key: &str) -> Result<&Value, GgufError> {
         self.metadata.get(key).ok_or_else(|| GgufError::MissingKey { path: self.path.clone(), key: key.into() })
@@ -275,7 +308,12 @@ impl GgufFile {
     pub fn expect_tensor(&self, name: &str, ne: &[i64]) -> Result<&TensorInfo, GgufError> {
         let t = self.require_tensor(name)?;
         if t.ne != ne {
-            return Err(GgufError::TensorShape { path: self.path.clone(), name: name.into(), found: t.ne.clone(), expected: ne.to_vec() });
+            return Err(GgufError::TensorShape {
+                path: self.path.clone(),
+                name: name.into(),
+                found: t.ne.clone(),
+                expected: ne.to_vec(),
+            });
         }
         Ok(t)
     }

@@ -6,8 +6,15 @@ fn sample(dir: &std::path::Path) -> std::path::PathBuf {
     w.set_str("general.architecture", "yue2").set_u32("yue2.block_count", 2).set_f32("x.eps", 1e-6);
     w.set_strs("tokenizer.ggml.tokens", &["a", "b", "c"]);
     w.set_i32s("ids", &[1, -2, 3]);
-    w.set("flag", Value::Bool(true)).set("big", Value::U64(1 << 40)).set("neg", Value::I64(-5)).set("pi", Value::F64(3.5));
-    w.add_tensor("w", GgmlType::F32, &[4, 3]).add_tensor("q", GgmlType::Q8_0, &[32, 2]).add_tensor("b", GgmlType::F32, &[5]);
+    w.set("flag", Value::Bool(true))
+        .set("big", Value::U64(1 << 40))
+        .set("neg", Value::I64(-5))
+        .set("pi", Value::F64(3.5));
+    w.add_tensor("w", GgmlType::F32, &[4, 3]).add_tensor("q", GgmlType::Q8_0, &[32, 2]).add_tensor(
+        "b",
+        GgmlType::F32,
+        &[5],
+    );
     let path = dir.join("s.gguf");
     let mut d = w.create(&path).unwrap();
     let wv: Vec<f32> = (0..12).map(|i| i as f32).collect();

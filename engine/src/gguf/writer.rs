@@ -140,17 +140,19 @@ pub struct TensorDataWriter {
 }
 
 impl TensorDataWriter {
-    /// Name and byte size of the next tensor to write, if any.
-    pub fn next_tensor(&self) -> Option<(&str, usize)> {
-        self.expected.get(self.next).map(|(n, s)| (n.as_str(), *s))
-    }
     /// Writes the data of the next declared tensor.
     pub fn write(&mut self, bytes: &[u8]) -> Result<(), GgufError> {
         let Some((name, size)) = self.expected.get(self.next) else {
-            return Err(GgufError::Corrupt { path: self.path.clone(), what: "more tensor data than declared tensors".into() });
+            return Err(GgufError::Corrupt {
+                path: self.path.clone(),
+                what: "more tensor data than declared tensors".into(),
+            });
         };
         if bytes.len() != *size {
-            return Err(GgufError::Corrupt { path: self.path.clone(), what: format!("tensor '{name}': {} bytes given, {size} declared", bytes.len()) });
+            return Err(GgufError::Corrupt {
+                path: self.path.clone(),
+                what: format!("tensor '{name}': {} bytes given, {size} declared", bytes.len()),
+            });
         }
         let io = |source| GgufError::Io { path: self.path.clone(), source };
         self.w.write_all(bytes).map_err(io)?;
@@ -162,7 +164,10 @@ impl TensorDataWriter {
     /// Flushes and closes; fails if a declared tensor was not written.
     pub fn finish(mut self) -> Result<(), GgufError> {
         if let Some((name, _)) = self.expected.get(self.next) {
-            return Err(GgufError::Corrupt { path: self.path.clone(), what: format!("tensor '{name}' declared but never written") });
+            return Err(GgufError::Corrupt {
+                path: self.path.clone(),
+                what: format!("tensor '{name}' declared but never written"),
+            });
         }
         let io = |source| GgufError::Io { path: self.path.clone(), source };
         self.w.flush().map_err(io)?;

@@ -26,8 +26,11 @@ pub struct Shards {
 
 impl Shards {
     pub fn open(dir: &Path) -> Result<Self, ConvertError> {
-        let mut files: Vec<PathBuf> =
-            std::fs::read_dir(dir).map_err(|e| input(dir, e.to_string()))?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.extension().is_some_and(|x| x == "safetensors")).collect();
+        let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .map_err(|e| input(dir, e.to_string()))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "safetensors"))
+            .collect();
         files.sort();
         if files.is_empty() {
             return Err(input(dir, "no .safetensors file"));
@@ -65,7 +68,12 @@ impl Shards {
             Dtype::BF16 => GgmlType::BF16,
             Dtype::F32 => GgmlType::F32,
             Dtype::F16 => GgmlType::F16,
-            d => return Err(input(path, format!("tensor '{name}' has dtype {d:?}; only BF16, F16 and F32 are converted"))),
+            d => {
+                return Err(input(
+                    path,
+                    format!("tensor '{name}' has dtype {d:?}; only BF16, F16 and F32 are converted"),
+                ))
+            }
         };
         let ne: Vec<i64> = t.shape().iter().rev().map(|&d| d as i64).collect();
         let ne = if ne.is_empty() { vec![1] } else { ne };

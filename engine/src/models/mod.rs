@@ -1,7 +1,9 @@
-//! The model families, one folder each: config, prompt, each module, the pipeline.
+//! The model families, one folder each: config, prompt, each module, the pipeline; and what
+//! spans them: the quantizer with each architecture's policy ([`quantize`]).
 pub mod checkpoint;
 pub mod mm3;
 pub mod pth;
+pub mod quantize;
 pub mod yue2;
 
 /// A family's audio as the stages see it, read from the loaded files: the stages, the hub,

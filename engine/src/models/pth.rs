@@ -31,9 +31,15 @@ pub struct PthError {
 pub fn read_tensors(path: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Vec<(String, PthTensor)>, PthError> {
     let err = |what: String| PthError { path: path.to_path_buf(), what };
     let file = std::fs::File::open(path).map_err(|e| err(e.to_string()))?;
-    let mut zip = zip::ZipArchive::new(file).map_err(|e| err(format!("not a torch zip archive ({e}); a checkpoint saved before torch 1.6 must be re-saved with a newer torch")))?;
-    let pkl =
-        (0..zip.len()).filter_map(|i| zip.name_for_index(i).map(str::to_string)).find(|n| n == "data.pkl" || n.ends_with("/data.pkl")).ok_or_else(|| err("the archive holds no data.pkl".into()))?;
+    let mut zip = zip::ZipArchive::new(file).map_err(|e| {
+        err(format!(
+            "not a torch zip archive ({e}); a checkpoint saved before torch 1.6 must be re-saved with a newer torch"
+        ))
+    })?;
+    let pkl = (0..zip.len())
+        .filter_map(|i| zip.name_for_index(i).map(str::to_string))
+        .find(|n| n == "data.pkl" || n.ends_with("/data.pkl"))
+        .ok_or_else(|| err("the archive holds no data.pkl".into()))?;
     let root = pkl.strip_suffix("data.pkl").unwrap_or_default().to_string();
     let read_entry = |zip: &mut zip::ZipArchive<std::fs::File>, name: &str| -> Result<Vec<u8>, PthError> {
         let mut entry = zip.by_name(name).map_err(|e| err(format!("entry {name}: {e}")))?;
@@ -43,7 +49,10 @@ pub fn read_tensors(path: &Path, keep: &dyn Fn(&str) -> bool) -> Result<Vec<(Str
     };
     if let Ok(order) = read_entry(&mut zip, &format!("{root}byteorder")) {
         if order.trim_ascii() != b"little" {
-            return Err(err(format!("a {} byte-order archive; only little-endian ones are read", String::from_utf8_lossy(&order))));
+            return Err(err(format!(
+                "a {} byte-order archive; only little-endian ones are read",
+                String::from_utf8_lossy(&order)
+            )));
         }
     }
     let pickle = read_entry(&mut zip, &pkl)?;
@@ -98,11 +107,17 @@ impl TensorRef {
             "DoubleStorage" => 8,
             other => return Err(format!("element type {other} is not read (F32, F16, BF16, F64 are)")),
         };
-        let raw = bytes.get(self.offset * size..(self.offset + n) * size).ok_or_else(|| format!("{n} elements at {} overrun the storage of {} bytes", self.offset, bytes.len()))?;
+        let raw = bytes
+            .get(self.offset * size..(self.offset + n) * size)
+            .ok_or_else(|| format!("{n} elements at {} overrun the storage of {} bytes", self.offset, bytes.len()))?;
         let data = match self.dtype.as_str() {
             "HalfStorage" => raw.chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            "BFloat16Storage" => raw.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-            "DoubleStorage" => raw.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect(),
+            "BFloat16Storage" => {
+                raw.chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+            }
+            "DoubleStorage" => {
+                raw.chunks_exact(8).map(|b| f64::from_le_bytes(b.try_into().expect("8 bytes")) as f32).collect()
+            }
             _ => raw.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
         };
         Ok(PthTensor { shape: self.shape.clone(), data })
@@ -188,9 +203,16 @@ impl<'a> Reader<'a> {
 
 fn as_usizes(v: &Value) -> Result<Vec<usize>, String> {
     match v {
-        Value::Tuple(items) | Value::List(items) => {
-            items.iter().map(|x| if let Value::Int(i) = x { usize::try_from(*i).map_err(|e| e.to_string()) } else { Err(format!("{x:?} is not a size")) }).collect()
-        }
+        Value::Tuple(items) | Value::List(items) => items
+            .iter()
+            .map(|x| {
+                if let Value::Int(i) = x {
+                    usize::try_from(*i).map_err(|e| e.to_string())
+                } else {
+                    Err(format!("{x:?} is not a size"))
+                }
+            })
+            .collect(),
         other => Err(format!("{other:?} is not a tuple of sizes")),
     }
 }
@@ -222,7 +244,9 @@ impl Machine {
         Ok(match (module.as_str(), name.as_str()) {
             ("collections", "OrderedDict") | ("builtins", "dict") => Value::Dict(Vec::new()),
             ("torch._utils", "_rebuild_tensor_v2" | "_rebuild_tensor") => {
-                let [storage, offset, size, stride, ..] = args.as_slice() else { return Err(format!("{name} with {} arguments", args.len())) };
+                let [storage, offset, size, stride, ..] = args.as_slice() else {
+                    return Err(format!("{name} with {} arguments", args.len()));
+                };
                 let (dtype, key) = match storage {
                     Value::Persistent(pid) => match pid.as_slice() {
                         [_, Value::Global(_, dtype), Value::Str(key), ..] => (dtype.clone(), key.clone()),
@@ -232,10 +256,18 @@ impl Machine {
                     other => return Err(format!("a tensor over {other:?}, not a stored storage")),
                 };
                 let Value::Int(offset) = offset else { return Err("a storage offset that is not an integer".into()) };
-                Value::Tensor(TensorRef { key, dtype, offset: *offset as usize, shape: as_usizes(size)?, stride: as_usizes(stride)? })
+                Value::Tensor(TensorRef {
+                    key,
+                    dtype,
+                    offset: *offset as usize,
+                    shape: as_usizes(size)?,
+                    stride: as_usizes(stride)?,
+                })
             }
             // A Parameter is its data.
-            ("torch._utils", "_rebuild_parameter" | "_rebuild_parameter_with_state") => args.into_iter().next().unwrap_or(Value::Opaque),
+            ("torch._utils", "_rebuild_parameter" | "_rebuild_parameter_with_state") => {
+                args.into_iter().next().unwrap_or(Value::Opaque)
+            }
             _ => Value::Opaque,
         })
     }
@@ -465,7 +497,10 @@ mod tests {
         assert_eq!(found.len(), 1);
         let (name, t) = &found[0];
         assert_eq!(name, "a.w");
-        assert_eq!((t.key.as_str(), t.dtype.as_str(), t.offset, t.shape.clone(), t.stride.clone()), ("0", "FloatStorage", 1, vec![2, 3], vec![3, 1]));
+        assert_eq!(
+            (t.key.as_str(), t.dtype.as_str(), t.offset, t.shape.clone(), t.stride.clone()),
+            ("0", "FloatStorage", 1, vec![2, 3], vec![3, 1])
+        );
         let bytes: Vec<u8> = (0..8).flat_map(|i| (i as f32).to_le_bytes()).collect();
         assert_eq!(t.decode(&bytes).unwrap().data, vec![1.0, 2.0, 3.0, 4.0, 5.0, 6.0]);
         // Past the storage's end, and a transposed view: refused.

@@ -129,7 +129,14 @@ impl CausalLm {
     }
 
     /// Runs token ids through the model: see [`CausalLm::step`].
-    pub fn forward(&mut self, backend: &Backend, sets: &mut [KvSet], seqs: &[SeqInput<'_>], rows: Range<u32>, positions: Positions) -> Result<Logits, GgmlError> {
+    pub fn forward(
+        &mut self,
+        backend: &Backend,
+        sets: &mut [KvSet],
+        seqs: &[SeqInput<'_>],
+        rows: Range<u32>,
+        positions: Positions,
+    ) -> Result<Logits, GgmlError> {
         self.step(backend, sets, StepInput::Ids(seqs), rows, positions, false)
     }
 
@@ -146,25 +153,62 @@ impl CausalLm {
     /// new K/V go, which cache entries are visible — are all graph inputs. A window is a
     /// stream's length rounded up to [`WINDOW_STEP`] (CPU) or [`DEVICE_WINDOW_STEP`] (the
     /// largest of a run's members), so a decode loop rebuilds once per 64 (256) steps.
-    pub fn step(&mut self, backend: &Backend, sets: &mut [KvSet], input: StepInput<'_>, rows: Range<u32>, positions: Positions, hidden: bool) -> Result<Logits, GgmlError> {
+    pub fn step(
+        &mut self,
+        backend: &Backend,
+        sets: &mut [KvSet],
+        input: StepInput<'_>,
+        rows: Range<u32>,
+        positions: Positions,
+        hidden: bool,
+    ) -> Result<Logits, GgmlError> {
         let c = &self.spec;
         let n_seq = input.len();
         assert!(n_seq > 0, "forward of no sequence");
-        assert!(rows.start < rows.end && rows.end as usize <= c.vocab, "logit rows {rows:?} outside the vocabulary of {}", c.vocab);
+        assert!(
+            rows.start < rows.end && rows.end as usize <= c.vocab,
+            "logit rows {rows:?} outside the vocabulary of {}",
+            c.vocab
+        );
         // Where each sequence's cache is: (set, stream).
-        let slots: Vec<(usize, usize)> = sets.iter().enumerate().flat_map(|(i, s)| (0..s.streams()).map(move |k| (i, k))).collect();
-        let at: Vec<(usize, usize)> = (0..n_seq).map(|i| *slots.get(input.set(i)).unwrap_or_else(|| panic!("sequence cache {} of {} streams", input.set(i), slots.len()))).collect();
+        let slots: Vec<(usize, usize)> =
+            sets.iter().enumerate().flat_map(|(i, s)| (0..s.streams()).map(move |k| (i, k))).collect();
+        let at: Vec<(usize, usize)> = (0..n_seq)
+            .map(|i| {
+                *slots
+                    .get(input.set(i))
+                    .unwrap_or_else(|| panic!("sequence cache {} of {} streams", input.set(i), slots.len()))
+            })
+            .collect();
         let counts: Vec<usize> = (0..n_seq).map(|i| input.tokens(i, c.hidden)).collect();
         for i in 0..n_seq {
             assert!(counts[i] > 0, "sequence {i} has no new token");
-            assert!((0..n_seq).filter(|&o| input.set(o) == input.set(i)).count() == 1, "KV stream {} used twice in one forward", input.set(i));
+            assert!(
+                (0..n_seq).filter(|&o| input.set(o) == input.set(i)).count() == 1,
+                "KV stream {} used twice in one forward",
+                input.set(i)
+            );
             let (si, k) = at[i];
             let set = &sets[si];
-            assert!(set.stream_len(k) + counts[i] <= set.capacity(), "KV stream {} full: {} + {} > {}", input.set(i), set.stream_len(k), counts[i], set.capacity());
+            assert!(
+                set.stream_len(k) + counts[i] <= set.capacity(),
+                "KV stream {} full: {} + {} > {}",
+                input.set(i),
+                set.stream_len(k),
+                counts[i],
+                set.capacity()
+            );
         }
         match input {
-            StepInput::Ids(seqs) => assert!(seqs.iter().all(|s| s.tokens.iter().all(|&t| (t as usize) < c.vocab)), "token id outside the vocabulary"),
-            StepInput::Embeds(seqs) => assert!(seqs.iter().all(|s| s.embeds.len() % c.hidden == 0), "input embeddings are not whole rows of {}", c.hidden),
+            StepInput::Ids(seqs) => assert!(
+                seqs.iter().all(|s| s.tokens.iter().all(|&t| (t as usize) < c.vocab)),
+                "token id outside the vocabulary"
+            ),
+            StepInput::Embeds(seqs) => assert!(
+                seqs.iter().all(|s| s.embeds.len() % c.hidden == 0),
+                "input embeddings are not whole rows of {}",
+                c.hidden
+            ),
         }
         // The graph reads the weights and the sets, in order of first use.
         let mut used: Vec<usize> = Vec::new();
@@ -196,7 +240,8 @@ impl CausalLm {
         stores.extend(used.iter().map(|&si| sets[si].store()));
         let n_nodes = graph_nodes(c.layers.len(), key.runs.len());
         let shape = key.clone();
-        let g = self.graphs.get(key, &stores, n_nodes, |ctx, graph, stores| build_step(ctx, graph, c, stores, &shape))?;
+        let g =
+            self.graphs.get(key, &stores, n_nodes, |ctx, graph, stores| build_step(ctx, graph, c, stores, &shape))?;
 
         // Inputs.
         let mut pos_v = Vec::new();
@@ -236,8 +281,12 @@ impl CausalLm {
             first += r.streams;
         }
         match input {
-            StepInput::Ids(seqs) => g.tensor(IDS).write_i32(&seqs.iter().flat_map(|s| s.tokens.iter().map(|&t| t as i32)).collect::<Vec<_>>()),
-            StepInput::Embeds(seqs) => g.tensor(IDS).write_f32(&seqs.iter().flat_map(|s| s.embeds.iter().copied()).collect::<Vec<_>>()),
+            StepInput::Ids(seqs) => g
+                .tensor(IDS)
+                .write_i32(&seqs.iter().flat_map(|s| s.tokens.iter().map(|&t| t as i32)).collect::<Vec<_>>()),
+            StepInput::Embeds(seqs) => {
+                g.tensor(IDS).write_f32(&seqs.iter().flat_map(|s| s.embeds.iter().copied()).collect::<Vec<_>>())
+            }
         }
         g.tensor(POS).write_i32(&pos_v);
         g.tensor(OUT_IDX).write_i32(&out_v);
@@ -293,7 +342,10 @@ pub fn read_rows(t: Tensor<'_>, ids: &[u32]) -> Vec<f32> {
     for &id in ids {
         assert!((id as i64) < t.ne()[1], "row {id} of a table of {}", t.ne()[1]);
         t.read_bytes(id as usize * row_bytes, &mut raw);
-        out.extend(crate::ggml::decode_to_f32(t.ty(), &raw).unwrap_or_else(|| panic!("no f32 conversion of {}", t.ty().name())));
+        out.extend(
+            crate::ggml::decode_to_f32(t.ty(), &raw)
+                .unwrap_or_else(|| panic!("no f32 conversion of {}", t.ty().name())),
+        );
     }
     out
 }
@@ -361,20 +413,38 @@ fn graph_nodes(layers: usize, n_runs: usize) -> usize {
 
 /// Builds the forward graph of one step shape over `stores`: the weights, then the KV
 /// sets. Returns the kept tensors in the order of the index constants above.
-fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &LmSpec, stores: &[&'a TensorStore], key: &StepKey) -> Vec<Tensor<'a>> {
+fn build_step<'a>(
+    gctx: &'a Context,
+    graph: &mut Graph<'a>,
+    c: &LmSpec,
+    stores: &[&'a TensorStore],
+    key: &StepKey,
+) -> Vec<Tensor<'a>> {
     let weights = stores[0];
     let n_tok: i64 = key.runs.iter().map(|r| (r.tokens * r.streams) as i64).sum();
     let n_out: i64 = match key.positions {
         Positions::Last => key.runs.iter().map(|r| r.streams as i64).sum(),
         Positions::All => n_tok,
     };
-    let ids = if key.embeds { gctx.new_tensor(GgmlType::F32, &[c.hidden as i64, n_tok]).set_name("embeds").set_input() } else { gctx.new_tensor(GgmlType::I32, &[n_tok]).set_name("ids").set_input() };
+    let ids = if key.embeds {
+        gctx.new_tensor(GgmlType::F32, &[c.hidden as i64, n_tok]).set_name("embeds").set_input()
+    } else {
+        gctx.new_tensor(GgmlType::I32, &[n_tok]).set_name("ids").set_input()
+    };
     let pos = gctx.new_tensor(GgmlType::I32, &[n_tok]).set_name("pos").set_input();
     let out_idx = gctx.new_tensor(GgmlType::I32, &[n_out]).set_name("out_idx").set_input();
     let mut per_run = Vec::with_capacity(2 * key.runs.len());
     for (i, r) in key.runs.iter().enumerate() {
-        per_run.push(gctx.new_tensor(GgmlType::I64, &[r.tokens as i64, 1, r.streams as i64]).set_name(&format!("kv_pos{i}")).set_input());
-        per_run.push(gctx.new_tensor(GgmlType::F16, &[r.window as i64, r.tokens as i64, 1, r.streams as i64]).set_name(&format!("mask{i}")).set_input());
+        per_run.push(
+            gctx.new_tensor(GgmlType::I64, &[r.tokens as i64, 1, r.streams as i64])
+                .set_name(&format!("kv_pos{i}"))
+                .set_input(),
+        );
+        per_run.push(
+            gctx.new_tensor(GgmlType::F16, &[r.window as i64, r.tokens as i64, 1, r.streams as i64])
+                .set_name(&format!("mask{i}"))
+                .set_input(),
+        );
     }
 
     let mut x = if key.embeds { ids } else { gctx.get_rows(weights.get(&c.embed), ids) };
@@ -405,7 +475,17 @@ fn build_step<'a>(gctx: &'a Context, graph: &mut Graph<'a>, c: &LmSpec, stores: 
 /// members' positions in their streams, then attends over each member's window. `q`, `k`,
 /// `v`: [head_dim, heads, tokens] in run order; returns [heads x head_dim, tokens].
 #[allow(clippy::too_many_arguments)]
-fn attend_runs<'a>(gctx: &'a Context, graph: &mut Graph<'a>, stores: &[&'a TensorStore], key: &StepKey, per_run: &[Tensor<'a>], l: usize, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>) -> Tensor<'a> {
+fn attend_runs<'a>(
+    gctx: &'a Context,
+    graph: &mut Graph<'a>,
+    stores: &[&'a TensorStore],
+    key: &StepKey,
+    per_run: &[Tensor<'a>],
+    l: usize,
+    q: Tensor<'a>,
+    k: Tensor<'a>,
+    v: Tensor<'a>,
+) -> Tensor<'a> {
     let (hd, nh, nkv) = (q.ne()[0], q.ne()[1], k.ne()[1]);
     let scale = 1.0 / (hd as f32).sqrt();
     let mut outs: Option<Tensor<'_>> = None;
@@ -419,7 +499,14 @@ fn attend_runs<'a>(gctx: &'a Context, graph: &mut Graph<'a>, stores: &[&'a Tenso
         let (cap, off) = (kc.ne()[1], r.stream0 * nb3);
         for (cache, new) in [(kc, k), (vc, v)] {
             let dst = gctx.view_4d(cache, [hd, cap, nkv, ns], nb1, nb2, nb3, off);
-            let src = gctx.view_4d(new, [hd, nkv, t, ns], new.nb()[1], new.nb()[2], t as usize * new.nb()[2], start as usize * new.nb()[2]);
+            let src = gctx.view_4d(
+                new,
+                [hd, nkv, t, ns],
+                new.nb()[1],
+                new.nb()[2],
+                t as usize * new.nb()[2],
+                start as usize * new.nb()[2],
+            );
             graph.expand(gctx.set_rows(dst, gctx.permute(src, [0, 2, 1, 3]), per_run[2 * i]));
         }
         let n_kv = r.window as i64;

@@ -23,6 +23,43 @@ pub struct Qwen3Hparams {
     pub vocab: usize,
 }
 
+/// The keys of a Hugging Face Qwen3 `config.json` the export needs.
+#[derive(serde::Deserialize)]
+struct HfQwen3 {
+    num_hidden_layers: usize,
+    max_position_embeddings: usize,
+    hidden_size: usize,
+    intermediate_size: usize,
+    num_attention_heads: usize,
+    num_key_value_heads: usize,
+    #[serde(default)]
+    head_dim: Option<usize>,
+    rope_theta: f64,
+    rms_norm_eps: f64,
+    vocab_size: usize,
+}
+
+impl Qwen3Hparams {
+    /// From a config that serializes the Hugging Face Qwen3 keys, as both families' do
+    /// (`head_dim` absent or null: hidden / heads).
+    pub fn from_config(config: &impl serde::Serialize) -> Result<Self, String> {
+        let v = serde_json::to_value(config).map_err(|e| e.to_string())?;
+        let c: HfQwen3 = serde_json::from_value(v).map_err(|e| format!("not a Qwen3 config: {e}"))?;
+        Ok(Qwen3Hparams {
+            layers: c.num_hidden_layers,
+            context: c.max_position_embeddings,
+            hidden: c.hidden_size,
+            feed_forward: c.intermediate_size,
+            heads: c.num_attention_heads,
+            kv_heads: c.num_key_value_heads,
+            head_dim: c.head_dim.unwrap_or(c.hidden_size / c.num_attention_heads),
+            rope_theta: c.rope_theta,
+            rms_eps: c.rms_norm_eps,
+            vocab: c.vocab_size,
+        })
+    }
+}
+
 /// The llama.cpp name of a Hugging Face Qwen3 tensor name, None for any other.
 pub fn llama_name(name: &str) -> Option<String> {
     match name {
@@ -53,7 +90,15 @@ pub fn llama_name(name: &str) -> Option<String> {
 /// Writes `out` from the LM tensors of `f` (those `is_lm` accepts and [`llama_name`]
 /// maps), with the BPE `tokens` and their `types` (padded with control placeholders to
 /// `hp.vocab`); returns the number of tensors written.
-pub fn write(f: &GgufFile, hp: &Qwen3Hparams, label: &str, mut tokens: Vec<String>, mut types: Vec<i32>, is_lm: &dyn Fn(&str) -> bool, out: &Path) -> Result<usize, GgufError> {
+pub fn write(
+    f: &GgufFile,
+    hp: &Qwen3Hparams,
+    label: &str,
+    mut tokens: Vec<String>,
+    mut types: Vec<i32>,
+    is_lm: &dyn Fn(&str) -> bool,
+    out: &Path,
+) -> Result<usize, GgufError> {
     let mut w = GgufWriter::new();
     w.set_str("general.architecture", "qwen3");
     w.set_str("general.name", &format!("{label} (exported by yued for benchmarks)"));
@@ -82,7 +127,8 @@ pub fn write(f: &GgufFile, hp: &Qwen3Hparams, label: &str, mut tokens: Vec<Strin
     w.set_str("tokenizer.ggml.pre", f.get_str("tokenizer.ggml.pre").unwrap_or("qwen2"));
     w.set_strs("tokenizer.ggml.tokens", &tokens);
     w.set_i32s("tokenizer.ggml.token_type", &types);
-    let merges: Vec<String> = f.get_str_array("tokenizer.ggml.merges").map(|m| m.into_iter().map(String::from).collect()).unwrap_or_default();
+    let merges: Vec<String> =
+        f.get_str_array("tokenizer.ggml.merges").map(|m| m.into_iter().map(String::from).collect()).unwrap_or_default();
     w.set_strs("tokenizer.ggml.merges", &merges);
     if let Some(Value::U32(e)) = f.get("tokenizer.ggml.eos_token_id") {
         w.set_u32("tokenizer.ggml.eos_token_id", *e);

@@ -35,7 +35,19 @@ pub enum Role {
 }
 
 impl Role {
-    pub const ALL: [Role; 11] = [Role::AttnNorm, Role::Q, Role::K, Role::V, Role::O, Role::QNorm, Role::KNorm, Role::MlpNorm, Role::Gate, Role::Up, Role::Down];
+    pub const ALL: [Role; 11] = [
+        Role::AttnNorm,
+        Role::Q,
+        Role::K,
+        Role::V,
+        Role::O,
+        Role::QNorm,
+        Role::KNorm,
+        Role::MlpNorm,
+        Role::Gate,
+        Role::Up,
+        Role::Down,
+    ];
 }
 
 /// The tensor names of a Hugging Face Qwen3 checkpoint (both families keep them verbatim
@@ -103,7 +115,14 @@ impl<'a> Qwen3Layer<'a> {
     /// `x` ([hidden, rows]) through the layer; `pos` ([rows] I32) are the RoPE positions and
     /// `attend(q, k, v)` ([head_dim, heads|kv_heads, rows] each) returns the attention output
     /// as [heads x head_dim, rows].
-    pub fn forward(&self, ctx: &'a Context, d: &Qwen3Dims, x: Tensor<'a>, pos: Tensor<'a>, attend: impl FnOnce(Tensor<'a>, Tensor<'a>, Tensor<'a>) -> Tensor<'a>) -> Tensor<'a> {
+    pub fn forward(
+        &self,
+        ctx: &'a Context,
+        d: &Qwen3Dims,
+        x: Tensor<'a>,
+        pos: Tensor<'a>,
+        attend: impl FnOnce(Tensor<'a>, Tensor<'a>, Tensor<'a>) -> Tensor<'a>,
+    ) -> Tensor<'a> {
         let (q, k, v) = self.qkv(ctx, d, rms_norm(ctx, x, self.attn_norm, d.eps), pos);
         let x = ctx.add(x, ctx.mul_mat(self.o, attend(q, k, v)));
         let h = rms_norm(ctx, x, self.mlp_norm, d.eps);
@@ -112,7 +131,13 @@ impl<'a> Qwen3Layer<'a> {
 
     /// The projections of `h` ([hidden, rows]): q, k with their RMS norms and NeoX RoPE at
     /// `pos`, and v; each [head_dim, heads, rows].
-    pub fn qkv(&self, ctx: &'a Context, d: &Qwen3Dims, h: Tensor<'a>, pos: Tensor<'a>) -> (Tensor<'a>, Tensor<'a>, Tensor<'a>) {
+    pub fn qkv(
+        &self,
+        ctx: &'a Context,
+        d: &Qwen3Dims,
+        h: Tensor<'a>,
+        pos: Tensor<'a>,
+    ) -> (Tensor<'a>, Tensor<'a>, Tensor<'a>) {
         let rows = h.ne()[1];
         let (hd, nh, nkv) = (d.head_dim as i64, d.heads as i64, d.kv_heads as i64);
         let q = ctx.reshape_3d(ctx.mul_mat(self.q, h), hd, nh, rows);

@@ -137,7 +137,8 @@ mod tests {
     fn randn_matches_torch() {
         let p = std::path::PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/rng/randn.json");
         let f: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).unwrap()).unwrap();
-        let num = |v: &serde_json::Value| -> f64 { v.as_str().map(|s| s.parse().unwrap()).or_else(|| v.as_f64()).unwrap() };
+        let num =
+            |v: &serde_json::Value| -> f64 { v.as_str().map(|s| s.parse().unwrap()).or_else(|| v.as_f64()).unwrap() };
         let list = |v: &serde_json::Value| -> Vec<f32> {
             let v: serde_json::Value = match v.as_str() {
                 Some(s) => serde_json::from_str(s).unwrap(),

@@ -2,7 +2,15 @@ use super::*;
 use yued_protocol::SamplingPreset;
 
 fn preset(t: f64, p: f64, k: u32, pen: f64, win: u32, min: u32) -> SamplingPreset {
-    SamplingPreset { temperature: t, top_p: p, top_k: k, repetition_penalty: pen, penalty_window: win, min_tokens: min, max_tokens: 100 }
+    SamplingPreset {
+        temperature: t,
+        top_p: p,
+        top_k: k,
+        repetition_penalty: pen,
+        penalty_window: win,
+        min_tokens: min,
+        max_tokens: 100,
+    }
 }
 
 #[test]
@@ -76,10 +84,15 @@ fn philox_matches_known_answers_and_curand_state() {
         assert_eq!(philox4x32_10([c[0], c[1], c[2], c[3]], [key[0], key[1]]).to_vec(), out);
     }
     for u in f["uniform"].as_array().unwrap() {
-        let (seed, sub, off) = (u["seed"].as_u64().unwrap(), u["subsequence"].as_u64().unwrap(), u["offset"].as_u64().unwrap());
+        let (seed, sub, off) =
+            (u["seed"].as_u64().unwrap(), u["subsequence"].as_u64().unwrap(), u["offset"].as_u64().unwrap());
         assert_eq!(curand_u32(seed, sub, off) as u64, u["u32"].as_u64().unwrap(), "{u}");
         assert_eq!(curand_uniform(seed, sub, off), u["uniform"].as_f64().unwrap() as f32, "{u}");
-        assert_eq!(exponential_from_uniform(curand_uniform(seed, sub, off)), u["exponential"].as_f64().unwrap() as f32, "{u}");
+        assert_eq!(
+            exponential_from_uniform(curand_uniform(seed, sub, off)),
+            u["exponential"].as_f64().unwrap() as f32,
+            "{u}"
+        );
     }
 }
 
@@ -106,7 +119,13 @@ fn sampler_chain_and_draw_match_the_reference() {
             min_tokens: pr["min_tokens"].as_u64().unwrap() as u32,
             max_tokens: 100_000,
         };
-        let cx = SampleContext { rows: rows[0]..rows[1], allowed: allowed[0]..allowed[1], end_id: c["end_id"].as_u64().unwrap() as u32, step: c["step"].as_u64().unwrap() as usize, history: &history };
+        let cx = SampleContext {
+            rows: rows[0]..rows[1],
+            allowed: allowed[0]..allowed[1],
+            end_id: c["end_id"].as_u64().unwrap() as u32,
+            step: c["step"].as_u64().unwrap() as usize,
+            history: &history,
+        };
         let want: Vec<f32> = c["probs"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
         if let Some(got) = probabilities(&logits, &cx, &p) {
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {

@@ -11,7 +11,8 @@ fn tiny() -> BpeTokenizer {
     let mut tokens: Vec<String> = (0..=255u8).map(|b| table[b as usize].to_string()).collect();
     let mut types = vec![token_type::BYTE; 256];
     let g = |s: &str| bytes_to_bpe_string(s.as_bytes(), &table);
-    let merges = vec![format!("{} {}", g("h"), g("e")), format!("{} {}", g("he"), g("l")), format!("{} {}", g(" "), g("w"))];
+    let merges =
+        vec![format!("{} {}", g("h"), g("e")), format!("{} {}", g("he"), g("l")), format!("{} {}", g(" "), g("w"))];
     for m in ["he", "hel", " w"] {
         tokens.push(g(m));
         types.push(token_type::NORMAL);
@@ -63,8 +64,12 @@ fn tiktoken_conversion_builds_merges_by_rank() {
 /// The real Qwen BPE from the ranks file that scripts/fetch-qwen-tiktoken.sh fetches from
 /// PyPI (the test command runs it first).
 fn qwen() -> BpeTokenizer {
-    let ranks_path = std::env::var_os("YUED_QWEN_TIKTOKEN").map(PathBuf::from).unwrap_or_else(|| repo_root().join(".cache/qwen.tiktoken"));
-    let text = std::fs::read_to_string(&ranks_path).unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-qwen-tiktoken.sh (the test command does)", ranks_path.display()));
+    let ranks_path = std::env::var_os("YUED_QWEN_TIKTOKEN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| repo_root().join(".cache/qwen.tiktoken"));
+    let text = std::fs::read_to_string(&ranks_path).unwrap_or_else(|e| {
+        panic!("{}: {e}; run scripts/fetch-qwen-tiktoken.sh (the test command does)", ranks_path.display())
+    });
     let v = convert_tiktoken(&text).unwrap();
     assert_eq!(v.tokens.len(), 151643);
     let mut tokens = v.tokens;
@@ -82,10 +87,15 @@ fn published_prompts_match_the_reference_ids() {
     use crate::models::yue2::prompt::{Instructions, PromptBuilder, Score};
     use yued_protocol::CotMode;
     let tok = qwen();
-    let f: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(repo_root().join("fixtures/tokenizer/prompts.json")).unwrap()).unwrap();
-    let ids = |v: &serde_json::Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect() };
+    let f: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo_root().join("fixtures/tokenizer/prompts.json")).unwrap())
+            .unwrap();
+    let ids = |v: &serde_json::Value| -> Vec<u32> {
+        v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
+    };
     let ins = Instructions::default();
-    let pb = PromptBuilder { tokenizer: &tok, tokens: crate::models::yue2::config::TokenLayout::FULL, instructions: &ins };
+    let pb =
+        PromptBuilder { tokenizer: &tok, tokens: crate::models::yue2::config::TokenLayout::FULL, instructions: &ins };
     let (style, lyrics) = (f["style"].as_str().unwrap(), f["lyrics"].as_str().unwrap());
     let abc = tok.encode(f["abc"].as_str().unwrap());
     assert_eq!(abc, ids(&f["abc_ids"]));
@@ -94,7 +104,8 @@ fn published_prompts_match_the_reference_ids() {
     for m in modes {
         let cot: CotMode = serde_json::from_value(m["cot"].clone()).unwrap();
         assert_eq!(ins.for_mode(cot), m["instruction"].as_str().unwrap());
-        let (open, uncond) = if cot == CotMode::Off { (Score::None, Score::None) } else { (Score::Open, Score::Ids(&abc)) };
+        let (open, uncond) =
+            if cot == CotMode::Off { (Score::None, Score::None) } else { (Score::Open, Score::Ids(&abc)) };
         assert_eq!(pb.conditional(cot, style, lyrics, &open), ids(&m["conditional"]), "{cot:?} conditional");
         assert_eq!(pb.unconditional(cot, &uncond), ids(&m["unconditional"]), "{cot:?} unconditional");
     }

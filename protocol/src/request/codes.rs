@@ -44,7 +44,10 @@ pub(crate) fn check_codes(field: &str, s: &str, limits: &Limits) -> Result<Vec<u
     // The codes prefill together with at least the start token and the end token, so a
     // stream of context - 1 codes or more cannot fit a KV set.
     if !codes.is_empty() && codes.len() as u64 + 2 > u64::from(limits.context) {
-        return Err(RequestError::new(field, format!("{} codes do not fit a context of {} tokens", codes.len(), limits.context)));
+        return Err(RequestError::new(
+            field,
+            format!("{} codes do not fit a context of {} tokens", codes.len(), limits.context),
+        ));
     }
     Ok(codes)
 }

@@ -21,7 +21,17 @@ pub enum OutputFormat {
 impl OutputFormat {
     /// Every supported format, in the order `/props` lists them.
     pub fn all() -> &'static [OutputFormat] {
-        &[OutputFormat::Mp3, OutputFormat::Opus, OutputFormat::Ogg, OutputFormat::Flac, OutputFormat::Aac, OutputFormat::M4a, OutputFormat::Wav16, OutputFormat::Wav24, OutputFormat::Wav32]
+        &[
+            OutputFormat::Mp3,
+            OutputFormat::Opus,
+            OutputFormat::Ogg,
+            OutputFormat::Flac,
+            OutputFormat::Aac,
+            OutputFormat::M4a,
+            OutputFormat::Wav16,
+            OutputFormat::Wav24,
+            OutputFormat::Wav32,
+        ]
     }
 
     /// The request spelling of the format.
@@ -76,6 +86,10 @@ impl fmt::Display for OutputFormat {
 impl FromStr for OutputFormat {
     type Err = RequestError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::all().iter().copied().find(|f| f.name() == s).ok_or_else(|| RequestError::new("output_format", format!("unknown format {s:?}")))
+        Self::all()
+            .iter()
+            .copied()
+            .find(|f| f.name() == s)
+            .ok_or_else(|| RequestError::new("output_format", format!("unknown format {s:?}")))
     }
 }

@@ -56,6 +56,13 @@ pub struct Limits {
 
 impl Default for Limits {
     fn default() -> Self {
-        Self { max_batch: 1, max_synth_batch: MAX_SYNTH_BATCH, context: DEFAULT_CONTEXT, codebook_size: CODEBOOK_SIZE, mm3_codebooks: super::Mm3Codebooks::FULL, max_steps: u32::MAX }
+        Self {
+            max_batch: 1,
+            max_synth_batch: MAX_SYNTH_BATCH,
+            context: DEFAULT_CONTEXT,
+            codebook_size: CODEBOOK_SIZE,
+            mm3_codebooks: super::Mm3Codebooks::FULL,
+            max_steps: u32::MAX,
+        }
     }
 }

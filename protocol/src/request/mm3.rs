@@ -187,22 +187,16 @@ impl Mm3Request {
     /// pseudo field `body`; type errors name the field. Values are not checked: call
     /// [`validate`](Self::validate).
     pub fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| RequestError::new("body", format!("malformed JSON: {e}")))?;
-        Self::from_value(value)
+        Self::from_value(parse_body(bytes)?)
     }
 
     /// Builds a request from an already parsed JSON value, field by field over the defaults.
     pub fn from_value(value: Value) -> Result<Self, RequestError> {
-        let Value::Object(mut obj) = value else {
-            return Err(RequestError::new("body", "request must be a JSON object"));
-        };
+        let mut obj = fields_of(value)?;
         let mut r = Self::default();
-        macro_rules! fields {
-            ($($name:ident),* $(,)?) => {
-                $( take(&mut obj, stringify!($name), stringify!($name), &mut r.$name)?; )*
-            };
-        }
-        fields!(
+        take_fields!(
+            obj,
+            r,
             caption,
             lyrics,
             duration,
@@ -266,7 +260,10 @@ impl Mm3Request {
             return err("lm_batch_size", format!("must be in [1, {}], got {}", limits.max_batch, self.lm_batch_size));
         }
         if !(1..=limits.max_synth_batch).contains(&self.synth_batch_size) {
-            return err("synth_batch_size", format!("must be in [1, {}], got {}", limits.max_synth_batch, self.synth_batch_size));
+            return err(
+                "synth_batch_size",
+                format!("must be in [1, {}], got {}", limits.max_synth_batch, self.synth_batch_size),
+            );
         }
         if !self.dit_cfg.is_finite() {
             return err("dit_cfg", format!("must be finite, got {}", self.dit_cfg));
@@ -275,7 +272,10 @@ impl Mm3Request {
             return err("peak_clip", format!("must be in [0, {PEAK_CLIP_MAX}], got {}", self.peak_clip));
         }
         if !(MP3_BITRATE_MIN..=MP3_BITRATE_MAX).contains(&self.mp3_bitrate) {
-            return err("mp3_bitrate", format!("must be in [{MP3_BITRATE_MIN}, {MP3_BITRATE_MAX}] kbps, got {}", self.mp3_bitrate));
+            return err(
+                "mp3_bitrate",
+                format!("must be in [{MP3_BITRATE_MIN}, {MP3_BITRATE_MAX}] kbps, got {}", self.mp3_bitrate),
+            );
         }
         self.checked_audio_codes(&limits.mm3_codebooks)?;
         Ok(())
@@ -314,15 +314,30 @@ impl Mm3Request {
             return Ok(Vec::new());
         }
         if n > MAX_AUDIO_CODES {
-            return err(format!("{n} values exceed the {MAX_AUDIO_CODES} of {} frames (the feedback frame and the {MAX_FRAMES} frame budget)", MAX_FRAMES + 1));
+            return err(format!(
+                "{n} values exceed the {MAX_AUDIO_CODES} of {} frames (the feedback frame and the \
+                {MAX_FRAMES} frame budget)",
+                MAX_FRAMES + 1
+            ));
         }
         if n % CODES_PER_FRAME != 0 {
-            return err(format!("{n} values are not whole frames of {CODES_PER_FRAME} (the semantic code then {ACOUSTIC_CODEBOOKS} acoustic codes): {} left over", n % CODES_PER_FRAME));
+            return err(format!(
+                "{n} values are not whole frames of {CODES_PER_FRAME} (the semantic code then \
+                {ACOUSTIC_CODEBOOKS} acoustic codes): {} left over",
+                n % CODES_PER_FRAME
+            ));
         }
         if n < MIN_AUDIO_CODE_FRAMES * CODES_PER_FRAME {
-            return err(format!("{n} values are fewer than {MIN_AUDIO_CODE_FRAMES} frames ({} values): frame 0 only feeds the first feedback", MIN_AUDIO_CODE_FRAMES * CODES_PER_FRAME));
+            return err(format!(
+                "{n} values are fewer than {MIN_AUDIO_CODE_FRAMES} frames ({} values): frame 0 only \
+                feeds the first feedback",
+                MIN_AUDIO_CODE_FRAMES * CODES_PER_FRAME
+            ));
         }
-        Ok(values.chunks_exact(CODES_PER_FRAME).map(|f| <[u32; CODES_PER_FRAME]>::try_from(f).expect("a whole frame")).collect())
+        Ok(values
+            .chunks_exact(CODES_PER_FRAME)
+            .map(|f| <[u32; CODES_PER_FRAME]>::try_from(f).expect("a whole frame"))
+            .collect())
     }
 
     /// [`audio_codes`](Self::audio_codes) with every code checked against `codebooks`; an
@@ -331,10 +346,17 @@ impl Mm3Request {
         let frames = self.audio_codes()?;
         for (f, frame) in frames.iter().enumerate() {
             for (k, &c) in frame.iter().enumerate() {
-                let (size, what) = if k == 0 { (codebooks.semantic, "semantic code".to_string()) } else { (codebooks.acoustic, format!("acoustic codebook {k}")) };
+                let (size, what) = if k == 0 {
+                    (codebooks.semantic, "semantic code".to_string())
+                } else {
+                    (codebooks.acoustic, format!("acoustic codebook {k}"))
+                };
                 if c >= size {
                     let i = f * CODES_PER_FRAME + k;
-                    return Err(RequestError::new("audio_codes", format!("entry {i} (frame {f}, {what}) is {c}, outside [0, {size})")));
+                    return Err(RequestError::new(
+                        "audio_codes",
+                        format!("entry {i} (frame {f}, {what}) is {c}, outside [0, {size})"),
+                    ));
                 }
             }
         }
@@ -343,7 +365,13 @@ impl Mm3Request {
 
     /// The component model fields, by field name, in pipeline order.
     pub fn models(&self) -> [(&'static str, &str); 5] {
-        [("lm_model", &self.lm_model), ("depth_model", &self.depth_model), ("cond_model", &self.cond_model), ("dit_model", &self.dit_model), ("vae_model", &self.vae_model)]
+        [
+            ("lm_model", &self.lm_model),
+            ("depth_model", &self.depth_model),
+            ("cond_model", &self.cond_model),
+            ("dit_model", &self.dit_model),
+            ("vae_model", &self.vae_model),
+        ]
     }
 
     /// Replaces random (negative) seeds by draws in `[0, 2^53)` so the job, and every
@@ -422,9 +450,10 @@ mod tests {
 
     #[test]
     fn null_counts_as_omitted() {
-        let nulls = r#"{"caption":null,"lyrics":null,"duration":null,"steps":null,"seed":null,"lm_seed":null,"lm_cfg":null,
-            "lm_top_k":null,"lm_batch_size":null,"synth_batch_size":null,"dit_cfg":null,"peak_clip":null,"output_format":null,
-            "mp3_bitrate":null,"audio_codes":null,"lm_model":null,"depth_model":null,"cond_model":null,"dit_model":null,"vae_model":null}"#;
+        let nulls = r#"{"caption":null,"lyrics":null,"duration":null,"steps":null,"seed":null,"lm_seed":null,
+            "lm_cfg":null,"lm_top_k":null,"lm_batch_size":null,"synth_batch_size":null,"dit_cfg":null,"peak_clip":null,
+            "output_format":null,"mp3_bitrate":null,"audio_codes":null,"lm_model":null,"depth_model":null,
+            "cond_model":null,"dit_model":null,"vae_model":null}"#;
         assert_eq!(parse(nulls).unwrap(), Mm3Request::default());
         let r = parse(r#"{"caption":"x","lyrics":"y","steps":null,"dit_cfg":null}"#).unwrap();
         assert_eq!(r, Mm3Request { caption: "x".into(), lyrics: "y".into(), ..Default::default() });
@@ -469,7 +498,13 @@ mod tests {
 
     #[test]
     fn request_round_trips_with_its_family() {
-        let r = Request::Mm3(Mm3Request { duration: 10.03, lm_cfg: 1.25, audio_codes: codes(3, 5), dit_model: "d.gguf".into(), ..valid() });
+        let r = Request::Mm3(Mm3Request {
+            duration: 10.03,
+            lm_cfg: 1.25,
+            audio_codes: codes(3, 5),
+            dit_model: "d.gguf".into(),
+            ..valid()
+        });
         let value = serde_json::to_value(&r).unwrap();
         assert_eq!(value["family"], "mm3");
         assert_eq!(value["caption"], "synthwave, 120 bpm");
@@ -489,7 +524,10 @@ mod tests {
     fn request_routes_by_caption() {
         let both = [Family::Yue2, Family::Mm3];
         let r = Request::from_json(br#"{"caption":"pop","lyrics":"la","steps":8}"#, &both).unwrap();
-        assert_eq!(r, Request::Mm3(Mm3Request { caption: "pop".into(), lyrics: "la".into(), steps: 8, ..Default::default() }));
+        assert_eq!(
+            r,
+            Request::Mm3(Mm3Request { caption: "pop".into(), lyrics: "la".into(), steps: 8, ..Default::default() })
+        );
         assert_eq!(Request::from_json(br#"{"family":"mm3"}"#, &both).unwrap(), Request::Mm3(Mm3Request::default()));
         assert_eq!(Request::from_json(br#"{"lyrics":"la"}"#, &[Family::Mm3]).unwrap().family(), Family::Mm3);
         assert_eq!(Request::from_json(br#"{"style":"pop"}"#, &both).unwrap().family(), Family::Yue2);
@@ -670,7 +708,11 @@ mod tests {
         assert_eq!(e.field, "audio_codes");
         assert!(e.message.contains("entry 11 (frame 1, acoustic codebook 3) is 32, outside [0, 32)"), "{e}");
         let semantic = Mm3Request { audio_codes: "64,0,0,0,0,0,0,0,0,0,0,0,0,0,0,0".into(), ..valid() };
-        assert!(semantic.validate(&tiny).unwrap_err().message.contains("entry 0 (frame 0, semantic code) is 64, outside [0, 64)"));
+        assert!(semantic
+            .validate(&tiny)
+            .unwrap_err()
+            .message
+            .contains("entry 0 (frame 0, semantic code) is 64, outside [0, 64)"));
         assert_eq!(semantic.checked_audio_codes(&Mm3Codebooks::FULL).map(|f| f.len()), Ok(2));
     }
 
@@ -690,7 +732,16 @@ mod tests {
     #[test]
     fn models_list_the_component_fields() {
         let r = Mm3Request { depth_model: "d.gguf".into(), vae_model: "v.gguf".into(), ..valid() };
-        assert_eq!(r.models(), [("lm_model", ""), ("depth_model", "d.gguf"), ("cond_model", ""), ("dit_model", ""), ("vae_model", "v.gguf")]);
+        assert_eq!(
+            r.models(),
+            [
+                ("lm_model", ""),
+                ("depth_model", "d.gguf"),
+                ("cond_model", ""),
+                ("dit_model", ""),
+                ("vae_model", "v.gguf")
+            ]
+        );
         for (field, _) in r.models() {
             assert!(Family::Mm3.own_fields().contains(&field), "{field}");
         }

@@ -29,8 +29,8 @@ pub use codes::{parse_codes, CODES_PATTERN, NOT_BLANK};
 pub use format::OutputFormat;
 pub use limits::*;
 pub use mm3::{Mm3Codebooks, Mm3Request};
-use sampling::take;
 pub use sampling::SamplingPreset;
+use sampling::{fields_of, parse_body, take_fields};
 pub use yue2::{AdapterRef, CotMode, Yue2Request};
 
 /// The model families a daemon may serve.
@@ -83,23 +83,40 @@ pub fn route(body: &Value, served: &[Family]) -> Result<Family, RequestError> {
             if let [only] = served {
                 return Ok(*only);
             }
-            let present = |f: Family| f.own_fields().iter().copied().filter(|k| obj.get(*k).is_some_and(|v| !v.is_null())).collect::<Vec<_>>();
-            let hits: Vec<(Family, Vec<&str>)> = served.iter().map(|&f| (f, present(f))).filter(|(_, h)| !h.is_empty()).collect();
+            let present = |f: Family| {
+                f.own_fields().iter().copied().filter(|k| obj.get(*k).is_some_and(|v| !v.is_null())).collect::<Vec<_>>()
+            };
+            let hits: Vec<(Family, Vec<&str>)> =
+                served.iter().map(|&f| (f, present(f))).filter(|(_, h)| !h.is_empty()).collect();
             match hits.as_slice() {
                 [(f, _)] => *f,
                 // Nothing only MiniMax has: YuE2's (a MiniMax request needs its caption).
                 [] if served.contains(&Family::Yue2) => Family::Yue2,
-                [] => return Err(RequestError::new("family", format!("the body has no field only one family has: name the family (\"family\": {})", serving()))),
+                [] => {
+                    return Err(RequestError::new(
+                        "family",
+                        format!(
+                            "the body has no field only one family has: name the family (\"family\": {})",
+                            serving()
+                        ),
+                    ))
+                }
                 many => {
                     let fields: Vec<String> = many.iter().map(|(f, h)| format!("{} ({})", h.join(", "), f)).collect();
-                    return Err(RequestError::new("family", format!("fields of two families: {}; name the family", fields.join(" and "))));
+                    return Err(RequestError::new(
+                        "family",
+                        format!("fields of two families: {}; name the family", fields.join(" and ")),
+                    ));
                 }
             }
         }
         Some(_) => return Err(RequestError::new("family", "must be a string")),
     };
     if !served.contains(&family) {
-        return Err(RequestError::new("family", format!("'{family}' is not served by this daemon (it serves {})", serving())));
+        return Err(RequestError::new(
+            "family",
+            format!("'{family}' is not served by this daemon (it serves {})", serving()),
+        ));
     }
     Ok(family)
 }
@@ -157,7 +174,7 @@ impl Request {
     /// The family of a request body among the `served` ones ([`route`]), parsed as its
     /// family's request (type errors name the field).
     pub fn from_json(body: &[u8], served: &[Family]) -> Result<Request, RequestError> {
-        let value: Value = serde_json::from_slice(body).map_err(|e| RequestError::new("body", format!("malformed JSON: {e}")))?;
+        let value = parse_body(body)?;
         match route(&value, served)? {
             Family::Yue2 => Ok(Request::Yue2(Yue2Request::from_value(value)?)),
             Family::Mm3 => Ok(Request::Mm3(Mm3Request::from_value(value)?)),

@@ -29,12 +29,28 @@ pub struct SamplingPreset {
 impl SamplingPreset {
     /// Checkpoint preset of the score (ABC) stage.
     pub fn abc_default() -> Self {
-        Self { temperature: 0.7, top_p: 0.9, top_k: 30, repetition_penalty: 1.005, penalty_window: 100, min_tokens: 32, max_tokens: 4096 }
+        Self {
+            temperature: 0.7,
+            top_p: 0.9,
+            top_k: 30,
+            repetition_penalty: 1.005,
+            penalty_window: 100,
+            min_tokens: 32,
+            max_tokens: 4096,
+        }
     }
 
     /// Checkpoint preset of the semantic stage (9000 frames is six minutes at 25 Hz).
     pub fn semantic_default() -> Self {
-        Self { temperature: 1.0, top_p: 0.95, top_k: 100, repetition_penalty: 1.2, penalty_window: 50, min_tokens: 200, max_tokens: 9000 }
+        Self {
+            temperature: 1.0,
+            top_p: 0.95,
+            top_k: 100,
+            repetition_penalty: 1.2,
+            penalty_window: 50,
+            min_tokens: 200,
+            max_tokens: 9000,
+        }
     }
 
     /// Checks the protocol bounds; `prefix` is the request field holding this preset.
@@ -59,7 +75,10 @@ impl SamplingPreset {
             return err("max_tokens", "must be at least 1, got 0".into());
         }
         if self.min_tokens > self.max_tokens {
-            return err("min_tokens", format!("must not exceed max_tokens ({}), got {}", self.max_tokens, self.min_tokens));
+            return err(
+                "min_tokens",
+                format!("must not exceed max_tokens ({}), got {}", self.max_tokens, self.min_tokens),
+            );
         }
         Ok(())
     }
@@ -81,10 +100,36 @@ impl SamplingPreset {
     }
 }
 
+/// Parses a request body; malformed JSON is reported on the pseudo field `body`.
+pub(crate) fn parse_body(bytes: &[u8]) -> Result<Value, RequestError> {
+    serde_json::from_slice(bytes).map_err(|e| RequestError::new("body", format!("malformed JSON: {e}")))
+}
+
+/// The fields of a request body, which must be a JSON object.
+pub(crate) fn fields_of(value: Value) -> Result<Map<String, Value>, RequestError> {
+    match value {
+        Value::Object(obj) => Ok(obj),
+        _ => Err(RequestError::new("body", "request must be a JSON object")),
+    }
+}
+
+/// Moves each named key of `obj` into the field of `r` of the same name ([`take`]).
+macro_rules! take_fields {
+    ($obj:ident, $r:ident, $($name:ident),* $(,)?) => {
+        $( crate::request::sampling::take(&mut $obj, stringify!($name), stringify!($name), &mut $r.$name)?; )*
+    };
+}
+pub(crate) use take_fields;
+
 /// Moves `obj[key]` into `slot` when present and not null; type errors name `field`. An
 /// integer field takes an integral number written with a fraction (`6.0`): JSON Schema
 /// counts it as an integer, and so do the SDKs that send one.
-pub(crate) fn take<T: DeserializeOwned>(obj: &mut Map<String, Value>, field: &str, key: &str, slot: &mut T) -> Result<(), RequestError> {
+pub(crate) fn take<T: DeserializeOwned>(
+    obj: &mut Map<String, Value>,
+    field: &str,
+    key: &str,
+    slot: &mut T,
+) -> Result<(), RequestError> {
     match obj.remove(key) {
         None | Some(Value::Null) => Ok(()),
         Some(v) => {

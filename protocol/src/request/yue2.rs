@@ -56,7 +56,10 @@ impl fmt::Display for CotMode {
 impl FromStr for CotMode {
     type Err = RequestError;
     fn from_str(s: &str) -> Result<Self, Self::Err> {
-        Self::ALL.into_iter().find(|m| m.as_str() == s).ok_or_else(|| RequestError::new("cot", format!("unknown mode {s:?}, expected full, melody or off")))
+        Self::ALL
+            .into_iter()
+            .find(|m| m.as_str() == s)
+            .ok_or_else(|| RequestError::new("cot", format!("unknown mode {s:?}, expected full, melody or off")))
     }
 }
 
@@ -143,7 +146,8 @@ pub struct Yue2Request {
     /// value renders different audio from the same codes; the replay request records it
     /// (when non-zero: a request at the default serializes as yue2.cpp's reference body).
     #[serde(skip_serializing_if = "is_off")]
-    #[schemars(extend("anyOf" = [{"const": 0}, {"minimum": STREAM_CHUNK_SECONDS_MIN, "maximum": STREAM_CHUNK_SECONDS_MAX}]))]
+    #[schemars(extend("anyOf" = [{"const": 0}, {"minimum": STREAM_CHUNK_SECONDS_MIN,
+        "maximum": STREAM_CHUNK_SECONDS_MAX}]))]
     pub stream_chunk_seconds: f64,
 }
 
@@ -197,7 +201,9 @@ fn parse_plan_retries(v: &Value) -> Result<u32, RequestError> {
         Value::Number(n) => n.as_u64().and_then(|n| u32::try_from(n).ok()),
         _ => None,
     };
-    n.ok_or_else(|| RequestError::new("plan_retries", format!("must be an integer in [0, {MAX_PLAN_RETRIES}], got {v}")))
+    n.ok_or_else(|| {
+        RequestError::new("plan_retries", format!("must be an integer in [0, {MAX_PLAN_RETRIES}], got {v}"))
+    })
 }
 
 impl Yue2Request {
@@ -205,22 +211,16 @@ impl Yue2Request {
     /// pseudo field `body`; type errors name the field. Values are not checked: call
     /// [`validate`](Self::validate).
     pub fn from_json(bytes: &[u8]) -> Result<Self, RequestError> {
-        let value: Value = serde_json::from_slice(bytes).map_err(|e| RequestError::new("body", format!("malformed JSON: {e}")))?;
-        Self::from_value(value)
+        Self::from_value(parse_body(bytes)?)
     }
 
     /// Builds a request from an already parsed JSON value, field by field over the defaults.
     pub fn from_value(value: Value) -> Result<Self, RequestError> {
-        let Value::Object(mut obj) = value else {
-            return Err(RequestError::new("body", "request must be a JSON object"));
-        };
+        let mut obj = fields_of(value)?;
         let mut r = Self::default();
-        macro_rules! fields {
-            ($($name:ident),* $(,)?) => {
-                $( take(&mut obj, stringify!($name), stringify!($name), &mut r.$name)?; )*
-            };
-        }
-        fields!(
+        take_fields!(
+            obj,
+            r,
             style,
             lyrics,
             abc,
@@ -264,8 +264,16 @@ impl Yue2Request {
     /// empty *and* it brings no other content: no `abc`, no `semantic_tokens`, no
     /// `source_tokens`. A replay (codes only) or a cover (score only) stays valid.
     pub fn validate(&self, limits: &Limits) -> Result<(), RequestError> {
-        if self.style.is_empty() && self.lyrics.is_empty() && self.abc.is_empty() && self.semantic_tokens.trim_ascii().is_empty() && self.source_tokens.trim_ascii().is_empty() {
-            return Err(RequestError::new("style", "a request needs style or lyrics (or an abc score, semantic_tokens or source_tokens)"));
+        if self.style.is_empty()
+            && self.lyrics.is_empty()
+            && self.abc.is_empty()
+            && self.semantic_tokens.trim_ascii().is_empty()
+            && self.source_tokens.trim_ascii().is_empty()
+        {
+            return Err(RequestError::new(
+                "style",
+                "a request needs style or lyrics (or an abc score, semantic_tokens or source_tokens)",
+            ));
         }
         self.validate_options(limits)
     }
@@ -290,7 +298,10 @@ impl Yue2Request {
             return err("lm_batch_size", format!("must be in [1, {}], got {}", limits.max_batch, self.lm_batch_size));
         }
         if !(1..=limits.max_synth_batch).contains(&self.synth_batch_size) {
-            return err("synth_batch_size", format!("must be in [1, {}], got {}", limits.max_synth_batch, self.synth_batch_size));
+            return err(
+                "synth_batch_size",
+                format!("must be in [1, {}], got {}", limits.max_synth_batch, self.synth_batch_size),
+            );
         }
         if !self.cfg_scale.is_finite() {
             return err("cfg_scale", format!("must be finite, got {}", self.cfg_scale));
@@ -299,7 +310,10 @@ impl Yue2Request {
             return err("peak_clip", format!("must be in [0, {PEAK_CLIP_MAX}], got {}", self.peak_clip));
         }
         if !(MP3_BITRATE_MIN..=MP3_BITRATE_MAX).contains(&self.mp3_bitrate) {
-            return err("mp3_bitrate", format!("must be in [{MP3_BITRATE_MIN}, {MP3_BITRATE_MAX}] kbps, got {}", self.mp3_bitrate));
+            return err(
+                "mp3_bitrate",
+                format!("must be in [{MP3_BITRATE_MIN}, {MP3_BITRATE_MAX}] kbps, got {}", self.mp3_bitrate),
+            );
         }
         for (i, a) in self.adapters.iter().enumerate() {
             if a.name.trim().is_empty() {
@@ -322,18 +336,32 @@ impl Yue2Request {
         if has_source {
             let source_seconds = source.len() as f64 / f64::from(crate::FRAME_RATE);
             if self.source_start >= source_seconds {
-                return err("source_start", format!("{} s is past the end of the source ({source_seconds} s)", self.source_start));
+                return err(
+                    "source_start",
+                    format!("{} s is past the end of the source ({source_seconds} s)", self.source_start),
+                );
             }
         }
         if !self.source_end.is_finite() || (self.source_end != -1.0 && self.source_end < self.source_start) {
-            return err("source_end", format!("must be -1 or at least source_start ({}), got {}", self.source_start, self.source_end));
+            return err(
+                "source_end",
+                format!("must be -1 or at least source_start ({}), got {}", self.source_start, self.source_end),
+            );
         }
         if self.plan_retries > MAX_PLAN_RETRIES {
-            return err("plan_retries", format!("must be an integer in [0, {MAX_PLAN_RETRIES}], got {}", self.plan_retries));
+            return err(
+                "plan_retries",
+                format!("must be an integer in [0, {MAX_PLAN_RETRIES}], got {}", self.plan_retries),
+            );
         }
         let s = self.stream_chunk_seconds;
         if !(s == 0.0 || (STREAM_CHUNK_SECONDS_MIN..=STREAM_CHUNK_SECONDS_MAX).contains(&s)) {
-            return err("stream_chunk_seconds", format!("must be 0 (off) or in [{STREAM_CHUNK_SECONDS_MIN}, {STREAM_CHUNK_SECONDS_MAX}] seconds, got {s}"));
+            return err(
+                "stream_chunk_seconds",
+                format!(
+                    "must be 0 (off) or in [{STREAM_CHUNK_SECONDS_MIN}, {STREAM_CHUNK_SECONDS_MAX}] seconds, got {s}"
+                ),
+            );
         }
         self.abc_sampling.validate("abc_sampling")?;
         self.semantic_sampling.validate("semantic_sampling")?;
@@ -395,8 +423,10 @@ mod tests {
         "cfg_scale": -1.0, "semantic_tokens": "", "peak_clip": 10, "output_format": "mp3",
         "mp3_bitrate": 128, "adapters": [], "source_tokens": "", "source_start": 0.0,
         "source_end": -1.0, "plan_retries": 2,
-        "abc_sampling": { "temperature": 0.7, "top_p": 0.9, "top_k": 30, "repetition_penalty": 1.005, "penalty_window": 100, "min_tokens": 32, "max_tokens": 4096 },
-        "semantic_sampling": { "temperature": 1.0, "top_p": 0.95, "top_k": 100, "repetition_penalty": 1.2, "penalty_window": 50, "min_tokens": 200, "max_tokens": 9000 }
+        "abc_sampling": { "temperature": 0.7, "top_p": 0.9, "top_k": 30, "repetition_penalty": 1.005,
+            "penalty_window": 100, "min_tokens": 32, "max_tokens": 4096 },
+        "semantic_sampling": { "temperature": 1.0, "top_p": 0.95, "top_k": 100, "repetition_penalty": 1.2,
+            "penalty_window": 50, "min_tokens": 200, "max_tokens": 9000 }
     }"#;
 
     fn valid() -> Yue2Request {
@@ -505,7 +535,8 @@ mod tests {
     #[test]
     fn integral_numbers_fill_integer_fields() {
         // JSON Schema's integer includes 6.0; only plan_retries refuses it (its own rule).
-        let r = parse(r#"{"style":"x","synth_batch_size":6.0,"lm_seed":-3.0,"steps":8.0,"abc_sampling":{"top_k":5.0}}"#);
+        let r =
+            parse(r#"{"style":"x","synth_batch_size":6.0,"lm_seed":-3.0,"steps":8.0,"abc_sampling":{"top_k":5.0}}"#);
         let r = r.unwrap();
         assert_eq!((r.synth_batch_size, r.lm_seed, r.steps, r.abc_sampling.top_k), (6, -3, 8, 5));
         for bad in ["6.5", "1e300", "\"6\""] {
@@ -571,8 +602,14 @@ mod tests {
             ("source_end", Yue2Request { source_end: -2.0, ..valid() }),
             ("source_end", Yue2Request { source_end: f64::NAN, ..valid() }),
             ("plan_retries", Yue2Request { plan_retries: 9, ..valid() }),
-            ("adapters[0].name", Yue2Request { adapters: vec![AdapterRef { name: " ".into(), scale: 1.0 }], ..valid() }),
-            ("adapters[0].scale", Yue2Request { adapters: vec![AdapterRef { name: "a".into(), scale: f64::NAN }], ..valid() }),
+            (
+                "adapters[0].name",
+                Yue2Request { adapters: vec![AdapterRef { name: " ".into(), scale: 1.0 }], ..valid() },
+            ),
+            (
+                "adapters[0].scale",
+                Yue2Request { adapters: vec![AdapterRef { name: "a".into(), scale: f64::NAN }], ..valid() },
+            ),
             ("stream_chunk_seconds", Yue2Request { stream_chunk_seconds: 1.0, ..valid() }),
             ("stream_chunk_seconds", Yue2Request { stream_chunk_seconds: -2.0, ..valid() }),
             ("stream_chunk_seconds", Yue2Request { stream_chunk_seconds: 601.0, ..valid() }),
@@ -632,7 +669,15 @@ mod tests {
             assert_eq!(field_of(&r), format!("semantic_sampling.{name}"));
         }
         // Edges are inclusive where the bounds say so.
-        let edge = SamplingPreset { temperature: 0.0, top_p: 1.0, top_k: 1, repetition_penalty: 0.01, penalty_window: 1, min_tokens: 1, max_tokens: 1 };
+        let edge = SamplingPreset {
+            temperature: 0.0,
+            top_p: 1.0,
+            top_k: 1,
+            repetition_penalty: 0.01,
+            penalty_window: 1,
+            min_tokens: 1,
+            max_tokens: 1,
+        };
         assert_eq!(edge.validate("abc_sampling"), Ok(()));
         assert_eq!(SamplingPreset { temperature: 5.0, penalty_window: 100, ..edge }.validate("x"), Ok(()));
     }

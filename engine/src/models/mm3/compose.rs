@@ -16,9 +16,10 @@
 //! leaves F + 1 code frames. Draws come from one stream per song, semantic first, then the
 //! 7 acoustic codes (minimaxmusic.cpp: mt19937_64 seeded `lm_seed + i`, libstdc++'s float draw).
 use crate::ggml::{Backend, GgmlError};
+use crate::kv_cache::KvSet;
 use crate::models::mm3::config::{CODES_PER_FRAME, FEEDBACK_SCALE};
 use crate::models::mm3::depth::DepthModel;
-use crate::models::mm3::lm::LmModel;
+use crate::models::mm3::lm::{LmModel, LmOut};
 use crate::models::mm3::prompt::Prompt;
 use crate::rng::mt64::Mt19937_64;
 
@@ -118,11 +119,20 @@ fn top_k(ids: impl Iterator<Item = u32>, rank: impl Fn(u32) -> f32, k: usize) ->
 /// The semantic draw: `cond` and `uncond` are logits over the sample rows (starting at the
 /// end-of-audio token, `rows_start`); the allowed ids are the codes and the end token.
 /// Returns the LM token id.
-pub fn sample_semantic(cond: &[f32], uncond: &[f32], rows_start: u32, semantic_base: u32, cfg: f32, k: usize, u: f32) -> u32 {
+pub fn sample_semantic(
+    cond: &[f32],
+    uncond: &[f32],
+    rows_start: u32,
+    semantic_base: u32,
+    cfg: f32,
+    k: usize,
+    u: f32,
+) -> u32 {
     let at = |id: u32| (id - rows_start) as usize;
     let allowed = (semantic_base..rows_start + cond.len() as u32).chain(std::iter::once(rows_start));
     let cands = top_k(allowed, |id| cond[at(id)], k);
-    let ranked: Vec<(u32, f32)> = cands.iter().map(|&id| (id, uncond[at(id)] + (cond[at(id)] - uncond[at(id)]) * cfg)).collect();
+    let ranked: Vec<(u32, f32)> =
+        cands.iter().map(|&id| (id, uncond[at(id)] + (cond[at(id)] - uncond[at(id)]) * cfg)).collect();
     draw(&ranked, u)
 }
 
@@ -146,8 +156,8 @@ pub fn feedback(lm: &LmModel, depth: &DepthModel, codes: &[u32; CODES_PER_FRAME]
     e
 }
 
-/// Runs the AR half for `songs` songs of one prompt. `progress(frame, max_frames)` after
-/// each frame; `cancelled()` is asked between frames.
+/// Runs the AR half for `songs` songs of one prompt, a [`Composer`] stepped to the end.
+/// `progress(frame, max_frames)` after each frame; `cancelled()` is asked between frames.
 #[allow(clippy::too_many_arguments)]
 pub fn compose(
     backend: &Backend,
@@ -160,68 +170,164 @@ pub fn compose(
     cancelled: &dyn Fn() -> bool,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<Song>, ComposeError> {
-    compose_fed(backend, lm, depth, prompt, songs, s, draws, cancelled, progress, None)
-}
-
-/// What [`compose_fed`] tells after each frame: the modules (free between frames), the
-/// song, its codes so far, and whether it is complete (told once per song).
-pub type FrameHook<'a> = &'a mut dyn FnMut(&mut LmModel, &mut DepthModel, usize, &Song, bool) -> Result<(), ComposeError>;
-
-/// [`compose`] that tells `hook` of each song's new frame as it is sampled and of each
-/// song's end (what lets the daemon restate and render a song while it is written).
-#[allow(clippy::too_many_arguments)]
-pub fn compose_fed(
-    backend: &Backend,
-    lm: &mut LmModel,
-    depth: &mut DepthModel,
-    prompt: &Prompt,
-    songs: usize,
-    s: &ArSettings,
-    draws: &mut dyn Draws,
-    cancelled: &dyn Fn() -> bool,
-    progress: &mut dyn FnMut(usize, usize),
-    mut hook: Option<FrameHook<'_>>,
-) -> Result<Vec<Song>, ComposeError> {
-    let t = lm.info.tokens;
-    let h = lm.hidden();
-    let capacity = prompt.cond.len() + s.max_frames + 1;
-    if capacity > lm.info.config.max_position_embeddings {
-        return Err(ComposeError::Invalid(format!("a prompt of {} tokens and {} frames is over the LM's context of {}", prompt.cond.len(), s.max_frames, lm.info.config.max_position_embeddings)));
-    }
-    // Song i: the conditional stream 2i, the unconditional 2i + 1.
-    let mut set = lm.kv_set(backend, capacity, 2 * songs)?;
-    let prompts: Vec<(&[u32], usize)> = (0..songs).flat_map(|i| [(prompt.cond.as_slice(), 2 * i), (prompt.uncond.as_slice(), 2 * i + 1)]).collect();
-    let mut out = lm.prefill(backend, &mut set, &prompts, s.batch_cfg)?;
-    let mut result: Vec<Song> = (0..songs).map(|_| Song { codes: Vec::new(), states: Vec::new(), ended: false }).collect();
-    // Songs still writing, and where their streams' outputs are in `out`.
-    let mut active: Vec<usize> = (0..songs).collect();
-    // Songs whose end the hook was told.
-    let mut told = vec![false; songs];
-    for frame in 0..=s.max_frames {
+    let mut c = Composer::new(backend, lm, prompt, songs, s)?;
+    while !c.done() {
         if cancelled() {
             return Err(ComposeError::Cancelled);
         }
+        if let Some(f) = c.step(backend, lm, depth, draws)? {
+            progress(f.frame, s.max_frames);
+        }
+    }
+    Ok(c.finish()?.0)
+}
+
+/// One step of a [`Composer`]: the frame sampled, and each song that wrote it with
+/// whether that song is complete now (the end token, or its budget).
+#[derive(Clone, Debug, PartialEq)]
+pub struct Frame {
+    pub frame: usize,
+    pub songs: Vec<(usize, bool)>,
+}
+
+/// The AR half of a batch of songs as a stepper: [`step`](Self::step) samples every open
+/// song's next frame and feeds it back. The caller owns the loop (cancel, progress, and
+/// what it does with a song between frames); the modules are free between steps.
+pub struct Composer {
+    set: KvSet,
+    out: LmOut,
+    s: ArSettings,
+    songs: Vec<Song>,
+    /// Songs still writing, and where their streams' outputs are in `out`.
+    active: Vec<usize>,
+    /// Songs a step has called complete.
+    told: Vec<bool>,
+    /// The next frame's index.
+    frame: usize,
+    finished: bool,
+}
+
+impl Composer {
+    /// Prefills the prompt's two streams (conditional, unconditional) for every song.
+    pub fn new(
+        backend: &Backend,
+        lm: &mut LmModel,
+        prompt: &Prompt,
+        songs: usize,
+        s: &ArSettings,
+    ) -> Result<Self, ComposeError> {
+        let capacity = prompt.cond.len() + s.max_frames + 1;
+        if capacity > lm.info.config.max_position_embeddings {
+            return Err(ComposeError::Invalid(format!(
+                "a prompt of {} tokens and {} frames is over the LM's context of {}",
+                prompt.cond.len(),
+                s.max_frames,
+                lm.info.config.max_position_embeddings
+            )));
+        }
+        // Song i: the conditional stream 2i, the unconditional 2i + 1.
+        let mut set = lm.kv_set(backend, capacity, 2 * songs)?;
+        let prompts: Vec<(&[u32], usize)> =
+            (0..songs).flat_map(|i| [(prompt.cond.as_slice(), 2 * i), (prompt.uncond.as_slice(), 2 * i + 1)]).collect();
+        let out = lm.prefill(backend, &mut set, &prompts, s.batch_cfg)?;
+        Ok(Composer {
+            set,
+            out,
+            s: *s,
+            songs: (0..songs).map(|_| Song { codes: Vec::new(), states: Vec::new(), ended: false }).collect(),
+            active: (0..songs).collect(),
+            told: vec![false; songs],
+            frame: 0,
+            finished: false,
+        })
+    }
+
+    /// Whether every song is written (or the frame budget is spent).
+    pub fn done(&self) -> bool {
+        self.finished || self.frame > self.s.max_frames
+    }
+
+    /// Song `i` so far.
+    pub fn song(&self, i: usize) -> &Song {
+        &self.songs[i]
+    }
+
+    /// The next frame of every open song, fed back; `None` when every open song ended at
+    /// this frame's semantic draw (nothing was written, and the composer is done).
+    pub fn step(
+        &mut self,
+        backend: &Backend,
+        lm: &mut LmModel,
+        depth: &mut DepthModel,
+        draws: &mut dyn Draws,
+    ) -> Result<Option<Frame>, ComposeError> {
+        let (t, h, s, frame) = (lm.info.tokens, lm.hidden(), self.s, self.frame);
+        self.frame += 1;
         // Semantic codes.
-        let mut sem = Vec::with_capacity(active.len());
-        let mut still = Vec::with_capacity(active.len());
-        for (j, &i) in active.iter().enumerate() {
-            let id = sample_semantic(&out.logits[2 * j], &out.logits[2 * j + 1], t.audio_end, t.semantic_base, s.lm_cfg, s.top_k, draws.next(i));
+        let mut sem = Vec::with_capacity(self.active.len());
+        for (j, &i) in self.active.iter().enumerate() {
+            let (cond, uncond) = (&self.out.logits[2 * j], &self.out.logits[2 * j + 1]);
+            let id = sample_semantic(cond, uncond, t.audio_end, t.semantic_base, s.lm_cfg, s.top_k, draws.next(i));
             if id == t.audio_end {
-                result[i].ended = true;
+                self.songs[i].ended = true;
             } else {
                 sem.push((j, i, id - t.semantic_base));
-                still.push(i);
             }
         }
         if sem.is_empty() {
-            break;
+            self.finished = true;
+            return Ok(None);
         }
-        // Acoustic codes: rows (cond, uncond) per song, one batch (or one row at a time).
+        let (codes, depth_states) = self.acoustic(backend, lm, depth, draws, &sem, h)?;
+        let mut feed_songs = Vec::with_capacity(sem.len());
+        for (n, &(j, i, _)) in sem.iter().enumerate() {
+            let song = &mut self.songs[i];
+            song.codes.push(codes[n]);
+            if frame > 0 {
+                song.states.extend_from_slice(&self.out.hidden[2 * j]);
+                song.states.extend_from_slice(&depth_states[n]);
+                if song.frames() >= s.max_frames {
+                    continue;
+                }
+            }
+            feed_songs.push((i, feedback(lm, depth, &codes[n])));
+        }
+        // Songs that ended this frame (the end token, or the budget) are complete.
+        let fed: Vec<usize> = feed_songs.iter().map(|(i, _)| *i).collect();
+        let songs: Vec<(usize, bool)> = self.active.iter().map(|&i| (i, !fed.contains(&i))).collect();
+        for &(i, complete) in &songs {
+            self.told[i] |= complete;
+        }
+        if feed_songs.is_empty() {
+            self.finished = true;
+        } else {
+            let inputs: Vec<(&[f32], usize)> =
+                feed_songs.iter().flat_map(|(i, e)| [(e.as_slice(), 2 * i), (e.as_slice(), 2 * i + 1)]).collect();
+            self.out = lm.feed(backend, &mut self.set, &inputs, s.batch_cfg)?;
+            self.active = fed;
+        }
+        Ok(Some(Frame { frame, songs }))
+    }
+
+    /// The 7 acoustic codes of each song in `sem` (`(stream index, song, semantic code)`):
+    /// rows (cond, uncond) per song, one batch (or one row at a time); with the depth
+    /// decoder's conditional states.
+    #[allow(clippy::type_complexity)]
+    fn acoustic(
+        &self,
+        backend: &Backend,
+        lm: &LmModel,
+        depth: &mut DepthModel,
+        draws: &mut dyn Draws,
+        sem: &[(usize, usize, u32)],
+        h: usize,
+    ) -> Result<(Vec<[u32; CODES_PER_FRAME]>, Vec<Vec<f32>>), ComposeError> {
+        let (t, s) = (lm.info.tokens, self.s);
         let mut seqs: Vec<Vec<f32>> = Vec::with_capacity(2 * sem.len());
-        for &(j, _, code) in &sem {
+        for &(j, _, code) in sem {
             let e = lm.embeddings(&[code + t.semantic_base]);
             for r in 0..2 {
-                let mut v = out.hidden[2 * j + r].clone();
+                let mut v = self.out.hidden[2 * j + r].clone();
                 v.extend_from_slice(&e);
                 seqs.push(v);
             }
@@ -254,47 +360,18 @@ pub fn compose_fed(
                 }
             }
         }
-        let mut feed_songs = Vec::with_capacity(sem.len());
-        for (n, &(j, i, _)) in sem.iter().enumerate() {
-            let song = &mut result[i];
-            song.codes.push(codes[n]);
-            if frame > 0 {
-                song.states.extend_from_slice(&out.hidden[2 * j]);
-                song.states.extend_from_slice(&depth_states[n]);
-                if song.frames() >= s.max_frames {
-                    continue;
-                }
-            }
-            feed_songs.push((i, feedback(lm, depth, &codes[n])));
-        }
-        if let Some(hook) = hook.as_mut() {
-            // Songs that ended this frame (the end token, or the budget) are complete.
-            let fed: Vec<usize> = feed_songs.iter().map(|(i, _)| *i).collect();
-            for &i in &active {
-                let complete = !fed.contains(&i);
-                told[i] |= complete;
-                hook(lm, depth, i, &result[i], complete)?;
-            }
-        }
-        progress(frame, s.max_frames);
-        if feed_songs.is_empty() {
-            break;
-        }
-        let inputs: Vec<(&[f32], usize)> = feed_songs.iter().flat_map(|(i, e)| [(e.as_slice(), 2 * i), (e.as_slice(), 2 * i + 1)]).collect();
-        out = lm.feed(backend, &mut set, &inputs, s.batch_cfg)?;
-        active = feed_songs.iter().map(|(i, _)| *i).collect();
+        Ok((codes, depth_states))
     }
-    for song in &result {
-        if song.frames() == 0 {
+
+    /// The songs, and those no step called complete (they are, now: every open song ended
+    /// at the last semantic draw, or the frame budget ran out).
+    pub fn finish(self) -> Result<(Vec<Song>, Vec<usize>), ComposeError> {
+        if self.songs.iter().any(|song| song.frames() == 0) {
             return Err(ComposeError::Invalid("the LM ended the song before its first frame".into()));
         }
+        let untold = (0..self.songs.len()).filter(|&i| !self.told[i]).collect();
+        Ok((self.songs, untold))
     }
-    if let Some(hook) = hook.as_mut() {
-        for i in (0..songs).filter(|&i| !told[i]) {
-            hook(lm, depth, i, &result[i], true)?;
-        }
-    }
-    Ok(result)
 }
 
 /// Replaces each sampled song's states with its teacher-forced ones ([`replay`] of its
@@ -302,7 +379,14 @@ pub fn compose_fed(
 /// time, beside the unconditional stream) and differ from a replay's in the last bits;
 /// with this, a song renders to the same bytes whether it was just sampled, resumed from
 /// its journaled codes, or replayed from its `audio_codes`.
-pub fn restate(backend: &Backend, lm: &mut LmModel, depth: &mut DepthModel, prompt: &Prompt, songs: &mut [Song], cancelled: &dyn Fn() -> bool) -> Result<(), ComposeError> {
+pub fn restate(
+    backend: &Backend,
+    lm: &mut LmModel,
+    depth: &mut DepthModel,
+    prompt: &Prompt,
+    songs: &mut [Song],
+    cancelled: &dyn Fn() -> bool,
+) -> Result<(), ComposeError> {
     for song in songs {
         song.states = replay(backend, lm, depth, prompt, &song.codes, cancelled)?.states;
     }
@@ -383,8 +467,19 @@ impl Restater {
 
 /// Replay: the states of the given codes (`F + 1` frames), teacher-forced ([`Restater`]
 /// over every chunk).
-pub fn replay(backend: &Backend, lm: &mut LmModel, depth: &mut DepthModel, prompt: &Prompt, codes: &[[u32; CODES_PER_FRAME]], cancelled: &dyn Fn() -> bool) -> Result<Song, ComposeError> {
-    let n = codes.len().checked_sub(1).filter(|&n| n > 0).ok_or_else(|| ComposeError::Invalid("a replay needs at least two frames of codes".into()))?;
+pub fn replay(
+    backend: &Backend,
+    lm: &mut LmModel,
+    depth: &mut DepthModel,
+    prompt: &Prompt,
+    codes: &[[u32; CODES_PER_FRAME]],
+    cancelled: &dyn Fn() -> bool,
+) -> Result<Song, ComposeError> {
+    let n = codes
+        .len()
+        .checked_sub(1)
+        .filter(|&n| n > 0)
+        .ok_or_else(|| ComposeError::Invalid("a replay needs at least two frames of codes".into()))?;
     let mut r = Restater::new(backend, lm, prompt, n)?;
     let states = r.advance(backend, lm, depth, codes, true, cancelled)?;
     Ok(Song { codes: codes.to_vec(), states, ended: false })

@@ -21,7 +21,9 @@ pub struct CondConfig {
 
 impl CondConfig {
     pub fn from_gguf(f: &GgufFile) -> Result<Self, GgufError> {
-        let get = |k: &str, d: usize| f.get(&format!("{COND_ARCH}.{k}")).and_then(|v| v.as_i64()).map(|v| v as usize).unwrap_or(d);
+        let get = |k: &str, d: usize| {
+            f.get(&format!("{COND_ARCH}.{k}")).and_then(|v| v.as_i64()).map(|v| v as usize).unwrap_or(d)
+        };
         let proj = f.require_tensor("proj.weight")?; // [3, in, out]
         Ok(CondConfig {
             condition_hidden_dim: proj.ne[1] as usize,
@@ -37,7 +39,9 @@ impl CondConfig {
     /// Latent frames of `frames` LM frames, as the reference computes it (f64, left to
     /// right, truncated; at least 1): 200 frames are 689 latents.
     pub fn latent_length(&self, frames: usize) -> usize {
-        let v = frames as f64 * self.output_sampling_rate as f64 / self.input_sampling_rate as f64 * self.input_hop_length as f64 / self.output_hop_length as f64;
+        let v = frames as f64 * self.output_sampling_rate as f64 / self.input_sampling_rate as f64
+            * self.input_hop_length as f64
+            / self.output_hop_length as f64;
         (v as usize).max(1)
     }
 }
@@ -67,14 +71,23 @@ impl CondEncoder {
         let logits = f.tensor_f32("layer_weight_logits")?;
         let scale = f.tensor_f32("layer_scale")?;
         if logits.len() != cfg.num_condition_layers || scale.len() != 1 {
-            return Err(GgufError::Corrupt { path: f.path().to_path_buf(), what: format!("{} mix logits for {} layers", logits.len(), cfg.num_condition_layers) }.into());
+            return Err(GgufError::Corrupt {
+                path: f.path().to_path_buf(),
+                what: format!("{} mix logits for {} layers", logits.len(), cfg.num_condition_layers),
+            }
+            .into());
         }
         let mx = logits.iter().copied().fold(f32::NEG_INFINITY, f32::max);
         let e: Vec<f32> = logits.iter().map(|l| (l - mx).exp()).collect();
         let sum: f32 = e.iter().sum();
         let mix = e.iter().map(|x| x / sum * scale[0]).collect();
         let (h, o) = (cfg.condition_hidden_dim as i64, cfg.out_dim as i64);
-        let weights = load_tensors(f, &[("proj.weight".into(), vec![3, h, o]), ("proj.bias".into(), vec![o])], backend, "condition encoder weights")?;
+        let weights = load_tensors(
+            f,
+            &[("proj.weight".into(), vec![3, h, o]), ("proj.bias".into(), vec![o])],
+            backend,
+            "condition encoder weights",
+        )?;
         Ok(CondEncoder { cfg, mix, weights, alloc: Allocator::new(backend) })
     }
 
@@ -127,7 +140,15 @@ mod tests {
 
     #[test]
     fn nearest_sources_follow_torch_in_f32() {
-        let c = CondConfig { condition_hidden_dim: 1, num_condition_layers: 8, out_dim: 1, input_sampling_rate: 24000, input_hop_length: 960, output_sampling_rate: 44100, output_hop_length: 512 };
+        let c = CondConfig {
+            condition_hidden_dim: 1,
+            num_condition_layers: 8,
+            out_dim: 1,
+            input_sampling_rate: 24000,
+            input_hop_length: 960,
+            output_sampling_rate: 44100,
+            output_hop_length: 512,
+        };
         assert_eq!(c.latent_length(200), 689);
         assert_eq!(c.latent_length(1), 3);
         // n = 150: the exact-integer formula floor(i * n / L) differs from torch's f32 one.

@@ -92,8 +92,14 @@ impl LmConfig {
     }
 
     fn check(&self) -> Result<(), String> {
-        if self.num_attention_heads == 0 || self.num_key_value_heads == 0 || !self.num_attention_heads.is_multiple_of(self.num_key_value_heads) {
-            return Err(format!("LM config: {} query heads over {} KV heads", self.num_attention_heads, self.num_key_value_heads));
+        if self.num_attention_heads == 0
+            || self.num_key_value_heads == 0
+            || !self.num_attention_heads.is_multiple_of(self.num_key_value_heads)
+        {
+            return Err(format!(
+                "LM config: {} query heads over {} KV heads",
+                self.num_attention_heads, self.num_key_value_heads
+            ));
         }
         if self.tie_word_embeddings {
             return Err("LM config: tied word embeddings; MiniMax Music 3's LM has its own head".into());
@@ -106,7 +112,13 @@ impl LmConfig {
     }
 
     pub fn qwen3_dims(&self) -> Qwen3Dims {
-        Qwen3Dims { heads: self.num_attention_heads, kv_heads: self.num_key_value_heads, head_dim: self.head_dim(), eps: self.rms_norm_eps as f32, rope_theta: self.rope_theta as f32 }
+        Qwen3Dims {
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim(),
+            eps: self.rms_norm_eps as f32,
+            rope_theta: self.rope_theta as f32,
+        }
     }
 
     pub fn kv_dims(&self) -> KvDims {
@@ -115,7 +127,8 @@ impl LmConfig {
 
     /// Every LM tensor with its `ne` (innermost first), in the checkpoint's names.
     pub fn tensor_shapes(&self) -> Vec<(String, Vec<i64>)> {
-        let (h, i, v, hd) = (self.hidden_size as i64, self.intermediate_size as i64, self.vocab_size as i64, self.head_dim() as i64);
+        let (h, i, v, hd) =
+            (self.hidden_size as i64, self.intermediate_size as i64, self.vocab_size as i64, self.head_dim() as i64);
         let (q, kv) = (self.num_attention_heads as i64 * hd, self.num_key_value_heads as i64 * hd);
         let mut out = vec![(lm_names::EMBED.to_string(), vec![h, v])];
         for l in 0..self.num_hidden_layers {
@@ -162,14 +175,38 @@ pub const DEPTH_EPS: f32 = 1e-6;
 
 impl DepthConfig {
     pub fn full() -> Self {
-        DepthConfig { hidden_size: 4096, num_layers: 4, num_attention_heads: 16, intermediate_size: 6144, audio_vocab_size: 1024, num_codebooks: 8, max_position_embeddings: 16 }
+        DepthConfig {
+            hidden_size: 4096,
+            num_layers: 4,
+            num_attention_heads: 16,
+            intermediate_size: 6144,
+            audio_vocab_size: 1024,
+            num_codebooks: 8,
+            max_position_embeddings: 16,
+        }
     }
 
     /// The u32 keys the GGUF carries, in minimaxmusic.cpp's names.
-    pub const KEYS: [&'static str; 7] = ["hidden_size", "num_layers", "num_attention_heads", "intermediate_size", "audio_vocab_size", "num_codebooks", "max_position_embeddings"];
+    pub const KEYS: [&'static str; 7] = [
+        "hidden_size",
+        "num_layers",
+        "num_attention_heads",
+        "intermediate_size",
+        "audio_vocab_size",
+        "num_codebooks",
+        "max_position_embeddings",
+    ];
 
     pub fn values(&self) -> [usize; 7] {
-        [self.hidden_size, self.num_layers, self.num_attention_heads, self.intermediate_size, self.audio_vocab_size, self.num_codebooks, self.max_position_embeddings]
+        [
+            self.hidden_size,
+            self.num_layers,
+            self.num_attention_heads,
+            self.intermediate_size,
+            self.audio_vocab_size,
+            self.num_codebooks,
+            self.max_position_embeddings,
+        ]
     }
 
     /// Reads the `mm3-depth.*` keys.
@@ -178,9 +215,24 @@ impl DepthConfig {
         for (slot, key) in v.iter_mut().zip(Self::KEYS) {
             *slot = f.get_i64(&format!("{DEPTH_ARCH}.{key}"))? as usize;
         }
-        let c = DepthConfig { hidden_size: v[0], num_layers: v[1], num_attention_heads: v[2], intermediate_size: v[3], audio_vocab_size: v[4], num_codebooks: v[5], max_position_embeddings: v[6] };
-        if c.num_attention_heads == 0 || !c.hidden_size.is_multiple_of(c.num_attention_heads) || c.num_codebooks != CODES_PER_FRAME || c.max_position_embeddings < CODES_PER_FRAME {
-            return Err(GgufError::Corrupt { path: f.path().to_path_buf(), what: format!("depth decoder config {c:?} is not MiniMax Music 3's layout") });
+        let c = DepthConfig {
+            hidden_size: v[0],
+            num_layers: v[1],
+            num_attention_heads: v[2],
+            intermediate_size: v[3],
+            audio_vocab_size: v[4],
+            num_codebooks: v[5],
+            max_position_embeddings: v[6],
+        };
+        if c.num_attention_heads == 0
+            || !c.hidden_size.is_multiple_of(c.num_attention_heads)
+            || c.num_codebooks != CODES_PER_FRAME
+            || c.max_position_embeddings < CODES_PER_FRAME
+        {
+            return Err(GgufError::Corrupt {
+                path: f.path().to_path_buf(),
+                what: format!("depth decoder config {c:?} is not MiniMax Music 3's layout"),
+            });
         }
         Ok(c)
     }
@@ -281,8 +333,20 @@ impl TokenLayout {
         }
     }
 
-    const KEYS: [&'static str; 12] =
-        ["text_vocab", "im_start", "im_end", "audio_cfg", "audio_start", "audio_end", "caption_start", "caption_end", "lyrics_start", "lyrics_end", "semantic_base", "semantic_size"];
+    const KEYS: [&'static str; 12] = [
+        "text_vocab",
+        "im_start",
+        "im_end",
+        "audio_cfg",
+        "audio_start",
+        "audio_end",
+        "caption_start",
+        "caption_end",
+        "lyrics_start",
+        "lyrics_end",
+        "semantic_base",
+        "semantic_size",
+    ];
 
     fn values(&self) -> [u32; 12] {
         [
@@ -339,7 +403,10 @@ impl TokenLayout {
 
     pub fn check(&self, vocab: usize) -> Result<(), String> {
         let v = self.values();
-        if v[1..11].iter().any(|&id| id < self.text_vocab) || self.audio_end >= self.semantic_base || (self.semantic_base + self.semantic_size) as usize > vocab {
+        if v[1..11].iter().any(|&id| id < self.text_vocab)
+            || self.audio_end >= self.semantic_base
+            || (self.semantic_base + self.semantic_size) as usize > vocab
+        {
             return Err(format!("token layout {self:?} does not fit a vocabulary of {vocab}"));
         }
         Ok(())
@@ -373,7 +440,10 @@ impl LmInfo {
 pub fn expect_arch(f: &GgufFile, arch: &str) -> Result<(), GgufError> {
     let got = f.get_str("general.architecture")?;
     if got != arch {
-        return Err(GgufError::Corrupt { path: f.path().to_path_buf(), what: format!("general.architecture is '{got}', expected '{arch}'") });
+        return Err(GgufError::Corrupt {
+            path: f.path().to_path_buf(),
+            what: format!("general.architecture is '{got}', expected '{arch}'"),
+        });
     }
     Ok(())
 }
@@ -396,7 +466,10 @@ mod tests {
         TokenLayout::FULL.check(200_000).unwrap();
         assert!(TokenLayout::FULL.check(160_000).is_err());
         let tiny = TokenLayout::shifted(256, 64);
-        assert_eq!((tiny.im_start, tiny.audio_cfg, tiny.audio_start, tiny.audio_end, tiny.semantic_base), (257, 267, 282, 283, 288));
+        assert_eq!(
+            (tiny.im_start, tiny.audio_cfg, tiny.audio_start, tiny.audio_end, tiny.semantic_base),
+            (257, 267, 282, 283, 288)
+        );
         assert!((FEEDBACK_SCALE - 8f32.powf(-0.5)).abs() < 1e-8);
     }
 }

@@ -3,7 +3,7 @@
 //!
 //! | folder | architecture | what |
 //! |---|---|---|
-//! | `language_model/` | `mm3-lm` | `config.json` under `mm3.config_json`, the BPE (151643 base + the added tokens) from `tokenizer/tokenizer.json` |
+//! | `language_model/` | `mm3-lm` | `config.json` as `mm3.config_json`; the BPE of `tokenizer/tokenizer.json` |
 //! | `rvq_depth_decoder/` | `mm3-depth` | `mm3-depth.*` u32 keys from its `config.json` |
 //! | `condition_encoder/` | `mm3-cond` | `mm3-cond.*` u32 keys |
 //! | `transformer/` | `mm3-dit` | `mm3-dit.*` u32 keys |
@@ -19,7 +19,9 @@
 use crate::ggml::GgmlType;
 use crate::gguf::{GgufFile, GgufWriter};
 use crate::models::checkpoint::{input, ConvertError, Shards};
-use crate::models::mm3::config::{DepthConfig, LmConfig, LmInfo, TokenLayout, COND_ARCH, CONFIG_JSON_KEY, DEPTH_ARCH, DIT_ARCH, LM_ARCH, VAE_ARCH};
+use crate::models::mm3::config::{
+    DepthConfig, LmConfig, LmInfo, TokenLayout, COND_ARCH, CONFIG_JSON_KEY, DEPTH_ARCH, DIT_ARCH, LM_ARCH, VAE_ARCH,
+};
 use crate::tokenizer::token_type;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -55,7 +57,12 @@ fn read_json(path: &Path) -> Result<serde_json::Value, ConvertError> {
 
 /// Converts every component folder present under `ckpt` into `out`; a folder that is
 /// missing is skipped (said in the result). Returns one entry per component written.
-pub fn convert_checkpoint(ckpt: &Path, out: &Path, opts: &ConvertOptions, progress: &mut dyn FnMut(&str)) -> Result<Vec<Converted>, ConvertError> {
+pub fn convert_checkpoint(
+    ckpt: &Path,
+    out: &Path,
+    opts: &ConvertOptions,
+    progress: &mut dyn FnMut(&str),
+) -> Result<Vec<Converted>, ConvertError> {
     std::fs::create_dir_all(out).map_err(|e| input(out, e.to_string()))?;
     let mut done = Vec::new();
     for (folder, arch, stem) in COMPONENTS {
@@ -87,7 +94,10 @@ pub fn convert_checkpoint(ckpt: &Path, out: &Path, opts: &ConvertOptions, progre
         done.push(Converted { path, tensors });
     }
     if done.is_empty() {
-        return Err(input(ckpt, "no component folder (language_model/, rvq_depth_decoder/, condition_encoder/, transformer/, vocoder/)"));
+        return Err(input(
+            ckpt,
+            "no component folder (language_model/, rvq_depth_decoder/, condition_encoder/, transformer/, vocoder/)",
+        ));
     }
     Ok(done)
 }
@@ -142,7 +152,8 @@ fn read_tokenizer(ckpt: &Path, lm_dir: &Path) -> Result<TokenizerParts, ConvertE
         .ok_or_else(|| input(ckpt, "no tokenizer/tokenizer.json nor language_model/tokenizer.json"))?;
     let j = read_json(&path)?;
     let vocab = j["model"]["vocab"].as_object().ok_or_else(|| input(&path, "no model.vocab"))?;
-    let mut entries: Vec<(u64, String, i32)> = vocab.iter().filter_map(|(t, id)| id.as_u64().map(|id| (id, t.clone(), token_type::NORMAL))).collect();
+    let mut entries: Vec<(u64, String, i32)> =
+        vocab.iter().filter_map(|(t, id)| id.as_u64().map(|id| (id, t.clone(), token_type::NORMAL))).collect();
     let text_vocab = entries.iter().map(|e| e.0 + 1).max().unwrap_or(0) as u32;
     for a in j["added_tokens"].as_array().into_iter().flatten() {
         let (Some(id), Some(content)) = (a["id"].as_u64(), a["content"].as_str()) else {
@@ -163,21 +174,31 @@ fn read_tokenizer(ckpt: &Path, lm_dir: &Path) -> Result<TokenizerParts, ConvertE
         .iter()
         .map(|m| match m {
             serde_json::Value::String(s) => Ok(s.clone()),
-            serde_json::Value::Array(p) if p.len() == 2 => Ok(format!("{} {}", p[0].as_str().unwrap_or_default(), p[1].as_str().unwrap_or_default())),
+            serde_json::Value::Array(p) if p.len() == 2 => {
+                Ok(format!("{} {}", p[0].as_str().unwrap_or_default(), p[1].as_str().unwrap_or_default()))
+            }
             _ => Err(input(&path, "a merge that is neither \"a b\" nor [a, b]")),
         })
         .collect::<Result<Vec<_>, _>>()?;
     Ok((tokens, types, merges, text_vocab))
 }
 
-fn convert_lm(ckpt: &Path, dir: &Path, shards: &Shards, out: &Path, opts: &ConvertOptions) -> Result<usize, ConvertError> {
+fn convert_lm(
+    ckpt: &Path,
+    dir: &Path,
+    shards: &Shards,
+    out: &Path,
+    opts: &ConvertOptions,
+) -> Result<usize, ConvertError> {
     let cfg_path = dir.join("config.json");
     let config_json = std::fs::read_to_string(&cfg_path).map_err(|e| input(&cfg_path, e.to_string()))?;
     let cfg = LmConfig::from_json(&config_json).map_err(|e| input(&cfg_path, e))?;
     let compact = serde_json::to_string(&read_json(&cfg_path)?).expect("JSON serializes");
     let (tokens, types, merges, text_vocab) = read_tokenizer(ckpt, dir)?;
     let mut w = GgufWriter::new();
-    w.set_str("general.architecture", LM_ARCH).set_str("general.name", "MiniMax-Music3 global LM (Qwen3)").set_str(CONFIG_JSON_KEY, &compact);
+    w.set_str("general.architecture", LM_ARCH)
+        .set_str("general.name", "MiniMax-Music3 global LM (Qwen3)")
+        .set_str(CONFIG_JSON_KEY, &compact);
     let layout = if text_vocab == TokenLayout::FULL.text_vocab {
         TokenLayout::FULL
     } else {
@@ -265,10 +286,13 @@ pub const DAV_FILE: &str = "dav.pth";
 /// `encoder.conv_out`; the posterior's `mean_proj` is `encoder.mean_proj`. The tensors may
 /// sit under a prefix (`generator.`, `state_dict.`), found from `encoder.block.0`.
 pub fn dav_encoder(path: &Path) -> Result<Tensors<'static>, ConvertError> {
-    let raw = crate::models::pth::read_tensors(path, &|n| n.contains("encoder.block.") || n.contains("mean_proj.")).map_err(|e| input(path, e.what))?;
+    let raw = crate::models::pth::read_tensors(path, &|n| n.contains("encoder.block.") || n.contains("mean_proj."))
+        .map_err(|e| input(path, e.what))?;
     let prefix = raw
         .iter()
-        .find_map(|(n, _)| n.find("encoder.block.0.").filter(|&i| i == 0 || n.as_bytes()[i - 1] == b'.').map(|i| n[..i].to_string()))
+        .find_map(|(n, _)| {
+            n.find("encoder.block.0.").filter(|&i| i == 0 || n.as_bytes()[i - 1] == b'.').map(|i| n[..i].to_string())
+        })
         .ok_or_else(|| input(path, "no encoder.block.0.* tensor: not a DAC-style VAE checkpoint"))?;
     // Module path (after the prefix) -> parameter -> tensor.
     let mut modules: BTreeMap<String, BTreeMap<String, crate::models::pth::PthTensor>> = BTreeMap::new();
@@ -277,16 +301,29 @@ pub fn dav_encoder(path: &Path) -> Result<Tensors<'static>, ConvertError> {
         if !(rest.starts_with("encoder.block.") || rest.starts_with("mean_proj.")) {
             continue;
         }
-        let (module, param) = ["parametrizations.weight.original0", "parametrizations.weight.original1", "weight_g", "weight_v", "weight", "bias", "alpha"]
-            .iter()
-            .find_map(|p| rest.strip_suffix(p).and_then(|m| m.strip_suffix('.')).map(|m| (m.to_string(), p.to_string())))
-            .ok_or_else(|| input(path, format!("'{name}': a parameter the encoder does not have")))?;
+        let (module, param) = [
+            "parametrizations.weight.original0",
+            "parametrizations.weight.original1",
+            "weight_g",
+            "weight_v",
+            "weight",
+            "bias",
+            "alpha",
+        ]
+        .iter()
+        .find_map(|p| rest.strip_suffix(p).and_then(|m| m.strip_suffix('.')).map(|m| (m.to_string(), p.to_string())))
+        .ok_or_else(|| input(path, format!("'{name}': a parameter the encoder does not have")))?;
         modules.entry(module).or_default().insert(param, t);
     }
-    let top = |m: &str| m.strip_prefix("encoder.block.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok());
+    let top = |m: &str| {
+        m.strip_prefix("encoder.block.").and_then(|r| r.split('.').next()).and_then(|i| i.parse::<usize>().ok())
+    };
     let last = modules.keys().filter_map(|m| top(m)).max().unwrap_or(0);
     if last < 3 {
-        return Err(input(path, format!("the encoder ends at encoder.block.{last}: no room for blocks, snake_out and conv_out")));
+        return Err(input(
+            path,
+            format!("the encoder ends at encoder.block.{last}: no room for blocks, snake_out and conv_out"),
+        ));
     }
     let rename = |m: &str| -> Option<String> {
         if m == "mean_proj" {
@@ -314,12 +351,17 @@ pub fn dav_encoder(path: &Path) -> Result<Tensors<'static>, ConvertError> {
         out.push((name, GgmlType::F32, ne, std::borrow::Cow::Owned(bytemuck::cast_slice(&data).to_vec())));
     };
     for (module, params) in &modules {
-        let name = rename(module).ok_or_else(|| input(path, format!("'{module}' is not a module of the DAC encoder this converter knows")))?;
+        let name = rename(module).ok_or_else(|| {
+            input(path, format!("'{module}' is not a module of the DAC encoder this converter knows"))
+        })?;
         for (param, t) in params {
             match param.as_str() {
                 "weight_g" | "parametrizations.weight.original0" => {}
                 "weight_v" | "parametrizations.weight.original1" => {
-                    let g = params.get("weight_g").or_else(|| params.get("parametrizations.weight.original0")).ok_or_else(|| input(path, format!("'{module}' has a weight_v without its weight_g")))?;
+                    let g = params
+                        .get("weight_g")
+                        .or_else(|| params.get("parametrizations.weight.original0"))
+                        .ok_or_else(|| input(path, format!("'{module}' has a weight_v without its weight_g")))?;
                     push(format!("{name}.weight"), &t.shape, fold_weight_norm(&g.data, &t.data));
                 }
                 other => push(format!("{name}.{other}"), &t.shape, t.data.clone()),
@@ -334,7 +376,8 @@ fn convert_vocoder(dir: &Path, shards: &Shards, encoder: Tensors<'static>, out: 
     let index = shards.index()?;
     let f32s = |name: &str| -> Result<(Vec<i64>, Vec<f32>), ConvertError> {
         let (ty, ne, b) = shards.get(index[name], name)?;
-        let v = crate::ggml::decode_to_f32(ty, b).ok_or_else(|| input(dir, format!("tensor '{name}' of type {} cannot be read as f32", ty.name())))?;
+        let v = crate::ggml::decode_to_f32(ty, b)
+            .ok_or_else(|| input(dir, format!("tensor '{name}' of type {} cannot be read as f32", ty.name())))?;
         Ok((ne, v))
     };
     // A weight-normalized parameter: (g, v) names by the folded name.
@@ -342,7 +385,9 @@ fn convert_vocoder(dir: &Path, shards: &Shards, encoder: Tensors<'static>, out: 
         if let Some(base) = name.strip_suffix(".weight_v") {
             return Some((format!("{base}.weight"), format!("{base}.weight_g"), name.to_string()));
         }
-        name.strip_suffix(".parametrizations.weight.original1").map(|base| (format!("{base}.weight"), format!("{base}.parametrizations.weight.original0"), name.to_string()))
+        name.strip_suffix(".parametrizations.weight.original1").map(|base| {
+            (format!("{base}.weight"), format!("{base}.parametrizations.weight.original0"), name.to_string())
+        })
     };
     let mut tensors: Tensors<'_> = Vec::new();
     for name in index.keys() {
@@ -360,15 +405,23 @@ fn convert_vocoder(dir: &Path, shards: &Shards, encoder: Tensors<'static>, out: 
         }
     }
     if !encoder.is_empty() && tensors.iter().any(|t| t.0.starts_with("encoder.")) {
-        return Err(input(dir, format!("the vocoder already has encoder.* tensors and {DAV_FILE} brings others: remove one")));
+        return Err(input(
+            dir,
+            format!("the vocoder already has encoder.* tensors and {DAV_FILE} brings others: remove one"),
+        ));
     }
     tensors.extend(encoder);
     tensors.sort_by(|a, b| a.0.cmp(&b.0));
     let mut w = GgufWriter::new();
-    w.set_str("general.architecture", VAE_ARCH).set_str("general.name", "MiniMax-Music3 flow VAE").set_str(&format!("{VAE_ARCH}.config_json"), &serde_json::to_string(&cfg).expect("JSON serializes"));
+    w.set_str("general.architecture", VAE_ARCH)
+        .set_str("general.name", "MiniMax-Music3 flow VAE")
+        .set_str(&format!("{VAE_ARCH}.config_json"), &serde_json::to_string(&cfg).expect("JSON serializes"));
     int_keys(&mut w, VAE_ARCH, &cfg);
     if let Some(r) = cfg.get("upsampling_ratios").and_then(|v| v.as_array()) {
-        w.set_i32s(&format!("{VAE_ARCH}.upsampling_ratios"), &r.iter().filter_map(|x| x.as_i64()).map(|x| x as i32).collect::<Vec<_>>());
+        w.set_i32s(
+            &format!("{VAE_ARCH}.upsampling_ratios"),
+            &r.iter().filter_map(|x| x.as_i64()).map(|x| x as i32).collect::<Vec<_>>(),
+        );
     }
     write_all(&mut w, &tensors, out)
 }
@@ -376,6 +429,7 @@ fn convert_vocoder(dir: &Path, shards: &Shards, encoder: Tensors<'static>, out: 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::test_util::read_f32;
 
     #[test]
     fn weight_norm_folds_per_output_channel() {
@@ -383,10 +437,6 @@ mod tests {
         let v = [3.0, 0.0, 4.0, 0.0, 2.0, 0.0];
         let g = [10.0, -1.0];
         assert_eq!(fold_weight_norm(&g, &v), vec![6.0, 0.0, 8.0, 0.0, -1.0, 0.0]);
-    }
-
-    fn read_f32(p: &Path) -> Vec<f32> {
-        std::fs::read(p).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
     }
 
     /// A torch.save archive of a DAC-style VAE (scripts/ref/mm3_dav_reference.py): its
@@ -402,31 +452,43 @@ mod tests {
             let e = e.unwrap();
             std::fs::copy(e.path(), ckpt.join("vocoder").join(e.file_name())).unwrap();
         }
-        let plain = convert_checkpoint(&ckpt, &tmp.path().join("plain"), &ConvertOptions::default(), &mut |_| {}).unwrap();
+        let plain =
+            convert_checkpoint(&ckpt, &tmp.path().join("plain"), &ConvertOptions::default(), &mut |_| {}).unwrap();
         std::fs::copy(fx.join("dav/dav.pth"), ckpt.join(DAV_FILE)).unwrap();
         let mut said = Vec::new();
-        let done = convert_checkpoint(&ckpt, &tmp.path().join("out"), &ConvertOptions::default(), &mut |m| said.push(m.to_string())).unwrap();
+        let done = convert_checkpoint(&ckpt, &tmp.path().join("out"), &ConvertOptions::default(), &mut |m| {
+            said.push(m.to_string())
+        })
+        .unwrap();
         assert!(said.iter().any(|m| m.contains("dav.pth")), "{said:?}");
         let (with, without) = (GgufFile::open(&done[0].path).unwrap(), GgufFile::open(&plain[0].path).unwrap());
         // The decoder's tensors are untouched; the encoder's are the DAC encoder's, renamed.
         for t in without.tensors() {
             assert_eq!(with.tensor_bytes(with.tensor(&t.name).unwrap()), without.tensor_bytes(t), "{}", t.name);
         }
-        let added: Vec<&str> = with.tensors().iter().map(|t| t.name.as_str()).filter(|n| without.tensor(n).is_none()).collect();
-        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fx.join("dav/manifest.json")).unwrap()).unwrap();
-        let strides: Vec<usize> = doc["strides"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
-        let widths: Vec<usize> = doc["widths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+        let added: Vec<&str> =
+            with.tensors().iter().map(|t| t.name.as_str()).filter(|n| without.tensor(n).is_none()).collect();
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(fx.join("dav/manifest.json")).unwrap()).unwrap();
+        let strides: Vec<usize> =
+            doc["strides"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+        let widths: Vec<usize> =
+            doc["widths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
         let half = doc["half"].as_u64().unwrap() as usize;
         let declared = crate::models::mm3::vae_enc::encoder_shapes(&widths, &strides, half);
         assert_eq!(added.len(), declared.len(), "{added:?}");
         for (name, ne) in &declared {
-            assert_eq!(&with.tensor(name).unwrap_or_else(|| panic!("{name} missing")).ne[..ne.len()], &ne[..], "{name}");
+            assert_eq!(
+                &with.tensor(name).unwrap_or_else(|| panic!("{name} missing")).ne[..ne.len()],
+                &ne[..],
+                "{name}"
+            );
         }
         let backend = crate::ggml::Backend::for_tests(2);
         let mut enc = VaeEncoder::load(&with, &backend).unwrap();
         assert_eq!(enc.strides, strides);
-        let got = enc.encode(&backend, &read_f32(&fx.join("dav/audio.f32"))).unwrap();
-        let want = read_f32(&fx.join("dav/mean.f32"));
+        let got = enc.encode(&backend, &read_f32(fx.join("dav/audio.f32"))).unwrap();
+        let want = read_f32(fx.join("dav/mean.f32"));
         assert_eq!(got.len(), want.len());
         let num: f64 = got.iter().zip(&want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
         let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();

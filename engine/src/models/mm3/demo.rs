@@ -11,7 +11,7 @@ use crate::gguf::{GgufError, GgufWriter, Value};
 use crate::models::mm3::config::{DepthConfig, LmConfig, TokenLayout, CONFIG_JSON_KEY, DEMO_KEY, DEPTH_ARCH, LM_ARCH};
 use crate::models::mm3::config::{COND_ARCH, DIT_ARCH, VAE_ARCH};
 use crate::models::mm3::dit::DitConfig;
-use crate::models::yue2::demo::{random_values, tensor_type, write_tensors, Preset};
+use crate::nn::demo::{random_values, tensor_type, write_tensors, Preset};
 use crate::tokenizer::{byte_to_char_table, token_type};
 use std::path::{Path, PathBuf};
 
@@ -100,11 +100,36 @@ impl DemoSpec {
                     head_dim: Some(16),
                     ..LmConfig::full()
                 };
-                let depth = DepthConfig { hidden_size: 64, num_layers: 4, num_attention_heads: 4, intermediate_size: 96, audio_vocab_size: 32, num_codebooks: 8, max_position_embeddings: 16 };
+                let depth = DepthConfig {
+                    hidden_size: 64,
+                    num_layers: 4,
+                    num_attention_heads: 4,
+                    intermediate_size: 96,
+                    audio_vocab_size: 32,
+                    num_codebooks: 8,
+                    max_position_embeddings: 16,
+                };
                 // The synthesis half at tiny widths, but with the published hop (512 samples a
                 // latent) so the audio has the published rate and length.
-                let dit = DitConfig { in_channels: 8, condition_dim: 32, num_layers: 2, num_attention_heads: 2, attention_head_dim: 16, ff_inner_dim: 64, rotary_dim: 8, fourier_embedding_dim: 16 };
-                DemoSpec { lm, depth, tokens, matrix_type: GgmlType::F32, cond_dim: 32, dit, vae: (8, 16, 32, [8, 8, 4, 2]) }
+                let dit = DitConfig {
+                    in_channels: 8,
+                    condition_dim: 32,
+                    num_layers: 2,
+                    num_attention_heads: 2,
+                    attention_head_dim: 16,
+                    ff_inner_dim: 64,
+                    rotary_dim: 8,
+                    fourier_embedding_dim: 16,
+                };
+                DemoSpec {
+                    lm,
+                    depth,
+                    tokens,
+                    matrix_type: GgmlType::F32,
+                    cond_dim: 32,
+                    dit,
+                    vae: (8, 16, 32, [8, 8, 4, 2]),
+                }
             }
         }
     }
@@ -113,7 +138,11 @@ impl DemoSpec {
     /// the added tokens as control tokens.
     pub fn vocabulary(&self) -> (Vec<String>, Vec<i32>) {
         let n = self.tokens.text_vocab as usize;
-        let mut toks: Vec<String> = if n == 256 { byte_to_char_table().iter().map(|c| c.to_string()).collect() } else { (0..n).map(|i| format!("<|demo_{i}|>")).collect() };
+        let mut toks: Vec<String> = if n == 256 {
+            byte_to_char_table().iter().map(|c| c.to_string()).collect()
+        } else {
+            (0..n).map(|i| format!("<|demo_{i}|>")).collect()
+        };
         let mut types = vec![token_type::NORMAL; n];
         for t in ADDED_TOKENS {
             toks.push(t.to_string());
@@ -127,7 +156,8 @@ impl DemoSpec {
 /// around 1, biases small, matrices of unit gain.
 fn synth_values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
     let v = random_values(seed, name, ne);
-    let around_one = name.ends_with(".alpha") || (name.contains("norm") && name.ends_with(".weight")) || name == "layer_scale";
+    let around_one =
+        name.ends_with(".alpha") || (name.contains("norm") && name.ends_with(".weight")) || name == "layer_scale";
     if around_one {
         v.iter().map(|x| 1.0 + 0.2 * x.clamp(-1.0, 1.0)).collect()
     } else if name.ends_with(".bias") || name == "layer_weight_logits" {
@@ -152,18 +182,32 @@ fn synth_values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
 }
 
 /// Writes one GGUF of F32 (or the spec's matrix type) random tensors.
-fn write_synth(path: &Path, w: &GgufWriter, tensors: &[(String, GgmlType, Vec<i64>)], seed: u64) -> Result<(), GgufError> {
+fn write_synth(
+    path: &Path,
+    w: &GgufWriter,
+    tensors: &[(String, GgmlType, Vec<i64>)],
+    seed: u64,
+) -> Result<(), GgufError> {
     let mut data = w.create(path)?;
     for (name, ty, ne) in tensors {
         let v = synth_values(seed, name, ne);
-        let bytes = if *ty == GgmlType::F32 { crate::ggml::encode_f32(GgmlType::F32, &v).unwrap() } else { crate::ggml::quantize(*ty, &v, ne[0] as usize) };
+        let bytes = if *ty == GgmlType::F32 {
+            crate::ggml::encode_f32(GgmlType::F32, &v).unwrap()
+        } else {
+            crate::ggml::quantize(*ty, &v, ne[0] as usize)
+        };
         data.write(&bytes)?;
     }
     data.finish()
 }
 
 /// Writes `mm3-demo-{preset}-{lm,depth,cond,dit,vae}.gguf` into `dir`.
-pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<Vec<PathBuf>, GgufError> {
+pub fn write_demo(
+    dir: &Path,
+    preset: Preset,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<PathBuf>, GgufError> {
     std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), source })?;
     let spec = DemoSpec::new(preset);
     let tag = preset.name();
@@ -178,18 +222,29 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
         }
     }
     let (toks, types) = spec.vocabulary();
-    w.set_str("tokenizer.ggml.model", "gpt2").set_str("tokenizer.ggml.pre", "qwen2").set_strs("tokenizer.ggml.tokens", &toks).set_i32s("tokenizer.ggml.token_type", &types);
+    w.set_str("tokenizer.ggml.model", "gpt2")
+        .set_str("tokenizer.ggml.pre", "qwen2")
+        .set_strs("tokenizer.ggml.tokens", &toks)
+        .set_i32s("tokenizer.ggml.token_type", &types);
     w.set("tokenizer.ggml.merges", Value::Array(vec![]));
-    let lm: Vec<(String, GgmlType, Vec<i64>)> = spec.lm.tensor_shapes().into_iter().map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne)).collect();
+    let lm: Vec<(String, GgmlType, Vec<i64>)> =
+        spec.lm.tensor_shapes().into_iter().map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne)).collect();
     for (n, ty, ne) in &lm {
         w.add_tensor(n, *ty, ne);
     }
     let mut d = GgufWriter::new();
-    d.set_str("general.architecture", DEPTH_ARCH).set_str("general.name", &format!("yued demo MiniMax Music 3 depth decoder ({tag}, RANDOM WEIGHTS)")).set_str(DEMO_KEY, tag);
+    d.set_str("general.architecture", DEPTH_ARCH)
+        .set_str("general.name", &format!("yued demo MiniMax Music 3 depth decoder ({tag}, RANDOM WEIGHTS)"))
+        .set_str(DEMO_KEY, tag);
     for (k, v) in DepthConfig::KEYS.iter().zip(spec.depth.values()) {
         d.set_u32(&format!("{DEPTH_ARCH}.{k}"), v as u32);
     }
-    let depth: Vec<(String, GgmlType, Vec<i64>)> = spec.depth.tensor_shapes(spec.lm.hidden_size).into_iter().map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne)).collect();
+    let depth: Vec<(String, GgmlType, Vec<i64>)> = spec
+        .depth
+        .tensor_shapes(spec.lm.hidden_size)
+        .into_iter()
+        .map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne))
+        .collect();
     for (n, ty, ne) in &depth {
         d.add_tensor(n, *ty, ne);
     }
@@ -209,7 +264,9 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
         ("proj.bias".into(), GgmlType::F32, vec![cd]),
     ];
     let mut cw = GgufWriter::new();
-    cw.set_str("general.architecture", COND_ARCH).set_str("general.name", &format!("yued demo MiniMax Music 3 condition encoder ({tag}, RANDOM WEIGHTS)")).set_str(DEMO_KEY, tag);
+    cw.set_str("general.architecture", COND_ARCH)
+        .set_str("general.name", &format!("yued demo MiniMax Music 3 condition encoder ({tag}, RANDOM WEIGHTS)"))
+        .set_str(DEMO_KEY, tag);
     for (k, v) in [
         ("condition_hidden_dim", h as u32),
         ("num_condition_layers", 8),
@@ -228,10 +285,25 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
     write_synth(&p, &cw, &cond, seed ^ 0xc0)?;
     files.push(p);
     let d = &spec.dit;
-    let dit: Vec<(String, GgmlType, Vec<i64>)> =
-        d.tensor_shapes().into_iter().map(|(n, ne)| (n.clone(), if n.contains("conv") || n.starts_with("time_") { GgmlType::F32 } else { tensor_type(spec.matrix_type, &ne) }, ne)).collect();
+    let dit: Vec<(String, GgmlType, Vec<i64>)> = d
+        .tensor_shapes()
+        .into_iter()
+        .map(|(n, ne)| {
+            (
+                n.clone(),
+                if n.contains("conv") || n.starts_with("time_") {
+                    GgmlType::F32
+                } else {
+                    tensor_type(spec.matrix_type, &ne)
+                },
+                ne,
+            )
+        })
+        .collect();
     let mut dw = GgufWriter::new();
-    dw.set_str("general.architecture", DIT_ARCH).set_str("general.name", &format!("yued demo MiniMax Music 3 DiT ({tag}, RANDOM WEIGHTS)")).set_str(DEMO_KEY, tag);
+    dw.set_str("general.architecture", DIT_ARCH)
+        .set_str("general.name", &format!("yued demo MiniMax Music 3 DiT ({tag}, RANDOM WEIGHTS)"))
+        .set_str(DEMO_KEY, tag);
     for (k, v) in [
         ("in_channels", d.in_channels),
         ("condition_dim", d.condition_dim),
@@ -261,8 +333,12 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
         .map(|(n, ne)| (n, GgmlType::F32, ne))
         .collect();
     let mut vw = GgufWriter::new();
-    vw.set_str("general.architecture", VAE_ARCH).set_str("general.name", &format!("yued demo MiniMax Music 3 flow VAE ({tag}, RANDOM WEIGHTS)")).set_str(DEMO_KEY, tag);
-    vw.set_u32(&format!("{VAE_ARCH}.latent_channels"), lat as u32).set_u32(&format!("{VAE_ARCH}.sampling_rate"), 44100).set_i32s(&format!("{VAE_ARCH}.upsampling_ratios"), &strides.map(|s| s as i32));
+    vw.set_str("general.architecture", VAE_ARCH)
+        .set_str("general.name", &format!("yued demo MiniMax Music 3 flow VAE ({tag}, RANDOM WEIGHTS)"))
+        .set_str(DEMO_KEY, tag);
+    vw.set_u32(&format!("{VAE_ARCH}.latent_channels"), lat as u32)
+        .set_u32(&format!("{VAE_ARCH}.sampling_rate"), 44100)
+        .set_i32s(&format!("{VAE_ARCH}.upsampling_ratios"), &strides.map(|s| s as i32));
     for (n, ty, ne) in &vae {
         vw.add_tensor(n, *ty, ne);
     }

@@ -45,7 +45,10 @@ impl DepthModel {
             }));
         }
         // Norms and the position table in F32 (they are added and multiplied element-wise).
-        let weights = load_tensors_upcast(f, &cfg.tensor_shapes(lm_hidden), backend, "depth decoder weights", |name, ne| ne.len() == 1 || name == "pos_embedding.weight")?;
+        let weights =
+            load_tensors_upcast(f, &cfg.tensor_shapes(lm_hidden), backend, "depth decoder weights", |name, ne| {
+                ne.len() == 1 || name == "pos_embedding.weight"
+            })?;
         let graphs = (0..4 * (cfg.num_codebooks + 1)).map(|_| GraphCache::new(backend, "depth decoder step")).collect();
         Ok(DepthModel { cfg, weights, graphs })
     }
@@ -57,13 +60,23 @@ impl DepthModel {
     /// Rows of the acoustic embedding table for code `code` of acoustic codebook `book`
     /// (0-based: the frame's second code is book 0), as f32 on the host.
     pub fn audio_embedding(&self, book: usize, code: u32) -> Vec<f32> {
-        assert!((code as usize) < self.cfg.audio_vocab_size && book < self.cfg.acoustic_codebooks(), "acoustic code {code} of book {book}");
+        assert!(
+            (code as usize) < self.cfg.audio_vocab_size && book < self.cfg.acoustic_codebooks(),
+            "acoustic code {code} of book {book}"
+        );
         read_rows(self.weights.get("audio_embeddings.weight"), &[(book * self.cfg.audio_vocab_size) as u32 + code])
     }
 
     /// Runs `b` sequences of `s` raw (unprojected) embeddings each (`input`: row-major
     /// `[b][s][hidden]`) and returns the hidden states and the logits of `audio_heads[s-2]`.
-    pub fn forward(&mut self, backend: &Backend, input: &[f32], s: usize, b: usize, all: bool) -> Result<DepthOut, GgmlError> {
+    pub fn forward(
+        &mut self,
+        backend: &Backend,
+        input: &[f32],
+        s: usize,
+        b: usize,
+        all: bool,
+    ) -> Result<DepthOut, GgmlError> {
         let c = &self.cfg;
         let h = c.hidden_size;
         assert!((2..=c.num_codebooks).contains(&s), "depth sequence of {s} positions");
@@ -87,7 +100,10 @@ impl DepthModel {
         let hid = g.tensor(2).read_f32();
         let logits = g.tensor(3).read_f32();
         let per = hid.len() / b;
-        Ok(DepthOut { hidden: hid.chunks(per).map(|r| r.to_vec()).collect(), logits: logits.chunks(c.audio_vocab_size).map(|r| r.to_vec()).collect() })
+        Ok(DepthOut {
+            hidden: hid.chunks(per).map(|r| r.to_vec()).collect(),
+            logits: logits.chunks(c.audio_vocab_size).map(|r| r.to_vec()).collect(),
+        })
     }
 }
 
@@ -113,12 +129,16 @@ fn build<'a>(ctx: &'a Context, c: &DepthConfig, w: &'a TensorStore, s: usize, b:
         let a = ctx.reshape_2d(ctx.cont(ctx.permute(a, [0, 2, 1, 3])), h, si * bi);
         x = ctx.add(x, ctx.reshape_3d(ctx.mul_mat(t("attn.to_out.weight"), a), h, si, bi));
         let n = rms_norm(ctx, x, t("post_attention_layernorm.weight"), DEPTH_EPS);
-        let mlp = ctx.mul_mat(t("down_proj.weight"), ctx.swiglu(ctx.mul_mat(t("gate_proj.weight"), n), ctx.mul_mat(t("up_proj.weight"), n)));
+        let mlp = ctx.mul_mat(
+            t("down_proj.weight"),
+            ctx.swiglu(ctx.mul_mat(t("gate_proj.weight"), n), ctx.mul_mat(t("up_proj.weight"), n)),
+        );
         x = ctx.add(x, mlp);
     }
     let y = rms_norm(ctx, x, w.get("norm.weight"), DEPTH_EPS); // [h, S, B]
     let last = ctx.cont(ctx.view_2d(y, h, bi, y.nb()[2], (s - 1) * y.nb()[1]));
-    let logits = ctx.mul_mat(w.get(&format!("audio_heads.{}.weight", s - 2)), last).set_name("depth_logits").set_output();
+    let logits =
+        ctx.mul_mat(w.get(&format!("audio_heads.{}.weight", s - 2)), last).set_name("depth_logits").set_output();
     let hidden = if all { ctx.cont(y) } else { last }.set_name("depth_hidden").set_output();
     vec![input, mask, hidden, logits]
 }

@@ -51,7 +51,13 @@ impl DitConfig {
         2 * self.in_channels + self.condition_dim
     }
     pub fn tensor_shapes(&self) -> Vec<(String, Vec<i64>)> {
-        let (d, cc, cin, ff, fe) = (self.dim() as i64, self.concat() as i64, self.in_channels as i64, self.ff_inner_dim as i64, self.fourier_embedding_dim as i64);
+        let (d, cc, cin, ff, fe) = (
+            self.dim() as i64,
+            self.concat() as i64,
+            self.in_channels as i64,
+            self.ff_inner_dim as i64,
+            self.fourier_embedding_dim as i64,
+        );
         let mut v = vec![
             ("time_proj.weight".to_string(), vec![1, fe / 2]),
             ("time_embed.linear_1.weight".into(), vec![fe, d]),
@@ -112,7 +118,15 @@ impl DitModel {
 
     /// Velocities of `b` rows of `frames` latent frames: `x` and `cond` row-major
     /// `[b][frames][in_channels]` and `[b][frames][condition_dim]`, all at flow time `t`.
-    pub fn velocity(&mut self, backend: &Backend, lat: &[f32], cond: &[f32], frames: usize, b: usize, t: f32) -> Result<Vec<f32>, GgmlError> {
+    pub fn velocity(
+        &mut self,
+        backend: &Backend,
+        lat: &[f32],
+        cond: &[f32],
+        frames: usize,
+        b: usize,
+        t: f32,
+    ) -> Result<Vec<f32>, GgmlError> {
         let c = self.cfg.clone();
         let (cin, cd, d) = (c.in_channels as i64, c.condition_dim as i64, c.dim() as i64);
         let (tl, bl) = (frames as i64, b as i64);
@@ -147,7 +161,8 @@ impl DitModel {
             let q = ctx.permute(rope(proj("attn.to_q.weight")), [0, 2, 1, 3]); // [hd, n, nh, B]
             let k = ctx.permute(rope(proj("attn.to_k.weight")), [0, 2, 1, 3]);
             let v = ctx.permute(proj("attn.to_v.weight"), [0, 2, 1, 3]);
-            let kq = ctx.soft_max_ext(ctx.mul_mat(ctx.cont(k), ctx.cont(q)), None, 1.0 / (hd as f32).sqrt()); // [n_k, n_q, nh, B]
+            // [n_k, n_q, nh, B]
+            let kq = ctx.soft_max_ext(ctx.mul_mat(ctx.cont(k), ctx.cont(q)), None, 1.0 / (hd as f32).sqrt());
             let vt = ctx.cont(ctx.permute(v, [1, 0, 2, 3])); // [n, hd, nh, B]
             let a = ctx.mul_mat(vt, kq); // [hd, n_q, nh, B]
             let a = ctx.reshape_3d(ctx.cont(ctx.permute(a, [0, 2, 1, 3])), d, n, bl);
@@ -180,7 +195,17 @@ impl DitModel {
     /// unconditional (zero-condition) branches of every variation in one batch
     /// (`batch`), or as two forwards.
     #[allow(clippy::too_many_arguments)]
-    pub fn guided(&mut self, backend: &Backend, x: &[f32], cond: &[f32], frames: usize, m: usize, t: f32, cfg: f32, batch: bool) -> Result<Vec<f32>, GgmlError> {
+    pub fn guided(
+        &mut self,
+        backend: &Backend,
+        x: &[f32],
+        cond: &[f32],
+        frames: usize,
+        m: usize,
+        t: f32,
+        cfg: f32,
+        batch: bool,
+    ) -> Result<Vec<f32>, GgmlError> {
         let per = frames * self.cfg.in_channels;
         let zero = vec![0f32; cond.len()];
         let conds: Vec<f32> = (0..m).flat_map(|_| cond.iter().copied()).collect();

@@ -38,9 +38,12 @@ pub fn tokenizer(f: &GgufFile, info: &LmInfo) -> Result<Tokenizer, TokenizerErro
         return Tokenizer::from_gguf(f);
     }
     let tokens: Vec<String> = f.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
-    let types = (0..tokens.len()).map(|i| if (i as u32) < info.tokens.text_vocab { token_type::NORMAL } else { token_type::CONTROL }).collect();
+    let types = (0..tokens.len())
+        .map(|i| if (i as u32) < info.tokens.text_vocab { token_type::NORMAL } else { token_type::CONTROL })
+        .collect();
     let merges: Vec<String> = f.get_str_array("tokenizer.ggml.merges")?.into_iter().map(String::from).collect();
-    Tokenizer::from_parts(tokens, types, &merges).map_err(|e| TokenizerError::Build(format!("{}: {e}", f.path().display())))
+    Tokenizer::from_parts(tokens, types, &merges)
+        .map_err(|e| TokenizerError::Build(format!("{}: {e}", f.path().display())))
 }
 
 /// One step's output for every stream it ran: the logits of the sampled rows
@@ -61,8 +64,13 @@ impl LmModel {
     pub fn load(f: &GgufFile, backend: &Backend) -> Result<Self, LoadError> {
         let info = LmInfo::read(f)?;
         // Norms in F32 (a native BF16 file keeps them BF16).
-        let weights = load_tensors_upcast(f, &info.config.tensor_shapes(), backend, "LM weights", |_, ne| ne.len() == 1)?;
-        Ok(LmModel { lm: CausalLm::new(lm_spec(&info), weights, backend, "LM step"), info, kv_type: crate::kv_cache::KV_TYPE })
+        let weights =
+            load_tensors_upcast(f, &info.config.tensor_shapes(), backend, "LM weights", |_, ne| ne.len() == 1)?;
+        Ok(LmModel {
+            lm: CausalLm::new(lm_spec(&info), weights, backend, "LM step"),
+            info,
+            kv_type: crate::kv_cache::KV_TYPE,
+        })
     }
 
     /// A KV set of `streams` sequences of `capacity` positions, of [`LmModel::kv_type`].
@@ -86,16 +94,36 @@ impl LmModel {
     /// Prefills `prompts[i]` into stream `streams[i]` of `set` and returns the last
     /// position's logits and hidden state of each. With `batch`, prompts of equal length
     /// on consecutive streams run as one forward; else one forward each.
-    pub fn prefill(&mut self, backend: &Backend, set: &mut KvSet, prompts: &[(&[u32], usize)], batch: bool) -> Result<LmOut, GgmlError> {
+    pub fn prefill(
+        &mut self,
+        backend: &Backend,
+        set: &mut KvSet,
+        prompts: &[(&[u32], usize)],
+        batch: bool,
+    ) -> Result<LmOut, GgmlError> {
         let rows = self.info.tokens.sample_rows();
         if batch {
             let seqs: Vec<SeqInput<'_>> = prompts.iter().map(|&(tokens, set)| SeqInput { tokens, set }).collect();
-            return Ok(LmOut::from(self.lm.step(backend, std::slice::from_mut(set), StepInput::Ids(&seqs), rows, Positions::Last, true)?));
+            return Ok(LmOut::from(self.lm.step(
+                backend,
+                std::slice::from_mut(set),
+                StepInput::Ids(&seqs),
+                rows,
+                Positions::Last,
+                true,
+            )?));
         }
         let mut out = LmOut { logits: Vec::new(), hidden: Vec::new() };
         for &(tokens, stream) in prompts {
             let seq = [SeqInput { tokens, set: stream }];
-            let o = LmOut::from(self.lm.step(backend, std::slice::from_mut(set), StepInput::Ids(&seq), rows.clone(), Positions::Last, true)?);
+            let o = LmOut::from(self.lm.step(
+                backend,
+                std::slice::from_mut(set),
+                StepInput::Ids(&seq),
+                rows.clone(),
+                Positions::Last,
+                true,
+            )?);
             out.logits.extend(o.logits);
             out.hidden.extend(o.hidden);
         }
@@ -104,16 +132,36 @@ impl LmModel {
 
     /// Appends one input embedding to each listed stream (`inputs[i]`: its embedding and
     /// stream) and returns their logits and hidden states; batched or one forward each.
-    pub fn feed(&mut self, backend: &Backend, set: &mut KvSet, inputs: &[(&[f32], usize)], batch: bool) -> Result<LmOut, GgmlError> {
+    pub fn feed(
+        &mut self,
+        backend: &Backend,
+        set: &mut KvSet,
+        inputs: &[(&[f32], usize)],
+        batch: bool,
+    ) -> Result<LmOut, GgmlError> {
         let rows = self.info.tokens.sample_rows();
         if batch {
             let seqs: Vec<SeqEmbeds<'_>> = inputs.iter().map(|&(embeds, set)| SeqEmbeds { embeds, set }).collect();
-            return Ok(LmOut::from(self.lm.step(backend, std::slice::from_mut(set), StepInput::Embeds(&seqs), rows, Positions::Last, true)?));
+            return Ok(LmOut::from(self.lm.step(
+                backend,
+                std::slice::from_mut(set),
+                StepInput::Embeds(&seqs),
+                rows,
+                Positions::Last,
+                true,
+            )?));
         }
         let mut out = LmOut { logits: Vec::new(), hidden: Vec::new() };
         for &(embeds, stream) in inputs {
             let seq = [SeqEmbeds { embeds, set: stream }];
-            let o = LmOut::from(self.lm.step(backend, std::slice::from_mut(set), StepInput::Embeds(&seq), rows.clone(), Positions::Last, true)?);
+            let o = LmOut::from(self.lm.step(
+                backend,
+                std::slice::from_mut(set),
+                StepInput::Embeds(&seq),
+                rows.clone(),
+                Positions::Last,
+                true,
+            )?);
             out.logits.extend(o.logits);
             out.hidden.extend(o.hidden);
         }
@@ -122,17 +170,43 @@ impl LmModel {
 
     /// Replay: the whole feedback sequence `embeds` (`n` rows) after a prefilled prompt on
     /// `stream`, as one forward; the hidden state of every position.
-    pub fn feed_all(&mut self, backend: &Backend, set: &mut KvSet, embeds: &[f32], stream: usize) -> Result<Vec<Vec<f32>>, GgmlError> {
+    pub fn feed_all(
+        &mut self,
+        backend: &Backend,
+        set: &mut KvSet,
+        embeds: &[f32],
+        stream: usize,
+    ) -> Result<Vec<Vec<f32>>, GgmlError> {
         let rows = self.info.tokens.sample_rows();
         let seq = [SeqEmbeds { embeds, set: stream }];
-        let l = self.lm.step(backend, std::slice::from_mut(set), StepInput::Embeds(&seq), rows.start..rows.start + 1, Positions::All, true)?;
+        let l = self.lm.step(
+            backend,
+            std::slice::from_mut(set),
+            StepInput::Embeds(&seq),
+            rows.start..rows.start + 1,
+            Positions::All,
+            true,
+        )?;
         Ok(l.hidden.into_iter().flatten().collect())
     }
 
     /// Logits of every prompt position of the full vocabulary (parity tests).
-    pub fn prompt_logits(&mut self, backend: &Backend, set: &mut KvSet, tokens: &[u32], stream: usize) -> Result<Vec<Vec<f32>>, GgmlError> {
+    pub fn prompt_logits(
+        &mut self,
+        backend: &Backend,
+        set: &mut KvSet,
+        tokens: &[u32],
+        stream: usize,
+    ) -> Result<Vec<Vec<f32>>, GgmlError> {
         let seq = [SeqInput { tokens, set: stream }];
-        let l = self.lm.step(backend, std::slice::from_mut(set), StepInput::Ids(&seq), 0..self.info.config.vocab_size as u32, Positions::All, false)?;
+        let l = self.lm.step(
+            backend,
+            std::slice::from_mut(set),
+            StepInput::Ids(&seq),
+            0..self.info.config.vocab_size as u32,
+            Positions::All,
+            false,
+        )?;
         Ok(l.per_seq.into_iter().flatten().collect())
     }
 }
@@ -144,25 +218,16 @@ pub fn export_qwen3(model: &std::path::Path, out: &std::path::Path) -> Result<us
     use crate::nn::export_qwen3::{write, Qwen3Hparams};
     let f = GgufFile::open(model)?;
     let info = LmInfo::read(&f)?;
-    let c = &info.config;
-    let hp = Qwen3Hparams {
-        layers: c.num_hidden_layers,
-        context: c.max_position_embeddings,
-        hidden: c.hidden_size,
-        feed_forward: c.intermediate_size,
-        heads: c.num_attention_heads,
-        kv_heads: c.num_key_value_heads,
-        head_dim: c.head_dim(),
-        rope_theta: c.rope_theta,
-        rms_eps: c.rms_norm_eps,
-        vocab: c.vocab_size,
-    };
+    let corrupt = |what| crate::gguf::GgufError::Corrupt { path: model.to_path_buf(), what };
+    let hp = Qwen3Hparams::from_config(&info.config).map_err(corrupt)?;
     let tokens: Vec<String> = f.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
     // minimaxmusic.cpp's files carry no types: the ids from the first added token on are
     // control tokens, as `tokenizer` reads them.
     let types: Vec<i32> = match f.get_i64_array("tokenizer.ggml.token_type") {
         Ok(t) => t.into_iter().map(|t| t as i32).collect(),
-        Err(_) => (0..tokens.len()).map(|i| if (i as u32) < info.tokens.text_vocab { token_type::NORMAL } else { token_type::CONTROL }).collect(),
+        Err(_) => (0..tokens.len())
+            .map(|i| if (i as u32) < info.tokens.text_vocab { token_type::NORMAL } else { token_type::CONTROL })
+            .collect(),
     };
     write(&f, &hp, "MiniMax Music 3 LM", tokens, types, &|_| true, out)
 }
@@ -176,7 +241,13 @@ mod tests {
     #[test]
     fn the_lm_exports_to_llama_cpp_and_computes_our_logits() {
         let dir = tempfile::tempdir().unwrap();
-        let files = crate::models::mm3::demo::write_demo(dir.path(), crate::models::yue2::demo::Preset::Tiny, 4, &mut |_, _| {}).unwrap();
+        let files = crate::models::mm3::demo::write_demo(
+            dir.path(),
+            crate::models::yue2::demo::Preset::Tiny,
+            4,
+            &mut |_, _| {},
+        )
+        .unwrap();
         let out = dir.path().join("lm.qwen3.gguf");
         let src = GgufFile::open(&files[0]).unwrap();
         let info = LmInfo::read(&src).unwrap();
@@ -184,7 +255,8 @@ mod tests {
         assert_eq!(export_qwen3(&files[0], &out).unwrap(), 3 + 11 * c.num_hidden_layers);
         let q = GgufFile::open(&out).unwrap();
         assert_eq!(q.get_str_array("tokenizer.ggml.tokens").unwrap().len(), c.vocab_size, "padded to the vocabulary");
-        let (a, b) = (src.tensor("model.layers.0.mlp.down_proj.weight").unwrap(), q.tensor("blk.0.ffn_down.weight").unwrap());
+        let (a, b) =
+            (src.tensor("model.layers.0.mlp.down_proj.weight").unwrap(), q.tensor("blk.0.ffn_down.weight").unwrap());
         assert_eq!(src.tensor_bytes(a), q.tensor_bytes(b));
         let l = crate::ggml::llama_ref::LlamaRef::load(&out, false).unwrap();
         let vocab = c.vocab_size as u32;

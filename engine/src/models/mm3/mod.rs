@@ -1,4 +1,5 @@
-//! MiniMax Music 3 (minimaxmusic.cpp's architecture reference): a Qwen3 LM writes a semantic code per 25 Hz frame, an RVQ
+//! MiniMax Music 3 (minimaxmusic.cpp's architecture reference): a Qwen3 LM writes a semantic code per 25 Hz frame, an
+//! RVQ
 //! depth decoder the frame's 7 acoustic codes; a condition encoder, a flow-matching DiT and
 //! a flow VAE turn their hidden states into 44.1 kHz stereo. One module per file: the
 //! configuration, the prompt, the LM, the depth decoder, the AR loop (`compose`), the

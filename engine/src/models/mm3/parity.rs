@@ -14,6 +14,7 @@ use super::lm::{tokenizer, LmModel};
 use super::prompt;
 use crate::ggml::{Backend, GgmlType};
 use crate::gguf::GgufFile;
+use crate::test_util::{argmax, max_abs};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -32,15 +33,6 @@ fn f32s(name: &str) -> Vec<f32> {
 
 fn ids(v: &Value) -> Vec<u32> {
     v.as_array().unwrap().iter().map(|x| x.as_u64().unwrap() as u32).collect()
-}
-
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len());
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
-}
-
-fn argmax(v: &[f32]) -> usize {
-    v.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0
 }
 
 struct Converted {
@@ -82,7 +74,13 @@ fn converted() -> Converted {
 
 fn converted_as(f32_weights: bool) -> Converted {
     let dir = tempfile::tempdir().unwrap();
-    let done = convert_checkpoint(&repo("fixtures/mm3/ckpt"), dir.path(), &ConvertOptions { semantic_codes: Some(64) }, &mut |_| {}).unwrap();
+    let done = convert_checkpoint(
+        &repo("fixtures/mm3/ckpt"),
+        dir.path(),
+        &ConvertOptions { semantic_codes: Some(64) },
+        &mut |_| {},
+    )
+    .unwrap();
     let files: Vec<PathBuf> = done.iter().map(|d| d.path.clone()).collect();
     let backend = Backend::for_tests(1);
     let pick = |p: &PathBuf| if f32_weights { f32_copy(p) } else { p.clone() };
@@ -94,7 +92,13 @@ fn converted_as(f32_weights: bool) -> Converted {
     let depth = DepthModel::load(&GgufFile::open(pick(&files[1])).unwrap(), lm.hidden(), &backend).unwrap();
     let c = cases();
     let tok = tokenizer(&lf, &lm.info).unwrap();
-    let prompt = prompt::build(&tok, &lm.info.tokens, c["prompt"]["caption"].as_str().unwrap(), c["prompt"]["lyrics"].as_str().unwrap()).unwrap();
+    let prompt = prompt::build(
+        &tok,
+        &lm.info.tokens,
+        c["prompt"]["caption"].as_str().unwrap(),
+        c["prompt"]["lyrics"].as_str().unwrap(),
+    )
+    .unwrap();
     Converted { backend, lm, depth, prompt, files, _dir: dir }
 }
 
@@ -112,7 +116,11 @@ fn the_checkpoint_converts_to_five_files_in_native_dtypes() {
             "MiniMax-Music3-vocoder-F32.gguf"
         ]
     );
-    let arch: Vec<String> = t.files.iter().map(|p| GgufFile::open(p).unwrap().get_str("general.architecture").unwrap().to_string()).collect();
+    let arch: Vec<String> = t
+        .files
+        .iter()
+        .map(|p| GgufFile::open(p).unwrap().get_str("general.architecture").unwrap().to_string())
+        .collect();
     assert_eq!(arch, [LM_ARCH, DEPTH_ARCH, COND_ARCH, DIT_ARCH, VAE_ARCH]);
     // Byte for byte: an LM matrix in BF16 equals the safetensors bytes.
     let lf = GgufFile::open(&t.files[0]).unwrap();
@@ -183,7 +191,10 @@ fn lm_logits_and_hidden_states_match_the_reference() {
     let rows = t.lm.info.tokens.sample_rows();
     for r in 0..2 {
         let w = &want[(r * l + l - 1) * v..(r * l + l) * v];
-        assert!(max_abs(&out.logits[r], &w[rows.start as usize..rows.end as usize]) < 2e-4, "sampled rows of stream {r}");
+        assert!(
+            max_abs(&out.logits[r], &w[rows.start as usize..rows.end as usize]) < 2e-4,
+            "sampled rows of stream {r}"
+        );
     }
     let fb_case = &c["feedback_embed"];
     let mut codes = [fb_case["semantic"].as_u64().unwrap() as u32; 8];
@@ -191,7 +202,11 @@ fn lm_logits_and_hidden_states_match_the_reference() {
         codes[i + 1] = a;
     }
     let fb = feedback(&t.lm, &t.depth, &codes);
-    assert!(max_abs(&fb, &f32s("feedback_embed.f32")) < 1e-6, "feedback: {}", max_abs(&fb, &f32s("feedback_embed.f32")));
+    assert!(
+        max_abs(&fb, &f32s("feedback_embed.f32")) < 1e-6,
+        "feedback: {}",
+        max_abs(&fb, &f32s("feedback_embed.f32"))
+    );
     let out = t.lm.feed(&t.backend, &mut set, &[(&fb, 0), (&fb, 1)], true).unwrap();
     let (dl, dh) = (f32s("decode_logits.f32"), f32s("decode_last_hidden.f32"));
     assert!(max_abs(&out.hidden.concat(), &dh) < 1e-4, "decode hidden");
@@ -210,7 +225,12 @@ fn depth_states_and_logits_match_the_reference_for_both_rows() {
     let ac = ids(&c["acoustic"]);
     let lm_pair = f32s("prefill_last_hidden.f32");
     let e = t.lm.embeddings(&[sem + t.lm.info.tokens.semantic_base]);
-    let (hl, lc, lu, lg) = (f32s("depth_hidden_last.f32"), f32s("depth_logits_cond.f32"), f32s("depth_logits_uncond.f32"), f32s("depth_logits_guided.f32"));
+    let (hl, lc, lu, lg) = (
+        f32s("depth_hidden_last.f32"),
+        f32s("depth_logits_cond.f32"),
+        f32s("depth_logits_uncond.f32"),
+        f32s("depth_logits_guided.f32"),
+    );
     let audio: Vec<Vec<f32>> = ac.iter().enumerate().map(|(book, &a)| t.depth.audio_embedding(book, a)).collect();
     let seq = |row: usize, s: usize| -> Vec<f32> {
         let mut v = lm_pair[row * h..(row + 1) * h].to_vec();
@@ -244,11 +264,19 @@ fn ar_runs_with_injected_uniforms_pick_the_reference_codes() {
     let h = t.lm.hidden();
     for run in cases()["ar_runs"].as_array().unwrap() {
         let name = run["name"].as_str().unwrap();
-        let uniforms: std::collections::VecDeque<f32> = run["uniforms"].as_array().unwrap().iter().map(|u| u.as_f64().unwrap() as f32).collect();
+        let uniforms: std::collections::VecDeque<f32> =
+            run["uniforms"].as_array().unwrap().iter().map(|u| u.as_f64().unwrap() as f32).collect();
         let used = run["uniforms_used"].as_u64().unwrap() as usize;
         let mut draws = FixedDraws(vec![uniforms]);
-        let s = ArSettings { lm_cfg: 1.5, top_k: 5, max_frames: run["max_frames"].as_u64().unwrap() as usize, batch_cfg: true };
-        let songs = compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &s, &mut draws, &|| false, &mut |_, _| {}).unwrap();
+        let s = ArSettings {
+            lm_cfg: 1.5,
+            top_k: 5,
+            max_frames: run["max_frames"].as_u64().unwrap() as usize,
+            batch_cfg: true,
+        };
+        let songs =
+            compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &s, &mut draws, &|| false, &mut |_, _| {})
+                .unwrap();
         let song = &songs[0];
         let want: Vec<Vec<u32>> = run["codes"].as_array().unwrap().iter().map(ids).collect();
         assert_eq!(song.codes.iter().map(|c| c.to_vec()).collect::<Vec<_>>(), want, "{name}: codes");
@@ -264,8 +292,20 @@ fn ar_runs_with_injected_uniforms_pick_the_reference_codes() {
         assert!(max_abs(&r.states, &rs) < 2e-4, "{name}: replay states {}", max_abs(&r.states, &rs));
         assert_eq!(r.states.len(), song.frames() * 8 * h);
         // The split guidance path draws the same codes here.
-        let uniforms: std::collections::VecDeque<f32> = run["uniforms"].as_array().unwrap().iter().map(|u| u.as_f64().unwrap() as f32).collect();
-        let split = compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &ArSettings { batch_cfg: false, ..s }, &mut FixedDraws(vec![uniforms]), &|| false, &mut |_, _| {}).unwrap();
+        let uniforms: std::collections::VecDeque<f32> =
+            run["uniforms"].as_array().unwrap().iter().map(|u| u.as_f64().unwrap() as f32).collect();
+        let split = compose(
+            &t.backend,
+            &mut t.lm,
+            &mut t.depth,
+            &t.prompt,
+            1,
+            &ArSettings { batch_cfg: false, ..s },
+            &mut FixedDraws(vec![uniforms]),
+            &|| false,
+            &mut |_, _| {},
+        )
+        .unwrap();
         assert_eq!(split[0].codes, song.codes, "{name}: --no-batch-cfg");
     }
 }
@@ -273,8 +313,11 @@ fn ar_runs_with_injected_uniforms_pick_the_reference_codes() {
 /// Qwen's BPE with MiniMax Music 3's added tokens, from the ranks file the test command
 /// fetches.
 fn real_tokenizer() -> crate::tokenizer::BpeTokenizer {
-    let ranks = std::env::var_os("YUED_QWEN_TIKTOKEN").map(PathBuf::from).unwrap_or_else(|| repo(".cache/qwen.tiktoken"));
-    let text = std::fs::read_to_string(&ranks).unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-qwen-tiktoken.sh (the test command does)", ranks.display()));
+    let ranks =
+        std::env::var_os("YUED_QWEN_TIKTOKEN").map(PathBuf::from).unwrap_or_else(|| repo(".cache/qwen.tiktoken"));
+    let text = std::fs::read_to_string(&ranks).unwrap_or_else(|e| {
+        panic!("{}: {e}; run scripts/fetch-qwen-tiktoken.sh (the test command does)", ranks.display())
+    });
     let v = crate::tokenizer::convert_tiktoken(&text).unwrap();
     let mut tokens = v.tokens;
     let mut types = vec![crate::tokenizer::token_type::NORMAL; tokens.len()];
@@ -287,14 +330,19 @@ fn real_tokenizer() -> crate::tokenizer::BpeTokenizer {
 
 #[test]
 fn prompts_clean_and_encode_as_the_reference() {
-    let p: Value = serde_json::from_str(&std::fs::read_to_string(repo("fixtures/mm3/prompt/cases.json")).unwrap()).unwrap();
+    let p: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("fixtures/mm3/prompt/cases.json")).unwrap()).unwrap();
     let tok = real_tokenizer();
     let mut checked = 0;
     for c in p["cases"].as_array().unwrap() {
         let name = c["name"].as_str().unwrap();
         let (caption, lyrics) = (c["caption"].as_str().unwrap(), c["lyrics"].as_str().unwrap());
         assert_eq!(prompt::clean_caption(caption), c["clean_caption"].as_str().unwrap(), "{name}: caption {caption:?}");
-        assert_eq!(prompt::normalize_lyrics(lyrics), c["normalized_lyrics"].as_str().unwrap(), "{name}: lyrics {lyrics:?}");
+        assert_eq!(
+            prompt::normalize_lyrics(lyrics),
+            c["normalized_lyrics"].as_str().unwrap(),
+            "{name}: lyrics {lyrics:?}"
+        );
         let built = prompt::build(&tok, &TokenLayout::FULL, caption, lyrics).unwrap();
         assert_eq!(built.cond, ids(&c["cond_ids"]), "{name}: ids");
         assert_eq!(built.uncond, ids(&c["uncond_ids"]), "{name}: unconditional ids");

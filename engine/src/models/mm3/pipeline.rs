@@ -22,7 +22,13 @@ pub fn synth_settings(req: &Mm3Request, batch_cfg: bool) -> SynthSettings {
 
 /// The request that renders track (song `song`, variation `variation`) again without
 /// sampling: its codes, its own seeds, one song, one variation.
-pub fn replay_request(req: &Mm3Request, song: &Song, song_index: usize, variation: usize, replayed: bool) -> Mm3Request {
+pub fn replay_request(
+    req: &Mm3Request,
+    song: &Song,
+    song_index: usize,
+    variation: usize,
+    replayed: bool,
+) -> Mm3Request {
     let mut r = req.clone();
     r.audio_codes = song.codes.iter().flatten().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
     if !replayed {
@@ -61,7 +67,9 @@ pub fn render_song(
 ) -> Result<Vec<Vec<f32>>, SynthError> {
     let frames = song.frames();
     let count = windows(frames).len();
-    let mut noise: Vec<Box<dyn Noise + Send>> = (0..variations).map(|j| Box::new(PhiloxNoise::new(seed.wrapping_add(j as i64) as u64)) as Box<dyn Noise + Send>).collect();
+    let mut noise: Vec<Box<dyn Noise + Send>> = (0..variations)
+        .map(|j| Box::new(PhiloxNoise::new(seed.wrapping_add(j as i64) as u64)) as Box<dyn Noise + Send>)
+        .collect();
     let mut tracks: Vec<(Vec<f32>, Vec<f32>)> = vec![(Vec::new(), Vec::new()); variations];
     render(backend, cond, dit, &song.states, frames, &mut noise, s, cancelled, progress, &mut |w| {
         for (j, lat) in w.latents.iter().enumerate() {

@@ -127,13 +127,21 @@ pub fn normalize_lyrics(lyrics: &str) -> String {
 /// Encodes `text` as the reference's tokenizer does: the strings of added tokens map to
 /// their ids, the rest is BPE.
 fn encode(tok: &Tokenizer, layout: &TokenLayout, text: &str) -> Vec<u32> {
-    let added: Vec<(String, u32)> =
-        (layout.text_vocab..tok.len() as u32).filter_map(|id| tok.token(id).filter(|(t, ty)| !t.is_empty() && *ty == token_type::CONTROL).map(|(t, _)| (t.to_string(), id))).collect();
+    let added: Vec<(String, u32)> = (layout.text_vocab..tok.len() as u32)
+        .filter_map(|id| {
+            tok.token(id)
+                .filter(|(t, ty)| !t.is_empty() && *ty == token_type::CONTROL)
+                .map(|(t, _)| (t.to_string(), id))
+        })
+        .collect();
     let mut ids = Vec::new();
     let mut rest = text;
     loop {
         // The earliest added token, the longest at one position.
-        let hit = added.iter().filter_map(|(t, id)| rest.find(t.as_str()).map(|at| (at, std::cmp::Reverse(t.len()), *id))).min();
+        let hit = added
+            .iter()
+            .filter_map(|(t, id)| rest.find(t.as_str()).map(|at| (at, std::cmp::Reverse(t.len()), *id)))
+            .min();
         match hit {
             Some((at, std::cmp::Reverse(len), id)) => {
                 if at > 0 {
@@ -168,7 +176,10 @@ pub fn build(tok: &Tokenizer, layout: &TokenLayout, caption: &str, lyrics: &str)
     cond.extend(encode(tok, l, &normalize_lyrics(lyrics)));
     cond.extend([l.lyrics_end, l.im_end, l.audio_start]);
     if cond.len() > MAX_PROMPT_TOKENS {
-        return Err(format!("the prompt is {} tokens, over the {MAX_PROMPT_TOKENS} the model takes: shorten the lyrics or the caption", cond.len()));
+        return Err(format!(
+            "the prompt is {} tokens, over the {MAX_PROMPT_TOKENS} the model takes: shorten the lyrics or the caption",
+            cond.len()
+        ));
     }
     let n = cond.len();
     let mut uncond = cond.clone();

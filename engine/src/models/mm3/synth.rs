@@ -27,7 +27,8 @@ pub const CROP_RIGHT: usize = 344 - 86;
 
 /// The windows of a song of `frames` LM frames: `(start, end)` frame ranges.
 pub fn windows(frames: usize) -> Vec<(usize, usize)> {
-    let starts: Vec<usize> = if frames <= WINDOW_FRAMES { vec![0] } else { (0..frames - WINDOW_HOP).step_by(WINDOW_HOP).collect() };
+    let starts: Vec<usize> =
+        if frames <= WINDOW_FRAMES { vec![0] } else { (0..frames - WINDOW_HOP).step_by(WINDOW_HOP).collect() };
     starts.into_iter().map(|s| (s, (s + WINDOW_FRAMES).min(frames))).collect()
 }
 
@@ -133,7 +134,9 @@ pub fn render(
 ) -> Result<(), SynthError> {
     let mut w = WindowRenderer::new(s);
     let total = windows(frames).len() * s.steps;
-    while let Some(win) = w.next(backend, cond, dit, states, frames, true, noise, s, cancelled, &mut |d| progress(d, total))? {
+    while let Some(win) =
+        w.next(backend, cond, dit, states, frames, true, noise, s, cancelled, &mut |d| progress(d, total))?
+    {
         on_window(win)?;
     }
     Ok(())
@@ -244,7 +247,8 @@ impl WindowRenderer {
         }
         let os = l.saturating_sub(2 * OVERLAP_LATENTS);
         let oe = os.max(l.saturating_sub(OVERLAP_LATENTS));
-        self.carry = Some((x.iter().map(|v| v[os * c..oe * c].to_vec()).collect(), condition[os * cd..oe * cd].to_vec()));
+        self.carry =
+            Some((x.iter().map(|v| v[os * c..oe * c].to_vec()).collect(), condition[os * cd..oe * cd].to_vec()));
         self.next += 1;
         Ok(Some(Window { index: k, condition, latents: x, frames: l }))
     }
@@ -254,18 +258,31 @@ impl WindowRenderer {
 /// whether or not a later window follows (planar stereo, cropped and clamped as
 /// [`decode_window`] crops it), and the right edge kept only if none follows. The two
 /// together are `decode_window` of the last window; the first alone, of any other.
-pub fn decode_open(backend: &Backend, vae: &mut VaeModel, latents: &[f32], index: usize) -> Result<(Vec<f32>, Vec<f32>), GgmlError> {
+pub fn decode_open(
+    backend: &Backend,
+    vae: &mut VaeModel,
+    latents: &[f32],
+    index: usize,
+) -> Result<(Vec<f32>, Vec<f32>), GgmlError> {
     let pcm = vae.decode(backend, latents)?;
     let n = pcm.len() / 2;
     let hop = vae.info.hop();
     let left = if index == 0 { 0 } else { CROP_LEFT * hop };
     let cut = n.saturating_sub(CROP_RIGHT * hop).max(left);
-    let part = |a: usize, b: usize| (0..2).flat_map(|side| pcm[side * n + a..side * n + b].iter().map(|x| x.clamp(-1.0, 1.0))).collect::<Vec<f32>>();
+    let part = |a: usize, b: usize| {
+        (0..2).flat_map(|side| pcm[side * n + a..side * n + b].iter().map(|x| x.clamp(-1.0, 1.0))).collect::<Vec<f32>>()
+    };
     Ok((part(left, cut), part(cut, n)))
 }
 
 /// Decodes window `index` of `count` and crops it for stitching: planar stereo.
-pub fn decode_window(backend: &Backend, vae: &mut VaeModel, latents: &[f32], index: usize, count: usize) -> Result<Vec<f32>, GgmlError> {
+pub fn decode_window(
+    backend: &Backend,
+    vae: &mut VaeModel,
+    latents: &[f32],
+    index: usize,
+    count: usize,
+) -> Result<Vec<f32>, GgmlError> {
     let pcm = vae.decode(backend, latents)?;
     let n = pcm.len() / 2;
     let hop = vae.info.hop();

@@ -10,6 +10,7 @@ use super::synth::*;
 use super::vae::VaeModel;
 use crate::ggml::Backend;
 use crate::gguf::GgufFile;
+use crate::test_util::max_abs;
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -18,7 +19,8 @@ fn repo(p: &str) -> PathBuf {
 }
 
 fn cases() -> Value {
-    let v: Value = serde_json::from_str(&std::fs::read_to_string(repo("fixtures/mm3/synth/cases.json")).unwrap()).unwrap();
+    let v: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("fixtures/mm3/synth/cases.json")).unwrap()).unwrap();
     v["cases"].clone()
 }
 
@@ -29,11 +31,6 @@ fn f32s(name: &str) -> Vec<f32> {
 
 fn file(v: &Value) -> Vec<f32> {
     f32s(v["file"].as_str().unwrap())
-}
-
-fn max_abs(a: &[f32], b: &[f32]) -> f32 {
-    assert_eq!(a.len(), b.len(), "lengths");
-    a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
 /// `[T][C]` to `[C][T]`.
@@ -52,7 +49,13 @@ struct Models {
 
 fn models() -> Models {
     let dir = tempfile::tempdir().unwrap();
-    let done = convert_checkpoint(&repo("fixtures/mm3/ckpt"), dir.path(), &ConvertOptions { semantic_codes: Some(64) }, &mut |_| {}).unwrap();
+    let done = convert_checkpoint(
+        &repo("fixtures/mm3/ckpt"),
+        dir.path(),
+        &ConvertOptions { semantic_codes: Some(64) },
+        &mut |_| {},
+    )
+    .unwrap();
     let backend = Backend::for_tests(1);
     let open = |i: usize| GgufFile::open(&done[i].path).unwrap();
     let cond = CondEncoder::load(&open(2), &backend).unwrap();
@@ -71,7 +74,8 @@ fn the_condition_encoder_and_torchs_nearest_frames() {
     let out = m.cond.encode(&m.backend, &states, 5).unwrap();
     let want = file(&c["output"]);
     assert!(max_abs(&out, &want) < 1e-5, "condition: {}", max_abs(&out, &want));
-    let table: Value = serde_json::from_str(&std::fs::read_to_string(repo("fixtures/mm3/synth/nearest_table.json")).unwrap()).unwrap();
+    let table: Value =
+        serde_json::from_str(&std::fs::read_to_string(repo("fixtures/mm3/synth/nearest_table.json")).unwrap()).unwrap();
     for n in 1..=200usize {
         let e = &table[n.to_string()];
         let l = e["latent_length"].as_u64().unwrap() as usize;
@@ -85,7 +89,11 @@ fn the_condition_encoder_and_torchs_nearest_frames() {
 fn the_schedule_bit_for_bit() {
     for n in [2, 4, 8, 30] {
         let want = f32s(&format!("sched_sigmas_n{n}.f32"));
-        assert_eq!(sigmas(n).iter().map(|x| x.to_bits()).collect::<Vec<_>>(), want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(), "N = {n}");
+        assert_eq!(
+            sigmas(n).iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            want.iter().map(|x| x.to_bits()).collect::<Vec<_>>(),
+            "N = {n}"
+        );
     }
 }
 
@@ -98,7 +106,11 @@ fn dit_velocities_match_for_both_branches_and_a_batch() {
         let tt = case["t"].as_f64().unwrap() as f32;
         let (x, cond) = (file(&case["x"]), file(&case["cond"]));
         let vc = m.dit.velocity(&m.backend, &x, &cond, t, 1, tt).unwrap();
-        assert!(max_abs(&vc, &file(&case["v_cond"])) < 1e-4, "T={t} t={tt} cond: {}", max_abs(&vc, &file(&case["v_cond"])));
+        assert!(
+            max_abs(&vc, &file(&case["v_cond"])) < 1e-4,
+            "T={t} t={tt} cond: {}",
+            max_abs(&vc, &file(&case["v_cond"]))
+        );
         let vu = m.dit.velocity(&m.backend, &x, &vec![0.0; cond.len()], t, 1, tt).unwrap();
         assert!(max_abs(&vu, &file(&case["v_uncond"])) < 1e-4, "T={t} t={tt} uncond");
         for batch in [true, false] {
@@ -145,7 +157,11 @@ fn one_window_denoises_as_the_reference() {
         .unwrap();
         assert_eq!(got.len(), 1);
         let lat = &got[0].latents[0];
-        assert!(max_abs(lat, &file(&case["final_latent"])) < 2e-4, "{steps} steps: {}", max_abs(lat, &file(&case["final_latent"])));
+        assert!(
+            max_abs(lat, &file(&case["final_latent"])) < 2e-4,
+            "{steps} steps: {}",
+            max_abs(lat, &file(&case["final_latent"]))
+        );
         let audio = decode_window(&m.backend, &mut m.vae, lat, 0, 1).unwrap();
         assert!(max_abs(&audio, &file(&case["audio"])) < 2e-4, "{steps} steps: audio");
     }

@@ -8,6 +8,7 @@ use super::prompt;
 use crate::ggml::Backend;
 use crate::gguf::GgufFile;
 use crate::models::yue2::demo::Preset;
+use crate::test_util::rel_rms;
 
 pub(crate) struct Tiny {
     pub backend: Backend,
@@ -34,12 +35,6 @@ fn settings(frames: usize) -> ArSettings {
     ArSettings { lm_cfg: 1.5, top_k: 8, max_frames: frames, batch_cfg: true }
 }
 
-fn rel_rms(a: &[f32], b: &[f32]) -> f64 {
-    let num: f64 = a.iter().zip(b).map(|(x, y)| ((x - y) as f64).powi(2)).sum();
-    let den: f64 = b.iter().map(|y| (*y as f64).powi(2)).sum();
-    (num / den).sqrt()
-}
-
 #[test]
 fn the_prompt_of_the_demo_layout() {
     let t = tiny();
@@ -48,7 +43,10 @@ fn the_prompt_of_the_demo_layout() {
     assert_eq!(&p.cond[..2], &[l.im_start, l.caption_start]);
     assert_eq!(&p.cond[p.cond.len() - 3..], &[l.lyrics_end, l.im_end, l.audio_start]);
     // "genre is pop upbeat" in bytes, then the lyrics after "[start]\n".
-    assert_eq!(&p.cond[2..21], "genre is pop upbeat".as_bytes().iter().map(|&b| b as u32).collect::<Vec<_>>().as_slice());
+    assert_eq!(
+        &p.cond[2..21],
+        "genre is pop upbeat".as_bytes().iter().map(|&b| b as u32).collect::<Vec<_>>().as_slice()
+    );
     assert_eq!(p.uncond.len(), p.cond.len());
     assert_eq!(p.uncond[0], l.im_start);
     assert!(p.uncond[1..p.cond.len() - 2].iter().all(|&x| x == l.audio_cfg));
@@ -61,7 +59,11 @@ fn compose_writes_frames_and_replay_rederives_their_states() {
     let h = t.lm.hidden();
     let mut draws = SeedDraws::new(11, 1);
     let mut ticks = 0;
-    let songs = compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &settings(5), &mut draws, &|| false, &mut |_, _| ticks += 1).unwrap();
+    let songs =
+        compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &settings(5), &mut draws, &|| false, &mut |_, _| {
+            ticks += 1
+        })
+        .unwrap();
     let s = &songs[0];
     let frames = s.frames();
     assert!((1..=5).contains(&frames), "{frames}");
@@ -73,7 +75,18 @@ fn compose_writes_frames_and_replay_rederives_their_states() {
     }
     assert_eq!(ticks, s.codes.len());
     // The same seed, the same song.
-    let again = compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &settings(5), &mut SeedDraws::new(11, 1), &|| false, &mut |_, _| {}).unwrap();
+    let again = compose(
+        &t.backend,
+        &mut t.lm,
+        &mut t.depth,
+        &t.prompt,
+        1,
+        &settings(5),
+        &mut SeedDraws::new(11, 1),
+        &|| false,
+        &mut |_, _| {},
+    )
+    .unwrap();
     assert_eq!(again[0], *s);
     // Replay re-derives the states from the codes at activation epsilon.
     let r = replay(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, &s.codes, &|| false).unwrap();
@@ -91,12 +104,56 @@ fn compose_writes_frames_and_replay_rederives_their_states() {
 fn a_song_is_the_same_alone_or_batched_and_split_guidance_agrees() {
     let mut t = tiny();
     let s = settings(4);
-    let batch = compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 2, &s, &mut SeedDraws::new(40, 2), &|| false, &mut |_, _| {}).unwrap();
-    let alone1 = compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &s, &mut SeedDraws::new(41, 1), &|| false, &mut |_, _| {}).unwrap();
+    let batch = compose(
+        &t.backend,
+        &mut t.lm,
+        &mut t.depth,
+        &t.prompt,
+        2,
+        &s,
+        &mut SeedDraws::new(40, 2),
+        &|| false,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let alone1 = compose(
+        &t.backend,
+        &mut t.lm,
+        &mut t.depth,
+        &t.prompt,
+        1,
+        &s,
+        &mut SeedDraws::new(41, 1),
+        &|| false,
+        &mut |_, _| {},
+    )
+    .unwrap();
     assert_eq!(batch[1], alone1[0], "song 1 of a batch seeded 40 is the song seeded 41");
-    let alone0 = compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &s, &mut SeedDraws::new(40, 1), &|| false, &mut |_, _| {}).unwrap();
+    let alone0 = compose(
+        &t.backend,
+        &mut t.lm,
+        &mut t.depth,
+        &t.prompt,
+        1,
+        &s,
+        &mut SeedDraws::new(40, 1),
+        &|| false,
+        &mut |_, _| {},
+    )
+    .unwrap();
     assert_eq!(batch[0], alone0[0]);
-    let split = compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &ArSettings { batch_cfg: false, ..s }, &mut SeedDraws::new(40, 1), &|| false, &mut |_, _| {}).unwrap();
+    let split = compose(
+        &t.backend,
+        &mut t.lm,
+        &mut t.depth,
+        &t.prompt,
+        1,
+        &ArSettings { batch_cfg: false, ..s },
+        &mut SeedDraws::new(40, 1),
+        &|| false,
+        &mut |_, _| {},
+    )
+    .unwrap();
     assert_eq!(split[0].codes, alone0[0].codes, "the split path draws the same codes on the demo");
     assert!(rel_rms(&split[0].states, &alone0[0].states) < 1e-5);
 }
@@ -144,7 +201,18 @@ fn a_song_renders_end_to_end_on_the_demo() {
     use super::synth::SynthSettings;
     use super::vae::VaeModel;
     let mut t = tiny();
-    let songs = compose(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &settings(12), &mut SeedDraws::new(5, 1), &|| false, &mut |_, _| {}).unwrap();
+    let songs = compose(
+        &t.backend,
+        &mut t.lm,
+        &mut t.depth,
+        &t.prompt,
+        1,
+        &settings(12),
+        &mut SeedDraws::new(5, 1),
+        &|| false,
+        &mut |_, _| {},
+    )
+    .unwrap();
     let song = &songs[0];
     let open = |i: usize| GgufFile::open(&t.files[i]).unwrap();
     let mut cond = CondEncoder::load(&open(2), &t.backend).unwrap();
@@ -153,7 +221,11 @@ fn a_song_renders_end_to_end_on_the_demo() {
     assert_eq!((vae.info.hop(), vae.info.sample_rate), (512, 44100));
     let s = SynthSettings { steps: 3, dit_cfg: 1.7, batch_cfg: true };
     let mut pieces = 0;
-    let tracks = render_song(&t.backend, &mut cond, &mut dit, &mut vae, song, 9, 2, &s, &|| false, &mut |_, _| {}, &mut |_| pieces += 1).unwrap();
+    let tracks =
+        render_song(&t.backend, &mut cond, &mut dit, &mut vae, song, 9, 2, &s, &|| false, &mut |_, _| {}, &mut |_| {
+            pieces += 1
+        })
+        .unwrap();
     assert_eq!(pieces, 2, "one window, two variations");
     let n = cond.cfg.latent_length(song.frames()) * 512;
     for tr in &tracks {
@@ -166,12 +238,28 @@ fn a_song_renders_end_to_end_on_the_demo() {
     let rms = (tracks[0].iter().map(|x| x * x).sum::<f32>() / tracks[0].len() as f32).sqrt();
     assert!(rms > 1e-3 && tracks[0].iter().all(|x| x.abs() < 0.99), "rms {rms}");
     // Variation 1 alone, seeded seed + 1, is the same track; split guidance is close.
-    let alone = render_song(&t.backend, &mut cond, &mut dit, &mut vae, song, 10, 1, &s, &|| false, &mut |_, _| {}, &mut |_| {}).unwrap();
+    let alone =
+        render_song(&t.backend, &mut cond, &mut dit, &mut vae, song, 10, 1, &s, &|| false, &mut |_, _| {}, &mut |_| {})
+            .unwrap();
     let e = alone[0].iter().zip(&tracks[1]).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
     assert!(e < 1e-4, "variation 1 of a batch against alone: {e}");
-    let split = render_song(&t.backend, &mut cond, &mut dit, &mut vae, song, 10, 1, &SynthSettings { batch_cfg: false, ..s }, &|| false, &mut |_, _| {}, &mut |_| {}).unwrap();
+    let split = render_song(
+        &t.backend,
+        &mut cond,
+        &mut dit,
+        &mut vae,
+        song,
+        10,
+        1,
+        &SynthSettings { batch_cfg: false, ..s },
+        &|| false,
+        &mut |_, _| {},
+        &mut |_| {},
+    )
+    .unwrap();
     assert!(split[0].iter().zip(&alone[0]).all(|(a, b)| (a - b).abs() < 1e-3));
-    let req = yued_protocol::Mm3Request { lm_seed: 5, seed: 9, lm_batch_size: 1, synth_batch_size: 2, ..Default::default() };
+    let req =
+        yued_protocol::Mm3Request { lm_seed: 5, seed: 9, lm_batch_size: 1, synth_batch_size: 2, ..Default::default() };
     let r = replay_request(&req, song, 0, 1, false);
     assert_eq!((r.lm_seed, r.seed, r.synth_batch_size), (5, 10, 1));
     assert_eq!(r.audio_codes.split(',').count(), 8 * song.codes.len());
@@ -197,9 +285,21 @@ fn a_song_written_frame_by_frame_restates_and_renders_as_its_replay() {
             chunks.push((song.frames(), restater.frames() - before, st));
         }
         ends += complete as usize;
-        Ok(())
+        Ok::<(), ComposeError>(())
     };
-    let songs = compose_fed(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, 1, &settings(max), &mut SeedDraws::new(21, 1), &|| false, &mut |_, _| {}, Some(&mut hook)).unwrap();
+    let mut draws = SeedDraws::new(21, 1);
+    let mut composer = Composer::new(&t.backend, &mut t.lm, &t.prompt, 1, &settings(max)).unwrap();
+    while !composer.done() {
+        if let Some(frame) = composer.step(&t.backend, &mut t.lm, &mut t.depth, &mut draws).unwrap() {
+            for (i, complete) in frame.songs {
+                hook(&mut t.lm, &mut t.depth, i, composer.song(i), complete).unwrap();
+            }
+        }
+    }
+    let (songs, untold) = composer.finish().unwrap();
+    for i in untold {
+        hook(&mut t.lm, &mut t.depth, i, &songs[i], true).unwrap();
+    }
     let song = &songs[0];
     assert_eq!(ends, 1, "the end is told once");
     let frames = song.frames();
@@ -217,7 +317,20 @@ fn a_song_written_frame_by_frame_restates_and_renders_as_its_replay() {
     let mut dit = DitModel::load(&open(3), &t.backend).unwrap();
     let mut vae = VaeModel::load(&open(4), &t.backend).unwrap();
     let s = SynthSettings { steps: 2, dit_cfg: 1.7, batch_cfg: true };
-    let full = render_song(&t.backend, &mut cond, &mut dit, &mut vae, &whole, 9, 1, &s, &|| false, &mut |_, _| {}, &mut |_| {}).unwrap();
+    let full = render_song(
+        &t.backend,
+        &mut cond,
+        &mut dit,
+        &mut vae,
+        &whole,
+        9,
+        1,
+        &s,
+        &|| false,
+        &mut |_, _| {},
+        &mut |_| {},
+    )
+    .unwrap();
     let mut w = WindowRenderer::new(&s);
     let mut noise: Vec<Box<dyn Noise + Send>> = vec![Box::new(PhiloxNoise::new(9))];
     let (mut have, mut known, mut out, mut held) = (Vec::new(), 0, Vec::<Vec<f32>>::new(), None);
@@ -226,10 +339,15 @@ fn a_song_written_frame_by_frame_restates_and_renders_as_its_replay() {
         have.extend_from_slice(st);
         known += n;
         let complete = k + 1 == chunks.len();
-        while let Some(win) = w.next(&t.backend, &mut cond, &mut dit, &have, known, complete, &mut noise, &s, &|| false, &mut |_| {}).unwrap() {
+        while let Some(win) = w
+            .next(&t.backend, &mut cond, &mut dit, &have, known, complete, &mut noise, &s, &|| false, &mut |_| {})
+            .unwrap()
+        {
             held = None;
             if complete {
-                out.push(decode_window(&t.backend, &mut vae, &win.latents[0], win.index, windows(known).len()).unwrap());
+                out.push(
+                    decode_window(&t.backend, &mut vae, &win.latents[0], win.index, windows(known).len()).unwrap(),
+                );
             } else {
                 early += 1;
                 let (body, edge) = decode_open(&t.backend, &mut vae, &win.latents[0], win.index).unwrap();
@@ -243,5 +361,8 @@ fn a_song_written_frame_by_frame_restates_and_renders_as_its_replay() {
     // Planar pieces: left halves then right halves.
     let left: Vec<f32> = out.iter().flat_map(|p| p[..p.len() / 2].iter().copied()).collect();
     let right: Vec<f32> = out.iter().flat_map(|p| p[p.len() / 2..].iter().copied()).collect();
-    assert!([left, right].concat() == full[0], "windows rendered as the frames arrive make the same track, bit for bit");
+    assert!(
+        [left, right].concat() == full[0],
+        "windows rendered as the frames arrive make the same track, bit for bit"
+    );
 }

@@ -4,9 +4,10 @@
 //! transposed convolution (stride s, kernel 2s, padding ceil(s/2)) and three residual units
 //! (dilations 1, 3, 9), then snake, `conv_out` (k=7) and tanh. The snake uses its alpha
 //! directly: `x + sin^2(alpha x) / (alpha + 1e-9)`. Weight norm is folded by the converter.
-use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
+use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, TensorStore};
 use crate::gguf::{GgufError, GgufFile};
 use crate::models::mm3::config::{expect_arch, VAE_ARCH};
+use crate::nn::oobleck::Blocks;
 use crate::weights::LoadError;
 
 pub(super) const RES_DILATIONS: [usize; 3] = [1, 3, 9];
@@ -24,7 +25,13 @@ impl VaeInfo {
         self.strides.iter().product()
     }
     pub fn audio_spec(&self) -> crate::models::AudioSpec {
-        crate::models::AudioSpec { sample_rate: self.sample_rate, channels: 2, latent_channels: self.latent_channels, samples_per_latent: self.hop(), code_rate: super::config::FRAME_RATE }
+        crate::models::AudioSpec {
+            sample_rate: self.sample_rate,
+            channels: 2,
+            latent_channels: self.latent_channels,
+            samples_per_latent: self.hop(),
+            code_rate: super::config::FRAME_RATE,
+        }
     }
 }
 
@@ -33,7 +40,12 @@ impl VaeInfo {
 /// `conv_in`, halved by each block.
 pub fn decoder_shapes(latent: usize, din: usize, hidden: usize, strides: &[usize]) -> Vec<(String, Vec<i64>)> {
     let (half, din, hid) = (latent as i64 / 2, din as i64, hidden as i64);
-    let mut v = vec![("dec_in_proj.weight".to_string(), vec![1, half, din]), ("dec_in_proj.bias".into(), vec![din]), ("conv_in.weight".into(), vec![7, din, hid]), ("conv_in.bias".into(), vec![hid])];
+    let mut v = vec![
+        ("dec_in_proj.weight".to_string(), vec![1, half, din]),
+        ("dec_in_proj.bias".into(), vec![din]),
+        ("conv_in.weight".into(), vec![7, din, hid]),
+        ("conv_in.bias".into(), vec![hid]),
+    ];
     let mut dim = hid;
     for (i, &s) in strides.iter().enumerate() {
         let (p, out) = (format!("blocks.{i}"), dim / 2);
@@ -73,7 +85,10 @@ impl VaeModel {
         }
         let sample_rate = f.get(&format!("{VAE_ARCH}.sampling_rate")).and_then(|v| v.as_i64()).unwrap_or(44100) as u32;
         if strides.is_empty() {
-            return Err(GgufError::Corrupt { path: f.path().to_path_buf(), what: "no decoder block (blocks.0.conv_t1.weight)".into() });
+            return Err(GgufError::Corrupt {
+                path: f.path().to_path_buf(),
+                what: "no decoder block (blocks.0.conv_t1.weight)".into(),
+            });
         }
         Ok(VaeInfo { latent_channels: 2 * half, sample_rate, strides })
     }
@@ -82,7 +97,8 @@ impl VaeModel {
     /// `[1, C]` rows (`.a` = alpha, `.inv` = 1 / (alpha + 1e-9)).
     pub fn load(f: &GgufFile, backend: &Backend) -> Result<Self, LoadError> {
         let info = Self::info(f)?;
-        let decoder = |name: &str| !(name.starts_with("encoder.") || name.starts_with("quant") || name.starts_with("post_"));
+        let decoder =
+            |name: &str| !(name.starts_with("encoder.") || name.starts_with("quant") || name.starts_with("post_"));
         let weights = load_stack(f, backend, "VAE weights", decoder)?;
         Ok(VaeModel { info, weights, alloc: Allocator::new(backend) })
     }
@@ -95,7 +111,11 @@ impl VaeModel {
     /// `[left: T * hop][right: T * hop]`, in [-1, 1] (tanh).
     pub fn decode(&mut self, backend: &Backend, latents: &[f32]) -> Result<Vec<f32>, GgmlError> {
         let c = self.info.latent_channels;
-        assert!(!latents.is_empty() && latents.len().is_multiple_of(c), "{} latent values are not whole frames of {c}", latents.len());
+        assert!(
+            !latents.is_empty() && latents.len().is_multiple_of(c),
+            "{} latent values are not whole frames of {c}",
+            latents.len()
+        );
         let frames = latents.len() / c;
         let half = c / 2;
         let mut out = Vec::with_capacity(2 * frames * self.info.hop());
@@ -117,19 +137,20 @@ impl VaeModel {
         let ctx = Context::for_graph(nodes)?;
         let mut g = ctx.new_graph("MiniMax VAE decode", nodes);
         let w = &self.weights;
+        let b = Blocks { ctx: &ctx, w, snake_inv: "inv" };
         let input = ctx.new_tensor(GgmlType::F32, &[frames as i64, (self.info.latent_channels / 2) as i64]).set_input();
-        let mut x = conv(&ctx, w, "dec_in_proj", input, 1, 0, 1);
-        x = conv(&ctx, w, "conv_in", x, 1, 3, 1);
+        let mut x = b.conv("dec_in_proj", input, 1, 0, 1);
+        x = b.conv("conv_in", x, 1, 3, 1);
         for (i, &s) in self.info.strides.iter().enumerate() {
             let p = format!("blocks.{i}");
-            x = snake(&ctx, w, &format!("{p}.snake1"), x);
-            x = conv_t(&ctx, w, &format!("{p}.conv_t1"), x, s);
+            x = b.snake(&format!("{p}.snake1"), x);
+            x = b.conv_t(&format!("{p}.conv_t1"), x, s);
             for (r, &d) in RES_DILATIONS.iter().enumerate() {
-                x = res_unit(&ctx, w, &format!("{p}.res_unit{}", r + 1), x, d);
+                x = b.res_unit(&format!("{p}.res_unit{}", r + 1), x, d);
             }
         }
-        x = snake(&ctx, w, "snake_out", x);
-        let y = ctx.tanh(conv(&ctx, w, "conv_out", x, 1, 3, 1)).set_output();
+        x = b.snake("snake_out", x);
+        let y = ctx.tanh(b.conv("conv_out", x, 1, 3, 1)).set_output();
         g.expand(y);
         self.alloc.alloc_graph(&g)?;
         input.write_f32(x_in);
@@ -140,7 +161,12 @@ impl VaeModel {
 
 /// The tensors of `f` that `keep` names, as F32 on the device: convolutions `[K, Cin, Cout]`,
 /// biases and snake factors as `[1, C]` rows (`.a` = alpha, `.inv` = 1 / (alpha + 1e-9)).
-pub(super) fn load_stack(f: &GgufFile, backend: &Backend, what: &str, keep: impl Fn(&str) -> bool) -> Result<TensorStore, LoadError> {
+pub(super) fn load_stack(
+    f: &GgufFile,
+    backend: &Backend,
+    what: &str,
+    keep: impl Fn(&str) -> bool,
+) -> Result<TensorStore, LoadError> {
     let mut tensors: Vec<(String, Vec<i64>, Vec<f32>)> = Vec::new();
     for t in f.tensors().iter().filter(|t| keep(&t.name)) {
         let name = t.name.as_str();
@@ -164,31 +190,4 @@ pub(super) fn load_stack(f: &GgufFile, backend: &Backend, what: &str, keep: impl
         weights.get(n).write_f32(v);
     }
     Ok(weights)
-}
-
-pub(super) fn snake<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>) -> Tensor<'a> {
-    let s2 = ctx.sqr(ctx.sin(ctx.mul(x, w.get(&format!("{p}.a")))));
-    ctx.add(x, ctx.mul(s2, w.get(&format!("{p}.inv"))))
-}
-
-pub(super) fn conv<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, stride: i32, pad: i32, dil: i32) -> Tensor<'a> {
-    let y = ctx.conv_1d_f32(w.get(&format!("{p}.weight")), x, stride, pad, dil);
-    let y = ctx.reshape_2d(y, y.ne()[0], y.ne()[1]);
-    ctx.add(y, w.get(&format!("{p}.bias")))
-}
-
-fn conv_t<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, s: usize) -> Tensor<'a> {
-    let full = ctx.conv_transpose_1d(w.get(&format!("{p}.weight")), x, s as i32);
-    let crop = s.div_ceil(2);
-    let len = full.ne()[0] - 2 * crop as i64;
-    let v = ctx.view_2d(full, len, full.ne()[1], full.nb()[1], crop * full.nb()[0]);
-    ctx.add(ctx.cont(v), w.get(&format!("{p}.bias")))
-}
-
-pub(super) fn res_unit<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, d: usize) -> Tensor<'a> {
-    let y = snake(ctx, w, &format!("{p}.snake1"), x);
-    let y = conv(ctx, w, &format!("{p}.conv1"), y, 1, 3 * d as i32, d as i32);
-    let y = snake(ctx, w, &format!("{p}.snake2"), y);
-    let y = conv(ctx, w, &format!("{p}.conv2"), y, 1, 0, 1);
-    ctx.add(x, y)
 }

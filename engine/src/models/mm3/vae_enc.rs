@@ -9,7 +9,8 @@
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, TensorStore};
 use crate::gguf::{GgufError, GgufFile};
 use crate::models::mm3::config::{expect_arch, VAE_ARCH};
-use crate::models::mm3::vae::{conv, load_stack, res_unit, snake, RES_DILATIONS};
+use crate::models::mm3::vae::{load_stack, RES_DILATIONS};
+use crate::nn::oobleck::Blocks;
 use crate::weights::LoadError;
 
 /// The encoder's tensors (`encoder.*`) with their GGUF `ne`: widths `widths[0..=n]` over
@@ -17,7 +18,8 @@ use crate::weights::LoadError;
 pub fn encoder_shapes(widths: &[usize], strides: &[usize], half: usize) -> Vec<(String, Vec<i64>)> {
     assert_eq!(widths.len(), strides.len() + 1, "one width more than strides");
     let w: Vec<i64> = widths.iter().map(|&c| c as i64).collect();
-    let mut v = vec![("encoder.conv_in.weight".to_string(), vec![7, 1, w[0]]), ("encoder.conv_in.bias".into(), vec![w[0]])];
+    let mut v =
+        vec![("encoder.conv_in.weight".to_string(), vec![7, 1, w[0]]), ("encoder.conv_in.bias".into(), vec![w[0]])];
     for (i, &s) in strides.iter().enumerate() {
         let (p, c) = (format!("encoder.blocks.{i}"), w[i]);
         for r in 1..=3 {
@@ -58,7 +60,9 @@ impl VaeEncoder {
         if f.tensor("encoder.conv_in.weight").is_none() {
             return Err(GgufError::Corrupt {
                 path: f.path().to_path_buf(),
-                what: "no encoder (encoder.* tensors): the published vocoder/ has none; convert the checkpoint again with its dav.pth beside vocoder/ (`yued convert mm3`)".into(),
+                what: "no encoder (encoder.* tensors): the published vocoder/ has none; convert the checkpoint again \
+                    with its dav.pth beside vocoder/ (`yued convert mm3`)"
+                    .into(),
             }
             .into());
         }
@@ -85,7 +89,10 @@ impl VaeEncoder {
     pub fn encode(&mut self, backend: &Backend, audio: &[f32]) -> Result<Vec<f32>, EncodeError> {
         let hop = self.hop();
         if audio.is_empty() || !audio.len().is_multiple_of(2 * hop) {
-            return Err(EncodeError::Input(format!("{} samples are not whole frames of {hop} samples x 2 channels", audio.len())));
+            return Err(EncodeError::Input(format!(
+                "{} samples are not whole frames of {hop} samples x 2 channels",
+                audio.len()
+            )));
         }
         let n = audio.len() / 2;
         let (frames, half) = (n / hop, self.latent_channels / 2);
@@ -106,19 +113,20 @@ impl VaeEncoder {
         let ctx = Context::for_graph(nodes)?;
         let mut g = ctx.new_graph("MiniMax VAE encode", nodes);
         let w = &self.weights;
+        let b = Blocks { ctx: &ctx, w, snake_inv: "inv" };
         let input = ctx.new_tensor(GgmlType::F32, &[x_in.len() as i64, 1]).set_input();
-        let mut x = conv(&ctx, w, "encoder.conv_in", input, 1, 3, 1);
+        let mut x = b.conv("encoder.conv_in", input, 1, 3, 1);
         for (i, &s) in self.strides.iter().enumerate() {
             let p = format!("encoder.blocks.{i}");
             for (r, &d) in RES_DILATIONS.iter().enumerate() {
-                x = res_unit(&ctx, w, &format!("{p}.res_unit{}", r + 1), x, d);
+                x = b.res_unit(&format!("{p}.res_unit{}", r + 1), x, d);
             }
-            x = snake(&ctx, w, &format!("{p}.snake1"), x);
-            x = conv(&ctx, w, &format!("{p}.conv1"), x, s as i32, s.div_ceil(2) as i32, 1);
+            x = b.snake(&format!("{p}.snake1"), x);
+            x = b.conv(&format!("{p}.conv1"), x, s as i32, s.div_ceil(2) as i32, 1);
         }
-        x = snake(&ctx, w, "encoder.snake_out", x);
-        x = conv(&ctx, w, "encoder.conv_out", x, 1, 1, 1);
-        let y = conv(&ctx, w, "encoder.mean_proj", x, 1, 0, 1).set_output(); // [frames, half]
+        x = b.snake("encoder.snake_out", x);
+        x = b.conv("encoder.conv_out", x, 1, 1, 1);
+        let y = b.conv("encoder.mean_proj", x, 1, 0, 1).set_output(); // [frames, half]
         g.expand(y);
         self.alloc.alloc_graph(&g)?;
         input.write_f32(x_in);
@@ -139,21 +147,21 @@ pub enum EncodeError {
 mod tests {
     use super::*;
     use crate::gguf::GgufWriter;
+    use crate::test_util::read_f32;
     use std::path::Path;
-
-    fn read_f32(p: &Path) -> Vec<f32> {
-        std::fs::read(p).unwrap().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
-    }
 
     /// The encoder against the float64 numpy reference of minimaxmusic.cpp's description
     /// (`scripts/ref/mm3_encoder_reference.py`, fixtures/mm3/encoder/), on tiny widths.
     #[test]
     fn the_encoder_matches_the_float64_reference_of_the_seed() {
         let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/mm3/encoder");
-        let doc: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(fx.join("manifest.json")).unwrap()).unwrap();
-        let blob = read_f32(&fx.join("weights.f32"));
-        let strides: Vec<usize> = doc["strides"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
-        let widths: Vec<usize> = doc["widths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+        let doc: serde_json::Value =
+            serde_json::from_str(&std::fs::read_to_string(fx.join("manifest.json")).unwrap()).unwrap();
+        let blob = read_f32(fx.join("weights.f32"));
+        let strides: Vec<usize> =
+            doc["strides"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+        let widths: Vec<usize> =
+            doc["widths"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
         let half = doc["half"].as_u64().unwrap() as usize;
         // The fixture's names and shapes are the ones the demo writer declares.
         let declared = encoder_shapes(&widths, &strides, half);
@@ -180,9 +188,9 @@ mod tests {
         let backend = Backend::for_tests(2);
         let mut enc = VaeEncoder::load(&GgufFile::open(&path).unwrap(), &backend).unwrap();
         assert_eq!((enc.hop(), enc.latent_channels), (512, 2 * half));
-        let audio = read_f32(&fx.join("audio.f32"));
+        let audio = read_f32(fx.join("audio.f32"));
         let got = enc.encode(&backend, &audio).unwrap();
-        let want = read_f32(&fx.join("mean.f32"));
+        let want = read_f32(fx.join("mean.f32"));
         assert_eq!(got.len(), want.len());
         let num: f64 = got.iter().zip(&want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
         let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();

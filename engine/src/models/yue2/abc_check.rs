@@ -21,7 +21,9 @@ pub fn check_abc(abc: &str) -> Result<(), String> {
                 'M' => meter = Some(value.to_string()),
                 'L' => length = Some(value.to_string()),
                 'K' => key = Some(value.to_string()),
-                'V' if value.split_whitespace().next().is_none() => return Err(format!("line {}: a voice without a name", n + 1)),
+                'V' if value.split_whitespace().next().is_none() => {
+                    return Err(format!("line {}: a voice without a name", n + 1))
+                }
                 _ => {}
             }
             continue;
@@ -32,7 +34,8 @@ pub fn check_abc(abc: &str) -> Result<(), String> {
         let b = music.as_bytes();
         for (i, &c) in b.iter().enumerate() {
             if c == b':' {
-                let near_bar = (i > 0 && matches!(b[i - 1], b'|' | b':')) || (i + 1 < b.len() && matches!(b[i + 1], b'|' | b':'));
+                let near_bar =
+                    (i > 0 && matches!(b[i - 1], b'|' | b':')) || (i + 1 < b.len() && matches!(b[i + 1], b'|' | b':'));
                 if !near_bar {
                     return Err(format!("line {}: suspicious colon outside a repeat sign", n + 1));
                 }
@@ -89,7 +92,10 @@ fn valid_fraction(s: &str) -> bool {
 fn valid_meter(s: &str) -> bool {
     matches!(s, "C" | "C|" | "none") || valid_fraction(s) || {
         // compound numerators like 2+3/8
-        s.split_once('/').is_some_and(|(a, b)| a.split('+').all(|x| x.trim().parse::<u32>().is_ok_and(|v| v > 0)) && b.trim().parse::<u32>().is_ok_and(|v| v.is_power_of_two()))
+        s.split_once('/').is_some_and(|(a, b)| {
+            a.split('+').all(|x| x.trim().parse::<u32>().is_ok_and(|v| v > 0))
+                && b.trim().parse::<u32>().is_ok_and(|v| v.is_power_of_two())
+        })
     }
 }
 
@@ -105,14 +111,37 @@ fn valid_key(s: &str) -> bool {
     }
     let rest: String = chars.collect();
     let rest = rest.trim_start_matches(['#', 'b']).to_ascii_lowercase();
-    ["", "m", "min", "minor", "maj", "major", "ion", "ionian", "dor", "dorian", "phr", "phrygian", "lyd", "lydian", "mix", "mixolydian", "aeo", "aeolian", "loc", "locrian"].contains(&rest.as_str())
+    [
+        "",
+        "m",
+        "min",
+        "minor",
+        "maj",
+        "major",
+        "ion",
+        "ionian",
+        "dor",
+        "dorian",
+        "phr",
+        "phrygian",
+        "lyd",
+        "lydian",
+        "mix",
+        "mixolydian",
+        "aeo",
+        "aeolian",
+        "loc",
+        "locrian",
+    ]
+    .contains(&rest.as_str())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    const GOOD: &str = "X:1\nT:City Lights\nM:4/4\nL:1/8\nK:G\nV:1 name=\"Vocal\"\n|:\"G\"GABc d2 e2|\"C\"c2 B2 A4:|\n|\"D7\"d2 cB A2 G2|]\n";
+    const GOOD: &str = "X:1\nT:City Lights\nM:4/4\nL:1/8\nK:G\nV:1 name=\"Vocal\"\n|:\"G\"GABc d2 e2|\"C\"c2 B2 \
+        A4:|\n|\"D7\"d2 cB A2 G2|]\n";
 
     #[test]
     fn accepts_a_plain_score() {

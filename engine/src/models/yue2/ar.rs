@@ -48,11 +48,27 @@ impl ArModel {
     }
 
     /// [`ArModel::load`] with adapter terms merged into the AR tensors they name
-    /// ([`crate::adapter::stack_terms`] of the AR half).
-    pub fn load_with(f: &GgufFile, info: &BackboneInfo, backend: &Backend, terms: &std::collections::HashMap<String, Vec<crate::adapter::Term>>) -> Result<Self, LoadError> {
-        let weights = crate::weights::load_tensors_merged(f, &ar_tensors(&info.config), backend, "AR weights", |_, _| false, terms)?;
+    /// ([`crate::models::yue2::adapter::stack_terms`] of the AR half).
+    pub fn load_with(
+        f: &GgufFile,
+        info: &BackboneInfo,
+        backend: &Backend,
+        terms: &std::collections::HashMap<String, Vec<crate::models::yue2::adapter::Term>>,
+    ) -> Result<Self, LoadError> {
+        let weights = crate::weights::load_tensors_merged(
+            f,
+            &ar_tensors(&info.config),
+            backend,
+            "AR weights",
+            |_, _| false,
+            terms,
+        )?;
         let vocab_type = weights.get(names::LM_HEAD).ty();
-        Ok(ArModel { cfg: info.config.clone(), lm: CausalLm::new(lm_spec(&info.config), weights, backend, "AR step"), vocab_type })
+        Ok(ArModel {
+            cfg: info.config.clone(),
+            lm: CausalLm::new(lm_spec(&info.config), weights, backend, "AR step"),
+            vocab_type,
+        })
     }
 
     /// Weight bytes one forward step must read when it samples `rows` logit rows: every
@@ -81,7 +97,14 @@ impl ArModel {
     /// Runs the new tokens of every sequence through the model, appends their K/V to the
     /// sequences' sets and returns the logits of `rows` at `positions`
     /// (see [`CausalLm::step`] for the batching and the kept graph).
-    pub fn forward(&mut self, backend: &Backend, sets: &mut [KvSet], seqs: &[SeqInput<'_>], rows: Range<u32>, positions: Positions) -> Result<Logits, GgmlError> {
+    pub fn forward(
+        &mut self,
+        backend: &Backend,
+        sets: &mut [KvSet],
+        seqs: &[SeqInput<'_>],
+        rows: Range<u32>,
+        positions: Positions,
+    ) -> Result<Logits, GgmlError> {
         self.lm.forward(backend, sets, seqs, rows, positions)
     }
 

@@ -60,13 +60,20 @@ impl Yue2Config {
         let u = |k: &str, def: usize| -> Result<usize, String> {
             match v.get(k) {
                 None | Some(serde_json::Value::Null) => Ok(def),
-                Some(x) => x.as_u64().filter(|&n| n > 0).map(|n| n as usize).ok_or_else(|| format!("config json: '{k}' must be a positive integer")),
+                Some(x) => x
+                    .as_u64()
+                    .filter(|&n| n > 0)
+                    .map(|n| n as usize)
+                    .ok_or_else(|| format!("config json: '{k}' must be a positive integer")),
             }
         };
         let f = |k: &str, def: f64| -> Result<f64, String> {
             match v.get(k) {
                 None | Some(serde_json::Value::Null) => Ok(def),
-                Some(x) => x.as_f64().filter(|n| *n > 0.0).ok_or_else(|| format!("config json: '{k}' must be a positive number")),
+                Some(x) => x
+                    .as_f64()
+                    .filter(|n| *n > 0.0)
+                    .ok_or_else(|| format!("config json: '{k}' must be a positive number")),
             }
         };
         let heads = u("num_attention_heads", d.num_attention_heads)?;
@@ -85,7 +92,10 @@ impl Yue2Config {
             timestep_shift: f("timestep_shift", d.timestep_shift)?,
         };
         if !c.num_attention_heads.is_multiple_of(c.num_key_value_heads) {
-            return Err(format!("config json: {} attention heads are not a multiple of {} kv heads", c.num_attention_heads, c.num_key_value_heads));
+            return Err(format!(
+                "config json: {} attention heads are not a multiple of {} kv heads",
+                c.num_attention_heads, c.num_key_value_heads
+            ));
         }
         Ok(c)
     }
@@ -96,12 +106,22 @@ impl Yue2Config {
 
     /// What a decoder layer's graph needs (both halves share it).
     pub fn qwen3_dims(&self) -> crate::nn::qwen3::Qwen3Dims {
-        crate::nn::qwen3::Qwen3Dims { heads: self.num_attention_heads, kv_heads: self.num_key_value_heads, head_dim: self.head_dim, eps: self.rms_norm_eps as f32, rope_theta: self.rope_theta as f32 }
+        crate::nn::qwen3::Qwen3Dims {
+            heads: self.num_attention_heads,
+            kv_heads: self.num_key_value_heads,
+            head_dim: self.head_dim,
+            eps: self.rms_norm_eps as f32,
+            rope_theta: self.rope_theta as f32,
+        }
     }
 
     /// The shape of this backbone's KV cache.
     pub fn kv_dims(&self) -> crate::kv_cache::KvDims {
-        crate::kv_cache::KvDims { layers: self.num_hidden_layers, head_dim: self.head_dim, kv_heads: self.num_key_value_heads }
+        crate::kv_cache::KvDims {
+            layers: self.num_hidden_layers,
+            head_dim: self.head_dim,
+            kv_heads: self.num_key_value_heads,
+        }
     }
 }
 
@@ -120,7 +140,15 @@ pub struct TokenLayout {
 
 impl TokenLayout {
     /// The published ids.
-    pub const FULL: TokenLayout = TokenLayout { endoftext: 151643, abc_start: 151847, abc_end: 151848, music_start: 151851, music_end: 151852, code_base: 151853, codebook_size: 32768 };
+    pub const FULL: TokenLayout = TokenLayout {
+        endoftext: 151643,
+        abc_start: 151847,
+        abc_end: 151848,
+        music_start: 151851,
+        music_end: 151852,
+        code_base: 151853,
+        codebook_size: 32768,
+    };
 
     /// Rows the score stage samples from: every text and ABC id up to and including abc_end.
     pub fn score_rows(&self) -> std::ops::Range<u32> {
@@ -148,7 +176,10 @@ impl TokenLayout {
 
     fn check(&self, vocab: usize) -> Result<(), String> {
         let end = self.code_base as usize + self.codebook_size as usize;
-        if self.abc_end != self.abc_start + 1 || self.music_end != self.music_start + 1 || self.code_base != self.music_end + 1 {
+        if self.abc_end != self.abc_start + 1
+            || self.music_end != self.music_start + 1
+            || self.code_base != self.music_end + 1
+        {
             return Err(format!("token layout {self:?} breaks the adjacency the samplers rely on"));
         }
         if end > vocab {
@@ -177,7 +208,11 @@ impl BackboneInfo {
         let config = Yue2Config::from_json(&config_json).map_err(|e| corrupt(format!("yue2.config_json: {e}")))?;
         if let Some(v) = f.get("yue2.block_count") {
             if v.as_i64() != Some(config.num_hidden_layers as i64) {
-                return Err(corrupt(format!("yue2.block_count {} disagrees with config num_hidden_layers {}", v.summary(), config.num_hidden_layers)));
+                return Err(corrupt(format!(
+                    "yue2.block_count {} disagrees with config num_hidden_layers {}",
+                    v.summary(),
+                    config.num_hidden_layers
+                )));
             }
         }
         let d = TokenLayout::FULL;
@@ -263,7 +298,10 @@ pub fn layer_tensor_shape(c: &Yue2Config, suffix: &str) -> Vec<i64> {
 
 /// Whether a backbone tensor belongs to the NAR half (its layers and flow-matching heads).
 pub fn is_nar_tensor(name: &str) -> bool {
-    name.contains(".nar_") || name.starts_with("vae2llm.") || name.starts_with("llm2vae.") || name.starts_with("time_embedder.")
+    name.contains(".nar_")
+        || name.starts_with("vae2llm.")
+        || name.starts_with("llm2vae.")
+        || name.starts_with("time_embedder.")
 }
 
 /// Every backbone tensor with its expected shape, in file order: AR half, then NAR half.
@@ -305,7 +343,11 @@ mod tests {
         let ar = shapes.iter().filter(|(n, _)| !is_nar_tensor(n)).count();
         assert_eq!(ar, 311);
         assert_eq!(crate::models::yue2::ar::ar_tensors(&Yue2Config::full()).len(), 311);
-        assert_eq!(crate::models::yue2::nar::nar_tensors(&Yue2Config::full(), 64).len(), 316 + 1, "plus the shared final norm");
+        assert_eq!(
+            crate::models::yue2::nar::nar_tensors(&Yue2Config::full(), 64).len(),
+            316 + 1,
+            "plus the shared final norm"
+        );
     }
 
     #[test]
@@ -322,9 +364,12 @@ mod tests {
     fn config_json_defaults_and_errors() {
         let c = Yue2Config::from_json("{}").unwrap();
         assert_eq!(c, Yue2Config::full());
-        let c = Yue2Config::from_json(r#"{"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}"#).unwrap();
+        let c = Yue2Config::from_json(r#"{"hidden_size": 64, "num_attention_heads": 4, "num_key_value_heads": 2}"#)
+            .unwrap();
         assert_eq!(c.head_dim, 16);
-        assert!(Yue2Config::from_json(r#"{"num_attention_heads": 5, "num_key_value_heads": 2}"#).unwrap_err().contains("multiple"));
+        assert!(Yue2Config::from_json(r#"{"num_attention_heads": 5, "num_key_value_heads": 2}"#)
+            .unwrap_err()
+            .contains("multiple"));
         assert!(Yue2Config::from_json(r#"{"hidden_size": -3}"#).unwrap_err().contains("hidden_size"));
         assert!(Yue2Config::from_json("not json").is_err());
     }

@@ -31,7 +31,10 @@ pub fn convert_backbone(dir: &Path, out: &Path) -> Result<usize, ConvertError> {
     let vocab = convert_tiktoken(&ranks).map_err(|e| input(&tk_path, e))?;
     let layout = TokenLayout::FULL;
     if vocab.tokens.len() != layout.endoftext as usize {
-        return Err(input(&tk_path, format!("{} ranks, the YuE2 layout needs {}", vocab.tokens.len(), layout.endoftext)));
+        return Err(input(
+            &tk_path,
+            format!("{} ranks, the YuE2 layout needs {}", vocab.tokens.len(), layout.endoftext),
+        ));
     }
     let mut toks = vocab.tokens;
     let mut types = vec![token_type::NORMAL; toks.len()];
@@ -117,7 +120,11 @@ pub fn convert_vae(dir: &Path, out: &Path) -> Result<usize, ConvertError> {
         Ok(t) => serde_json::from_str(&t).map_err(|e| input(&dir.join("config.json"), e.to_string()))?,
         Err(_) => serde_json::json!({}),
     };
-    let ints = |k: &str| cfg.get(k).and_then(|v| v.as_array()).map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as i32).collect::<Vec<_>>());
+    let ints = |k: &str| {
+        cfg.get(k)
+            .and_then(|v| v.as_array())
+            .map(|a| a.iter().filter_map(|x| x.as_u64()).map(|x| x as i32).collect::<Vec<_>>())
+    };
     let strides: Vec<i32> = ints("upsampling_ratios")
         .or_else(|| {
             ints("downsampling_ratios").map(|mut v| {
@@ -126,7 +133,8 @@ pub fn convert_vae(dir: &Path, out: &Path) -> Result<usize, ConvertError> {
             })
         })
         .unwrap_or_else(|| vec![6, 5, 4, 4, 2, 2]);
-    let latent = cfg.get("decoder_input_channels").or(cfg.get("latent_channels")).and_then(|v| v.as_u64()).unwrap_or(64) as u32;
+    let latent =
+        cfg.get("decoder_input_channels").or(cfg.get("latent_channels")).and_then(|v| v.as_u64()).unwrap_or(64) as u32;
     let rate = cfg.get("sampling_rate").and_then(|v| v.as_u64()).unwrap_or(48000) as u32;
     let audio = cfg.get("audio_channels").and_then(|v| v.as_u64()).unwrap_or(2) as u32;
     let shards = Shards::open(dir)?;
@@ -150,7 +158,10 @@ pub fn convert_vae(dir: &Path, out: &Path) -> Result<usize, ConvertError> {
     }
     let mut w = GgufWriter::new();
     w.set_str("general.architecture", VAE_ARCH)
-        .set_str("general.name", dir.file_name().map(|s| s.to_string_lossy().into_owned()).as_deref().unwrap_or("yue2-vae"))
+        .set_str(
+            "general.name",
+            dir.file_name().map(|s| s.to_string_lossy().into_owned()).as_deref().unwrap_or("yue2-vae"),
+        )
         .set_u32("yue2-vae.latent_channels", latent)
         .set_u32("yue2-vae.sampling_rate", rate)
         .set_u32("yue2-vae.audio_channels", audio)

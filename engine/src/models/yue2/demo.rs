@@ -5,43 +5,14 @@
 //! published depth and head layout (28 layers, 16 query heads over 8 KV heads), so bugs
 //! that need depth show in the test suite; `full` has the published dimensions, written
 //! Q8_0, for benchmarks. The weights are noise: the music is noise too, and the loader says so.
-use crate::ggml::{quantize, GgmlType};
+use crate::ggml::GgmlType;
 use crate::gguf::{GgufError, GgufWriter, Value};
 use crate::models::yue2::config::{backbone_tensor_shapes, TokenLayout, Yue2Config, ARCH, VAE_ARCH};
 use crate::models::yue2::vae_layout;
+pub use crate::nn::demo::Preset;
+use crate::nn::demo::{tensor_type, write_tensors};
 use crate::tokenizer::{byte_to_char_table, token_type};
 use std::path::{Path, PathBuf};
-
-/// Which demo to write.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Preset {
-    Tiny,
-    Deep,
-    Full,
-}
-
-impl Preset {
-    /// The name on the command line and in file names.
-    pub fn name(self) -> &'static str {
-        match self {
-            Preset::Tiny => "tiny",
-            Preset::Deep => "deep",
-            Preset::Full => "full",
-        }
-    }
-}
-
-impl std::str::FromStr for Preset {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "tiny" => Ok(Preset::Tiny),
-            "deep" => Ok(Preset::Deep),
-            "full" => Ok(Preset::Full),
-            _ => Err(format!("unknown preset '{s}' (tiny, deep or full)")),
-        }
-    }
-}
 
 /// Metadata key that marks a file as random demo weights.
 pub const DEMO_KEY: &str = "yue2.demo_preset";
@@ -63,7 +34,15 @@ impl DemoSpec {
     pub fn new(p: Preset) -> Self {
         // 256 byte tokens, then <|endoftext|> <|im_start|> <|im_end|> <abc> </abc>, then
         // music_start, music_end and 1024 codes.
-        let small_tokens = TokenLayout { endoftext: 256, abc_start: 259, abc_end: 260, music_start: 261, music_end: 262, code_base: 263, codebook_size: 1024 };
+        let small_tokens = TokenLayout {
+            endoftext: 256,
+            abc_start: 259,
+            abc_end: 260,
+            music_start: 261,
+            music_end: 262,
+            code_base: 263,
+            codebook_size: 1024,
+        };
         match p {
             Preset::Deep => DemoSpec {
                 config: Yue2Config {
@@ -98,7 +77,12 @@ impl DemoSpec {
                     vae_channels: vec![32, 16, 16, 8, 8, 4, 4],
                 }
             }
-            Preset::Full => DemoSpec { config: Yue2Config::full(), tokens: TokenLayout::FULL, matrix_type: GgmlType::Q8_0, vae_channels: vec![2048, 1024, 512, 256, 128, 64, 64] },
+            Preset::Full => DemoSpec {
+                config: Yue2Config::full(),
+                tokens: TokenLayout::FULL,
+                matrix_type: GgmlType::Q8_0,
+                vae_channels: vec![2048, 1024, 512, 256, 128, 64, 64],
+            },
         }
     }
 
@@ -117,71 +101,14 @@ impl DemoSpec {
     }
 }
 
-/// Deterministic stream of uniforms in [-1, 1), one per tensor (seeded by name), so a
-/// tensor's values do not depend on which others are written.
-struct SplitMix(u64);
-impl SplitMix {
-    fn for_tensor(seed: u64, name: &str) -> Self {
-        let mut h = 0xcbf29ce484222325u64 ^ seed.wrapping_mul(0x9e3779b97f4a7c15);
-        for b in name.bytes() {
-            h = (h ^ b as u64).wrapping_mul(0x100000001b3);
-        }
-        SplitMix(h)
-    }
-    fn next_u64(&mut self) -> u64 {
-        self.0 = self.0.wrapping_add(0x9e3779b97f4a7c15);
-        let mut z = self.0;
-        z = (z ^ (z >> 30)).wrapping_mul(0xbf58476d1ce4e5b9);
-        z = (z ^ (z >> 27)).wrapping_mul(0x94d049bb133111eb);
-        z ^ (z >> 31)
-    }
-    fn uniform(&mut self) -> f32 {
-        ((self.next_u64() >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
-    }
-}
-
-/// Values of one random tensor, scaled by its role.
-pub(crate) fn random_values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
-    let n: i64 = ne.iter().product();
-    let mut rng = SplitMix::for_tensor(seed, name);
-    let (offset, scale) = if name.ends_with("norm.weight") {
-        (1.0, 0.2) // random norms, so a missing QK-norm changes the output
-    } else if name.ends_with(".bias") {
-        (0.0, 0.02)
-    } else if name.ends_with(".alpha") || name.ends_with(".beta") {
-        (0.0, 0.3) // log-scale snake parameters around exp(0) = 1
-    } else if name.ends_with(".weight_g") {
-        (1.0, 0.2)
-    } else if name == crate::models::yue2::config::names::EMBED {
-        (0.0, 1.0)
-    } else {
-        (0.0, 3f32.sqrt() / (ne[0] as f32).sqrt()) // unit variance out of a fan-in of ne[0]
-    };
-    (0..n).map(|_| offset + scale * rng.uniform()).collect()
-}
-
-pub(crate) fn tensor_type(spec_matrix: GgmlType, ne: &[i64]) -> GgmlType {
-    if ne.len() >= 2 && ne[0] % spec_matrix.block_size() as i64 == 0 {
-        spec_matrix
-    } else {
-        GgmlType::F32
-    }
-}
-
-pub(crate) fn write_tensors(path: &Path, w: &GgufWriter, tensors: &[(String, GgmlType, Vec<i64>)], seed: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<(), GgufError> {
-    let mut data = w.create(path)?;
-    for (i, (name, ty, ne)) in tensors.iter().enumerate() {
-        let v = random_values(seed, name, ne);
-        let bytes = if *ty == GgmlType::F32 { crate::ggml::encode_f32(GgmlType::F32, &v).unwrap() } else { quantize(*ty, &v, ne[0] as usize) };
-        data.write(&bytes)?;
-        progress(i + 1, tensors.len());
-    }
-    data.finish()
-}
-
 /// Writes `yue2-demo-{preset}.gguf` and `yue2-demo-{preset}-vae.gguf` into `dir`.
 /// `progress(done, total)` is called after each tensor.
-pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMut(usize, usize)) -> Result<(PathBuf, PathBuf), GgufError> {
+pub fn write_demo(
+    dir: &Path,
+    preset: Preset,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(PathBuf, PathBuf), GgufError> {
     std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), source })?;
     let spec = DemoSpec::new(preset);
     let tag = preset.name();
@@ -209,15 +136,22 @@ pub fn write_demo(dir: &Path, preset: Preset, seed: u64, progress: &mut dyn FnMu
         }
     }
     let (toks, types) = spec.vocabulary();
-    w.set_str("tokenizer.ggml.model", "gpt2").set_str("tokenizer.ggml.pre", "qwen2").set_strs("tokenizer.ggml.tokens", &toks).set_i32s("tokenizer.ggml.token_type", &types);
+    w.set_str("tokenizer.ggml.model", "gpt2")
+        .set_str("tokenizer.ggml.pre", "qwen2")
+        .set_strs("tokenizer.ggml.tokens", &toks)
+        .set_i32s("tokenizer.ggml.token_type", &types);
     w.set("tokenizer.ggml.merges", Value::Array(vec![]));
     w.set_u32("tokenizer.ggml.eos_token_id", spec.tokens.endoftext);
-    let tensors: Vec<(String, GgmlType, Vec<i64>)> = backbone_tensor_shapes(c, LATENT_DIM, TIME_FREQ_DIM).into_iter().map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne)).collect();
-    let vae_tensors: Vec<(String, GgmlType, Vec<i64>)> = vae_layout::decoder_shapes(LATENT_DIM, &spec.vae_channels, &STRIDES, 2)
+    let tensors: Vec<(String, GgmlType, Vec<i64>)> = backbone_tensor_shapes(c, LATENT_DIM, TIME_FREQ_DIM)
         .into_iter()
-        .chain(vae_layout::encoder_shapes(LATENT_DIM, &spec.vae_channels, &STRIDES, 2))
-        .map(|(n, ne)| (n, GgmlType::F32, ne))
+        .map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne))
         .collect();
+    let vae_tensors: Vec<(String, GgmlType, Vec<i64>)> =
+        vae_layout::decoder_shapes(LATENT_DIM, &spec.vae_channels, &STRIDES, 2)
+            .into_iter()
+            .chain(vae_layout::encoder_shapes(LATENT_DIM, &spec.vae_channels, &STRIDES, 2))
+            .map(|(n, ne)| (n, GgmlType::F32, ne))
+            .collect();
     for (n, ty, ne) in &tensors {
         w.add_tensor(n, *ty, ne);
     }

@@ -17,19 +17,8 @@ pub fn llama_name(name: &str) -> Option<String> {
 pub fn export_qwen3(model: &Path, out: &Path) -> Result<usize, GgufError> {
     let f = GgufFile::open(model)?;
     let info = BackboneInfo::from_gguf(&f)?;
-    let c = &info.config;
-    let hp = Qwen3Hparams {
-        layers: c.num_hidden_layers,
-        context: c.max_position_embeddings,
-        hidden: c.hidden_size,
-        feed_forward: c.intermediate_size,
-        heads: c.num_attention_heads,
-        kv_heads: c.num_key_value_heads,
-        head_dim: c.head_dim,
-        rope_theta: c.rope_theta,
-        rms_eps: c.rms_norm_eps,
-        vocab: c.vocab_size,
-    };
+    let corrupt = |what| GgufError::Corrupt { path: model.to_path_buf(), what };
+    let hp = Qwen3Hparams::from_config(&info.config).map_err(corrupt)?;
     let tokens: Vec<String> = f.get_str_array("tokenizer.ggml.tokens")?.into_iter().map(String::from).collect();
     let types: Vec<i32> = f.get_i64_array("tokenizer.ggml.token_type")?.into_iter().map(|t| t as i32).collect();
     write(&f, &hp, "YuE2 AR half", tokens, types, &|n| !is_nar_tensor(n), out)
@@ -52,9 +41,11 @@ mod tests {
         assert_eq!(n, 3 + 11 * layers, "embed, norm, head and 11 tensors per layer");
         assert_eq!(q.get_str("general.architecture").unwrap(), "qwen3");
         assert_eq!(q.get_str_array("tokenizer.ggml.tokens").unwrap().len(), 1288, "padded to the vocabulary");
-        for (ours, theirs) in
-            [("model.layers.1.self_attn.k_norm.weight", "blk.1.attn_k_norm.weight"), ("lm_head.weight", "output.weight"), ("model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight")]
-        {
+        for (ours, theirs) in [
+            ("model.layers.1.self_attn.k_norm.weight", "blk.1.attn_k_norm.weight"),
+            ("lm_head.weight", "output.weight"),
+            ("model.layers.0.mlp.down_proj.weight", "blk.0.ffn_down.weight"),
+        ] {
             let (a, b) = (src.tensor(ours).unwrap(), q.tensor(theirs).unwrap());
             assert_eq!((a.ty, &a.ne), (b.ty, &b.ne));
             assert_eq!(src.tensor_bytes(a), q.tensor_bytes(b), "{theirs}");
@@ -74,7 +65,15 @@ mod tests {
         let info = BackboneInfo::from_gguf(&src).unwrap();
         let mut ar = crate::models::yue2::ar::ArModel::load(&src, &info, &backend).unwrap();
         let mut sets = vec![crate::kv_cache::KvSet::new(&backend, info.config.kv_dims(), tokens.len()).unwrap()];
-        let ours = ar.forward(&backend, &mut sets, &[crate::models::yue2::ar::SeqInput { tokens: &tokens, set: 0 }], 0..1288, crate::models::yue2::ar::Positions::Last).unwrap();
+        let ours = ar
+            .forward(
+                &backend,
+                &mut sets,
+                &[crate::models::yue2::ar::SeqInput { tokens: &tokens, set: 0 }],
+                0..1288,
+                crate::models::yue2::ar::Positions::Last,
+            )
+            .unwrap();
         let ours = &ours.per_seq[0][0];
         assert_eq!(ours.len(), theirs.len());
         let diff: f64 = ours.iter().zip(&theirs).map(|(a, b)| ((a - b) as f64).powi(2)).sum::<f64>().sqrt();
@@ -108,15 +107,31 @@ mod tests {
         let mut ar = crate::models::yue2::ar::ArModel::load(&src, &info, &backend).unwrap();
         use crate::models::yue2::ar::{Positions, SeqInput};
         let mut pair = vec![crate::kv_cache::KvSet::with_streams(&backend, c.kv_dims(), 64, 2).unwrap()];
-        ar.forward(&backend, &mut pair, &[SeqInput { tokens: &a[..20], set: 0 }, SeqInput { tokens: &b[..12], set: 1 }], 0..vocab, Positions::Last).unwrap();
+        ar.forward(
+            &backend,
+            &mut pair,
+            &[SeqInput { tokens: &a[..20], set: 0 }, SeqInput { tokens: &b[..12], set: 1 }],
+            0..vocab,
+            Positions::Last,
+        )
+        .unwrap();
         for i in 0..8 {
-            ar.forward(&backend, &mut pair, &[SeqInput { tokens: &a[20 + i..21 + i], set: 0 }, SeqInput { tokens: &b[12 + i..13 + i], set: 1 }], 0..vocab, Positions::Last).unwrap();
+            ar.forward(
+                &backend,
+                &mut pair,
+                &[SeqInput { tokens: &a[20 + i..21 + i], set: 0 }, SeqInput { tokens: &b[12 + i..13 + i], set: 1 }],
+                0..vocab,
+                Positions::Last,
+            )
+            .unwrap();
         }
         for (stream, s) in [(0, &a), (1, &b)] {
             let mut own = vec![pair[0].copy_stream(&backend, stream, 64).unwrap()];
             let done = own[0].len();
             assert_eq!(done, if stream == 0 { 28 } else { 20 });
-            let ours = ar.forward(&backend, &mut own, &[SeqInput { tokens: &s[done..], set: 0 }], 0..vocab, Positions::Last).unwrap();
+            let ours = ar
+                .forward(&backend, &mut own, &[SeqInput { tokens: &s[done..], set: 0 }], 0..vocab, Positions::Last)
+                .unwrap();
             let theirs = l.last_logits(&s.iter().map(|&t| t as i32).collect::<Vec<_>>(), 2).unwrap();
             let ours = &ours.per_seq[0][0];
             let diff: f64 = ours.iter().zip(&theirs).map(|(x, y)| ((x - y) as f64).powi(2)).sum::<f64>().sqrt();

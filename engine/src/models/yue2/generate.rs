@@ -148,7 +148,13 @@ impl ArStages<'_> {
 
     /// Stage 1 for song `song`: decodes from the open score slot to abc_end or the budget,
     /// retrying malformed scores with seed `lm_seed + song + k * lm_batch_size`.
-    pub fn plan(&mut self, req: &Yue2Request, song: u32, cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress)) -> Result<Plan, GenError> {
+    pub fn plan(
+        &mut self,
+        req: &Yue2Request,
+        song: u32,
+        cancel: &CancelToken,
+        progress: &mut dyn FnMut(ArProgress),
+    ) -> Result<Plan, GenError> {
         let prefix = self.prompts().conditional(req.cot, &req.style, &req.lyrics, &Score::Open);
         let preset = req.abc_sampling;
         let attempts = if preset.temperature == 0.0 { 1 } else { req.plan_retries + 1 };
@@ -156,10 +162,12 @@ impl ArStages<'_> {
         let mut last_abc = String::new();
         for k in 0..attempts {
             let seed = (req.lm_seed as i128) + song as i128 + k as i128 * req.lm_batch_size as i128;
-            let seed = u64::try_from(seed)
-                .ok()
-                .filter(|&s| s <= i64::MAX as u64)
-                .ok_or_else(|| RequestError::new("lm_seed", format!("retry {k} of song {song} needs seed {seed}, which is not representable")))?;
+            let seed = u64::try_from(seed).ok().filter(|&s| s <= i64::MAX as u64).ok_or_else(|| {
+                RequestError::new(
+                    "lm_seed",
+                    format!("retry {k} of song {song} needs seed {seed}, which is not representable"),
+                )
+            })?;
             let (ids, ended) = self.plan_once(&prefix, seed, &preset, song, cancel, progress)?;
             let abc = self.tokenizer.decode(&ids);
             match check_abc(&abc) {
@@ -174,16 +182,37 @@ impl ArStages<'_> {
         Err(GenError::PlanExhausted { attempts, reason, last_abc })
     }
 
-    fn plan_once(&mut self, prefix: &[u32], seed: u64, preset: &SamplingPreset, song: u32, cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress)) -> Result<(Vec<u32>, bool), GenError> {
+    fn plan_once(
+        &mut self,
+        prefix: &[u32],
+        seed: u64,
+        preset: &SamplingPreset,
+        song: u32,
+        cancel: &CancelToken,
+        progress: &mut dyn FnMut(ArProgress),
+    ) -> Result<(Vec<u32>, bool), GenError> {
         let budget = preset.max_tokens as usize;
-        let mut sets = vec![KvSet::new(self.backend, self.model.cfg.kv_dims(), (prefix.len() + budget).min(self.max_seq))?];
+        let mut sets =
+            vec![KvSet::new(self.backend, self.model.cfg.kv_dims(), (prefix.len() + budget).min(self.max_seq))?];
         let rows = self.tokens.score_rows();
-        let mut out = self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: prefix, set: 0 }], rows.clone(), Positions::Last)?;
+        let mut out = self.model.forward(
+            self.backend,
+            &mut sets,
+            &[SeqInput { tokens: prefix, set: 0 }],
+            rows.clone(),
+            Positions::Last,
+        )?;
         let mut ids = Vec::new();
         for step in 0..budget {
             cancel.check()?;
             let logits = &out.per_seq[0][0];
-            let cx = SampleContext { rows: rows.clone(), allowed: rows.clone(), end_id: self.tokens.abc_end, step, history: &ids };
+            let cx = SampleContext {
+                rows: rows.clone(),
+                allowed: rows.clone(),
+                end_id: self.tokens.abc_end,
+                step,
+                history: &ids,
+            };
             let t = sample(logits, &cx, preset, seed);
             progress(ArProgress { stage: ArStage::Plan, song, done: step + 1, total: budget });
             if t == self.tokens.abc_end {
@@ -193,7 +222,13 @@ impl ArStages<'_> {
             if step + 1 == budget || sets[0].len() == sets[0].capacity() {
                 break;
             }
-            out = self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: &[t], set: 0 }], rows.clone(), Positions::Last)?;
+            out = self.model.forward(
+                self.backend,
+                &mut sets,
+                &[SeqInput { tokens: &[t], set: 0 }],
+                rows.clone(),
+                Positions::Last,
+            )?;
         }
         Ok((ids, false))
     }
@@ -216,13 +251,26 @@ impl ArStages<'_> {
     /// Stage 2 for every song of the batch in lockstep: decodes codes until music_end or
     /// the budget, under guidance when `cfg_scale != 1`. `scores[i]` is song i's score ids
     /// (empty in off mode).
-    pub fn semantic(&mut self, req: &Yue2Request, scores: &[Vec<u32>], cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress)) -> Result<Vec<Song>, GenError> {
+    pub fn semantic(
+        &mut self,
+        req: &Yue2Request,
+        scores: &[Vec<u32>],
+        cancel: &CancelToken,
+        progress: &mut dyn FnMut(ArProgress),
+    ) -> Result<Vec<Song>, GenError> {
         self.semantic_fed(req, scores, cancel, progress, None)
     }
 
     /// Hands the chunks of `feed`'s grid out while the songs are written: a chunk the step
     /// its last code is sampled, a song's end once it ends (or the budget ends it).
-    pub fn semantic_fed(&mut self, req: &Yue2Request, scores: &[Vec<u32>], cancel: &CancelToken, progress: &mut dyn FnMut(ArProgress), mut feed: Option<ChunkFeed<'_>>) -> Result<Vec<Song>, GenError> {
+    pub fn semantic_fed(
+        &mut self,
+        req: &Yue2Request,
+        scores: &[Vec<u32>],
+        cancel: &CancelToken,
+        progress: &mut dyn FnMut(ArProgress),
+        mut feed: Option<ChunkFeed<'_>>,
+    ) -> Result<Vec<Song>, GenError> {
         let n = scores.len();
         let cfg = req.effective_cfg_scale() as f32;
         let guided = cfg != 1.0;
@@ -253,9 +301,15 @@ impl ArStages<'_> {
                 capacity = capacity.max((*cap).max(u.len() + budget + 1).min(self.max_seq));
             }
         }
-        let mut sets = vec![KvSet::with_streams(self.backend, self.model.cfg.kv_dims(), capacity, if guided { 2 * n } else { n })?];
+        let mut sets = vec![KvSet::with_streams(
+            self.backend,
+            self.model.cfg.kv_dims(),
+            capacity,
+            if guided { 2 * n } else { n },
+        )?];
         // Prefill every stream in one forward (sequences of different lengths).
-        let mut seqs: Vec<SeqInput<'_>> = prefixes.iter().enumerate().map(|(i, (p, _))| SeqInput { tokens: p, set: i }).collect();
+        let mut seqs: Vec<SeqInput<'_>> =
+            prefixes.iter().enumerate().map(|(i, (p, _))| SeqInput { tokens: p, set: i }).collect();
         if guided {
             seqs.extend(uncond_prefixes.iter().enumerate().map(|(i, u)| SeqInput { tokens: u, set: n + i }));
         }
@@ -282,7 +336,13 @@ impl ArStages<'_> {
                 if ended[i] {
                     continue;
                 }
-                let cx = SampleContext { rows: rows.clone(), allowed: rows.clone(), end_id: t.music_end, step, history: &generated[i] };
+                let cx = SampleContext {
+                    rows: rows.clone(),
+                    allowed: rows.clone(),
+                    end_id: t.music_end,
+                    step,
+                    history: &generated[i],
+                };
                 let seed = (req.lm_seed as u64).wrapping_add(i as u64);
                 let tok = sample(&logits[i], &cx, &preset, seed);
                 generated[i].push(tok);
@@ -299,7 +359,14 @@ impl ArStages<'_> {
                 for i in 0..n {
                     if !fed_end[i] {
                         fed_end[i] = ended[i];
-                        self.feed_chunks(f, &mut next_chunk[i], i as u32, prefix_of(i), &codes[i], ended[i].then_some(true))?;
+                        self.feed_chunks(
+                            f,
+                            &mut next_chunk[i],
+                            i as u32,
+                            prefix_of(i),
+                            &codes[i],
+                            ended[i].then_some(true),
+                        )?;
                     }
                 }
             }
@@ -307,7 +374,8 @@ impl ArStages<'_> {
                 break;
             }
             // Ended songs leave the batch: their sets keep exactly prefix + codes.
-            let mut seqs: Vec<SeqInput<'_>> = active.iter().map(|&i| SeqInput { tokens: &pending[i], set: i }).collect();
+            let mut seqs: Vec<SeqInput<'_>> =
+                active.iter().map(|&i| SeqInput { tokens: &pending[i], set: i }).collect();
             if guided {
                 seqs.extend(active.iter().map(|&i| SeqInput { tokens: &pending[i], set: n + i }));
             }
@@ -328,12 +396,27 @@ impl ArStages<'_> {
             }
         }
         let set = sets.pop().expect("one set");
-        let kvs = if set.streams() == 1 { vec![set] } else { (0..n).map(|i| set.copy_stream(self.backend, i, caps[i].max(set.stream_len(i)))).collect::<Result<Vec<_>, _>>()? };
+        let kvs = if set.streams() == 1 {
+            vec![set]
+        } else {
+            (0..n)
+                .map(|i| set.copy_stream(self.backend, i, caps[i].max(set.stream_len(i))))
+                .collect::<Result<Vec<_>, _>>()?
+        };
         let mut songs = Vec::with_capacity(n);
         for (i, kv) in kvs.into_iter().enumerate().rev() {
             let prefix_len = prefixes[i].0.len() - prefixes[i].1.len();
             let prefix = prefixes[i].0[..prefix_len].to_vec();
-            songs.push(Song { index: i as u32, score_ids: scores[i].clone(), codes: std::mem::take(&mut codes[i]), ended: ended[i], prefix_len, prefix, kv, pending: std::mem::take(&mut pending[i]) });
+            songs.push(Song {
+                index: i as u32,
+                score_ids: scores[i].clone(),
+                codes: std::mem::take(&mut codes[i]),
+                ended: ended[i],
+                prefix_len,
+                prefix,
+                kv,
+                pending: std::mem::take(&mut pending[i]),
+            });
         }
         songs.reverse();
         Ok(songs)
@@ -341,7 +424,15 @@ impl ArStages<'_> {
 
     /// Hands out song `song`'s chunks that its `codes` complete from chunk `*next` on, then
     /// its end when `done` is `Some(ended)` (the last chunk is then whatever is left).
-    fn feed_chunks(&mut self, feed: &mut ChunkFeed<'_>, next: &mut usize, song: u32, prefix: &[u32], codes: &[u32], done: Option<bool>) -> Result<(), GenError> {
+    fn feed_chunks(
+        &mut self,
+        feed: &mut ChunkFeed<'_>,
+        next: &mut usize,
+        song: u32,
+        prefix: &[u32],
+        codes: &[u32],
+        done: Option<bool>,
+    ) -> Result<(), GenError> {
         let plan = feed.plans[song as usize];
         while let Some(span) = plan.span(*next, codes.len()) {
             if done.is_none() && span.start + plan.step > codes.len() {
@@ -367,7 +458,13 @@ impl ArStages<'_> {
         tail.push(self.tokens.music_end);
         let end = self.tokens.music_end;
         let mut sets = vec![std::mem::replace(&mut song.kv, KvSet::new(self.backend, self.model.cfg.kv_dims(), 1)?)];
-        let r = self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: &tail, set: 0 }], end..end + 1, Positions::Last);
+        let r = self.model.forward(
+            self.backend,
+            &mut sets,
+            &[SeqInput { tokens: &tail, set: 0 }],
+            end..end + 1,
+            Positions::Last,
+        );
         song.kv = sets.pop().unwrap();
         r?;
         Ok(())
@@ -386,13 +483,32 @@ impl ArStages<'_> {
         seq.extend(codes.iter().map(|&c| self.tokens.code_token(c)));
         seq.push(self.tokens.music_end);
         if seq.len() > self.max_seq {
-            return Err(RequestError::new("semantic_tokens", format!("{} tokens with the prefix exceed the KV cache of {}", seq.len(), self.max_seq)).into());
+            return Err(RequestError::new(
+                "semantic_tokens",
+                format!("{} tokens with the prefix exceed the KV cache of {}", seq.len(), self.max_seq),
+            )
+            .into());
         }
         let mut sets = vec![KvSet::new(self.backend, self.model.cfg.kv_dims(), seq.len())?];
         let end = self.tokens.music_end;
-        self.model.forward(self.backend, &mut sets, &[SeqInput { tokens: &seq, set: 0 }], end..end + 1, Positions::Last)?;
+        self.model.forward(
+            self.backend,
+            &mut sets,
+            &[SeqInput { tokens: &seq, set: 0 }],
+            end..end + 1,
+            Positions::Last,
+        )?;
         let prefix = seq[..prefix_len].to_vec();
-        Ok(Song { index: 0, score_ids: score.to_vec(), codes: codes.to_vec(), ended: true, prefix_len, prefix, kv: sets.pop().unwrap(), pending: vec![] })
+        Ok(Song {
+            index: 0,
+            score_ids: score.to_vec(),
+            codes: codes.to_vec(),
+            ended: true,
+            prefix_len,
+            prefix,
+            kv: sets.pop().unwrap(),
+            pending: vec![],
+        })
     }
 }
 
@@ -428,7 +544,10 @@ pub fn check_fits(p: &PromptBuilder<'_>, max_seq: usize, req: &Yue2Request) -> R
         };
         return Err(RequestError::new(
             what,
-            format!("prefix ({base} tokens) + score ({score_len}) + codes ({codes}) + end = {need} tokens do not fit the KV cache of {max_seq} (shorten {what} or raise --max-seq)"),
+            format!(
+                "prefix ({base} tokens) + score ({score_len}) + codes ({codes}) + end = {need} tokens do not fit \
+                the KV cache of {max_seq} (shorten {what} or raise --max-seq)"
+            ),
         ));
     }
     Ok(())

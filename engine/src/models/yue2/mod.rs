@@ -6,8 +6,10 @@
 //! - [`prompt`]: the id streams of each cot mode;
 //! - [`ar`], [`nar`], [`vae`]: the modules; [`generate`]: the AR stages; [`pipeline`]: the song;
 //! - [`demo`]: deterministic random-weight models of the exact architecture;
-//! - [`convert`], [`export_qwen3`]: checkpoint conversion and the llama.cpp export.
+//! - [`convert`], [`export_qwen3`]: checkpoint conversion and the llama.cpp export;
+//! - [`adapter`]: LoRA adapters merged into the halves they change.
 pub mod abc_check;
+pub mod adapter;
 pub mod ar;
 pub mod config;
 pub mod convert;

@@ -33,7 +33,10 @@ pub const TIME_FREQ_DIM: usize = 256;
 /// Names and shapes of the NAR tensors (316 at the published dimensions), plus the shared
 /// final norm.
 pub fn nar_tensors(cfg: &Yue2Config, latent: usize) -> Vec<(String, Vec<i64>)> {
-    backbone_tensor_shapes(cfg, latent, TIME_FREQ_DIM).into_iter().filter(|(n, _)| is_nar_tensor(n) || n == names::NORM).collect()
+    backbone_tensor_shapes(cfg, latent, TIME_FREQ_DIM)
+        .into_iter()
+        .filter(|(n, _)| is_nar_tensor(n) || n == names::NORM)
+        .collect()
 }
 
 /// The timestep the embedder sees: the raw value `logit(t)` saturated at +-20, then the
@@ -126,7 +129,11 @@ impl ChunkPlan {
     /// Chunk `c` of a song of `frames` frames (`None` past its end).
     pub fn span(&self, c: usize, frames: usize) -> Option<ChunkSpan> {
         let start = c * self.step;
-        (start < frames).then(|| ChunkSpan { context: start.saturating_sub(self.context), start, end: (start + self.step).min(frames) })
+        (start < frames).then(|| ChunkSpan {
+            context: start.saturating_sub(self.context),
+            start,
+            end: (start + self.step).min(frames),
+        })
     }
 
     /// Every chunk of a song of `frames` frames.
@@ -148,9 +155,21 @@ impl NarModel {
     }
 
     /// [`NarModel::load`] with adapter terms merged into the NAR tensors they name.
-    pub fn load_with(f: &GgufFile, info: &BackboneInfo, backend: &Backend, terms: &std::collections::HashMap<String, Vec<crate::adapter::Term>>) -> Result<Self, LoadError> {
+    pub fn load_with(
+        f: &GgufFile,
+        info: &BackboneInfo,
+        backend: &Backend,
+        terms: &std::collections::HashMap<String, Vec<crate::models::yue2::adapter::Term>>,
+    ) -> Result<Self, LoadError> {
         let latent = f.require_tensor(names::VAE2LLM_W)?.ne4()[0] as usize;
-        let weights = crate::weights::load_tensors_merged(f, &nar_tensors(&info.config, latent), backend, "NAR weights", |_, _| false, terms)?;
+        let weights = crate::weights::load_tensors_merged(
+            f,
+            &nar_tensors(&info.config, latent),
+            backend,
+            "NAR weights",
+            |_, _| false,
+            terms,
+        )?;
         Ok(NarModel { cfg: info.config.clone(), latent, weights, alloc: Allocator::new(backend) })
     }
 
@@ -160,7 +179,15 @@ impl NarModel {
 
     /// Velocities of `m` variations of `n` frames (`x`: [m, n, latent]) at time `t`, over
     /// the complete sequence held in `kv`.
-    pub fn velocity(&mut self, backend: &Backend, kv: &KvSet, x: &[f32], n: usize, m: usize, t: f64) -> Result<Vec<f32>, GgmlError> {
+    pub fn velocity(
+        &mut self,
+        backend: &Backend,
+        kv: &KvSet,
+        x: &[f32],
+        n: usize,
+        m: usize,
+        t: f64,
+    ) -> Result<Vec<f32>, GgmlError> {
         let c = &self.cfg;
         let lat = self.latent as i64;
         assert_eq!(x.len(), m * n * self.latent, "state of {} values for {m} x {n} frames", x.len());
@@ -190,7 +217,8 @@ impl NarModel {
         let temb = ctx.add(ctx.mul_mat(w.get(names::TIME_MLP0_W), tin), w.get(names::TIME_MLP0_B));
         let temb = ctx.add(ctx.mul_mat(w.get(names::TIME_MLP2_W), ctx.silu(temb)), w.get(names::TIME_MLP2_B));
         let temb = ctx.reshape_3d(temb, h, 1, 1);
-        let block = ctx.add(ctx.mul_mat(w.get(names::VAE2LLM_W), ctx.reshape_2d(xin, lat, rows)), w.get(names::VAE2LLM_B));
+        let block =
+            ctx.add(ctx.mul_mat(w.get(names::VAE2LLM_W), ctx.reshape_2d(xin, lat, rows)), w.get(names::VAE2LLM_B));
         let block = ctx.add(ctx.add(ctx.reshape_3d(block, h, nb, mm), temb), pe); // [h, nb, m]
         let mut xb = ctx.reshape_2d(block, h, rows);
         let dims = c.qwen3_dims();
@@ -201,7 +229,9 @@ impl NarModel {
         let y = rms_norm(&ctx, xb, w.get(names::NORM), eps);
         let y = ctx.reshape_3d(y, h, nb, mm);
         let y = ctx.cont(ctx.view_3d(y, h, nf, mm, y.nb()[1], y.nb()[2], y.nb()[1]));
-        let vel = ctx.add(ctx.mul_mat(w.get(names::LLM2VAE_W), ctx.reshape_2d(y, h, nf * mm)), w.get(names::LLM2VAE_B)).set_output();
+        let vel = ctx
+            .add(ctx.mul_mat(w.get(names::LLM2VAE_W), ctx.reshape_2d(y, h, nf * mm)), w.get(names::LLM2VAE_B))
+            .set_output();
         g.expand(vel);
         self.alloc.alloc_graph(&g)?;
 
@@ -262,7 +292,17 @@ impl NarModel {
 /// rows) attend over the AR window of `kv`'s only stream followed by their own K/V, which
 /// are never written to the cache; `mask` is all zeros. Returns [heads x head_dim, rows].
 #[allow(clippy::too_many_arguments)]
-fn attend_block<'a>(ctx: &'a Context, kv: &'a KvSet, l: usize, mask: Tensor<'a>, nb: i64, mm: i64, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>) -> Tensor<'a> {
+fn attend_block<'a>(
+    ctx: &'a Context,
+    kv: &'a KvSet,
+    l: usize,
+    mask: Tensor<'a>,
+    nb: i64,
+    mm: i64,
+    q: Tensor<'a>,
+    k: Tensor<'a>,
+    v: Tensor<'a>,
+) -> Tensor<'a> {
     let (hd, nh, nkv) = (q.ne()[0], q.ne()[1], k.ne()[1]);
     let scale = 1.0 / (hd as f32).sqrt();
     let (kc, vc) = (kv.k(l), kv.v(l));

@@ -129,8 +129,17 @@ pub enum ChunkReady {
 /// rule, or `stream_chunk_seconds` chunks behind [`STREAM_CONTEXT_FRAMES`] of
 /// left context.
 pub fn chunk_plan(req: &Yue2Request, max_seq: usize, prefix_len: usize) -> Result<ChunkPlan, PipelineError> {
-    ChunkPlan::new(max_seq, prefix_len, req.stream_chunk_frames().map(|f| (f, STREAM_CONTEXT_FRAMES)))
-        .ok_or_else(|| RequestError::new("abc", format!("the prefix of {prefix_len} tokens leaves no room for a latent block in a context of {max_seq}")).into())
+    ChunkPlan::new(max_seq, prefix_len, req.stream_chunk_frames().map(|f| (f, STREAM_CONTEXT_FRAMES))).ok_or_else(
+        || {
+            RequestError::new(
+                "abc",
+                format!(
+                    "the prefix of {prefix_len} tokens leaves no room for a latent block in a context of {max_seq}"
+                ),
+            )
+            .into()
+        },
+    )
 }
 
 /// The VAE tile core of a request's tracks: the server's (`--vae-core`), or under streaming
@@ -258,18 +267,37 @@ impl Shared {
 
     /// The request bounds this pipeline enforces.
     pub fn limits(&self, max_batch: u32) -> Limits {
-        Limits { max_batch, context: self.max_seq as u32, codebook_size: self.info.tokens.codebook_size, ..Limits::default() }
+        Limits {
+            max_batch,
+            context: self.max_seq as u32,
+            codebook_size: self.info.tokens.codebook_size,
+            ..Limits::default()
+        }
     }
 
     pub fn ar_stages<'a>(&'a self, model: &'a mut ArModel, backend: &'a Backend) -> ArStages<'a> {
-        ArStages { model, backend, tokenizer: &self.tokenizer, tokens: self.info.tokens, instructions: &self.instructions, max_seq: self.max_seq }
+        ArStages {
+            model,
+            backend,
+            tokenizer: &self.tokenizer,
+            tokens: self.info.tokens,
+            instructions: &self.instructions,
+            max_seq: self.max_seq,
+        }
     }
 
     /// The AR half of a request (its seeds resolved): scores, semantic streams (or the
     /// replayed one), then one prefill per acoustic chunk. The KV sets of the generation are
     /// dropped: the NAR reads a fresh one-forward prefill of prefix + codes + music_end, the
     /// same sequence a replay prefills, so a replay renders the same audio bit for bit.
-    pub fn compose(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<SongWork>, PipelineError> {
+    pub fn compose(
+        &self,
+        ar: &mut ArModel,
+        backend: &Backend,
+        req: &Yue2Request,
+        cancel: &CancelToken,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Vec<SongWork>, PipelineError> {
         let songs = self.compose_codes(ar, backend, req, cancel, events)?;
         let mut out = Vec::with_capacity(songs.len());
         for (meta, prefix) in songs {
@@ -280,7 +308,14 @@ impl Shared {
 
     /// The scores and semantic streams of a request (its seeds resolved), without the
     /// chunk prefills: each song with its semantic prefix. What `yued compose` writes out.
-    pub fn compose_codes(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
+    pub fn compose_codes(
+        &self,
+        ar: &mut ArModel,
+        backend: &Backend,
+        req: &Yue2Request,
+        cancel: &CancelToken,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
         self.compose_fed(ar, backend, req, cancel, events, None)
     }
 
@@ -327,7 +362,9 @@ impl Shared {
             } else if replay || req.cot == CotMode::Off {
                 scores.push((String::new(), Vec::new(), None));
             } else {
-                let plan = self.ar_stages(ar, backend).plan(req, i as u32, cancel, &mut |p: ArProgress| events(Event::Progress { stage: Stage::Plan, song: p.song, done: p.done, total: p.total }))?;
+                let plan = self.ar_stages(ar, backend).plan(req, i as u32, cancel, &mut |p: ArProgress| {
+                    events(Event::Progress { stage: Stage::Plan, song: p.song, done: p.done, total: p.total })
+                })?;
                 events(Event::Score { song: i as u32, abc: &plan.abc });
                 // The score travels as text: the next stages read its canonical tokenization,
                 // exactly what a replay of the track will read.
@@ -343,13 +380,25 @@ impl Shared {
             // Under a feed, each song's grid comes from its prefix (its score's length).
             let mut ready = ready;
             let plans = match &ready {
-                Some(_) => Some(ids.iter().map(|score| chunk_plan(req, self.max_seq, self.ar_stages(ar, backend).semantic_prefix(req, score)?.len())).collect::<Result<Vec<_>, _>>()?),
+                Some(_) => Some(
+                    ids.iter()
+                        .map(|score| {
+                            chunk_plan(
+                                req,
+                                self.max_seq,
+                                self.ar_stages(ar, backend).semantic_prefix(req, score)?.len(),
+                            )
+                        })
+                        .collect::<Result<Vec<_>, _>>()?,
+                ),
                 None => None,
             };
             let mut emit = |e: ChunkEvent| {
                 let Some(ready) = ready.as_mut() else { return };
                 match e {
-                    ChunkEvent::Chunk { song, span, kv } => ready(ChunkReady::Chunk { song, chunk: ChunkKv { span, kv } }),
+                    ChunkEvent::Chunk { song, span, kv } => {
+                        ready(ChunkReady::Chunk { song, chunk: ChunkKv { span, kv } })
+                    }
                     // A song without a frame fails the job below; its end is not handed out.
                     ChunkEvent::End { codes, .. } if codes.is_empty() => {}
                     ChunkEvent::End { song, codes, ended } => {
@@ -385,14 +434,30 @@ impl Shared {
 
     /// One KV set per acoustic chunk of a composed song (the request's [`chunk_plan`]):
     /// prefix + the chunk's codes, the sequence the NAR attends to.
-    pub fn prefill_chunks(&self, ar: &mut ArModel, backend: &Backend, req: &Yue2Request, meta: SongMeta, prefix: Vec<u32>, cancel: &CancelToken) -> Result<SongWork, PipelineError> {
+    pub fn prefill_chunks(
+        &self,
+        ar: &mut ArModel,
+        backend: &Backend,
+        req: &Yue2Request,
+        meta: SongMeta,
+        prefix: Vec<u32>,
+        cancel: &CancelToken,
+    ) -> Result<SongWork, PipelineError> {
         let plan = chunk_plan(req, self.max_seq, prefix.len())?;
         self.prefill_planned(ar, backend, plan, meta, prefix, cancel)
     }
 
     /// [`prefill_chunks`](Self::prefill_chunks) on a given grid (the seam bench compares
     /// grids; a request always takes its [`chunk_plan`]).
-    pub fn prefill_planned(&self, ar: &mut ArModel, backend: &Backend, plan: ChunkPlan, meta: SongMeta, prefix: Vec<u32>, cancel: &CancelToken) -> Result<SongWork, PipelineError> {
+    pub fn prefill_planned(
+        &self,
+        ar: &mut ArModel,
+        backend: &Backend,
+        plan: ChunkPlan,
+        meta: SongMeta,
+        prefix: Vec<u32>,
+        cancel: &CancelToken,
+    ) -> Result<SongWork, PipelineError> {
         let (index, frames) = (meta.index, meta.codes.len());
         let spans = plan.spans(frames);
         if spans.len() > 1 {
@@ -403,7 +468,11 @@ impl Shared {
             if cancel.is_cancelled() {
                 return Err(PipelineError::Cancelled);
             }
-            let song = self.ar_stages(ar, backend).prefill_sequence(prefix.clone(), &[], &meta.codes[span.context..span.end])?;
+            let song = self.ar_stages(ar, backend).prefill_sequence(
+                prefix.clone(),
+                &[],
+                &meta.codes[span.context..span.end],
+            )?;
             chunks.push(ChunkKv { span, kv: song.kv });
         }
         Ok(SongWork { meta, chunks })
@@ -413,7 +482,15 @@ impl Shared {
     /// variations, in one graph per chunk. Each chunk's latents go out as `Event::Latents`
     /// the moment they exist, and each chunk's KV set is freed right after its solve.
     /// Returns every variation's time-major latents.
-    pub fn render(&self, nar: &mut NarModel, backend: &Backend, song: SongWork, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<Vec<f32>>, PipelineError> {
+    pub fn render(
+        &self,
+        nar: &mut NarModel,
+        backend: &Backend,
+        song: SongWork,
+        req: &Yue2Request,
+        cancel: &CancelToken,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Vec<Vec<f32>>, PipelineError> {
         let frames = song.meta.codes.len();
         let m = req.synth_batch_size.max(1) as usize;
         let mut noise = SongNoise::new(req.seed, m, nar.latent, frames);
@@ -454,7 +531,9 @@ impl Shared {
         let n = span.painted();
         let x = noise.frames(span.context, span.end);
         let (done_before, total) = (progress.0 * steps, progress.1.max(progress.0 + 1) * steps);
-        let y = nar.solve(backend, &chunk.kv, &x, n, m, steps, cancel, &mut |s, _| events(Event::Progress { stage: Stage::Synth, song, done: done_before + s, total }))?;
+        let y = nar.solve(backend, &chunk.kv, &x, n, m, steps, cancel, &mut |s, _| {
+            events(Event::Progress { stage: Stage::Synth, song, done: done_before + s, total })
+        })?;
         drop(chunk);
         let crop = span.start - span.context;
         for j in 0..m {
@@ -495,8 +574,14 @@ impl Pipeline {
     }
 
     /// [`Pipeline::load`] with adapter terms merged into the halves
-    /// ([`crate::adapter::request_terms`]: the AR half's, then the NAR half's).
-    pub fn load_adapted(model: &Path, vae: &Path, backend: Backend, opts: &PipelineOptions, terms: &(crate::adapter::HalfTerms, crate::adapter::HalfTerms)) -> Result<Self, PipelineError> {
+    /// ([`crate::models::yue2::adapter::request_terms`]: the AR half's, then the NAR half's).
+    pub fn load_adapted(
+        model: &Path,
+        vae: &Path,
+        backend: Backend,
+        opts: &PipelineOptions,
+        terms: &(crate::models::yue2::adapter::HalfTerms, crate::models::yue2::adapter::HalfTerms),
+    ) -> Result<Self, PipelineError> {
         let f = GgufFile::open(model)?;
         let shared = Shared::from_gguf(&f, opts)?;
         let ar = ArModel::load_with(&f, &shared.info, &backend, &terms.0)?;
@@ -504,7 +589,10 @@ impl Pipeline {
         let vf = GgufFile::open(vae)?;
         let vae = VaeModel::load(&vf, &backend)?;
         if vae.info.latent_channels != nar.latent {
-            return Err(PipelineError::Other(format!("the VAE takes {} latent channels, the backbone writes {}", vae.info.latent_channels, nar.latent)));
+            return Err(PipelineError::Other(format!(
+                "the VAE takes {} latent channels, the backbone writes {}",
+                vae.info.latent_channels, nar.latent
+            )));
         }
         Ok(Pipeline { backend, shared, ar, nar, vae })
     }
@@ -520,7 +608,12 @@ impl Pipeline {
     }
 
     /// Runs a validated request whose seeds are resolved (non-negative).
-    pub fn run(&mut self, req: &Yue2Request, cancel: &CancelToken, events: &mut dyn FnMut(Event<'_>)) -> Result<Vec<Track>, PipelineError> {
+    pub fn run(
+        &mut self,
+        req: &Yue2Request,
+        cancel: &CancelToken,
+        events: &mut dyn FnMut(Event<'_>),
+    ) -> Result<Vec<Track>, PipelineError> {
         let songs = self.shared.compose(&mut self.ar, &self.backend, req, cancel, events)?;
         let mut tracks = Vec::new();
         for song in songs {
@@ -529,9 +622,10 @@ impl Pipeline {
             for (j, lat) in latents.into_iter().enumerate() {
                 let track = tracks.len();
                 let core = tile_core(req, self.shared.vae_core, self.shared.vae_halo);
-                let pcm = self.vae.decode_tiled(&self.backend, &lat, core, self.shared.vae_halo, cancel, &mut |tile| {
-                    events(Event::Tile { track, tile });
-                })?;
+                let pcm =
+                    self.vae.decode_tiled(&self.backend, &lat, core, self.shared.vae_halo, cancel, &mut |tile| {
+                        events(Event::Tile { track, tile });
+                    })?;
                 let frames = meta.codes.len();
                 tracks.push(Track {
                     song: meta.index,

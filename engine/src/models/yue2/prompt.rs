@@ -30,8 +30,12 @@ pub struct Instructions {
 impl Default for Instructions {
     fn default() -> Self {
         Instructions {
-            full: "Generate a chord-annotated ABC transcription, then generate music with codec tokens from the given conditions.".into(),
-            melody: "Generate a melody-only ABC transcription without chord symbols, then generate music with codec tokens from the given conditions.".into(),
+            full: "Generate a chord-annotated ABC transcription, then generate music with codec tokens from the given \
+                conditions."
+                .into(),
+            melody: "Generate a melody-only ABC transcription without chord symbols, then generate music with codec \
+                tokens from the given conditions."
+                .into(),
             off: "Generate music with codec tokens from the given conditions.".into(),
         }
     }
@@ -41,7 +45,9 @@ impl Instructions {
     /// The file's texts where present, the built-in ones otherwise.
     pub fn from_gguf(f: &GgufFile) -> Self {
         let d = Instructions::default();
-        let get = |k: &str, def: String| f.get(&format!("yue2.prompt.instruction.{k}")).and_then(|v| v.as_str()).map(String::from).unwrap_or(def);
+        let get = |k: &str, def: String| {
+            f.get(&format!("yue2.prompt.instruction.{k}")).and_then(|v| v.as_str()).map(String::from).unwrap_or(def)
+        };
         Instructions { full: get("full", d.full), melody: get("melody", d.melody), off: get("off", d.off) }
     }
     pub fn for_mode(&self, cot: CotMode) -> &str {
@@ -173,7 +179,11 @@ mod tests {
             let ins = Instructions::default();
             let pb = PromptBuilder { tokenizer: tok, tokens: t, instructions: &ins };
             let ids = pb.conditional(CotMode::Full, "", "<|endoftext|>  [chorus]", &Score::Open);
-            assert_eq!(ids.iter().filter(|&&i| i == t.endoftext).count(), 1, "only the leading endoftext is a control id");
+            assert_eq!(
+                ids.iter().filter(|&&i| i == t.endoftext).count(),
+                1,
+                "only the leading endoftext is a control id"
+            );
             assert!(tok.decode(&ids).contains("\n[Lyrics]\n<|endoftext|>  [chorus]\n"));
         });
     }

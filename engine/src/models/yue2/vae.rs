@@ -13,10 +13,11 @@
 //! of T frames exactly 1920 * T - 64 samples with the left edge anchored: a tile decoded with
 //! a halo and cropped to its core is bit-for-bit the same signal as one pass would give.
 use crate::cancel::CancelToken;
-use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
+use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, TensorStore};
 use crate::gguf::{GgufError, GgufFile};
 use crate::models::yue2::config::VAE_ARCH;
 use crate::models::yue2::vae_layout::{decoder_shapes, encoder_shapes, RES_DILATIONS};
+use crate::nn::oobleck::Blocks;
 use crate::weights::LoadError;
 
 /// Geometry of a loaded VAE.
@@ -122,7 +123,11 @@ impl TileStream {
             return Err(VaeError::Input("a track of zero frames".into()));
         }
         if self.frames.is_some() || frames < self.received() {
-            return Err(VaeError::Input(format!("a track of {frames} frames ({} received, length {:?})", self.received(), self.frames)));
+            return Err(VaeError::Input(format!(
+                "a track of {frames} frames ({} received, length {:?})",
+                self.received(),
+                self.frames
+            )));
         }
         self.frames = Some(frames);
         for v in &mut self.out {
@@ -141,11 +146,22 @@ impl TileStream {
     }
 
     /// Appends time-major latents and decodes every tile they complete.
-    pub fn push(&mut self, vae: &mut VaeModel, backend: &Backend, latents: &[f32], cancel: &CancelToken, on_tile: &mut dyn FnMut(Tile<'_>)) -> Result<(), VaeError> {
+    pub fn push(
+        &mut self,
+        vae: &mut VaeModel,
+        backend: &Backend,
+        latents: &[f32],
+        cancel: &CancelToken,
+        on_tile: &mut dyn FnMut(Tile<'_>),
+    ) -> Result<(), VaeError> {
         let c = self.channels;
         let frames = self.frames.unwrap_or(usize::MAX);
         if !latents.len().is_multiple_of(c) || self.received() + latents.len() / c > frames {
-            return Err(VaeError::Input(format!("{} latent values do not fit the {frames} frames of this track ({} received)", latents.len(), self.received())));
+            return Err(VaeError::Input(format!(
+                "{} latent values do not fit the {frames} frames of this track ({} received)",
+                latents.len(),
+                self.received()
+            )));
         }
         self.latents.extend_from_slice(latents);
         let have = self.received();
@@ -229,7 +245,8 @@ impl VaeModel {
             return Err(corrupt(format!("general.architecture is '{arch}', expected '{VAE_ARCH}' (a YuE2 VAE)")));
         }
         let latent = f.get_i64("yue2-vae.latent_channels")? as usize;
-        let strides: Vec<usize> = f.get_i64_array("yue2-vae.upsampling_ratios")?.into_iter().map(|s| s as usize).collect();
+        let strides: Vec<usize> =
+            f.get_i64_array("yue2-vae.upsampling_ratios")?.into_iter().map(|s| s as usize).collect();
         if strides.is_empty() || strides.iter().any(|&s| s == 0 || s > 64) {
             return Err(corrupt(format!("yue2-vae.upsampling_ratios {strides:?} is not a list of strides")));
         }
@@ -306,18 +323,19 @@ impl VaeModel {
         let mut g = ctx.new_graph("VAE decode", self.graph_nodes());
         let input = ctx.new_tensor(GgmlType::F32, &[c as i64, frames as i64]).set_input();
         let w = &self.weights;
+        let b = Blocks { ctx: &ctx, w, snake_inv: "inv_b" };
         let x = ctx.cont(ctx.transpose(input)); // [T, C]
-        let mut x = conv(&ctx, w, "decoder.conv1", x, 1, 3, 1);
+        let mut x = b.conv("decoder.conv1", x, 1, 3, 1);
         for (i, &s) in self.info.strides.iter().enumerate() {
             let p = format!("decoder.block.{i}");
-            x = snake(&ctx, w, &format!("{p}.snake1"), x);
-            x = conv_t(&ctx, w, &format!("{p}.conv_t1"), x, s);
+            x = b.snake(&format!("{p}.snake1"), x);
+            x = b.conv_t(&format!("{p}.conv_t1"), x, s);
             for (r, &d) in RES_DILATIONS.iter().enumerate() {
-                x = res_unit(&ctx, w, &format!("{p}.res_unit{}", r + 1), x, d);
+                x = b.res_unit(&format!("{p}.res_unit{}", r + 1), x, d);
             }
         }
-        x = snake(&ctx, w, "decoder.snake1", x);
-        let out = conv(&ctx, w, "decoder.conv2", x, 1, 3, 1).set_output();
+        x = b.snake("decoder.snake1", x);
+        let out = b.conv("decoder.conv2", x, 1, 3, 1).set_output();
         g.expand(out);
         self.alloc.alloc_graph(&g)?;
         input.write_f32(latents);
@@ -330,7 +348,15 @@ impl VaeModel {
     /// Decodes in tiles of `core` frames with `halo` frames of context on each side,
     /// handing each tile's core to `on_tile` as soon as it is decoded; returns the whole
     /// planar signal, identical to a single pass.
-    pub fn decode_tiled(&mut self, backend: &Backend, latents: &[f32], core: usize, halo: usize, cancel: &CancelToken, on_tile: &mut dyn FnMut(Tile<'_>)) -> Result<Vec<f32>, VaeError> {
+    pub fn decode_tiled(
+        &mut self,
+        backend: &Backend,
+        latents: &[f32],
+        core: usize,
+        halo: usize,
+        cancel: &CancelToken,
+        on_tile: &mut dyn FnMut(Tile<'_>),
+    ) -> Result<Vec<f32>, VaeError> {
         let c = self.info.latent_channels;
         if latents.is_empty() || !latents.len().is_multiple_of(c) {
             return Err(VaeError::Input(format!("{} latent values are not whole frames of {c}", latents.len())));
@@ -349,25 +375,29 @@ impl VaeModel {
         let ch = self.info.audio_channels;
         let hop = self.info.hop();
         if audio.is_empty() || !audio.len().is_multiple_of(ch * hop) {
-            return Err(VaeError::Input(format!("{} samples are not whole frames of {hop} x {ch} channels", audio.len())));
+            return Err(VaeError::Input(format!(
+                "{} samples are not whole frames of {hop} x {ch} channels",
+                audio.len()
+            )));
         }
         let n = audio.len() / ch;
         let ctx = Context::for_graph(self.graph_nodes())?;
         let mut g = ctx.new_graph("VAE encode", self.graph_nodes());
         let input = ctx.new_tensor(GgmlType::F32, &[n as i64, ch as i64]).set_input();
         let w = &self.weights;
-        let mut x = conv(&ctx, w, "encoder.conv1", input, 1, 3, 1);
+        let b = Blocks { ctx: &ctx, w, snake_inv: "inv_b" };
+        let mut x = b.conv("encoder.conv1", input, 1, 3, 1);
         let strides: Vec<usize> = self.info.strides.iter().rev().copied().collect();
         for (i, &s) in strides.iter().enumerate() {
             let p = format!("encoder.block.{i}");
             for (r, &d) in RES_DILATIONS.iter().enumerate() {
-                x = res_unit(&ctx, w, &format!("{p}.res_unit{}", r + 1), x, d);
+                x = b.res_unit(&format!("{p}.res_unit{}", r + 1), x, d);
             }
-            x = snake(&ctx, w, &format!("{p}.snake1"), x);
-            x = conv(&ctx, w, &format!("{p}.conv1"), x, s as i32, s.div_ceil(2) as i32, 1);
+            x = b.snake(&format!("{p}.snake1"), x);
+            x = b.conv(&format!("{p}.conv1"), x, s as i32, s.div_ceil(2) as i32, 1);
         }
-        x = snake(&ctx, w, "encoder.snake1", x);
-        let y = conv(&ctx, w, "encoder.conv2", x, 1, 1, 1); // [T, 2 * latent]
+        x = b.snake("encoder.snake1", x);
+        let y = b.conv("encoder.conv2", x, 1, 1, 1); // [T, 2 * latent]
         let lat = self.info.latent_channels as i64;
         let t = y.ne()[0];
         let mean = ctx.view_2d(y, t, lat, y.nb()[1], 0);
@@ -378,34 +408,6 @@ impl VaeModel {
         backend.compute(&g)?;
         Ok(out.read_f32())
     }
-}
-
-fn snake<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>) -> Tensor<'a> {
-    let ax = ctx.mul(x, w.get(&format!("{p}.a")));
-    let s2 = ctx.sqr(ctx.sin(ax));
-    ctx.add(x, ctx.mul(s2, w.get(&format!("{p}.inv_b"))))
-}
-
-fn conv<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, stride: i32, pad: i32, dil: i32) -> Tensor<'a> {
-    let y = ctx.conv_1d_f32(w.get(&format!("{p}.weight")), x, stride, pad, dil);
-    let y = ctx.reshape_2d(y, y.ne()[0], y.ne()[1]);
-    ctx.add(y, w.get(&format!("{p}.bias")))
-}
-
-fn conv_t<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, s: usize) -> Tensor<'a> {
-    let full = ctx.conv_transpose_1d(w.get(&format!("{p}.weight")), x, s as i32);
-    let crop = s.div_ceil(2);
-    let len = full.ne()[0] - 2 * crop as i64;
-    let v = ctx.view_2d(full, len, full.ne()[1], full.nb()[1], crop * full.nb()[0]);
-    ctx.add(ctx.cont(v), w.get(&format!("{p}.bias")))
-}
-
-fn res_unit<'a>(ctx: &'a Context, w: &'a TensorStore, p: &str, x: Tensor<'a>, d: usize) -> Tensor<'a> {
-    let y = snake(ctx, w, &format!("{p}.snake1"), x);
-    let y = conv(ctx, w, &format!("{p}.conv1"), y, 1, 3 * d as i32, d as i32);
-    let y = snake(ctx, w, &format!("{p}.snake2"), y);
-    let y = conv(ctx, w, &format!("{p}.conv2"), y, 1, 0, 1);
-    ctx.add(x, y)
 }
 
 #[cfg(test)]

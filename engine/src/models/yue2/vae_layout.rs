@@ -15,12 +15,20 @@ pub const RES_DILATIONS: [usize; 3] = [1, 3, 9];
 
 /// Shapes (`ne`, innermost first) of a weight-normalised conv1d with kernel `k`.
 pub fn wn_conv(prefix: &str, cin: usize, cout: usize, k: usize) -> Vec<(String, Vec<i64>)> {
-    vec![(format!("{prefix}.weight_g"), vec![1, 1, cout as i64]), (format!("{prefix}.weight_v"), vec![k as i64, cin as i64, cout as i64]), (format!("{prefix}.bias"), vec![cout as i64])]
+    vec![
+        (format!("{prefix}.weight_g"), vec![1, 1, cout as i64]),
+        (format!("{prefix}.weight_v"), vec![k as i64, cin as i64, cout as i64]),
+        (format!("{prefix}.bias"), vec![cout as i64]),
+    ]
 }
 
 /// Shapes of a weight-normalised ConvTranspose1d (torch weight [Cin, Cout, K], norm per input channel).
 pub fn wn_conv_t(prefix: &str, cin: usize, cout: usize, k: usize) -> Vec<(String, Vec<i64>)> {
-    vec![(format!("{prefix}.weight_g"), vec![1, 1, cin as i64]), (format!("{prefix}.weight_v"), vec![k as i64, cout as i64, cin as i64]), (format!("{prefix}.bias"), vec![cout as i64])]
+    vec![
+        (format!("{prefix}.weight_g"), vec![1, 1, cin as i64]),
+        (format!("{prefix}.weight_v"), vec![k as i64, cout as i64, cin as i64]),
+        (format!("{prefix}.bias"), vec![cout as i64]),
+    ]
 }
 
 pub fn snake(prefix: &str, c: usize) -> Vec<(String, Vec<i64>)> {
@@ -36,7 +44,12 @@ fn res_unit(prefix: &str, c: usize) -> Vec<(String, Vec<i64>)> {
 }
 
 /// Decoder tensors for widths `channels` (C0 .. C_n, one more than strides) and `strides`.
-pub fn decoder_shapes(latent: usize, channels: &[usize], strides: &[usize], audio_channels: usize) -> Vec<(String, Vec<i64>)> {
+pub fn decoder_shapes(
+    latent: usize,
+    channels: &[usize],
+    strides: &[usize],
+    audio_channels: usize,
+) -> Vec<(String, Vec<i64>)> {
     assert_eq!(channels.len(), strides.len() + 1);
     let mut v = wn_conv("decoder.conv1", latent, channels[0], 7);
     for (i, &s) in strides.iter().enumerate() {
@@ -54,7 +67,12 @@ pub fn decoder_shapes(latent: usize, channels: &[usize], strides: &[usize], audi
 }
 
 /// Encoder tensors: the mirror of the decoder (widths reversed, strided convs down).
-pub fn encoder_shapes(latent: usize, channels: &[usize], strides: &[usize], audio_channels: usize) -> Vec<(String, Vec<i64>)> {
+pub fn encoder_shapes(
+    latent: usize,
+    channels: &[usize],
+    strides: &[usize],
+    audio_channels: usize,
+) -> Vec<(String, Vec<i64>)> {
     assert_eq!(channels.len(), strides.len() + 1);
     let ch: Vec<usize> = channels.iter().rev().copied().collect();
     let st: Vec<usize> = strides.iter().rev().copied().collect();

@@ -11,7 +11,8 @@ fn repo(p: &str) -> PathBuf {
 }
 
 fn write_shard(path: &Path, tensors: &[(String, Dtype, Vec<usize>, Vec<u8>)]) {
-    let views: Vec<(String, TensorView<'_>)> = tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
+    let views: Vec<(String, TensorView<'_>)> =
+        tensors.iter().map(|(n, d, s, b)| (n.clone(), TensorView::new(*d, s.clone(), b).unwrap())).collect();
     safetensors::serialize_to_file(views, &None, path).unwrap();
 }
 
@@ -20,10 +21,13 @@ fn backbone_folder_converts_with_native_dtypes_and_the_real_tokenizer() {
     let dir = tempfile::tempdir().unwrap();
     let ck = dir.path().join("YuE2-tiny");
     std::fs::create_dir_all(&ck).unwrap();
-    let config = r#"{"architectures": ["YuE2ForCausalLM"], "hidden_size": 32, "intermediate_size": 64, "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16, "vocab_size": 184704, "max_position_embeddings": 24576}"#;
+    let config = r#"{"architectures": ["YuE2ForCausalLM"], "hidden_size": 32, "intermediate_size": 64,
+        "num_hidden_layers": 1, "num_attention_heads": 2, "num_key_value_heads": 1, "head_dim": 16,
+        "vocab_size": 184704, "max_position_embeddings": 24576}"#;
     std::fs::write(ck.join("config.json"), config).unwrap();
     let tk = std::env::var_os("YUED_QWEN_TIKTOKEN").map(PathBuf::from).unwrap_or_else(|| repo(".cache/qwen.tiktoken"));
-    std::fs::copy(&tk, ck.join("qwen.tiktoken")).unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-qwen-tiktoken.sh", tk.display()));
+    std::fs::copy(&tk, ck.join("qwen.tiktoken"))
+        .unwrap_or_else(|e| panic!("{}: {e}; run scripts/fetch-qwen-tiktoken.sh", tk.display()));
     let cfg = Yue2Config::from_json(config).unwrap();
     let mut all: Vec<(String, Dtype, Vec<usize>, Vec<u8>)> = Vec::new();
     for (i, (name, ne)) in backbone_tensor_shapes(&cfg, 64, 256).into_iter().enumerate() {
@@ -120,7 +124,12 @@ fn positional_vae_folder_converts_to_the_block_vocabulary() {
         tensors.push((pos, Dtype::F32, shape, src.tensor_bytes(t).to_vec()));
     }
     write_shard(&ck.join("model.safetensors"), &tensors);
-    std::fs::write(ck.join("config.json"), r#"{"downsampling_ratios": [2, 2, 4, 4, 5, 6], "decoder_input_channels": 64, "sampling_rate": 48000, "audio_channels": 2}"#).unwrap();
+    std::fs::write(
+        ck.join("config.json"),
+        r#"{"downsampling_ratios": [2, 2, 4, 4, 5, 6], "decoder_input_channels": 64,
+        "sampling_rate": 48000, "audio_channels": 2}"#,
+    )
+    .unwrap();
     let out = dir.path().join("vae.gguf");
     assert_eq!(convert_vae(&ck, &out).unwrap(), src.tensors().len());
     let f = GgufFile::open(&out).unwrap();

@@ -20,17 +20,38 @@ fn fixture() -> Fixture {
     let info = BackboneInfo::from_gguf(&f).unwrap();
     let backend = Backend::for_tests(2);
     let model = ArModel::load(&f, &info, &backend).unwrap();
-    Fixture { backend, model, tok: BpeTokenizer::from_gguf(&f).unwrap(), tokens: info.tokens, ins: Instructions::default() }
+    Fixture {
+        backend,
+        model,
+        tok: BpeTokenizer::from_gguf(&f).unwrap(),
+        tokens: info.tokens,
+        ins: Instructions::default(),
+    }
 }
 
 impl Fixture {
     fn stages(&mut self, max_seq: usize) -> ArStages<'_> {
-        ArStages { model: &mut self.model, backend: &self.backend, tokenizer: &self.tok, tokens: self.tokens, instructions: &self.ins, max_seq }
+        ArStages {
+            model: &mut self.model,
+            backend: &self.backend,
+            tokenizer: &self.tok,
+            tokens: self.tokens,
+            instructions: &self.ins,
+            max_seq,
+        }
     }
 }
 
 fn request(cot: CotMode) -> Yue2Request {
-    let mut r = Yue2Request { style: "lo-fi, piano".into(), lyrics: "[verse]\nla la".into(), cot, duration: 2.0, lm_seed: 11, seed: 5, ..Default::default() };
+    let mut r = Yue2Request {
+        style: "lo-fi, piano".into(),
+        lyrics: "[verse]\nla la".into(),
+        cot,
+        duration: 2.0,
+        lm_seed: 11,
+        seed: 5,
+        ..Default::default()
+    };
     r.semantic_sampling.min_tokens = 10;
     r
 }

@@ -3,6 +3,7 @@
 use super::*;
 use crate::models::yue2::ar::{ArModel, Positions, SeqInput};
 use crate::models::yue2::config::BackboneInfo;
+use crate::test_util::rel_rms;
 use std::path::PathBuf;
 
 fn path(p: &str) -> PathBuf {
@@ -10,14 +11,7 @@ fn path(p: &str) -> PathBuf {
 }
 
 fn read_f32(p: &str) -> Vec<f32> {
-    std::fs::read(path(p)).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
-}
-
-fn rel_rms(got: &[f32], want: &[f32]) -> f64 {
-    assert_eq!(got.len(), want.len());
-    let n: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
-    let d: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
-    (n / d).sqrt()
+    crate::test_util::read_f32(path(p))
 }
 
 struct Setup {
@@ -49,7 +43,8 @@ fn prefill(s: &mut Setup, seq: &[u32]) -> KvSet {
 /// Runs every case of `dir/cases.json` on `s`; returns how many ran. The tolerance covers
 /// the F16 KV cache the NAR reads (the reference keeps float64 throughout).
 fn run_cases(s: &mut Setup, dir: &str) -> usize {
-    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path(&format!("{dir}/cases.json"))).unwrap()).unwrap();
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path(&format!("{dir}/cases.json"))).unwrap()).unwrap();
     let mut checked = 0;
     for c in cases["cases"].as_array().unwrap() {
         let name = c["name"].as_str().unwrap();
@@ -60,7 +55,19 @@ fn run_cases(s: &mut Setup, dir: &str) -> usize {
         let kv = prefill(s, &seq);
         let got = match c["kind"].as_str().unwrap() {
             "velocity" => s.nar.velocity(&s.backend, &kv, &noise, n, m, c["t"].as_f64().unwrap()).unwrap(),
-            _ => s.nar.solve(&s.backend, &kv, &noise, n, m, c["steps"].as_u64().unwrap() as usize, &CancelToken::new(), &mut |_, _| {}).unwrap(),
+            _ => s
+                .nar
+                .solve(
+                    &s.backend,
+                    &kv,
+                    &noise,
+                    n,
+                    m,
+                    c["steps"].as_u64().unwrap() as usize,
+                    &CancelToken::new(),
+                    &mut |_, _| {},
+                )
+                .unwrap(),
         };
         let e = rel_rms(&got, &want);
         eprintln!("{dir} {name}: relative RMS {e:.3e}");
@@ -84,11 +91,18 @@ fn velocities_and_ode_match_the_reference() {
 #[test]
 fn velocities_and_ode_match_the_reference_at_the_published_depth() {
     use sha2::Digest;
-    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(path("fixtures/nar/deep/cases.json")).unwrap()).unwrap();
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(path("fixtures/nar/deep/cases.json")).unwrap()).unwrap();
     let dir = tempfile::tempdir().unwrap();
-    let (bb, _) = crate::models::yue2::demo::write_demo(dir.path(), crate::models::yue2::demo::Preset::Deep, 0, &mut |_, _| {}).unwrap();
+    let (bb, _) =
+        crate::models::yue2::demo::write_demo(dir.path(), crate::models::yue2::demo::Preset::Deep, 0, &mut |_, _| {})
+            .unwrap();
     let sha: String = sha2::Sha256::digest(std::fs::read(&bb).unwrap()).iter().map(|b| format!("{b:02x}")).collect();
-    assert_eq!(sha, cases["gguf_sha256"].as_str().unwrap(), "the deep demo generator changed: regenerate fixtures/nar/deep (see scripts/ref/nar_reference.py --deep)");
+    assert_eq!(
+        sha,
+        cases["gguf_sha256"].as_str().unwrap(),
+        "the deep demo generator changed: regenerate fixtures/nar/deep (see scripts/ref/nar_reference.py --deep)"
+    );
     let mut s = setup_from(&bb);
     assert_eq!(s.cfg.num_hidden_layers, 28);
     assert!(run_cases(&mut s, "fixtures/nar/deep") >= 3);
@@ -152,13 +166,27 @@ fn chunk_plans() {
     // yue2.cpp's rule: one chunk per context window, no left context.
     let seed = ChunkPlan::new(1003, 100, None).unwrap();
     assert_eq!(seed, ChunkPlan { step: 450, context: 0 });
-    assert_eq!(seed.spans(1000), vec![ChunkSpan { context: 0, start: 0, end: 450 }, ChunkSpan { context: 450, start: 450, end: 900 }, ChunkSpan { context: 900, start: 900, end: 1000 }]);
+    assert_eq!(
+        seed.spans(1000),
+        vec![
+            ChunkSpan { context: 0, start: 0, end: 450 },
+            ChunkSpan { context: 450, start: 450, end: 900 },
+            ChunkSpan { context: 900, start: 900, end: 1000 }
+        ]
+    );
     assert!(ChunkPlan::new(100, 100, None).is_none());
     // Streaming: 125 kept frames behind 25 of context; the first chunk has none, the last
     // is what is left.
     let st = ChunkPlan::new(1003, 100, Some((125, 25))).unwrap();
     let spans = st.spans(300);
-    assert_eq!(spans, vec![ChunkSpan { context: 0, start: 0, end: 125 }, ChunkSpan { context: 100, start: 125, end: 250 }, ChunkSpan { context: 225, start: 250, end: 300 }]);
+    assert_eq!(
+        spans,
+        vec![
+            ChunkSpan { context: 0, start: 0, end: 125 },
+            ChunkSpan { context: 100, start: 125, end: 250 },
+            ChunkSpan { context: 225, start: 250, end: 300 }
+        ]
+    );
     assert_eq!(spans[1].painted(), 150);
     // The grid is known before the length: chunk 1 of a song that will be longer is the same.
     assert_eq!(st.span(1, 10_000), Some(ChunkSpan { context: 100, start: 125, end: 250 }));

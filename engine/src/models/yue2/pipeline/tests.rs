@@ -5,12 +5,23 @@ use crate::models::yue2::demo::{write_demo, Preset};
 fn pipeline(max_seq: usize) -> (tempfile::TempDir, Pipeline) {
     let dir = tempfile::tempdir().unwrap();
     let (bb, vae) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
-    let p = Pipeline::load(&bb, &vae, Backend::for_tests(2), &PipelineOptions { max_seq, vae_core: 16, vae_halo: 16 }).unwrap();
+    let p = Pipeline::load(&bb, &vae, Backend::for_tests(2), &PipelineOptions { max_seq, vae_core: 16, vae_halo: 16 })
+        .unwrap();
     (dir, p)
 }
 
 fn request() -> Yue2Request {
-    let mut r = Yue2Request { style: "ambient".into(), lyrics: "[verse] hum".into(), cot: CotMode::Off, duration: 1.2, lm_seed: 3, seed: 8, steps: 2, synth_batch_size: 2, ..Default::default() };
+    let mut r = Yue2Request {
+        style: "ambient".into(),
+        lyrics: "[verse] hum".into(),
+        cot: CotMode::Off,
+        duration: 1.2,
+        lm_seed: 3,
+        seed: 8,
+        steps: 2,
+        synth_batch_size: 2,
+        ..Default::default()
+    };
     r.semantic_sampling.min_tokens = 30;
     r
 }
@@ -125,8 +136,16 @@ fn streamed_chunks_are_handed_out_while_written_and_render_the_composed_audio() 
     assert_eq!(metas.len(), 2);
     let log = log.into_inner();
     // 2 s chunks (50 frames) behind 25 frames of context: [0, 50), [25 | 50, 100), [75 | 100, 125).
-    let spans: Vec<ChunkSpan> = log.iter().filter_map(|s| if let Seen::Chunk(0, sp) = s { Some(*sp) } else { None }).collect();
-    assert_eq!(spans, vec![ChunkSpan { context: 0, start: 0, end: 50 }, ChunkSpan { context: 25, start: 50, end: 100 }, ChunkSpan { context: 75, start: 100, end: 125 }]);
+    let spans: Vec<ChunkSpan> =
+        log.iter().filter_map(|s| if let Seen::Chunk(0, sp) = s { Some(*sp) } else { None }).collect();
+    assert_eq!(
+        spans,
+        vec![
+            ChunkSpan { context: 0, start: 0, end: 50 },
+            ChunkSpan { context: 25, start: 50, end: 100 },
+            ChunkSpan { context: 75, start: 100, end: 125 }
+        ]
+    );
     // The first chunk is out the step its 50th code is written, long before the last step.
     let first = log.iter().position(|s| matches!(s, Seen::Chunk(..))).unwrap();
     let steps_before = log[..first].iter().filter(|s| matches!(s, Seen::Progress)).count();
@@ -148,12 +167,22 @@ fn streamed_chunks_are_handed_out_while_written_and_render_the_composed_audio() 
             ChunkReady::Chunk { song, chunk } => {
                 let s = song as usize;
                 p.shared
-                    .render_chunk(&mut p.nar, &p.backend, song, chunk, &mut noise[s], &req, (0, 1), &CancelToken::new(), &mut |e| {
-                        if let Event::Latents { start_frame, latents: l, .. } = e {
-                            assert_eq!(start_frame * 64, latents[s].len());
-                            latents[s].extend_from_slice(l)
-                        }
-                    })
+                    .render_chunk(
+                        &mut p.nar,
+                        &p.backend,
+                        song,
+                        chunk,
+                        &mut noise[s],
+                        &req,
+                        (0, 1),
+                        &CancelToken::new(),
+                        &mut |e| {
+                            if let Event::Latents { start_frame, latents: l, .. } = e {
+                                assert_eq!(start_frame * 64, latents[s].len());
+                                latents[s].extend_from_slice(l)
+                            }
+                        },
+                    )
                     .unwrap();
             }
             ChunkReady::SongEnd(m) => codes[m.index as usize] = m.codes,

@@ -32,7 +32,11 @@ fn tiled_decode_equals_one_pass() {
     let z = latents(23, 2);
     let whole = m.decode(&backend, &z).unwrap();
     let mut tiles = Vec::new();
-    let tiled = m.decode_tiled(&backend, &z, 5, 16, &CancelToken::new(), &mut |t| tiles.push((t.index, t.start_sample, t.samples))).unwrap();
+    let tiled = m
+        .decode_tiled(&backend, &z, 5, 16, &CancelToken::new(), &mut |t| {
+            tiles.push((t.index, t.start_sample, t.samples))
+        })
+        .unwrap();
     assert_eq!(tiles.len(), 5);
     assert_eq!(tiles[1], (1, 5 * 1920, 5 * 1920));
     assert_eq!(tiles[4].2, 3 * 1920 - 64);
@@ -51,7 +55,8 @@ fn a_tile_stream_fed_in_uneven_chunks_equals_the_tiled_decode() {
     let mut seen = Vec::new();
     // Chunks of 7, 1, 9, 6 frames: tiles wait for their right halo.
     for (a, b) in [(0, 7), (7, 8), (8, 17), (17, 23)] {
-        s.push(&mut m, &backend, &z[a * 64..b * 64], &cancel, &mut |t| seen.push((t.index, t.start_sample / 1920, b))).unwrap();
+        s.push(&mut m, &backend, &z[a * 64..b * 64], &cancel, &mut |t| seen.push((t.index, t.start_sample / 1920, b)))
+            .unwrap();
     }
     assert!(s.is_complete());
     // Tile k's core [5k, 5k+5) needs frames up to 5k+8: tile 0 after the second chunk,
@@ -114,6 +119,7 @@ fn encoder_maps_audio_to_frames() {
 /// Parity with the torch Oobleck reference (scripts/ref/vae_reference.py) on tiny widths.
 mod torch_reference {
     use super::*;
+    use crate::test_util::rel_rms;
     use std::path::PathBuf;
 
     fn path(name: &str) -> PathBuf {
@@ -123,13 +129,11 @@ mod torch_reference {
         std::fs::read(path(name)).unwrap().chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
     }
     fn f16s(name: &str) -> Vec<f32> {
-        std::fs::read(path(name)).unwrap().chunks_exact(2).map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32()).collect()
-    }
-    fn rel_rms(got: &[f32], want: &[f32]) -> f64 {
-        assert_eq!(got.len(), want.len());
-        let n: f64 = got.iter().zip(want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
-        let d: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
-        (n / d).sqrt()
+        std::fs::read(path(name))
+            .unwrap()
+            .chunks_exact(2)
+            .map(|c| half::f16::from_le_bytes([c[0], c[1]]).to_f32())
+            .collect()
     }
     fn model() -> (Backend, VaeModel) {
         let f = GgufFile::open(path("tiny-vae.gguf")).unwrap();

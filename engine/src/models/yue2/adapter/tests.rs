@@ -55,11 +55,25 @@ fn the_scan_reads_every_layout_and_records_the_halves() {
     let d = AdapterDir::scan(&root().join("lora/adapters"), &shapes).unwrap();
     assert!(d.unusable.is_empty(), "{:?}", d.unusable);
     let names: Vec<&str> = d.adapters.iter().map(|a| a.name.as_str()).collect();
-    assert_eq!(names, ["comfy.safetensors", "diff.safetensors", "nar.safetensors", "native.safetensors", "peft", "slider.safetensors"]);
+    assert_eq!(
+        names,
+        [
+            "comfy.safetensors",
+            "diff.safetensors",
+            "nar.safetensors",
+            "native.safetensors",
+            "peft",
+            "slider.safetensors"
+        ]
+    );
     let by = |n: &str| d.get(n).unwrap();
-    for (n, layout) in
-        [("peft", Layout::Peft), ("comfy.safetensors", Layout::ComfyUi), ("native.safetensors", Layout::Native), ("slider.safetensors", Layout::Slider), ("nar.safetensors", Layout::Bundled)]
-    {
+    for (n, layout) in [
+        ("peft", Layout::Peft),
+        ("comfy.safetensors", Layout::ComfyUi),
+        ("native.safetensors", Layout::Native),
+        ("slider.safetensors", Layout::Slider),
+        ("nar.safetensors", Layout::Bundled),
+    ] {
         assert_eq!(by(n).layouts, vec![layout], "{n}");
     }
     for n in ["peft", "comfy.safetensors", "native.safetensors", "slider.safetensors"] {
@@ -99,7 +113,8 @@ fn every_layout_merges_to_the_same_bytes_as_peft_merges_its_weights() {
 fn the_merged_model_computes_the_logits_of_peft_merge_and_unload() {
     let (f, shapes) = backbone();
     let d = AdapterDir::scan(&root().join("lora/adapters"), &shapes).unwrap();
-    let cases: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(root().join("lora/cases.json")).unwrap()).unwrap();
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(root().join("lora/cases.json")).unwrap()).unwrap();
     let seq: Vec<u32> = cases["seq"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
     let want = f32s(&std::fs::read(root().join("lora/logits.f32")).unwrap());
     let info = BackboneInfo::from_gguf(&f).unwrap();
@@ -109,13 +124,19 @@ fn the_merged_model_computes_the_logits_of_peft_merge_and_unload() {
         let mut ar = ArModel::load_with(&f, &info, &backend, terms).unwrap();
         // An F32 KV set: the comparison is of the weights, not of the F16 cache.
         let mut sets = vec![KvSet::with_type(&backend, info.config.kv_dims(), seq.len(), 1, GgmlType::F32).unwrap()];
-        ar.forward(&backend, &mut sets, &[SeqInput { tokens: &seq, set: 0 }], 0..vocab, Positions::All).unwrap().per_seq[0].concat()
+        ar.forward(&backend, &mut sets, &[SeqInput { tokens: &seq, set: 0 }], 0..vocab, Positions::All).unwrap().per_seq
+            [0]
+        .concat()
     };
     let got = logits(&stack_terms(&[(d.get("native.safetensors").unwrap(), 1.0)], &shapes, false).unwrap());
     let r = rel(&got, &want);
     assert!(r < 1e-5, "relative RMS {r:e} against PEFT's merged model");
-    let argmax: Vec<usize> = got.chunks(vocab as usize).map(|row| row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0).collect();
-    let want_argmax: Vec<usize> = cases["argmax"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
+    let argmax: Vec<usize> = got
+        .chunks(vocab as usize)
+        .map(|row| row.iter().enumerate().max_by(|a, b| a.1.total_cmp(b.1)).unwrap().0)
+        .collect();
+    let want_argmax: Vec<usize> =
+        cases["argmax"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as usize).collect();
     assert_eq!(argmax, want_argmax);
     // The adapter matters: without it the logits are far from the merged model's.
     assert!(rel(&logits(&HashMap::new()), &want) > 1e-2);
@@ -148,7 +169,10 @@ fn the_nar_adapter_changes_the_nar_half_and_not_the_ar() {
     let terms = stack_terms(&stack, &shapes, true).unwrap();
     let mut names: Vec<&String> = terms.keys().collect();
     names.sort();
-    assert_eq!(names, ["model.layers.0.nar_self_attn.q_proj.weight", "model.layers.1.nar_mlp.down_proj.weight", "vae2llm.weight"]);
+    assert_eq!(
+        names,
+        ["model.layers.0.nar_self_attn.q_proj.weight", "model.layers.1.nar_mlp.down_proj.weight", "vae2llm.weight"]
+    );
     // At strength 1 the replacement is the adapter's tensor.
     let m = merged(&f, &stack, &shapes, true);
     let full = st_tensors(&root().join("lora/adapters/nar.safetensors"))["io.vae2llm.weight"].clone();
@@ -159,11 +183,15 @@ fn the_nar_adapter_changes_the_nar_half_and_not_the_ar() {
     let mut kv = KvSet::new(&backend, info.config.kv_dims(), 8).unwrap();
     let mut ar = ArModel::load(&f, &info, &backend).unwrap();
     let toks: Vec<u32> = (0..8).map(|i| 256 + i).collect();
-    ar.forward(&backend, std::slice::from_mut(&mut kv), &[SeqInput { tokens: &toks, set: 0 }], 0..1, Positions::Last).unwrap();
+    ar.forward(&backend, std::slice::from_mut(&mut kv), &[SeqInput { tokens: &toks, set: 0 }], 0..1, Positions::Last)
+        .unwrap();
     let mut plain = NarModel::load(&f, &info, &backend).unwrap();
     let mut adapted = NarModel::load_with(&f, &info, &backend, &terms).unwrap();
     let x: Vec<f32> = (0..3 * plain.latent).map(|i| (i as f32 * 0.37).sin()).collect();
-    let (a, b) = (plain.velocity(&backend, &kv, &x, 3, 1, 0.5).unwrap(), adapted.velocity(&backend, &kv, &x, 3, 1, 0.5).unwrap());
+    let (a, b) = (
+        plain.velocity(&backend, &kv, &x, 3, 1, 0.5).unwrap(),
+        adapted.velocity(&backend, &kv, &x, 3, 1, 0.5).unwrap(),
+    );
     assert!(rel(&a, &b) > 1e-3, "the NAR adapter changes the velocity");
 }
 
@@ -190,7 +218,15 @@ fn a_q6_k_base_merges_within_one_quantization_step() {
     let a: Vec<f32> = (0..rank * cols).map(|i| (i as f32 * 0.013).sin() * 0.2).collect();
     let b: Vec<f32> = (0..rows * rank).map(|i| (i as f32 * 0.7).cos() * 0.2).collect();
     let backend = Backend::for_tests(2);
-    let got = merge(&backend, GgmlType::Q6_K, &[cols as i64, rows as i64], &base, &[Term::Lora { a: a.clone(), b: b.clone(), rank, scale: 1.5 }], 2).unwrap();
+    let got = merge(
+        &backend,
+        GgmlType::Q6_K,
+        &[cols as i64, rows as i64],
+        &base,
+        &[Term::Lora { a: a.clone(), b: b.clone(), rank, scale: 1.5 }],
+        2,
+    )
+    .unwrap();
     let deq = crate::ggml::decode_to_f32(GgmlType::Q6_K, &base).unwrap();
     let exact: Vec<f32> = (0..rows * cols)
         .map(|k| {
@@ -198,7 +234,8 @@ fn a_q6_k_base_merges_within_one_quantization_step() {
             deq[k] + 1.5 * (0..rank).map(|r| b[o * rank + r] * a[r * cols + i]).sum::<f32>()
         })
         .collect();
-    let direct = crate::ggml::decode_to_f32(GgmlType::Q6_K, &crate::ggml::quantize(GgmlType::Q6_K, &exact, cols)).unwrap();
+    let direct =
+        crate::ggml::decode_to_f32(GgmlType::Q6_K, &crate::ggml::quantize(GgmlType::Q6_K, &exact, cols)).unwrap();
     let merged = crate::ggml::decode_to_f32(GgmlType::Q6_K, &got).unwrap();
     let step = exact.iter().zip(&direct).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
     let err = exact.iter().zip(&merged).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
@@ -213,15 +250,38 @@ fn a_key_outside_the_backbone_skips_the_adapter_with_the_key_named() {
     let (_, shapes) = backbone();
     let dir = tempfile::tempdir().unwrap();
     let write = |name: &str, keys: &[(&str, Vec<usize>)]| {
-        let data: Vec<(String, Vec<u8>, Vec<usize>)> = keys.iter().map(|(k, s)| (k.to_string(), vec![0u8; 4 * s.iter().product::<usize>()], s.clone())).collect();
-        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> =
-            data.iter().map(|(k, b, s)| (k.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap())).collect();
+        let data: Vec<(String, Vec<u8>, Vec<usize>)> =
+            keys.iter().map(|(k, s)| (k.to_string(), vec![0u8; 4 * s.iter().product::<usize>()], s.clone())).collect();
+        let views: Vec<(String, safetensors::tensor::TensorView<'_>)> = data
+            .iter()
+            .map(|(k, b, s)| {
+                (k.clone(), safetensors::tensor::TensorView::new(safetensors::Dtype::F32, s.clone(), b).unwrap())
+            })
+            .collect();
         std::fs::write(dir.path().join(name), safetensors::serialize(views, &None).unwrap()).unwrap();
     };
-    write("x.safetensors", &[("layers.0.self_attn.x_proj.lora_A.weight", vec![2, 64]), ("layers.0.self_attn.x_proj.lora_B.weight", vec![64, 2])]);
-    write("deep.safetensors", &[("layers.9.self_attn.q_proj.lora_A.weight", vec![2, 64]), ("layers.9.self_attn.q_proj.lora_B.weight", vec![64, 2])]);
+    write(
+        "x.safetensors",
+        &[
+            ("layers.0.self_attn.x_proj.lora_A.weight", vec![2, 64]),
+            ("layers.0.self_attn.x_proj.lora_B.weight", vec![64, 2]),
+        ],
+    );
+    write(
+        "deep.safetensors",
+        &[
+            ("layers.9.self_attn.q_proj.lora_A.weight", vec![2, 64]),
+            ("layers.9.self_attn.q_proj.lora_B.weight", vec![64, 2]),
+        ],
+    );
     write("half.safetensors", &[("layers.0.self_attn.q_proj.lora_A.weight", vec![2, 64])]);
-    write("ok.safetensors", &[("layers.0.self_attn.q_proj.lora_A.weight", vec![2, 64]), ("layers.0.self_attn.q_proj.lora_B.weight", vec![64, 2])]);
+    write(
+        "ok.safetensors",
+        &[
+            ("layers.0.self_attn.q_proj.lora_A.weight", vec![2, 64]),
+            ("layers.0.self_attn.q_proj.lora_B.weight", vec![64, 2]),
+        ],
+    );
     std::fs::write(dir.path().join("junk.safetensors"), b"not safetensors").unwrap();
     let d = AdapterDir::scan(dir.path(), &shapes).unwrap();
     assert_eq!(d.adapters.iter().map(|a| a.name.as_str()).collect::<Vec<_>>(), ["ok.safetensors"]);

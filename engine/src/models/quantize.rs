@@ -1,4 +1,4 @@
-//! The quantizer, with the seeds' policies by architecture:
+//! The quantizer, with the policy the architecture references give each architecture:
 //! - Q8_0 quantizes every 2-D weight matrix;
 //! - the K mixes (Q6_K, Q5_K_M) put `embed_tokens` and the untied `lm_head` in Q6_K and the
 //!   other matrices in the target type; Q4_K_M puts the feed-forward output matrices in Q6_K
@@ -30,7 +30,9 @@ impl std::str::FromStr for QuantTarget {
             "Q6_K" => Ok(QuantTarget::Q6K),
             "Q5_K_M" => Ok(QuantTarget::Q5KM),
             "Q4_K_M" => Ok(QuantTarget::Q4KM),
-            _ => Err(format!("unsupported quantization '{s}' (Q8_0, Q6_K, Q5_K_M, or Q4_K_M for a MiniMax Music 3 DiT)")),
+            _ => {
+                Err(format!("unsupported quantization '{s}' (Q8_0, Q6_K, Q5_K_M, or Q4_K_M for a MiniMax Music 3 DiT)"))
+            }
         }
     }
 }
@@ -77,7 +79,12 @@ pub fn allowed(arch: &str) -> Result<&'static [QuantTarget], String> {
 }
 
 /// Quantizes `input` into `output`. `progress(done, total)` after each tensor.
-pub fn quantize_file(input: &Path, output: &Path, target: QuantTarget, progress: &mut dyn FnMut(usize, usize)) -> Result<(), GgufError> {
+pub fn quantize_file(
+    input: &Path,
+    output: &Path,
+    target: QuantTarget,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<(), GgufError> {
     let f = GgufFile::open(input)?;
     let corrupt = |what: String| GgufError::Corrupt { path: input.to_path_buf(), what };
     let arch = f.get_str("general.architecture")?;
@@ -104,8 +111,13 @@ pub fn quantize_file(input: &Path, output: &Path, target: QuantTarget, progress:
         if *ty == t.ty {
             out.write(raw)?;
         } else {
-            let vals = decode_to_f32(t.ty, raw).ok_or_else(|| corrupt(format!("tensor '{}' of type {} cannot be converted", t.name, t.ty.name())))?;
-            let bytes = if *ty == GgmlType::F32 { crate::ggml::encode_f32(GgmlType::F32, &vals).unwrap() } else { quantize(*ty, &vals, t.ne[0] as usize) };
+            let vals = decode_to_f32(t.ty, raw)
+                .ok_or_else(|| corrupt(format!("tensor '{}' of type {} cannot be converted", t.name, t.ty.name())))?;
+            let bytes = if *ty == GgmlType::F32 {
+                crate::ggml::encode_f32(GgmlType::F32, &vals).unwrap()
+            } else {
+                quantize(*ty, &vals, t.ne[0] as usize)
+            };
             out.write(&bytes)?;
         }
         progress(i + 1, total);
@@ -128,11 +140,20 @@ mod tests {
         assert_eq!(QuantTarget::Q6K.type_for("model.norm.weight", &[2048], GgmlType::BF16), GgmlType::F32);
         // 64-wide rows are not whole K blocks: fall back to Q8_0
         assert_eq!(QuantTarget::Q6K.type_for("vae2llm.weight", &[64, 2048], GgmlType::BF16), GgmlType::Q8_0);
-        assert_eq!(QuantTarget::Q4KM.type_for("transformer_blocks.0.ff_out.weight", &[8192, 2048], GgmlType::F32), GgmlType::Q6_K);
-        assert_eq!(QuantTarget::Q4KM.type_for("transformer_blocks.0.attn.to_q.weight", &[2048, 2048], GgmlType::F32), GgmlType::Q4_K);
+        assert_eq!(
+            QuantTarget::Q4KM.type_for("transformer_blocks.0.ff_out.weight", &[8192, 2048], GgmlType::F32),
+            GgmlType::Q6_K
+        );
+        assert_eq!(
+            QuantTarget::Q4KM.type_for("transformer_blocks.0.attn.to_q.weight", &[2048, 2048], GgmlType::F32),
+            GgmlType::Q4_K
+        );
         assert!("Q3_K".parse::<QuantTarget>().unwrap_err().contains("Q4_K_M"));
         // Per architecture (minimaxmusic.cpp's table).
-        assert!(allowed("yue2").unwrap().contains(&QuantTarget::Q5KM) && !allowed("yue2").unwrap().contains(&QuantTarget::Q4KM));
+        assert!(
+            allowed("yue2").unwrap().contains(&QuantTarget::Q5KM)
+                && !allowed("yue2").unwrap().contains(&QuantTarget::Q4KM)
+        );
         assert!(!allowed("mm3-lm").unwrap().contains(&QuantTarget::Q4KM));
         assert!(allowed("mm3-dit").unwrap().contains(&QuantTarget::Q4KM));
         assert_eq!(allowed("mm3-depth").unwrap(), &[QuantTarget::Q8_0]);

@@ -5,8 +5,8 @@
 //! the separate projections by rows of B, and the halves an adapter changes are recorded.
 //! A key that names nothing of the backbone makes the adapter unusable, with that key as
 //! the reason, never a crash.
-use super::merge::Term;
 use crate::models::yue2::config::is_nar_tensor;
+use crate::nn::lora::Term;
 use regex::Regex;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -133,7 +133,11 @@ fn folder_file(dir: &Path) -> Option<PathBuf> {
     if preferred.is_file() {
         return Some(preferred);
     }
-    let mut files: Vec<PathBuf> = std::fs::read_dir(dir).ok()?.filter_map(|e| e.ok().map(|e| e.path())).filter(|p| p.is_file() && is_safetensors(p)).collect();
+    let mut files: Vec<PathBuf> = std::fs::read_dir(dir)
+        .ok()?
+        .filter_map(|e| e.ok().map(|e| e.path()))
+        .filter(|p| p.is_file() && is_safetensors(p))
+        .collect();
     files.sort();
     files.into_iter().next()
 }
@@ -163,14 +167,25 @@ enum Part {
 fn projection_key() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     R.get_or_init(|| {
-        Regex::new(r"^(?P<pre>(?:.*?\.)??)(?:model[.-])?layers[.-](?P<l>\d+)[.-](?P<m>nar_self_attn|self_attn|nar_mlp|mlp)[.-](?P<p>qkv_proj|q_proj|k_proj|v_proj|o_proj|gate_up_proj|gate_proj|up_proj|down_proj)\.(?P<part>lora_A|lora_B|lora_down|lora_up|alpha|diff)(?:\.default)?(?:\.weight)?$")
-            .expect("a valid pattern")
+        Regex::new(concat!(
+            r"^(?P<pre>(?:.*?\.)??)(?:model[.-])?layers[.-](?P<l>\d+)[.-]",
+            r"(?P<m>nar_self_attn|self_attn|nar_mlp|mlp)[.-]",
+            r"(?P<p>qkv_proj|q_proj|k_proj|v_proj|o_proj|gate_up_proj|gate_proj|up_proj|down_proj)\.",
+            r"(?P<part>lora_A|lora_B|lora_down|lora_up|alpha|diff)(?:\.default)?(?:\.weight)?$",
+        ))
+        .expect("a valid pattern")
     })
 }
 
 fn io_key() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
-    R.get_or_init(|| Regex::new(r"^(?P<pre>(?:.*?\.)??)(?P<m>vae2llm|llm2vae)\.(?P<part>lora_A|lora_B|lora_down|lora_up|alpha|diff|weight|bias)(?:\.default)?(?:\.weight)?$").expect("a valid pattern"))
+    R.get_or_init(|| {
+        Regex::new(concat!(
+            r"^(?P<pre>(?:.*?\.)??)(?P<m>vae2llm|llm2vae)\.",
+            r"(?P<part>lora_A|lora_B|lora_down|lora_up|alpha|diff|weight|bias)(?:\.default)?(?:\.weight)?$",
+        ))
+        .expect("a valid pattern")
+    })
 }
 
 fn layout_of(pre: &str) -> Option<Layout> {
@@ -188,7 +203,8 @@ fn layout_of(pre: &str) -> Option<Layout> {
 fn normalize(key: &str) -> Result<Key, String> {
     if let Some(c) = projection_key().captures(key) {
         let pre = &c["pre"];
-        let layout = layout_of(pre).ok_or_else(|| format!("'{key}': the prefix '{pre}' is not one of a known layout"))?;
+        let layout =
+            layout_of(pre).ok_or_else(|| format!("'{key}': the prefix '{pre}' is not one of a known layout"))?;
         let mut m = c["m"].to_string();
         // ComfyUI's NAR half carries the AR projection names.
         if pre.starts_with("diffusion_model.") && !m.starts_with("nar_") {
@@ -204,7 +220,8 @@ fn normalize(key: &str) -> Result<Key, String> {
     }
     if let Some(c) = io_key().captures(key) {
         let pre = &c["pre"];
-        let layout = layout_of(pre).ok_or_else(|| format!("'{key}': the prefix '{pre}' is not one of a known layout"))?;
+        let layout =
+            layout_of(pre).ok_or_else(|| format!("'{key}': the prefix '{pre}' is not one of a known layout"))?;
         let part = match &c["part"] {
             "lora_A" | "lora_down" => Part::A,
             "lora_B" | "lora_up" => Part::B,
@@ -215,7 +232,10 @@ fn normalize(key: &str) -> Result<Key, String> {
         };
         return Ok(Key { layout, module: c["m"].to_string(), part });
     }
-    Err(format!("'{key}' names no tensor of the backbone yued merges (self_attn.{{q,k,v,o}}_proj, mlp.{{gate,up,down}}_proj, their nar_ twins, vae2llm, llm2vae)"))
+    Err(format!(
+        "'{key}' names no tensor of the backbone yued merges (self_attn.{{q,k,v,o}}_proj, \
+        mlp.{{gate,up,down}}_proj, their nar_ twins, vae2llm, llm2vae)"
+    ))
 }
 
 /// The projections a fused module splits into, in row order.
@@ -245,14 +265,20 @@ impl Source {
     fn read(file: &Path) -> Result<Source, String> {
         let f = std::fs::File::open(file).map_err(|e| format!("{}: {e}", file.display()))?;
         let map = crate::ggml::map_file(&f).map_err(|e| format!("{}: {e}", file.display()))?;
-        let (_, meta) = safetensors::SafeTensors::read_metadata(&map).map_err(|e| format!("{}: not a safetensors file: {e}", file.display()))?;
-        let st = safetensors::SafeTensors::deserialize(&map).map_err(|e| format!("{}: not a safetensors file: {e}", file.display()))?;
+        let (_, meta) = safetensors::SafeTensors::read_metadata(&map)
+            .map_err(|e| format!("{}: not a safetensors file: {e}", file.display()))?;
+        let st = safetensors::SafeTensors::deserialize(&map)
+            .map_err(|e| format!("{}: not a safetensors file: {e}", file.display()))?;
         // alpha: adapter_config.json beside it, then the metadata.
         let config_alpha = file.parent().map(|d| d.join("adapter_config.json")).filter(|p| p.is_file()).and_then(|p| {
             let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()?;
             v.get("lora_alpha").and_then(|a| a.as_f64()).map(|a| a as f32)
         });
-        let meta_alpha = meta.metadata().as_ref().and_then(|m| ["lora_alpha", "alpha", "ss_network_alpha"].iter().find_map(|k| m.get(*k).and_then(|v| v.trim().parse::<f32>().ok())));
+        let meta_alpha = meta.metadata().as_ref().and_then(|m| {
+            ["lora_alpha", "alpha", "ss_network_alpha"]
+                .iter()
+                .find_map(|k| m.get(*k).and_then(|v| v.trim().parse::<f32>().ok()))
+        });
         let mut keys = Vec::new();
         let mut names: Vec<String> = st.names().into_iter().cloned().collect();
         names.sort();
@@ -260,9 +286,15 @@ impl Source {
             let key = normalize(&name)?;
             let t = st.tensor(&name).map_err(|e| format!("'{name}': {e}"))?;
             let data: Vec<f32> = match t.dtype() {
-                safetensors::Dtype::F32 => t.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect(),
-                safetensors::Dtype::F16 => t.data().chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
-                safetensors::Dtype::BF16 => t.data().chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect(),
+                safetensors::Dtype::F32 => {
+                    t.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect()
+                }
+                safetensors::Dtype::F16 => {
+                    t.data().chunks_exact(2).map(|b| half::f16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+                }
+                safetensors::Dtype::BF16 => {
+                    t.data().chunks_exact(2).map(|b| half::bf16::from_le_bytes([b[0], b[1]]).to_f32()).collect()
+                }
                 other => return Err(format!("'{name}': element type {other:?} (F32, F16, BF16 are read)")),
             };
             keys.push((name, key, Loaded { shape: t.shape().to_vec(), data }));
@@ -291,8 +323,15 @@ impl Source {
         for module in module_names {
             let get = |p: Part| modules.get(&(module.clone(), p)).copied();
             let targets = unfused(&module);
-            let target_shapes: Vec<Vec<usize>> =
-                targets.iter().map(|t| shapes.get(&format!("{t}.weight")).cloned().ok_or_else(|| format!("{module}: the backbone has no {t}.weight"))).collect::<Result<_, _>>()?;
+            let target_shapes: Vec<Vec<usize>> = targets
+                .iter()
+                .map(|t| {
+                    shapes
+                        .get(&format!("{t}.weight"))
+                        .cloned()
+                        .ok_or_else(|| format!("{module}: the backbone has no {t}.weight"))
+                })
+                .collect::<Result<_, _>>()?;
             let out_rows: usize = target_shapes.iter().map(|s| s[0]).sum();
             let in_cols = target_shapes[0].get(1).copied().unwrap_or(1);
             // Rows [r0, r1) of a fused factor or diff, per target.
@@ -308,7 +347,10 @@ impl Source {
                 (Some((an, a)), Some((bn, b))) => {
                     let rank = a.shape[0];
                     if a.shape != [rank, in_cols] || b.shape != [out_rows, rank] {
-                        return Err(format!("'{an}' {:?} / '{bn}' {:?} do not make a [{out_rows}, {in_cols}] weight", a.shape, b.shape));
+                        return Err(format!(
+                            "'{an}' {:?} / '{bn}' {:?} do not make a [{out_rows}, {in_cols}] weight",
+                            a.shape, b.shape
+                        ));
                     }
                     let alpha = match get(Part::Alpha) {
                         Some((_, al)) => *al.data.first().ok_or_else(|| format!("{module}.alpha is empty"))?,
@@ -316,10 +358,17 @@ impl Source {
                     };
                     let scale = s * alpha / rank as f32;
                     for (t, (r0, r1)) in targets.iter().zip(&splits) {
-                        out.entry(format!("{t}.weight")).or_default().push(Term::Lora { a: a.data.clone(), b: b.data[r0 * rank..r1 * rank].to_vec(), rank, scale });
+                        out.entry(format!("{t}.weight")).or_default().push(Term::Lora {
+                            a: a.data.clone(),
+                            b: b.data[r0 * rank..r1 * rank].to_vec(),
+                            rank,
+                            scale,
+                        });
                     }
                 }
-                (Some((n, _)), None) | (None, Some((n, _))) => return Err(format!("'{n}': a LoRA factor without its pair")),
+                (Some((n, _)), None) | (None, Some((n, _))) => {
+                    return Err(format!("'{n}': a LoRA factor without its pair"))
+                }
                 (None, None) => {
                     if let Some((n, _)) = get(Part::Alpha) {
                         return Err(format!("'{n}': an alpha without LoRA factors"));
@@ -331,7 +380,9 @@ impl Source {
                     return Err(format!("'{n}' {:?} is not a [{out_rows}, {in_cols}] weight", d.shape));
                 }
                 for (t, (r0, r1)) in targets.iter().zip(&splits) {
-                    out.entry(format!("{t}.weight")).or_default().push(Term::Diff { d: d.data[r0 * in_cols..r1 * in_cols].to_vec(), scale: s });
+                    out.entry(format!("{t}.weight"))
+                        .or_default()
+                        .push(Term::Diff { d: d.data[r0 * in_cols..r1 * in_cols].to_vec(), scale: s });
                 }
             }
             for bias in [false, true] {
@@ -356,7 +407,8 @@ impl Source {
         let mut layouts: Vec<Layout> = self.keys.iter().map(|(_, k, _)| k.layout).collect();
         layouts.sort();
         layouts.dedup();
-        let rank = self.keys.iter().filter(|(_, k, _)| k.part == Part::A).map(|(_, _, t)| t.shape[0]).max().unwrap_or(0);
+        let rank =
+            self.keys.iter().filter(|(_, k, _)| k.part == Part::A).map(|(_, _, t)| t.shape[0]).max().unwrap_or(0);
         Ok(Adapter {
             name: name.to_string(),
             file: file.to_path_buf(),
@@ -372,7 +424,11 @@ impl Source {
 
 /// The terms of a stack of adapters (each at its strength) on the tensors of one half
 /// (`nar`), by backbone tensor name; an adapter at strength 0 adds none.
-pub fn stack_terms(stack: &[(&Adapter, f32)], shapes: &Shapes, nar: bool) -> Result<HashMap<String, Vec<Term>>, String> {
+pub fn stack_terms(
+    stack: &[(&Adapter, f32)],
+    shapes: &Shapes,
+    nar: bool,
+) -> Result<HashMap<String, Vec<Term>>, String> {
     let mut out: HashMap<String, Vec<Term>> = HashMap::new();
     for (a, s) in stack {
         if *s == 0.0 || !(if nar { a.nar } else { a.ar }) {
@@ -401,7 +457,11 @@ mod tests {
         for (key, layout, part) in [
             ("base_model.model.model.layers.3.self_attn.q_proj.lora_A.weight", Layout::Peft, Part::A),
             ("base_model.model.model.layers.3.self_attn.q_proj.lora_B.default.weight", Layout::Peft, Part::B),
-            ("text_encoders.qwen3.transformer.model.layers.3.self_attn.q_proj.lora_down.weight", Layout::ComfyUi, Part::A),
+            (
+                "text_encoders.qwen3.transformer.model.layers.3.self_attn.q_proj.lora_down.weight",
+                Layout::ComfyUi,
+                Part::A,
+            ),
             ("text_encoders.qwen3.model.layers.3.self_attn.q_proj.alpha", Layout::ComfyUi, Part::Alpha),
             ("layers.3.self_attn.q_proj.lora_up.weight", Layout::Native, Part::B),
             ("model.layers.3.self_attn.q_proj.diff", Layout::Native, Part::Diff),
@@ -410,13 +470,29 @@ mod tests {
         ] {
             assert_eq!(m(key), Ok((layout, q.clone(), part)), "{key}");
         }
-        assert_eq!(m("diffusion_model.layers.3.self_attn.q_proj.lora_A.weight"), Ok((Layout::ComfyUi, "model.layers.3.nar_self_attn.q_proj".into(), Part::A)));
-        assert_eq!(m("diffusion_model.layers.0.mlp.gate_up_proj.lora_B.weight"), Ok((Layout::ComfyUi, "model.layers.0.nar_mlp.gate_up_proj".into(), Part::B)));
-        assert_eq!(m("diffusion_model.layers.0.nar_mlp.down_proj.lora_B.weight").unwrap().1, "model.layers.0.nar_mlp.down_proj");
+        assert_eq!(
+            m("diffusion_model.layers.3.self_attn.q_proj.lora_A.weight"),
+            Ok((Layout::ComfyUi, "model.layers.3.nar_self_attn.q_proj".into(), Part::A))
+        );
+        assert_eq!(
+            m("diffusion_model.layers.0.mlp.gate_up_proj.lora_B.weight"),
+            Ok((Layout::ComfyUi, "model.layers.0.nar_mlp.gate_up_proj".into(), Part::B))
+        );
+        assert_eq!(
+            m("diffusion_model.layers.0.nar_mlp.down_proj.lora_B.weight").unwrap().1,
+            "model.layers.0.nar_mlp.down_proj"
+        );
         assert_eq!(m("io.llm2vae.bias"), Ok((Layout::Bundled, "llm2vae".into(), Part::Full { bias: true })));
         assert_eq!(m("vae2llm.lora_A.weight"), Ok((Layout::Native, "vae2llm".into(), Part::A)));
-        assert_eq!(unfused("model.layers.0.self_attn.qkv_proj"), ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj"]);
-        for bad in ["lora_unet_down_blocks_0.lora_down.weight", "something.layers.0.self_attn.q_proj.lora_A.weight", "model.layers.0.self_attn.q_norm.weight"] {
+        assert_eq!(
+            unfused("model.layers.0.self_attn.qkv_proj"),
+            ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj"]
+        );
+        for bad in [
+            "lora_unet_down_blocks_0.lora_down.weight",
+            "something.layers.0.self_attn.q_proj.lora_A.weight",
+            "model.layers.0.self_attn.q_norm.weight",
+        ] {
             assert!(m(bad).is_err(), "{bad}");
         }
     }

@@ -1,10 +1,9 @@
 //! LoRA adapters on the YuE2 backbone (yue2.cpp's architecture reference, "LoRA adapters"): the `--adapters`
 //! directory's scan and key normalization ([`scan`]), and the merge engine that adds their
 //! terms to a tensor at load ([`merge`]).
-pub mod merge;
 pub mod scan;
 
-pub use merge::{merge, Term};
+pub use crate::nn::lora::{merge, Term};
 pub use scan::{shapes_of, stack_terms, Adapter, AdapterDir, Layout, Shapes, Unusable};
 
 /// The terms of merge, per half: what `load_with` of the AR and NAR halves take.
@@ -12,17 +11,28 @@ pub type HalfTerms = std::collections::HashMap<String, Vec<Term>>;
 
 /// A request's `adapters` against a directory: each entry's adapter and strength; an
 /// error names the entry (`adapters[i].name: ...`).
-pub fn request_stack<'a>(dir: &'a AdapterDir, refs: &[yued_protocol::request::AdapterRef]) -> Result<Vec<(&'a Adapter, f32)>, String> {
-    refs.iter().enumerate().map(|(i, r)| dir.get(&r.name).map(|a| (a, r.scale as f32)).map_err(|e| format!("adapters[{i}].name: {e}"))).collect()
+pub fn request_stack<'a>(
+    dir: &'a AdapterDir,
+    refs: &[yued_protocol::request::AdapterRef],
+) -> Result<Vec<(&'a Adapter, f32)>, String> {
+    refs.iter()
+        .enumerate()
+        .map(|(i, r)| dir.get(&r.name).map(|a| (a, r.scale as f32)).map_err(|e| format!("adapters[{i}].name: {e}")))
+        .collect()
 }
 
 /// The AR and NAR terms of a request's adapters on the backbone file `model`, read from
 /// `dir` (both empty without adapters); an error says which entry or key is at fault.
-pub fn request_terms(dir: Option<&std::path::Path>, model: &std::path::Path, refs: &[yued_protocol::request::AdapterRef]) -> Result<(HalfTerms, HalfTerms), String> {
+pub fn request_terms(
+    dir: Option<&std::path::Path>,
+    model: &std::path::Path,
+    refs: &[yued_protocol::request::AdapterRef],
+) -> Result<(HalfTerms, HalfTerms), String> {
     if refs.is_empty() {
         return Ok(Default::default());
     }
-    let dir = dir.ok_or_else(|| format!("adapters[0].name: '{}': give the adapter directory (--adapters DIR)", refs[0].name))?;
+    let dir = dir
+        .ok_or_else(|| format!("adapters[0].name: '{}': give the adapter directory (--adapters DIR)", refs[0].name))?;
     let f = crate::gguf::GgufFile::open(model).map_err(|e| e.to_string())?;
     let shapes = shapes_of(&f);
     let scanned = AdapterDir::scan(dir, &shapes).map_err(|e| format!("--adapters {}: {e}", dir.display()))?;
@@ -33,7 +43,12 @@ pub fn request_terms(dir: Option<&std::path::Path>, model: &std::path::Path, ref
 /// A stack of adapters as a ModelStore key part of one half: the names and strengths of
 /// those that change it at a non-zero strength, in request order ("" when none).
 pub fn half_key(stack: &[(&Adapter, f32)], nar: bool) -> String {
-    stack.iter().filter(|(a, s)| *s != 0.0 && if nar { a.nar } else { a.ar }).map(|(a, s)| format!("{}@{s}", a.name)).collect::<Vec<_>>().join(",")
+    stack
+        .iter()
+        .filter(|(a, s)| *s != 0.0 && if nar { a.nar } else { a.ar })
+        .map(|(a, s)| format!("{}@{s}", a.name))
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 #[cfg(test)]

@@ -1,4 +1,4 @@
-//! The merge engine: one weight tensor and the terms adapters add to it, merged the way
+//! The LoRA merge engine: one weight tensor and the terms adapters add to it, merged the way
 //! yue2.cpp's `adapter_apply` describes: the base dequantized on the host, every term of
 //! every stacked adapter summed in one backend graph, the sum quantized back to the
 //! tensor's GGUF type once, its rows split across threads. It knows nothing of where the
@@ -27,7 +27,14 @@ pub enum MergeError {
 
 /// Merges `terms` into the tensor of type `ty`, GGUF `ne` (`[in, out]`, or `[n]` for a
 /// vector) and bytes `base`; returns the merged tensor's bytes in the same type.
-pub fn merge(backend: &Backend, ty: GgmlType, ne: &[i64], base: &[u8], terms: &[Term], threads: usize) -> Result<Vec<u8>, MergeError> {
+pub fn merge(
+    backend: &Backend,
+    ty: GgmlType,
+    ne: &[i64],
+    base: &[u8],
+    terms: &[Term],
+    threads: usize,
+) -> Result<Vec<u8>, MergeError> {
     Merger::new(backend, threads).merge(ty, ne, base, terms)
 }
 
@@ -136,7 +143,10 @@ pub fn requantize(ty: GgmlType, src: &[f32], n_per_row: usize, threads: usize) -
         return bytemuck::cast_slice(src).to_vec();
     }
     std::thread::scope(|s| {
-        let parts: Vec<_> = src.chunks(per * n_per_row).map(|chunk| s.spawn(move || crate::ggml::quantize(ty, chunk, n_per_row))).collect();
+        let parts: Vec<_> = src
+            .chunks(per * n_per_row)
+            .map(|chunk| s.spawn(move || crate::ggml::quantize(ty, chunk, n_per_row)))
+            .collect();
         let parts: Vec<Vec<u8>> = parts.into_iter().map(|h| h.join().expect("a quantizing thread panicked")).collect();
         parts.concat()
     })
@@ -160,7 +170,11 @@ mod tests {
         let b: Vec<f32> = (0..rows * rank).map(|i| (i as f32 * 1.3).cos()).collect();
         let d: Vec<f32> = (0..rows * cols).map(|i| (i % 4) as f32 * 0.25).collect();
         let f: Vec<f32> = (0..rows * cols).map(|i| 1.0 - i as f32 * 0.05).collect();
-        let terms = vec![Term::Lora { a: a.clone(), b: b.clone(), rank, scale: 0.5 }, Term::Diff { d: d.clone(), scale: -1.0 }, Term::Replace { f: f.clone(), scale: 0.25 }];
+        let terms = vec![
+            Term::Lora { a: a.clone(), b: b.clone(), rank, scale: 0.5 },
+            Term::Diff { d: d.clone(), scale: -1.0 },
+            Term::Replace { f: f.clone(), scale: 0.25 },
+        ];
         let bytes: Vec<u8> = w.iter().flat_map(|x| x.to_le_bytes()).collect();
         let got = f32s(&merge(&backend, GgmlType::F32, &[cols as i64, rows as i64], &bytes, &terms, 2).unwrap());
         for o in 0..rows {
@@ -173,7 +187,15 @@ mod tests {
         }
         // No terms: the bytes are the base's; a misfit term is an error.
         assert_eq!(merge(&backend, GgmlType::F32, &[cols as i64, rows as i64], &bytes, &[], 1).unwrap(), bytes);
-        assert!(merge(&backend, GgmlType::F32, &[cols as i64, rows as i64], &bytes, &[Term::Diff { d: vec![0.0; 3], scale: 1.0 }], 1).is_err());
+        assert!(merge(
+            &backend,
+            GgmlType::F32,
+            &[cols as i64, rows as i64],
+            &bytes,
+            &[Term::Diff { d: vec![0.0; 3], scale: 1.0 }],
+            1
+        )
+        .is_err());
     }
 
     /// Splitting rows across threads quantizes exactly as one pass does.
