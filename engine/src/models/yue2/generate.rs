@@ -92,7 +92,7 @@ impl Song {
     }
 }
 
-/// What the semantic stage hands out while it writes (see [`ChunkFeed`]).
+/// What the semantic stage hands out while it writes (see [`ChunkFeeder`]).
 pub enum ChunkEvent {
     /// Chunk `span` of song `song` is written: its sequence (`prefix + codes[span.context..
     /// span.end] + music_end`) prefilled into `kv`, the set the NAR attends to.
@@ -101,13 +101,225 @@ pub enum ChunkEvent {
     End { song: u32, codes: Vec<u32>, ended: bool },
 }
 
-/// Chunks of the songs handed out as soon as their codes exist, on each song's grid,
-/// so the NAR can paint chunk k while the stage writes chunk k + 1. Each chunk's set is
-/// the same one-forward prefill a composed song's chunk gets, so the audio is the same.
-pub struct ChunkFeed<'a> {
+/// Hands the songs' chunks out as soon as their codes exist, on each song's grid, so the
+/// NAR can paint chunk k while the semantic stage writes chunk k + 1: after each
+/// [`Semantic::step`], [`after_step`](Self::after_step); at the end,
+/// [`finish`](Self::finish). Each chunk's set is the same one-forward prefill a composed
+/// song's chunk gets, so the audio is the same.
+pub struct ChunkFeeder {
     /// Each song's grid (its prefix decides how much a chunk may hold).
-    pub plans: Vec<ChunkPlan>,
-    pub emit: &'a mut dyn FnMut(ChunkEvent),
+    plans: Vec<ChunkPlan>,
+    /// Each song's next chunk, and whether its end is out.
+    next: Vec<usize>,
+    fed_end: Vec<bool>,
+}
+
+impl ChunkFeeder {
+    pub fn new(plans: Vec<ChunkPlan>) -> Self {
+        let n = plans.len();
+        ChunkFeeder { plans, next: vec![0; n], fed_end: vec![false; n] }
+    }
+
+    /// The chunks the last step completed, and the ends of the songs it ended.
+    pub fn after_step(
+        &mut self,
+        stages: &mut ArStages<'_>,
+        sem: &Semantic,
+        emit: &mut dyn FnMut(ChunkEvent),
+    ) -> Result<(), GenError> {
+        for i in 0..self.plans.len() {
+            if !self.fed_end[i] {
+                self.fed_end[i] = sem.ended[i];
+                self.feed(stages, sem, i, sem.ended[i].then_some(true), emit)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The songs the budget ended (or a source alone made): their last chunks and ends.
+    pub fn finish(
+        &mut self,
+        stages: &mut ArStages<'_>,
+        sem: &Semantic,
+        emit: &mut dyn FnMut(ChunkEvent),
+    ) -> Result<(), GenError> {
+        let open: Vec<usize> = (0..self.plans.len()).filter(|&i| !self.fed_end[i]).collect();
+        for i in open {
+            self.fed_end[i] = true;
+            self.feed(stages, sem, i, Some(sem.ended[i]), emit)?;
+        }
+        Ok(())
+    }
+
+    /// Hands out song `i`'s chunks that its codes complete, then its end when `done` is
+    /// `Some(ended)` (the last chunk is then whatever is left).
+    fn feed(
+        &mut self,
+        stages: &mut ArStages<'_>,
+        sem: &Semantic,
+        i: usize,
+        done: Option<bool>,
+        emit: &mut dyn FnMut(ChunkEvent),
+    ) -> Result<(), GenError> {
+        let (plan, codes, song) = (self.plans[i], &sem.codes[i], i as u32);
+        while let Some(span) = plan.span(self.next[i], codes.len()) {
+            if done.is_none() && span.start + plan.step > codes.len() {
+                break;
+            }
+            let s = stages.prefill_sequence(sem.prefix(i).to_vec(), &[], &codes[span.context..span.end])?;
+            emit(ChunkEvent::Chunk { song, span, kv: s.kv });
+            self.next[i] += 1;
+        }
+        if let Some(ended) = done {
+            emit(ChunkEvent::End { song, codes: codes.to_vec(), ended });
+        }
+        Ok(())
+    }
+}
+
+/// The semantic stage of a batch of songs in lockstep, as a stepper: [`ArStages::semantic_start`]
+/// prefills every stream, each [`step`](Self::step) samples every open song's next code and
+/// runs it, [`finish`](Self::finish) hands the songs out with their sets. The caller owns the
+/// loop (cancel, progress, the chunk feed).
+pub struct Semantic {
+    n: usize,
+    cfg: f32,
+    guided: bool,
+    preset: SamplingPreset,
+    lm_seed: u64,
+    /// Steps to take at most (the budget beyond the source's codes).
+    steps: usize,
+    step: usize,
+    finished: bool,
+    scores: Vec<Vec<u32>>,
+    /// Each song's conditional prefix (with the source's codes) and the source's codes.
+    prefixes: Vec<(Vec<u32>, Vec<u32>)>,
+    caps: Vec<usize>,
+    sets: Vec<KvSet>,
+    logits: Vec<Vec<f32>>,
+    codes: Vec<Vec<u32>>,
+    generated: Vec<Vec<u32>>,
+    ended: Vec<bool>,
+    pending: Vec<Vec<u32>>,
+    /// Songs whose last code is sampled but not yet run.
+    active: Vec<usize>,
+}
+
+impl Semantic {
+    /// Whether every song ended, or the budget is spent.
+    pub fn done(&self) -> bool {
+        self.finished || self.step >= self.steps
+    }
+
+    /// Steps the budget allows (the progress bar's total).
+    pub fn total(&self) -> usize {
+        self.steps
+    }
+
+    /// Song `i`'s codes so far (the source's first).
+    pub fn codes(&self, i: usize) -> &[u32] {
+        &self.codes[i]
+    }
+
+    /// Song `i`'s semantic prefix (everything before its first code).
+    pub fn prefix(&self, i: usize) -> &[u32] {
+        let (p, source) = &self.prefixes[i];
+        &p[..p.len() - source.len()]
+    }
+
+    /// Samples every open song's next code (the codes of the step before are run first);
+    /// the steps done so far.
+    pub fn step(&mut self, stages: &mut ArStages<'_>) -> Result<usize, GenError> {
+        let (t, n, step) = (stages.tokens, self.n, self.step);
+        let rows = t.semantic_rows();
+        if !self.active.is_empty() {
+            self.advance(stages)?;
+        }
+        let mut active = Vec::new();
+        for i in 0..n {
+            if self.ended[i] {
+                continue;
+            }
+            let cx = SampleContext {
+                rows: rows.clone(),
+                allowed: rows.clone(),
+                end_id: t.music_end,
+                step,
+                history: &self.generated[i],
+            };
+            let seed = self.lm_seed.wrapping_add(i as u64);
+            let tok = sample(&self.logits[i], &cx, &self.preset, seed);
+            self.generated[i].push(tok);
+            if tok == t.music_end {
+                self.ended[i] = true;
+            } else {
+                self.codes[i].push(t.token_code(tok).expect("semantic rows hold only codes and music_end"));
+                self.pending[i] = vec![tok];
+                active.push(i);
+            }
+        }
+        self.step += 1;
+        // The new codes run at the next step: the caller hands out what this one wrote
+        // first. The last step's never run.
+        if active.is_empty() || self.step == self.steps {
+            self.finished = true;
+        } else {
+            self.active = active;
+        }
+        Ok(self.step)
+    }
+
+    /// Runs the codes the last step sampled, under guidance in both streams of each song.
+    /// Ended songs leave the batch: their sets keep exactly prefix + codes.
+    fn advance(&mut self, stages: &mut ArStages<'_>) -> Result<(), GenError> {
+        let (n, active) = (self.n, std::mem::take(&mut self.active));
+        let mut seqs: Vec<SeqInput<'_>> =
+            active.iter().map(|&i| SeqInput { tokens: &self.pending[i], set: i }).collect();
+        if self.guided {
+            seqs.extend(active.iter().map(|&i| SeqInput { tokens: &self.pending[i], set: n + i }));
+        }
+        let rows = stages.tokens.semantic_rows();
+        let out = stages.model.forward(stages.backend, &mut self.sets, &seqs, rows, Positions::Last)?;
+        for (j, &i) in active.iter().enumerate() {
+            self.logits[i] = out.per_seq[j][0].clone();
+            if self.guided {
+                let u = out.per_seq[active.len() + j][0].clone();
+                cfg_combine(&mut self.logits[i], &u, self.cfg);
+            }
+            self.pending[i].clear();
+        }
+        Ok(())
+    }
+
+    /// The songs, each with its own copy of its stream's set.
+    pub fn finish(mut self, stages: &ArStages<'_>) -> Result<Vec<Song>, GenError> {
+        let n = self.n;
+        let set = self.sets.pop().expect("one set");
+        let kvs = if set.streams() == 1 {
+            vec![set]
+        } else {
+            (0..n)
+                .map(|i| set.copy_stream(stages.backend, i, self.caps[i].max(set.stream_len(i))))
+                .collect::<Result<Vec<_>, _>>()?
+        };
+        let mut songs = Vec::with_capacity(n);
+        for (i, kv) in kvs.into_iter().enumerate().rev() {
+            let prefix_len = self.prefixes[i].0.len() - self.prefixes[i].1.len();
+            let prefix = self.prefixes[i].0[..prefix_len].to_vec();
+            songs.push(Song {
+                index: i as u32,
+                score_ids: self.scores[i].clone(),
+                codes: std::mem::take(&mut self.codes[i]),
+                ended: self.ended[i],
+                prefix_len,
+                prefix,
+                kv,
+                pending: std::mem::take(&mut self.pending[i]),
+            });
+        }
+        songs.reverse();
+        Ok(songs)
+    }
 }
 
 /// Conditional prompt, unconditional prompt, and the continuation's source codes.
@@ -250,7 +462,7 @@ impl ArStages<'_> {
 
     /// Stage 2 for every song of the batch in lockstep: decodes codes until music_end or
     /// the budget, under guidance when `cfg_scale != 1`. `scores[i]` is song i's score ids
-    /// (empty in off mode).
+    /// (empty in off mode). A [`Semantic`] stepped to the end.
     pub fn semantic(
         &mut self,
         req: &Yue2Request,
@@ -258,23 +470,21 @@ impl ArStages<'_> {
         cancel: &CancelToken,
         progress: &mut dyn FnMut(ArProgress),
     ) -> Result<Vec<Song>, GenError> {
-        self.semantic_fed(req, scores, cancel, progress, None)
+        let mut sem = self.semantic_start(req, scores)?;
+        while !sem.done() {
+            cancel.check()?;
+            let done = sem.step(self)?;
+            progress(ArProgress { stage: ArStage::Semantic, song: 0, done, total: sem.total() });
+        }
+        sem.finish(self)
     }
 
-    /// Hands the chunks of `feed`'s grid out while the songs are written: a chunk the step
-    /// its last code is sampled, a song's end once it ends (or the budget ends it).
-    pub fn semantic_fed(
-        &mut self,
-        req: &Yue2Request,
-        scores: &[Vec<u32>],
-        cancel: &CancelToken,
-        progress: &mut dyn FnMut(ArProgress),
-        mut feed: Option<ChunkFeed<'_>>,
-    ) -> Result<Vec<Song>, GenError> {
+    /// The semantic stage's start: every song's stream (and, under guidance, its
+    /// unconditional twin) prefilled in one forward, the first logits ready to sample.
+    pub fn semantic_start(&mut self, req: &Yue2Request, scores: &[Vec<u32>]) -> Result<Semantic, GenError> {
         let n = scores.len();
         let cfg = req.effective_cfg_scale() as f32;
         let guided = cfg != 1.0;
-        let preset = req.semantic_sampling;
         let budget = semantic_budget(req);
         let t = self.tokens;
         let rows = t.semantic_rows();
@@ -301,151 +511,43 @@ impl ArStages<'_> {
                 capacity = capacity.max((*cap).max(u.len() + budget + 1).min(self.max_seq));
             }
         }
-        let mut sets = vec![KvSet::with_streams(
-            self.backend,
-            self.model.cfg.kv_dims(),
-            capacity,
-            if guided { 2 * n } else { n },
-        )?];
+        let streams = if guided { 2 * n } else { n };
+        let mut sets = vec![KvSet::with_streams(self.backend, self.model.cfg.kv_dims(), capacity, streams)?];
         // Prefill every stream in one forward (sequences of different lengths).
         let mut seqs: Vec<SeqInput<'_>> =
             prefixes.iter().enumerate().map(|(i, (p, _))| SeqInput { tokens: p, set: i }).collect();
         if guided {
             seqs.extend(uncond_prefixes.iter().enumerate().map(|(i, u)| SeqInput { tokens: u, set: n + i }));
         }
-        let mut out = self.model.forward(self.backend, &mut sets, &seqs, rows.clone(), Positions::Last)?;
+        let out = self.model.forward(self.backend, &mut sets, &seqs, rows, Positions::Last)?;
         let mut logits: Vec<Vec<f32>> = (0..n).map(|i| out.per_seq[i][0].clone()).collect();
         if guided {
             for (i, l) in logits.iter_mut().enumerate() {
                 cfg_combine(l, &out.per_seq[n + i][0], cfg);
             }
         }
-        let mut codes: Vec<Vec<u32>> = prefixes.iter().map(|(_, s)| s.clone()).collect();
-        let mut generated: Vec<Vec<u32>> = vec![Vec::new(); n];
-        let mut ended = vec![false; n];
-        let mut pending: Vec<Vec<u32>> = vec![Vec::new(); n];
-        // The chunk feed: each song's next chunk and whether its end is out.
-        let mut next_chunk = vec![0usize; n];
-        let mut fed_end = vec![false; n];
-        let prefix_of = |i: usize| &prefixes[i].0[..prefixes[i].0.len() - prefixes[i].1.len()];
-        let new_budget = budget.saturating_sub(codes[0].len());
-        for step in 0..new_budget {
-            cancel.check()?;
-            let mut active = Vec::new();
-            for i in 0..n {
-                if ended[i] {
-                    continue;
-                }
-                let cx = SampleContext {
-                    rows: rows.clone(),
-                    allowed: rows.clone(),
-                    end_id: t.music_end,
-                    step,
-                    history: &generated[i],
-                };
-                let seed = (req.lm_seed as u64).wrapping_add(i as u64);
-                let tok = sample(&logits[i], &cx, &preset, seed);
-                generated[i].push(tok);
-                if tok == t.music_end {
-                    ended[i] = true;
-                } else {
-                    codes[i].push(t.token_code(tok).expect("semantic rows hold only codes and music_end"));
-                    pending[i] = vec![tok];
-                    active.push(i);
-                }
-            }
-            progress(ArProgress { stage: ArStage::Semantic, song: 0, done: step + 1, total: new_budget });
-            if let Some(f) = feed.as_mut() {
-                for i in 0..n {
-                    if !fed_end[i] {
-                        fed_end[i] = ended[i];
-                        self.feed_chunks(
-                            f,
-                            &mut next_chunk[i],
-                            i as u32,
-                            prefix_of(i),
-                            &codes[i],
-                            ended[i].then_some(true),
-                        )?;
-                    }
-                }
-            }
-            if active.is_empty() || step + 1 == new_budget {
-                break;
-            }
-            // Ended songs leave the batch: their sets keep exactly prefix + codes.
-            let mut seqs: Vec<SeqInput<'_>> =
-                active.iter().map(|&i| SeqInput { tokens: &pending[i], set: i }).collect();
-            if guided {
-                seqs.extend(active.iter().map(|&i| SeqInput { tokens: &pending[i], set: n + i }));
-            }
-            out = self.model.forward(self.backend, &mut sets, &seqs, rows.clone(), Positions::Last)?;
-            for (j, &i) in active.iter().enumerate() {
-                logits[i] = out.per_seq[j][0].clone();
-                if guided {
-                    let u = out.per_seq[active.len() + j][0].clone();
-                    cfg_combine(&mut logits[i], &u, cfg);
-                }
-                pending[i].clear();
-            }
-        }
-        if let Some(f) = feed.as_mut() {
-            // The budget ended the songs still open (or a source alone made them).
-            for i in (0..n).filter(|&i| !fed_end[i]) {
-                self.feed_chunks(f, &mut next_chunk[i], i as u32, prefix_of(i), &codes[i], Some(ended[i]))?;
-            }
-        }
-        let set = sets.pop().expect("one set");
-        let kvs = if set.streams() == 1 {
-            vec![set]
-        } else {
-            (0..n)
-                .map(|i| set.copy_stream(self.backend, i, caps[i].max(set.stream_len(i))))
-                .collect::<Result<Vec<_>, _>>()?
-        };
-        let mut songs = Vec::with_capacity(n);
-        for (i, kv) in kvs.into_iter().enumerate().rev() {
-            let prefix_len = prefixes[i].0.len() - prefixes[i].1.len();
-            let prefix = prefixes[i].0[..prefix_len].to_vec();
-            songs.push(Song {
-                index: i as u32,
-                score_ids: scores[i].clone(),
-                codes: std::mem::take(&mut codes[i]),
-                ended: ended[i],
-                prefix_len,
-                prefix,
-                kv,
-                pending: std::mem::take(&mut pending[i]),
-            });
-        }
-        songs.reverse();
-        Ok(songs)
-    }
-
-    /// Hands out song `song`'s chunks that its `codes` complete from chunk `*next` on, then
-    /// its end when `done` is `Some(ended)` (the last chunk is then whatever is left).
-    fn feed_chunks(
-        &mut self,
-        feed: &mut ChunkFeed<'_>,
-        next: &mut usize,
-        song: u32,
-        prefix: &[u32],
-        codes: &[u32],
-        done: Option<bool>,
-    ) -> Result<(), GenError> {
-        let plan = feed.plans[song as usize];
-        while let Some(span) = plan.span(*next, codes.len()) {
-            if done.is_none() && span.start + plan.step > codes.len() {
-                break;
-            }
-            let s = self.prefill_sequence(prefix.to_vec(), &[], &codes[span.context..span.end])?;
-            (feed.emit)(ChunkEvent::Chunk { song, span, kv: s.kv });
-            *next += 1;
-        }
-        if let Some(ended) = done {
-            (feed.emit)(ChunkEvent::End { song, codes: codes.to_vec(), ended });
-        }
-        Ok(())
+        let codes: Vec<Vec<u32>> = prefixes.iter().map(|(_, s)| s.clone()).collect();
+        let steps = budget.saturating_sub(codes[0].len());
+        Ok(Semantic {
+            n,
+            cfg,
+            guided,
+            preset: req.semantic_sampling,
+            lm_seed: req.lm_seed as u64,
+            steps,
+            step: 0,
+            finished: false,
+            scores: scores.to_vec(),
+            prefixes,
+            caps,
+            sets,
+            logits,
+            codes,
+            generated: vec![Vec::new(); n],
+            ended: vec![false; n],
+            pending: vec![Vec::new(); n],
+            active: Vec::new(),
+        })
     }
 
     /// Runs the tokens still pending and music_end, so the set holds the whole sequence

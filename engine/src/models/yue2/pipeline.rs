@@ -8,7 +8,7 @@ use crate::gguf::{GgufError, GgufFile};
 use crate::kv_cache::KvSet;
 use crate::models::yue2::ar::ArModel;
 use crate::models::yue2::config::BackboneInfo;
-use crate::models::yue2::generate::{ArProgress, ArStage, ArStages, ChunkEvent, ChunkFeed, GenError, Song};
+use crate::models::yue2::generate::{ArProgress, ArStages, ChunkEvent, ChunkFeeder, GenError, Song};
 use crate::models::yue2::nar::{ChunkPlan, ChunkSpan, NarError, NarModel};
 use crate::models::yue2::prompt::Instructions;
 use crate::models::yue2::vae::{Tile, VaeError, VaeModel};
@@ -377,22 +377,17 @@ impl Shared {
             vec![(0, prefix, req.semantic_codes()?, true)]
         } else {
             let ids: Vec<Vec<u32>> = scores.iter().map(|s| s.1.clone()).collect();
+            let mut stages = self.ar_stages(ar, backend);
             // Under a feed, each song's grid comes from its prefix (its score's length).
-            let mut ready = ready;
-            let plans = match &ready {
-                Some(_) => Some(
+            let mut feeder = match &ready {
+                Some(_) => Some(ChunkFeeder::new(
                     ids.iter()
-                        .map(|score| {
-                            chunk_plan(
-                                req,
-                                self.max_seq,
-                                self.ar_stages(ar, backend).semantic_prefix(req, score)?.len(),
-                            )
-                        })
+                        .map(|score| chunk_plan(req, self.max_seq, stages.semantic_prefix(req, score)?.len()))
                         .collect::<Result<Vec<_>, _>>()?,
-                ),
+                )),
                 None => None,
             };
+            let mut ready = ready;
             let mut emit = |e: ChunkEvent| {
                 let Some(ready) = ready.as_mut() else { return };
                 match e {
@@ -407,17 +402,21 @@ impl Shared {
                     }
                 }
             };
-            let feed = plans.map(|plans| ChunkFeed { plans, emit: &mut emit });
-            let songs: Vec<Song> = self.ar_stages(ar, backend).semantic_fed(
-                req,
-                &ids,
-                cancel,
-                &mut |p: ArProgress| {
-                    let stage = if p.stage == ArStage::Plan { Stage::Plan } else { Stage::Semantic };
-                    events(Event::Progress { stage, song: p.song, done: p.done, total: p.total })
-                },
-                feed,
-            )?;
+            let mut sem = stages.semantic_start(req, &ids)?;
+            while !sem.done() {
+                if cancel.is_cancelled() {
+                    return Err(PipelineError::Cancelled);
+                }
+                let done = sem.step(&mut stages)?;
+                events(Event::Progress { stage: Stage::Semantic, song: 0, done, total: sem.total() });
+                if let Some(f) = feeder.as_mut() {
+                    f.after_step(&mut stages, &sem, &mut emit)?;
+                }
+            }
+            if let Some(f) = feeder.as_mut() {
+                f.finish(&mut stages, &sem, &mut emit)?;
+            }
+            let songs: Vec<Song> = sem.finish(&stages)?;
             songs.into_iter().map(|s| (s.index, s.prefix, s.codes, s.ended)).collect()
         };
         let mut out = Vec::with_capacity(streams.len());
