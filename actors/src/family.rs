@@ -7,7 +7,7 @@
 //!   hand-off needs pinned;
 //! - [`Synthesis`], the hand-off, run by the synthesis stage: latents painted over the
 //!   hand-off and decoded to PCM tiles, then the tracks to the Encoder. Where the decoder
-//!   runs is the family's: YuE2 streams each chunk's latents to the VaeTiler stage, which
+//!   runs is the family's: YuE2 streams each chunk's latents to the decode stage, which
 //!   decodes tile by tile as chunks arrive; MiniMax Music 3 decodes each window on this
 //!   stage the moment it is denoised (its windows overlap and are cropped after decoding).
 //!
@@ -141,7 +141,7 @@ impl<'a> Handoff<'a> {
 
 /// Where the synthesis half sends its output.
 pub(crate) struct Outlets {
-    /// The VaeTiler stage (a family whose decoder runs there).
+    /// The decode stage (a family whose decoder runs there).
     pub vae: Sender<VaeCmd>,
     /// The Encoder (the finished tracks of a family that decodes on the synthesis stage).
     pub enc: Sender<EncCmd>,

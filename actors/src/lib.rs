@@ -6,17 +6,18 @@
 //! - `model_store::ModelStore`: the module instances and their residency (STRICT /
 //!   NEVER), leased to the compute stages;
 //! - `worker`: the wiring of the compute stages, each a thread fed by a crossbeam channel,
-//!   never the HTTP executor: `ar_decoder` -> `nar_renderer` -> `vae_tiler` -> `encoder`;
+//!   never the HTTP executor: `compose_stage` -> `synth_stage` -> `decode_stage` -> `encoder`;
 //!   what they send each other is in `messages`, a leaf module; the stages drive each job
 //!   through its family's traits in `family` (`yue2`, `mm3`);
 //! - `hub::StreamHub`: per-job listener queues for the WebSocket streams.
 //!
 //! What the routes and the cluster see of all this is the job contract (`yued-contract`):
 //! [`node::Node::backend`] and [`node::Node::runner`]. The tools of `yued codec` use
-//! [`codec`].
+//! [`codec`]; requests become the engine's settings in [`settings`].
 #![forbid(unsafe_code)]
-mod ar_decoder;
 pub mod codec;
+mod compose_stage;
+mod decode_stage;
 mod encoder;
 mod fair_queue;
 mod family;
@@ -26,11 +27,11 @@ mod kinds;
 mod messages;
 mod mm3;
 mod model_store;
-mod nar_renderer;
 pub mod node;
 mod scheduler;
+pub mod settings;
 mod stage;
-mod vae_tiler;
+mod synth_stage;
 mod worker;
 mod yue2;
 

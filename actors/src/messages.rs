@@ -8,7 +8,7 @@ use std::time::Instant;
 use yued_audio::Pcm;
 use yued_contract::{SongCodes, VaeTask};
 use yued_engine::cancel::CancelToken;
-use yued_engine::models::yue2::pipeline::{SongMeta, Track};
+use yued_engine::models::yue2::pipeline::SongMeta;
 use yued_protocol::{JobId, JobMetrics, Request, Stage, Yue2Request};
 
 // ---- the stages to the scheduler
@@ -185,15 +185,4 @@ pub struct TrackOut {
     pub latents: Vec<f32>,
     /// The budget cut the song before the model ended it.
     pub truncated: bool,
-}
-
-impl From<Track> for TrackOut {
-    fn from(t: Track) -> Self {
-        TrackOut {
-            audio: Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm),
-            replay: serde_json::to_value(&t.replay).expect("a request serializes"),
-            latents: t.latents,
-            truncated: t.truncated,
-        }
-    }
 }

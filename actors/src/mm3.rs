@@ -222,7 +222,7 @@ fn compose_job(
             prompt::build(tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
         if replay_of.is_empty() {
             let n = req.songs() as usize;
-            let s = pipeline::ar_settings(req, batch);
+            let s = crate::settings::mm3_ar(req, batch);
             let mut draws = SeedDraws::new(req.lm_seed, n);
             let mut songs =
                 compose::compose(backend, lm_model, depth, &prompt, n, &s, &mut draws, &cancelled, &mut |f, total| {
@@ -288,7 +288,7 @@ fn compose_streamed(
     let tok = state.tokenizer(&files[0], lm_model)?;
     let prompt =
         prompt::build(tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
-    let s = pipeline::ar_settings(req, true);
+    let s = crate::settings::mm3_ar(req, true);
     let mut restaters = (0..n)
         .map(|_| compose::Restater::new(backend, lm_model, &prompt, s.max_frames))
         .collect::<Result<Vec<_>, _>>()?;
@@ -443,7 +443,7 @@ fn render_stream(
     let (cond, dit, vae) = (cond_lease.get::<CondEncoder>(), dit_lease.get::<DitModel>(), vae_lease.get::<VaeModel>());
     let spec = vae.info.audio_spec();
     let m = req.synth_batch_size.max(1) as usize;
-    let s = pipeline::synth_settings(req, true);
+    let s = crate::settings::mm3_synth(req, true);
     let mut sink = ProgressSink::new(links, &ctx.id);
     let mut live = LivePcm::new(&ctx.id, work.songs * m, spec.sample_rate);
     let append = |t: &mut (Vec<f32>, Vec<f32>), planar: &[f32]| {
@@ -541,7 +541,7 @@ fn render_stream(
         for (j, (l, r)) in std::mem::take(&mut sr.tracks).into_iter().enumerate() {
             let track = TrackOut {
                 audio: Pcm::new(spec.sample_rate, spec.channels, [l, r].concat()),
-                replay: serde_json::to_value(yued_protocol::Request::Mm3(pipeline::replay_request(
+                replay: serde_json::to_value(yued_protocol::Request::Mm3(crate::settings::mm3_replay(
                     req, song, i, j, false,
                 )))
                 .expect("a request serializes"),
@@ -581,7 +581,7 @@ fn render_job(
     let (cond, dit, vae) = (cond_lease.get::<CondEncoder>(), dit_lease.get::<DitModel>(), vae_lease.get::<VaeModel>());
     let spec = vae.info.audio_spec();
     let variations = req.synth_batch_size.max(1) as usize;
-    let s = pipeline::synth_settings(req, true);
+    let s = crate::settings::mm3_synth(req, true);
     let mut live = LivePcm::new(&ctx.id, songs.len() * variations, spec.sample_rate);
     let total_steps =
         songs.iter().map(|song| yued_engine::models::mm3::synth::windows(song.frames()).len() * s.steps).sum::<usize>();
@@ -609,7 +609,7 @@ fn render_job(
             if index + 1 == count {
                 live.finish(links);
             }
-            let replay = pipeline::replay_request(req, song, i, j, from_codes);
+            let replay = crate::settings::mm3_replay(req, song, i, j, from_codes);
             let track = TrackOut {
                 audio: Pcm::new(spec.sample_rate, spec.channels, pcm),
                 replay: serde_json::to_value(yued_protocol::Request::Mm3(replay)).expect("a request serializes"),
@@ -625,7 +625,7 @@ fn render_job(
     Ok(())
 }
 
-/// A `/vae` job of MiniMax Music 3 (on the VaeTiler stage, the synthesis group pinned):
+/// A `/vae` job of MiniMax Music 3 (on the decode stage, the synthesis group pinned):
 /// encode an upload to the flow VAE's posterior mean (saved here as `latents.vae`), or
 /// decode uploaded latents tile by tile, each tile published to the listeners at 44.1 kHz
 /// as it lands, the audio then handed to the Encoder (which reports the job: `None` here).

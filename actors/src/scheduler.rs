@@ -29,7 +29,7 @@ pub struct Scheduler {
     jobs: HashMap<JobId, Entry>,
     /// Queued jobs, round-robin over clients.
     queue: FairQueue<JobId>,
-    /// The job in the entry stage (the ArDecoder); the next one is dispatched when it
+    /// The job in the entry stage (the compose stage); the next one is dispatched when it
     /// hands its songs on.
     entry: Option<JobId>,
     /// Every job in the compute stages (the entry one included).

@@ -3,12 +3,12 @@
 //! come from the ModelStore on lease, KV sets travel with the work:
 //!
 //! ```text
-//! Scheduler ─RunJob─▶ ArDecoder ─songs + KV sets─▶ NarRenderer ─latents─▶ VaeTiler ─tracks─▶ Encoder ─▶ results
+//! Scheduler ─RunJob─▶ ComposeStage ─songs + KV sets─▶ SynthStage ─latents─▶ DecodeStage ─tracks─▶ Encoder ─▶ results
 //!                     (plan, semantic,             (flow matching          (tiles to the      (normalise,
 //!                      chunk prefills)              per chunk)              StreamHub)         containers)
 //! ```
 //!
-//! A job leaves the entry stage (ArDecoder) as soon as its songs are handed on, so under
+//! A job leaves the entry stage (the compose stage) as soon as its songs are handed on, so under
 //! `--keep-loaded` the next job's AR runs while this one renders; under STRICT the next
 //! AR lease waits until the synthesis group is released. Any stage that fails a job reports
 //! it to the scheduler first, then cancels the job's token so the others drop its work.
@@ -72,16 +72,16 @@ pub fn spawn(
     {
         let (l, s) = (links.clone(), shared.clone());
         let vae_tx = vae_tx.clone();
-        threads.push(spawn("yued-ar", Box::new(move || crate::ar_decoder::run(l, s, rx, nar_tx, vae_tx))));
+        threads.push(spawn("yued-compose", Box::new(move || crate::compose_stage::run(l, s, rx, nar_tx, vae_tx))));
     }
     {
         let l = links.clone();
         let enc_tx = enc_tx.clone();
-        threads.push(spawn("yued-nar", Box::new(move || crate::nar_renderer::run(l, nar_rx, vae_tx, enc_tx))));
+        threads.push(spawn("yued-synth", Box::new(move || crate::synth_stage::run(l, nar_rx, vae_tx, enc_tx))));
     }
     {
         let (l, r) = (links.clone(), results.clone());
-        threads.push(spawn("yued-vae", Box::new(move || crate::vae_tiler::run(l, vae_rx, enc_tx, r))));
+        threads.push(spawn("yued-decode", Box::new(move || crate::decode_stage::run(l, vae_rx, enc_tx, r))));
     }
     {
         let l = links.clone();

@@ -2,7 +2,7 @@
 //! the VAE), their coexistence groups ({ AR } and the synthesis group { NAR, VAE }), how
 //! each loads, and the family's two halves behind [`ModelFamily`] and [`Synthesis`]: the
 //! AR half on the entry stage, flow matching on the synthesis stage, the VAE on the
-//! VaeTiler stage (tile by tile as the chunks arrive).
+//! decode stage (tile by tile as the chunks arrive).
 use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
 use crate::messages::{CodesReady, JobCtx, Resumed, TrackPlan, VaeCmd};
@@ -17,10 +17,19 @@ use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::adapter::{shapes_of, stack_terms, Adapter, AdapterDir};
 use yued_engine::models::yue2::ar::ArModel;
+use yued_engine::models::yue2::generate::ArStages;
 use yued_engine::models::yue2::nar::NarModel;
-use yued_engine::models::yue2::pipeline::{ChunkReady, Event, PipelineError, Shared, SongMeta, SongNoise, SongWork};
+use yued_engine::models::yue2::pipeline::{
+    ChunkReady, Event, PipelineError, Shared, SongMeta, SongNoise, SongWork, Writer, Written,
+};
+use yued_engine::models::yue2::settings::Settings;
 use yued_engine::models::yue2::vae::VaeModel;
 use yued_protocol::{Family, Stage, StreamEvent, Yue2Request};
+
+/// The engine's settings of a job's request (its seeds are resolved at submission).
+fn settings_of(ctx: &JobCtx) -> Result<Settings, PipelineError> {
+    crate::settings::yue2(ctx.yue2()).map_err(|e| PipelineError::Other(e.to_string()))
+}
 
 /// The AR half's group.
 pub const AR_GROUP: &str = "ar";
@@ -208,27 +217,28 @@ impl<'a> ArReports<'a> {
         ArReports { links, ctx, sink: ProgressSink::new(links, &ctx.id), meter: TokenMeter::default() }
     }
 
-    fn event(&mut self, e: Event<'_>, journal: bool) {
+    /// Tells a writer's item; returns the hand-outs (a streamed song's chunks and ends).
+    fn tell(&mut self, item: Written, journal: bool) -> Option<ChunkReady> {
         let (links, id) = (self.links, &self.ctx.id);
-        match e {
-            Event::Progress { stage, song, done, total } => {
+        match item {
+            Written::Progress { phase, song, done, total } => {
+                let stage = crate::settings::stage(phase);
                 self.meter.count(links, stage, song, done);
                 self.sink.report(stage, done, total)
             }
-            Event::Score { abc, .. } => {
-                links.hub.do_send(Publish::Event(id.clone(), StreamEvent::Score { abc: abc.to_string() }))
-            }
-            Event::Codes { song, abc, codes } => {
+            Written::Score { abc, .. } => links.hub.do_send(Publish::Event(id.clone(), StreamEvent::Score { abc })),
+            Written::Codes(m) => {
+                let frames = m.codes.len() as u32;
                 if journal {
-                    links.scheduler.do_send(CodesReady {
-                        id: id.clone(),
-                        song: SongCodes { song, abc: abc.to_string(), codes: codes.to_vec() },
-                    });
+                    let song = SongCodes { song: m.index, abc: m.abc, codes: m.codes };
+                    links.scheduler.do_send(CodesReady { id: id.clone(), song });
                 }
-                links.hub.do_send(Publish::Event(id.clone(), StreamEvent::Codes { frames: codes.len() as u32 }));
+                links.hub.do_send(Publish::Event(id.clone(), StreamEvent::Codes { frames }));
             }
-            _ => {}
+            Written::Chunk { song, chunk } => return Some(ChunkReady::Chunk { song, chunk }),
+            Written::SongEnd(meta) => return Some(ChunkReady::SongEnd(meta)),
         }
+        None
     }
 
     fn finish(&self) {
@@ -236,37 +246,56 @@ impl<'a> ArReports<'a> {
     }
 }
 
+/// The stage loop of a job's AR half: its [`Writer`] stepped to the end, the cancel checked
+/// between steps, each step's items told and its hand-outs passed to `ready`.
+fn write(
+    stages: &mut ArStages<'_>,
+    s: Settings,
+    stream: bool,
+    reports: &mut ArReports<'_>,
+    journal: bool,
+    ready: &mut dyn FnMut(ChunkReady),
+) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
+    let mut writer = Writer::new(stages, s, stream)?;
+    while !writer.done() {
+        if reports.ctx.cancel.is_cancelled() {
+            return Err(PipelineError::Cancelled);
+        }
+        for item in writer.step(stages)? {
+            if let Some(out) = reports.tell(item, journal) {
+                ready(out);
+            }
+        }
+    }
+    writer.finish()
+}
+
 /// The AR half: the scores and semantic streams written (or taken from the replay fields
 /// or the journal), one KV set prefilled per acoustic chunk.
 fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> Result<Vec<SongWork>, PipelineError> {
-    let req = ctx.yue2();
-    let mut lease = links.store.lease(&ar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
+    let s = settings_of(ctx)?;
+    let mut lease = links.store.lease(&ar(&links.cfg, Some(ctx.yue2())), backend).map_err(PipelineError::Other)?;
     let mut reports = ArReports::new(links, ctx);
-    if !resumes(ctx) {
-        let r = shared.compose(lease.get::<ArModel>(), backend, req, &ctx.cancel, &mut |e| reports.event(e, true));
-        reports.finish();
-        return r;
-    }
-    // Resume from the journaled codes: every song through the replay path, under its own
-    // index and score (the replay requests of its tracks come out as the first run's).
-    tracing::info!(songs = ctx.known_songs.len(), "resuming from journaled codes");
-    links.scheduler.do_send(Resumed { id: ctx.id.clone() });
-    let mut known = ctx.known_songs.clone();
-    known.sort_by_key(|s| s.song);
-    let mut out = Vec::with_capacity(known.len());
-    for s in known {
-        let mut r = req.clone();
-        r.semantic_tokens = s.codes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-        r.abc = s.abc.clone();
-        r.source_tokens.clear();
-        r.lm_batch_size = 1;
-        r.lm_seed = req.lm_seed + s.song as i64;
-        for mut w in
-            shared.compose(lease.get::<ArModel>(), backend, &r, &ctx.cancel, &mut |e| reports.event(e, false))?
-        {
-            w.meta.index = s.song;
-            w.meta.abc = s.abc.clone();
-            out.push(w);
+    // A resumed job renders every song through the replay path from its journaled codes,
+    // under its own index and score (its tracks' replay requests come out as the first
+    // run's).
+    let journal = !resumes(ctx);
+    let runs: Vec<(Option<u32>, Settings)> = if journal {
+        vec![(None, s)]
+    } else {
+        tracing::info!(songs = ctx.known_songs.len(), "resuming from journaled codes");
+        links.scheduler.do_send(Resumed { id: ctx.id.clone() });
+        let mut known = ctx.known_songs.clone();
+        known.sort_by_key(|k| k.song);
+        known.iter().map(|k| (Some(k.song), s.for_song(k.song, &k.abc, &k.codes, None))).collect()
+    };
+    let mut out = Vec::new();
+    for (index, run) in runs {
+        let ar = lease.get::<ArModel>();
+        let songs = write(&mut shared.ar_stages(ar, backend), run.clone(), false, &mut reports, journal, &mut |_| {});
+        for (mut meta, prefix) in songs? {
+            meta.index = index.unwrap_or(meta.index);
+            out.push(shared.prefill_chunks(ar, backend, &run, meta, prefix, &ctx.cancel)?);
         }
     }
     reports.finish();
@@ -283,23 +312,17 @@ fn compose_streamed(
     ctx: &JobCtx,
     out: &mut Handoff<'_>,
 ) -> Result<(), PipelineError> {
-    let req = ctx.yue2();
+    let s = settings_of(ctx)?;
     let (tx, rx) = crossbeam_channel::unbounded();
-    out.send(Box::new(Yue2Stream { shared: shared.clone(), rx, songs: req.lm_batch_size.max(1) as usize }));
-    let mut lease = links.store.lease(&ar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
+    out.send(Box::new(Yue2Stream { shared: shared.clone(), settings: s.clone(), rx, songs: s.songs }));
+    let mut lease = links.store.lease(&ar(&links.cfg, Some(ctx.yue2())), backend).map_err(PipelineError::Other)?;
     let mut reports = ArReports::new(links, ctx);
-    let r = shared.compose_streamed(
-        lease.get::<ArModel>(),
-        backend,
-        req,
-        &ctx.cancel,
-        &mut |e| reports.event(e, true),
-        &mut |c| {
-            // A synthesis half that gave up drops what it is sent.
-            let count = matches!(c, ChunkReady::Chunk { .. }).then(|| KvCount::new(&links.metrics.kv_sets_in_use));
-            let _ = tx.send((c, count));
-        },
-    );
+    let mut stages = shared.ar_stages(lease.get::<ArModel>(), backend);
+    let r = write(&mut stages, s, true, &mut reports, true, &mut |c| {
+        // A synthesis half that gave up drops what it is sent.
+        let count = matches!(c, ChunkReady::Chunk { .. }).then(|| KvCount::new(&links.metrics.kv_sets_in_use));
+        let _ = tx.send((c, count));
+    });
     reports.finish();
     r.map(|_| ())
 }
@@ -345,8 +368,8 @@ impl Synthesis for Yue2Synthesis {
     }
 
     /// Flow matching over each song's chunks, every variation in one graph per chunk; each
-    /// chunk's latents go to the VaeTiler the moment its solve ends (the tracks announced
-    /// first, with the pin). On failure the VaeTiler drops what it holds of the job.
+    /// chunk's latents go to the decode stage the moment its solve ends (the tracks announced
+    /// first, with the pin). On failure the decode stage drops what it holds of the job.
     fn render(
         self: Box<Self>,
         links: &Links,
@@ -375,19 +398,19 @@ fn render(
     if job.cancel.is_cancelled() {
         return Err(PipelineError::Cancelled);
     }
-    let req = job.yue2();
-    let m = req.synth_batch_size.max(1) as usize;
+    let s = settings_of(job)?;
+    let m = s.variations;
     let tracks: Vec<TrackPlan> = songs
         .iter()
         .flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32, open: false }))
         .collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
-    let mut lease = links.store.lease(&nar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
+    let mut lease = links.store.lease(&nar(&links.cfg, Some(job.yue2())), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &job.id);
     let mut first = 0;
     for song in songs {
-        shared.render(lease.get::<NarModel>(), backend, song, req, &job.cancel, &mut |e| match e {
-            Event::Progress { stage, done, total, .. } => sink.report(stage, done, total),
+        shared.render(lease.get::<NarModel>(), backend, song, &s, &job.cancel, &mut |e| match e {
+            Event::Progress { phase, done, total, .. } => sink.report(crate::settings::stage(phase), done, total),
             Event::Latents { variation, start_frame, latents, .. } => {
                 let track = first + variation as usize;
                 let _ =
@@ -402,9 +425,10 @@ fn render(
 
 /// A streamed YuE2 job between its halves: the songs' chunks arrive while the AR half
 /// writes them, each painted the moment it arrives (every variation in one graph) and its
-/// latents sent on to the VaeTiler, whose tracks learn their length at each song's end.
+/// latents sent on to the decode stage, whose tracks learn their length at each song's end.
 struct Yue2Stream {
     shared: Arc<Shared>,
+    settings: Settings,
     rx: Receiver<Streamed>,
     songs: usize,
 }
@@ -422,7 +446,7 @@ impl Synthesis for Yue2Stream {
         pin: GroupPin,
         out: &Outlets,
     ) -> Result<(), StageError> {
-        let r = render_stream(links, &self.shared, backend, job, &self.rx, self.songs, pin, &out.vae);
+        let r = render_stream(links, &self.shared, &self.settings, backend, job, &self.rx, pin, &out.vae);
         // Chunks still on their way are dropped with the channel (and leave the gauge).
         if !matches!(r, Ok(true)) {
             let _ = out.vae.send(VaeCmd::Abort(job.id.clone()));
@@ -436,24 +460,23 @@ impl Synthesis for Yue2Stream {
 fn render_stream(
     links: &Links,
     shared: &Shared,
+    s: &Settings,
     backend: &Backend,
     job: &Arc<JobCtx>,
     rx: &Receiver<Streamed>,
-    songs: usize,
     pin: GroupPin,
     vae_tx: &Sender<VaeCmd>,
 ) -> Result<bool, PipelineError> {
-    let req = job.yue2();
-    let m = req.synth_batch_size.max(1) as usize;
+    let (songs, m) = (s.songs, s.variations);
     let open =
         |i: usize| SongMeta { index: i as u32, abc: String::new(), plan_seed: None, codes: Vec::new(), ended: false };
     let tracks: Vec<TrackPlan> = (0..songs)
         .flat_map(|i| (0..m).map(move |j| TrackPlan { meta: open(i), variation: j as u32, open: true }))
         .collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
-    let mut lease = links.store.lease(&nar(&links.cfg, Some(req)), backend).map_err(PipelineError::Other)?;
+    let mut lease = links.store.lease(&nar(&links.cfg, Some(job.yue2())), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &job.id);
-    let budget = yued_engine::models::yue2::generate::semantic_budget(req);
+    let budget = s.budget;
     let mut noise: Vec<Option<SongNoise>> = (0..songs).map(|_| None).collect();
     let (mut ended, mut painted) = (0, 0);
     for (item, _count) in rx.iter() {
@@ -470,14 +493,14 @@ fn render_stream(
             }
             ChunkReady::Chunk { song, chunk } => {
                 let nz = noise[song as usize]
-                    .get_or_insert_with(|| SongNoise::new(req.seed, m, lease.get::<NarModel>().latent, budget));
+                    .get_or_insert_with(|| SongNoise::new(s.seed, m, lease.get::<NarModel>().latent, budget));
                 shared.render_chunk(
                     lease.get::<NarModel>(),
                     backend,
                     song,
                     chunk,
                     nz,
-                    req,
+                    s,
                     (0, 1),
                     &job.cancel,
                     &mut |e| {

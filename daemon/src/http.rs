@@ -1,78 +1,16 @@
 //! The HTTP routes: thin handlers that parse, validate, and ask an actor.
 // Handlers return ready HTTP responses as their error values on purpose.
 #![allow(clippy::result_large_err)]
-use crate::logs::LogRing;
+use crate::cli::common::random_u64;
+use crate::kinds::VaeFacts;
 use crate::reply::{error, file_chunks};
+pub use crate::state::AppState;
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use std::sync::Arc;
-use yued_contract::metrics::Metrics;
 use yued_contract::{Submission, SubmitError, VaeOp, VaeTask};
-use yued_engine::registry::{Bucket, Registry};
-use yued_protocol::{ErrorBody, JobId, JobState, Limits, Props, Request, SubmitReply, Yue2Request, MULTIPART_BOUNDARY};
-
-/// Everything the handlers share.
-pub struct AppState {
-    /// The job system: this process's scheduler, hub and results, or a cluster's.
-    pub jobs: yued_contract::Backend,
-    pub metrics: Metrics,
-    pub props: Props,
-    pub limits: Limits,
-    /// The families whose requests are routed to the stages.
-    pub families: Vec<yued_protocol::Family>,
-    /// Idle time after which a WebSocket listener is pinged (thrice that unanswered: closed).
-    pub ws_ping: std::time::Duration,
-    /// What the submission check of a YuE2 request's length needs.
-    pub prompt: PromptCheck,
-    /// The same for MiniMax Music 3, when it is served.
-    pub mm3: Option<Mm3Check>,
-    pub logs: LogRing,
-    pub started: std::time::Instant,
-    pub demo_weights: bool,
-    pub max_body_bytes: usize,
-    pub vae: VaeLimits,
-    /// The `--adapters` directory YuE2 requests name adapters of.
-    pub adapters: Option<Arc<yued_engine::models::yue2::adapter::AdapterDir>>,
-    /// `--max-duration`: longer songs are cut to it (0: no bound).
-    pub max_duration: f64,
-    /// `/openapi.json`, built at start (`openapi::document`).
-    pub openapi: String,
-    /// The MCP endpoint's sessions and caps.
-    pub mcp: crate::mcp_sessions::Mcp,
-    /// Expiring download links (the MCP export).
-    pub links: crate::links::Links,
-}
-
-/// What `/vae` needs to check and keep an upload.
-/// The loaded backbone's tokenizer, token layout and instruction texts: a YuE2 request's
-/// prompt length is known at submission, so one that cannot fit the KV cache is refused then.
-pub struct PromptCheck {
-    pub tokenizer: yued_engine::tokenizer::BpeTokenizer,
-    pub tokens: yued_engine::models::yue2::config::TokenLayout,
-    pub instructions: yued_engine::models::yue2::prompt::Instructions,
-}
-
-pub struct VaeLimits {
-    /// Uploads wait here (under the data directory) until their job ends.
-    pub uploads: std::path::PathBuf,
-    pub max_upload_bytes: usize,
-    /// The loaded VAE's audio (rates, channels, latent width).
-    pub audio: yued_engine::models::AudioSpec,
-    pub has_encoder: bool,
-}
-
-impl AppState {
-    /// A request's duration under `--max-duration` (a cut, like the families' own budgets).
-    pub fn cap_duration(&self, seconds: f64) -> f64 {
-        if self.max_duration > 0.0 {
-            seconds.min(self.max_duration)
-        } else {
-            seconds
-        }
-    }
-}
+use yued_protocol::{ErrorBody, JobId, JobState, Request, SubmitReply, Yue2Request, MULTIPART_BOUNDARY};
 
 fn bad(msg: impl Into<String>) -> HttpResponse {
     error(actix_web::http::StatusCode::BAD_REQUEST, msg)
@@ -95,64 +33,11 @@ pub fn client_key(req: &HttpRequest) -> String {
 /// Routes, parses, validates and resolves a request body; the error says what is wrong,
 /// naming the field (the 400 paths of `/synth` and `/synth/stream`).
 pub fn check_request(body: &[u8], st: &AppState) -> Result<Request, String> {
-    let mut req = match Request::from_json(body, &st.families).map_err(|e| e.to_string())? {
-        Request::Yue2(r) => r,
-        Request::Mm3(r) => return check_mm3(r, st),
-    };
-    req.validate(&st.limits).map_err(|e| e.to_string())?;
-    req.duration = st.cap_duration(req.duration);
-    check_adapters(&req, st)?;
-    let p = &st.prompt;
-    let builder = yued_engine::models::yue2::prompt::PromptBuilder {
-        tokenizer: &p.tokenizer,
-        tokens: p.tokens,
-        instructions: &p.instructions,
-    };
-    yued_engine::models::yue2::generate::check_fits(&builder, st.limits.context as usize, &req)
-        .map_err(|e| e.to_string())?;
-    Ok(req.with_resolved_seeds(random_u64).into())
+    let req = Request::from_json(body, &st.families).map_err(|e| e.to_string())?;
+    crate::kinds::of(req.family()).check(req, st)
 }
 
-/// Each of a YuE2 request's adapters names a usable adapter of the `--adapters` directory.
-fn check_adapters(req: &Yue2Request, st: &AppState) -> Result<(), String> {
-    for (i, a) in req.adapters.iter().enumerate() {
-        match &st.adapters {
-            None => return Err(format!("adapters[{i}].name: '{}': this daemon has no --adapters directory", a.name)),
-            Some(d) => {
-                d.get(&a.name).map_err(|e| format!("adapters[{i}].name: {e}"))?;
-            }
-        }
-    }
-    Ok(())
-}
-
-/// A MiniMax Music 3 request: its values, its component files against the registry, and
-/// its prompt's length.
-fn check_mm3(mut req: yued_protocol::Mm3Request, st: &AppState) -> Result<Request, String> {
-    let m = st.mm3.as_ref().ok_or("family: mm3 is not served by this daemon")?;
-    let limits = Limits { mm3_codebooks: m.codebooks, ..st.limits };
-    req.validate(&limits).map_err(|e| e.to_string())?;
-    req.duration = st.cap_duration(req.duration);
-    for ((field, name), bucket) in req.models().into_iter().zip(Bucket::MM3) {
-        if !name.is_empty() {
-            m.registry.resolve(bucket, name).map_err(|e| format!("{field}: {e}"))?;
-        }
-    }
-    yued_engine::models::mm3::prompt::build(&m.tokenizer, &m.tokens, &req.caption, &req.lyrics)
-        .map_err(|e| format!("lyrics: {e}"))?;
-    Ok(req.with_resolved_seeds(random_u64).into())
-}
-
-/// What the submission check of a MiniMax Music 3 request needs: the registry its
-/// component fields name files of, and the LM's tokenizer and codebooks.
-pub struct Mm3Check {
-    pub registry: Registry,
-    pub tokenizer: yued_engine::tokenizer::BpeTokenizer,
-    pub tokens: yued_engine::models::mm3::config::TokenLayout,
-    pub codebooks: yued_protocol::Mm3Codebooks,
-}
-
-/// The request part of a `/vae` upload: a family's request of options only. Without a
+/// The request part of a `/vae` upload: a kind's request of options only. Without a
 /// `family` key it is YuE2's.
 fn vae_options(body: &[u8], st: &AppState) -> Result<Request, String> {
     let names_family = serde_json::from_slice::<serde_json::Value>(body)
@@ -163,64 +48,7 @@ fn vae_options(body: &[u8], st: &AppState) -> Result<Request, String> {
     } else {
         Request::Yue2(Yue2Request::from_json(body).map_err(|e| e.to_string())?)
     };
-    match req {
-        Request::Yue2(r) => {
-            r.validate_options(&st.limits).map_err(|e| e.to_string())?;
-            Ok(Request::Yue2(r))
-        }
-        Request::Mm3(mut r) => {
-            let m = st.mm3.as_ref().ok_or("family: mm3 is not served by this daemon")?;
-            r.validate_options(&Limits { mm3_codebooks: m.codebooks, ..st.limits }).map_err(|e| e.to_string())?;
-            // The file is fixed now, so the job decodes with the VAE that was checked here.
-            r.vae_model =
-                m.registry.resolve(Bucket::Mm3Vae, &r.vae_model).map_err(|e| format!("vae_model: {e}"))?.name.clone();
-            Ok(Request::Mm3(r))
-        }
-    }
-}
-
-/// What a `/vae` upload is checked against: the family's VAE (its latent width and rates,
-/// whether it can encode) and the longest audio a job may carry.
-struct VaeFacts {
-    audio: yued_engine::models::AudioSpec,
-    has_encoder: bool,
-    max_seconds: f64,
-    /// What the bound is called in an error.
-    limit: &'static str,
-}
-
-fn vae_facts(req: &Request, st: &AppState) -> Result<VaeFacts, String> {
-    match req {
-        Request::Yue2(_) => {
-            let audio = st.vae.audio;
-            Ok(VaeFacts {
-                audio,
-                has_encoder: st.vae.has_encoder,
-                max_seconds: st.limits.context as f64 / audio.latent_rate(),
-                limit: "context",
-            })
-        }
-        Request::Mm3(r) => {
-            let m = st.mm3.as_ref().ok_or("family: mm3 is not served by this daemon")?;
-            let entry = m.registry.resolve(Bucket::Mm3Vae, &r.vae_model).map_err(|e| format!("vae_model: {e}"))?;
-            let f = yued_engine::gguf::GgufFile::open(&entry.path).map_err(|e| format!("vae_model: {e}"))?;
-            let info = yued_engine::models::mm3::vae::VaeModel::info(&f).map_err(|e| format!("vae_model: {e}"))?;
-            let max_seconds = yued_protocol::request::mm3::MAX_FRAMES as f64 / yued_protocol::request::mm3::FRAME_RATE;
-            Ok(VaeFacts {
-                audio: info.audio_spec(),
-                has_encoder: f.tensor("encoder.conv_in.weight").is_some(),
-                max_seconds,
-                limit: "song limit",
-            })
-        }
-    }
-}
-
-fn random_u64() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0));
-    h.finish()
+    crate::kinds::of(req.family()).check_options(req, st)
 }
 
 /// Submits a parsed request; the reply of every submission route.
@@ -441,7 +269,7 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         },
         None => Request::Yue2(Yue2Request::default()),
     };
-    let vae = match vae_facts(&options, &st) {
+    let vae = match crate::kinds::of(options.family()).vae_facts(&options, &st) {
         Ok(v) => v,
         Err(e) => return bad(e),
     };
@@ -551,7 +379,7 @@ async fn result(id: &JobId, jobs: &yued_contract::Jobs) -> HttpResponse {
     };
     // Each family's clients read its own boundary.
     let boundary = match jobs.family(id).await {
-        Ok(Some(yued_protocol::Family::Mm3)) => yued_protocol::MM3_MULTIPART_BOUNDARY,
+        Ok(Some(family)) => crate::kinds::of(family).boundary(),
         _ => MULTIPART_BOUNDARY,
     };
     let mut segments: Vec<Segment> = Vec::new();

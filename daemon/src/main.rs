@@ -7,6 +7,7 @@ use clap::{Parser, Subcommand};
 mod auth;
 mod cli;
 mod http;
+mod kinds;
 mod links;
 mod logs;
 mod mcp;
@@ -14,7 +15,9 @@ mod mcp_sessions;
 mod openai;
 mod openapi;
 mod reply;
+mod schema;
 mod serve;
+mod state;
 mod webui;
 mod ws;
 

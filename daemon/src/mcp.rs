@@ -337,22 +337,8 @@ async fn compose(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) ->
         f @ ("flac" | "opus") => f,
         other => return Err(format!("format: '{other}' is not flac or opus")),
     };
-    let native = match family {
-        // On the demo's random weights no score can be written: straight to the codes.
-        Family::Yue2 => {
-            let mut v = json!({"family": "yue2", "lyrics": lyrics, "style": style, "duration": duration,
-                "output_format": format});
-            if st.demo_weights {
-                v["cot"] = "off".into();
-            }
-            v
-        }
-        Family::Mm3 => {
-            json!({"family": "mm3", "lyrics": lyrics,
-                "caption": if style.is_empty() { "a song" } else { style.as_str() }, "duration": duration,
-                "output_format": format})
-        }
-    };
+    let mut native = crate::kinds::of(family).text_body(lyrics, &style, format, st);
+    native["duration"] = duration.into();
     let body = serde_json::to_vec(&native).expect("JSON serializes");
     let state = st.clone();
     let request = match web::block(move || check_request(&body, &state)).await {

@@ -102,7 +102,7 @@ pub async fn models(st: web::Data<AppState>) -> HttpResponse {
 
 /// The ids `GET /v1/models` lists, each with its family: the families served, then the
 /// YuE2 backbone's file and MiniMax Music 3's files.
-pub fn model_ids(families: &[Family], model: &str, mm3: Option<&crate::http::Mm3Check>) -> Vec<(String, Family)> {
+pub fn model_ids(families: &[Family], model: &str, mm3: Option<&crate::state::Mm3Check>) -> Vec<(String, Family)> {
     let mut ids: Vec<(String, Family)> = families.iter().map(|f| (f.as_str().to_string(), *f)).collect();
     let file = std::path::Path::new(model).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
     ids.push((file, Family::Yue2));
@@ -180,20 +180,7 @@ pub async fn speech(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>)
         .copied()
         .collect::<Vec<_>>()
         .join(", ");
-    let mut native = match family {
-        // On the demo's random weights the model cannot write a score: straight to the codes.
-        Family::Yue2 if st.demo_weights => {
-            serde_json::json!({"family": "yue2", "lyrics": b.input, "style": style, "output_format": format,
-                "cot": "off"})
-        }
-        Family::Yue2 => {
-            serde_json::json!({"family": "yue2", "lyrics": b.input, "style": style, "output_format": format})
-        }
-        Family::Mm3 => {
-            serde_json::json!({"family": "mm3", "lyrics": b.input,
-                "caption": if style.is_empty() { "a song".to_string() } else { style }, "output_format": format})
-        }
-    };
+    let mut native = crate::kinds::of(family).text_body(&b.input, &style, format, &st);
     if let Some(d) = b.duration {
         native["duration"] = d.into();
     }

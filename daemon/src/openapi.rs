@@ -6,33 +6,14 @@
 //! `source_start` against the source's length, `min_tokens` against `max_tokens`, the
 //! content of an upload) are written in the descriptions and answered 400 naming the field.
 //! The suite drives the running daemon with schemathesis against this document.
+use crate::kinds::{self, Kind};
 use crate::openai::{SpeechBody, VOICES};
+pub use crate::schema::Facts;
+use crate::schema::{body_schema, set};
 use schemars::generate::SchemaSettings;
 use schemars::JsonSchema;
 use serde_json::{json, Map, Value};
-use yued_protocol::request::mm3::MAX_STEPS as MM3_MAX_STEPS;
-use yued_protocol::{
-    CancelReply, ErrorBody, Family, JobList, JobStatus, Limits, Mm3Request, OutputFormat, Props, SubmitReply,
-    Yue2Request,
-};
-
-/// What the document depends on besides the types.
-pub struct Facts {
-    pub families: Vec<Family>,
-    pub limits: Limits,
-    /// The output formats this build encodes.
-    pub formats: Vec<OutputFormat>,
-    /// MiniMax Music 3's files per component field (`lm_model`, ...), when served.
-    pub mm3_models: Vec<(&'static str, Vec<String>)>,
-    /// The usable adapters of `--adapters` (none: a request may name none).
-    pub adapters: Vec<String>,
-    /// The ids `GET /v1/models` lists (families and files).
-    pub model_ids: Vec<String>,
-    pub api_keys: bool,
-    pub max_body_bytes: usize,
-    pub max_upload_bytes: usize,
-    pub link_ttl_secs: u64,
-}
+use yued_protocol::{CancelReply, ErrorBody, Family, JobList, JobStatus, Props, SubmitReply};
 
 /// The schema of `T` as the daemon writes it (a reply), `$ref`s into `definitions`.
 fn reply_schema<T: JsonSchema>(defs: &mut Map<String, Value>) -> Value {
@@ -45,185 +26,9 @@ fn reply_schema<T: JsonSchema>(defs: &mut Map<String, Value>) -> Value {
     s
 }
 
-/// The schema of `T` as the daemon reads it (a request body), self-contained.
-fn body_schema<T: JsonSchema>() -> Value {
-    let mut g = SchemaSettings::draft2020_12().with(|s| s.inline_subschemas = true).for_deserialize().into_generator();
-    let mut s = g.root_schema_for::<T>().to_value();
-    if let Some(o) = s.as_object_mut() {
-        o.remove("$schema");
-    }
-    integer_bounds(&mut s);
-    s
-}
-
-/// The range of each Rust integer type, where the derive only names its format (a larger
-/// number does not parse, so it is outside the schema too).
-fn integer_bounds(v: &mut Value) {
-    match v {
-        Value::Object(o) => {
-            let range = match o.get("format").and_then(Value::as_str) {
-                Some("uint32") => Some((json!(0), json!(u32::MAX))),
-                Some("int64") => Some((json!(i64::MIN), json!(i64::MAX))),
-                Some("uint64") => Some((json!(0), json!(u64::MAX))),
-                Some("int32") => Some((json!(i32::MIN), json!(i32::MAX))),
-                _ => None,
-            };
-            if let Some((lo, hi)) = range {
-                o.entry("minimum").or_insert(lo);
-                o.entry("maximum").or_insert(hi);
-            }
-            o.values_mut().for_each(integer_bounds);
-        }
-        Value::Array(a) => a.iter_mut().for_each(integer_bounds),
-        _ => {}
-    }
-}
-
-/// Every property may also be `null` (a null field is an omitted one), and nested objects
-/// (the sampling presets) complete from their defaults: nothing in them is required.
-fn nullable_fields(schema: &mut Value, keep_required: &[&str]) {
-    let Some(props) = schema.get_mut("properties").and_then(Value::as_object_mut) else { return };
-    for (name, p) in props.iter_mut() {
-        if p.get("type").and_then(Value::as_str) == Some("object") {
-            if let Some(o) = p.as_object_mut() {
-                o.remove("required");
-            }
-        }
-        if keep_required.contains(&name.as_str()) {
-            continue;
-        }
-        let mut inner = p.take();
-        let mut wrapper = Map::new();
-        if let Some(o) = inner.as_object_mut() {
-            for k in ["description", "default", "title"] {
-                if let Some(v) = o.remove(k) {
-                    wrapper.insert(k.into(), v);
-                }
-            }
-        }
-        wrapper.insert("anyOf".into(), json!([inner, {"type": "null"}]));
-        *p = Value::Object(wrapper);
-    }
-}
-
-fn set(schema: &mut Value, field: &str, key: &str, value: Value) {
-    if let Some(p) = schema.pointer_mut(&format!("/properties/{field}")).and_then(Value::as_object_mut) {
-        p.insert(key.into(), value);
-    }
-}
-
-/// Bounds of this daemon on a family's body (before the fields become nullable).
-fn apply_limits(schema: &mut Value, f: &Facts, max_steps: u32) {
-    let l = &f.limits;
-    set(schema, "lm_batch_size", "maximum", l.max_batch.into());
-    set(schema, "synth_batch_size", "maximum", l.max_synth_batch.into());
-    if max_steps < u32::MAX {
-        set(schema, "steps", "maximum", max_steps.into());
-    }
-    let formats: Vec<&str> = f.formats.iter().map(|x| x.name()).collect();
-    set(schema, "output_format", "enum", json!(formats));
-    if let Some(p) = schema.pointer_mut("/properties/output_format").and_then(Value::as_object_mut) {
-        p.remove("oneOf");
-        p.insert("type".into(), "string".into());
-    }
-}
-
-/// "Some non-null value": what makes a field route a body to its family.
-fn present(fields: &[&str]) -> Value {
-    Value::Array(
-        fields.iter().map(|k| json!({"required": [k], "properties": {*k: {"not": {"type": "null"}}}})).collect(),
-    )
-}
-
-/// YuE2's `POST /synth` body.
-fn yue2_body(f: &Facts) -> Value {
-    let mut s = body_schema::<Yue2Request>();
-    apply_limits(&mut s, f, f.limits.max_steps);
-    if f.adapters.is_empty() {
-        set(&mut s, "adapters", "maxItems", 0.into());
-    } else if let Some(items) =
-        s.pointer_mut("/properties/adapters/items/properties/name").and_then(Value::as_object_mut)
-    {
-        items.insert("enum".into(), json!(f.adapters));
-    }
-    nullable_fields(&mut s, &[]);
-    let o = s.as_object_mut().expect("an object schema");
-    o.remove("required");
-    o.get_mut("properties")
-        .and_then(Value::as_object_mut)
-        .expect("properties")
-        .insert("family".into(), json!({"enum": ["yue2", null], "description": "yue2 (may be left out)"}));
-    o.insert("title".into(), "YuE2 request".into());
-    o.insert(
-        "description".into(),
-        "A YuE2 song: style tags and lyrics (yue2.cpp's architecture reference). Every field is optional (null is the \
-            same as left out) but the body needs some content: a style, lyrics, an abc score, semantic_tokens or \
-            source_tokens. Unknown fields are ignored. Rules beyond this schema, each a 400 naming its field: codes \
-            must be below the model's codebook size and fit its context; source_tokens excludes semantic_tokens; \
-            source_start must lie inside the source and source_end (unless -1) at or after it; min_tokens of a \
-            sampling preset must not exceed its max_tokens; the prompt, score budget and codes must fit the KV cache \
-            (\"do not fit\")."
-            .into(),
-    );
-    let content = json!([
-        {"required": ["style"], "properties": {"style": {"type": "string", "minLength": 1}}},
-        {"required": ["lyrics"], "properties": {"lyrics": {"type": "string", "minLength": 1}}},
-        {"required": ["abc"], "properties": {"abc": {"type": "string", "minLength": 1}}},
-        {"required": ["semantic_tokens"], "properties": {"semantic_tokens": {"type": "string",
-            "pattern": "[^ \\t\\n\\f\\r]"}}},
-        {"required": ["source_tokens"], "properties": {"source_tokens": {"type": "string",
-            "pattern": "[^ \\t\\n\\f\\r]"}}},
-    ]);
-    let mut all = vec![json!({"anyOf": content})];
-    if f.families.contains(&Family::Mm3) {
-        // Left unnamed, a body with a MiniMax field is MiniMax's.
-        all.push(json!({"anyOf": [{"required": ["family"], "properties": {"family": {"const": "yue2"}}},
-            {"not": {"anyOf": present(Family::Mm3.own_fields())}}]}));
-    }
-    o.insert("allOf".into(), Value::Array(all));
-    s
-}
-
-/// MiniMax Music 3's `POST /synth` body.
-fn mm3_body(f: &Facts) -> Value {
-    let mut s = body_schema::<Mm3Request>();
-    apply_limits(&mut s, f, f.limits.max_steps.min(MM3_MAX_STEPS));
-    for (field, files) in &f.mm3_models {
-        let mut names = vec![Value::from("")];
-        names.extend(files.iter().map(|n| Value::from(n.as_str())));
-        set(&mut s, field, "enum", Value::Array(names));
-    }
-    for field in ["caption", "lyrics"] {
-        set(&mut s, field, "pattern", yued_protocol::request::NOT_BLANK.into());
-    }
-    nullable_fields(&mut s, &["caption", "lyrics"]);
-    let o = s.as_object_mut().expect("an object schema");
-    o.insert("required".into(), json!(["caption", "lyrics"]));
-    o.get_mut("properties").and_then(Value::as_object_mut).expect("properties").insert(
-        "family".into(),
-        json!({"enum": ["mm3", null], "description": "mm3 (may be left out when the body has \
-            a MiniMax field such as caption and no YuE2 one)"}),
-    );
-    o.insert("title".into(), "MiniMax Music 3 request".into());
-    o.insert(
-        "description".into(),
-        "A MiniMax Music 3 song: a caption and lyrics (minimaxmusic.cpp's architecture reference), neither blank. \
-            Every other field is optional (null is the same as left out); unknown fields are ignored. Rules beyond \
-            this schema, each a 400 naming its field: audio_codes holds whole frames of 8 values (at least 2 frames, \
-            at most 9001), each below its codebook's size; the prompt's tokens fit the LM's budget."
-            .into(),
-    );
-    o.insert(
-        "anyOf".into(),
-        json!([{"required": ["family"], "properties": {"family": {"const": "mm3"}}},
-        {"not": {"anyOf": present(Family::Yue2.own_fields())}}]),
-    );
-    s
-}
-
-/// The `request` part of a `/vae` upload: a family's options (no content rule, nothing
+/// The `request` part of a `/vae` upload: a kind's options (no content rule, nothing
 /// required); without a `family` it is YuE2's.
-fn vae_options(f: &Facts, yue2: &Value, mm3: &Value) -> Value {
+fn vae_options(bodies: &[(&dyn Kind, Value)]) -> Value {
     let strip = |b: &Value| {
         let mut s = b.clone();
         let o = s.as_object_mut().expect("an object schema");
@@ -232,32 +37,14 @@ fn vae_options(f: &Facts, yue2: &Value, mm3: &Value) -> Value {
         }
         s
     };
-    let mut y = strip(yue2);
-    y["description"] = "YuE2's options (no family, or \"family\": \"yue2\")".into();
-    let mut options = vec![y];
-    if f.families.contains(&Family::Mm3) {
-        let mut m = strip(mm3);
-        for field in ["caption", "lyrics"] {
-            m["properties"][field] = json!({"anyOf": [{"type": "string"}, {"type": "null"}]});
-        }
-        m["required"] = json!(["family"]);
-        m["properties"]["family"] = json!({"const": "mm3"});
-        m["description"] = "MiniMax Music 3's options (\"family\": \"mm3\")".into();
-        options.push(m);
-    }
-    json!({"anyOf": options})
+    json!({"anyOf": bodies.iter().map(|(k, b)| k.options_schema(strip(b))).collect::<Vec<_>>()})
 }
 
-/// The `/synth` body: either family's, as served.
-fn synth_body(f: &Facts) -> Value {
-    let mut bodies = Vec::new();
-    if f.families.contains(&Family::Yue2) {
-        bodies.push(json!({"$ref": "#/components/schemas/Yue2Body"}));
-    }
-    if f.families.contains(&Family::Mm3) {
-        bodies.push(json!({"$ref": "#/components/schemas/Mm3Body"}));
-    }
-    json!({"anyOf": bodies})
+/// The `/synth` body: any served kind's.
+fn synth_body(bodies: &[(&dyn Kind, Value)]) -> Value {
+    let refs: Vec<Value> =
+        bodies.iter().map(|(k, _)| json!({"$ref": format!("#/components/schemas/{}", k.schema_name())})).collect();
+    json!({"anyOf": refs})
 }
 
 /// A family's body for `/v1/audio/music`: its native fields, `model` naming a model of
@@ -403,8 +190,9 @@ pub fn document(f: &Facts) -> Value {
         m
     };
     reply_schema::<ErrorBody>(&mut defs);
-    let yue2 = yue2_body(f);
-    let mm3 = mm3_body(f);
+    // Each served kind's body, in the order the daemon serves them.
+    let bodies: Vec<(&dyn Kind, Value)> =
+        f.families.iter().map(|&fam| (kinds::of(fam), kinds::of(fam).body_schema(f))).collect();
     let mut speech = body_schema::<SpeechBody>();
     {
         let mut models = vec![Value::from("")];
@@ -415,17 +203,11 @@ pub fn document(f: &Facts) -> Value {
         set(&mut speech, "voice", "enum", Value::Array(voices));
         speech["title"] = "OpenAI speech request".into();
     }
-    let mut music = Vec::new();
-    if f.families.contains(&Family::Yue2) {
-        music.push(music_body(f, &yue2, Family::Yue2));
-    }
-    if f.families.contains(&Family::Mm3) {
-        music.push(music_body(f, &mm3, Family::Mm3));
-    }
-    let vae_opts = vae_options(f, &yue2, &mm3);
-    defs.insert("Yue2Body".into(), yue2);
-    if f.families.contains(&Family::Mm3) {
-        defs.insert("Mm3Body".into(), mm3);
+    let music: Vec<Value> = bodies.iter().map(|(k, b)| music_body(f, b, k.family())).collect();
+    let vae_opts = vae_options(&bodies);
+    let synth = synth_body(&bodies);
+    for (k, b) in bodies {
+        defs.insert(k.schema_name().into(), b);
     }
     defs.insert("SpeechBody".into(), speech);
     defs.insert(
@@ -453,7 +235,7 @@ pub fn document(f: &Facts) -> Value {
         "/synth".into(),
         json!({"post": op(f, "Submit a song", "The native job contract: the body is a YuE2 or MiniMax Music 3 \
             request; the answer is the job id at once. Poll GET /job, follow GET /stream, fetch GET /job?result=1.",
-            json!([]), Some(json_body(synth_body(f))),
+            json!([]), Some(json_body(synth.clone())),
             map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("the body is not a \
                 request of a served family; the error names the field"), "413": too_large(f.max_body_bytes),
                 "429": full, "503": unavailable})), Door::Keyed)}),
@@ -711,6 +493,7 @@ pub fn document(f: &Facts) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use yued_protocol::{Limits, OutputFormat};
 
     fn facts() -> Facts {
         Facts {

@@ -224,11 +224,11 @@ struct Models {
     tokenizer: BpeTokenizer,
     instructions: yued_engine::models::yue2::prompt::Instructions,
     /// MiniMax Music 3, when its LM and depth decoder are in the registry.
-    mm3: Option<http::Mm3Check>,
+    mm3: Option<crate::state::Mm3Check>,
 }
 
 /// The MiniMax Music 3 side of a registry: served when each of its five buckets has a file.
-fn mm3_check(reg: &Registry) -> anyhow::Result<Option<http::Mm3Check>> {
+fn mm3_check(reg: &Registry) -> anyhow::Result<Option<crate::state::Mm3Check>> {
     use yued_engine::models::mm3::{config, lm};
     let missing: Vec<&str> = Bucket::MM3.iter().filter(|&&b| reg.entries(b).is_empty()).map(|b| b.arch()).collect();
     if missing.len() == Bucket::MM3.len() {
@@ -250,7 +250,7 @@ fn mm3_check(reg: &Registry) -> anyhow::Result<Option<http::Mm3Check>> {
     let depth = config::DepthConfig::from_gguf(&df)?;
     let codebooks =
         yued_protocol::Mm3Codebooks { semantic: info.tokens.semantic_size, acoustic: depth.audio_vocab_size as u32 };
-    Ok(Some(http::Mm3Check { registry: reg.clone(), tokenizer, tokens: info.tokens, codebooks }))
+    Ok(Some(crate::state::Mm3Check { registry: reg.clone(), tokenizer, tokens: info.tokens, codebooks }))
 }
 
 fn resolve_models(c: &Config) -> anyhow::Result<Models> {
@@ -746,7 +746,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             limits,
             families,
             openapi,
-            prompt: http::PromptCheck {
+            prompt: crate::state::PromptCheck {
                 tokenizer: models.tokenizer,
                 tokens: models.info.tokens,
                 instructions: models.instructions,
@@ -757,7 +757,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             demo_weights: models.demo.is_some(),
             max_body_bytes: cfg.max_body_bytes,
             ws_ping: std::time::Duration::from_secs(cfg.ws_ping_secs),
-            vae: http::VaeLimits {
+            vae: crate::state::VaeLimits {
                 uploads,
                 max_upload_bytes: cfg.max_upload_bytes,
                 audio: models.audio,

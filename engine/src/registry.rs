@@ -5,7 +5,6 @@
 use crate::gguf::GgufFile;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
-use yued_protocol::Family;
 
 /// What a model file is.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -47,14 +46,6 @@ impl Bucket {
 
     pub fn from_arch(arch: &str) -> Option<Bucket> {
         Bucket::ALL.into_iter().find(|b| b.arch() == arch)
-    }
-
-    /// The family whose component it is.
-    pub fn family(self) -> Family {
-        match self {
-            Bucket::Yue2 | Bucket::Yue2Vae => Family::Yue2,
-            _ => Family::Mm3,
-        }
     }
 }
 
@@ -149,18 +140,6 @@ impl Registry {
             )),
         }
     }
-
-    /// The families with every component they need present.
-    pub fn families(&self) -> Vec<Family> {
-        let mut out = Vec::new();
-        if !self.entries(Bucket::Yue2).is_empty() && !self.entries(Bucket::Yue2Vae).is_empty() {
-            out.push(Family::Yue2);
-        }
-        if Bucket::MM3.iter().all(|&b| !self.entries(b).is_empty()) {
-            out.push(Family::Mm3);
-        }
-        out
-    }
 }
 
 #[cfg(test)]
@@ -210,6 +189,5 @@ mod tests {
         assert!(r.resolve(Bucket::Mm3Lm, "dit.gguf").unwrap_err().contains("mm3-dit"));
         assert!(r.resolve(Bucket::Mm3Lm, "nope.gguf").unwrap_err().contains("a-lm.gguf, b-lm.gguf"));
         assert!(r.resolve(Bucket::Mm3Cond, "").unwrap_err().contains("no mm3-cond"));
-        assert_eq!(r.families(), vec![Family::Yue2]);
     }
 }

@@ -8,7 +8,22 @@
 //! subsequence = the id, offset = 4 x the step.
 use crate::rng::philox::{curand_uniform, exponential_from_uniform};
 use std::ops::Range;
-use yued_protocol::SamplingPreset;
+
+/// A stage's sampler: the chain's knobs and the stage's token floor and budget (the
+/// request's sampling preset, in the engine's terms).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Sampling {
+    pub temperature: f64,
+    pub top_p: f64,
+    pub top_k: u32,
+    pub repetition_penalty: f64,
+    /// Tokens looked back over by the repetition penalty.
+    pub penalty_window: u32,
+    /// The end token is blocked until this many tokens were sampled.
+    pub min_tokens: u32,
+    /// The stage's token budget.
+    pub max_tokens: u32,
+}
 
 /// Everything the chain needs besides the logits.
 #[derive(Clone, Debug)]
@@ -32,7 +47,7 @@ pub fn cfg_combine(cond: &mut [f32], uncond: &[f32], scale: f32) {
 }
 
 /// Applies mask, floor and penalty; returns the processed logits (f64, -inf = removed).
-fn masked_penalised(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset) -> Vec<f64> {
+fn masked_penalised(logits: &[f32], cx: &SampleContext<'_>, p: &Sampling) -> Vec<f64> {
     let start = cx.rows.start;
     let mut l: Vec<f64> = logits
         .iter()
@@ -69,7 +84,7 @@ fn argmax(v: &[f64]) -> usize {
 
 /// The probability of every row after the chain (0 for removed rows), or `None` for greedy
 /// decoding (temperature 0), where the caller takes [`greedy`].
-pub fn probabilities(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset) -> Option<Vec<f32>> {
+pub fn probabilities(logits: &[f32], cx: &SampleContext<'_>, p: &Sampling) -> Option<Vec<f32>> {
     if p.temperature == 0.0 {
         return None;
     }
@@ -113,7 +128,7 @@ fn softmax(l: &[f64]) -> Vec<f64> {
 }
 
 /// The greedy choice (temperature 0): argmax after mask, floor and penalty.
-pub fn greedy(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset) -> u32 {
+pub fn greedy(logits: &[f32], cx: &SampleContext<'_>, p: &Sampling) -> u32 {
     cx.rows.start + argmax(&masked_penalised(logits, cx, p)) as u32
 }
 
@@ -142,7 +157,7 @@ pub fn draw(probs: &[f32], first_id: u32, seed: u64, step: u64) -> usize {
 }
 
 /// The whole chain and the draw: the sampled id.
-pub fn sample(logits: &[f32], cx: &SampleContext<'_>, p: &SamplingPreset, seed: u64) -> u32 {
+pub fn sample(logits: &[f32], cx: &SampleContext<'_>, p: &Sampling, seed: u64) -> u32 {
     match probabilities(logits, cx, p) {
         None => greedy(logits, cx, p),
         Some(probs) => cx.rows.start + draw(&probs, cx.rows.start, seed, cx.step as u64) as u32,

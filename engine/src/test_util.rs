@@ -1,5 +1,8 @@
 //! What the numeric tests compare with: error measures against a reference, and the raw
 //! little-endian f32 fixtures the reference scripts (`scripts/ref`) write.
+use crate::models::yue2::prompt::Cot;
+use crate::models::yue2::settings::Settings;
+use crate::sampling::Sampling;
 use std::path::Path;
 
 /// ‖got − want‖ / ‖want‖.
@@ -28,4 +31,46 @@ pub fn read_f32(p: impl AsRef<Path>) -> Vec<f32> {
         .chunks_exact(4)
         .map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]]))
         .collect()
+}
+
+/// YuE2 settings as a request at its defaults maps them (every preset the published
+/// one), with `cot` and its guidance, `lyrics` and `style`, and a budget of `frames`.
+pub fn yue2_settings(cot: Cot, frames: usize) -> Settings {
+    let plan = Sampling {
+        temperature: 0.7,
+        top_p: 0.9,
+        top_k: 30,
+        repetition_penalty: 1.005,
+        penalty_window: 100,
+        min_tokens: 32,
+        max_tokens: 4096,
+    };
+    let semantic = Sampling {
+        temperature: 1.0,
+        top_p: 0.95,
+        top_k: 100,
+        repetition_penalty: 1.2,
+        penalty_window: 50,
+        min_tokens: 200,
+        max_tokens: 9000,
+    };
+    Settings {
+        style: String::new(),
+        lyrics: String::new(),
+        abc: String::new(),
+        cot,
+        songs: 1,
+        variations: 1,
+        lm_seed: 0,
+        seed: 0,
+        steps: 8,
+        cfg_scale: if cot == Cot::Off { 1.01 } else { 1.0 },
+        plan,
+        plan_retries: 2,
+        semantic,
+        budget: frames,
+        source: Vec::new(),
+        replay: None,
+        stream: None,
+    }
 }

@@ -267,7 +267,7 @@ fn the_models_documentation_is_named_for_what_it_is() {
 }
 
 #[test]
-fn the_job_contract_holds_no_actor_and_the_cluster_needs_no_node() {
+fn the_job_contract_holds_no_actor_the_cluster_needs_no_node_and_the_engine_no_request() {
     let deps = |krate: &str| {
         let text = std::fs::read_to_string(root().join(krate).join("Cargo.toml")).unwrap();
         let table: toml::Table = text.parse().unwrap();
@@ -277,4 +277,7 @@ fn the_job_contract_holds_no_actor_and_the_cluster_needs_no_node() {
     assert!(!contract.iter().any(|d| d.starts_with("actix") || d == "yued-actors"), "{contract:?}");
     let cluster = deps("cluster");
     assert!(!cluster.iter().any(|d| d.starts_with("actix") || d == "yued-actors"), "{cluster:?}");
+    // The engine runs on its own settings; requests are mapped at the edge (actors::settings).
+    let engine = deps("engine");
+    assert!(!engine.iter().any(|d| d == "yued-protocol" || d == "yued-contract"), "{engine:?}");
 }

@@ -328,14 +328,16 @@ fn bench_e2e(
     let mut warm = req.clone();
     warm.duration = a.e2e_seconds.min(2.0);
     warm.semantic_sampling.min_tokens = (warm.duration * spec.code_rate) as u32;
-    p.run(&warm, &CancelToken::new(), &mut |_| {})?;
+    p.run(&yued_actors::settings::yue2(&warm)?, &CancelToken::new(), &mut |_| {})?;
+    let settings = yued_actors::settings::yue2(&req)?;
     let mut audio = 0.0;
     let mut v = Vec::with_capacity(reps);
     for r in 0..reps {
         let pb = super::progress_bar(1, "e2e");
         let t = std::time::Instant::now();
-        let tracks = p.run(&req, &CancelToken::new(), &mut |e| {
-            if let yued_engine::models::yue2::pipeline::Event::Progress { stage, done, total, .. } = e {
+        let tracks = p.run(&settings, &CancelToken::new(), &mut |e| {
+            if let yued_engine::models::yue2::pipeline::Event::Progress { phase, done, total, .. } = e {
+                let stage = yued_actors::settings::stage(phase);
                 pb.set_message(format!("e2e {}/{reps} {stage}", r + 1));
                 pb.set_length(total as u64);
                 pb.set_position(done as u64);

@@ -220,36 +220,37 @@ fn measure(
 pub(super) fn seam(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64) -> anyhow::Result<Vec<Row>> {
     use yued_engine::cancel::CancelToken;
     use yued_engine::models::yue2::nar::ChunkPlan;
-    use yued_engine::models::yue2::pipeline::{tile_core, Pipeline, PipelineOptions};
+    use yued_engine::models::yue2::pipeline::{Pipeline, PipelineOptions};
     use yued_protocol::request::yue2::STREAM_CONTEXT_FRAMES;
     let mut p = Pipeline::load(model, vae, a.device.open()?, &PipelineOptions::default())?;
     let req: yued_protocol::Yue2Request = serde_json::from_str(&request(a.e2e_seconds, code_rate, a.stream_seconds))?;
+    let s = yued_actors::settings::yue2(&req)?;
     let cancel = CancelToken::new();
     let (meta, prefix) = p
         .shared
-        .compose_codes(&mut p.ar, &p.backend, &req, &cancel, &mut |_| {})?
+        .compose_codes(&mut p.ar, &p.backend, &s, &cancel, &mut |_| {})?
         .into_iter()
         .next()
         .context("no song")?;
     let frames = meta.codes.len();
-    let step = req.stream_chunk_frames().context("--stream-seconds must be at least 2")?;
+    let step = s.stream.map(|(f, _)| f).context("--stream-seconds must be at least 2")?;
     let single = ChunkPlan::new(p.shared.max_seq, prefix.len(), None).context("the song does not fit one chunk")?;
     anyhow::ensure!(
         single.step >= frames,
         "a {frames}-frame song takes several chunks even under yue2.cpp's rule: pick a shorter --e2e-seconds"
     );
-    let (core, halo) = (tile_core(&req, p.shared.vae_core, p.shared.vae_halo), p.shared.vae_halo);
+    let (core, halo) = (s.tile_core(p.shared.vae_core, p.shared.vae_halo), p.shared.vae_halo);
     let boundaries: Vec<usize> = (1..).map(|c| c * step).take_while(|&b| b < frames).collect();
-    let s = a.stream_seconds;
+    let secs = a.stream_seconds;
     let grids = [
         ("one chunk (yue2.cpp's rule)".to_string(), single),
-        (format!("{s} s chunks, no left context"), ChunkPlan { step, context: 0 }),
+        (format!("{secs} s chunks, no left context"), ChunkPlan { step, context: 0 }),
         (
-            format!("{s} s chunks, {} s left context (yued)", STREAM_CONTEXT_FRAMES as f64 / code_rate),
+            format!("{secs} s chunks, {} s left context (yued)", STREAM_CONTEXT_FRAMES as f64 / code_rate),
             ChunkPlan { step, context: STREAM_CONTEXT_FRAMES },
         ),
         (
-            format!("{s} s chunks, {} s left context", 2.0 * STREAM_CONTEXT_FRAMES as f64 / code_rate),
+            format!("{secs} s chunks, {} s left context", 2.0 * STREAM_CONTEXT_FRAMES as f64 / code_rate),
             ChunkPlan { step, context: 2 * STREAM_CONTEXT_FRAMES },
         ),
     ];
@@ -257,7 +258,7 @@ pub(super) fn seam(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64) -> a
     let mut reference: Option<Vec<f32>> = None;
     for (what, plan) in grids {
         let work = p.shared.prefill_planned(&mut p.ar, &p.backend, plan, meta.clone(), prefix.clone(), &cancel)?;
-        let lat = p.shared.render(&mut p.nar, &p.backend, work, &req, &cancel, &mut |_| {})?.remove(0);
+        let lat = p.shared.render(&mut p.nar, &p.backend, work, &s, &cancel, &mut |_| {})?.remove(0);
         let pcm = p.vae.decode_tiled(&p.backend, &lat, core, halo, &cancel, &mut |_| {})?;
         let hop = p.vae.info.hop();
         let samples = pcm.len() / p.vae.info.audio_channels;

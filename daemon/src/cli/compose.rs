@@ -7,7 +7,7 @@ use anyhow::Context;
 use std::path::{Path, PathBuf};
 use yued_engine::cancel::CancelToken;
 use yued_engine::models::yue2::ar::ArModel;
-use yued_engine::models::yue2::pipeline::{replay_request, Event, PipelineOptions, Shared};
+use yued_engine::models::yue2::pipeline::{Event, PipelineOptions, Shared};
 use yued_engine::registry::{Bucket, Registry};
 use yued_protocol::{Family, Limits, Request};
 
@@ -90,26 +90,24 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
     }
     let req = req.with_resolved_seeds(random_u64);
     let shared = Shared::open(&model, &PipelineOptions { max_seq: a.max_seq, ..PipelineOptions::default() })?;
-    let limits = Limits {
-        context: shared.max_seq as u32,
-        codebook_size: shared.info.tokens.codebook_size,
-        max_batch: req.lm_batch_size.max(1),
-        ..Limits::default()
-    };
-    req.validate(&limits).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
+    let limits = yued_actors::settings::yue2_limits(&shared, req.lm_batch_size.max(1));
+    let fault = |e: yued_protocol::RequestError| anyhow::anyhow!("{}: {e}", a.request.display());
+    req.validate(&limits).map_err(fault)?;
+    let settings = yued_actors::settings::yue2(&req).map_err(fault)?;
     let backend = a.device.open()?;
     let f = yued_engine::gguf::GgufFile::open(&model)?;
     if f.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
         eprintln!("warning: {} holds RANDOM demo weights", model.display());
     }
-    let (ar_terms, _) = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), &model, &req.adapters)
+    let refs = yued_actors::settings::adapters(&req);
+    let (ar_terms, _) = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), &model, &refs)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
     let mut ar = ArModel::load_with(&f, &shared.info, &backend, &ar_terms)?;
     let pb = super::progress_bar(1, "compose");
     let songs = shared
-        .compose_codes(&mut ar, &backend, &req, &CancelToken::new(), &mut |e| match e {
-            Event::Progress { stage, song, done, total } => {
-                pb.set_message(format!("song {song} {}", stage.as_str()));
+        .compose_codes(&mut ar, &backend, &settings, &CancelToken::new(), &mut |e| match e {
+            Event::Progress { phase, song, done, total } => {
+                pb.set_message(format!("song {song} {}", yued_actors::settings::stage(phase).as_str()));
                 pb.set_length(total as u64);
                 pb.set_position(done as u64);
             }
@@ -123,7 +121,7 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
     }
     for (meta, _) in &songs {
         // The song's own request: its score, codes and planning seed; every variation.
-        let mut replay = replay_request(&req, meta, 0);
+        let mut replay = yued_actors::settings::yue2_replay(&req, meta, 0);
         replay.synth_batch_size = req.synth_batch_size;
         let out = numbered(&a.out, meta.index as usize, songs.len());
         std::fs::write(&out, serde_json::to_string_pretty(&replay)?)
@@ -174,12 +172,7 @@ fn compose_mm3(a: &ComposeArgs, reg: &Registry, mut req: yued_protocol::Mm3Reque
     req.validate(&limits).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
     let prompt = prompt::build(&tok, &lm_model.info.tokens, &req.caption, &req.lyrics)
         .map_err(|e| anyhow::anyhow!("{what}: lyrics: {e}"))?;
-    let settings = compose::ArSettings {
-        lm_cfg: req.lm_cfg as f32,
-        top_k: req.lm_top_k as usize,
-        max_frames: req.frames(),
-        batch_cfg: !a.no_batch_cfg,
-    };
+    let settings = yued_actors::settings::mm3_ar(&req, !a.no_batch_cfg);
     let codes = req.checked_audio_codes(&codebooks).map_err(|e| anyhow::anyhow!("{what}: {e}"))?;
     let songs = if !codes.is_empty() {
         vec![compose::replay(&backend, &mut lm_model, &mut depth, &prompt, &codes, &|| false)
@@ -207,12 +200,9 @@ fn compose_mm3(a: &ComposeArgs, reg: &Registry, mut req: yued_protocol::Mm3Reque
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     for (i, song) in songs.iter().enumerate() {
-        let mut replay = req.clone();
-        replay.audio_codes = song.codes.iter().flatten().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-        if codes.is_empty() {
-            replay.lm_seed = req.lm_seed + i as i64;
-        }
-        replay.lm_batch_size = 1;
+        // The song's own request, every variation.
+        let mut replay = yued_actors::settings::mm3_replay(&req, song, i, 0, !codes.is_empty());
+        replay.synth_batch_size = req.synth_batch_size;
         let out = numbered(&a.out, i, songs.len());
         std::fs::write(&out, serde_json::to_string_pretty(&Request::Mm3(replay.clone()))?)
             .with_context(|| format!("writing {}", out.display()))?;

@@ -43,8 +43,10 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         max_batch: req.lm_batch_size.max(1),
         ..Limits::default()
     };
-    req.validate(&limits).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
+    let fault = |e: yued_protocol::RequestError| anyhow::anyhow!("{}: {e}", a.request.display());
+    req.validate(&limits).map_err(fault)?;
     anyhow::ensure!(req.cot != yued_protocol::CotMode::Off, "cot is off: there is no score to plan");
+    let settings = yued_actors::settings::yue2(&req).map_err(fault)?;
     let backend = a.device.open()?;
     let mut model = ArModel::load(&bb.file, &bb.info, &backend)?;
     let mut st = ArStages {
@@ -61,11 +63,16 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             tokens: bb.info.tokens,
             instructions: &bb.instructions,
         }
-        .conditional(req.cot, &req.style, &req.lyrics, &yued_engine::models::yue2::prompt::Score::Open);
+        .conditional(
+            settings.cot,
+            &settings.style,
+            &settings.lyrics,
+            &yued_engine::models::yue2::prompt::Score::Open,
+        );
         std::fs::write(p, prefix.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","))?;
     }
     let pb = super::progress_bar(req.abc_sampling.max_tokens as u64, "plan");
-    let r = st.plan(&req, 0, &CancelToken::new(), &mut |p| pb.set_position(p.done as u64));
+    let r = st.plan(&settings, 0, &CancelToken::new(), &mut |p| pb.set_position(p.done as u64));
     pb.finish_and_clear();
     match r {
         Ok(plan) => {

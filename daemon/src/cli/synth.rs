@@ -67,7 +67,8 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     let req = req.with_resolved_seeds(random_u64);
     let backend = a.device.open()?;
     eprintln!("loading {} and {} on {}", model.display(), vae.display(), backend.name());
-    let terms = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), &model, &req.adapters)
+    let refs = yued_actors::settings::adapters(&req);
+    let terms = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), &model, &refs)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
     if !req.adapters.is_empty() {
         eprintln!("merging {} adapter(s): {} AR and {} NAR tensors", req.adapters.len(), terms.0.len(), terms.1.len());
@@ -83,14 +84,18 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     if yued_engine::gguf::GgufFile::open(&model)?.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
         eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", model.display());
     }
-    req.validate(&p.limits(req.lm_batch_size.max(1))).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
+    let limits = yued_actors::settings::yue2_limits(&p.shared, req.lm_batch_size.max(1));
+    let fault = |e: yued_protocol::RequestError| anyhow::anyhow!("{}: {e}", a.request.display());
+    req.validate(&limits).map_err(fault)?;
+    let settings = yued_actors::settings::yue2(&req).map_err(fault)?;
     let pb = super::progress_bar(1, "loading");
     let mut stage = None;
-    let core = yued_engine::models::yue2::pipeline::tile_core(&req, a.vae_core, a.vae_halo);
+    let core = settings.tile_core(a.vae_core, a.vae_halo);
     let tiles_per_track = |frames: usize| frames.div_ceil(core.max(1)) as u64;
     let tracks = p
-        .run(&req, &CancelToken::new(), &mut |e| match e {
-            Event::Progress { stage: s, done, total, .. } => {
+        .run(&settings, &CancelToken::new(), &mut |e| match e {
+            Event::Progress { phase, done, total, .. } => {
+                let s = yued_actors::settings::stage(phase);
                 if stage != Some(s) {
                     stage = Some(s);
                     pb.set_message(format!("{s:?}").to_lowercase());
@@ -131,13 +136,14 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
 }
 
 fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2Request) -> anyhow::Result<()> {
+    let replay = yued_actors::settings::yue2_replay(req, &t.meta(), t.variation);
     let pcm = Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm.clone());
     let seconds = pcm.seconds();
     let out = numbered(&a.out, suffix, req.output_format.extension());
     let bytes = yued_audio::encode::normalize_and_encode(pcm, req.output_format, req.peak_clip, req.mp3_bitrate)?;
     std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
     let json = numbered(&a.out, suffix, "json");
-    std::fs::write(&json, serde_json::to_string_pretty(&t.replay)?)?;
+    std::fs::write(&json, serde_json::to_string_pretty(&replay)?)?;
     println!(
         "{}: {:.2} s ({} frames{}), replay {}",
         out.display(),
@@ -150,7 +156,7 @@ fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2
         std::fs::write(numbered(p, suffix, "abc"), &t.abc)?;
     }
     if let Some(p) = &a.tokens {
-        std::fs::write(numbered(p, suffix, "csv"), &t.replay.semantic_tokens)?;
+        std::fs::write(numbered(p, suffix, "csv"), &replay.semantic_tokens)?;
     }
     if let Some(p) = &a.latent {
         std::fs::write(numbered(p, suffix, "vae"), t.latents.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>())?;
@@ -163,7 +169,7 @@ fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2
         npy::write_f32(
             &dir.join(format!("{tag}_noise.npy")),
             &[t.frames, 64],
-            &randn(t.replay.seed as u64, t.frames * 64),
+            &randn(replay.seed as u64, t.frames * 64),
         )?;
         npy::write_f32(&dir.join(format!("{tag}_latents.npy")), &[t.frames, 64], &t.latents)?;
         npy::write_f32(&dir.join(format!("{tag}_pcm.npy")), &[2, t.pcm.len() / 2], &t.pcm)?;

@@ -70,7 +70,7 @@ pub fn run(a: &SynthArgs, reg: &Registry, mut req: Mm3Request) -> anyhow::Result
             .map_err(|e| anyhow::anyhow!("{e}"))?]
     } else {
         let n = req.lm_batch_size.max(1) as usize;
-        let s = pipeline::ar_settings(&req, batch);
+        let s = yued_actors::settings::mm3_ar(&req, batch);
         let pb = super::progress_bar(s.max_frames as u64 + 1, "frames");
         let mut songs = compose::compose(
             &backend,
@@ -111,7 +111,7 @@ pub fn run(a: &SynthArgs, reg: &Registry, mut req: Mm3Request) -> anyhow::Result
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let variations = req.synth_batch_size.max(1) as usize;
-    let s = pipeline::synth_settings(&req, batch);
+    let s = yued_actors::settings::mm3_synth(&req, batch);
     let many = songs.len() * variations > 1;
     for (i, song) in songs.iter().enumerate() {
         let pb = super::progress_bar(0, &format!("song {i}"));
@@ -141,7 +141,7 @@ pub fn run(a: &SynthArgs, reg: &Registry, mut req: Mm3Request) -> anyhow::Result
             let bytes =
                 yued_audio::encode::normalize_and_encode(audio, req.output_format, req.peak_clip, req.mp3_bitrate)?;
             std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
-            let replay = pipeline::replay_request(&req, song, i, j, replayed);
+            let replay = yued_actors::settings::mm3_replay(&req, song, i, j, replayed);
             let json = numbered(&a.out, &suffix, "json");
             std::fs::write(&json, serde_json::to_string_pretty(&Request::Mm3(replay))?)?;
             println!(

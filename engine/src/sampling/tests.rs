@@ -1,8 +1,7 @@
 use super::*;
-use yued_protocol::SamplingPreset;
 
-fn preset(t: f64, p: f64, k: u32, pen: f64, win: u32, min: u32) -> SamplingPreset {
-    SamplingPreset {
+fn preset(t: f64, p: f64, k: u32, pen: f64, win: u32, min: u32) -> Sampling {
+    Sampling {
         temperature: t,
         top_p: p,
         top_k: k,
@@ -110,7 +109,7 @@ fn sampler_chain_and_draw_match_the_reference() {
         let logits: Vec<f32> = c["logits"].as_array().unwrap().iter().map(|x| x.as_f64().unwrap() as f32).collect();
         let history = u32s(&c["history"]);
         let pr = &c["params"];
-        let p = SamplingPreset {
+        let p = Sampling {
             temperature: pr["temperature"].as_f64().unwrap(),
             top_p: pr["top_p"].as_f64().unwrap(),
             top_k: pr["top_k"].as_u64().unwrap() as u32,

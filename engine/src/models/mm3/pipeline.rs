@@ -1,44 +1,12 @@
-//! A MiniMax Music 3 request end to end, for the callers that own the modules (the CLI
-//! and the daemon's stages lease them differently): the settings a request implies, the
-//! song's render window by window (each decoded as soon as it is denoised), and the replay
-//! request of every track.
+//! A MiniMax Music 3 song's synthesis end to end, for the callers that own the modules
+//! (the CLI and the daemon's stages lease them differently): the song rendered window by
+//! window, each window decoded as soon as it is denoised.
 use crate::ggml::Backend;
-use crate::models::mm3::compose::{ArSettings, Song};
+use crate::models::mm3::compose::Song;
 use crate::models::mm3::cond::CondEncoder;
 use crate::models::mm3::dit::DitModel;
 use crate::models::mm3::synth::{decode_window, render, windows, Noise, PhiloxNoise, SynthError, SynthSettings};
 use crate::models::mm3::vae::VaeModel;
-use yued_protocol::Mm3Request;
-
-/// The AR half's settings of a request.
-pub fn ar_settings(req: &Mm3Request, batch_cfg: bool) -> ArSettings {
-    ArSettings { lm_cfg: req.lm_cfg as f32, top_k: req.lm_top_k.max(1) as usize, max_frames: req.frames(), batch_cfg }
-}
-
-/// The synthesis half's settings of a request.
-pub fn synth_settings(req: &Mm3Request, batch_cfg: bool) -> SynthSettings {
-    SynthSettings { steps: req.steps.max(2) as usize, dit_cfg: req.dit_cfg as f32, batch_cfg }
-}
-
-/// The request that renders track (song `song`, variation `variation`) again without
-/// sampling: its codes, its own seeds, one song, one variation.
-pub fn replay_request(
-    req: &Mm3Request,
-    song: &Song,
-    song_index: usize,
-    variation: usize,
-    replayed: bool,
-) -> Mm3Request {
-    let mut r = req.clone();
-    r.audio_codes = song.codes.iter().flatten().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-    if !replayed {
-        r.lm_seed = req.lm_seed + song_index as i64;
-    }
-    r.seed = req.seed + variation as i64;
-    r.lm_batch_size = 1;
-    r.synth_batch_size = 1;
-    r
-}
 
 /// One decoded window of a track: planar stereo, cropped for stitching.
 pub struct AudioPiece<'a> {

@@ -197,7 +197,7 @@ fn samplers_rank_and_draw() {
 fn a_song_renders_end_to_end_on_the_demo() {
     use super::cond::CondEncoder;
     use super::dit::DitModel;
-    use super::pipeline::{render_song, replay_request};
+    use super::pipeline::render_song;
     use super::synth::SynthSettings;
     use super::vae::VaeModel;
     let mut t = tiny();
@@ -258,11 +258,6 @@ fn a_song_renders_end_to_end_on_the_demo() {
     )
     .unwrap();
     assert!(split[0].iter().zip(&alone[0]).all(|(a, b)| (a - b).abs() < 1e-3));
-    let req =
-        yued_protocol::Mm3Request { lm_seed: 5, seed: 9, lm_batch_size: 1, synth_batch_size: 2, ..Default::default() };
-    let r = replay_request(&req, song, 0, 1, false);
-    assert_eq!((r.lm_seed, r.seed, r.synth_batch_size), (5, 10, 1));
-    assert_eq!(r.audio_codes.split(',').count(), 8 * song.codes.len());
 }
 
 #[test]

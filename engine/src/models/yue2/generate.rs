@@ -9,10 +9,10 @@ use crate::models::yue2::abc_check::check_abc;
 use crate::models::yue2::ar::{ArModel, Positions, SeqInput};
 use crate::models::yue2::config::TokenLayout;
 use crate::models::yue2::nar::{ChunkPlan, ChunkSpan};
-use crate::models::yue2::prompt::{source_section, Instructions, PromptBuilder, Score};
-use crate::sampling::{cfg_combine, sample, SampleContext};
+use crate::models::yue2::prompt::{Cot, Instructions, PromptBuilder, Score};
+use crate::models::yue2::settings::{Invalid, Settings};
+use crate::sampling::{cfg_combine, sample, SampleContext, Sampling};
 use crate::tokenizer::BpeTokenizer;
-use yued_protocol::{CotMode, RequestError, SamplingPreset, Yue2Request, FRAME_RATE};
 
 /// Stops a generation at a step boundary once its job is cancelled.
 trait Check {
@@ -34,7 +34,7 @@ pub enum GenError {
     #[error("cancelled")]
     Cancelled,
     #[error(transparent)]
-    Request(#[from] RequestError),
+    Invalid(#[from] Invalid),
     #[error("the planned score is malformed after {attempts} attempt(s): {reason}")]
     PlanExhausted { attempts: u32, reason: String, last_abc: String },
     #[error(transparent)]
@@ -177,6 +177,106 @@ impl ChunkFeeder {
     }
 }
 
+/// What a [`Planner`] step did: one token sampled (the attempt's progress), and the score
+/// once it is accepted.
+pub struct PlanStep {
+    pub progress: ArProgress,
+    pub plan: Option<Plan>,
+}
+
+/// The planning stage of one song as a stepper ([`ArStages::plan_start`]): each
+/// [`step`](Self::step) samples one score token and runs it; a malformed score starts the
+/// next attempt (its own seed, its prefix prefilled again) within the step that ended it.
+/// The caller owns the loop (cancel, progress).
+pub struct Planner {
+    prefix: Vec<u32>,
+    preset: Sampling,
+    song: u32,
+    lm_seed: u64,
+    /// Seeds of one song's retries lie `stride` apart (the songs of the batch between).
+    stride: u64,
+    attempts: u32,
+    attempt: u32,
+    seed: u64,
+    sets: Vec<KvSet>,
+    logits: Vec<f32>,
+    ids: Vec<u32>,
+    reason: String,
+    last_abc: String,
+}
+
+impl Planner {
+    /// Starts attempt `self.attempt`: its seed, a fresh set, the prefix prefilled.
+    fn begin(&mut self, stages: &mut ArStages<'_>) -> Result<(), GenError> {
+        let (song, k) = (self.song, self.attempt);
+        let seed = (self.lm_seed as i128) + song as i128 + k as i128 * self.stride as i128;
+        self.seed = u64::try_from(seed).ok().filter(|&s| s <= i64::MAX as u64).ok_or_else(|| {
+            Invalid::new("lm_seed", format!("retry {k} of song {song} needs seed {seed}, which is not representable"))
+        })?;
+        let budget = self.preset.max_tokens as usize;
+        let cap = (self.prefix.len() + budget).min(stages.max_seq);
+        self.sets = vec![KvSet::new(stages.backend, stages.model.cfg.kv_dims(), cap)?];
+        self.ids.clear();
+        let rows = stages.tokens.score_rows();
+        let seq = [SeqInput { tokens: &self.prefix, set: 0 }];
+        let out = stages.model.forward(stages.backend, &mut self.sets, &seq, rows, Positions::Last)?;
+        self.logits = out.per_seq[0][0].clone();
+        Ok(())
+    }
+
+    /// Samples the next score token and runs it; at the attempt's end, the score checked.
+    pub fn step(&mut self, stages: &mut ArStages<'_>) -> Result<PlanStep, GenError> {
+        let budget = self.preset.max_tokens as usize;
+        if budget == 0 {
+            let progress = ArProgress { stage: ArStage::Plan, song: self.song, done: 0, total: 0 };
+            return Ok(PlanStep { progress, plan: self.end(stages, false)? });
+        }
+        let step = self.ids.len();
+        let rows = stages.tokens.score_rows();
+        let end = stages.tokens.abc_end;
+        let cx = SampleContext { rows: rows.clone(), allowed: rows.clone(), end_id: end, step, history: &self.ids };
+        let t = sample(&self.logits, &cx, &self.preset, self.seed);
+        let progress = ArProgress { stage: ArStage::Plan, song: self.song, done: step + 1, total: budget };
+        if t == end {
+            return Ok(PlanStep { progress, plan: self.end(stages, true)? });
+        }
+        self.ids.push(t);
+        if step + 1 == budget || self.sets[0].len() == self.sets[0].capacity() {
+            return Ok(PlanStep { progress, plan: self.end(stages, false)? });
+        }
+        let seq = [SeqInput { tokens: &[t], set: 0 }];
+        let out = stages.model.forward(stages.backend, &mut self.sets, &seq, rows, Positions::Last)?;
+        self.logits = out.per_seq[0][0].clone();
+        Ok(PlanStep { progress, plan: None })
+    }
+
+    /// The attempt ended (`ended`: at abc_end): the score if it is well formed, else the
+    /// next attempt begun (`None`), or the error once every attempt failed.
+    fn end(&mut self, stages: &mut ArStages<'_>, ended: bool) -> Result<Option<Plan>, GenError> {
+        let abc = stages.tokenizer.decode(&self.ids);
+        let (song, attempt, seed) = (self.song, self.attempt, self.seed);
+        match check_abc(&abc) {
+            Ok(()) => {
+                let ids = std::mem::take(&mut self.ids);
+                self.sets.clear();
+                return Ok(Some(Plan { abc, ids, seed, attempts: attempt + 1, truncated: !ended }));
+            }
+            Err(r) => {
+                tracing::warn!(song, attempt = attempt + 1, seed, reason = %r, "malformed score");
+                self.reason = r;
+                self.last_abc = abc;
+            }
+        }
+        self.attempt += 1;
+        if self.attempt == self.attempts {
+            let (reason, last_abc) = (std::mem::take(&mut self.reason), std::mem::take(&mut self.last_abc));
+            return Err(GenError::PlanExhausted { attempts: self.attempts, reason, last_abc });
+        }
+        self.begin(stages)?;
+        Ok(None)
+    }
+}
+
 /// The semantic stage of a batch of songs in lockstep, as a stepper: [`ArStages::semantic_start`]
 /// prefills every stream, each [`step`](Self::step) samples every open song's next code and
 /// runs it, [`finish`](Self::finish) hands the songs out with their sets. The caller owns the
@@ -185,7 +285,7 @@ pub struct Semantic {
     n: usize,
     cfg: f32,
     guided: bool,
-    preset: SamplingPreset,
+    preset: Sampling,
     lm_seed: u64,
     /// Steps to take at most (the budget beyond the source's codes).
     steps: usize,
@@ -325,12 +425,6 @@ impl Semantic {
 /// Conditional prompt, unconditional prompt, and the continuation's source codes.
 type Prefixes = (Vec<u32>, Vec<u32>, Vec<u32>);
 
-/// Frames the semantic stage may write: the shorter of the preset budget and the duration.
-pub fn semantic_budget(req: &Yue2Request) -> usize {
-    let by_duration = (req.duration * FRAME_RATE as f64).round().max(1.0) as usize;
-    (req.semantic_sampling.max_tokens as usize).min(by_duration)
-}
-
 /// Everything the stages need.
 pub struct ArStages<'a> {
     pub model: &'a mut ArModel,
@@ -347,117 +441,69 @@ impl ArStages<'_> {
         PromptBuilder { tokenizer: self.tokenizer, tokens: self.tokens, instructions: self.instructions }
     }
 
-    fn source(&self, req: &Yue2Request) -> Result<Vec<u32>, GenError> {
-        let codes = req.source_codes()?;
-        Ok(source_section(&codes, req.source_start, req.source_end).to_vec())
-    }
-
     /// Refuses, before any compute, a request whose prefix plus budgets cannot fit the
     /// KV cache (see [`check_fits`]).
-    pub fn check_fits(&self, req: &Yue2Request) -> Result<(), GenError> {
-        check_fits(&self.prompts(), self.max_seq, req).map_err(GenError::from)
+    pub fn check_fits(&self, s: &Settings) -> Result<(), GenError> {
+        check_fits(&self.prompts(), self.max_seq, s).map_err(GenError::from)
     }
 
     /// Stage 1 for song `song`: decodes from the open score slot to abc_end or the budget,
-    /// retrying malformed scores with seed `lm_seed + song + k * lm_batch_size`.
+    /// retrying malformed scores with seed `lm_seed + song + k * songs`. A [`Planner`]
+    /// stepped to the end.
     pub fn plan(
         &mut self,
-        req: &Yue2Request,
+        s: &Settings,
         song: u32,
         cancel: &CancelToken,
         progress: &mut dyn FnMut(ArProgress),
     ) -> Result<Plan, GenError> {
-        let prefix = self.prompts().conditional(req.cot, &req.style, &req.lyrics, &Score::Open);
-        let preset = req.abc_sampling;
-        let attempts = if preset.temperature == 0.0 { 1 } else { req.plan_retries + 1 };
-        let mut reason = String::new();
-        let mut last_abc = String::new();
-        for k in 0..attempts {
-            let seed = (req.lm_seed as i128) + song as i128 + k as i128 * req.lm_batch_size as i128;
-            let seed = u64::try_from(seed).ok().filter(|&s| s <= i64::MAX as u64).ok_or_else(|| {
-                RequestError::new(
-                    "lm_seed",
-                    format!("retry {k} of song {song} needs seed {seed}, which is not representable"),
-                )
-            })?;
-            let (ids, ended) = self.plan_once(&prefix, seed, &preset, song, cancel, progress)?;
-            let abc = self.tokenizer.decode(&ids);
-            match check_abc(&abc) {
-                Ok(()) => return Ok(Plan { abc, ids, seed, attempts: k + 1, truncated: !ended }),
-                Err(r) => {
-                    tracing::warn!(song, attempt = k + 1, seed, reason = %r, "malformed score");
-                    reason = r;
-                    last_abc = abc;
-                }
+        let mut planner = self.plan_start(s, song)?;
+        loop {
+            cancel.check()?;
+            let step = planner.step(self)?;
+            progress(step.progress);
+            if let Some(plan) = step.plan {
+                return Ok(plan);
             }
         }
-        Err(GenError::PlanExhausted { attempts, reason, last_abc })
     }
 
-    fn plan_once(
-        &mut self,
-        prefix: &[u32],
-        seed: u64,
-        preset: &SamplingPreset,
-        song: u32,
-        cancel: &CancelToken,
-        progress: &mut dyn FnMut(ArProgress),
-    ) -> Result<(Vec<u32>, bool), GenError> {
-        let budget = preset.max_tokens as usize;
-        let mut sets =
-            vec![KvSet::new(self.backend, self.model.cfg.kv_dims(), (prefix.len() + budget).min(self.max_seq))?];
-        let rows = self.tokens.score_rows();
-        let mut out = self.model.forward(
-            self.backend,
-            &mut sets,
-            &[SeqInput { tokens: prefix, set: 0 }],
-            rows.clone(),
-            Positions::Last,
-        )?;
-        let mut ids = Vec::new();
-        for step in 0..budget {
-            cancel.check()?;
-            let logits = &out.per_seq[0][0];
-            let cx = SampleContext {
-                rows: rows.clone(),
-                allowed: rows.clone(),
-                end_id: self.tokens.abc_end,
-                step,
-                history: &ids,
-            };
-            let t = sample(logits, &cx, preset, seed);
-            progress(ArProgress { stage: ArStage::Plan, song, done: step + 1, total: budget });
-            if t == self.tokens.abc_end {
-                return Ok((ids, true));
-            }
-            ids.push(t);
-            if step + 1 == budget || sets[0].len() == sets[0].capacity() {
-                break;
-            }
-            out = self.model.forward(
-                self.backend,
-                &mut sets,
-                &[SeqInput { tokens: &[t], set: 0 }],
-                rows.clone(),
-                Positions::Last,
-            )?;
-        }
-        Ok((ids, false))
+    /// The planning stage's start for song `song`: its first attempt's prefix prefilled.
+    pub fn plan_start(&mut self, s: &Settings, song: u32) -> Result<Planner, GenError> {
+        let prefix = self.prompts().conditional(s.cot, &s.style, &s.lyrics, &Score::Open);
+        let preset = s.plan;
+        let attempts = if preset.temperature == 0.0 { 1 } else { s.plan_retries + 1 };
+        let mut p = Planner {
+            prefix,
+            preset,
+            song,
+            lm_seed: s.lm_seed,
+            stride: s.songs as u64,
+            attempts,
+            attempt: 0,
+            seed: 0,
+            sets: Vec::new(),
+            logits: Vec::new(),
+            ids: Vec::new(),
+            reason: String::new(),
+            last_abc: String::new(),
+        };
+        p.begin(self)?;
+        Ok(p)
     }
 
     /// The conditional semantic prefix for a score (no continuation codes).
-    pub fn semantic_prefix(&self, req: &Yue2Request, score: &[u32]) -> Result<Vec<u32>, GenError> {
-        Ok(self.semantic_prefixes(req, score)?.0)
+    pub fn semantic_prefix(&self, s: &Settings, score: &[u32]) -> Vec<u32> {
+        self.semantic_prefixes(s, score).0
     }
 
     /// The semantic prefixes of a song: (conditional, unconditional, source section codes).
-    fn semantic_prefixes(&self, req: &Yue2Request, score: &[u32]) -> Result<Prefixes, GenError> {
-        let slot = if req.cot == CotMode::Off && score.is_empty() { Score::None } else { Score::Ids(score) };
+    fn semantic_prefixes(&self, s: &Settings, score: &[u32]) -> Prefixes {
+        let slot = if s.cot == Cot::Off && score.is_empty() { Score::None } else { Score::Ids(score) };
         let p = self.prompts();
-        let cond = p.conditional(req.cot, &req.style, &req.lyrics, &slot);
-        let uncond = p.unconditional(req.cot, &slot);
-        let source = self.source(req)?;
-        Ok((cond, uncond, source))
+        let cond = p.conditional(s.cot, &s.style, &s.lyrics, &slot);
+        let uncond = p.unconditional(s.cot, &slot);
+        (cond, uncond, s.source.clone())
     }
 
     /// Stage 2 for every song of the batch in lockstep: decodes codes until music_end or
@@ -465,12 +511,12 @@ impl ArStages<'_> {
     /// (empty in off mode). A [`Semantic`] stepped to the end.
     pub fn semantic(
         &mut self,
-        req: &Yue2Request,
+        s: &Settings,
         scores: &[Vec<u32>],
         cancel: &CancelToken,
         progress: &mut dyn FnMut(ArProgress),
     ) -> Result<Vec<Song>, GenError> {
-        let mut sem = self.semantic_start(req, scores)?;
+        let mut sem = self.semantic_start(s, scores)?;
         while !sem.done() {
             cancel.check()?;
             let done = sem.step(self)?;
@@ -481,18 +527,18 @@ impl ArStages<'_> {
 
     /// The semantic stage's start: every song's stream (and, under guidance, its
     /// unconditional twin) prefilled in one forward, the first logits ready to sample.
-    pub fn semantic_start(&mut self, req: &Yue2Request, scores: &[Vec<u32>]) -> Result<Semantic, GenError> {
+    pub fn semantic_start(&mut self, s: &Settings, scores: &[Vec<u32>]) -> Result<Semantic, GenError> {
         let n = scores.len();
-        let cfg = req.effective_cfg_scale() as f32;
+        let cfg = s.cfg_scale;
         let guided = cfg != 1.0;
-        let budget = semantic_budget(req);
+        let budget = s.budget;
         let t = self.tokens;
         let rows = t.semantic_rows();
         let mut prefixes = Vec::with_capacity(n);
         let mut uncond_prefixes = Vec::new();
         let mut caps = Vec::with_capacity(n);
         for score in scores {
-            let (mut cond, mut uncond, source) = self.semantic_prefixes(req, score)?;
+            let (mut cond, mut uncond, source) = self.semantic_prefixes(s, score);
             let codes_room = budget.max(source.len());
             for c in &source {
                 cond.push(t.code_token(*c));
@@ -532,8 +578,8 @@ impl ArStages<'_> {
             n,
             cfg,
             guided,
-            preset: req.semantic_sampling,
-            lm_seed: req.lm_seed as u64,
+            preset: s.semantic,
+            lm_seed: s.lm_seed,
             steps,
             step: 0,
             finished: false,
@@ -573,8 +619,8 @@ impl ArStages<'_> {
     }
 
     /// Replay: the prefix and given codes (plus music_end) prefilled in one forward.
-    pub fn replay(&mut self, req: &Yue2Request, score: &[u32], codes: &[u32]) -> Result<Song, GenError> {
-        let (cond, _, _) = self.semantic_prefixes(req, score)?;
+    pub fn replay(&mut self, s: &Settings, score: &[u32], codes: &[u32]) -> Result<Song, GenError> {
+        let (cond, _, _) = self.semantic_prefixes(s, score);
         self.prefill_sequence(cond, score, codes)
     }
 
@@ -585,7 +631,7 @@ impl ArStages<'_> {
         seq.extend(codes.iter().map(|&c| self.tokens.code_token(c)));
         seq.push(self.tokens.music_end);
         if seq.len() > self.max_seq {
-            return Err(RequestError::new(
+            return Err(Invalid::new(
                 "semantic_tokens",
                 format!("{} tokens with the prefix exceed the KV cache of {}", seq.len(), self.max_seq),
             )
@@ -617,19 +663,15 @@ impl ArStages<'_> {
 /// Whether a request's prefix, score (an unplanned one at its full budget), codes and end
 /// fit a KV cache of `max_seq` positions: the daemon checks it at submission, where the
 /// tokens are known, so a request that cannot render is a 400 rather than a job that fails.
-pub fn check_fits(p: &PromptBuilder<'_>, max_seq: usize, req: &Yue2Request) -> Result<(), RequestError> {
-    let score_ids = p.tokenizer.encode(&req.abc);
-    let needs_plan = req.abc.is_empty() && req.cot != CotMode::Off && req.semantic_tokens.is_empty();
-    let score_len = if needs_plan { req.abc_sampling.max_tokens as usize } else { score_ids.len() };
-    let base = p.conditional(req.cot, &req.style, &req.lyrics, &Score::Ids(&[])).len();
+pub fn check_fits(p: &PromptBuilder<'_>, max_seq: usize, s: &Settings) -> Result<(), Invalid> {
+    let score_ids = p.tokenizer.encode(&s.abc);
+    let needs_plan = s.plans();
+    let score_len = if needs_plan { s.plan.max_tokens as usize } else { score_ids.len() };
+    let base = p.conditional(s.cot, &s.style, &s.lyrics, &Score::Ids(&[])).len();
     // A replayed stream renders in chunks, so it only needs room for one frame per chunk; a
     // generated one must hold every code in one KV set.
-    let (codes, what) = if !req.semantic_tokens.is_empty() {
-        (2, "semantic_tokens")
-    } else {
-        let codes = req.source_codes()?;
-        (source_section(&codes, req.source_start, req.source_end).len().max(semantic_budget(req)), "duration")
-    };
+    let (codes, what) =
+        if s.replay.is_some() { (2, "semantic_tokens") } else { (s.source.len().max(s.budget), "duration") };
     let need = base + score_len + codes + 1;
     if need > max_seq {
         // Name what to shorten: the prompt alone, the score, or the codes.
@@ -644,7 +686,7 @@ pub fn check_fits(p: &PromptBuilder<'_>, max_seq: usize, req: &Yue2Request) -> R
         } else {
             what
         };
-        return Err(RequestError::new(
+        return Err(Invalid::new(
             what,
             format!(
                 "prefix ({base} tokens) + score ({score_len}) + codes ({codes}) + end = {need} tokens do not fit \

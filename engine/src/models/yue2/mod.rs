@@ -2,6 +2,7 @@
 //! codes and whose NAR half paints latents by flow matching over that cache, then an Oobleck
 //! VAE to 48 kHz stereo.
 //!
+//! - [`settings`]: what a job asks of the engine;
 //! - [`config`]: the hyper-parameters and token layout read from a backbone GGUF;
 //! - [`prompt`]: the id streams of each cot mode;
 //! - [`ar`], [`nar`], [`vae`]: the modules; [`generate`]: the AR stages; [`pipeline`]: the song;
@@ -19,5 +20,6 @@ pub mod generate;
 pub mod nar;
 pub mod pipeline;
 pub mod prompt;
+pub mod settings;
 pub mod vae;
 pub mod vae_layout;

@@ -8,21 +8,20 @@ use crate::gguf::{GgufError, GgufFile};
 use crate::kv_cache::KvSet;
 use crate::models::yue2::ar::ArModel;
 use crate::models::yue2::config::BackboneInfo;
-use crate::models::yue2::generate::{ArProgress, ArStages, ChunkEvent, ChunkFeeder, GenError, Song};
+use crate::models::yue2::generate::{ArStages, ChunkEvent, ChunkFeeder, GenError, Planner, Semantic, Song};
 use crate::models::yue2::nar::{ChunkPlan, ChunkSpan, NarError, NarModel};
 use crate::models::yue2::prompt::Instructions;
+use crate::models::yue2::settings::{Invalid, Settings};
 use crate::models::yue2::vae::{Tile, VaeError, VaeModel};
 use crate::rng::torch_cpu::randn;
 use crate::tokenizer::BpeTokenizer;
 use crate::weights::LoadError;
 use std::path::Path;
-use yued_protocol::request::yue2::STREAM_CONTEXT_FRAMES;
-use yued_protocol::{CotMode, Limits, RequestError, Stage, Yue2Request};
 
 #[derive(Debug, thiserror::Error)]
 pub enum PipelineError {
     #[error(transparent)]
-    Request(#[from] RequestError),
+    Invalid(#[from] Invalid),
     #[error("cancelled")]
     Cancelled,
     #[error(transparent)]
@@ -41,7 +40,7 @@ impl From<GenError> for PipelineError {
     fn from(e: GenError) -> Self {
         match e {
             GenError::Cancelled => PipelineError::Cancelled,
-            GenError::Request(r) => PipelineError::Request(r),
+            GenError::Invalid(r) => PipelineError::Invalid(r),
             GenError::Ggml(g) => PipelineError::Ggml(g),
             other => PipelineError::Plan(other),
         }
@@ -65,10 +64,19 @@ impl From<VaeError> for PipelineError {
     }
 }
 
+/// The part of a job a progress report counts: planning the score, writing the codes,
+/// painting the latents.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Phase {
+    Plan,
+    Semantic,
+    Synth,
+}
+
 /// What happened, as it happens.
 pub enum Event<'a> {
     Progress {
-        stage: Stage,
+        phase: Phase,
         song: u32,
         done: usize,
         total: usize,
@@ -125,33 +133,6 @@ pub enum ChunkReady {
     SongEnd(SongMeta),
 }
 
-/// Where a request's chunks fall for a song behind a prefix of `prefix_len` tokens: yue2.cpp's
-/// rule, or `stream_chunk_seconds` chunks behind [`STREAM_CONTEXT_FRAMES`] of
-/// left context.
-pub fn chunk_plan(req: &Yue2Request, max_seq: usize, prefix_len: usize) -> Result<ChunkPlan, PipelineError> {
-    ChunkPlan::new(max_seq, prefix_len, req.stream_chunk_frames().map(|f| (f, STREAM_CONTEXT_FRAMES))).ok_or_else(
-        || {
-            RequestError::new(
-                "abc",
-                format!(
-                    "the prefix of {prefix_len} tokens leaves no room for a latent block in a context of {max_seq}"
-                ),
-            )
-            .into()
-        },
-    )
-}
-
-/// The VAE tile core of a request's tracks: the server's (`--vae-core`), or under streaming
-/// chunks at most a chunk less the halo, so a track's first tile is decoded as soon as its
-/// first chunk is painted. Part of what a replay must match to render the same samples.
-pub fn tile_core(req: &Yue2Request, core: usize, halo: usize) -> usize {
-    match req.stream_chunk_frames() {
-        Some(f) => core.min(f.saturating_sub(halo).max(1)),
-        None => core,
-    }
-}
-
 /// The acoustic noise of a song's variations (`seed + j`, torch's CPU normal stream over
 /// its frames), drawn once for the frames known and redrawn longer when a streamed song
 /// outgrows it: the stream of whole frames is prefix-stable, so a chunk's noise does not
@@ -164,8 +145,8 @@ pub struct SongNoise {
 }
 
 impl SongNoise {
-    pub fn new(seed: i64, variations: usize, lat: usize, frames: usize) -> Self {
-        let mut n = SongNoise { seed: seed as u64, lat, frames: 0, draws: vec![Vec::new(); variations] };
+    pub fn new(seed: u64, variations: usize, lat: usize, frames: usize) -> Self {
+        let mut n = SongNoise { seed, lat, frames: 0, draws: vec![Vec::new(); variations] };
         n.grow(frames);
         n
     }
@@ -205,9 +186,9 @@ impl SongWork {
 pub struct Track {
     pub song: u32,
     pub variation: u32,
-    /// The request that renders exactly this track again.
-    pub replay: Yue2Request,
     pub abc: String,
+    /// The planning seed that wrote the score (None: given, or none).
+    pub plan_seed: Option<u64>,
     pub codes: Vec<u32>,
     /// Time-major [frames, 64].
     pub latents: Vec<f32>,
@@ -265,16 +246,6 @@ impl Shared {
         Ok(Shared { info, tokenizer, instructions, max_seq, vae_core: opts.vae_core, vae_halo: opts.vae_halo })
     }
 
-    /// The request bounds this pipeline enforces.
-    pub fn limits(&self, max_batch: u32) -> Limits {
-        Limits {
-            max_batch,
-            context: self.max_seq as u32,
-            codebook_size: self.info.tokens.codebook_size,
-            ..Limits::default()
-        }
-    }
-
     pub fn ar_stages<'a>(&'a self, model: &'a mut ArModel, backend: &'a Backend) -> ArStages<'a> {
         ArStages {
             model,
@@ -294,160 +265,98 @@ impl Shared {
         &self,
         ar: &mut ArModel,
         backend: &Backend,
-        req: &Yue2Request,
+        s: &Settings,
         cancel: &CancelToken,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Vec<SongWork>, PipelineError> {
-        let songs = self.compose_codes(ar, backend, req, cancel, events)?;
+        let songs = self.compose_codes(ar, backend, s, cancel, events)?;
         let mut out = Vec::with_capacity(songs.len());
         for (meta, prefix) in songs {
-            out.push(self.prefill_chunks(ar, backend, req, meta, prefix, cancel)?);
+            out.push(self.prefill_chunks(ar, backend, s, meta, prefix, cancel)?);
         }
         Ok(out)
     }
 
-    /// The scores and semantic streams of a request (its seeds resolved), without the
-    /// chunk prefills: each song with its semantic prefix. What `yued compose` writes out.
+    /// The scores and semantic streams of a job, without the chunk prefills: each song with
+    /// its semantic prefix. A [`Writer`] stepped to the end; what `yued compose` writes out.
     pub fn compose_codes(
         &self,
         ar: &mut ArModel,
         backend: &Backend,
-        req: &Yue2Request,
+        s: &Settings,
         cancel: &CancelToken,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
-        self.compose_fed(ar, backend, req, cancel, events, None)
+        self.write(ar, backend, s, false, cancel, events, &mut |_| {})
     }
 
-    /// The AR half of a generated request (not a replay) that hands each song's chunks out
-    /// while it writes them ([`ChunkReady`], on the grid of [`chunk_plan`]), then each
-    /// song's end: what lets the synthesis half paint chunk k while this writes chunk
+    /// The AR half of a generated job (not a replay) that hands each song's chunks out
+    /// while it writes them ([`ChunkReady`], on the grid of [`Settings::chunk_plan`]), then
+    /// each song's end: what lets the synthesis half paint chunk k while this writes chunk
     /// k + 1. The chunks are the ones [`compose`](Self::compose) prefills, bit for bit.
     pub fn compose_streamed(
         &self,
         ar: &mut ArModel,
         backend: &Backend,
-        req: &Yue2Request,
+        s: &Settings,
         cancel: &CancelToken,
         events: &mut dyn FnMut(Event<'_>),
         ready: &mut dyn FnMut(ChunkReady),
     ) -> Result<Vec<SongMeta>, PipelineError> {
-        if !req.semantic_tokens.is_empty() {
-            return Err(PipelineError::Other("a replay has every code already: compose it".into()));
-        }
-        let songs = self.compose_fed(ar, backend, req, cancel, events, Some(ready))?;
+        let songs = self.write(ar, backend, s, true, cancel, events, ready)?;
         Ok(songs.into_iter().map(|(m, _)| m).collect())
     }
 
-    fn compose_fed(
+    /// A [`Writer`] stepped to the end, its items told as events and hand-outs.
+    #[allow(clippy::too_many_arguments)]
+    fn write(
         &self,
         ar: &mut ArModel,
         backend: &Backend,
-        req: &Yue2Request,
+        s: &Settings,
+        stream: bool,
         cancel: &CancelToken,
         events: &mut dyn FnMut(Event<'_>),
-        ready: Option<&mut dyn FnMut(ChunkReady)>,
+        ready: &mut dyn FnMut(ChunkReady),
     ) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
-        if req.lm_seed < 0 || req.seed < 0 {
-            return Err(PipelineError::Other("seeds must be resolved before the pipeline runs".into()));
-        }
-        self.ar_stages(ar, backend).check_fits(req)?;
-        let replay = !req.semantic_tokens.is_empty();
-        let n_songs = if replay { 1 } else { req.lm_batch_size.max(1) as usize };
-        // Scores: (text, ids, planning seed).
-        let mut scores: Vec<(String, Vec<u32>, Option<u64>)> = Vec::with_capacity(n_songs);
-        for i in 0..n_songs {
-            if !req.abc.is_empty() {
-                scores.push((req.abc.clone(), self.tokenizer.encode(&req.abc), None));
-            } else if replay || req.cot == CotMode::Off {
-                scores.push((String::new(), Vec::new(), None));
-            } else {
-                let plan = self.ar_stages(ar, backend).plan(req, i as u32, cancel, &mut |p: ArProgress| {
-                    events(Event::Progress { stage: Stage::Plan, song: p.song, done: p.done, total: p.total })
-                })?;
-                events(Event::Score { song: i as u32, abc: &plan.abc });
-                // The score travels as text: the next stages read its canonical tokenization,
-                // exactly what a replay of the track will read.
-                let ids = self.tokenizer.encode(&plan.abc);
-                scores.push((plan.abc, ids, Some(plan.seed)));
+        let mut stages = self.ar_stages(ar, backend);
+        let mut writer = Writer::new(&mut stages, s.clone(), stream)?;
+        while !writer.done() {
+            if cancel.is_cancelled() {
+                return Err(PipelineError::Cancelled);
             }
-        }
-        let streams: Vec<(u32, Vec<u32>, Vec<u32>, bool)> = if replay {
-            let prefix = self.ar_stages(ar, backend).semantic_prefix(req, &scores[0].1)?;
-            vec![(0, prefix, req.semantic_codes()?, true)]
-        } else {
-            let ids: Vec<Vec<u32>> = scores.iter().map(|s| s.1.clone()).collect();
-            let mut stages = self.ar_stages(ar, backend);
-            // Under a feed, each song's grid comes from its prefix (its score's length).
-            let mut feeder = match &ready {
-                Some(_) => Some(ChunkFeeder::new(
-                    ids.iter()
-                        .map(|score| chunk_plan(req, self.max_seq, stages.semantic_prefix(req, score)?.len()))
-                        .collect::<Result<Vec<_>, _>>()?,
-                )),
-                None => None,
-            };
-            let mut ready = ready;
-            let mut emit = |e: ChunkEvent| {
-                let Some(ready) = ready.as_mut() else { return };
-                match e {
-                    ChunkEvent::Chunk { song, span, kv } => {
-                        ready(ChunkReady::Chunk { song, chunk: ChunkKv { span, kv } })
+            for item in writer.step(&mut stages)? {
+                match item {
+                    Written::Progress { phase, song, done, total } => {
+                        events(Event::Progress { phase, song, done, total })
                     }
-                    // A song without a frame fails the job below; its end is not handed out.
-                    ChunkEvent::End { codes, .. } if codes.is_empty() => {}
-                    ChunkEvent::End { song, codes, ended } => {
-                        let (abc, _, plan_seed) = scores[song as usize].clone();
-                        ready(ChunkReady::SongEnd(SongMeta { index: song, abc, plan_seed, codes, ended }))
-                    }
-                }
-            };
-            let mut sem = stages.semantic_start(req, &ids)?;
-            while !sem.done() {
-                if cancel.is_cancelled() {
-                    return Err(PipelineError::Cancelled);
-                }
-                let done = sem.step(&mut stages)?;
-                events(Event::Progress { stage: Stage::Semantic, song: 0, done, total: sem.total() });
-                if let Some(f) = feeder.as_mut() {
-                    f.after_step(&mut stages, &sem, &mut emit)?;
+                    Written::Score { song, abc } => events(Event::Score { song, abc: &abc }),
+                    Written::Codes(m) => events(Event::Codes { song: m.index, abc: &m.abc, codes: &m.codes }),
+                    Written::Chunk { song, chunk } => ready(ChunkReady::Chunk { song, chunk }),
+                    Written::SongEnd(meta) => ready(ChunkReady::SongEnd(meta)),
                 }
             }
-            if let Some(f) = feeder.as_mut() {
-                f.finish(&mut stages, &sem, &mut emit)?;
-            }
-            let songs: Vec<Song> = sem.finish(&stages)?;
-            songs.into_iter().map(|s| (s.index, s.prefix, s.codes, s.ended)).collect()
-        };
-        let mut out = Vec::with_capacity(streams.len());
-        for (index, prefix, codes, ended) in streams {
-            let (abc, _, plan_seed) = scores[index as usize].clone();
-            events(Event::Codes { song: index, abc: &abc, codes: &codes });
-            if codes.is_empty() {
-                return Err(PipelineError::Other(format!("song {index} has no semantic frame to render")));
-            }
-            out.push((SongMeta { index, abc, plan_seed, codes, ended }, prefix));
         }
-        Ok(out)
+        writer.finish()
     }
 
-    /// One KV set per acoustic chunk of a composed song (the request's [`chunk_plan`]):
+    /// One KV set per acoustic chunk of a composed song ([`Settings::chunk_plan`]):
     /// prefix + the chunk's codes, the sequence the NAR attends to.
     pub fn prefill_chunks(
         &self,
         ar: &mut ArModel,
         backend: &Backend,
-        req: &Yue2Request,
+        s: &Settings,
         meta: SongMeta,
         prefix: Vec<u32>,
         cancel: &CancelToken,
     ) -> Result<SongWork, PipelineError> {
-        let plan = chunk_plan(req, self.max_seq, prefix.len())?;
+        let plan = s.chunk_plan(self.max_seq, prefix.len())?;
         self.prefill_planned(ar, backend, plan, meta, prefix, cancel)
     }
 
     /// [`prefill_chunks`](Self::prefill_chunks) on a given grid (the seam bench compares
-    /// grids; a request always takes its [`chunk_plan`]).
+    /// grids; a job always takes its [`Settings::chunk_plan`]).
     pub fn prefill_planned(
         &self,
         ar: &mut ArModel,
@@ -486,18 +395,18 @@ impl Shared {
         nar: &mut NarModel,
         backend: &Backend,
         song: SongWork,
-        req: &Yue2Request,
+        s: &Settings,
         cancel: &CancelToken,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Vec<Vec<f32>>, PipelineError> {
         let frames = song.meta.codes.len();
-        let m = req.synth_batch_size.max(1) as usize;
-        let mut noise = SongNoise::new(req.seed, m, nar.latent, frames);
+        let m = s.variations;
+        let mut noise = SongNoise::new(s.seed, m, nar.latent, frames);
         let mut out = vec![Vec::with_capacity(frames * nar.latent); m];
         let n_chunks = song.chunks.len();
         for (c, chunk) in song.chunks.into_iter().enumerate() {
             let progress = (c, n_chunks);
-            self.render_chunk(nar, backend, song.meta.index, chunk, &mut noise, req, progress, cancel, &mut |e| {
+            self.render_chunk(nar, backend, song.meta.index, chunk, &mut noise, s, progress, cancel, &mut |e| {
                 if let Event::Latents { variation, latents, .. } = &e {
                     out[*variation as usize].extend_from_slice(latents);
                 }
@@ -518,20 +427,20 @@ impl Shared {
         song: u32,
         chunk: ChunkKv,
         noise: &mut SongNoise,
-        req: &Yue2Request,
+        s: &Settings,
         progress: (usize, usize),
         cancel: &CancelToken,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<(), PipelineError> {
         let lat = nar.latent;
-        let m = req.synth_batch_size.max(1) as usize;
-        let steps = req.steps as usize;
+        let m = s.variations;
+        let steps = s.steps;
         let span = chunk.span;
         let n = span.painted();
         let x = noise.frames(span.context, span.end);
         let (done_before, total) = (progress.0 * steps, progress.1.max(progress.0 + 1) * steps);
         let y = nar.solve(backend, &chunk.kv, &x, n, m, steps, cancel, &mut |s, _| {
-            events(Event::Progress { stage: Stage::Synth, song, done: done_before + s, total })
+            events(Event::Progress { phase: Phase::Synth, song, done: done_before + s, total })
         })?;
         drop(chunk);
         let crop = span.start - span.context;
@@ -543,17 +452,194 @@ impl Shared {
     }
 }
 
-/// The request that renders variation `variation` of `song` again, bit for bit.
-pub fn replay_request(req: &Yue2Request, song: &SongMeta, variation: u32) -> Yue2Request {
-    let mut rq = req.clone();
-    rq.abc = song.abc.clone();
-    rq.semantic_tokens = song.codes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-    rq.source_tokens.clear();
-    rq.lm_seed = song.plan_seed.map(|s| s as i64).unwrap_or(req.lm_seed + song.index as i64);
-    rq.seed = req.seed + variation as i64;
-    rq.lm_batch_size = 1;
-    rq.synth_batch_size = 1;
-    rq
+/// One item of what a [`Writer`] step wrote.
+pub enum Written {
+    /// Tokens done out of a phase's budget.
+    Progress { phase: Phase, song: u32, done: usize, total: usize },
+    /// Song `song`'s planned score.
+    Score { song: u32, abc: String },
+    /// A song's codes are complete (each song once, in order, after the last code step).
+    Codes(SongMeta),
+    /// A streaming writer's chunk of song `song` (a song's chunks come in order).
+    Chunk { song: u32, chunk: ChunkKv },
+    /// A streaming writer's song is complete, after its last chunk.
+    SongEnd(SongMeta),
+}
+
+/// A song's score: its text, its canonical ids and the planning seed that wrote it.
+type Scored = (String, Vec<u32>, Option<u64>);
+
+/// The AR half of a job as a stepper its caller drives (the stage loop checks cancel and
+/// reports progress between steps): each song's score planned, one token a step and song
+/// after song; then every song's codes written in lockstep, one code a step; then the
+/// codes told. A replay has nothing to write: its first step tells its codes. Under
+/// `stream`, a song's chunks are prefilled and handed out the step their codes exist.
+pub struct Writer {
+    s: Settings,
+    max_seq: usize,
+    scores: Vec<Scored>,
+    state: WriterState,
+    /// Hands the chunks out (a streaming writer's, from the semantic stage's start).
+    stream: bool,
+    feeder: Option<ChunkFeeder>,
+    /// Items written outside a step (a stage that ended as it started), told at the next.
+    pending: Vec<Written>,
+    /// The first song that ended without a frame (the job fails at [`Writer::finish`]).
+    empty: Option<u32>,
+}
+
+enum WriterState {
+    Plan {
+        song: u32,
+        planner: Planner,
+    },
+    Semantic(Semantic),
+    /// The streams written, not yet told: (song, prefix, codes, ended).
+    Written(Vec<(u32, Vec<u32>, Vec<u32>, bool)>),
+    Done(Vec<(SongMeta, Vec<u32>)>),
+}
+
+impl Writer {
+    /// A job's writer: refused before any compute when it cannot fit the cache; the first
+    /// score's prefix (or every song's semantic prefix) prefilled.
+    pub fn new(stages: &mut ArStages<'_>, s: Settings, stream: bool) -> Result<Writer, PipelineError> {
+        stages.check_fits(&s)?;
+        let max_seq = stages.max_seq;
+        if let Some(codes) = s.replay.clone() {
+            if stream {
+                return Err(PipelineError::Other("a replay has every code already: compose it".into()));
+            }
+            let score = (s.abc.clone(), stages.tokenizer.encode(&s.abc), None);
+            let prefix = stages.semantic_prefix(&s, &score.1);
+            let state = WriterState::Written(vec![(0, prefix, codes, true)]);
+            let scores = vec![score];
+            return Ok(Writer { s, max_seq, scores, state, stream, feeder: None, pending: Vec::new(), empty: None });
+        }
+        let given = (s.abc.clone(), stages.tokenizer.encode(&s.abc), None);
+        let scores = vec![given; s.songs];
+        let state = WriterState::Done(Vec::new());
+        let mut w = Writer { s, max_seq, scores, state, stream, feeder: None, pending: Vec::new(), empty: None };
+        w.next_song(stages, 0)?;
+        Ok(w)
+    }
+
+    /// Plans song `song` when it needs a score, or starts the semantic stage once every
+    /// song has one.
+    fn next_song(&mut self, stages: &mut ArStages<'_>, song: u32) -> Result<(), PipelineError> {
+        if self.s.plans() && (song as usize) < self.s.songs {
+            self.state = WriterState::Plan { song, planner: stages.plan_start(&self.s, song)? };
+            return Ok(());
+        }
+        let ids: Vec<Vec<u32>> = self.scores.iter().map(|s| s.1.clone()).collect();
+        if self.stream {
+            // Each song's grid comes from its prefix (its score's length).
+            let plans = ids
+                .iter()
+                .map(|score| self.s.chunk_plan(self.max_seq, stages.semantic_prefix(&self.s, score).len()))
+                .collect::<Result<Vec<_>, _>>()?;
+            self.feeder = Some(ChunkFeeder::new(plans));
+        }
+        let sem = stages.semantic_start(&self.s, &ids)?;
+        self.state = WriterState::Semantic(sem);
+        let mut out = Vec::new();
+        self.end_semantic(stages, &mut out)?;
+        self.pending.append(&mut out);
+        Ok(())
+    }
+
+    /// Once the semantic stage is done: its last chunks and ends handed out, the streams
+    /// taken from it.
+    fn end_semantic(&mut self, stages: &mut ArStages<'_>, out: &mut Vec<Written>) -> Result<(), PipelineError> {
+        let WriterState::Semantic(sem) = &self.state else { return Ok(()) };
+        if !sem.done() {
+            return Ok(());
+        }
+        if let Some(f) = self.feeder.as_mut() {
+            f.finish(stages, sem, &mut |e| out.extend(handout(&self.scores, e)))?;
+        }
+        let WriterState::Semantic(sem) = std::mem::replace(&mut self.state, WriterState::Done(Vec::new())) else {
+            unreachable!()
+        };
+        let songs: Vec<Song> = sem.finish(stages)?;
+        self.state = WriterState::Written(songs.into_iter().map(|s| (s.index, s.prefix, s.codes, s.ended)).collect());
+        Ok(())
+    }
+
+    /// Whether every song's codes are written and told.
+    pub fn done(&self) -> bool {
+        matches!(self.state, WriterState::Done(_))
+    }
+
+    /// One step: a score token, a code of every open song, or the codes told.
+    pub fn step(&mut self, stages: &mut ArStages<'_>) -> Result<Vec<Written>, PipelineError> {
+        let mut out = std::mem::take(&mut self.pending);
+        match &mut self.state {
+            WriterState::Plan { song, planner } => {
+                let song = *song;
+                let st = planner.step(stages)?;
+                let p = st.progress;
+                out.push(Written::Progress { phase: Phase::Plan, song: p.song, done: p.done, total: p.total });
+                if let Some(plan) = st.plan {
+                    out.push(Written::Score { song, abc: plan.abc.clone() });
+                    // The score travels as text: the next stages read its canonical
+                    // tokenization, exactly what a replay of the track will read.
+                    let ids = stages.tokenizer.encode(&plan.abc);
+                    self.scores[song as usize] = (plan.abc, ids, Some(plan.seed));
+                    self.next_song(stages, song + 1)?;
+                    out.append(&mut self.pending);
+                }
+            }
+            WriterState::Semantic(sem) => {
+                let done = sem.step(stages)?;
+                out.push(Written::Progress { phase: Phase::Semantic, song: 0, done, total: sem.total() });
+                if let Some(f) = self.feeder.as_mut() {
+                    f.after_step(stages, sem, &mut |e| out.extend(handout(&self.scores, e)))?;
+                }
+                self.end_semantic(stages, &mut out)?;
+            }
+            WriterState::Written(streams) => {
+                let mut done = Vec::with_capacity(streams.len());
+                for (index, prefix, codes, ended) in std::mem::take(streams) {
+                    let (abc, _, plan_seed) = self.scores[index as usize].clone();
+                    let meta = SongMeta { index, abc, plan_seed, codes, ended };
+                    out.push(Written::Codes(meta.clone()));
+                    if meta.codes.is_empty() {
+                        self.empty = Some(index);
+                        break;
+                    }
+                    done.push((meta, prefix));
+                }
+                self.state = WriterState::Done(done);
+            }
+            WriterState::Done(_) => {}
+        }
+        Ok(out)
+    }
+
+    /// The songs, each with its semantic prefix (the sequence its chunks are prefilled
+    /// behind).
+    pub fn finish(self) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
+        if let Some(index) = self.empty {
+            return Err(PipelineError::Other(format!("song {index} has no semantic frame to render")));
+        }
+        match self.state {
+            WriterState::Done(songs) => Ok(songs),
+            _ => Err(PipelineError::Other("the writer was finished before its last step".into())),
+        }
+    }
+}
+
+/// A chunk feeder's event as a writer's item. A song without a frame fails the job; its
+/// end is not handed out.
+fn handout(scores: &[Scored], e: ChunkEvent) -> Option<Written> {
+    match e {
+        ChunkEvent::Chunk { song, span, kv } => Some(Written::Chunk { song, chunk: ChunkKv { span, kv } }),
+        ChunkEvent::End { codes, .. } if codes.is_empty() => None,
+        ChunkEvent::End { song, codes, ended } => {
+            let (abc, _, plan_seed) = scores[song as usize].clone();
+            Some(Written::SongEnd(SongMeta { index: song, abc, plan_seed, codes, ended }))
+        }
+    }
 }
 
 /// All three modules resident on one backend: the synchronous whole-request path of
@@ -596,51 +682,69 @@ impl Pipeline {
         Ok(Pipeline { backend, shared, ar, nar, vae })
     }
 
-    /// The request bounds this pipeline enforces.
-    pub fn limits(&self, max_batch: u32) -> Limits {
-        self.shared.limits(max_batch)
-    }
-
     /// The audio the pipeline renders.
     pub fn audio_spec(&self) -> crate::models::AudioSpec {
         self.vae.info.audio_spec()
     }
 
-    /// Runs a validated request whose seeds are resolved (non-negative).
+    /// Runs a job to its tracks: the AR half, then each song's synthesis and decode.
     pub fn run(
         &mut self,
-        req: &Yue2Request,
+        s: &Settings,
         cancel: &CancelToken,
         events: &mut dyn FnMut(Event<'_>),
     ) -> Result<Vec<Track>, PipelineError> {
-        let songs = self.shared.compose(&mut self.ar, &self.backend, req, cancel, events)?;
+        let songs = self.shared.compose(&mut self.ar, &self.backend, s, cancel, events)?;
+        let core = s.tile_core(self.shared.vae_core, self.shared.vae_halo);
         let mut tracks = Vec::new();
         for song in songs {
             let meta = song.meta.clone();
-            let latents = self.shared.render(&mut self.nar, &self.backend, song, req, cancel, events)?;
+            let latents = self.shared.render(&mut self.nar, &self.backend, song, s, cancel, events)?;
             for (j, lat) in latents.into_iter().enumerate() {
                 let track = tracks.len();
-                let core = tile_core(req, self.shared.vae_core, self.shared.vae_halo);
                 let pcm =
                     self.vae.decode_tiled(&self.backend, &lat, core, self.shared.vae_halo, cancel, &mut |tile| {
                         events(Event::Tile { track, tile });
                     })?;
-                let frames = meta.codes.len();
-                tracks.push(Track {
-                    song: meta.index,
-                    variation: j as u32,
-                    replay: replay_request(req, &meta, j as u32),
-                    abc: meta.abc.clone(),
-                    codes: meta.codes.clone(),
-                    frames,
-                    latents: lat,
-                    pcm,
-                    audio: self.vae.info.audio_spec(),
-                    truncated: !meta.ended,
-                });
+                tracks.push(Track::new(&meta, j as u32, lat, pcm, self.vae.info.audio_spec()));
             }
         }
         Ok(tracks)
+    }
+}
+
+impl Track {
+    /// Variation `variation` of a song, from its latents and decoded samples.
+    pub fn new(
+        meta: &SongMeta,
+        variation: u32,
+        latents: Vec<f32>,
+        pcm: Vec<f32>,
+        audio: crate::models::AudioSpec,
+    ) -> Track {
+        Track {
+            song: meta.index,
+            variation,
+            abc: meta.abc.clone(),
+            plan_seed: meta.plan_seed,
+            codes: meta.codes.clone(),
+            frames: meta.codes.len(),
+            latents,
+            pcm,
+            audio,
+            truncated: !meta.ended,
+        }
+    }
+
+    /// The song it is a variation of.
+    pub fn meta(&self) -> SongMeta {
+        let (index, abc, plan_seed) = (self.song, self.abc.clone(), self.plan_seed);
+        SongMeta { index, abc, plan_seed, codes: self.codes.clone(), ended: !self.truncated }
+    }
+
+    /// The settings that render exactly this track again (a replay of `s`, the job's).
+    pub fn replay(&self, s: &Settings) -> Settings {
+        s.replay(self.song, &self.abc, &self.codes, self.plan_seed, self.variation)
     }
 }
 

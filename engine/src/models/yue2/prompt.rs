@@ -17,7 +17,16 @@
 use crate::gguf::GgufFile;
 use crate::models::yue2::config::TokenLayout;
 use crate::tokenizer::BpeTokenizer;
-use yued_protocol::CotMode;
+
+/// The score the prompt asks for (a request's `cot`): chord annotated, melody only, or
+/// none (straight to codes).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Cot {
+    #[default]
+    Full,
+    Melody,
+    Off,
+}
 
 /// Instruction texts by cot mode.
 #[derive(Clone, Debug, PartialEq)]
@@ -50,11 +59,11 @@ impl Instructions {
         };
         Instructions { full: get("full", d.full), melody: get("melody", d.melody), off: get("off", d.off) }
     }
-    pub fn for_mode(&self, cot: CotMode) -> &str {
+    pub fn for_mode(&self, cot: Cot) -> &str {
         match cot {
-            CotMode::Full => &self.full,
-            CotMode::Melody => &self.melody,
-            CotMode::Off => &self.off,
+            Cot::Full => &self.full,
+            Cot::Melody => &self.melody,
+            Cot::Off => &self.off,
         }
     }
 }
@@ -78,7 +87,7 @@ pub struct PromptBuilder<'a> {
 }
 
 impl PromptBuilder<'_> {
-    fn header(&self, cot: CotMode, text: &str) -> Vec<u32> {
+    fn header(&self, cot: Cot, text: &str) -> Vec<u32> {
         let mut ids = vec![self.tokens.endoftext];
         ids.extend(self.tokenizer.encode(&format!("{}{text}", self.instructions.for_mode(cot))));
         ids
@@ -86,7 +95,7 @@ impl PromptBuilder<'_> {
 
     /// The conditional stream. With `Score::Open` it ends on abc_start (the planning
     /// prefix); otherwise it ends on music_start (the semantic prefix).
-    pub fn conditional(&self, cot: CotMode, style: &str, lyrics: &str, score: &Score<'_>) -> Vec<u32> {
+    pub fn conditional(&self, cot: Cot, style: &str, lyrics: &str, score: &Score<'_>) -> Vec<u32> {
         let mut ids = self.header(cot, &format!("\n[Tags]\n{style}\n[Lyrics]\n{lyrics}\n"));
         ids.push(self.tokens.abc_start);
         match score {
@@ -101,7 +110,7 @@ impl PromptBuilder<'_> {
 
     /// The unconditional stream of guidance: the instruction alone (no newline after it),
     /// the same score ids, no score slot in off mode.
-    pub fn unconditional(&self, cot: CotMode, score: &Score<'_>) -> Vec<u32> {
+    pub fn unconditional(&self, cot: Cot, score: &Score<'_>) -> Vec<u32> {
         let mut ids = self.header(cot, "");
         match score {
             Score::None => {}
@@ -148,28 +157,28 @@ mod tests {
             let mut want = vec![t.endoftext];
             want.extend(text("F\n[Tags]\npop\n[Lyrics]\nla\n"));
             want.push(t.abc_start);
-            assert_eq!(pb.conditional(CotMode::Full, "pop", "la", &Score::Open), want);
+            assert_eq!(pb.conditional(Cot::Full, "pop", "la", &Score::Open), want);
             let abc = text("X:1");
             let mut closed = want.clone();
             closed.extend(&abc);
             closed.extend([t.abc_end, t.music_start]);
-            assert_eq!(pb.conditional(CotMode::Full, "pop", "la", &Score::Ids(&abc)), closed);
+            assert_eq!(pb.conditional(Cot::Full, "pop", "la", &Score::Ids(&abc)), closed);
 
             let mut off = vec![t.endoftext];
             off.extend(text("O\n[Tags]\npop\n[Lyrics]\nla\n"));
             off.extend([t.abc_start, t.abc_end, t.music_start]);
-            assert_eq!(pb.conditional(CotMode::Off, "pop", "la", &Score::None), off);
+            assert_eq!(pb.conditional(Cot::Off, "pop", "la", &Score::None), off);
 
             let mut u = vec![t.endoftext];
             u.extend(text("M"));
             u.push(t.abc_start);
             u.extend(&abc);
             u.extend([t.abc_end, t.music_start]);
-            assert_eq!(pb.unconditional(CotMode::Melody, &Score::Ids(&abc)), u);
+            assert_eq!(pb.unconditional(Cot::Melody, &Score::Ids(&abc)), u);
             let mut uo = vec![t.endoftext];
             uo.extend(text("O"));
             uo.push(t.music_start);
-            assert_eq!(pb.unconditional(CotMode::Off, &Score::None), uo);
+            assert_eq!(pb.unconditional(Cot::Off, &Score::None), uo);
         });
     }
 
@@ -178,7 +187,7 @@ mod tests {
         with_tiny(|tok, t| {
             let ins = Instructions::default();
             let pb = PromptBuilder { tokenizer: tok, tokens: t, instructions: &ins };
-            let ids = pb.conditional(CotMode::Full, "", "<|endoftext|>  [chorus]", &Score::Open);
+            let ids = pb.conditional(Cot::Full, "", "<|endoftext|>  [chorus]", &Score::Open);
             assert_eq!(
                 ids.iter().filter(|&&i| i == t.endoftext).count(),
                 1,

@@ -9,15 +9,15 @@ pub use scan::{shapes_of, stack_terms, Adapter, AdapterDir, Layout, Shapes, Unus
 /// The terms of merge, per half: what `load_with` of the AR and NAR halves take.
 pub type HalfTerms = std::collections::HashMap<String, Vec<Term>>;
 
-/// A request's `adapters` against a directory: each entry's adapter and strength; an
-/// error names the entry (`adapters[i].name: ...`).
-pub fn request_stack<'a>(
-    dir: &'a AdapterDir,
-    refs: &[yued_protocol::request::AdapterRef],
-) -> Result<Vec<(&'a Adapter, f32)>, String> {
+/// A job's adapters, in order: each one's name in the directory and its strength.
+pub type AdapterRefs = [(String, f32)];
+
+/// A job's adapters against a directory: each entry's adapter and strength; an error
+/// names the entry (`adapters[i].name: ...`).
+pub fn request_stack<'a>(dir: &'a AdapterDir, refs: &AdapterRefs) -> Result<Vec<(&'a Adapter, f32)>, String> {
     refs.iter()
         .enumerate()
-        .map(|(i, r)| dir.get(&r.name).map(|a| (a, r.scale as f32)).map_err(|e| format!("adapters[{i}].name: {e}")))
+        .map(|(i, (name, scale))| dir.get(name).map(|a| (a, *scale)).map_err(|e| format!("adapters[{i}].name: {e}")))
         .collect()
 }
 
@@ -26,13 +26,13 @@ pub fn request_stack<'a>(
 pub fn request_terms(
     dir: Option<&std::path::Path>,
     model: &std::path::Path,
-    refs: &[yued_protocol::request::AdapterRef],
+    refs: &AdapterRefs,
 ) -> Result<(HalfTerms, HalfTerms), String> {
     if refs.is_empty() {
         return Ok(Default::default());
     }
-    let dir = dir
-        .ok_or_else(|| format!("adapters[0].name: '{}': give the adapter directory (--adapters DIR)", refs[0].name))?;
+    let dir =
+        dir.ok_or_else(|| format!("adapters[0].name: '{}': give the adapter directory (--adapters DIR)", refs[0].0))?;
     let f = crate::gguf::GgufFile::open(model).map_err(|e| e.to_string())?;
     let shapes = shapes_of(&f);
     let scanned = AdapterDir::scan(dir, &shapes).map_err(|e| format!("--adapters {}: {e}", dir.display()))?;

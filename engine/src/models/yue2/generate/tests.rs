@@ -42,40 +42,36 @@ impl Fixture {
     }
 }
 
-fn request(cot: CotMode) -> Yue2Request {
-    let mut r = Yue2Request {
-        style: "lo-fi, piano".into(),
-        lyrics: "[verse]\nla la".into(),
-        cot,
-        duration: 2.0,
-        lm_seed: 11,
-        seed: 5,
-        ..Default::default()
-    };
-    r.semantic_sampling.min_tokens = 10;
+/// A 2 s song (50 frames).
+fn request(cot: Cot) -> Settings {
+    let mut r = crate::test_util::yue2_settings(cot, 50);
+    r.style = "lo-fi, piano".into();
+    r.lyrics = "[verse]\nla la".into();
+    (r.lm_seed, r.seed) = (11, 5);
+    r.semantic.min_tokens = 10;
     r
 }
 
 #[test]
 fn too_long_a_request_is_refused_before_any_compute() {
     let mut fx = fixture();
-    let mut req = request(CotMode::Off);
-    req.duration = 360.0;
+    let mut req = request(Cot::Off);
+    req.budget = 9000;
     let st = fx.stages(1000);
     let e = st.check_fits(&req).unwrap_err().to_string();
     assert!(e.starts_with("duration:") && e.contains("1000"), "{e}");
-    req.duration = 10.0;
+    req.budget = 250;
     st.check_fits(&req).unwrap();
     // an unplanned score counts at its whole budget
-    let mut full = request(CotMode::Full);
-    full.abc_sampling.max_tokens = 2000;
+    let mut full = request(Cot::Full);
+    full.plan.max_tokens = 2000;
     assert!(st.check_fits(&full).is_err());
 }
 
 #[test]
 fn cancel_lands_within_one_step() {
     let mut fx = fixture();
-    let req = request(CotMode::Off);
+    let req = request(Cot::Off);
     let cancel = CancelToken::new();
     let mut calls = 0;
     let mut st = fx.stages(4096);
@@ -92,12 +88,12 @@ fn cancel_lands_within_one_step() {
 #[test]
 fn semantic_batch_is_deterministic_and_songs_are_independent() {
     let mut fx = fixture();
-    let mut req = request(CotMode::Off);
-    req.lm_batch_size = 2;
+    let mut req = request(Cot::Off);
+    req.songs = 2;
     req.cfg_scale = 1.5;
-    let budget = semantic_budget(&req);
+    let budget = req.budget;
     assert_eq!(budget, 50);
-    let run = |fx: &mut Fixture, req: &Yue2Request, n: usize| {
+    let run = |fx: &mut Fixture, req: &Settings, n: usize| {
         let mut st = fx.stages(4096);
         st.semantic(req, &vec![vec![]; n], &CancelToken::new(), &mut |_| {}).unwrap()
     };
@@ -114,7 +110,7 @@ fn semantic_batch_is_deterministic_and_songs_are_independent() {
     // Song 1 of the batch is song 0 of a single run at lm_seed + 1.
     let mut single = req.clone();
     single.lm_seed += 1;
-    single.lm_batch_size = 1;
+    single.songs = 1;
     let c = run(&mut fx, &single, 1);
     assert_eq!(c[0].codes, a[1].codes);
 }
@@ -122,7 +118,7 @@ fn semantic_batch_is_deterministic_and_songs_are_independent() {
 #[test]
 fn completing_a_song_equals_replaying_its_codes() {
     let mut fx = fixture();
-    let req = request(CotMode::Off);
+    let req = request(Cot::Off);
     let mut st = fx.stages(4096);
     let mut songs = st.semantic(&req, &[vec![]], &CancelToken::new(), &mut |_| {}).unwrap();
     let song = &mut songs[0];
@@ -144,9 +140,9 @@ fn completing_a_song_equals_replaying_its_codes() {
 #[test]
 fn a_malformed_plan_exhausts_its_retries() {
     let mut fx = fixture();
-    let mut req = request(CotMode::Full);
-    req.abc_sampling.max_tokens = 24;
-    req.abc_sampling.min_tokens = 4;
+    let mut req = request(Cot::Full);
+    req.plan.max_tokens = 24;
+    req.plan.min_tokens = 4;
     req.plan_retries = 2;
     let mut attempts_seen = 0;
     let mut st = fx.stages(4096);
@@ -161,7 +157,7 @@ fn a_malformed_plan_exhausts_its_retries() {
         other => panic!("expected exhaustion, got {:?}", other.map(|p| p.abc)),
     }
     assert_eq!(attempts_seen, 3);
-    req.lm_seed = i64::MAX;
+    req.lm_seed = i64::MAX as u64;
     let e = st.plan(&req, 1, &CancelToken::new(), &mut |_| {}).unwrap_err().to_string();
     assert!(e.starts_with("lm_seed:") && e.contains("not representable"), "{e}");
 }
@@ -169,12 +165,11 @@ fn a_malformed_plan_exhausts_its_retries() {
 #[test]
 fn continuation_opens_with_the_source_section() {
     let mut fx = fixture();
-    let mut req = request(CotMode::Off);
-    req.source_tokens = (0..100).map(|c| c.to_string()).collect::<Vec<_>>().join(",");
-    req.source_start = 1.0;
-    req.source_end = 1.4;
+    let mut req = request(Cot::Off);
+    // The section 1.0 s to 1.4 s of a source counting 0, 1, 2, ... (the edge cuts it).
+    req.source = (25..35).collect();
     let mut st = fx.stages(4096);
     let songs = st.semantic(&req, &[vec![]], &CancelToken::new(), &mut |_| {}).unwrap();
     assert_eq!(&songs[0].codes[..10], &(25..35).collect::<Vec<u32>>()[..]);
-    assert!(songs[0].codes.len() <= semantic_budget(&req));
+    assert!(songs[0].codes.len() <= req.budget);
 }

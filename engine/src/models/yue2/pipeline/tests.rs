@@ -10,19 +10,13 @@ fn pipeline(max_seq: usize) -> (tempfile::TempDir, Pipeline) {
     (dir, p)
 }
 
-fn request() -> Yue2Request {
-    let mut r = Yue2Request {
-        style: "ambient".into(),
-        lyrics: "[verse] hum".into(),
-        cot: CotMode::Off,
-        duration: 1.2,
-        lm_seed: 3,
-        seed: 8,
-        steps: 2,
-        synth_batch_size: 2,
-        ..Default::default()
-    };
-    r.semantic_sampling.min_tokens = 30;
+/// A 1.2 s song (30 frames) in two variations.
+fn request() -> Settings {
+    let mut r = crate::test_util::yue2_settings(crate::models::yue2::prompt::Cot::Off, 30);
+    r.style = "ambient".into();
+    r.lyrics = "[verse] hum".into();
+    (r.lm_seed, r.seed, r.steps, r.variations) = (3, 8, 2, 2);
+    r.semantic.min_tokens = 30;
     r
 }
 
@@ -46,11 +40,11 @@ fn a_request_renders_tracks_of_exact_length_and_replays_bit_for_bit() {
     assert_eq!(t0.latents.len(), t0.frames * 64);
     assert_eq!(latents_events, 2);
     assert!(tiles >= 4, "two tracks of two tiles each, got {tiles}");
-    assert_eq!(tracks[1].replay.seed, 9);
-    assert_eq!(t0.replay.synth_batch_size, 1);
+    assert_eq!(tracks[1].replay(&req).seed, 9);
+    assert_eq!(t0.replay(&req).variations, 1);
     assert_ne!(tracks[0].pcm, tracks[1].pcm, "variations draw different noise");
     // The replay request renders the same audio bit for bit.
-    let again = p.run(&t0.replay, &CancelToken::new(), &mut |_| {}).unwrap();
+    let again = p.run(&t0.replay(&req), &CancelToken::new(), &mut |_| {}).unwrap();
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].codes, t0.codes);
     assert_eq!(again[0].latents, t0.latents, "replay latents");
@@ -62,8 +56,9 @@ fn long_songs_render_in_chunks() {
     // A small context forces several chunks; the result keeps the song's length.
     let (_d, mut p) = pipeline(200);
     let mut req = request();
-    req.synth_batch_size = 1;
-    req.semantic_tokens = (0..150).map(|c| (c * 7 % 1024).to_string()).collect::<Vec<_>>().join(",");
+    req.variations = 1;
+    req.replay = Some((0..150).map(|c| c * 7 % 1024).collect());
+    req.songs = 1;
     let mut starts = Vec::new();
     let tracks = p
         .run(&req, &CancelToken::new(), &mut |e| {
@@ -78,14 +73,10 @@ fn long_songs_render_in_chunks() {
 }
 
 #[test]
-fn unresolved_seeds_and_oversized_requests_are_refused() {
+fn oversized_requests_are_refused() {
     let (_d, mut p) = pipeline(0);
     let mut req = request();
-    req.seed = -1;
-    assert!(p.run(&req, &CancelToken::new(), &mut |_| {}).is_err());
-    let mut req = request();
-    req.duration = 2000.0;
-    req.semantic_sampling.max_tokens = 100_000;
+    req.budget = 50_000;
     let e = p.run(&req, &CancelToken::new(), &mut |_| {}).unwrap_err().to_string();
     assert!(e.starts_with("duration:"), "{e}");
 }
@@ -94,11 +85,11 @@ fn unresolved_seeds_and_oversized_requests_are_refused() {
 fn streamed_chunks_are_handed_out_while_written_and_render_the_composed_audio() {
     let (_d, mut p) = pipeline(0);
     let mut req = request();
-    req.duration = 5.0;
-    req.semantic_sampling.min_tokens = 125;
-    req.lm_batch_size = 2;
-    req.synth_batch_size = 1;
-    req.stream_chunk_seconds = 2.0;
+    req.budget = 125;
+    req.semantic.min_tokens = 125;
+    req.songs = 2;
+    req.variations = 1;
+    req.stream = Some((50, 25));
     // The whole request at once (what `yued synth` and a STRICT daemon do).
     let whole = p.run(&req, &CancelToken::new(), &mut |_| {}).unwrap();
     assert_eq!(whole.len(), 2);
@@ -120,7 +111,7 @@ fn streamed_chunks_are_handed_out_while_written_and_render_the_composed_audio() 
             &req,
             &CancelToken::new(),
             &mut |e| {
-                if let Event::Progress { stage: Stage::Semantic, .. } = e {
+                if let Event::Progress { phase: Phase::Semantic, .. } = e {
                     log.borrow_mut().push(Seen::Progress)
                 }
             },
@@ -195,12 +186,12 @@ fn streamed_chunks_are_handed_out_while_written_and_render_the_composed_audio() 
         assert_eq!(pcm, whole[s].pcm, "song {s}: audio");
     }
     // The replay request keeps the setting, and with it the audio.
-    assert_eq!(whole[1].replay.stream_chunk_seconds, 2.0);
-    let again = p.run(&whole[1].replay, &CancelToken::new(), &mut |_| {}).unwrap();
+    assert_eq!(whole[1].replay(&req).stream, Some((50, 25)));
+    let again = p.run(&whole[1].replay(&req), &CancelToken::new(), &mut |_| {}).unwrap();
     assert_eq!(again[0].pcm, whole[1].pcm);
     // A different chunking is a different render of the same codes.
-    let mut plain = whole[1].replay.clone();
-    plain.stream_chunk_seconds = 0.0;
+    let mut plain = whole[1].replay(&req);
+    plain.stream = None;
     let one_chunk = p.run(&plain, &CancelToken::new(), &mut |_| {}).unwrap();
     assert_eq!(one_chunk[0].codes, whole[1].codes);
     assert_ne!(one_chunk[0].latents, whole[1].latents, "one joint solve differs from three chunked ones");

@@ -1,21 +1,22 @@
-//! The VaeTiler stage: decodes each track tile by tile as its latent chunks arrive
+//! The decode stage: decodes each track tile by tile as its latent chunks arrive
 //! (a tile waits only for its right halo), publishes every tile to the StreamHub the
 //! moment it is decoded, and hands each finished track to the Encoder. It also runs the
 //! `/vae` jobs, the VAE's own work.
 use crate::hub::{Publish, StreamHub};
-use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackPlan, VaeCmd};
+use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackOut, TrackPlan, VaeCmd};
 use crate::model_store::GroupPin;
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use actix::Addr;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
 use std::sync::Arc;
+use yued_audio::Pcm;
 use yued_contract::results::ResultStore;
 use yued_contract::stream::{PcmTile, TileEncoder};
 use yued_contract::{VaeOp, VaeTask};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
-use yued_engine::models::yue2::pipeline::{replay_request, tile_core, SongMeta, Track};
+use yued_engine::models::yue2::pipeline::SongMeta;
 use yued_engine::models::yue2::vae::{Tile, TileStream, VaeError, VaeModel};
 use yued_engine::models::AudioSpec;
 use yued_protocol::{JobId, Stage};
@@ -98,9 +99,9 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                     }
                 };
                 // An open track counts at its budget until its length is known.
-                let budget =
-                    job.request.as_yue2().map(yued_engine::models::yue2::generate::semantic_budget).unwrap_or(0);
-                let core = job.request.as_yue2().map_or(core, |r| tile_core(r, core, halo));
+                let settings = job.request.as_yue2().and_then(|r| crate::settings::yue2(r).ok());
+                let budget = settings.as_ref().map_or(0, |s| s.budget);
+                let core = settings.as_ref().map_or(core, |s| s.tile_core(core, halo));
                 let tiles_total =
                     tracks.iter().map(|t| if t.open { budget } else { t.meta.codes.len() }.div_ceil(core.max(1))).sum();
                 let planned: Result<Vec<_>, _> = tracks
@@ -157,7 +158,7 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                         if last {
                             st.live.finish(&links.hub);
                         }
-                        let _ = enc_tx.send(EncCmd::Track { job, index: track, of, track: Box::new(t.into()) });
+                        let _ = enc_tx.send(EncCmd::Track { job, index: track, of, track: Box::new(t) });
                         if last {
                             jobs.remove(&id);
                         }
@@ -204,7 +205,7 @@ fn decode_chunk(
     start_frame: Option<usize>,
     latents: &[f32],
     end: Option<SongMeta>,
-) -> Result<Option<Track>, VaeError> {
+) -> Result<Option<TrackOut>, VaeError> {
     let backend = backend.map_err(VaeError::Input)?;
     let (plan, stream) =
         st.tracks.get_mut(track).ok_or_else(|| VaeError::Input(format!("no track {track} in this job")))?;
@@ -220,8 +221,9 @@ fn decode_chunk(
             return Err(VaeError::Input(format!("track {track}: an end for a track whose length was known")));
         }
         stream_ref.set_frames(meta.codes.len())?;
-        let budget = yued_engine::models::yue2::generate::semantic_budget(st.job.yue2());
-        let core = tile_core(st.job.yue2(), links.cfg.options.vae_core, links.cfg.options.vae_halo).max(1);
+        let s = crate::settings::yue2(st.job.yue2()).map_err(|e| VaeError::Input(e.to_string()))?;
+        let budget = s.budget;
+        let core = s.tile_core(links.cfg.options.vae_core, links.cfg.options.vae_halo).max(1);
         st.live.total = st.live.total + meta.codes.len().div_ceil(core) - budget.div_ceil(core).min(st.live.total);
         plan.meta = meta;
     }
@@ -237,17 +239,11 @@ fn decode_chunk(
     }
     let (pcm, lat) = stream.take().unwrap().finish();
     let meta = &plan.meta;
-    let frames = meta.codes.len();
-    Ok(Some(Track {
-        song: meta.index,
-        variation: plan.variation,
-        replay: replay_request(st.job.yue2(), meta, plan.variation),
-        abc: meta.abc.clone(),
-        codes: meta.codes.clone(),
+    let replay = crate::settings::yue2_replay(st.job.yue2(), meta, plan.variation);
+    Ok(Some(TrackOut {
+        audio: Pcm::new(stream_ref_spec.sample_rate, stream_ref_spec.channels, pcm),
+        replay: serde_json::to_value(replay).expect("a request serializes"),
         latents: lat,
-        pcm,
-        audio: stream_ref_spec,
-        frames,
         truncated: !meta.ended,
     }))
 }

@@ -1,5 +1,5 @@
-//! The synthesis stage (the NarRenderer): runs each job's [`Synthesis`] hand-off, whatever
-//! its family: YuE2's flow matching over each song's chunks (latents on to the VaeTiler),
+//! The synthesis stage : runs each job's [`Synthesis`] hand-off, whatever
+//! its family: YuE2's flow matching over each song's chunks (latents on to the decode stage),
 //! MiniMax Music 3's condition encoder, DiT and VAE per window. The job arrives with a pin
 //! on its synthesis group (taken by the entry stage; STRICT keeps the AR half out until the
 //! last tile is decoded).
@@ -31,7 +31,7 @@ pub(crate) fn run(links: Links, rx: Receiver<NarCmd>, vae_tx: Sender<VaeCmd>, en
         links.metrics.kv_sets_in_use.sub(sets as i64);
         match result {
             Some(Ok(())) => {}
-            // Panicked (the job is failed already): the VaeTiler drops what it holds of it.
+            // Panicked (the job is failed already): the decode stage drops what it holds of it.
             None => {
                 let _ = out.vae.send(VaeCmd::Abort(job.id.clone()));
             }

@@ -1,8 +1,8 @@
-//! The entry stage (the ArDecoder): runs each job's AR half through its family's
+//! The entry stage (the compose stage): runs each job's AR half through its family's
 //! [`ModelFamily::compose`](crate::family::ModelFamily) (YuE2: scores, semantic streams and
 //! one prefilled KV set per chunk; MiniMax Music 3: the frames' codes and states), then
 //! pins the family's synthesis group and hands the [`Synthesis`](crate::family::Synthesis)
-//! on to the synthesis stage. `/vae` jobs pass straight through to the VaeTiler.
+//! on to the synthesis stage. `/vae` jobs pass straight through to the decode stage.
 use crate::family::{Handoff, NarCmd, StageError};
 use crate::kinds::Families;
 use crate::messages::{EntryFree, JobCtx, VaeCmd, WorkerCmd};
@@ -43,7 +43,7 @@ pub(crate) fn run(
         });
         test_abort(&ctx);
         if let Some(task) = job.vae {
-            // A `/vae` job: the family's decoder on the VaeTiler stage. Its synthesis group
+            // A `/vae` job: the family's decoder on the decode stage. Its synthesis group
             // is taken before the next job may start, so under STRICT the next AR cannot
             // slip in ahead of this job's VAE work.
             match families.get(ctx.request.family()) {

@@ -1,0 +1,77 @@
+//! What the HTTP handlers share: the job system, the served kinds' submission checks, the
+//! bounds and the daemon's own services (logs, MCP sessions, download links).
+use crate::logs::LogRing;
+use std::sync::Arc;
+use yued_contract::metrics::Metrics;
+use yued_engine::registry::Registry;
+use yued_protocol::{Limits, Props};
+
+/// Everything the handlers share.
+pub struct AppState {
+    /// The job system: this process's scheduler, hub and results, or a cluster's.
+    pub jobs: yued_contract::Backend,
+    pub metrics: Metrics,
+    pub props: Props,
+    pub limits: Limits,
+    /// The families whose requests are routed to the stages.
+    pub families: Vec<yued_protocol::Family>,
+    /// Idle time after which a WebSocket listener is pinged (thrice that unanswered: closed).
+    pub ws_ping: std::time::Duration,
+    /// What the submission check of a YuE2 request's length needs.
+    pub prompt: PromptCheck,
+    /// The same for MiniMax Music 3, when it is served.
+    pub mm3: Option<Mm3Check>,
+    pub logs: LogRing,
+    pub started: std::time::Instant,
+    pub demo_weights: bool,
+    pub max_body_bytes: usize,
+    pub vae: VaeLimits,
+    /// The `--adapters` directory YuE2 requests name adapters of.
+    pub adapters: Option<Arc<yued_engine::models::yue2::adapter::AdapterDir>>,
+    /// `--max-duration`: longer songs are cut to it (0: no bound).
+    pub max_duration: f64,
+    /// `/openapi.json`, built at start (`openapi::document`).
+    pub openapi: String,
+    /// The MCP endpoint's sessions and caps.
+    pub mcp: crate::mcp_sessions::Mcp,
+    /// Expiring download links (the MCP export).
+    pub links: crate::links::Links,
+}
+
+/// What `/vae` needs to check and keep an upload.
+/// The loaded backbone's tokenizer, token layout and instruction texts: a YuE2 request's
+/// prompt length is known at submission, so one that cannot fit the KV cache is refused then.
+pub struct PromptCheck {
+    pub tokenizer: yued_engine::tokenizer::BpeTokenizer,
+    pub tokens: yued_engine::models::yue2::config::TokenLayout,
+    pub instructions: yued_engine::models::yue2::prompt::Instructions,
+}
+
+pub struct VaeLimits {
+    /// Uploads wait here (under the data directory) until their job ends.
+    pub uploads: std::path::PathBuf,
+    pub max_upload_bytes: usize,
+    /// The loaded VAE's audio (rates, channels, latent width).
+    pub audio: yued_engine::models::AudioSpec,
+    pub has_encoder: bool,
+}
+
+impl AppState {
+    /// A request's duration under `--max-duration` (a cut, like the families' own budgets).
+    pub fn cap_duration(&self, seconds: f64) -> f64 {
+        if self.max_duration > 0.0 {
+            seconds.min(self.max_duration)
+        } else {
+            seconds
+        }
+    }
+}
+
+/// What the submission check of a MiniMax Music 3 request needs: the registry its
+/// component fields name files of, and the LM's tokenizer and codebooks.
+pub struct Mm3Check {
+    pub registry: Registry,
+    pub tokenizer: yued_engine::tokenizer::BpeTokenizer,
+    pub tokens: yued_engine::models::mm3::config::TokenLayout,
+    pub codebooks: yued_protocol::Mm3Codebooks,
+}
