@@ -4,6 +4,7 @@
 //! The stages and the CLI tools call these; the engine never sees a request.
 use yued_engine::models::mm3::compose::{ArSettings, Song as Mm3Song};
 use yued_engine::models::mm3::synth::SynthSettings;
+use yued_engine::models::yue2::nar::Solver;
 use yued_engine::models::yue2::pipeline::{Phase, Shared, SongMeta};
 use yued_engine::models::yue2::prompt::{source_section, Cot};
 use yued_engine::models::yue2::settings::{Invalid, Settings};
@@ -29,6 +30,10 @@ pub fn yue2(req: &Yue2Request) -> Result<Settings, RequestError> {
         lm_seed: seed("lm_seed", req.lm_seed)?,
         seed: seed("seed", req.seed)?,
         steps: req.steps as usize,
+        solver: match req.solver {
+            yued_protocol::request::Solver::Midpoint => Solver::Midpoint,
+            yued_protocol::request::Solver::Ab2 => Solver::Ab2,
+        },
         cfg_scale: req.effective_cfg_scale() as f32,
         plan: sampling(&req.abc_sampling),
         plan_retries: req.plan_retries,
@@ -160,6 +165,13 @@ mod tests {
             assert_eq!(wire.lm_seed, plan_seed.unwrap_or(42));
             assert_eq!(wire.stream, Some((50, STREAM_CONTEXT_FRAMES)));
         }
+        // The solver travels with the replay, and only when it is not the default.
+        let ab2 = Yue2Request { solver: yued_protocol::request::Solver::Ab2, ..request() };
+        let meta = SongMeta { index: 0, abc: String::new(), plan_seed: None, codes: vec![1, 2], ended: true };
+        let replay = serde_json::to_value(yue2_replay(&ab2, &meta, 0)).unwrap();
+        assert_eq!(replay["solver"], "ab2");
+        assert_eq!(yue2(&Yue2Request::from_value(replay).unwrap()).unwrap().solver, Solver::Ab2);
+        assert!(serde_json::to_value(yue2_replay(&req, &meta, 0)).unwrap().get("solver").is_none());
     }
 
     /// The edge names the field: unresolved seeds and malformed codes are the request's

@@ -4,6 +4,7 @@
 pub mod aac;
 pub mod decode;
 pub mod encode;
+pub mod mel;
 pub mod normalize;
 pub mod ogg_opus;
 pub mod resample;

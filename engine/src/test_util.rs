@@ -64,6 +64,7 @@ pub fn yue2_settings(cot: Cot, frames: usize) -> Settings {
         lm_seed: 0,
         seed: 0,
         steps: 8,
+        solver: crate::models::yue2::nar::Solver::Midpoint,
         cfg_scale: if cot == Cot::Off { 1.01 } else { 1.0 },
         plan,
         plan_retries: 2,

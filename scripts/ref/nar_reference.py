@@ -40,11 +40,14 @@ Semantics (the project specification, after the reference C++ implementation):
   * velocity_j = llm2vae(rmsnorm(x, model.norm)[j + 1]); the marker rows are dropped.
   * midpoint, dt = 1 / steps, t = 1 - s dt: first = v(x, t);
     mid = x - first dt / 2; x -= v(mid, t - dt / 2) dt.
+  * ab2 (the request's "solver": "ab2"): the first step a midpoint step; each later
+    step x -= dt (1.5 v_n - 0.5 v_{n-1}), v_n = v(x_n, t_n), v_0 the first step's
+    start velocity: steps + 1 evaluations instead of 2 steps.
 
 Outputs, tiny (raw little-endian float32; latents and velocities time-major [N, 64],
 batches [M, N, 64]; cases.json describes every case):
     noise_n9.f32 noise_b3.f32 noise_b2.f32 noise_n5.f32   numpy default_rng(99), f32-rounded
-    v_single.f32 v_t1.f32 ode8.f32 v_batch3.f32 ode_batch2.f32 ode8_n5.f32
+    v_single.f32 v_t1.f32 ode8.f32 v_batch3.f32 ode_batch2.f32 ode8_n5.f32 ab2_8.f32 ab2_batch2.f32
     debug_temb.f32      [3, H] temb at t = 0.7, 1.0, 0.55
     debug_arcache_n9.f32 [layers, 2 (K, V), L, kv, hd] AR cache of the N = 9 sequence
 Outputs, --deep (a deeper model, e.g. 28 layers; cases.json records the GGUF's sha256):
@@ -383,6 +386,28 @@ def midpoint(vfn, noise, steps):
     return state
 
 
+def ab2(vfn, noise, steps):
+    """Adams-Bashforth 2: the first step a midpoint step, each later one a single
+    evaluation, x -= dt (1.5 v_n - 0.5 v_{n-1}) with v_n = v(x_n, t_n) and v_0 the
+    first step's start velocity (steps + 1 evaluations)."""
+    state = np.asarray(noise, dtype=np.float64).copy()
+    dt = 1.0 / steps
+    prev = None
+    for s in range(steps):
+        t = 1.0 - s * dt
+        v = vfn(state, t)
+        if prev is None:
+            mid = state - v * dt / 2.0
+            state = state - vfn(mid, t - dt / 2.0) * dt
+        else:
+            state = state - dt * (1.5 * v - 0.5 * prev)
+        prev = v
+    return state
+
+
+SOLVERS = {"ode": midpoint, "ab2": ab2}
+
+
 # --------------------------------------------------------------------------
 # independent scalar implementation (lists, math.fsum, per-row loops)
 # --------------------------------------------------------------------------
@@ -620,6 +645,8 @@ def main():
             ("v_batch3", "velocity", "n9", 9, 0.55, None, "noise_b3.f32", 3),
             ("ode_batch2", "ode", "n9", 9, None, 8, "noise_b2.f32", 2),
             ("ode8_n5", "ode", "n5", 5, None, 8, "noise_n5.f32", 1),
+            ("ab2_8", "ab2", "n9", 9, None, 8, "noise_n9.f32", 1),
+            ("ab2_batch2", "ab2", "n9", 9, None, 8, "noise_b2.f32", 2),
         ]
     used = {c[6] for c in spec}
     noise = OrderedDict((fn, a) for fn, a in noise.items() if fn in used)
@@ -637,7 +664,7 @@ def main():
             if kind == "velocity":
                 outs.append(vfn(batch[m], t))
             else:
-                outs.append(midpoint(vfn, batch[m], steps))
+                outs.append(SOLVERS[kind](vfn, batch[m], steps))
         res = np.stack(outs) if M > 1 else outs[0]
         assert np.all(np.isfinite(res)), name
         results[name] = res
@@ -671,7 +698,7 @@ def main():
             vfn = lambda s, tt, c=ncaches[sk]: nv.velocity(c, s, tt)  # noqa: E731
             outs = []
             for m in range(M):
-                outs.append(vfn(batch[m], t) if kind == "velocity" else midpoint(vfn, batch[m], steps))
+                outs.append(vfn(batch[m], t) if kind == "velocity" else SOLVERS[kind](vfn, batch[m], steps))
             res = np.stack(outs) if M > 1 else outs[0]
             e = float(np.max(np.abs(res - results[name])))
             assert e < TOL, f"{name}: scalar vs vectorised {e}"
@@ -684,6 +711,11 @@ def main():
     one = midpoint(lambda s, tt: velocity(w, c9, s, tt), x0, 1)
     f1 = velocity(w, c9, x0, 1.0)
     assert np.max(np.abs(one - (x0 - velocity(w, c9, x0 - f1 / 2, 0.5)))) < 1e-14
+    # ab2's first step is that midpoint step; its later ones are one evaluation each
+    assert np.array_equal(ab2(lambda s, tt: velocity(w, c9, s, tt), x0, 1), one)
+    calls = []
+    ab2(lambda s, tt: calls.append(tt) or velocity(w, c9, s, tt), x0, 8)
+    assert len(calls) == 9, calls
     # the clamp: t = 1 and t = 1 - 1e-12 (logit 27.6) both saturate at +20, t <= 0 at -20
     assert timestep_raw(1.0) == 20.0 and timestep_raw(1.0 - 1e-12) == 20.0 and timestep_raw(1.0 - 1e-9) == 20.0
     assert timestep_raw(0.0) == -20.0 and timestep_raw(1e-12) == -20.0 and abs(timestep_raw(0.7)) < 1.0

@@ -303,6 +303,63 @@ fn bench_vae(c: &Ctx<'_>, t: &mut Table) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The NAR solvers side by side on one composed song (`--e2e-seconds`, cot off): its
+/// synthesis half at 16 steps under midpoint and under AB2 (the chunk prefills outside the
+/// timing), and the correlation of the two renders' log-mel spectrograms (2048-point
+/// windows, hop 512, 128 bands, the left channel).
+fn bench_solver(a: &BenchArgs, model: &Path, vae: &Path, t: &mut Table) -> anyhow::Result<()> {
+    use yued_engine::models::yue2::nar::Solver;
+    let mut p = Pipeline::load(model, vae, a.device.open()?, &PipelineOptions::default())?;
+    let spec = p.audio_spec();
+    let mut req = Yue2Request {
+        style: "bench".into(),
+        lyrics: "[verse] la la la".into(),
+        cot: CotMode::Off,
+        duration: a.e2e_seconds,
+        lm_seed: 1,
+        seed: 2,
+        steps: 16,
+        ..Default::default()
+    };
+    req.semantic_sampling.min_tokens = (a.e2e_seconds * spec.code_rate) as u32;
+    let s = yued_actors::settings::yue2(&req)?;
+    let cancel = CancelToken::new();
+    let (meta, prefix) = p.shared.compose_codes(&mut p.ar, &p.backend, &s, &cancel, &mut |_| {})?.remove(0);
+    let reps = if a.quick { 1 } else { a.reps.min(3) };
+    let mut runs = Vec::new();
+    for solver in [Solver::Midpoint, Solver::Ab2] {
+        let s = yued_engine::models::yue2::settings::Settings { solver, ..s.clone() };
+        let mut times = Vec::with_capacity(reps);
+        let mut latents = Vec::new();
+        for _ in 0..reps + 1 {
+            let work = p.shared.prefill_chunks(&mut p.ar, &p.backend, &s, meta.clone(), prefix.clone(), &cancel)?;
+            let t0 = Instant::now();
+            latents = p.shared.render(&mut p.nar, &p.backend, work, &s, &cancel, &mut |_| {})?.remove(0);
+            times.push(t0.elapsed().as_secs_f64());
+        }
+        times.remove(0); // the first run warms the graphs
+        let pcm = p.vae.decode_tiled(&p.backend, &latents, 512, 16, &cancel, &mut |_| {})?;
+        let left = &pcm[..pcm.len() / spec.channels];
+        runs.push((solver, stats(times), yued_audio::mel::log_mel(left, spec.sample_rate, 2048, 512, 128)));
+    }
+    let (base, base_mel) = (runs[0].1, runs[0].2.clone());
+    let secs = spec.latent_seconds(meta.codes.len());
+    for (solver, st, mel) in runs {
+        let note = if solver == Solver::Midpoint {
+            format!("{} evaluations", solver.evaluations(16))
+        } else {
+            format!(
+                "{} evaluations, {:.2}x midpoint's speed, mel correlation {:.4}",
+                solver.evaluations(16),
+                base.median / st.median,
+                yued_audio::mel::correlation(&base_mel, &mel)
+            )
+        };
+        t.push("solver", format!("NAR {solver:?} solve, 16 steps, {secs:.0} s song"), "s", st, note);
+    }
+    Ok(())
+}
+
 /// A whole song end to end, as a real-time factor.
 fn bench_e2e(
     a: &BenchArgs,
@@ -405,6 +462,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
         if want("vae") {
             bench_vae(&c, &mut table)?;
         }
+    }
+    if want("solver") {
+        bench_solver(&a, &model, &vae, &mut table)?;
     }
     if want("seam") {
         for r in super::bench_stream::seam(&a, &model, &vae, spec.code_rate)? {

@@ -36,12 +36,14 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
     /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e, stream, seam,
-    /// adapters (YuE2: each half's load with a rank-16 LoRA merged against a plain load)
+    /// adapters (YuE2: each half's load with a rank-16 LoRA merged against a plain load),
+    /// solver (YuE2: one song's synthesis half at 16 steps under midpoint and ab2, and the
+    /// mel correlation of their audio)
     /// (YuE2: stream is the time to first audio on a daemon this bench starts, STRICT and
     /// --keep-loaded, with and without streaming chunks; seam, not in the default, reads
     /// the chunk boundaries of one song painted on several grids); frame, dit, vae, e2e,
     /// stream (MiniMax Music 3). The default runs these sections of the family.
-    #[arg(long, default_value = "mem,prefill,decode,nar,vae,e2e,stream")]
+    #[arg(long, default_value = "mem,prefill,decode,nar,solver,vae,e2e,stream")]
     pub only: String,
     /// Smaller points (cache lengths, frames) for a quick look or a smoke test.
     #[arg(long)]

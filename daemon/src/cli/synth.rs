@@ -2,15 +2,33 @@ use super::common::{random_u64, read_request};
 use super::npy;
 use super::synth_args::{numbered, SynthArgs};
 use anyhow::Context;
+use std::path::{Path, PathBuf};
 use yued_audio::Pcm;
 use yued_engine::cancel::CancelToken;
 use yued_engine::models::yue2::pipeline::{Event, Pipeline, PipelineOptions, Track};
+use yued_engine::registry::{Bucket, Registry};
 use yued_engine::rng::torch_cpu::randn;
-use yued_protocol::Stage;
+use yued_protocol::{Request, Stage};
 
 pub fn run(a: SynthArgs) -> anyhow::Result<()> {
+    match files(&a)? {
+        Files::Mm3(reg, r) => super::synth_mm3::run(&a, &reg, *r),
+        Files::Yue2(model, vae) => run_yue2(&a, &model, &vae),
+    }
+}
+
+/// What a `yued synth` renders with: MiniMax Music 3's five files and its request, or a
+/// YuE2 backbone and VAE.
+enum Files {
+    Mm3(Registry, Box<yued_protocol::Mm3Request>),
+    Yue2(PathBuf, PathBuf),
+}
+
+/// The files the flags give (MiniMax's five, `--model`/`--vae`, or a `--models` folder,
+/// where the request's family picks).
+fn files(a: &SynthArgs) -> anyhow::Result<Files> {
+    let read = || std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()));
     if let (Some(lm), Some(depth), Some(cond), Some(dit), Some(vae)) = (&a.lm, &a.depth, &a.cond, &a.dit, &a.vae_mm3) {
-        use yued_engine::registry::{Bucket, Registry};
         let reg = Registry::from_files(&[
             (Bucket::Mm3Lm, lm),
             (Bucket::Mm3Depth, depth),
@@ -19,38 +37,35 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
             (Bucket::Mm3Vae, vae),
         ])
         .map_err(|e| anyhow::anyhow!(e))?;
-        let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
-        let Ok(yued_protocol::Request::Mm3(r)) =
-            yued_protocol::Request::from_json(&body, &[yued_protocol::Family::Mm3])
-        else {
+        let Ok(Request::Mm3(r)) = Request::from_json(&read()?, &[yued_protocol::Family::Mm3]) else {
             anyhow::bail!("{}: not a MiniMax Music 3 request (caption and lyrics)", a.request.display());
         };
-        return super::synth_mm3::run(&a, &reg, r);
+        return Ok(Files::Mm3(reg, Box::new(r)));
     }
-    let (model, vae) = match (&a.model, &a.vae, &a.models) {
-        (Some(m), Some(v), _) => (m.clone(), v.clone()),
+    match (&a.model, &a.vae, &a.models) {
+        (Some(m), Some(v), _) => Ok(Files::Yue2(m.clone(), v.clone())),
         (_, _, Some(dir)) => {
-            let (reg, _) =
-                yued_engine::registry::Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
-            let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
+            let (reg, _) = Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
             let served = super::synth_mm3::served(&reg);
-            match yued_protocol::Request::from_json(&body, &served)
-                .map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?
-            {
-                yued_protocol::Request::Mm3(r) => return super::synth_mm3::run(&a, &reg, r),
-                yued_protocol::Request::Yue2(_) => {
-                    use yued_engine::registry::Bucket;
+            match Request::from_json(&read()?, &served).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))? {
+                Request::Mm3(r) => Ok(Files::Mm3(reg, Box::new(r))),
+                Request::Yue2(_) => {
                     let pick = |b: Bucket| {
                         reg.resolve(b, "")
                             .map(|e| e.path.clone())
                             .map_err(|e| anyhow::anyhow!("--models {}: {e}", dir.display()))
                     };
-                    (pick(Bucket::Yue2)?, pick(Bucket::Yue2Vae)?)
+                    Ok(Files::Yue2(pick(Bucket::Yue2)?, pick(Bucket::Yue2Vae)?))
                 }
             }
         }
         _ => anyhow::bail!("give --models, or --model and --vae"),
-    };
+    }
+}
+
+/// A YuE2 request read, overridden by the flags, loaded with its adapters, rendered with a
+/// progress bar and written track by track.
+fn run_yue2(a: &SynthArgs, model: &Path, vae: &Path) -> anyhow::Result<()> {
     let mut req = read_request(&a.request)?;
     if let Some(d) = a.duration {
         req.duration = d;
@@ -68,71 +83,81 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     let backend = a.device.open()?;
     eprintln!("loading {} and {} on {}", model.display(), vae.display(), backend.name());
     let refs = yued_actors::settings::adapters(&req);
-    let terms = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), &model, &refs)
+    let terms = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), model, &refs)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
     if !req.adapters.is_empty() {
         eprintln!("merging {} adapter(s): {} AR and {} NAR tensors", req.adapters.len(), terms.0.len(), terms.1.len());
     }
-    let mut p = Pipeline::load_adapted(
-        &model,
-        &vae,
-        backend,
-        &PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo },
-        &terms,
-    )?;
-    let spec = p.audio_spec();
-    if yued_engine::gguf::GgufFile::open(&model)?.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
+    let opts = PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo };
+    let mut p = Pipeline::load_adapted(model, vae, backend, &opts, &terms)?;
+    if yued_engine::gguf::GgufFile::open(model)?.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
         eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", model.display());
     }
     let limits = yued_actors::settings::yue2_limits(&p.shared, req.lm_batch_size.max(1));
     let fault = |e: yued_protocol::RequestError| anyhow::anyhow!("{}: {e}", a.request.display());
     req.validate(&limits).map_err(fault)?;
     let settings = yued_actors::settings::yue2(&req).map_err(fault)?;
-    let pb = super::progress_bar(1, "loading");
-    let mut stage = None;
-    let core = settings.tile_core(a.vae_core, a.vae_halo);
-    let tiles_per_track = |frames: usize| frames.div_ceil(core.max(1)) as u64;
-    let tracks = p
-        .run(&settings, &CancelToken::new(), &mut |e| match e {
-            Event::Progress { phase, done, total, .. } => {
-                let s = yued_actors::settings::stage(phase);
-                if stage != Some(s) {
-                    stage = Some(s);
-                    pb.set_message(format!("{s:?}").to_lowercase());
-                    pb.reset();
-                }
-                pb.set_length(total as u64);
-                pb.set_position(done as u64);
-            }
-            Event::Score { song, abc } => pb.println(format!("song {song}: score of {} lines", abc.lines().count())),
-            Event::Codes { song, codes, .. } => pb.println(format!(
-                "song {song}: {} semantic frames ({:.1} s)",
-                codes.len(),
-                spec.code_seconds(codes.len())
-            )),
-            Event::Latents { .. } => {}
-            Event::Tile { track, tile } => {
-                if stage != Some(Stage::Decode) {
-                    stage = Some(Stage::Decode);
-                    pb.set_message("decode");
-                    pb.reset();
-                }
-                let _ = track;
-                pb.inc(1);
-                pb.set_length(pb.position().max(tiles_per_track(tile.samples.div_ceil(spec.samples_per_latent))));
-            }
-        })
-        .map_err(|e| anyhow::anyhow!("{e}"))?;
-    pb.finish_and_clear();
+    let mut bar = Bar {
+        pb: super::progress_bar(1, "loading"),
+        stage: None,
+        spec: p.audio_spec(),
+        core: settings.tile_core(a.vae_core, a.vae_halo).max(1),
+    };
+    let tracks = p.run(&settings, &CancelToken::new(), &mut |e| bar.event(e)).map_err(|e| anyhow::anyhow!("{e}"))?;
+    bar.pb.finish_and_clear();
     if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
     let batch = tracks.len() > 1;
     for t in &tracks {
         let suffix = if batch { format!("{}{}", t.song, t.variation) } else { String::new() };
-        write_track(&a, t, &suffix, &req)?;
+        write_track(a, t, &suffix, &req)?;
     }
     Ok(())
+}
+
+/// The progress bar of a render: one bar per stage, the decode counted in tiles.
+struct Bar {
+    pb: indicatif::ProgressBar,
+    stage: Option<Stage>,
+    spec: yued_engine::models::AudioSpec,
+    /// The tile core, so a track's tiles can be counted.
+    core: usize,
+}
+
+impl Bar {
+    fn enter(&mut self, s: Stage) {
+        if self.stage != Some(s) {
+            self.stage = Some(s);
+            self.pb.set_message(format!("{s:?}").to_lowercase());
+            self.pb.reset();
+        }
+    }
+
+    fn event(&mut self, e: Event<'_>) {
+        match e {
+            Event::Progress { phase, done, total, .. } => {
+                self.enter(yued_actors::settings::stage(phase));
+                self.pb.set_length(total as u64);
+                self.pb.set_position(done as u64);
+            }
+            Event::Score { song, abc } => {
+                self.pb.println(format!("song {song}: score of {} lines", abc.lines().count()))
+            }
+            Event::Codes { song, codes, .. } => self.pb.println(format!(
+                "song {song}: {} semantic frames ({:.1} s)",
+                codes.len(),
+                self.spec.code_seconds(codes.len())
+            )),
+            Event::Latents { .. } => {}
+            Event::Tile { tile, .. } => {
+                self.enter(Stage::Decode);
+                self.pb.inc(1);
+                let frames = tile.samples.div_ceil(self.spec.samples_per_latent);
+                self.pb.set_length(self.pb.position().max(frames.div_ceil(self.core) as u64));
+            }
+        }
+    }
 }
 
 fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2Request) -> anyhow::Result<()> {

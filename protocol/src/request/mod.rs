@@ -31,7 +31,7 @@ pub use limits::*;
 pub use mm3::{Mm3Codebooks, Mm3Request};
 pub use sampling::SamplingPreset;
 use sampling::{fields_of, parse_body, take_fields};
-pub use yue2::{AdapterRef, CotMode, Yue2Request};
+pub use yue2::{AdapterRef, CotMode, Solver, Yue2Request};
 
 /// The model families a daemon may serve.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, schemars::JsonSchema)]

@@ -63,6 +63,24 @@ impl FromStr for CotMode {
     }
 }
 
+/// The ODE solver of the flow matching.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Default, Serialize, Deserialize, schemars::JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum Solver {
+    /// Two velocity evaluations a step (yue2.cpp's solver).
+    #[default]
+    Midpoint,
+    /// Adams-Bashforth 2 after a first midpoint step: one evaluation a later step
+    /// (`steps + 1` in all), a slightly different render of the same codes.
+    Ab2,
+}
+
+impl Solver {
+    fn is_default(&self) -> bool {
+        *self == Solver::Midpoint
+    }
+}
+
 /// One LoRA adapter of the `--adapters` directory, stacked at its own strength.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct AdapterRef {
@@ -102,9 +120,14 @@ pub struct Yue2Request {
     /// mt19937 seed of the acoustic noise; -1 draws one.
     #[schemars(range(min = -1))]
     pub seed: i64,
-    /// Midpoint steps of the flow matching ODE.
+    /// Steps of the flow matching ODE.
     #[schemars(range(min = 1))]
     pub steps: u32,
+    /// The ODE solver: `midpoint` (two evaluations a step) or `ab2` (one a step after the
+    /// first: `steps + 1` in all). The replay request records it (when not the default: a
+    /// request at the default serializes as yue2.cpp's reference body).
+    #[serde(skip_serializing_if = "Solver::is_default")]
+    pub solver: Solver,
     /// Songs generated from the prompt, bounded by `--max-batch`.
     #[schemars(range(min = 1))]
     pub lm_batch_size: u32,
@@ -175,6 +198,7 @@ impl Default for Yue2Request {
             lm_seed: RANDOM_SEED,
             seed: RANDOM_SEED,
             steps: 8,
+            solver: Solver::Midpoint,
             lm_batch_size: 1,
             synth_batch_size: 1,
             cfg_scale: -1.0,
@@ -229,6 +253,7 @@ impl Yue2Request {
             lm_seed,
             seed,
             steps,
+            solver,
             lm_batch_size,
             synth_batch_size,
             cfg_scale,
@@ -493,6 +518,20 @@ mod tests {
         let r = parse(r#"{"style":"x","semantic_sampling":{"top_k":7}}"#).unwrap();
         assert_eq!(r.semantic_sampling, SamplingPreset { top_k: 7, ..SamplingPreset::semantic_default() });
         assert_eq!(r.abc_sampling, SamplingPreset::abc_default());
+    }
+
+    #[test]
+    fn the_solver_is_midpoint_unless_asked_and_an_unknown_one_names_its_field() {
+        assert_eq!(parse(r#"{"style":"x"}"#).unwrap().solver, Solver::Midpoint);
+        assert_eq!(parse(r#"{"style":"x","solver":"ab2"}"#).unwrap().solver, Solver::Ab2);
+        assert_eq!(parse(r#"{"style":"x","solver":null}"#).unwrap().solver, Solver::Midpoint);
+        assert_eq!(parse_field(r#"{"style":"x","solver":"euler"}"#), "solver");
+        assert_eq!(parse_field(r#"{"style":"x","solver":2}"#), "solver");
+        // The default stays out of the body (yue2.cpp's reference body); ab2 is written.
+        let text = serde_json::to_string(&Yue2Request::default()).unwrap();
+        assert!(!text.contains("solver"), "{text}");
+        let ab2 = Yue2Request { solver: Solver::Ab2, ..Default::default() };
+        assert!(serde_json::to_string(&ab2).unwrap().contains(r#""solver":"ab2""#));
     }
 
     #[test]

@@ -439,7 +439,7 @@ impl Shared {
         let n = span.painted();
         let x = noise.frames(span.context, span.end);
         let (done_before, total) = (progress.0 * steps, progress.1.max(progress.0 + 1) * steps);
-        let y = nar.solve(backend, &chunk.kv, &x, n, m, steps, cancel, &mut |s, _| {
+        let y = nar.solve(backend, &chunk.kv, &x, n, m, steps, s.solver, cancel, &mut |s, _| {
             events(Event::Progress { phase: Phase::Synth, song, done: done_before + s, total })
         })?;
         drop(chunk);

@@ -3,7 +3,7 @@
 //! guidance, the flow-matching steps and the chunk grid. Whoever speaks to users (the
 //! daemon's request, a CLI file) maps its own types onto these, and maps [`Invalid`]
 //! back onto its own errors.
-use crate::models::yue2::nar::ChunkPlan;
+use crate::models::yue2::nar::{ChunkPlan, Solver};
 use crate::models::yue2::prompt::Cot;
 use crate::sampling::Sampling;
 
@@ -40,8 +40,9 @@ pub struct Settings {
     pub lm_seed: u64,
     /// The acoustic noise seed (variation `j`: `seed + j`).
     pub seed: u64,
-    /// Midpoint steps of the flow matching.
+    /// Steps of the flow matching, and its solver.
     pub steps: usize,
+    pub solver: Solver,
     /// Guidance of the semantic stage (1: none).
     pub cfg_scale: f32,
     /// The planning stage's sampler; its `max_tokens` bounds a planned score.

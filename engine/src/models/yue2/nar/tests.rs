@@ -53,21 +53,15 @@ fn run_cases(s: &mut Setup, dir: &str) -> usize {
         let noise = read_f32(&format!("{dir}/{}", c["noise"].as_str().unwrap()));
         let want = read_f32(&format!("{dir}/{}", c["output"].as_str().unwrap()));
         let kv = prefill(s, &seq);
+        let steps = c["steps"].as_u64().unwrap_or(0) as usize;
+        let solve = |s: &mut Setup, solver| {
+            s.nar.solve(&s.backend, &kv, &noise, n, m, steps, solver, &CancelToken::new(), &mut |_, _| {}).unwrap()
+        };
         let got = match c["kind"].as_str().unwrap() {
             "velocity" => s.nar.velocity(&s.backend, &kv, &noise, n, m, c["t"].as_f64().unwrap()).unwrap(),
-            _ => s
-                .nar
-                .solve(
-                    &s.backend,
-                    &kv,
-                    &noise,
-                    n,
-                    m,
-                    c["steps"].as_u64().unwrap() as usize,
-                    &CancelToken::new(),
-                    &mut |_, _| {},
-                )
-                .unwrap(),
+            "ode" => solve(s, Solver::Midpoint),
+            "ab2" => solve(s, Solver::Ab2),
+            other => panic!("{name}: unknown case kind {other}"),
         };
         let e = rel_rms(&got, &want);
         eprintln!("{dir} {name}: relative RMS {e:.3e}");
@@ -81,7 +75,8 @@ fn run_cases(s: &mut Setup, dir: &str) -> usize {
 
 #[test]
 fn velocities_and_ode_match_the_reference() {
-    assert!(run_cases(&mut setup(), "fixtures/nar") >= 6);
+    // Six velocity and midpoint cases, two of the AB2 solver.
+    assert!(run_cases(&mut setup(), "fixtures/nar") >= 8);
 }
 
 /// The same reference at the published depth and head layout: the `deep` demo (28 layers,

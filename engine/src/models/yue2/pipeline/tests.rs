@@ -196,3 +196,30 @@ fn streamed_chunks_are_handed_out_while_written_and_render_the_composed_audio() 
     assert_eq!(one_chunk[0].codes, whole[1].codes);
     assert_ne!(one_chunk[0].latents, whole[1].latents, "one joint solve differs from three chunked ones");
 }
+
+/// AB2 renders the same codes with its own latents (17 evaluations at 16 steps instead of
+/// 32), and its track's replay, which keeps the solver, renders them again bit for bit.
+#[test]
+fn the_ab2_solver_renders_its_own_latents_and_its_replay_keeps_them() {
+    use crate::models::yue2::nar::Solver;
+    let (_d, mut p) = pipeline(0);
+    let mut req = request();
+    (req.variations, req.steps) = (1, 4);
+    let mid = p.run(&req, &CancelToken::new(), &mut |_| {}).unwrap();
+    req.solver = Solver::Ab2;
+    let mut steps = 0;
+    let ab2 = p
+        .run(&req, &CancelToken::new(), &mut |e| {
+            if let Event::Progress { phase: Phase::Synth, .. } = e {
+                steps += 1
+            }
+        })
+        .unwrap();
+    assert_eq!(steps, 4, "a progress report per step, whatever the solver");
+    assert_eq!(ab2[0].codes, mid[0].codes);
+    assert_ne!(ab2[0].latents, mid[0].latents);
+    assert_eq!(ab2[0].replay(&req).solver, Solver::Ab2);
+    let again = p.run(&ab2[0].replay(&req), &CancelToken::new(), &mut |_| {}).unwrap();
+    assert_eq!(again[0].pcm, ab2[0].pcm);
+    assert_eq!((Solver::Midpoint.evaluations(16), Solver::Ab2.evaluations(16)), (32, 17));
+}
