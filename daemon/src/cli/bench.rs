@@ -303,6 +303,22 @@ fn bench_vae(c: &Ctx<'_>, t: &mut Table) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// The song the whole-song sections render: `seconds` long (the floor keeps the model from
+/// ending it early), cot off, fixed seeds.
+fn song_request(seconds: f64, code_rate: f64) -> Yue2Request {
+    let mut req = Yue2Request {
+        style: "bench".into(),
+        lyrics: "[verse] la la la".into(),
+        cot: CotMode::Off,
+        duration: seconds,
+        lm_seed: 1,
+        seed: 2,
+        ..Default::default()
+    };
+    req.semantic_sampling.min_tokens = (seconds * code_rate) as u32;
+    req
+}
+
 /// The NAR solvers side by side on one composed song (`--e2e-seconds`, cot off): its
 /// synthesis half at 16 steps under midpoint and under AB2 (the chunk prefills outside the
 /// timing), and the correlation of the two renders' log-mel spectrograms (2048-point
@@ -311,17 +327,7 @@ fn bench_solver(a: &BenchArgs, model: &Path, vae: &Path, t: &mut Table) -> anyho
     use yued_engine::models::yue2::nar::Solver;
     let mut p = Pipeline::load(model, vae, a.device.open()?, &PipelineOptions::default())?;
     let spec = p.audio_spec();
-    let mut req = Yue2Request {
-        style: "bench".into(),
-        lyrics: "[verse] la la la".into(),
-        cot: CotMode::Off,
-        duration: a.e2e_seconds,
-        lm_seed: 1,
-        seed: 2,
-        steps: 16,
-        ..Default::default()
-    };
-    req.semantic_sampling.min_tokens = (a.e2e_seconds * spec.code_rate) as u32;
+    let req = Yue2Request { steps: 16, ..song_request(a.e2e_seconds, spec.code_rate) };
     let s = yued_actors::settings::yue2(&req)?;
     let cancel = CancelToken::new();
     let (meta, prefix) = p.shared.compose_codes(&mut p.ar, &p.backend, &s, &cancel, &mut |_| {})?.remove(0);
@@ -369,22 +375,11 @@ fn bench_e2e(
     t: &mut Table,
 ) -> anyhow::Result<()> {
     let mut p = Pipeline::load(model, vae, a.device.open()?, &PipelineOptions::default())?;
-    let mut req = Yue2Request {
-        style: "bench".into(),
-        lyrics: "[verse] la la la".into(),
-        cot: CotMode::Off,
-        duration: a.e2e_seconds,
-        lm_seed: 1,
-        seed: 2,
-        ..Default::default()
-    };
-    req.semantic_sampling.min_tokens = (a.e2e_seconds * spec.code_rate) as u32;
+    let req = song_request(a.e2e_seconds, spec.code_rate);
     let reps = if a.quick { 1 } else { a.reps.min(3) };
     // Warm up on a 2 s song, not on a whole one: at full size on a CPU a 30 s song
     // takes a quarter of an hour, and the warm-up only has to touch every graph once.
-    let mut warm = req.clone();
-    warm.duration = a.e2e_seconds.min(2.0);
-    warm.semantic_sampling.min_tokens = (warm.duration * spec.code_rate) as u32;
+    let warm = song_request(a.e2e_seconds.min(2.0), spec.code_rate);
     p.run(&yued_actors::settings::yue2(&warm)?, &CancelToken::new(), &mut |_| {})?;
     let settings = yued_actors::settings::yue2(&req)?;
     let mut audio = 0.0;
