@@ -1,16 +1,33 @@
-//! The entry stage (the compose stage): runs each job's AR half through its family's
-//! [`ModelFamily::compose`](crate::family::ModelFamily) (YuE2: scores, semantic streams and
-//! one prefilled KV set per chunk; MiniMax Music 3: the frames' codes and states), then
-//! pins the family's synthesis group and hands the [`Synthesis`](crate::family::Synthesis)
-//! on to the synthesis stage. `/vae` jobs pass straight through to the decode stage.
-use crate::family::{Handoff, NarCmd, StageError};
+//! The entry stage (the compose stage): runs each job's AR half, then pins the family's
+//! synthesis group and hands the [`Synthesis`](crate::family::Synthesis) on to the synthesis
+//! stage. `/vae` jobs pass straight through to the decode stage.
+//!
+//! Jobs of a family that batches ([`ModelFamily::batch`](crate::family::ModelFamily)) share
+//! one decode step, up to `--parallel` rows: a job the scheduler dispatches joins the
+//! running [`Batch`] at the next step boundary when it fits (same AR module, rows to spare),
+//! and the scheduler is told the entry is free as long as rows are left, so the fair queue
+//! decides who joins next. A job that cannot join (another module, a resumed job, a `/vae`
+//! job, a family that composes alone) is held, no one else joins, and it runs once the
+//! batch has drained.
+//!
+//! Where the synthesis halves run: under `--keep-loaded` a member's hand-off goes to the
+//! synthesis stage the step it leaves, so its songs render while the batch decodes on.
+//! Under STRICT the synthesis group cannot load while the batch holds the AR half: a
+//! finished member's hand-off waits, no one joins any more, and once the batch has drained
+//! the hand-offs go in the order the members finished; the next batch starts when they have
+//! rendered (the AR lease waits for their pins).
+use crate::family::{Batch, Handoff, NarCmd, StageError, Synthesis};
 use crate::kinds::Families;
-use crate::messages::{EntryFree, JobCtx, VaeCmd, WorkerCmd};
-use crate::stage::{guarded, test_abort, test_fault, Links};
-use crossbeam_channel::{Receiver, Sender};
+use crate::messages::{EntryFree, JobCtx, RunJob, VaeCmd, WorkerCmd};
+use crate::model_store::Policy;
+use crate::stage::{guarded, panic_message, test_abort, test_fault, Links};
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
+use yued_contract::VaeTask;
+use yued_engine::ggml::Backend;
 use yued_engine::models::yue2::pipeline::Shared;
+use yued_protocol::JobId;
 
 pub(crate) fn run(
     links: Links,
@@ -20,18 +37,95 @@ pub(crate) fn run(
     vae_tx: Sender<VaeCmd>,
 ) {
     let backend = links.backend();
-    let mut families = Families::new(&links, shared);
     if let Err(e) = &backend {
         tracing::error!(error = %e, "the AR stage has no backend: every job will fail");
     }
-    while let Ok(cmd) = rx.recv() {
-        let job = match cmd {
-            WorkerCmd::Shutdown => break,
-            WorkerCmd::Run(job) => job,
-        };
+    let families = Families::new(&links, shared);
+    let rows = links.cfg.parallel.max(1);
+    tracing::info!(rows, "AR stage: up to {rows} rows in one decode step");
+    let mut entry = Entry {
+        links,
+        backend,
+        families,
+        nar_tx,
+        vae_tx,
+        rows,
+        batch: None,
+        deferred: Vec::new(),
+        held: None,
+        owed: None,
+    };
+    let mut stopping = false;
+    loop {
+        if !stopping && entry.held.is_none() && entry.room() {
+            if let Some(id) = entry.owed.take() {
+                entry.links.scheduler.do_send(EntryFree { id });
+            }
+            // Waits for work only when there is nothing to step.
+            let cmd = if entry.batch.is_none() {
+                Some(rx.recv().ok())
+            } else {
+                match rx.try_recv() {
+                    Ok(c) => Some(Some(c)),
+                    Err(TryRecvError::Empty) => None,
+                    Err(TryRecvError::Disconnected) => Some(None),
+                }
+            };
+            match cmd {
+                Some(None | Some(WorkerCmd::Shutdown)) => stopping = true,
+                Some(Some(WorkerCmd::Run(job))) => entry.take(*job),
+                None => {}
+            }
+        }
+        if entry.batch.is_some() {
+            entry.step();
+        } else if let Some(held) = entry.held.take() {
+            entry.run_alone(held);
+        } else if stopping {
+            break;
+        }
+    }
+    let _ = entry.nar_tx.send(NarCmd::Shutdown);
+    tracing::info!("AR stage stopped");
+}
+
+/// A job the entry stage has taken but not started.
+enum Held {
+    /// A `/vae` job (its decoder pins the synthesis group).
+    Vae(Arc<JobCtx>, VaeTask),
+    /// A job that composes on its own.
+    Alone(Arc<JobCtx>),
+}
+
+/// The entry stage's state between steps.
+struct Entry {
+    links: Links,
+    backend: Result<Backend, String>,
+    families: Families,
+    nar_tx: Sender<NarCmd>,
+    vae_tx: Sender<VaeCmd>,
+    /// `--parallel`: the most rows of one decode step.
+    rows: usize,
+    batch: Option<Box<dyn Batch>>,
+    /// Finished members' hand-offs waiting for the batch to drain (STRICT).
+    deferred: Vec<(Arc<JobCtx>, Box<dyn Synthesis>)>,
+    /// A job that waits for the batch to drain.
+    held: Option<Held>,
+    /// The job whose [`EntryFree`] is owed to the scheduler: sent once another job may come.
+    owed: Option<JobId>,
+}
+
+impl Entry {
+    /// Whether another job may be taken now.
+    fn room(&self) -> bool {
+        match &self.batch {
+            None => true,
+            Some(b) => self.deferred.is_empty() && b.rows() < self.rows,
+        }
+    }
+
+    fn take(&mut self, job: RunJob) {
         let id = job.id.clone();
-        let span = tracing::info_span!("job", job = %id);
-        let _g = span.enter();
         let ctx = Arc::new(JobCtx {
             id: id.clone(),
             request: job.request,
@@ -39,29 +133,139 @@ pub(crate) fn run(
             cancel: job.cancel,
             queue_seconds: job.queue_seconds,
             started: Instant::now(),
-            loads_at_start: links.store.residency().loads,
+            loads_at_start: self.links.store.residency().loads,
         });
+        let span = tracing::info_span!("job", job = %id);
+        let _g = span.enter();
         test_abort(&ctx);
+        self.owed = Some(id);
         if let Some(task) = job.vae {
-            // A `/vae` job: the family's decoder on the decode stage. Its synthesis group
-            // is taken before the next job may start, so under STRICT the next AR cannot
-            // slip in ahead of this job's VAE work.
-            match families.get(ctx.request.family()) {
-                Ok(f) => {
-                    let pin = links.store.pin(f.synthesis_group());
-                    let _ = vae_tx.send(VaeCmd::VaeJob(ctx, task, pin));
-                }
-                Err(e) => e.report(&links, &ctx),
+            if self.batch.is_some() {
+                self.held = Some(Held::Vae(ctx, task));
+            } else {
+                self.vae(ctx, task);
             }
-            links.scheduler.do_send(EntryFree { id });
-            continue;
+            return;
         }
-        let result = guarded(&links, &ctx, "ar", || {
+        if let Some(b) = &self.batch {
+            if b.admits(&ctx) && b.rows() + b.rows_of(&ctx) <= self.rows {
+                self.join(ctx);
+            } else {
+                tracing::info!(rows = b.rows(), "waits for the AR batch to drain");
+                self.held = Some(Held::Alone(ctx));
+            }
+            return;
+        }
+        let batch = match self.families.get(ctx.request.family()) {
+            Ok(f) => f.batch(&self.links, &ctx),
+            Err(e) => return e.report(&self.links, &ctx),
+        };
+        match batch {
+            Some(b) if self.backend.is_ok() => {
+                self.batch = Some(b);
+                self.join(ctx);
+            }
+            _ => self.run_alone(Held::Alone(ctx)),
+        }
+    }
+
+    /// A `/vae` job: the family's decoder on the decode stage. Its synthesis group is taken
+    /// before the next job may start, so under STRICT the next AR cannot slip in ahead of
+    /// this job's VAE work.
+    fn vae(&mut self, ctx: Arc<JobCtx>, task: VaeTask) {
+        match self.families.get(ctx.request.family()) {
+            Ok(f) => {
+                let pin = self.links.store.pin(f.synthesis_group());
+                let _ = self.vae_tx.send(VaeCmd::VaeJob(ctx, task, pin));
+            }
+            Err(e) => e.report(&self.links, &ctx),
+        }
+    }
+
+    /// Adds a job to the running batch (a refusal fails it alone).
+    fn join(&mut self, ctx: Arc<JobCtx>) {
+        let (links, nar_tx) = (&self.links, &self.nar_tx);
+        let (Some(batch), Ok(backend)) = (self.batch.as_mut(), self.backend.as_ref()) else { return };
+        let group = match self.families.get(ctx.request.family()) {
+            Ok(f) => f.synthesis_group(),
+            Err(e) => return e.report(links, &ctx),
+        };
+        let result = guarded(links, &ctx, "ar", || {
+            test_fault("ar", &ctx);
+            let mut out = Handoff::new(links, nar_tx, ctx.clone(), group);
+            batch.join(links, backend, ctx.clone(), &mut out)
+        });
+        if let Some(Err(e)) = result {
+            e.report(links, &ctx);
+        }
+        if batch.is_empty() {
+            self.batch = None;
+        }
+    }
+
+    /// One decode step of the batch; the members that left are handed over or reported.
+    fn step(&mut self) {
+        let (Some(batch), Ok(backend)) = (self.batch.as_mut(), self.backend.as_ref()) else { return };
+        let links = &self.links;
+        let left = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| batch.step(links, backend))) {
+            Ok(left) => left,
+            Err(payload) => {
+                let msg = panic_message(payload);
+                tracing::error!(panic = %msg, "the AR stage panicked in a batched step; failing its jobs");
+                for job in batch.jobs() {
+                    links.fail(&job, format!("internal error in the ar stage: {msg}"));
+                }
+                self.batch = None;
+                self.flush();
+                return;
+            }
+        };
+        let overlap = links.store.policy() == Policy::Never;
+        for (ctx, how) in left {
+            match how {
+                Err(e) => e.report(links, &ctx),
+                Ok(None) => {}
+                Ok(Some(synthesis)) if overlap => self.hand_over(ctx, synthesis),
+                Ok(Some(synthesis)) => self.deferred.push((ctx, synthesis)),
+            }
+        }
+        if self.batch.as_ref().is_some_and(|b| b.is_empty()) {
+            self.batch = None;
+            self.flush();
+        }
+    }
+
+    /// The deferred hand-offs, once the batch (and its AR lease) is gone.
+    fn flush(&mut self) {
+        for (ctx, synthesis) in std::mem::take(&mut self.deferred) {
+            self.hand_over(ctx, synthesis);
+        }
+    }
+
+    fn hand_over(&self, ctx: Arc<JobCtx>, synthesis: Box<dyn Synthesis>) {
+        let span = tracing::info_span!("job", job = %ctx.id);
+        let _g = span.enter();
+        match self.families.group_of(ctx.request.family()) {
+            Some(group) => Handoff::new(&self.links, &self.nar_tx, ctx, group).send(synthesis),
+            None => self.links.fail(&ctx, format!("{} is not served here", ctx.request.family())),
+        }
+    }
+
+    /// A job on its own: its family's whole AR half, or a `/vae` job's pass-through.
+    fn run_alone(&mut self, held: Held) {
+        let ctx = match held {
+            Held::Vae(ctx, task) => return self.vae(ctx, task),
+            Held::Alone(ctx) => ctx,
+        };
+        let span = tracing::info_span!("job", job = %ctx.id);
+        let _g = span.enter();
+        let (links, nar_tx, backend, families) = (&self.links, &self.nar_tx, &self.backend, &mut self.families);
+        let result = guarded(links, &ctx, "ar", || {
             test_fault("ar", &ctx);
             let family = families.get(ctx.request.family())?;
-            let mut out = Handoff::new(&links, &nar_tx, ctx.clone(), family.synthesis_group());
-            match &backend {
-                Ok(b) => family.compose(&links, b, &ctx, &mut out)?,
+            let mut out = Handoff::new(links, nar_tx, ctx.clone(), family.synthesis_group());
+            match backend {
+                Ok(b) => family.compose(links, b, &ctx, &mut out)?,
                 Err(e) => return Err(StageError::Failed(format!("no compute backend: {e}"))),
             };
             if !out.sent() {
@@ -73,10 +277,7 @@ pub(crate) fn run(
             Ok(())
         });
         if let Some(Err(e)) = result {
-            e.report(&links, &ctx);
+            e.report(links, &ctx);
         }
-        links.scheduler.do_send(EntryFree { id });
     }
-    let _ = nar_tx.send(NarCmd::Shutdown);
-    tracing::info!("AR stage stopped");
 }

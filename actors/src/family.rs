@@ -95,7 +95,51 @@ pub(crate) trait ModelFamily: Send {
         job: &Arc<JobCtx>,
         out: &mut Handoff<'_>,
     ) -> Result<(), StageError>;
+
+    /// A batch for `job` when the family decodes its AR half beside other jobs' ([`Batch`]);
+    /// `None`: the job composes alone ([`ModelFamily::compose`]).
+    fn batch(&mut self, _links: &Links, _job: &JobCtx) -> Option<Box<dyn Batch>> {
+        None
+    }
 }
+
+/// The AR halves of several jobs in one decode step (llama.cpp's slots stepped together),
+/// owned by the entry stage while it has members: it holds the AR module's lease, each
+/// member's stepper, reports and hand-out channel. A member joins at a step boundary and
+/// leaves when its codes are written, it fails, or it is cancelled (at the next step).
+pub(crate) trait Batch {
+    /// Whether `job` may share this batch's decode steps (same module, a job that batches).
+    fn admits(&self, job: &JobCtx) -> bool;
+
+    /// The most rows `job` takes in a step (its songs, twice under guidance).
+    fn rows_of(&self, job: &JobCtx) -> usize;
+
+    /// The most rows the members take.
+    fn rows(&self) -> usize;
+
+    fn is_empty(&self) -> bool;
+
+    /// The members' jobs (a step that panicked fails them all).
+    fn jobs(&self) -> Vec<Arc<JobCtx>>;
+
+    /// Adds a job (refused: its error; nothing of it is left in the batch). A streamed
+    /// job's hand-off goes out through `out` now.
+    fn join(
+        &mut self,
+        links: &Links,
+        backend: &Backend,
+        job: Arc<JobCtx>,
+        out: &mut Handoff<'_>,
+    ) -> Result<(), StageError>;
+
+    /// One decode step of every member; the members that left, each with its hand-off to
+    /// send (`Some`), nothing left to send (`None`: its hand-off went at the join), or why
+    /// it ended here.
+    fn step(&mut self, links: &Links, backend: &Backend) -> Vec<(Arc<JobCtx>, Left)>;
+}
+
+/// How a member left a [`Batch`].
+pub(crate) type Left = Result<Option<Box<dyn Synthesis>>, StageError>;
 
 /// Where the entry stage's [`ModelFamily::compose`] hands its job's [`Synthesis`] over.
 pub(crate) struct Handoff<'a> {

@@ -31,6 +31,11 @@ impl Families {
             None => Err(StageError::Failed(format!("{family} is not served by this daemon"))),
         }
     }
+
+    /// The synthesis group of a served family.
+    pub fn group_of(&self, family: Family) -> Option<crate::model_store::Group> {
+        self.served.iter().find(|f| f.family() == family).map(|f| f.synthesis_group())
+    }
 }
 
 /// The store's loader: each family loads its own components.

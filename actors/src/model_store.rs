@@ -298,6 +298,7 @@ mod tests {
             priority: Default::default(),
             options: PipelineOptions::default(),
             keep_loaded: false,
+            parallel: 1,
             mm3: None,
             adapters: None,
         };

@@ -23,6 +23,8 @@ pub struct WorkerConfig {
     pub priority: yued_engine::ggml::ComputePriority,
     pub options: yued_engine::models::yue2::pipeline::PipelineOptions,
     pub keep_loaded: bool,
+    /// `--parallel`, resolved: the most rows of the AR half's shared decode step.
+    pub parallel: usize,
     /// The model registry when MiniMax Music 3 is served (its requests name files of it).
     pub mm3: Option<yued_engine::registry::Registry>,
     /// The `--adapters` directory, scanned against the backbone (YuE2 requests stack them).
@@ -124,16 +126,21 @@ pub(crate) fn guarded<T>(links: &Links, job: &JobCtx, stage: &str, work: impl Fn
     match std::panic::catch_unwind(std::panic::AssertUnwindSafe(work)) {
         Ok(v) => Some(v),
         Err(payload) => {
-            let msg = payload
-                .downcast_ref::<String>()
-                .cloned()
-                .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
-                .unwrap_or_else(|| "a panic".into());
+            let msg = panic_message(payload);
             tracing::error!(stage, panic = %msg, "the stage panicked on this job; failing it and going on");
             links.fail(job, format!("internal error in the {stage} stage: {msg}"));
             None
         }
     }
+}
+
+/// What a caught panic said.
+pub(crate) fn panic_message(payload: Box<dyn std::any::Any + Send>) -> String {
+    payload
+        .downcast_ref::<String>()
+        .cloned()
+        .or_else(|| payload.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_else(|| "a panic".into())
 }
 
 /// Test-only fault of the stage-panic tests (`test-faults` builds): a job whose style is

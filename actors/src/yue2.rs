@@ -3,10 +3,10 @@
 //! each loads, and the family's two halves behind [`ModelFamily`] and [`Synthesis`]: the
 //! AR half on the entry stage, flow matching on the synthesis stage, the VAE on the
 //! decode stage (tile by tile as the chunks arrive).
-use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
+use crate::family::{Batch, Handoff, Left, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
 use crate::messages::{CodesReady, JobCtx, Resumed, TrackPlan, VaeCmd};
-use crate::model_store::{Component, ComponentKey, Group, GroupPin, Module};
+use crate::model_store::{Component, ComponentKey, Group, GroupPin, Lease, Module};
 use crate::stage::WorkerConfig;
 use crate::stage::{Links, ProgressSink, TokenMeter};
 use crossbeam_channel::{Receiver, Sender};
@@ -20,7 +20,7 @@ use yued_engine::models::yue2::ar::ArModel;
 use yued_engine::models::yue2::generate::ArStages;
 use yued_engine::models::yue2::nar::NarModel;
 use yued_engine::models::yue2::pipeline::{
-    ChunkReady, Event, PipelineError, Shared, SongMeta, SongNoise, SongWork, Writer, Written,
+    step_together, ChunkReady, Event, PipelineError, Shared, SongMeta, SongNoise, SongWork, Writer, Written,
 };
 use yued_engine::models::yue2::settings::Settings;
 use yued_engine::models::yue2::vae::VaeModel;
@@ -186,13 +186,186 @@ impl ModelFamily for Yue2 {
             .shared
             .clone()
             .ok_or_else(|| StageError::Failed("the model failed to load; see the daemon log".into()))?;
-        let req = ctx.yue2();
-        if req.stream_chunk_seconds > 0.0 && out.can_overlap() && !resumes(ctx) && req.semantic_tokens.is_empty() {
+        if streams(ctx, out) {
             return Ok(compose_streamed(links, &shared, backend, ctx, out)?);
         }
         let songs = compose(links, &shared, backend, ctx)?;
         out.send(Box::new(Yue2Synthesis { shared, songs }));
         Ok(())
+    }
+
+    /// Fresh songs and replays batch; a job resumed from the journal composes alone.
+    fn batch(&mut self, links: &Links, job: &JobCtx) -> Option<Box<dyn Batch>> {
+        let shared = self.shared.clone()?;
+        if resumes(job) {
+            return None;
+        }
+        let key = ar(&links.cfg, Some(job.yue2()));
+        Some(Box::new(Yue2Batch { shared, cfg: links.cfg.clone(), key, lease: None, members: Vec::new() }))
+    }
+}
+
+/// Whether the job's chunks stream to the synthesis half while its AR half writes them:
+/// a fresh song under `stream_chunk_seconds` with both groups resident.
+fn streams(ctx: &JobCtx, out: &Handoff<'_>) -> bool {
+    let req = ctx.yue2();
+    req.stream_chunk_seconds > 0.0 && out.can_overlap() && !resumes(ctx) && req.semantic_tokens.is_empty()
+}
+
+/// YuE2's AR halves of several jobs over one AR module, stepped together
+/// ([`pipeline::step_together`](yued_engine::models::yue2::pipeline::step_together)).
+struct Yue2Batch {
+    shared: Arc<Shared>,
+    cfg: WorkerConfig,
+    key: ComponentKey,
+    /// Taken at the first join, given back with the batch.
+    lease: Option<Lease>,
+    members: Vec<Member>,
+}
+
+/// A job in a [`Yue2Batch`].
+struct Member {
+    ctx: Arc<JobCtx>,
+    settings: Settings,
+    writer: Writer,
+    reports: ArReports,
+    /// A streamed job's chunks go out through this as they are written.
+    stream: Option<Sender<Streamed>>,
+}
+
+impl Yue2Batch {
+    /// A member's end once its writer is done: the chunks prefilled and its hand-off (a
+    /// streamed job's went at the join).
+    fn conclude(&mut self, backend: &Backend, m: Member) -> Left {
+        m.reports.finish();
+        let songs = m.writer.finish()?;
+        if m.stream.is_some() {
+            return Ok(None);
+        }
+        let lease = self.lease.as_mut().expect("a batch with members holds its lease");
+        let ar = lease.get::<ArModel>();
+        let mut out = Vec::with_capacity(songs.len());
+        for (meta, prefix) in songs {
+            out.push(self.shared.prefill_chunks(ar, backend, &m.settings, meta, prefix, &m.ctx.cancel)?);
+        }
+        Ok(Some(Box::new(Yue2Synthesis { shared: self.shared.clone(), songs: out })))
+    }
+}
+
+impl Batch for Yue2Batch {
+    fn admits(&self, job: &JobCtx) -> bool {
+        job.request.family() == Family::Yue2 && !resumes(job) && ar(&self.cfg, Some(job.yue2())) == self.key
+    }
+
+    fn rows_of(&self, job: &JobCtx) -> usize {
+        settings_of(job).map(|s| Writer::max_rows(&s)).unwrap_or(1)
+    }
+
+    fn rows(&self) -> usize {
+        self.members.iter().map(|m| Writer::max_rows(&m.settings)).sum()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    fn jobs(&self) -> Vec<Arc<JobCtx>> {
+        self.members.iter().map(|m| m.ctx.clone()).collect()
+    }
+
+    fn join(
+        &mut self,
+        links: &Links,
+        backend: &Backend,
+        ctx: Arc<JobCtx>,
+        out: &mut Handoff<'_>,
+    ) -> Result<(), StageError> {
+        let settings = settings_of(&ctx)?;
+        if self.lease.is_none() {
+            self.lease = Some(links.store.lease(&self.key, backend)?);
+        }
+        let lease = self.lease.as_mut().expect("taken above");
+        let streamed = streams(&ctx, out);
+        let writer =
+            Writer::new(&mut self.shared.ar_stages(lease.get::<ArModel>(), backend), settings.clone(), streamed)?;
+        let stream = streamed.then(|| {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            let songs = settings.songs;
+            out.send(Box::new(Yue2Stream { shared: self.shared.clone(), settings: settings.clone(), rx, songs }));
+            tx
+        });
+        let reports = ArReports::new(links, &ctx);
+        tracing::info!(job = %ctx.id, members = self.members.len() + 1, "joins the AR batch");
+        self.members.push(Member { ctx, settings, writer, reports, stream });
+        Ok(())
+    }
+
+    fn step(&mut self, links: &Links, backend: &Backend) -> Vec<(Arc<JobCtx>, Left)> {
+        let left = self.step_members(links, backend);
+        if self.members.is_empty() {
+            self.lease = None;
+        }
+        left
+    }
+}
+
+impl Yue2Batch {
+    fn step_members(&mut self, links: &Links, backend: &Backend) -> Vec<(Arc<JobCtx>, Left)> {
+        let mut left = Vec::new();
+        // The cancelled leave before the step.
+        let (gone, kept): (Vec<Member>, Vec<Member>) =
+            std::mem::take(&mut self.members).into_iter().partition(|m| m.ctx.cancel.is_cancelled());
+        self.members = kept;
+        left.extend(gone.into_iter().map(|m| (m.ctx, Err(StageError::Cancelled))));
+        if self.members.is_empty() {
+            return left;
+        }
+        let lease = self.lease.as_mut().expect("a batch with members holds its lease");
+        let mut stages = self.shared.ar_stages(lease.get::<ArModel>(), backend);
+        let budget = stages.prefill_chunk;
+        let mut writers: Vec<&mut Writer> = self.members.iter_mut().map(|m| &mut m.writer).collect();
+        let results = match step_together(&mut stages, &mut writers, budget) {
+            Ok(r) => r,
+            Err(e) => {
+                let msg = e.to_string();
+                let all = std::mem::take(&mut self.members);
+                left.extend(all.into_iter().map(|m| (m.ctx, Err(StageError::Failed(msg.clone())))));
+                return left;
+            }
+        };
+        let mut done = Vec::new();
+        for (i, r) in results.into_iter().enumerate() {
+            let m = &mut self.members[i];
+            match r {
+                Err(e) => done.push((i, Some(StageError::from(e)))),
+                Ok(items) => {
+                    for item in items {
+                        if let Some(c) = m.reports.tell(item, true) {
+                            if let Some(tx) = &m.stream {
+                                let count = matches!(c, ChunkReady::Chunk { .. })
+                                    .then(|| KvCount::new(&links.metrics.kv_sets_in_use));
+                                let _ = tx.send((c, count));
+                            }
+                        }
+                    }
+                    if m.writer.done() {
+                        done.push((i, None));
+                    }
+                }
+            }
+        }
+        let mut ended: Vec<(Member, Option<StageError>)> =
+            done.into_iter().rev().map(|(i, err)| (self.members.remove(i), err)).collect();
+        ended.reverse();
+        for (m, err) in ended {
+            let ctx = m.ctx.clone();
+            let how = match err {
+                Some(e) => Err(e),
+                None => self.conclude(backend, m),
+            };
+            left.push((ctx, how));
+        }
+        left
     }
 }
 
@@ -205,21 +378,26 @@ fn resumes(ctx: &JobCtx) -> bool {
 
 /// The AR half's reports: progress and token counts, the score, each song's codes
 /// (journaled unless they came from the journal).
-struct ArReports<'a> {
-    links: &'a Links,
-    ctx: &'a JobCtx,
+struct ArReports {
+    links: Links,
+    ctx: Arc<JobCtx>,
     sink: ProgressSink,
     meter: TokenMeter,
 }
 
-impl<'a> ArReports<'a> {
-    fn new(links: &'a Links, ctx: &'a JobCtx) -> Self {
-        ArReports { links, ctx, sink: ProgressSink::new(links, &ctx.id), meter: TokenMeter::default() }
+impl ArReports {
+    fn new(links: &Links, ctx: &Arc<JobCtx>) -> Self {
+        ArReports {
+            links: links.clone(),
+            ctx: ctx.clone(),
+            sink: ProgressSink::new(links, &ctx.id),
+            meter: TokenMeter::default(),
+        }
     }
 
     /// Tells a writer's item; returns the hand-outs (a streamed song's chunks and ends).
     fn tell(&mut self, item: Written, journal: bool) -> Option<ChunkReady> {
-        let (links, id) = (self.links, &self.ctx.id);
+        let (links, id) = (&self.links, &self.ctx.id);
         match item {
             Written::Progress { phase, song, done, total } => {
                 let stage = crate::settings::stage(phase);
@@ -242,7 +420,7 @@ impl<'a> ArReports<'a> {
     }
 
     fn finish(&self) {
-        self.meter.finish(self.links);
+        self.meter.finish(&self.links);
     }
 }
 
@@ -252,7 +430,7 @@ fn write(
     stages: &mut ArStages<'_>,
     s: Settings,
     stream: bool,
-    reports: &mut ArReports<'_>,
+    reports: &mut ArReports,
     journal: bool,
     ready: &mut dyn FnMut(ChunkReady),
 ) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
@@ -272,7 +450,12 @@ fn write(
 
 /// The AR half: the scores and semantic streams written (or taken from the replay fields
 /// or the journal), one KV set prefilled per acoustic chunk.
-fn compose(links: &Links, shared: &Shared, backend: &Backend, ctx: &JobCtx) -> Result<Vec<SongWork>, PipelineError> {
+fn compose(
+    links: &Links,
+    shared: &Shared,
+    backend: &Backend,
+    ctx: &Arc<JobCtx>,
+) -> Result<Vec<SongWork>, PipelineError> {
     let s = settings_of(ctx)?;
     let mut lease = links.store.lease(&ar(&links.cfg, Some(ctx.yue2())), backend).map_err(PipelineError::Other)?;
     let mut reports = ArReports::new(links, ctx);
@@ -309,7 +492,7 @@ fn compose_streamed(
     links: &Links,
     shared: &Arc<Shared>,
     backend: &Backend,
-    ctx: &JobCtx,
+    ctx: &Arc<JobCtx>,
     out: &mut Handoff<'_>,
 ) -> Result<(), PipelineError> {
     let s = settings_of(ctx)?;

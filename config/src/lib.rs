@@ -46,6 +46,13 @@ pub struct Config {
     pub max_seq: u32,
     /// Keep every module resident (EVICT_NEVER) instead of one group at a time.
     pub keep_loaded: bool,
+    /// Rows of the AR half's shared decode step: the songs (two rows each under guidance)
+    /// of different jobs that decode together. 0: 8 on a CPU, 16 on a GPU; 1: one job at a
+    /// time.
+    pub parallel: usize,
+    /// Tokens a prompt is prefilled in at most per forward: how long a song joining a
+    /// running batch holds the others up.
+    pub prefill_chunk: usize,
     /// Jobs admitted at once across routes, active work included.
     pub admission_cap: usize,
     /// The most of those one principal (an API key, or an address without keys) may hold;
@@ -121,6 +128,8 @@ impl Default for Config {
             max_batch: 1,
             max_seq: 0,
             keep_loaded: false,
+            parallel: 0,
+            prefill_chunk: 512,
             admission_cap: 8,
             admission_share: 0,
             vae_core: 512,
@@ -163,6 +172,8 @@ const KEYS: &[&str] = &[
     "max_batch",
     "max_seq",
     "keep_loaded",
+    "parallel",
+    "prefill_chunk",
     "admission_cap",
     "admission_share",
     "vae_core",
@@ -249,6 +260,8 @@ impl Config {
                     _ => return Err(bad("not a boolean")),
                 }
             }
+            "parallel" => self.parallel = num(value, bad)?,
+            "prefill_chunk" => self.prefill_chunk = num(value, bad)?,
             "admission_cap" => self.admission_cap = num(value, bad)?,
             "admission_share" => self.admission_share = num(value, bad)?,
             "vae_core" => self.vae_core = num(value, bad)?,
@@ -312,6 +325,9 @@ impl Config {
         }
         if self.vae_core == 0 {
             return bad("vae_core", "must be at least 1");
+        }
+        if self.prefill_chunk == 0 {
+            return bad("prefill_chunk", "must be at least 1");
         }
         if !["text", "json"].contains(&self.log_format.as_str()) {
             return bad("log_format", "must be text or json");

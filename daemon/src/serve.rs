@@ -75,6 +75,16 @@ pub struct ServeArgs {
     /// Keep every module resident instead of one group at a time.
     #[arg(long)]
     pub keep_loaded: bool,
+    /// Rows of the AR half's shared decode step, as llama.cpp's slots: songs of different
+    /// jobs and clients decode together (a song takes two rows under guidance; a job joins
+    /// when its rows fit). Default 0: 8 on a CPU, 16 on a GPU; 1: one job at a time. The KV
+    /// memory it implies is in /props.
+    #[arg(long)]
+    pub parallel: Option<usize>,
+    /// Tokens a prompt is prefilled in at most per forward (default 512): a song joining a
+    /// running batch holds the others up by one such piece at a time.
+    #[arg(long)]
+    pub prefill_chunk: Option<usize>,
     /// Jobs admitted at once across routes, active work included (default 8).
     #[arg(long)]
     pub admission_cap: Option<usize>,
@@ -171,6 +181,8 @@ impl ServeArgs {
         set("device", self.device.clone())?;
         set("max_batch", self.max_batch.map(|v| v.to_string()))?;
         set("max_seq", self.max_seq.map(|v| v.to_string()))?;
+        set("parallel", self.parallel.map(|v| v.to_string()))?;
+        set("prefill_chunk", self.prefill_chunk.map(|v| v.to_string()))?;
         set("log_format", self.log_format.clone())?;
         set("admission_cap", self.admission_cap.map(|v| v.to_string()))?;
         set("admission_share", self.admission_share.map(|v| v.to_string()))?;
@@ -484,6 +496,9 @@ fn props_of(c: &Config, models: &Models, context: usize) -> Props {
         c.max_batch,
     );
     props.context = context as u32;
+    props.parallel = parallel_rows(c) as u32;
+    let per_row = yued_engine::kv_cache::KvSet::bytes_for(models.info.config.kv_dims(), context);
+    props.batch_kv_bytes = (per_row * parallel_rows(c)) as u64;
     if let Some(m) = &models.mm3 {
         props.families = Some(vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3]);
         let files = Bucket::MM3
@@ -521,6 +536,24 @@ fn scan_adapters(c: &Config, models: &Models, props: &mut Props) -> anyhow::Resu
     Ok(Some(Arc::new(d)))
 }
 
+/// `--parallel`, resolved: 0 is 8 rows on a CPU and 16 on a GPU (`auto` takes a GPU when
+/// ggml has one).
+pub(crate) fn parallel_rows(c: &Config) -> usize {
+    if c.parallel > 0 {
+        return c.parallel;
+    }
+    let gpu = if c.device.eq_ignore_ascii_case("auto") || c.device.is_empty() {
+        yued_engine::ggml::device_names().iter().any(|d| !d.eq_ignore_ascii_case("CPU"))
+    } else {
+        !c.device.eq_ignore_ascii_case("CPU")
+    };
+    if gpu {
+        16
+    } else {
+        8
+    }
+}
+
 /// How the compute stages run.
 fn worker_config(c: &Config, models: &Models, adapters: Option<Arc<AdapterDir>>) -> anyhow::Result<WorkerConfig> {
     Ok(WorkerConfig {
@@ -533,8 +566,10 @@ fn worker_config(c: &Config, models: &Models, adapters: Option<Arc<AdapterDir>>)
             max_seq: c.max_seq as usize,
             vae_core: c.vae_core as usize,
             vae_halo: c.vae_halo as usize,
+            prefill_chunk: c.prefill_chunk,
         },
         keep_loaded: c.keep_loaded,
+        parallel: parallel_rows(c),
         mm3: models.mm3.as_ref().map(|m| m.registry.clone()),
         adapters,
     })

@@ -43,6 +43,13 @@ pub struct Props {
     pub context: u32,
     /// `--max-batch`, the bound of `lm_batch_size`.
     pub max_batch: u32,
+    /// `--parallel`: the most rows of the AR half's shared decode step, where songs of
+    /// different jobs decode together (a song takes two under guidance).
+    #[serde(default)]
+    pub parallel: u32,
+    /// The KV cache those rows take at most: `parallel` sequences of `context` positions.
+    #[serde(default)]
+    pub batch_kv_bytes: u64,
     pub output_formats: Vec<OutputFormatInfo>,
     pub adapters: Vec<AdapterInfo>,
     pub defaults: Yue2Request,
@@ -78,6 +85,8 @@ impl Props {
             frame_rate: FRAME_RATE,
             context: DEFAULT_CONTEXT,
             max_batch,
+            parallel: 1,
+            batch_kv_bytes: 0,
             output_formats: OutputFormat::all().iter().map(|&f| f.into()).collect(),
             adapters: Vec::new(),
             families: None,

@@ -1,6 +1,8 @@
 //! The compute stages on the real daemon: under --keep-loaded the next job's AR half runs
 //! while the current one renders, and nothing is loaded twice; under the default STRICT
-//! policy the two halves trade places for every job (the loads show it).
+//! policy the two halves trade places for every job (the loads show it), unless the jobs
+//! share the AR half's decode steps (`--parallel`), when one AR load serves them all and
+//! each song is the one it would be alone.
 use std::time::{Duration, Instant};
 use yued_e2e::*;
 
@@ -89,7 +91,8 @@ fn keep_loaded_overlaps_the_stages_of_two_jobs() {
 #[test]
 fn strict_swaps_the_halves_for_every_job() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("data"), &[]);
+    // One job at a time: two jobs in one batch would share one AR load.
+    let d = Daemon::start(&dir.path().join("data"), &["--parallel", "1"]);
     assert_eq!(metric(&d, "yued_module_loads_total"), 0.0, "STRICT loads at the first request");
     let (sa, sb) = two_jobs(&d, 16);
     let group = |m: &str| if m.ends_with("/ar") { "ar" } else { "synthesis" };
@@ -270,4 +273,58 @@ fn a_minimax_window_is_heard_while_the_song_is_written() {
     assert_eq!(d.wait(&again, Duration::from_secs(600))["status"], "done");
     let wav = |p: &[(String, Vec<u8>)]| p.iter().find(|(t, _)| t.contains("wav")).unwrap().1.clone();
     assert!(wav(&result(&again)) == wav(&parts), "the replay renders the streamed song's WAV byte for byte");
+}
+
+/// Three clients' songs (two under guidance, one with a plan stage, different lengths)
+/// submitted at once under STRICT: they decode in one batch (one AR load for all three, one
+/// synthesis load after it, and the log's joins), and each result is byte for byte the one
+/// a daemon running one job at a time gives.
+#[test]
+fn songs_of_different_jobs_decode_together_and_come_out_as_alone() {
+    let bodies: Vec<String> = [(12.0, 3, "off"), (16.0, 5, "off"), (10.0, 9, "full")]
+        .iter()
+        .map(|&(secs, seed, cot)| {
+            let mut r: serde_json::Value = serde_json::from_str(&song(secs, 2)).unwrap();
+            r["lm_seed"] = seed.into();
+            r["seed"] = (seed + 1).into();
+            r["cot"] = cot.into();
+            r["abc_sampling"] = serde_json::json!({"max_tokens": 24, "min_tokens": 4});
+            r["plan_retries"] = 1.into();
+            r.to_string()
+        })
+        .collect();
+    let results = |extra: &[&str]| -> (Vec<(String, Vec<u8>)>, String, f64) {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Daemon::start(&dir.path().join("data"), extra);
+        let ids: Vec<String> = bodies.iter().map(|b| d.submit(b)).collect();
+        let out = ids
+            .iter()
+            .map(|id| {
+                let s = d.wait(id, Duration::from_secs(600));
+                let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
+                (s["status"].as_str().unwrap_or("?").to_string(), body.to_vec())
+            })
+            .collect();
+        (out, d.log(), metric(&d, "yued_module_loads_total"))
+    };
+    let (alone, _, alone_loads) = results(&["--parallel", "1"]);
+    let (batched, log, loads) = results(&["--parallel", "8"]);
+    assert_eq!(alone_loads, 9.0, "one job at a time swaps the halves for each");
+    let joins: Vec<&str> = log.lines().filter(|l| l.contains("joins the AR batch")).collect();
+    assert!(joins.iter().any(|l| l.contains("members=3")), "the three jobs shared decode steps: {joins:?}");
+    assert_eq!(loads, 3.0, "one AR load for the batch, one synthesis load after it; log: {log}");
+    for (j, (a, b)) in alone.iter().zip(&batched).enumerate() {
+        assert_eq!(a.0, b.0, "job {j}'s end");
+        assert!(
+            a.1 == b.1,
+            "job {j}'s result is the same bytes batched as alone ({} vs {} bytes)",
+            a.1.len(),
+            b.1.len()
+        );
+    }
+    assert!(
+        alone.iter().filter(|a| a.0 == "done").count() >= 2,
+        "{:?}",
+        alone.iter().map(|a| &a.0).collect::<Vec<_>>()
+    );
 }

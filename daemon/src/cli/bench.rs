@@ -461,6 +461,9 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     if want("solver") {
         bench_solver(&a, &model, &vae, &mut table)?;
     }
+    if want("batching") {
+        super::bench_batching::run(&a, &model, &vae, &mut table)?;
+    }
     if want("seam") {
         for r in super::bench_stream::seam(&a, &model, &vae, spec.code_rate)? {
             table.add(r);

@@ -36,6 +36,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
     /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e, stream, seam,
+    /// batching (YuE2: 1, 2, 4 and 8 clients' songs in one decode step against one after
+    /// another, the prefill stall of a joining song, the last client's first chunk),
     /// adapters (YuE2: each half's load with a rank-16 LoRA merged against a plain load),
     /// solver (YuE2: one song's synthesis half at 16 steps under midpoint and ab2, and the
     /// mel correlation of their audio)
@@ -59,7 +61,12 @@ pub struct BenchArgs {
     /// Seconds of audio of the end-to-end run (and of the stream section's songs).
     #[arg(long, default_value_t = 30.0)]
     pub e2e_seconds: f64,
-    /// `stream_chunk_seconds` of the stream section's streaming rows.
+    /// Seconds of each client's song in the batching section (not in the default; at the
+    /// full shapes on a CPU it is some minutes a client count).
+    #[arg(long, default_value_t = 10.0)]
+    pub batching_seconds: f64,
+    /// `stream_chunk_seconds` of the stream section's streaming rows (and the first chunk
+    /// the batching section times).
     #[arg(long, default_value_t = 5.0)]
     pub stream_seconds: f64,
     /// The stream section's residency policies: `both` (STRICT and --keep-loaded, side by

@@ -2,6 +2,7 @@
 pub mod adapters;
 pub mod audio_convert;
 pub mod bench;
+mod bench_batching;
 pub mod bench_common;
 pub mod bench_mm3;
 mod bench_stream;

@@ -56,6 +56,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         tokens: bb.info.tokens,
         instructions: &bb.instructions,
         max_seq: bb.max_seq(a.max_seq),
+        prefill_chunk: yued_engine::nn::batch::PREFILL_CHUNK,
     };
     if let Some(p) = &a.dump_tokens {
         let prefix = yued_engine::models::yue2::prompt::PromptBuilder {

@@ -88,7 +88,7 @@ fn run_yue2(a: &SynthArgs, model: &Path, vae: &Path) -> anyhow::Result<()> {
     if !req.adapters.is_empty() {
         eprintln!("merging {} adapter(s): {} AR and {} NAR tensors", req.adapters.len(), terms.0.len(), terms.1.len());
     }
-    let opts = PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo };
+    let opts = PipelineOptions { max_seq: a.max_seq, vae_core: a.vae_core, vae_halo: a.vae_halo, ..Default::default() };
     let mut p = Pipeline::load_adapted(model, vae, backend, &opts, &terms)?;
     if yued_engine::gguf::GgufFile::open(model)?.get(yued_engine::models::yue2::demo::DEMO_KEY).is_some() {
         eprintln!("warning: {} holds RANDOM demo weights: the audio is noise", model.display());

@@ -162,6 +162,21 @@ impl CausalLm {
         positions: Positions,
         hidden: bool,
     ) -> Result<Logits, GgmlError> {
+        let mut refs: Vec<&mut KvSet> = sets.iter_mut().collect();
+        self.step_over(backend, &mut refs, input, rows, positions, hidden)
+    }
+
+    /// [`step`](Self::step) over sets that live apart (the sequences of different jobs in
+    /// one decode step: each job keeps its own sets; see [`crate::nn::batch`]).
+    pub fn step_over(
+        &mut self,
+        backend: &Backend,
+        sets: &mut [&mut KvSet],
+        input: StepInput<'_>,
+        rows: Range<u32>,
+        positions: Positions,
+        hidden: bool,
+    ) -> Result<Logits, GgmlError> {
         let c = &self.spec;
         let n_seq = input.len();
         assert!(n_seq > 0, "forward of no sequence");

@@ -9,6 +9,7 @@ use crate::ggml::{Backend, GgmlError, GgmlType};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
 use crate::models::yue2::config::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
+use crate::nn::batch::Feed;
 use crate::nn::causal_lm::{CausalLm, LmSpec};
 pub use crate::nn::causal_lm::{Logits, Positions, SeqInput, DEVICE_WINDOW_STEP, WINDOW_STEP};
 use crate::nn::qwen3::Role;
@@ -106,6 +107,11 @@ impl ArModel {
         positions: Positions,
     ) -> Result<Logits, GgmlError> {
         self.lm.forward(backend, sets, seqs, rows, positions)
+    }
+
+    /// Runs the feeds of several steppers in one decode step ([`crate::nn::batch::run`]).
+    pub fn run_feeds(&mut self, backend: &Backend, feeds: &mut [Feed<'_>]) -> Result<Vec<Vec<Vec<f32>>>, GgmlError> {
+        crate::nn::batch::run(&mut self.lm, backend, feeds)
     }
 
     /// Drops the kept step graph, so the next call builds its own (tests, and a caller that

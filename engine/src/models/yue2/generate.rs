@@ -11,8 +11,19 @@ use crate::models::yue2::config::TokenLayout;
 use crate::models::yue2::nar::{ChunkPlan, ChunkSpan};
 use crate::models::yue2::prompt::{Cot, Instructions, PromptBuilder, Score};
 use crate::models::yue2::settings::{Invalid, Settings};
+use crate::nn::batch::{Feed, Pending};
 use crate::sampling::{cfg_combine, sample, SampleContext, Sampling};
 use crate::tokenizer::BpeTokenizer;
+use std::ops::Range;
+
+/// A stepper whose forwards its caller runs: alone ([`ArStages::run_alone`]) or in one decode
+/// step with other jobs' ([`crate::nn::batch::run`]).
+pub trait Fed {
+    /// What must run before the next sample (`None`: nothing, the logits are ready).
+    fn feed(&mut self) -> Option<Feed<'_>>;
+    /// The last feed ran: the logits of its sequences' last positions, in its order.
+    fn fed(&mut self, logits: Vec<Vec<f32>>);
+}
 
 /// Stops a generation at a step boundary once its job is cancelled.
 trait Check {
@@ -184,10 +195,12 @@ pub struct PlanStep {
     pub plan: Option<Plan>,
 }
 
-/// The planning stage of one song as a stepper ([`ArStages::plan_start`]): each
-/// [`step`](Self::step) samples one score token and runs it; a malformed score starts the
-/// next attempt (its own seed, its prefix prefilled again) within the step that ended it.
-/// The caller owns the loop (cancel, progress).
+/// The planning stage of one song as a stepper ([`ArStages::plan_start`]): what is still to
+/// run comes out as a [`Feed`] (the prefix in pieces, then each sampled token), and once it
+/// ran, each [`step`](Self::step) samples one score token; a malformed score starts the next
+/// attempt (its own seed, its prefix queued again) within the step that ended it. The caller
+/// owns the loop (cancel, progress) and runs the feeds, alone ([`ArStages::run_alone`]) or
+/// beside other jobs' ([`crate::nn::batch::run`]).
 pub struct Planner {
     prefix: Vec<u32>,
     preset: Sampling,
@@ -199,14 +212,35 @@ pub struct Planner {
     attempt: u32,
     seed: u64,
     sets: Vec<KvSet>,
+    /// What is still to run through the model before the next sample.
+    pending: Pending,
+    rows: Range<u32>,
     logits: Vec<f32>,
     ids: Vec<u32>,
     reason: String,
     last_abc: String,
 }
 
+impl Fed for Planner {
+    fn feed(&mut self) -> Option<Feed<'_>> {
+        let piece = self.pending.piece()?;
+        Some(Feed { sets: &mut self.sets, seqs: vec![(piece, 0)], rows: self.rows.clone() })
+    }
+
+    fn fed(&mut self, mut logits: Vec<Vec<f32>>) {
+        if self.pending.ran() {
+            self.logits = logits.pop().expect("one sequence");
+        }
+    }
+}
+
 impl Planner {
-    /// Starts attempt `self.attempt`: its seed, a fresh set, the prefix prefilled.
+    /// Whether the next token can be sampled.
+    pub fn ready(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// Starts attempt `self.attempt`: its seed, a fresh set, the prefix queued.
     fn begin(&mut self, stages: &mut ArStages<'_>) -> Result<(), GenError> {
         let (song, k) = (self.song, self.attempt);
         let seed = (self.lm_seed as i128) + song as i128 + k as i128 * self.stride as i128;
@@ -217,15 +251,15 @@ impl Planner {
         let cap = (self.prefix.len() + budget).min(stages.max_seq);
         self.sets = vec![KvSet::new(stages.backend, stages.model.cfg.kv_dims(), cap)?];
         self.ids.clear();
-        let rows = stages.tokens.score_rows();
-        let seq = [SeqInput { tokens: &self.prefix, set: 0 }];
-        let out = stages.model.forward(stages.backend, &mut self.sets, &seq, rows, Positions::Last)?;
-        self.logits = out.per_seq[0][0].clone();
+        self.pending.clear();
+        self.pending.push(&self.prefix);
         Ok(())
     }
 
-    /// Samples the next score token and runs it; at the attempt's end, the score checked.
+    /// Samples the next score token (queued to run before the next); at the attempt's end,
+    /// the score checked. Call it once the feeds ran ([`Planner::ready`]).
     pub fn step(&mut self, stages: &mut ArStages<'_>) -> Result<PlanStep, GenError> {
+        assert!(self.ready(), "a planner stepped before its feed ran");
         let budget = self.preset.max_tokens as usize;
         if budget == 0 {
             let progress = ArProgress { stage: ArStage::Plan, song: self.song, done: 0, total: 0 };
@@ -244,9 +278,7 @@ impl Planner {
         if step + 1 == budget || self.sets[0].len() == self.sets[0].capacity() {
             return Ok(PlanStep { progress, plan: self.end(stages, false)? });
         }
-        let seq = [SeqInput { tokens: &[t], set: 0 }];
-        let out = stages.model.forward(stages.backend, &mut self.sets, &seq, rows, Positions::Last)?;
-        self.logits = out.per_seq[0][0].clone();
+        self.pending.push(&[t]);
         Ok(PlanStep { progress, plan: None })
     }
 
@@ -296,16 +328,72 @@ pub struct Semantic {
     prefixes: Vec<(Vec<u32>, Vec<u32>)>,
     caps: Vec<usize>,
     sets: Vec<KvSet>,
+    rows: Range<u32>,
+    /// What each stream (the songs, then under guidance their unconditional twins) has still
+    /// to run: its prompt in pieces, then each sampled code.
+    pending: Vec<Pending>,
+    /// The streams of the feed in flight, in its order.
+    flight: Vec<usize>,
+    /// A stream's logits once its pending ran, until its song's pair is complete.
+    raw: Vec<Option<Vec<f32>>>,
+    /// Each song's logits to sample from (guidance combined).
     logits: Vec<Vec<f32>>,
     codes: Vec<Vec<u32>>,
     generated: Vec<Vec<u32>>,
     ended: Vec<bool>,
-    pending: Vec<Vec<u32>>,
-    /// Songs whose last code is sampled but not yet run.
-    active: Vec<usize>,
+}
+
+impl Fed for Semantic {
+    /// The streams with something to run: a piece of each prompt, or the codes the last
+    /// step sampled (under guidance in both streams of each song). Ended songs leave the
+    /// batch: their sets keep exactly prefix + codes. The last step's codes never run.
+    fn feed(&mut self) -> Option<Feed<'_>> {
+        if self.finished {
+            return None;
+        }
+        self.flight.clear();
+        let mut seqs = Vec::new();
+        for (k, p) in self.pending.iter_mut().enumerate() {
+            if let Some(piece) = p.piece() {
+                self.flight.push(k);
+                seqs.push((piece, k));
+            }
+        }
+        if seqs.is_empty() {
+            return None;
+        }
+        Some(Feed { sets: &mut self.sets, seqs, rows: self.rows.clone() })
+    }
+
+    fn fed(&mut self, logits: Vec<Vec<f32>>) {
+        for (&k, l) in self.flight.iter().zip(logits) {
+            if self.pending[k].ran() {
+                self.raw[k] = Some(l);
+            }
+        }
+        self.flight.clear();
+        let n = self.n;
+        for i in 0..n {
+            let pair = if self.guided { self.raw[i].is_some() && self.raw[n + i].is_some() } else { true };
+            if !pair {
+                continue;
+            }
+            let Some(mut l) = self.raw[i].take() else { continue };
+            if self.guided {
+                let u = self.raw[n + i].take().expect("checked above");
+                cfg_combine(&mut l, &u, self.cfg);
+            }
+            self.logits[i] = l;
+        }
+    }
 }
 
 impl Semantic {
+    /// Whether every stream ran what it had (the next codes can be sampled).
+    pub fn ready(&self) -> bool {
+        self.pending.iter().all(Pending::is_empty)
+    }
+
     /// Whether every song ended, or the budget is spent.
     pub fn done(&self) -> bool {
         self.finished || self.step >= self.steps
@@ -327,15 +415,13 @@ impl Semantic {
         &p[..p.len() - source.len()]
     }
 
-    /// Samples every open song's next code (the codes of the step before are run first);
-    /// the steps done so far.
+    /// Samples every open song's next code (queued to run before the next step); the steps
+    /// done so far. Call it once the feeds ran ([`Semantic::ready`]).
     pub fn step(&mut self, stages: &mut ArStages<'_>) -> Result<usize, GenError> {
+        assert!(self.ready(), "the semantic stage stepped before its feed ran");
         let (t, n, step) = (stages.tokens, self.n, self.step);
         let rows = t.semantic_rows();
-        if !self.active.is_empty() {
-            self.advance(stages)?;
-        }
-        let mut active = Vec::new();
+        let mut active = 0;
         for i in 0..n {
             if self.ended[i] {
                 continue;
@@ -354,41 +440,20 @@ impl Semantic {
                 self.ended[i] = true;
             } else {
                 self.codes[i].push(t.token_code(tok).expect("semantic rows hold only codes and music_end"));
-                self.pending[i] = vec![tok];
-                active.push(i);
+                self.pending[i].push(&[tok]);
+                if self.guided {
+                    self.pending[n + i].push(&[tok]);
+                }
+                active += 1;
             }
         }
         self.step += 1;
         // The new codes run at the next step: the caller hands out what this one wrote
         // first. The last step's never run.
-        if active.is_empty() || self.step == self.steps {
+        if active == 0 || self.step == self.steps {
             self.finished = true;
-        } else {
-            self.active = active;
         }
         Ok(self.step)
-    }
-
-    /// Runs the codes the last step sampled, under guidance in both streams of each song.
-    /// Ended songs leave the batch: their sets keep exactly prefix + codes.
-    fn advance(&mut self, stages: &mut ArStages<'_>) -> Result<(), GenError> {
-        let (n, active) = (self.n, std::mem::take(&mut self.active));
-        let mut seqs: Vec<SeqInput<'_>> =
-            active.iter().map(|&i| SeqInput { tokens: &self.pending[i], set: i }).collect();
-        if self.guided {
-            seqs.extend(active.iter().map(|&i| SeqInput { tokens: &self.pending[i], set: n + i }));
-        }
-        let rows = stages.tokens.semantic_rows();
-        let out = stages.model.forward(stages.backend, &mut self.sets, &seqs, rows, Positions::Last)?;
-        for (j, &i) in active.iter().enumerate() {
-            self.logits[i] = out.per_seq[j][0].clone();
-            if self.guided {
-                let u = out.per_seq[active.len() + j][0].clone();
-                cfg_combine(&mut self.logits[i], &u, self.cfg);
-            }
-            self.pending[i].clear();
-        }
-        Ok(())
     }
 
     /// The songs, each with its own copy of its stream's set.
@@ -414,7 +479,7 @@ impl Semantic {
                 prefix_len,
                 prefix,
                 kv,
-                pending: std::mem::take(&mut self.pending[i]),
+                pending: self.pending[i].tokens().to_vec(),
             });
         }
         songs.reverse();
@@ -434,9 +499,21 @@ pub struct ArStages<'a> {
     pub instructions: &'a Instructions,
     /// KV cache bound (`--max-seq`, else the model context).
     pub max_seq: usize,
+    /// Tokens a prompt is prefilled in at most per forward (`--prefill-chunk`).
+    pub prefill_chunk: usize,
 }
 
 impl ArStages<'_> {
+    /// Runs a stepper's feeds alone until it can sample again.
+    pub fn run_alone(&mut self, stepper: &mut dyn Fed) -> Result<(), GenError> {
+        while let Some(feed) = stepper.feed() {
+            let mut feeds = [feed];
+            let mut out = self.model.run_feeds(self.backend, &mut feeds)?;
+            stepper.fed(out.pop().expect("one feed"));
+        }
+        Ok(())
+    }
+
     fn prompts(&self) -> PromptBuilder<'_> {
         PromptBuilder { tokenizer: self.tokenizer, tokens: self.tokens, instructions: self.instructions }
     }
@@ -460,6 +537,7 @@ impl ArStages<'_> {
         let mut planner = self.plan_start(s, song)?;
         loop {
             cancel.check()?;
+            self.run_alone(&mut planner)?;
             let step = planner.step(self)?;
             progress(step.progress);
             if let Some(plan) = step.plan {
@@ -468,7 +546,7 @@ impl ArStages<'_> {
         }
     }
 
-    /// The planning stage's start for song `song`: its first attempt's prefix prefilled.
+    /// The planning stage's start for song `song`: its first attempt's prefix queued.
     pub fn plan_start(&mut self, s: &Settings, song: u32) -> Result<Planner, GenError> {
         let prefix = self.prompts().conditional(s.cot, &s.style, &s.lyrics, &Score::Open);
         let preset = s.plan;
@@ -483,6 +561,8 @@ impl ArStages<'_> {
             attempt: 0,
             seed: 0,
             sets: Vec::new(),
+            pending: Pending::new(self.prefill_chunk),
+            rows: self.tokens.score_rows(),
             logits: Vec::new(),
             ids: Vec::new(),
             reason: String::new(),
@@ -517,8 +597,11 @@ impl ArStages<'_> {
         progress: &mut dyn FnMut(ArProgress),
     ) -> Result<Vec<Song>, GenError> {
         let mut sem = self.semantic_start(s, scores)?;
+        // The prompts run even when no code is to be written: the sets hold them.
+        self.run_alone(&mut sem)?;
         while !sem.done() {
             cancel.check()?;
+            self.run_alone(&mut sem)?;
             let done = sem.step(self)?;
             progress(ArProgress { stage: ArStage::Semantic, song: 0, done, total: sem.total() });
         }
@@ -526,7 +609,8 @@ impl ArStages<'_> {
     }
 
     /// The semantic stage's start: every song's stream (and, under guidance, its
-    /// unconditional twin) prefilled in one forward, the first logits ready to sample.
+    /// unconditional twin) queued to prefill, in pieces of at most `prefill_chunk` tokens,
+    /// all streams' pieces in one forward.
     pub fn semantic_start(&mut self, s: &Settings, scores: &[Vec<u32>]) -> Result<Semantic, GenError> {
         let n = scores.len();
         let cfg = s.cfg_scale;
@@ -558,20 +642,18 @@ impl ArStages<'_> {
             }
         }
         let streams = if guided { 2 * n } else { n };
-        let mut sets = vec![KvSet::with_streams(self.backend, self.model.cfg.kv_dims(), capacity, streams)?];
-        // Prefill every stream in one forward (sequences of different lengths).
-        let mut seqs: Vec<SeqInput<'_>> =
-            prefixes.iter().enumerate().map(|(i, (p, _))| SeqInput { tokens: p, set: i }).collect();
-        if guided {
-            seqs.extend(uncond_prefixes.iter().enumerate().map(|(i, u)| SeqInput { tokens: u, set: n + i }));
-        }
-        let out = self.model.forward(self.backend, &mut sets, &seqs, rows, Positions::Last)?;
-        let mut logits: Vec<Vec<f32>> = (0..n).map(|i| out.per_seq[i][0].clone()).collect();
-        if guided {
-            for (i, l) in logits.iter_mut().enumerate() {
-                cfg_combine(l, &out.per_seq[n + i][0], cfg);
-            }
-        }
+        let sets = vec![KvSet::with_streams(self.backend, self.model.cfg.kv_dims(), capacity, streams)?];
+        let pending: Vec<Pending> = prefixes
+            .iter()
+            .map(|(p, _)| p)
+            .chain(uncond_prefixes.iter().filter(|_| guided))
+            .map(|p| {
+                let mut q = Pending::new(self.prefill_chunk);
+                q.push(p);
+                q
+            })
+            .collect();
+        debug_assert_eq!(pending.len(), streams);
         let codes: Vec<Vec<u32>> = prefixes.iter().map(|(_, s)| s.clone()).collect();
         let steps = budget.saturating_sub(codes[0].len());
         Ok(Semantic {
@@ -587,12 +669,14 @@ impl ArStages<'_> {
             prefixes,
             caps,
             sets,
-            logits,
+            rows,
+            pending,
+            flight: Vec::new(),
+            raw: vec![None; streams],
+            logits: vec![Vec::new(); n],
             codes,
             generated: vec![Vec::new(); n],
             ended: vec![false; n],
-            pending: vec![Vec::new(); n],
-            active: Vec::new(),
         })
     }
 

@@ -8,11 +8,12 @@ use crate::gguf::{GgufError, GgufFile};
 use crate::kv_cache::KvSet;
 use crate::models::yue2::ar::ArModel;
 use crate::models::yue2::config::BackboneInfo;
-use crate::models::yue2::generate::{ArStages, ChunkEvent, ChunkFeeder, GenError, Planner, Semantic, Song};
+use crate::models::yue2::generate::{ArStages, ChunkEvent, ChunkFeeder, Fed, GenError, Planner, Semantic, Song};
 use crate::models::yue2::nar::{ChunkPlan, ChunkSpan, NarError, NarModel};
 use crate::models::yue2::prompt::Instructions;
 use crate::models::yue2::settings::{Invalid, Settings};
 use crate::models::yue2::vae::{Tile, VaeError, VaeModel};
+use crate::nn::batch::Feed;
 use crate::rng::torch_cpu::randn;
 use crate::tokenizer::BpeTokenizer;
 use crate::weights::LoadError;
@@ -208,11 +209,14 @@ pub struct PipelineOptions {
     pub max_seq: usize,
     pub vae_core: usize,
     pub vae_halo: usize,
+    /// Tokens a prompt is prefilled in at most per forward (a song joining a running batch
+    /// holds the others up by one piece at a time).
+    pub prefill_chunk: usize,
 }
 
 impl Default for PipelineOptions {
     fn default() -> Self {
-        PipelineOptions { max_seq: 0, vae_core: 512, vae_halo: 16 }
+        PipelineOptions { max_seq: 0, vae_core: 512, vae_halo: 16, prefill_chunk: crate::nn::batch::PREFILL_CHUNK }
     }
 }
 
@@ -226,6 +230,7 @@ pub struct Shared {
     pub max_seq: usize,
     pub vae_core: usize,
     pub vae_halo: usize,
+    pub prefill_chunk: usize,
 }
 
 impl Shared {
@@ -243,7 +248,11 @@ impl Shared {
         if opts.vae_core == 0 {
             return Err(PipelineError::Other("--vae-core must be at least 1".into()));
         }
-        Ok(Shared { info, tokenizer, instructions, max_seq, vae_core: opts.vae_core, vae_halo: opts.vae_halo })
+        if opts.prefill_chunk == 0 {
+            return Err(PipelineError::Other("--prefill-chunk must be at least 1".into()));
+        }
+        let (vae_core, vae_halo, prefill_chunk) = (opts.vae_core, opts.vae_halo, opts.prefill_chunk);
+        Ok(Shared { info, tokenizer, instructions, max_seq, vae_core, vae_halo, prefill_chunk })
     }
 
     pub fn ar_stages<'a>(&'a self, model: &'a mut ArModel, backend: &'a Backend) -> ArStages<'a> {
@@ -254,6 +263,7 @@ impl Shared {
             tokens: self.info.tokens,
             instructions: &self.instructions,
             max_seq: self.max_seq,
+            prefill_chunk: self.prefill_chunk,
         }
     }
 
@@ -570,9 +580,50 @@ impl Writer {
         matches!(self.state, WriterState::Done(_))
     }
 
-    /// One step: a score token, a code of every open song, or the codes told.
+    /// Rows the writer takes in a decode step now: one per stream it decodes.
+    pub fn rows(&self) -> usize {
+        let songs = self.s.songs.max(1);
+        match &self.state {
+            WriterState::Plan { .. } => 1,
+            WriterState::Semantic(_) if self.s.cfg_scale != 1.0 => 2 * songs,
+            WriterState::Semantic(_) => songs,
+            _ => 0,
+        }
+    }
+
+    /// The most rows the writer will take (its songs, twice under guidance).
+    pub fn max_rows(s: &Settings) -> usize {
+        let songs = s.songs.max(1);
+        if s.cfg_scale != 1.0 && s.replay.is_none() {
+            2 * songs
+        } else {
+            songs
+        }
+    }
+
+    /// Whether the phase's feeds ran, so [`Writer::sample`] can step.
+    fn ready(&self) -> bool {
+        match &self.state {
+            WriterState::Plan { planner, .. } => planner.ready(),
+            WriterState::Semantic(sem) => sem.ready(),
+            _ => true,
+        }
+    }
+
+    /// One step alone: what the phase has to run, then [`Writer::sample`].
     pub fn step(&mut self, stages: &mut ArStages<'_>) -> Result<Vec<Written>, PipelineError> {
+        stages.run_alone(self)?;
+        self.sample(stages)
+    }
+
+    /// One step once the feeds ran (alone or beside other jobs'): a score token, a code of
+    /// every open song, or the codes told. A writer whose prompt is still being prefilled
+    /// piece by piece says only what it had pending.
+    pub fn sample(&mut self, stages: &mut ArStages<'_>) -> Result<Vec<Written>, PipelineError> {
         let mut out = std::mem::take(&mut self.pending);
+        if !self.ready() {
+            return Ok(out);
+        }
         match &mut self.state {
             WriterState::Plan { song, planner } => {
                 let song = *song;
@@ -627,6 +678,55 @@ impl Writer {
             _ => Err(PipelineError::Other("the writer was finished before its last step".into())),
         }
     }
+}
+
+impl Fed for Writer {
+    fn feed(&mut self) -> Option<Feed<'_>> {
+        match &mut self.state {
+            WriterState::Plan { planner, .. } => planner.feed(),
+            WriterState::Semantic(sem) => sem.feed(),
+            _ => None,
+        }
+    }
+
+    fn fed(&mut self, logits: Vec<Vec<f32>>) {
+        match &mut self.state {
+            WriterState::Plan { planner, .. } => planner.fed(logits),
+            WriterState::Semantic(sem) => sem.fed(logits),
+            _ => unreachable!("a writer fed without a feed"),
+        }
+    }
+}
+
+/// One decode step of several jobs' writers over the same AR half: every writer's feed in
+/// one forward (a prompt's piece held back while the step already carries `prefill_budget`
+/// prompt tokens, whoever's first), then each writer's [`Writer::sample`]. A writer's own
+/// failure is its own (the others go on); a failed forward fails the step.
+pub fn step_together(
+    stages: &mut ArStages<'_>,
+    writers: &mut [&mut Writer],
+    prefill_budget: usize,
+) -> Result<Vec<Result<Vec<Written>, PipelineError>>, PipelineError> {
+    let mut feeds = Vec::new();
+    let mut fed = Vec::new();
+    let mut prompt_tokens = 0;
+    for (i, w) in writers.iter_mut().enumerate() {
+        let Some(f) = w.feed() else { continue };
+        if f.prefills() {
+            if prompt_tokens > 0 && prompt_tokens + f.tokens() > prefill_budget {
+                continue;
+            }
+            prompt_tokens += f.tokens();
+        }
+        feeds.push(f);
+        fed.push(i);
+    }
+    let logits = stages.model.run_feeds(stages.backend, &mut feeds)?;
+    drop(feeds);
+    for (i, l) in fed.into_iter().zip(logits) {
+        writers[i].fed(l);
+    }
+    Ok(writers.iter_mut().map(|w| w.sample(stages)).collect())
 }
 
 /// A chunk feeder's event as a writer's item. A song without a frame fails the job; its
@@ -748,5 +848,7 @@ impl Track {
     }
 }
 
+#[cfg(test)]
+mod batch_tests;
 #[cfg(test)]
 mod tests;

@@ -38,6 +38,7 @@ impl Fixture {
             tokens: self.tokens,
             instructions: &self.ins,
             max_seq,
+            prefill_chunk: crate::nn::batch::PREFILL_CHUNK,
         }
     }
 }

@@ -5,8 +5,13 @@ use crate::models::yue2::demo::{write_demo, Preset};
 fn pipeline(max_seq: usize) -> (tempfile::TempDir, Pipeline) {
     let dir = tempfile::tempdir().unwrap();
     let (bb, vae) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
-    let p = Pipeline::load(&bb, &vae, Backend::for_tests(2), &PipelineOptions { max_seq, vae_core: 16, vae_halo: 16 })
-        .unwrap();
+    let p = Pipeline::load(
+        &bb,
+        &vae,
+        Backend::for_tests(2),
+        &PipelineOptions { max_seq, vae_core: 16, vae_halo: 16, ..Default::default() },
+    )
+    .unwrap();
     (dir, p)
 }
 

@@ -1,0 +1,191 @@
+//! `yued bench --only batching`: songs of different clients in one decode step against the
+//! same songs one after another, side by side in one run. For 1, 2, 4 and 8 clients (each
+//! a `--batching-seconds` song, cot off, its own seed, guidance on: two rows a song): the
+//! AR half's aggregate codes per second and songs per hour, serial and batched; the step
+//! a joining song's prompt piece rides in against a plain step (the prefill stall); and
+//! when the last client to arrive writes its first chunk of audio codes (the
+//! `stream_chunk_seconds` grid), serial and batched.
+use super::bench_common::{stats, BenchArgs, Table};
+use std::path::Path;
+use std::time::Instant;
+use yued_engine::models::yue2::generate::ArStages;
+use yued_engine::models::yue2::pipeline::{step_together, Pipeline, PipelineOptions, Writer, Written};
+use yued_engine::models::yue2::settings::Settings;
+use yued_protocol::{CotMode, Yue2Request};
+
+/// Client `i`'s song: `seconds` long (the floor keeps the model from ending it early), cot
+/// off, guidance at the request's default.
+fn client_song(seconds: f64, code_rate: f64, i: usize) -> anyhow::Result<Settings> {
+    let mut req = Yue2Request {
+        style: "bench".into(),
+        lyrics: format!("[verse] client {i} sings la la la"),
+        cot: CotMode::Off,
+        duration: seconds,
+        lm_seed: 1 + 7 * i as i64,
+        seed: 2,
+        ..Default::default()
+    };
+    req.semantic_sampling.min_tokens = (seconds * code_rate) as u32;
+    Ok(yued_actors::settings::yue2(&req)?)
+}
+
+/// Codes a finished writer wrote.
+fn codes_of(items: &[Written]) -> usize {
+    items.iter().map(|w| if let Written::Codes(m) = w { m.codes.len() } else { 0 }).sum()
+}
+
+/// Seconds from `t0` to the step that wrote a song's first `first` codes, and the codes in
+/// all, of one writer's steps.
+struct Run {
+    seconds: f64,
+    codes: usize,
+    /// When the last client wrote its first chunk's codes (seconds from the start).
+    last_first_chunk: f64,
+}
+
+/// The songs one after another: each writer stepped alone to its end.
+fn serial(st: &mut ArStages<'_>, songs: &[Settings], chunk: usize) -> anyhow::Result<Run> {
+    let t0 = Instant::now();
+    let (mut codes, mut last_first_chunk) = (0, 0.0);
+    for (i, s) in songs.iter().enumerate() {
+        let mut w = Writer::new(st, s.clone(), false)?;
+        let mut items = Vec::new();
+        let mut step = 0;
+        while !w.done() {
+            items.append(&mut w.step(st)?);
+            step += 1;
+            if i + 1 == songs.len() && step == chunk {
+                last_first_chunk = t0.elapsed().as_secs_f64();
+            }
+        }
+        w.finish()?;
+        codes += codes_of(&items);
+    }
+    Ok(Run { seconds: t0.elapsed().as_secs_f64(), codes, last_first_chunk })
+}
+
+/// The songs in one batch, the last client joining after the others' first step.
+fn batched(st: &mut ArStages<'_>, songs: &[Settings], chunk: usize) -> anyhow::Result<Run> {
+    let t0 = Instant::now();
+    let budget = st.prefill_chunk;
+    let n = songs.len();
+    let mut writers: Vec<Writer> = Vec::with_capacity(n);
+    for s in &songs[..n - 1] {
+        writers.push(Writer::new(st, s.clone(), false)?);
+    }
+    let mut codes = 0;
+    let (mut step, mut last_steps, mut last_first_chunk) = (0, 0, 0.0);
+    let mut open: Vec<bool> = vec![true; n - 1];
+    loop {
+        if step == 1 || (n == 1 && step == 0) {
+            writers.push(Writer::new(st, songs[n - 1].clone(), false)?);
+            open.push(true);
+        }
+        let mut live: Vec<&mut Writer> = writers.iter_mut().zip(&open).filter(|(_, o)| **o).map(|(w, _)| w).collect();
+        if live.is_empty() {
+            break;
+        }
+        for items in step_together(st, &mut live, budget)? {
+            codes += codes_of(&items?);
+        }
+        if writers.len() == n && open[n - 1] {
+            last_steps += 1;
+            if last_steps == chunk {
+                last_first_chunk = t0.elapsed().as_secs_f64();
+            }
+        }
+        for (w, o) in writers.iter().zip(open.iter_mut()) {
+            *o &= !w.done();
+        }
+        step += 1;
+    }
+    Ok(Run { seconds: t0.elapsed().as_secs_f64(), codes, last_first_chunk })
+}
+
+/// The step a joining song's first prompt piece rides in, against the plain step of the
+/// same batch: `others` songs decoding.
+fn stall(
+    st: &mut ArStages<'_>,
+    seconds: f64,
+    code_rate: f64,
+    others: usize,
+    reps: usize,
+) -> anyhow::Result<(f64, f64)> {
+    let (mut plain, mut joined) = (Vec::new(), Vec::new());
+    let piece = st.prefill_chunk;
+    for r in 0..reps.max(1) {
+        let mut ws: Vec<Writer> = (0..others)
+            .map(|i| Writer::new(st, client_song(seconds, code_rate, i).unwrap(), false))
+            .collect::<Result<_, _>>()?;
+        // Past the others' prompts.
+        for _ in 0..4 {
+            step_together(st, &mut ws.iter_mut().collect::<Vec<_>>(), piece)?;
+        }
+        let t = Instant::now();
+        step_together(st, &mut ws.iter_mut().collect::<Vec<_>>(), piece)?;
+        plain.push(t.elapsed().as_secs_f64());
+        let mut long = client_song(seconds, code_rate, 100 + r)?;
+        // A prompt of at least one whole piece.
+        long.lyrics = "[verse] la ".repeat(piece);
+        ws.push(Writer::new(st, long, false)?);
+        let t = Instant::now();
+        step_together(st, &mut ws.iter_mut().collect::<Vec<_>>(), piece)?;
+        joined.push(t.elapsed().as_secs_f64());
+    }
+    Ok((stats(plain).median, stats(joined).median))
+}
+
+pub fn run(a: &BenchArgs, model: &Path, vae: &Path, t: &mut Table) -> anyhow::Result<()> {
+    let mut p = Pipeline::load(model, vae, a.device.open()?, &PipelineOptions::default())?;
+    let code_rate = p.audio_spec().code_rate;
+    let seconds = a.batching_seconds;
+    let clients = if a.quick { vec![1, 2, 4] } else { vec![1, 2, 4, 8] };
+    // The first chunk of a streamed song: `stream_chunk_seconds` of codes.
+    let chunk = ((a.stream_seconds * code_rate) as usize).max(1);
+    let mut st = p.shared.ar_stages(&mut p.ar, &p.backend);
+    // Warm the graphs on two short songs.
+    let warm: Vec<Settings> = (0..2).map(|i| client_song(1.0, code_rate, i)).collect::<Result<_, _>>()?;
+    batched(&mut st, &warm, chunk)?;
+    for c in clients {
+        let songs: Vec<Settings> = (0..c).map(|i| client_song(seconds, code_rate, i)).collect::<Result<_, _>>()?;
+        let one = serial(&mut st, &songs, chunk)?;
+        let all = batched(&mut st, &songs, chunk)?;
+        anyhow::ensure!(one.codes == all.codes, "batching changed the codes written: {} vs {}", one.codes, all.codes);
+        let rows = songs.iter().map(Writer::max_rows).sum::<usize>();
+        let per_hour = |r: &Run| c as f64 * 3600.0 / r.seconds;
+        let tps = |r: &Run| r.codes as f64 / r.seconds;
+        t.push(
+            "batching",
+            format!("AR, {c} clients of {seconds:.0} s, one after another"),
+            "codes/s",
+            stats(vec![tps(&one)]),
+            format!(
+                "{:.0} songs/h; the last client's first {chunk} codes at {:.1} s",
+                per_hour(&one),
+                one.last_first_chunk
+            ),
+        );
+        t.push(
+            "batching",
+            format!("AR, {c} clients of {seconds:.0} s, one batch ({rows} rows)"),
+            "codes/s",
+            stats(vec![tps(&all)]),
+            format!(
+                "{:.2}x serial; {:.0} songs/h; the last client's first {chunk} codes at {:.1} s",
+                tps(&all) / tps(&one),
+                per_hour(&all),
+                all.last_first_chunk
+            ),
+        );
+    }
+    let others = 3;
+    let (plain, joined) = stall(&mut st, seconds, code_rate, others, if a.quick { 1 } else { a.reps.min(3) })?;
+    t.push(
+        "batching",
+        format!("AR step of {others} songs, a joining prompt's {}-token piece beside", st.prefill_chunk),
+        "ms/step",
+        stats(vec![joined * 1e3]),
+        format!("the prefill stall: {:.1} ms over the plain step's {:.1} ms", (joined - plain) * 1e3, plain * 1e3),
+    );
+    Ok(())
+}
