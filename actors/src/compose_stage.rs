@@ -7,8 +7,9 @@
 //! running [`Batch`] at the next step boundary when it fits (same AR module, rows to spare),
 //! and the scheduler is told the entry is free as long as rows are left, so the fair queue
 //! decides who joins next. A job that cannot join (another module, a resumed job, a `/vae`
-//! job, a family that composes alone) is held, no one else joins, and it runs once the
-//! batch has drained.
+//! job, a family that composes alone) goes back to the head of the queue, queued again
+//! ([`Requeue`]); no one else joins, and once the batch has drained the entry is free and
+//! that job starts first.
 //!
 //! Where the synthesis halves run: under `--keep-loaded` a member's hand-off goes to the
 //! synthesis stage the step it leaves, so its songs render while the batch decodes on.
@@ -18,7 +19,7 @@
 //! rendered (the AR lease waits for their pins).
 use crate::family::{Batch, Handoff, NarCmd, StageError, Synthesis};
 use crate::kinds::Families;
-use crate::messages::{EntryFree, JobCtx, RunJob, VaeCmd, WorkerCmd};
+use crate::messages::{EntryFree, JobCtx, Requeue, RunJob, VaeCmd, WorkerCmd};
 use crate::model_store::Policy;
 use crate::stage::{guarded, panic_message, test_abort, test_fault, Links};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
@@ -52,12 +53,12 @@ pub(crate) fn run(
         rows,
         batch: None,
         deferred: Vec::new(),
-        held: None,
+        draining: false,
         owed: None,
     };
     let mut stopping = false;
     loop {
-        if !stopping && entry.held.is_none() && entry.room() {
+        if !stopping && entry.room() {
             if let Some(id) = entry.owed.take() {
                 entry.links.scheduler.do_send(EntryFree { id });
             }
@@ -79,22 +80,12 @@ pub(crate) fn run(
         }
         if entry.batch.is_some() {
             entry.step();
-        } else if let Some(held) = entry.held.take() {
-            entry.run_alone(held);
         } else if stopping {
             break;
         }
     }
     let _ = entry.nar_tx.send(NarCmd::Shutdown);
     tracing::info!("AR stage stopped");
-}
-
-/// A job the entry stage has taken but not started.
-enum Held {
-    /// A `/vae` job (its decoder pins the synthesis group).
-    Vae(Arc<JobCtx>, VaeTask),
-    /// A job that composes on its own.
-    Alone(Arc<JobCtx>),
 }
 
 /// The entry stage's state between steps.
@@ -109,8 +100,8 @@ struct Entry {
     batch: Option<Box<dyn Batch>>,
     /// Finished members' hand-offs waiting for the batch to drain (STRICT).
     deferred: Vec<(Arc<JobCtx>, Box<dyn Synthesis>)>,
-    /// A job that waits for the batch to drain.
-    held: Option<Held>,
+    /// A job went back to the queue: no one joins until the batch has drained.
+    draining: bool,
     /// The job whose [`EntryFree`] is owed to the scheduler: sent once another job may come.
     owed: Option<JobId>,
 }
@@ -120,8 +111,19 @@ impl Entry {
     fn room(&self) -> bool {
         match &self.batch {
             None => true,
-            Some(b) => self.deferred.is_empty() && b.rows() < self.rows,
+            Some(b) => !self.draining && self.deferred.is_empty() && b.rows() < self.rows,
         }
+    }
+
+    /// Sends a job that cannot join the running batch back to the queue; the entry stays
+    /// taken (its [`EntryFree`] is owed) until the batch has drained.
+    fn requeue(&mut self, ctx: &JobCtx) {
+        if ctx.cancel.is_cancelled() {
+            return self.links.cancelled(ctx);
+        }
+        tracing::info!(rows = self.batch.as_ref().map_or(0, |b| b.rows()), "waits for the AR batch to drain");
+        self.links.scheduler.do_send(Requeue { id: ctx.id.clone() });
+        self.draining = true;
     }
 
     fn take(&mut self, job: RunJob) {
@@ -141,7 +143,7 @@ impl Entry {
         self.owed = Some(id);
         if let Some(task) = job.vae {
             if self.batch.is_some() {
-                self.held = Some(Held::Vae(ctx, task));
+                self.requeue(&ctx);
             } else {
                 self.vae(ctx, task);
             }
@@ -151,8 +153,7 @@ impl Entry {
             if b.admits(&ctx) && b.rows() + b.rows_of(&ctx) <= self.rows {
                 self.join(ctx);
             } else {
-                tracing::info!(rows = b.rows(), "waits for the AR batch to drain");
-                self.held = Some(Held::Alone(ctx));
+                self.requeue(&ctx);
             }
             return;
         }
@@ -165,7 +166,7 @@ impl Entry {
                 self.batch = Some(b);
                 self.join(ctx);
             }
-            _ => self.run_alone(Held::Alone(ctx)),
+            _ => self.run_alone(ctx),
         }
     }
 
@@ -200,6 +201,7 @@ impl Entry {
         }
         if batch.is_empty() {
             self.batch = None;
+            self.draining = false;
         }
     }
 
@@ -216,6 +218,7 @@ impl Entry {
                     links.fail(&job, format!("internal error in the ar stage: {msg}"));
                 }
                 self.batch = None;
+                self.draining = false;
                 self.flush();
                 return;
             }
@@ -231,6 +234,7 @@ impl Entry {
         }
         if self.batch.as_ref().is_some_and(|b| b.is_empty()) {
             self.batch = None;
+            self.draining = false;
             self.flush();
         }
     }
@@ -251,12 +255,8 @@ impl Entry {
         }
     }
 
-    /// A job on its own: its family's whole AR half, or a `/vae` job's pass-through.
-    fn run_alone(&mut self, held: Held) {
-        let ctx = match held {
-            Held::Vae(ctx, task) => return self.vae(ctx, task),
-            Held::Alone(ctx) => ctx,
-        };
+    /// A job on its own: its family's whole AR half.
+    fn run_alone(&mut self, ctx: Arc<JobCtx>) {
         let span = tracing::info_span!("job", job = %ctx.id);
         let _g = span.enter();
         let (links, nar_tx, backend, families) = (&self.links, &self.nar_tx, &self.backend, &mut self.families);

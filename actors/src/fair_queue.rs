@@ -32,6 +32,13 @@ impl<T: Clone + PartialEq + Eq + Hash> FairQueue<T> {
         q.push_back(item);
     }
 
+    /// Puts `item` back at the head of the queue: served next, before every client's.
+    pub fn push_front(&mut self, client: &str, item: T) {
+        self.queues.entry(client.to_string()).or_default().push_front(item);
+        self.rr.retain(|c| c != client);
+        self.rr.push_front(client.to_string());
+    }
+
     /// Items queued, every client together.
     pub fn len(&self) -> usize {
         self.queues.values().map(|q| q.len()).sum()

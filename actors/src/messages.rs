@@ -59,6 +59,15 @@ pub struct EntryFree {
     pub id: JobId,
 }
 
+/// The entry stage cannot start a job now (it cannot join the running batch): it goes back
+/// to the head of the queue, queued again, and the entry stays taken until the batch has
+/// drained (the entry stage then sends [`EntryFree`] for it).
+#[derive(Message)]
+#[rtype(result = "()")]
+pub struct Requeue {
+    pub id: JobId,
+}
+
 /// The entry stage resumes a job from its journaled codes (the replay path): journaled as
 /// a marker on the record.
 #[derive(Message)]

@@ -5,7 +5,9 @@
 use crate::fair_queue::FairQueue;
 use crate::hub::{Publish, StreamHub};
 use crate::journal::Journal;
-use crate::messages::{CodesReady, EntryFree, Finished, Outcome, Progress, Resumed, RunJob, WorkerCmd, WorkerReady};
+use crate::messages::{
+    CodesReady, EntryFree, Finished, Outcome, Progress, Requeue, Resumed, RunJob, WorkerCmd, WorkerReady,
+};
 use actix::prelude::*;
 use std::collections::{BTreeSet, HashMap};
 use std::sync::Arc;
@@ -509,6 +511,25 @@ impl Handler<EntryFree> for Scheduler {
             self.entry = None;
         }
         self.dispatch();
+    }
+}
+
+impl Handler<Requeue> for Scheduler {
+    type Result = ();
+    fn handle(&mut self, m: Requeue, _: &mut Self::Context) {
+        let Some(e) = self.jobs.get_mut(&m.id) else { return };
+        if e.record.state != JobState::Running || !self.active.remove(&m.id) {
+            return;
+        }
+        e.record.state = JobState::Queued;
+        e.progress = None;
+        let client = e.record.client.clone();
+        self.queue.push_front(&client, m.id.clone());
+        self.persist(&m.id);
+        tracing::info!(job = %m.id, "back in the queue until the AR batch drains");
+        self.metrics.queue_depth.set(self.queued_count() as i64);
+        self.metrics.jobs_running.set(self.active.len() as i64);
+        self.publish_positions();
     }
 }
 

@@ -44,8 +44,12 @@ pub struct Config {
     pub max_batch: u32,
     /// KV cache length bound (0 = the model context).
     pub max_seq: u32,
-    /// Keep every module resident (EVICT_NEVER) instead of one group at a time.
+    /// Keep every module resident (EVICT_NEVER) instead of one group at a time. Neither
+    /// this nor `strict`: every group stays resident when the device's free memory holds
+    /// them with the KV budget and a margin, else STRICT.
     pub keep_loaded: bool,
+    /// One coexistence group resident at a time (STRICT), whatever the memory.
+    pub strict: bool,
     /// Rows of the AR half's shared decode step: the songs (two rows each under guidance)
     /// of different jobs that decode together. 0: 8 on a CPU, 16 on a GPU; 1: one job at a
     /// time.
@@ -128,6 +132,7 @@ impl Default for Config {
             max_batch: 1,
             max_seq: 0,
             keep_loaded: false,
+            strict: false,
             parallel: 0,
             prefill_chunk: 512,
             admission_cap: 8,
@@ -172,6 +177,7 @@ const KEYS: &[&str] = &[
     "max_batch",
     "max_seq",
     "keep_loaded",
+    "strict",
     "parallel",
     "prefill_chunk",
     "admission_cap",
@@ -199,6 +205,15 @@ const KEYS: &[&str] = &[
     "cluster_max_attempts",
     "node_name",
 ];
+
+/// A boolean setting's text form.
+fn boolean(value: &str) -> Option<bool> {
+    match value.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Some(true),
+        "0" | "false" | "no" | "off" | "" => Some(false),
+        _ => None,
+    }
+}
 
 impl Config {
     /// One principal's share of the admission cap.
@@ -253,13 +268,8 @@ impl Config {
             "threads" => self.threads = num(value, bad)?,
             "max_batch" => self.max_batch = num(value, bad)?,
             "max_seq" => self.max_seq = num(value, bad)?,
-            "keep_loaded" => {
-                self.keep_loaded = match value.to_ascii_lowercase().as_str() {
-                    "1" | "true" | "yes" | "on" => true,
-                    "0" | "false" | "no" | "off" | "" => false,
-                    _ => return Err(bad("not a boolean")),
-                }
-            }
+            "keep_loaded" => self.keep_loaded = boolean(value).ok_or_else(|| bad("not a boolean"))?,
+            "strict" => self.strict = boolean(value).ok_or_else(|| bad("not a boolean"))?,
             "parallel" => self.parallel = num(value, bad)?,
             "prefill_chunk" => self.prefill_chunk = num(value, bad)?,
             "admission_cap" => self.admission_cap = num(value, bad)?,
@@ -325,6 +335,9 @@ impl Config {
         }
         if self.vae_core == 0 {
             return bad("vae_core", "must be at least 1");
+        }
+        if self.keep_loaded && self.strict {
+            return bad("strict", "keep_loaded and strict force opposite residencies: give one");
         }
         if self.prefill_chunk == 0 {
             return bad("prefill_chunk", "must be at least 1");

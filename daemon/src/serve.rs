@@ -11,7 +11,7 @@ use actix_web::http::StatusCode;
 use actix_web::middleware::{from_fn, Compress, ErrorHandlerResponse, ErrorHandlers};
 use actix_web::{web, App, HttpResponse, HttpServer};
 use anyhow::Context;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use tracing_subscriber::layer::SubscriberExt;
 use tracing_subscriber::util::SubscriberInitExt;
@@ -72,9 +72,15 @@ pub struct ServeArgs {
     /// KV cache length bound in tokens (0 = the model context).
     #[arg(long)]
     pub max_seq: Option<u32>,
-    /// Keep every module resident instead of one group at a time.
-    #[arg(long)]
+    /// Keep every module resident instead of one group at a time (default: every group
+    /// stays resident when the device's free memory holds the weights, the KV cache of
+    /// --parallel rows at the full context and a margin; else one group at a time).
+    #[arg(long, conflicts_with = "strict")]
     pub keep_loaded: bool,
+    /// One coexistence group resident at a time (STRICT: the AR half and the synthesis
+    /// group swap for every job), whatever the memory.
+    #[arg(long)]
+    pub strict: bool,
     /// Rows of the AR half's shared decode step, as llama.cpp's slots: songs of different
     /// jobs and clients decode together (a song takes two rows under guidance; a job joins
     /// when its rows fit). Default 0: 8 on a CPU, 16 on a GPU; 1: one job at a time. The KV
@@ -202,6 +208,9 @@ impl ServeArgs {
         set("node_name", self.node_name.clone())?;
         if self.keep_loaded {
             c.keep_loaded = true;
+        }
+        if self.strict {
+            c.strict = true;
         }
         c.api_keys.extend(self.api_keys.iter().cloned());
         c.admin_keys.extend(self.admin_keys.iter().cloned());
@@ -554,8 +563,84 @@ pub(crate) fn parallel_rows(c: &Config) -> usize {
     }
 }
 
+/// The residency policy and why it was chosen.
+pub(crate) struct Residency {
+    pub keep_loaded: bool,
+    pub reason: String,
+}
+
+/// `--keep-loaded` or `--strict` when given; else every group resident when the device's
+/// free memory (the host's available memory for the CPU) holds every served file's weights,
+/// the KV cache of `--parallel` rows at the full context, and a margin of a tenth of the
+/// device (at least 512 MiB); else STRICT.
+fn residency(c: &Config, models: &Models, context: usize) -> Residency {
+    if c.keep_loaded {
+        return Residency { keep_loaded: true, reason: "--keep-loaded".into() };
+    }
+    if c.strict {
+        return Residency { keep_loaded: false, reason: "--strict".into() };
+    }
+    let size = |p: &Path| std::fs::metadata(p).map(|m| m.len()).unwrap_or(0);
+    let mut weights = size(&models.model) + size(&models.vae);
+    if let Some(m) = &models.mm3 {
+        weights +=
+            Bucket::MM3.iter().filter_map(|&b| m.registry.entries(b).first()).map(|e| size(&e.path)).sum::<u64>();
+    }
+    let kv =
+        yued_engine::kv_cache::KvSet::bytes_for(models.info.config.kv_dims(), context) as u64 * parallel_rows(c) as u64;
+    let (free, total) = match device_memory(&c.device) {
+        Ok(m) => m,
+        Err(e) => return Residency { keep_loaded: false, reason: format!("the device's memory is unknown ({e})") },
+    };
+    let margin = (total / 10).max(512 << 20);
+    let need = weights + kv + margin;
+    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    let figures = format!(
+        "weights {:.2} GiB + KV of {} rows at {context} positions {:.2} GiB + margin {:.2} GiB = {:.2} GiB, {:.2} GiB \
+        free",
+        gib(weights),
+        parallel_rows(c),
+        gib(kv),
+        gib(margin),
+        gib(need),
+        gib(free)
+    );
+    if need <= free {
+        Residency { keep_loaded: true, reason: format!("every group fits: {figures}") }
+    } else {
+        Residency { keep_loaded: false, reason: format!("one group at a time (STRICT): {figures}") }
+    }
+}
+
+/// Free and total bytes of the compute device: the host's available memory for the CPU
+/// (ggml calls all of a host's memory free), the device's own for a GPU.
+fn device_memory(device: &str) -> anyhow::Result<(u64, u64)> {
+    let backend = yued_engine::ggml::Backend::new(device)?;
+    if !backend.is_cpu() {
+        let (free, total) = backend.memory();
+        return Ok((free as u64, total as u64));
+    }
+    let info = std::fs::read_to_string("/proc/meminfo")?;
+    let field = |name: &str| -> Option<u64> {
+        let line = info.lines().find(|l| l.starts_with(name))?;
+        Some(line.split_whitespace().nth(1)?.parse::<u64>().ok()? * 1024)
+    };
+    match (field("MemAvailable:"), field("MemTotal:")) {
+        (Some(free), Some(total)) => Ok((free, total)),
+        _ => {
+            let (free, total) = backend.memory();
+            Ok((free as u64, total as u64))
+        }
+    }
+}
+
 /// How the compute stages run.
-fn worker_config(c: &Config, models: &Models, adapters: Option<Arc<AdapterDir>>) -> anyhow::Result<WorkerConfig> {
+fn worker_config(
+    c: &Config,
+    models: &Models,
+    residency: &Residency,
+    adapters: Option<Arc<AdapterDir>>,
+) -> anyhow::Result<WorkerConfig> {
     Ok(WorkerConfig {
         model: models.model.clone(),
         vae: models.vae.clone(),
@@ -568,7 +653,7 @@ fn worker_config(c: &Config, models: &Models, adapters: Option<Arc<AdapterDir>>)
             vae_halo: c.vae_halo as usize,
             prefill_chunk: c.prefill_chunk,
         },
-        keep_loaded: c.keep_loaded,
+        keep_loaded: residency.keep_loaded,
         parallel: parallel_rows(c),
         mm3: models.mm3.as_ref().map(|m| m.registry.clone()),
         adapters,
@@ -728,7 +813,11 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let links = links::Links::open(&c.data_dir.join("links"), std::time::Duration::from_secs(c.link_ttl_secs))
         .with_context(|| format!("creating {}", c.data_dir.join("links").display()))?;
     let metrics = Metrics::new();
-    let worker_cfg = worker_config(&c, &models, adapters.clone())?;
+    let residency = residency(&c, &models, context);
+    tracing::info!(keep_loaded = residency.keep_loaded, reason = %residency.reason, "residency");
+    props.residency = if residency.keep_loaded { "keep-loaded" } else { "strict" }.into();
+    props.residency_reason = residency.reason.clone();
+    let worker_cfg = worker_config(&c, &models, &residency, adapters.clone())?;
     let cfg = c.clone();
     let role = Role::parse(&c.role).ok_or_else(|| anyhow::anyhow!("role: must be api, worker or all"))?;
     actix_web::rt::System::new().block_on(async move {

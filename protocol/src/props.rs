@@ -50,6 +50,12 @@ pub struct Props {
     /// The KV cache those rows take at most: `parallel` sequences of `context` positions.
     #[serde(default)]
     pub batch_kv_bytes: u64,
+    /// `keep-loaded` (every group resident) or `strict` (one coexistence group at a time).
+    #[serde(default)]
+    pub residency: String,
+    /// Why: the flag that forced it, or the memory figures it was chosen by.
+    #[serde(default)]
+    pub residency_reason: String,
     pub output_formats: Vec<OutputFormatInfo>,
     pub adapters: Vec<AdapterInfo>,
     pub defaults: Yue2Request,
@@ -87,6 +93,8 @@ impl Props {
             max_batch,
             parallel: 1,
             batch_kv_bytes: 0,
+            residency: "strict".into(),
+            residency_reason: String::new(),
             output_formats: OutputFormat::all().iter().map(|&f| f.into()).collect(),
             adapters: Vec::new(),
             families: None,

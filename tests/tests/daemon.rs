@@ -125,9 +125,12 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
 #[test]
 fn one_clients_batch_does_not_starve_another_client() {
     let dir = tempfile::tempdir().unwrap();
+    // The queue's order alone: one job at a time (in a batch, several of a's would start at once).
     let mut d = Daemon::start(
         &dir.path().join("data"),
         &[
+            "--parallel",
+            "1",
             "--admission-cap",
             "16",
             "--admission-share",
@@ -655,7 +658,9 @@ fn journal_write_failures_are_not_acknowledged_and_make_the_daemon_unhealthy() {
     let dir = tempfile::tempdir().unwrap();
     let fault = dir.path().join("journal-fault");
     let env = [("YUED_TEST_JOURNAL_FAULT_FILE", fault.to_str().unwrap())];
-    let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), vec![], &env);
+    // One job at a time: the second job waits in the queue while the first runs.
+    let args = vec!["--parallel".to_string(), "1".to_string()];
+    let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), args, &env);
     let health = |d: &Daemon| {
         let r = d.http.get(d.url("/status")).send().unwrap();
         (r.status().as_u16(), r.json::<serde_json::Value>().unwrap())
@@ -692,7 +697,9 @@ fn journal_write_failures_are_not_acknowledged_and_make_the_daemon_unhealthy() {
 #[test]
 fn idle_listeners_are_pinged_and_silent_peers_closed() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), vec![], &[("YUED_WS_PING_SECS", "1")]);
+    // One job at a time: the listener's job waits in the queue, silent, behind the blocker.
+    let args = vec!["--parallel".to_string(), "1".to_string()];
+    let d = Daemon::start_with_env(&dir.path().join("data"), free_port(), args, &[("YUED_WS_PING_SECS", "1")]);
     let blocker = d.submit(&song(60.0, 64));
     let waiting = d.submit(&song(1.0, 1));
     let url = d.ws_url(&format!("/stream?id={waiting}"));
@@ -898,7 +905,8 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
 fn kill_9_mid_minimax_song_resumes_from_its_journaled_codes() {
     let dir = tempfile::tempdir().unwrap();
     let data = dir.path().join("data");
-    let d = Daemon::start(&data, &[]);
+    // STRICT: the synthesis half starts once every code is written and journaled.
+    let d = Daemon::start(&data, &["--strict"]);
     let id = d.submit(
         r#"{"family": "mm3", "caption": "ambient", "lyrics": "[verse] la", "duration": 12, "steps": 60,
         "lm_seed": 8, "seed": 9, "output_format": "wav16"}"#,

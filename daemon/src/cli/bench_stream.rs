@@ -39,9 +39,7 @@ impl Served {
             "--threads",
             &a.device.threads.to_string(),
         ]);
-        if keep_loaded {
-            cmd.arg("--keep-loaded");
-        }
+        cmd.arg(if keep_loaded { "--keep-loaded" } else { "--strict" });
         let child =
             cmd.stdout(Stdio::null()).stderr(std::fs::File::create(&log)?).spawn().context("starting yued serve")?;
         let mut s = Served { child, port, log, _dir: dir };

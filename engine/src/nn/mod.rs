@@ -1,9 +1,9 @@
 //! Building blocks the families share, written once: the causal Qwen3 LM over KV sets
-//! ([`causal_lm`]) and its decode steps shared across jobs ([`batch`]), the Qwen3 decoder layer and its Hugging Face tensor names ([`qwen3`];
-//! the YuE2 AR half, the YuE2 NAR half and the MiniMax LM are all Qwen3 stacks), the
-//! llama.cpp export of a Qwen3 ([`export_qwen3`]), the LoRA merge ([`lora`]), the Oobleck /
-//! DAC VAE blocks ([`oobleck`]), the demo models' random weights ([`demo`]) and RMSNorm. No
-//! module here imports a family.
+//! ([`causal_lm`]) and its decode steps shared across jobs ([`batch`]), the Qwen3 decoder
+//! layer and its Hugging Face tensor names ([`qwen3`]; the YuE2 AR half, the YuE2 NAR half
+//! and the MiniMax LM are all Qwen3 stacks), the llama.cpp export of a Qwen3
+//! ([`export_qwen3`]), the LoRA merge ([`lora`]), the Oobleck / DAC VAE blocks ([`oobleck`]),
+//! the demo models' random weights ([`demo`]) and RMSNorm. No module here imports a family.
 pub mod batch;
 pub mod causal_lm;
 pub mod demo;
