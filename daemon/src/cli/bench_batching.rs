@@ -34,8 +34,7 @@ fn codes_of(items: &[Written]) -> usize {
     items.iter().map(|w| if let Written::Codes(m) = w { m.codes.len() } else { 0 }).sum()
 }
 
-/// Seconds from `t0` to the step that wrote a song's first `first` codes, and the codes in
-/// all, of one writer's steps.
+/// One way of writing the clients' songs: its seconds, the codes written.
 struct Run {
     seconds: f64,
     codes: usize,
@@ -77,7 +76,7 @@ fn batched(st: &mut ArStages<'_>, songs: &[Settings], chunk: usize) -> anyhow::R
     let (mut step, mut last_steps, mut last_first_chunk) = (0, 0, 0.0);
     let mut open: Vec<bool> = vec![true; n - 1];
     loop {
-        if step == 1 || (n == 1 && step == 0) {
+        if writers.len() < n && (step == 1 || n == 1) {
             writers.push(Writer::new(st, songs[n - 1].clone(), false)?);
             open.push(true);
         }
