@@ -3,9 +3,9 @@
 # (scripts/build-cuda.sh: the toolkit from NVIDIA's PyPI wheels unless CUDA_ROOT names one),
 # runs the device tests on CUDA0 (the engine's parity tests against the committed
 # fixtures, and the daemon's end-to-end tests, every graph on the device), then prints the
-# benchmark tables of both families on the full-size demo models.
+# benchmark tables of both families on the full-size demo models, and the batching table.
 # Usage: scripts/bench/gpu.sh [OUT_DIR=target/bench-gpu] [ARCH=90]
-# Writes OUT_DIR/tests.txt, OUT_DIR/bench-yue2.{json,txt} and OUT_DIR/bench-mm3.{json,txt}.
+# Writes OUT_DIR/tests.txt, OUT_DIR/bench-{yue2,mm3,batching}.{json,txt}.
 # Budget: about ten minutes on one H200 with 16 cores (the ggml CUDA kernels for one
 # architecture are most of the build); each step has its own timeout, and a step that fails
 # is reported and the next one still runs.
@@ -33,3 +33,7 @@ for fam in yue2 mm3; do
     timeout 600 "$BIN" bench --family "$fam" --preset full --device CUDA0 --reps 3 --json "$OUT/bench-$fam.json"
   } 2>&1 | tee -a "$OUT/bench-$fam.txt"
 done
+# Many clients in one decode step (YuE2's AR half: 1, 2, 4, 8 clients against one after another).
+echo "## yued bench --only batching on CUDA0" | tee "$OUT/bench-batching.txt"
+timeout 600 "$BIN" bench --only batching --preset full --device CUDA0 --batching-seconds 10 \
+  --json "$OUT/bench-batching.json" 2>&1 | tee -a "$OUT/bench-batching.txt"
