@@ -88,7 +88,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub parallel: Option<usize>,
     /// Tokens a prompt is prefilled in at most per forward (default 512): a song joining a
-    /// running batch holds the others up by one such piece at a time.
+    /// running batch holds the others up by one such piece at a time (a piece costs its
+    /// tokens' prefill: on a CPU-only box at the full size, 64 keeps it to seconds).
     #[arg(long)]
     pub prefill_chunk: Option<usize>,
     /// Jobs admitted at once across routes, active work included (default 8).

@@ -139,8 +139,9 @@ pub fn run(a: &BenchArgs, model: &Path, vae: &Path, t: &mut Table) -> anyhow::Re
     let code_rate = p.audio_spec().code_rate;
     let seconds = a.batching_seconds;
     let clients = if a.quick { vec![1, 2, 4] } else { vec![1, 2, 4, 8] };
-    // The first chunk of a streamed song: `stream_chunk_seconds` of codes.
-    let chunk = ((a.stream_seconds * code_rate) as usize).max(1);
+    // The first chunk of a streamed song: `stream_chunk_seconds` of codes (the whole song
+    // when it is shorter).
+    let chunk = ((a.stream_seconds.min(seconds) * code_rate) as usize).max(1);
     let mut st = p.shared.ar_stages(&mut p.ar, &p.backend);
     // Warm the graphs on two short songs.
     let warm: Vec<Settings> = (0..2).map(|i| client_song(1.0, code_rate, i)).collect::<Result<_, _>>()?;
