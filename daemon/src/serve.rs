@@ -595,16 +595,22 @@ fn residency(c: &Config, models: &Models, context: usize) -> Residency {
     };
     let margin = (total / 10).max(512 << 20);
     let need = weights + kv + margin;
-    let gib = |b: u64| b as f64 / (1u64 << 30) as f64;
+    // Bytes as GiB, or MiB under one GiB (the demo's files are a few MiB).
+    let shown = |b: u64| {
+        if b >= 1 << 30 {
+            format!("{:.2} GiB", b as f64 / (1u64 << 30) as f64)
+        } else {
+            format!("{:.1} MiB", b as f64 / (1u64 << 20) as f64)
+        }
+    };
+    let rows = parallel_rows(c);
     let figures = format!(
-        "weights {:.2} GiB + KV of {} rows at {context} positions {:.2} GiB + margin {:.2} GiB = {:.2} GiB, {:.2} GiB \
-        free",
-        gib(weights),
-        parallel_rows(c),
-        gib(kv),
-        gib(margin),
-        gib(need),
-        gib(free)
+        "weights {} + KV of {rows} rows at {context} positions {} + margin {} = {}, {} free",
+        shown(weights),
+        shown(kv),
+        shown(margin),
+        shown(need),
+        shown(free)
     );
     if need <= free {
         Residency { keep_loaded: true, reason: format!("every group fits: {figures}") }
