@@ -172,9 +172,8 @@ impl ModelFamily for Yue2 {
         synthesis_group()
     }
 
-    /// A fresh song under `stream_chunk_seconds` with both groups resident is handed over
-    /// before its first code ([`Yue2Stream`]): chunk k renders while chunk k + 1 is written.
-    /// Otherwise the whole AR half runs first ([`Yue2Synthesis`]).
+    /// A job alone (fresh songs go through [`Yue2Batch`]; this is a job resumed from the
+    /// journal): the whole AR half first, then the hand-off ([`Yue2Synthesis`]).
     fn compose(
         &mut self,
         links: &Links,
@@ -186,9 +185,6 @@ impl ModelFamily for Yue2 {
             .shared
             .clone()
             .ok_or_else(|| StageError::Failed("the model failed to load; see the daemon log".into()))?;
-        if streams(ctx, out) {
-            return Ok(compose_streamed(links, &shared, backend, ctx, out)?);
-        }
         let songs = compose(links, &shared, backend, ctx)?;
         out.send(Box::new(Yue2Synthesis { shared, songs }));
         Ok(())
@@ -424,25 +420,21 @@ impl ArReports {
     }
 }
 
-/// The stage loop of a job's AR half: its [`Writer`] stepped to the end, the cancel checked
-/// between steps, each step's items told and its hand-outs passed to `ready`.
+/// The stage loop of a job's AR half alone: its [`Writer`] stepped to the end, the cancel
+/// checked between steps, each step's items told.
 fn write(
     stages: &mut ArStages<'_>,
     s: Settings,
-    stream: bool,
     reports: &mut ArReports,
     journal: bool,
-    ready: &mut dyn FnMut(ChunkReady),
 ) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
-    let mut writer = Writer::new(stages, s, stream)?;
+    let mut writer = Writer::new(stages, s, false)?;
     while !writer.done() {
         if reports.ctx.cancel.is_cancelled() {
             return Err(PipelineError::Cancelled);
         }
         for item in writer.step(stages)? {
-            if let Some(out) = reports.tell(item, journal) {
-                ready(out);
-            }
+            reports.tell(item, journal);
         }
     }
     writer.finish()
@@ -475,7 +467,7 @@ fn compose(
     let mut out = Vec::new();
     for (index, run) in runs {
         let ar = lease.get::<ArModel>();
-        let songs = write(&mut shared.ar_stages(ar, backend), run.clone(), false, &mut reports, journal, &mut |_| {});
+        let songs = write(&mut shared.ar_stages(ar, backend), run.clone(), &mut reports, journal);
         for (mut meta, prefix) in songs? {
             meta.index = index.unwrap_or(meta.index);
             out.push(shared.prefill_chunks(ar, backend, &run, meta, prefix, &ctx.cancel)?);
@@ -483,31 +475,6 @@ fn compose(
     }
     reports.finish();
     Ok(out)
-}
-
-/// The streamed AR half: the hand-off goes first, then each chunk through its channel the
-/// step its codes are written, then each song's end. A chunk in flight counts in the KV
-/// gauge until the synthesis half has painted it (or it is dropped).
-fn compose_streamed(
-    links: &Links,
-    shared: &Arc<Shared>,
-    backend: &Backend,
-    ctx: &Arc<JobCtx>,
-    out: &mut Handoff<'_>,
-) -> Result<(), PipelineError> {
-    let s = settings_of(ctx)?;
-    let (tx, rx) = crossbeam_channel::unbounded();
-    out.send(Box::new(Yue2Stream { shared: shared.clone(), settings: s.clone(), rx, songs: s.songs }));
-    let mut lease = links.store.lease(&ar(&links.cfg, Some(ctx.yue2())), backend).map_err(PipelineError::Other)?;
-    let mut reports = ArReports::new(links, ctx);
-    let mut stages = shared.ar_stages(lease.get::<ArModel>(), backend);
-    let r = write(&mut stages, s, true, &mut reports, true, &mut |c| {
-        // A synthesis half that gave up drops what it is sent.
-        let count = matches!(c, ChunkReady::Chunk { .. }).then(|| KvCount::new(&links.metrics.kv_sets_in_use));
-        let _ = tx.send((c, count));
-    });
-    reports.finish();
-    r.map(|_| ())
 }
 
 /// A chunk's KV set in flight to the synthesis half: counted in the KV gauge until
