@@ -177,7 +177,7 @@ impl Entry {
         match self.families.get(ctx.request.family()) {
             Ok(f) => {
                 let pin = self.links.store.pin(f.synthesis_group());
-                let _ = self.vae_tx.send(VaeCmd::VaeJob(ctx, task, pin));
+                let _ = self.vae_tx.send(VaeCmd::VaeJob(ctx, task, pin, f.vae_job()));
             }
             Err(e) => e.report(&self.links, &ctx),
         }

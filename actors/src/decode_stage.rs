@@ -3,7 +3,7 @@
 //! moment it is decoded, and hands each finished track to the Encoder. It also runs the
 //! `/vae` jobs, the VAE's own work.
 use crate::hub::{Publish, StreamHub};
-use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackOut, TrackPlan, VaeCmd};
+use crate::messages::{EncCmd, Finished, JobCtx, Outcome, Tiling, TrackOut, TrackPlan, VaeCmd};
 use crate::model_store::GroupPin;
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use actix::Addr;
@@ -17,7 +17,7 @@ use yued_contract::{VaeOp, VaeTask};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::pipeline::SongMeta;
-use yued_engine::models::yue2::vae::{Tile, TileStream, VaeError, VaeModel};
+use yued_engine::models::yue2::vae::{Tile, TileStream, VaeError, VaeInfo, VaeModel};
 use yued_engine::models::AudioSpec;
 use yued_protocol::{JobId, Stage};
 
@@ -73,6 +73,7 @@ struct JobState {
     job: Arc<JobCtx>,
     /// Each track's plan and its stream, taken when the track is complete.
     tracks: Vec<(TrackPlan, Option<TileStream>)>,
+    tiling: Tiling,
     _pin: GroupPin,
     live: LiveTiles,
 }
@@ -83,104 +84,36 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
         .map_err(|e| e.to_string())
         .and_then(|f| VaeModel::info(&f).map_err(|e| e.to_string()));
     let mut jobs: HashMap<JobId, JobState> = HashMap::new();
-    let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
     while let Ok(cmd) = rx.recv() {
         match cmd {
             VaeCmd::Shutdown => break,
             VaeCmd::Abort(id) => {
                 jobs.remove(&id);
             }
-            VaeCmd::Begin { job, tracks, pin } => {
-                let info = match &info {
-                    Ok(i) => i,
-                    Err(e) => {
-                        links.fail(&job, format!("the VAE file: {e}"));
-                        continue;
-                    }
-                };
-                // An open track counts at its budget until its length is known.
-                let settings = job.request.as_yue2().and_then(|r| crate::settings::yue2(r).ok());
-                let budget = settings.as_ref().map_or(0, |s| s.budget);
-                let core = settings.as_ref().map_or(core, |s| s.tile_core(core, halo));
-                let tiles_total =
-                    tracks.iter().map(|t| if t.open { budget } else { t.meta.codes.len() }.div_ceil(core.max(1))).sum();
-                let planned: Result<Vec<_>, _> = tracks
-                    .into_iter()
-                    .map(|t| {
-                        if t.open {
-                            TileStream::open(info, core, halo)
-                        } else {
-                            TileStream::new(info, t.meta.codes.len(), core, halo)
-                        }
-                        .map(|s| (t, Some(s)))
-                    })
-                    .collect();
-                match planned {
-                    Ok(tracks) => {
-                        let live = LiveTiles::new(&links, &job.id, tiles_total);
-                        jobs.insert(job.id.clone(), JobState { job, tracks, _pin: pin, live });
+            VaeCmd::Begin { job, tracks, tiling, pin } => match &info {
+                Ok(info) => match begin(&links, info, job.clone(), tracks, tiling, pin) {
+                    Ok(st) => {
+                        jobs.insert(job.id.clone(), st);
                     }
                     Err(e) => links.fail(&job, format!("VAE tile plan: {e}")),
-                }
+                },
+                Err(e) => links.fail(&job, format!("the VAE file: {e}")),
+            },
+            VaeCmd::Latents { id, track, start_frame, latents } => {
+                let chunk = Chunk { track, start_frame: Some(start_frame), latents, end: None };
+                on_chunk(&links, &backend, &enc_tx, &mut jobs, id, chunk);
             }
-            cmd @ (VaeCmd::Latents { .. } | VaeCmd::TrackEnd { .. }) => {
-                let (id, track, start_frame, latents, end) = match cmd {
-                    VaeCmd::Latents { id, track, start_frame, latents } => {
-                        (id, track, Some(start_frame), latents, None)
-                    }
-                    VaeCmd::TrackEnd { id, track, meta } => (id, track, None, Vec::new(), Some(meta)),
-                    _ => unreachable!(),
-                };
-                let Some(st) = jobs.get_mut(&id) else { continue };
-                let span = tracing::info_span!("job", job = %id);
-                let _g = span.enter();
-                if st.job.cancel.is_cancelled() {
-                    links.cancelled(&st.job);
-                    jobs.remove(&id);
-                    continue;
-                }
-                let job = st.job.clone();
-                let decoded = guarded(&links, &job, "vae", || {
-                    test_fault("vae", &job);
-                    decode_chunk(&links, backend.as_ref().map_err(|e| e.clone()), st, track, start_frame, &latents, end)
-                });
-                let Some(decoded) = decoded else {
-                    jobs.remove(&id);
-                    continue;
-                };
-                match decoded {
-                    Ok(Some(t)) => {
-                        let of = st.tracks.len();
-                        // A finished track has given its stream up: the job is done when all
-                        // have. The stream's end goes out before the last track reaches the
-                        // Encoder, so it precedes the terminal event.
-                        let last = st.tracks.iter().all(|(_, s)| s.is_none());
-                        if last {
-                            st.live.finish(&links.hub);
-                        }
-                        let _ = enc_tx.send(EncCmd::Track { job, index: track, of, track: Box::new(t) });
-                        if last {
-                            jobs.remove(&id);
-                        }
-                    }
-                    Ok(None) => {}
-                    Err(VaeError::Cancelled) => {
-                        links.cancelled(&job);
-                        jobs.remove(&id);
-                    }
-                    Err(e) => {
-                        links.fail(&job, format!("VAE decode: {e}"));
-                        jobs.remove(&id);
-                    }
-                }
+            VaeCmd::TrackEnd { id, track, meta } => {
+                let chunk = Chunk { track, start_frame: None, latents: Vec::new(), end: Some(meta) };
+                on_chunk(&links, &backend, &enc_tx, &mut jobs, id, chunk);
             }
-            VaeCmd::VaeJob(job, task, _pin) => {
+            VaeCmd::VaeJob(job, task, _pin, run_job) => {
                 let span = tracing::info_span!("job", job = %job.id);
                 let _g = span.enter();
                 let outcome = guarded(&links, &job, "vae", || {
                     test_fault("vae", &job);
                     match &backend {
-                        Ok(b) => run_vae_job(&links, b, &job, &task, &results, &enc_tx),
+                        Ok(b) => run_job(&links, b, &job, &task, &results, &enc_tx),
                         Err(e) => Some(Outcome::Failed(format!("no compute backend: {e}"))),
                     }
                 })
@@ -195,17 +128,104 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
     tracing::info!("VAE stage stopped");
 }
 
+/// A job's tile streams, one a track (an open track counts at its budget until its length
+/// is known).
+fn begin(
+    links: &Links,
+    info: &VaeInfo,
+    job: Arc<JobCtx>,
+    tracks: Vec<TrackPlan>,
+    tiling: Tiling,
+    pin: GroupPin,
+) -> Result<JobState, VaeError> {
+    let (core, halo) = (tiling.core.max(1), links.cfg.options.vae_halo);
+    let frames = |t: &TrackPlan| if t.open { tiling.open_frames } else { t.meta.codes.len() };
+    let tiles_total = tracks.iter().map(|t| frames(t).div_ceil(core)).sum();
+    let tracks = tracks
+        .into_iter()
+        .map(|t| {
+            let stream =
+                if t.open { TileStream::open(info, core, halo) } else { TileStream::new(info, frames(&t), core, halo) };
+            stream.map(|s| (t, Some(s)))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let live = LiveTiles::new(links, &job.id, tiles_total);
+    Ok(JobState { job, tracks, tiling, _pin: pin, live })
+}
+
+/// A track's latents from the synthesis stage (`start_frame` None and `end` its song: the
+/// end of an open track).
+struct Chunk {
+    track: usize,
+    start_frame: Option<usize>,
+    latents: Vec<f32>,
+    end: Option<SongMeta>,
+}
+
+/// Decodes a chunk of a job's track; a finished track goes to the Encoder, and the job
+/// leaves `jobs` when its last track has, or when it failed or was cancelled.
+fn on_chunk(
+    links: &Links,
+    backend: &Result<Backend, String>,
+    enc_tx: &Sender<EncCmd>,
+    jobs: &mut HashMap<JobId, JobState>,
+    id: JobId,
+    chunk: Chunk,
+) {
+    let Some(st) = jobs.get_mut(&id) else { return };
+    let span = tracing::info_span!("job", job = %id);
+    let _g = span.enter();
+    if st.job.cancel.is_cancelled() {
+        links.cancelled(&st.job);
+        jobs.remove(&id);
+        return;
+    }
+    let job = st.job.clone();
+    let track = chunk.track;
+    let decoded = guarded(links, &job, "vae", || {
+        test_fault("vae", &job);
+        decode_chunk(links, backend.as_ref().map_err(|e| e.clone()), st, chunk)
+    });
+    let Some(decoded) = decoded else {
+        jobs.remove(&id);
+        return;
+    };
+    match decoded {
+        Ok(Some(t)) => {
+            let of = st.tracks.len();
+            // A finished track has given its stream up: the job is done when all have. The
+            // stream's end goes out before the last track reaches the Encoder, so it
+            // precedes the terminal event.
+            let last = st.tracks.iter().all(|(_, s)| s.is_none());
+            if last {
+                st.live.finish(&links.hub);
+            }
+            let _ = enc_tx.send(EncCmd::Track { job, index: track, of, track: Box::new(t) });
+            if last {
+                jobs.remove(&id);
+            }
+        }
+        Ok(None) => {}
+        Err(VaeError::Cancelled) => {
+            links.cancelled(&job);
+            jobs.remove(&id);
+        }
+        Err(e) => {
+            links.fail(&job, format!("VAE decode: {e}"));
+            jobs.remove(&id);
+        }
+    }
+}
+
 /// Feeds one chunk to its track's tile stream (`start_frame` None: the end of an open
 /// track, `end` its song); the finished track when this completed it.
 fn decode_chunk(
     links: &Links,
     backend: Result<&Backend, String>,
     st: &mut JobState,
-    track: usize,
-    start_frame: Option<usize>,
-    latents: &[f32],
-    end: Option<SongMeta>,
+    chunk: Chunk,
 ) -> Result<Option<TrackOut>, VaeError> {
+    let Chunk { track, start_frame, latents, end } = chunk;
     let backend = backend.map_err(VaeError::Input)?;
     let (plan, stream) =
         st.tracks.get_mut(track).ok_or_else(|| VaeError::Input(format!("no track {track} in this job")))?;
@@ -221,16 +241,14 @@ fn decode_chunk(
             return Err(VaeError::Input(format!("track {track}: an end for a track whose length was known")));
         }
         stream_ref.set_frames(meta.codes.len())?;
-        let s = crate::settings::yue2(st.job.yue2()).map_err(|e| VaeError::Input(e.to_string()))?;
-        let budget = s.budget;
-        let core = s.tile_core(links.cfg.options.vae_core, links.cfg.options.vae_halo).max(1);
-        st.live.total = st.live.total + meta.codes.len().div_ceil(core) - budget.div_ceil(core).min(st.live.total);
+        let (core, counted) = (st.tiling.core.max(1), st.tiling.open_frames);
+        st.live.total = st.live.total + meta.codes.len().div_ceil(core) - counted.div_ceil(core).min(st.live.total);
         plan.meta = meta;
     }
     let mut lease = links.store.lease(&crate::yue2::vae(&links.cfg), backend).map_err(VaeError::Input)?;
     let live = &mut st.live;
     let stream_ref_spec = lease.get::<VaeModel>().info.audio_spec();
-    stream_ref.push(lease.get::<VaeModel>(), backend, latents, &st.job.cancel, &mut |tile| {
+    stream_ref.push(lease.get::<VaeModel>(), backend, &latents, &st.job.cancel, &mut |tile| {
         live.publish(&links.hub, track, stream_ref_spec, tile)
     })?;
     drop(lease);
@@ -239,19 +257,18 @@ fn decode_chunk(
     }
     let (pcm, lat) = stream.take().unwrap().finish();
     let meta = &plan.meta;
-    let replay = crate::settings::yue2_replay(st.job.yue2(), meta, plan.variation);
     Ok(Some(TrackOut {
         audio: Pcm::new(stream_ref_spec.sample_rate, stream_ref_spec.channels, pcm),
-        replay: serde_json::to_value(replay).expect("a request serializes"),
+        replay: (st.tiling.replay)(meta, plan.variation),
         latents: lat,
         truncated: !meta.ended,
     }))
 }
 
-/// A `/vae` job: encode an uploaded file to raw latents (the result is saved here), or
-/// decode uploaded latents tile by tile, streaming the tiles like a song's, and hand the
-/// audio to the Encoder (which then reports the job: `None` here).
-fn run_vae_job(
+/// A YuE2 `/vae` job on the Oobleck VAE: encode an uploaded file to raw latents (the
+/// result is saved here), or decode uploaded latents tile by tile, streaming the tiles like
+/// a song's, and hand the audio to the Encoder (which then reports the job: `None` here).
+pub(crate) fn oobleck_vae_job(
     links: &Links,
     backend: &Backend,
     job: &Arc<JobCtx>,
@@ -259,9 +276,6 @@ fn run_vae_job(
     results: &ResultStore,
     enc_tx: &Sender<EncCmd>,
 ) -> Option<Outcome> {
-    if job.request.as_mm3().is_some() {
-        return crate::mm3::run_vae_job(links, backend, job, task, results, enc_tx);
-    }
     if job.cancel.is_cancelled() {
         return Some(Outcome::Cancelled);
     }

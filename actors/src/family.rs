@@ -16,7 +16,7 @@
 //!
 //! The families are in `yue2` and `mm3`; adding one is a module with its components and
 //! loader, an implementation of each trait, and an entry in `kinds`.
-use crate::messages::{EncCmd, JobCtx, VaeCmd};
+use crate::messages::{EncCmd, JobCtx, VaeCmd, VaeJobFn};
 use crate::model_store::{Group, GroupPin, Policy};
 use crate::stage::Links;
 use crossbeam_channel::Sender;
@@ -95,6 +95,9 @@ pub(crate) trait ModelFamily: Send {
         job: &Arc<JobCtx>,
         out: &mut Handoff<'_>,
     ) -> Result<(), StageError>;
+
+    /// How the decode stage runs the family's `/vae` jobs (its own decoder).
+    fn vae_job(&self) -> VaeJobFn;
 
     /// A batch for `job` when the family decodes its AR half beside other jobs' ([`Batch`]);
     /// `None`: the job composes alone ([`ModelFamily::compose`]).

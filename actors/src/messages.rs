@@ -141,12 +141,38 @@ pub struct TrackPlan {
     pub open: bool,
 }
 
+/// How the decode stage tiles a job's tracks and names each finished one, as the job's
+/// family says.
+pub struct Tiling {
+    /// Latent frames a tile decodes (its core; the halo is the daemon's).
+    pub core: usize,
+    /// The frames an open track counts at in the progress until its length is known.
+    pub open_frames: usize,
+    /// The request that renders a finished track (its song, its variation) again.
+    pub replay: ReplayFn,
+}
+
+/// The replay request of a finished track: its song and its variation.
+pub type ReplayFn = Box<dyn Fn(&SongMeta, u32) -> serde_json::Value + Send>;
+
+/// A family's `/vae` job on the decode stage (its own decoder): `None` when the Encoder
+/// reports the job.
+pub type VaeJobFn = fn(
+    &crate::stage::Links,
+    &yued_engine::ggml::Backend,
+    &Arc<JobCtx>,
+    &VaeTask,
+    &yued_contract::results::ResultStore,
+    &crossbeam_channel::Sender<EncCmd>,
+) -> Option<Outcome>;
+
 pub enum VaeCmd {
-    /// A job's tracks, in track order, and the synthesis-group pin held until the last
-    /// tile is out.
+    /// A job's tracks, in track order, how to tile them, and the synthesis-group pin held
+    /// until the last tile is out.
     Begin {
         job: Arc<JobCtx>,
         tracks: Vec<TrackPlan>,
+        tiling: Tiling,
         pin: GroupPin,
     },
     Latents {
@@ -163,8 +189,8 @@ pub enum VaeCmd {
     },
     /// The NAR gave up on the job: drop its state.
     Abort(JobId),
-    /// A `/vae` job, with its synthesis-group pin.
-    VaeJob(Arc<JobCtx>, VaeTask, GroupPin),
+    /// A `/vae` job, with its synthesis-group pin and its family's runner.
+    VaeJob(Arc<JobCtx>, VaeTask, GroupPin, VaeJobFn),
     Shutdown,
 }
 

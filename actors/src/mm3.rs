@@ -11,7 +11,7 @@
 //! stream resamples), and the finished tracks go to the Encoder like YuE2's.
 use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
-use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome, TrackOut};
+use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome, TrackOut, VaeJobFn};
 use crate::model_store::{Component, ComponentKey, Group, GroupPin, Module};
 use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::Sender;
@@ -30,11 +30,12 @@ use yued_engine::models::mm3::depth::DepthModel;
 use yued_engine::models::mm3::dit::DitModel;
 use yued_engine::models::mm3::lm::{self, LmModel};
 use yued_engine::models::mm3::synth::{
-    decode_open, decode_window, windows, Noise, PhiloxNoise, SynthError, WindowRenderer,
+    decode_open, decode_window, windows, Noise, PhiloxNoise, SynthError, SynthSettings, WindowRenderer,
 };
 use yued_engine::models::mm3::vae::VaeModel;
 use yued_engine::models::mm3::vae_enc::VaeEncoder;
 use yued_engine::models::mm3::{pipeline, prompt};
+use yued_engine::models::AudioSpec;
 use yued_engine::registry::{Bucket, Registry};
 use yued_engine::tokenizer::BpeTokenizer;
 use yued_protocol::{Family, Mm3Request, Stage, StreamEvent};
@@ -131,6 +132,10 @@ impl ModelFamily for Mm3 {
 
     fn synthesis_group(&self) -> Group {
         synthesis_group()
+    }
+
+    fn vae_job(&self) -> VaeJobFn {
+        run_vae_job
     }
 
     /// A fresh song with every group resident is handed over before its first frame
@@ -440,31 +445,18 @@ fn render_stream(
     let req = ctx.request.as_mm3().expect("a MiniMax job");
     let cancelled = || ctx.cancel.is_cancelled();
     let [mut cond_lease, mut dit_lease, mut vae_lease] = synthesis_leases(links, backend, &work.files)?;
-    let (cond, dit, vae) = (cond_lease.get::<CondEncoder>(), dit_lease.get::<DitModel>(), vae_lease.get::<VaeModel>());
-    let spec = vae.info.audio_spec();
+    let mut models = SynthModels {
+        backend,
+        cond: cond_lease.get::<CondEncoder>(),
+        dit: dit_lease.get::<DitModel>(),
+        vae: vae_lease.get::<VaeModel>(),
+    };
+    let spec = models.vae.info.audio_spec();
     let m = req.synth_batch_size.max(1) as usize;
     let s = crate::settings::mm3_synth(req, true);
     let mut sink = ProgressSink::new(links, &ctx.id);
     let mut live = LivePcm::new(&ctx.id, work.songs * m, spec.sample_rate);
-    let append = |t: &mut (Vec<f32>, Vec<f32>), planar: &[f32]| {
-        let n = planar.len() / 2;
-        t.0.extend_from_slice(&planar[..n]);
-        t.1.extend_from_slice(&planar[n..]);
-    };
-    let mut songs: Vec<SongRender> = (0..work.songs)
-        .map(|_| SongRender {
-            states: Vec::new(),
-            frames: 0,
-            end: None,
-            windows: WindowRenderer::new(&s),
-            noise: (0..m)
-                .map(|j| Box::new(PhiloxNoise::new(req.seed.wrapping_add(j as i64) as u64)) as Box<dyn Noise + Send>)
-                .collect(),
-            tracks: vec![(Vec::new(), Vec::new()); m],
-            held: vec![None; m],
-            finished: false,
-        })
-        .collect();
+    let mut songs: Vec<SongRender> = (0..work.songs).map(|_| SongRender::new(&s, req.seed, m)).collect();
     let mut finished = 0;
     for msg in work.rx.iter() {
         let i = match msg {
@@ -482,47 +474,9 @@ fn render_stream(
             }
         };
         let sr = &mut songs[i];
-        let complete = sr.end.is_some();
-        while let Some(w) = sr.windows.next(
-            backend,
-            cond,
-            dit,
-            &sr.states,
-            sr.frames,
-            complete,
-            &mut sr.noise,
-            &s,
-            &cancelled,
-            &mut |_| {},
-        )? {
-            let count = complete.then(|| windows(sr.frames).len());
-            for (j, lat) in w.latents.iter().enumerate() {
-                if cancelled() {
-                    return Err(StageError::Cancelled);
-                }
-                // A window follows the last one decoded: its held edge is cropped away.
-                sr.held[j] = None;
-                let body = match count {
-                    Some(count) => decode_window(backend, vae, lat, w.index, count).map_err(|e| e.to_string())?,
-                    None => {
-                        let (body, edge) = decode_open(backend, vae, lat, w.index).map_err(|e| e.to_string())?;
-                        sr.held[j] = Some(edge);
-                        body
-                    }
-                };
-                live.publish(links, i * m + j, &body);
-                append(&mut sr.tracks[j], &body);
-            }
-        }
-        if complete && !sr.finished && sr.windows.rendered() == windows(sr.frames).len() {
-            // The last window was decoded before the song's end was known: its edge stays.
-            for j in 0..m {
-                if let Some(edge) = sr.held[j].take() {
-                    live.publish(links, i * m + j, &edge);
-                    append(&mut sr.tracks[j], &edge);
-                }
-            }
-            sr.finished = true;
+        sr.render(&mut models, &s, &cancelled, &mut |j, body| live.publish(links, i * m + j, body))?;
+        if sr.end.is_some() && !sr.finished && sr.windows.rendered() == windows(sr.frames).len() {
+            sr.finish(&mut |j, edge| live.publish(links, i * m + j, edge));
             finished += 1;
         }
         if finished == work.songs {
@@ -535,16 +489,119 @@ fn render_stream(
     }
     // Every song is complete: the stream's end, then the tracks, song-major.
     live.finish(links);
-    let count = work.songs * m;
+    send_tracks(ctx, req, spec, songs, enc_tx)?;
+    sink.close();
+    Ok(true)
+}
+
+/// The synthesis half's models under their leases.
+struct SynthModels<'a> {
+    backend: &'a Backend,
+    cond: &'a mut CondEncoder,
+    dit: &'a mut DitModel,
+    vae: &'a mut VaeModel,
+}
+
+impl SongRender {
+    fn new(s: &SynthSettings, seed: i64, variations: usize) -> Self {
+        SongRender {
+            states: Vec::new(),
+            frames: 0,
+            end: None,
+            windows: WindowRenderer::new(s),
+            noise: (0..variations)
+                .map(|j| Box::new(PhiloxNoise::new(seed.wrapping_add(j as i64) as u64)) as Box<dyn Noise + Send>)
+                .collect(),
+            tracks: vec![(Vec::new(), Vec::new()); variations],
+            held: vec![None; variations],
+            finished: false,
+        }
+    }
+
+    /// Every window the states so far complete, denoised and decoded; each variation's audio
+    /// goes to `publish` (variation, planar) and onto its track.
+    fn render(
+        &mut self,
+        x: &mut SynthModels<'_>,
+        s: &SynthSettings,
+        cancelled: &dyn Fn() -> bool,
+        publish: &mut dyn FnMut(usize, &[f32]),
+    ) -> Result<(), StageError> {
+        let complete = self.end.is_some();
+        while let Some(w) = self.windows.next(
+            x.backend,
+            &mut *x.cond,
+            &mut *x.dit,
+            &self.states,
+            self.frames,
+            complete,
+            &mut self.noise,
+            s,
+            cancelled,
+            &mut |_| {},
+        )? {
+            let count = complete.then(|| windows(self.frames).len());
+            for (j, lat) in w.latents.iter().enumerate() {
+                if cancelled() {
+                    return Err(StageError::Cancelled);
+                }
+                // A window follows the last one decoded: its held edge is cropped away.
+                self.held[j] = None;
+                let body = match count {
+                    Some(count) => {
+                        decode_window(x.backend, &mut *x.vae, lat, w.index, count).map_err(|e| e.to_string())?
+                    }
+                    None => {
+                        let (body, edge) =
+                            decode_open(x.backend, &mut *x.vae, lat, w.index).map_err(|e| e.to_string())?;
+                        self.held[j] = Some(edge);
+                        body
+                    }
+                };
+                publish(j, &body);
+                append(&mut self.tracks[j], &body);
+            }
+        }
+        Ok(())
+    }
+
+    /// The song is complete and its last window decoded before its end was known: the
+    /// window's held edge stays.
+    fn finish(&mut self, publish: &mut dyn FnMut(usize, &[f32])) {
+        for j in 0..self.held.len() {
+            if let Some(edge) = self.held[j].take() {
+                publish(j, &edge);
+                append(&mut self.tracks[j], &edge);
+            }
+        }
+        self.finished = true;
+    }
+}
+
+/// A planar stereo block onto a track's halves.
+fn append(t: &mut (Vec<f32>, Vec<f32>), planar: &[f32]) {
+    let n = planar.len() / 2;
+    t.0.extend_from_slice(&planar[..n]);
+    t.1.extend_from_slice(&planar[n..]);
+}
+
+/// The finished tracks to the Encoder, song-major, each with its replay request.
+fn send_tracks(
+    ctx: &Arc<JobCtx>,
+    req: &Mm3Request,
+    spec: AudioSpec,
+    mut songs: Vec<SongRender>,
+    enc_tx: &Sender<EncCmd>,
+) -> Result<(), StageError> {
+    let m = songs.first().map_or(0, |s| s.tracks.len());
+    let count = songs.len() * m;
     for (i, sr) in songs.iter_mut().enumerate() {
         let song = sr.end.as_ref().expect("complete");
         for (j, (l, r)) in std::mem::take(&mut sr.tracks).into_iter().enumerate() {
+            let replay = yued_protocol::Request::Mm3(crate::settings::mm3_replay(req, song, i, j, false));
             let track = TrackOut {
                 audio: Pcm::new(spec.sample_rate, spec.channels, [l, r].concat()),
-                replay: serde_json::to_value(yued_protocol::Request::Mm3(crate::settings::mm3_replay(
-                    req, song, i, j, false,
-                )))
-                .expect("a request serializes"),
+                replay: serde_json::to_value(replay).expect("a request serializes"),
                 latents: Vec::new(),
                 truncated: !song.ended && song.frames() >= req.frames(),
             };
@@ -556,8 +613,7 @@ fn render_stream(
             }
         }
     }
-    sink.close();
-    Ok(true)
+    Ok(())
 }
 
 /// The synthesis half on the synthesis stage: each window denoised, decoded and published

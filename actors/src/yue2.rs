@@ -5,7 +5,7 @@
 //! decode stage (tile by tile as the chunks arrive).
 use crate::family::{Batch, Handoff, Left, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
-use crate::messages::{CodesReady, JobCtx, Resumed, TrackPlan, VaeCmd};
+use crate::messages::{CodesReady, JobCtx, Resumed, Tiling, TrackPlan, VaeCmd, VaeJobFn};
 use crate::model_store::{Component, ComponentKey, Group, GroupPin, Lease, Module};
 use crate::stage::WorkerConfig;
 use crate::stage::{Links, ProgressSink, TokenMeter};
@@ -170,6 +170,10 @@ impl ModelFamily for Yue2 {
 
     fn synthesis_group(&self) -> Group {
         synthesis_group()
+    }
+
+    fn vae_job(&self) -> VaeJobFn {
+        crate::decode_stage::oobleck_vae_job
     }
 
     /// A job alone (fresh songs go through [`Yue2Batch`]; this is a job resumed from the
@@ -554,7 +558,7 @@ fn render(
         .iter()
         .flat_map(|s| (0..m).map(move |j| TrackPlan { meta: s.meta.clone(), variation: j as u32, open: false }))
         .collect();
-    let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
+    let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, tiling: tiling(links, job, &s), pin });
     let mut lease = links.store.lease(&nar(&links.cfg, Some(job.yue2())), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &job.id);
     let mut first = 0;
@@ -571,6 +575,20 @@ fn render(
         first += m;
     }
     Ok(())
+}
+
+/// How the decode stage tiles a YuE2 job's tracks (the chunk grid bounds a tile) and the
+/// replay request of each finished track.
+fn tiling(links: &Links, job: &JobCtx, s: &Settings) -> Tiling {
+    let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
+    let req = job.yue2().clone();
+    Tiling {
+        core: s.tile_core(core, halo),
+        open_frames: s.budget,
+        replay: Box::new(move |song, variation| {
+            serde_json::to_value(crate::settings::yue2_replay(&req, song, variation)).expect("a request serializes")
+        }),
+    }
 }
 
 /// A streamed YuE2 job between its halves: the songs' chunks arrive while the AR half
@@ -623,7 +641,7 @@ fn render_stream(
     let tracks: Vec<TrackPlan> = (0..songs)
         .flat_map(|i| (0..m).map(move |j| TrackPlan { meta: open(i), variation: j as u32, open: true }))
         .collect();
-    let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, pin });
+    let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, tiling: tiling(links, job, s), pin });
     let mut lease = links.store.lease(&nar(&links.cfg, Some(job.yue2())), backend).map_err(PipelineError::Other)?;
     let mut sink = ProgressSink::new(links, &job.id);
     let budget = s.budget;

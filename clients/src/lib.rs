@@ -120,7 +120,7 @@ impl Client {
         if !ct.starts_with("multipart/mixed") {
             return Err(ClientError::Protocol(format!("result content type {ct:?}")));
         }
-        // The boundary the server names (each family's seed has its own).
+        // The boundary the server names (each family's reference names its own).
         let boundary = ct
             .split("boundary=")
             .nth(1)

@@ -131,113 +131,110 @@ impl Cluster {
     /// Connects (retrying for a minute while the server comes up) and creates or updates
     /// the streams, buckets and object store.
     pub async fn connect(cfg: ClusterConfig) -> anyhow::Result<Cluster> {
-        let mut tries = 0;
-        let client = loop {
-            let opts =
-                async_nats::ConnectOptions::new().name(format!("yued {}", cfg.node)).max_reconnects(None::<usize>);
-            match opts.connect(&cfg.url).await {
-                Ok(c) => break c,
-                Err(e) if tries < 60 => {
-                    tries += 1;
-                    tracing::warn!(url = %cfg.url, error = %e, "NATS not reachable yet; retrying");
-                    tokio::time::sleep(Duration::from_secs(1)).await;
-                }
-                Err(e) => anyhow::bail!("--cluster {}: {e}", cfg.url),
-            }
-        };
+        let client = connect_retrying(&cfg).await?;
         let js = jetstream::new(client.clone());
-        let jobs = js
-            .create_or_update_stream(stream::Config {
-                name: JOBS_STREAM.into(),
-                subjects: vec!["yued.jobs.*".into()],
-                retention: stream::RetentionPolicy::WorkQueue,
-                max_messages: cfg.admission_cap as i64,
-                discard: stream::DiscardPolicy::New,
-                duplicate_window: Duration::from_secs(600),
-                storage: stream::StorageType::File,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("creating the {JOBS_STREAM} stream: {e}"))?;
-        let _ = jobs;
-        js.create_or_update_stream(stream::Config {
-            name: TILES_STREAM.into(),
-            subjects: vec!["yued.tiles.*".into()],
-            retention: stream::RetentionPolicy::Limits,
-            max_age: Duration::from_secs(3600),
-            discard: stream::DiscardPolicy::Old,
-            // A tile re-sent by the worker that took over a job is a duplicate for as long
-            // as the stream keeps tiles.
-            duplicate_window: Duration::from_secs(3600),
-            storage: stream::StorageType::File,
-            ..Default::default()
-        })
-        .await
-        .map_err(|e| anyhow::anyhow!("creating the {TILES_STREAM} stream: {e}"))?;
+        create_streams(&js, &cfg).await?;
         let jobs = js.get_stream(JOBS_STREAM).await.map_err(|e| anyhow::anyhow!("{JOBS_STREAM}: {e}"))?;
-        let state = js
-            .create_or_update_key_value(kv::Config {
-                bucket: STATE_BUCKET.into(),
-                history: 1,
-                // A record outlives its result by a day (a queued job is rewritten when it
-                // starts, a running one at every heartbeat).
-                max_age: cfg.result_ttl + Duration::from_secs(24 * 3600),
-                storage: stream::StorageType::File,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("creating the {STATE_BUCKET} bucket: {e}"))?;
-        let workers = js
-            .create_or_update_key_value(kv::Config {
-                bucket: WORKERS_BUCKET.into(),
-                history: 1,
-                max_age: 5 * HEARTBEAT,
-                storage: stream::StorageType::File,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("creating the {WORKERS_BUCKET} bucket: {e}"))?;
-        let results = match js.get_object_store(RESULTS_BUCKET).await {
-            Ok(s) => s,
-            Err(_) => {
-                let config = |max_bytes: i64| object_store::Config {
-                    bucket: RESULTS_BUCKET.into(),
-                    max_age: cfg.result_ttl,
-                    max_bytes,
-                    storage: stream::StorageType::File,
-                    ..Default::default()
-                };
-                match js.create_object_store(config(cfg.result_max_bytes as i64)).await {
-                    Ok(s) => s,
-                    // A server reserves a bucket's bound on its disk up front: one with less
-                    // room than --result-max-bytes still keeps results, bounded by their age
-                    // and by the server's own store limit.
-                    Err(e) if e.to_string().contains("insufficient storage") => {
-                        tracing::warn!(
-                            max_bytes = cfg.result_max_bytes,
-                            "the NATS server has less storage than result_max_bytes: the results bucket is bounded by \
-                                result_ttl_secs and the server's own limit"
-                        );
-                        js.create_object_store(config(-1))
-                            .await
-                            .map_err(|e| anyhow::anyhow!("creating the {RESULTS_BUCKET} object store: {e}"))?
-                    }
-                    Err(e) => anyhow::bail!("creating the {RESULTS_BUCKET} object store: {e}"),
-                }
-            }
-        };
-        let links = js
-            .create_or_update_key_value(kv::Config {
-                bucket: LINKS_BUCKET.into(),
-                history: 1,
-                max_age: cfg.link_ttl.max(Duration::from_secs(1)),
-                storage: stream::StorageType::File,
-                ..Default::default()
-            })
-            .await
-            .map_err(|e| anyhow::anyhow!("creating the {LINKS_BUCKET} bucket: {e}"))?;
+        // A record outlives its result by a day (a queued job is rewritten when it starts,
+        // a running one at every heartbeat).
+        let state = key_value(&js, STATE_BUCKET, cfg.result_ttl + Duration::from_secs(24 * 3600)).await?;
+        let workers = key_value(&js, WORKERS_BUCKET, 5 * HEARTBEAT).await?;
+        let results = results_store(&js, &cfg).await?;
+        let links = key_value(&js, LINKS_BUCKET, cfg.link_ttl.max(Duration::from_secs(1))).await?;
         tracing::info!(url = %cfg.url, node = %cfg.node, role = ?cfg.role, "joined the cluster");
         Ok(Cluster { client, js, jobs, state, workers, results, links, cfg })
+    }
+}
+
+/// The NATS connection, retried for a minute while the server comes up.
+async fn connect_retrying(cfg: &ClusterConfig) -> anyhow::Result<async_nats::Client> {
+    let mut tries = 0;
+    loop {
+        let opts = async_nats::ConnectOptions::new().name(format!("yued {}", cfg.node)).max_reconnects(None::<usize>);
+        match opts.connect(&cfg.url).await {
+            Ok(c) => return Ok(c),
+            Err(e) if tries < 60 => {
+                tries += 1;
+                tracing::warn!(url = %cfg.url, error = %e, "NATS not reachable yet; retrying");
+                tokio::time::sleep(Duration::from_secs(1)).await;
+            }
+            Err(e) => anyhow::bail!("--cluster {}: {e}", cfg.url),
+        }
+    }
+}
+
+/// The jobs work queue (bounded by the admission cap) and the tiles stream.
+async fn create_streams(js: &jetstream::Context, cfg: &ClusterConfig) -> anyhow::Result<()> {
+    js.create_or_update_stream(stream::Config {
+        name: JOBS_STREAM.into(),
+        subjects: vec!["yued.jobs.*".into()],
+        retention: stream::RetentionPolicy::WorkQueue,
+        max_messages: cfg.admission_cap as i64,
+        discard: stream::DiscardPolicy::New,
+        duplicate_window: Duration::from_secs(600),
+        storage: stream::StorageType::File,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("creating the {JOBS_STREAM} stream: {e}"))?;
+    js.create_or_update_stream(stream::Config {
+        name: TILES_STREAM.into(),
+        subjects: vec!["yued.tiles.*".into()],
+        retention: stream::RetentionPolicy::Limits,
+        max_age: Duration::from_secs(3600),
+        discard: stream::DiscardPolicy::Old,
+        // A tile re-sent by the worker that took over a job is a duplicate for as long as
+        // the stream keeps tiles.
+        duplicate_window: Duration::from_secs(3600),
+        storage: stream::StorageType::File,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("creating the {TILES_STREAM} stream: {e}"))?;
+    Ok(())
+}
+
+/// A key-value bucket keeping one value a key for `max_age`.
+async fn key_value(js: &jetstream::Context, bucket: &str, max_age: Duration) -> anyhow::Result<kv::Store> {
+    js.create_or_update_key_value(kv::Config {
+        bucket: bucket.into(),
+        history: 1,
+        max_age,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    })
+    .await
+    .map_err(|e| anyhow::anyhow!("creating the {bucket} bucket: {e}"))
+}
+
+/// The results object store (opened when it exists, else created).
+async fn results_store(js: &jetstream::Context, cfg: &ClusterConfig) -> anyhow::Result<object_store::ObjectStore> {
+    if let Ok(s) = js.get_object_store(RESULTS_BUCKET).await {
+        return Ok(s);
+    }
+    let config = |max_bytes: i64| object_store::Config {
+        bucket: RESULTS_BUCKET.into(),
+        max_age: cfg.result_ttl,
+        max_bytes,
+        storage: stream::StorageType::File,
+        ..Default::default()
+    };
+    match js.create_object_store(config(cfg.result_max_bytes as i64)).await {
+        Ok(s) => Ok(s),
+        // A server reserves a bucket's bound on its disk up front: one with less room than
+        // --result-max-bytes still keeps results, bounded by their age and by the server's
+        // own store limit.
+        Err(e) if e.to_string().contains("insufficient storage") => {
+            tracing::warn!(
+                max_bytes = cfg.result_max_bytes,
+                "the NATS server has less storage than result_max_bytes: the results bucket is bounded by \
+                    result_ttl_secs and the server's own limit"
+            );
+            js.create_object_store(config(-1))
+                .await
+                .map_err(|e| anyhow::anyhow!("creating the {RESULTS_BUCKET} object store: {e}"))
+        }
+        Err(e) => anyhow::bail!("creating the {RESULTS_BUCKET} object store: {e}"),
     }
 }
 

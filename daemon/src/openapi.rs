@@ -51,9 +51,8 @@ fn synth_body(bodies: &[(&dyn Kind, Value)]) -> Value {
 /// that family, `async`; the body's own `family` is replaced by the model's.
 fn music_body(f: &Facts, body: &Value, family: Family) -> Value {
     let mut s = body.clone();
-    let names: Vec<&str> =
-        f.model_ids.iter().map(String::as_str).filter(|m| model_family(m, f) == Some(family)).collect();
-    let mut names: Vec<Value> = names.into_iter().map(Value::from).collect();
+    let mut names: Vec<Value> =
+        f.model_ids.iter().filter(|(_, fam)| *fam == family).map(|(m, _)| Value::from(m.as_str())).collect();
     if f.families[0] == family {
         names.insert(0, "".into());
     }
@@ -80,15 +79,6 @@ fn music_body(f: &Facts, body: &Value, family: Family) -> Value {
         req.as_array_mut().expect("a list").push("model".into());
     }
     s
-}
-
-/// The family a `/v1` `model` names (see `openai::family_of`).
-fn model_family(m: &str, f: &Facts) -> Option<Family> {
-    if let Ok(fam) = m.parse::<Family>() {
-        return Some(fam);
-    }
-    let mm3 = f.mm3_models.iter().any(|(_, files)| files.iter().any(|n| n == m));
-    Some(if mm3 { Family::Mm3 } else { Family::Yue2 })
 }
 
 fn error_response(desc: &str) -> Value {
@@ -175,28 +165,68 @@ fn audio_content() -> Value {
 /// The whole document.
 pub fn document(f: &Facts) -> Value {
     let mut defs = Map::new();
-    let submit = reply_schema::<SubmitReply>(&mut defs);
-    let status = reply_schema::<JobStatus>(&mut defs);
-    let cancel = reply_schema::<CancelReply>(&mut defs);
-    let jobs = reply_schema::<JobList>(&mut defs);
-    let props = reply_schema::<Props>(&mut defs);
-    let health = reply_schema::<crate::http::Health>(&mut defs);
-    let queue_status = reply_schema::<crate::http::Status>(&mut defs);
-    // What a key whose role does not reach a route gets.
-    let forbidden = |mut m: Map<String, Value>, what: &str| {
-        if f.api_keys {
-            m.insert("403".into(), error_response(what));
-        }
-        m
+    let r = Replies {
+        submit: reply_schema::<SubmitReply>(&mut defs),
+        status: reply_schema::<JobStatus>(&mut defs),
+        cancel: reply_schema::<CancelReply>(&mut defs),
+        jobs: reply_schema::<JobList>(&mut defs),
+        props: reply_schema::<Props>(&mut defs),
+        health: reply_schema::<crate::http::Health>(&mut defs),
+        queue_status: reply_schema::<crate::http::Status>(&mut defs),
     };
     reply_schema::<ErrorBody>(&mut defs);
-    // Each served kind's body, in the order the daemon serves them.
+    let k = kind_bodies(f, &mut defs);
+    let mut paths = Map::new();
+    job_paths(f, &r, &k, &mut paths);
+    stream_paths(f, &mut paths);
+    server_paths(f, &r, &mut paths);
+    openai_paths(f, &k, &mut paths);
+    mcp_paths(f, &mut paths);
+    page_paths(f, &mut paths);
+    let mut doc = json!({
+        "openapi": "3.1.0",
+        "info": {"title": "yued", "version": env!("CARGO_PKG_VERSION"), "description": "Song generation (YuE2 and \
+            MiniMax Music 3): each family's native job contract (as yue2.cpp's and minimaxmusic.cpp's \
+            architecture references define it), OpenAI-compatible routes, an MCP server. Errors are JSON naming the field at fault: {\"error\": \"field: what is wrong\"} \
+                (OpenAI's shape on /v1). Every route answers another method with 405 and an Allow header."},
+        "paths": paths,
+        "components": {"schemas": defs},
+    });
+    if f.api_keys {
+        doc["components"]["securitySchemes"] = json!({"bearer": {"type": "http", "scheme": "bearer"},
+            "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}});
+        doc["security"] = json!([{"bearer": []}, {"apiKey": []}]);
+    }
+    doc
+}
+
+/// The schemas of the replies the routes answer with.
+struct Replies {
+    submit: Value,
+    status: Value,
+    cancel: Value,
+    jobs: Value,
+    props: Value,
+    health: Value,
+    queue_status: Value,
+}
+
+/// The bodies the routes take that depend on the kinds served.
+struct KindBodies {
+    synth: Value,
+    vae_options: Value,
+    music: Vec<Value>,
+}
+
+/// Each served kind's body (in the order the daemon serves them) and OpenAI's bodies into
+/// `defs`; the bodies built from them.
+fn kind_bodies(f: &Facts, defs: &mut Map<String, Value>) -> KindBodies {
     let bodies: Vec<(&dyn Kind, Value)> =
         f.families.iter().map(|&fam| (kinds::of(fam), kinds::of(fam).body_schema(f))).collect();
     let mut speech = body_schema::<SpeechBody>();
     {
         let mut models = vec![Value::from("")];
-        models.extend(f.model_ids.iter().map(|m| Value::from(m.as_str())));
+        models.extend(f.model_ids.iter().map(|(m, _)| Value::from(m.as_str())));
         set(&mut speech, "model", "enum", Value::Array(models));
         let mut voices: Vec<Value> = VOICES.iter().map(|(n, _)| Value::from(*n)).collect();
         voices.extend([Value::from(""), Value::Null]);
@@ -204,7 +234,7 @@ pub fn document(f: &Facts) -> Value {
         speech["title"] = "OpenAI speech request".into();
     }
     let music: Vec<Value> = bodies.iter().map(|(k, b)| music_body(f, b, k.family())).collect();
-    let vae_opts = vae_options(&bodies);
+    let vae_options = vae_options(&bodies);
     let synth = synth_body(&bodies);
     for (k, b) in bodies {
         defs.insert(k.schema_name().into(), b);
@@ -217,28 +247,52 @@ pub fn document(f: &Facts) -> Value {
             "param": {"type": ["string", "null"]}, "code": {"type": ["string", "null"]}}}}}),
     );
 
-    let too_large = |n: usize| error_response(&format!("the body is larger than {n} bytes"));
-    let full = json!({"description": "the admission cap, or the caller's share of it, is reached: retry later",
+    KindBodies { synth, vae_options, music }
+}
+
+/// What a key whose role does not reach a route gets.
+fn forbidden(f: &Facts, mut m: Map<String, Value>, what: &str) -> Map<String, Value> {
+    if f.api_keys {
+        m.insert("403".into(), error_response(what));
+    }
+    m
+}
+
+fn too_large(n: usize) -> Value {
+    error_response(&format!("the body is larger than {n} bytes"))
+}
+
+fn full() -> Value {
+    json!({"description": "the admission cap, or the caller's share of it, is reached: retry later",
         "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
-        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}});
-    let unavailable =
-        error_response("the job could not be journaled (it is not accepted), or the daemon is shutting down");
-    let json_body = |schema: Value| json!({"required": true, "content": {"application/json": {"schema": schema}}});
-    let ws_note = "A WebSocket (RFC 6455): the 101 upgrade answers a GET with the handshake headers. Then text frames \
+        "content": {"application/json": {"schema": {"$ref": "#/components/schemas/ErrorBody"}}}})
+}
+
+fn unavailable() -> Value {
+    error_response("the job could not be journaled (it is not accepted), or the daemon is shutting down")
+}
+
+fn json_body(schema: Value) -> Value {
+    json!({"required": true, "content": {"application/json": {"schema": schema}}})
+}
+
+const WS_NOTE: &str =
+    "A WebSocket (RFC 6455): the 101 upgrade answers a GET with the handshake headers. Then text frames \
         carry JSON events (queued, stage, score, codes, format, tile, done, failed, cancelled) and binary frames the \
         audio: Ogg Opus pages by default (their concatenation is a playable .opus file), or with format=pcm16 \
         interleaved s16le, one frame per decoded tile. The daemon pings an idle listener and closes one that stops \
         answering or reads too slowly, with a reason.";
 
-    let mut paths = Map::new();
+/// The job routes: submit a song or a VAE job, a job's status, result and cancel, the jobs.
+fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Value>) {
     paths.insert(
         "/synth".into(),
         json!({"post": op(f, "Submit a song", "The native job contract: the body is a YuE2 or MiniMax Music 3 \
             request; the answer is the job id at once. Poll GET /job, follow GET /stream, fetch GET /job?result=1.",
-            json!([]), Some(json_body(synth.clone())),
-            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("the body is not a \
+            json!([]), Some(json_body(k.synth.clone())),
+            map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("the body is not a \
                 request of a served family; the error names the field"), "413": too_large(f.max_body_bytes),
-                "429": full, "503": unavailable})), Door::Keyed)}),
+                "429": full(), "503": unavailable()})), Door::Keyed)}),
     );
     let vae_request = "a JSON request of options (YuE2's by default; with \"family\": \"mm3\" MiniMax Music 3's): \
         output_format, peak_clip, mp3_bitrate and, for MiniMax, vae_model";
@@ -253,15 +307,15 @@ pub fn document(f: &Facts) -> Value {
             Some(json!({"required": true, "content": {"multipart/form-data": {
                 "schema": {"type": "object", "properties": {"audio": {"type": "string", "format": "binary",
                     "description": "audio to encode"}, "src_latents": {"type": "string", "format": "binary",
-                    "description": "raw f32 latents to decode"}, "request": {"allOf": [vae_opts],
+                    "description": "raw f32 latents to decode"}, "request": {"allOf": [k.vae_options.clone()],
                     "description": vae_request}}, "additionalProperties": false,
                     "oneOf": [{"required": ["audio"]}, {"required": ["src_latents"]}],
                     "description": "exactly one of audio and src_latents (both, or neither, is a 400)"},
                 "encoding": {"request": {"contentType": "application/json"}}}}})),
-            map(json!({"200": json_reply("the job id", submit.clone()), "400": error_response("not a multipart body, \
+            map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart body, \
                 a part missing, twice or unknown, or an upload that does not check"),
-                "413": too_large(f.max_upload_bytes), "429": full.clone(), "500": error_response("the upload could not \
-                be stored"), "503": unavailable.clone()})), Door::Keyed)}),
+                "413": too_large(f.max_upload_bytes), "429": full(), "500": error_response("the upload could not \
+                be stored"), "503": unavailable()})), Door::Keyed)}),
     );
     paths.insert(
         "/job".into(),
@@ -271,14 +325,14 @@ pub fn document(f: &Facts) -> Value {
                 job). Otherwise the status.", json!([job_param("the job"), flag_param("result", false, "1 or true: the \
                 result instead of the status")]), None,
                 map(json!({"200": {"description": "the status (JSON) or the result (multipart/mixed)",
-                    "content": {"application/json": {"schema": status}, "multipart/mixed": {"schema": {"type": "string",
+                    "content": {"application/json": {"schema": r.status.clone()}, "multipart/mixed": {"schema": {"type": "string",
                     "format": "binary"}}}}, "400": error_response("a malformed id"), "404": error_response("an unknown \
                     job, or no result (not done, or expired)"), "503": error_response("the scheduler is not \
                     running")})), Door::Keyed),
             "post": op(f, "Cancel a job", "cancel=1 (or true) cancels a queued or running job; cancelling a cancelled \
                 job answers the same.", json!([job_param("the job"), {"name": "cancel", "in": "query", "required": true,
                 "schema": {"type": "string", "enum": ["1", "true"]}}]), None,
-                map(json!({"200": json_reply("cancelled", cancel), "400": error_response("a malformed id, or cancel \
+                map(json!({"200": json_reply("cancelled", r.cancel.clone()), "400": error_response("a malformed id, or cancel \
                     is not 1"), "404": error_response("an unknown job"), "409": error_response("the job has already \
                     ended (done or failed)"), "503": error_response("the scheduler is not running")})), Door::Keyed),
         }),
@@ -288,9 +342,13 @@ pub fn document(f: &Facts) -> Value {
         json!({"get": op(f, "The caller's jobs", "The jobs submitted with the caller's API key (else from its \
             address) that the daemon still knows, oldest first, with their journaled requests. all=1 (an admin key): \
             every principal's, each naming its owner.", json!([flag_param("all", false, "1 or true: every principal's \
-            jobs (an admin key)")]), None, forbidden(map(json!({"200": json_reply("the jobs", jobs),
+            jobs (an admin key)")]), None, forbidden(f, map(json!({"200": json_reply("the jobs", r.jobs.clone()),
             "503": error_response("the scheduler is not running")})), "all=1 without an admin key"), Door::Keyed)}),
     );
+}
+
+/// The WebSocket routes.
+fn stream_paths(f: &Facts, paths: &mut Map<String, Value>) {
     let ws_fail =
         map(json!({"101": {"description": "switching protocols: the stream follows"}, "400": error_response("not a \
             WebSocket handshake, or a malformed parameter")}));
@@ -312,16 +370,21 @@ pub fn document(f: &Facts) -> Value {
     };
     paths.insert(
         "/stream".into(),
-        json!({"get": op(f, "Follow a job (WebSocket)", &format!("{ws_note} A finished job \
+        json!({"get": op(f, "Follow a job (WebSocket)", &format!("{WS_NOTE} A finished job \
         replays its audio as tiles, then its final event, then a close."), with_handshake(vec![job_param("the job to \
         follow"), format.clone()]), None, stream_r, Door::Keyed)}),
     );
     paths.insert(
         "/synth/stream".into(),
-        json!({"get": op(f, "Submit and follow (WebSocket)", &format!("{ws_note} The \
+        json!({"get": op(f, "Submit and follow (WebSocket)", &format!("{WS_NOTE} The \
         first text message is the request (a /synth body); {{\"cmd\": \"cancel\"}} cancels the job. Closing the \
             socket does not."), with_handshake(vec![format]), None, ws_fail, Door::Keyed)}),
     );
+}
+
+/// The daemon's own routes: health, status, what it serves, its log and metrics, this
+/// document.
+fn server_paths(f: &Facts, r: &Replies, paths: &mut Map<String, Value>) {
     for (path, what) in [
         ("/health", "Liveness and readiness"),
         ("/status", "Health, queue and result storage"),
@@ -329,14 +392,14 @@ pub fn document(f: &Facts) -> Value {
     ] {
         let (schema, description, door) = if path == "/health" {
             (
-                health.clone(),
+                r.health.clone(),
                 "Open without an API key: status, readiness and uptime, no job ids. 503 while the \
                 journal refuses writes (the daemon then accepts nothing).",
                 Door::Open,
             )
         } else {
             (
-                queue_status.clone(),
+                r.queue_status.clone(),
                 "The queue's figures and the running jobs' ids: the caller's own (an admin key: \
                 all). 503 while the journal refuses writes.",
                 Door::Keyed,
@@ -354,20 +417,20 @@ pub fn document(f: &Facts) -> Value {
         "/props".into(),
         json!({"get": op(f, "What this daemon serves", "Version, models, rates, context, \
         output formats, adapters, and each family's default request.", json!([]), None,
-        map(json!({"200": json_reply("the server's description", props)})), Door::Keyed)}),
+        map(json!({"200": json_reply("the server's description", r.props.clone())})), Door::Keyed)}),
     );
     paths.insert(
         "/logs".into(),
         json!({"get": op(f, "The daemon's log (server-sent events)", "The last 512 lines, \
         then each new one, as they come; the stream does not end. An admin key where keys are configured.", json!([]),
-        None, forbidden(map(json!({"200": {"description": "an event stream",
+        None, forbidden(f, map(json!({"200": {"description": "an event stream",
         "content": {"text/event-stream": {"schema": {"type": "string"}}}}})), "not an admin key"), Door::Keyed)}),
     );
     paths.insert(
         "/metrics".into(),
         json!({"get": op(f, "Prometheus metrics", "The text exposition format (the yued_ \
         metrics and the process's). An admin or a metrics key where keys are configured (or the --metrics-listen port, \
-        without one).", json!([]), None, forbidden(map(json!({"200": {"description": "metrics",
+        without one).", json!([]), None, forbidden(f, map(json!({"200": {"description": "metrics",
         "content": {"text/plain": {"schema": {"type": "string"}}}}})), "not an admin or a metrics key"),
         Door::Keyed)}),
     );
@@ -377,6 +440,10 @@ pub fn document(f: &Facts) -> Value {
         None, map(json!({"200": {"description": "OpenAPI 3.1",
         "content": {"application/json": {"schema": {"type": "object"}}}}})), Door::Open)}),
     );
+}
+
+/// The OpenAI-compatible routes.
+fn openai_paths(f: &Facts, k: &KindBodies, paths: &mut Map<String, Value>) {
     paths.insert(
         "/v1/models".into(),
         json!({"get": op(f, "OpenAI-compatible: the models", "The families served, then each model file, in OpenAI's \
@@ -418,10 +485,14 @@ pub fn document(f: &Facts) -> Value {
         json!({"post": op(f, "A family's native request, answered with its audio", "The body is a /synth body of the \
             family `model` names, plus model and async. Answers with the first track's audio (one opus track flows as \
             it is encoded), or with async: true the job id at once (JSON). A client that disconnects from a waiting \
-            answer cancels the job.", json!([]), Some(json_body(json!({"anyOf": music}))),
+            answer cancels the job.", json!([]), Some(json_body(json!({"anyOf": k.music.clone()}))),
             openai_answers(json!({"description": "the audio, or the job (async)",
                 "headers": {"x-yued-job": {"schema": {"type": "string"}}}, "content": music_ok})), Door::OpenAi)}),
     );
+}
+
+/// The MCP server.
+fn mcp_paths(f: &Facts, paths: &mut Map<String, Value>) {
     let rpc = json!({"type": "object", "required": ["jsonrpc"], "properties": {"jsonrpc": {"const": "2.0"},
         "id": {"anyOf": [{"type": "string"}, {"type": "integer", "minimum": i64::MIN, "maximum": u64::MAX}]},
         "method": {"type": "string"}, "params": {"type": "object"}, "result": {}, "error": {"type": "object"}},
@@ -452,6 +523,10 @@ pub fn document(f: &Facts) -> Value {
                     "404": json_reply("an unknown session", rpc_reply)})), Door::Keyed),
         }),
     );
+}
+
+/// The exported songs' links, the WebUI and the reference page.
+fn page_paths(f: &Facts, paths: &mut Map<String, Value>) {
     paths.insert(
         "/links/{token}".into(),
         json!({"get": op(f, "An exported song (MCP's song_result)", &format!("The song's own Opus or FLAC file. The \
@@ -472,22 +547,6 @@ pub fn document(f: &Facts) -> Value {
                 Door::Open)}),
         );
     }
-
-    let mut doc = json!({
-        "openapi": "3.1.0",
-        "info": {"title": "yued", "version": env!("CARGO_PKG_VERSION"), "description": "Song generation (YuE2 and \
-            MiniMax Music 3): the native job contract of each seed, OpenAI-compatible routes,
-                an MCP server. Errors are JSON naming the field at fault: {\"error\": \"field: what is wrong\"} \
-                (OpenAI's shape on /v1). Every route answers another method with 405 and an Allow header."},
-        "paths": paths,
-        "components": {"schemas": defs},
-    });
-    if f.api_keys {
-        doc["components"]["securitySchemes"] = json!({"bearer": {"type": "http", "scheme": "bearer"},
-            "apiKey": {"type": "apiKey", "in": "header", "name": "X-API-Key"}});
-        doc["security"] = json!([{"bearer": []}, {"apiKey": []}]);
-    }
-    doc
 }
 
 #[cfg(test)]
@@ -502,7 +561,12 @@ mod tests {
             formats: OutputFormat::all().to_vec(),
             mm3_models: vec![("lm_model", vec!["a-lm.gguf".into()]), ("vae_model", vec!["a-vae.gguf".into()])],
             adapters: vec![],
-            model_ids: vec!["yue2".into(), "mm3".into(), "y.gguf".into(), "a-lm.gguf".into()],
+            model_ids: vec![
+                ("yue2".into(), Family::Yue2),
+                ("mm3".into(), Family::Mm3),
+                ("y.gguf".into(), Family::Yue2),
+                ("a-lm.gguf".into(), Family::Mm3),
+            ],
             api_keys: true,
             max_body_bytes: 1 << 20,
             max_upload_bytes: 1 << 20,

@@ -17,8 +17,8 @@ pub struct Facts {
     pub mm3_models: Vec<(&'static str, Vec<String>)>,
     /// The usable adapters of `--adapters` (none: a request may name none).
     pub adapters: Vec<String>,
-    /// The ids `GET /v1/models` lists (families and files).
-    pub model_ids: Vec<String>,
+    /// The ids `GET /v1/models` lists (families and files), each with the family it names.
+    pub model_ids: Vec<(String, Family)>,
     pub api_keys: bool,
     pub max_body_bytes: usize,
     pub max_upload_bytes: usize,

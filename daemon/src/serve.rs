@@ -720,10 +720,7 @@ fn openapi_facts(
             None => vec![],
         },
         adapters: adapters.map(|d| d.adapters.iter().map(|a| a.name.clone()).collect()).unwrap_or_default(),
-        model_ids: openai::model_ids(families, &props.model, models.mm3.as_ref())
-            .into_iter()
-            .map(|(id, _)| id)
-            .collect(),
+        model_ids: openai::model_ids(families, &props.model, models.mm3.as_ref()),
         api_keys,
         max_body_bytes: cfg.max_body_bytes,
         max_upload_bytes: cfg.max_upload_bytes,
@@ -829,37 +826,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let role = Role::parse(&c.role).ok_or_else(|| anyhow::anyhow!("role: must be api, worker or all"))?;
     actix_web::rt::System::new().block_on(async move {
         let cluster = join_cluster(&cfg, role, &metrics).await?;
-        // The compute side: the single node, or a cluster worker (fed by the cluster).
-        let mut local = None;
-        if cluster.is_none() || role.computes() {
-            // A cluster worker's own journal only mirrors the job it runs: the cluster's job
-            // states are the truth, and a job this node was running when it died is
-            // redelivered by the cluster, not resumed from here.
-            let in_cluster = cluster.is_some();
-            let node_cfg = NodeConfig {
-                worker: worker_cfg,
-                journal: cfg.data_dir.join(if in_cluster { "worker-journal" } else { "journal" }),
-                fresh_journal: in_cluster,
-                cap: if in_cluster { 1 } else { cfg.admission_cap },
-                share: if in_cluster { 1 } else { cfg.share() },
-            };
-            let node =
-                Node::start(node_cfg, &key_table, results.clone(), metrics.clone()).map_err(|e| anyhow::anyhow!(e))?;
-            let stop = cluster.as_ref().map(|(c, cm)| {
-                yued_cluster::worker::start(c.clone(), node.runner(), results.clone(), uploads.clone(), cm.clone())
-            });
-            local = Some((node, stop));
-        }
-        let jobs = match (&cluster, &local) {
-            (Some((c, cm)), _) if role.serves_api() => {
-                let cache = ResultStore::open(&cfg.data_dir.join("cluster-results"), retention(&cfg))?;
-                let b = NatsBackend::new(c.clone(), cache, metrics.clone(), cm.clone());
-                b.watch();
-                b.backend()
-            }
-            (_, Some((node, _))) => node.backend(),
-            _ => anyhow::bail!("role: a node must serve the API or compute"),
-        };
+        let compute = Compute { cfg: &cfg, role, cluster: cluster.as_ref(), results: &results, uploads: &uploads };
+        let local = compute.start(worker_cfg, &key_table, &metrics)?;
+        let jobs = compute.jobs(local.as_ref().map(|(node, _)| node), &metrics)?;
         let serves_api = cluster.is_none() || role.serves_api();
         let families = if models.mm3.is_some() {
             vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3]
@@ -870,38 +839,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         let openapi = serde_json::to_string(&crate::openapi::document(&facts)).expect("the document serializes");
         let keys = crate::auth::Keys::new(key_table);
         crate::auth::reload_on_sighup(keys.clone(), key_source);
-        let state = web::Data::new(AppState {
-            jobs,
-            metrics,
-            props,
-            limits,
-            families,
-            openapi,
-            prompt: crate::state::PromptCheck {
-                tokenizer: models.tokenizer,
-                tokens: models.info.tokens,
-                instructions: models.instructions,
-            },
-            mm3: models.mm3,
-            logs: ring,
-            started: std::time::Instant::now(),
-            demo_weights: models.demo.is_some(),
-            max_body_bytes: cfg.max_body_bytes,
-            ws_ping: std::time::Duration::from_secs(cfg.ws_ping_secs),
-            vae: crate::state::VaeLimits {
-                uploads,
-                max_upload_bytes: cfg.max_upload_bytes,
-                audio: models.audio,
-                has_encoder: models.vae_has_encoder,
-            },
-            adapters,
-            max_duration: cfg.max_duration,
-            mcp: crate::mcp_sessions::Mcp::new(cfg.mcp_max_seconds),
-            links: match &cluster {
-                Some((c, _)) => links.in_cluster(c.links.clone()),
-                None => links,
-            },
-        });
+        let links = match &cluster {
+            Some((c, _)) => links.in_cluster(c.links.clone()),
+            None => links,
+        };
+        let served = Served { jobs, metrics, props, limits, families, openapi, logs: ring, links, adapters, uploads };
+        let state = web::Data::new(app_state(&cfg, models, served));
         serve_http(&cfg, state, keys, serves_api).await?;
         let Some((node, stop)) = local else { return anyhow::Ok(()) };
         if let Some(stop) = stop {
@@ -913,4 +856,107 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         anyhow::Ok(())
     })?;
     Ok(())
+}
+
+/// Where this node's jobs run: its own compute stages, the cluster, or both.
+struct Compute<'a> {
+    cfg: &'a Config,
+    role: Role,
+    cluster: Option<&'a (Arc<Cluster>, ClusterMetrics)>,
+    results: &'a Arc<ResultStore>,
+    uploads: &'a Path,
+}
+
+impl Compute<'_> {
+    /// The compute side: the single node, or a cluster worker (fed by the cluster, with
+    /// the handle that stops its pulls); `None` on an API-only cluster node.
+    fn start(
+        &self,
+        worker: WorkerConfig,
+        keys: &yued_contract::tenancy::KeyTable,
+        metrics: &Metrics,
+    ) -> anyhow::Result<Option<(Node, Option<yued_cluster::worker::StopHandle>)>> {
+        if self.cluster.is_some() && !self.role.computes() {
+            return Ok(None);
+        }
+        // A cluster worker's own journal only mirrors the job it runs: the cluster's job
+        // states are the truth, and a job this node was running when it died is
+        // redelivered by the cluster, not resumed from here.
+        let in_cluster = self.cluster.is_some();
+        let node_cfg = NodeConfig {
+            worker,
+            journal: self.cfg.data_dir.join(if in_cluster { "worker-journal" } else { "journal" }),
+            fresh_journal: in_cluster,
+            cap: if in_cluster { 1 } else { self.cfg.admission_cap },
+            share: if in_cluster { 1 } else { self.cfg.share() },
+        };
+        let node =
+            Node::start(node_cfg, keys, self.results.clone(), metrics.clone()).map_err(|e| anyhow::anyhow!(e))?;
+        let stop = self.cluster.map(|(c, cm)| {
+            let (results, uploads) = (self.results.clone(), self.uploads.to_path_buf());
+            yued_cluster::worker::start(c.clone(), node.runner(), results, uploads, cm.clone())
+        });
+        Ok(Some((node, stop)))
+    }
+
+    /// The job system the routes reach: the cluster's on an API node of a cluster, else
+    /// this node's.
+    fn jobs(&self, node: Option<&Node>, metrics: &Metrics) -> anyhow::Result<yued_contract::Backend> {
+        Ok(match (self.cluster, node) {
+            (Some((c, cm)), _) if self.role.serves_api() => {
+                let cache = ResultStore::open(&self.cfg.data_dir.join("cluster-results"), retention(self.cfg))?;
+                let b = NatsBackend::new(c.clone(), cache, metrics.clone(), cm.clone());
+                b.watch();
+                b.backend()
+            }
+            (_, Some(node)) => node.backend(),
+            _ => anyhow::bail!("role: a node must serve the API or compute"),
+        })
+    }
+}
+
+/// What the routes share, besides the models and the configuration.
+struct Served {
+    jobs: yued_contract::Backend,
+    metrics: Metrics,
+    props: Props,
+    limits: Limits,
+    families: Vec<yued_protocol::Family>,
+    openapi: String,
+    logs: LogRing,
+    links: links::Links,
+    adapters: Option<Arc<AdapterDir>>,
+    uploads: PathBuf,
+}
+
+fn app_state(cfg: &Config, models: Models, s: Served) -> AppState {
+    AppState {
+        jobs: s.jobs,
+        metrics: s.metrics,
+        props: s.props,
+        limits: s.limits,
+        families: s.families,
+        openapi: s.openapi,
+        prompt: crate::state::PromptCheck {
+            tokenizer: models.tokenizer,
+            tokens: models.info.tokens,
+            instructions: models.instructions,
+        },
+        mm3: models.mm3,
+        logs: s.logs,
+        started: std::time::Instant::now(),
+        demo_weights: models.demo.is_some(),
+        max_body_bytes: cfg.max_body_bytes,
+        ws_ping: std::time::Duration::from_secs(cfg.ws_ping_secs),
+        vae: crate::state::VaeLimits {
+            uploads: s.uploads,
+            max_upload_bytes: cfg.max_upload_bytes,
+            audio: models.audio,
+            has_encoder: models.vae_has_encoder,
+        },
+        adapters: s.adapters,
+        max_duration: cfg.max_duration,
+        mcp: crate::mcp_sessions::Mcp::new(cfg.mcp_max_seconds),
+        links: s.links,
+    }
 }

@@ -251,6 +251,70 @@ async fn sent_in_time(
     }
 }
 
+/// Keepalive: a Ping after `every` of silence on either side (a listener that only reads
+/// says nothing until pinged); a peer that has sent nothing, not even a Pong, for three
+/// times that is gone, and its socket is closed.
+struct Keepalive {
+    every: std::time::Duration,
+    tick: tokio::time::Interval,
+    last_sent: tokio::time::Instant,
+    last_heard: tokio::time::Instant,
+}
+
+impl Keepalive {
+    async fn start(every: std::time::Duration) -> Self {
+        let mut tick = tokio::time::interval(every);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        tick.tick().await;
+        let now = tokio::time::Instant::now();
+        Keepalive { every, tick, last_sent: now, last_heard: now }
+    }
+
+    /// Pings a quiet peer; false when the peer is gone (its socket closed here).
+    async fn on_tick(&mut self, session: &mut actix_ws::Session, id: &JobId) -> bool {
+        if self.last_heard.elapsed() >= 3 * self.every {
+            tracing::info!(job = %id, "WebSocket peer stopped answering: closing");
+            let reason = CloseReason { code: CloseCode::Away, description: Some("peer stopped answering".into()) };
+            let _ = session.clone().close(Some(reason)).await;
+            return false;
+        }
+        if self.last_sent.elapsed() >= self.every || self.last_heard.elapsed() >= self.every {
+            if session.ping(b"yued").await.is_err() {
+                return false;
+            }
+            self.last_sent = tokio::time::Instant::now();
+        }
+        true
+    }
+}
+
+/// Sends one of the hub's items (`None`: the job's stream is over, and the socket is
+/// closed with why); false when the listener is done with.
+async fn send_item(
+    st: &AppState,
+    session: &mut actix_ws::Session,
+    id: &JobId,
+    item: Option<StreamItem>,
+    ended: &mut bool,
+) -> bool {
+    match item {
+        Some(StreamItem::Text(t)) => {
+            *ended = StreamEvent::from_text(&t).map(|e| e.is_terminal()).unwrap_or(false);
+            sent_in_time(st, id, session.text(t)).await
+        }
+        Some(StreamItem::Binary(b)) => sent_in_time(st, id, session.binary(b)).await,
+        None => {
+            let reason = if *ended {
+                CloseReason { code: CloseCode::Normal, description: Some("job finished".into()) }
+            } else {
+                CloseReason { code: CloseCode::Policy, description: Some("listener fell too far behind".into()) }
+            };
+            let _ = session.clone().close(Some(reason)).await;
+            false
+        }
+    }
+}
+
 /// Pumps the hub's items for `id` into the socket until the terminal event, answering
 /// pings and (when `can_cancel`) the cancel command.
 async fn follow(
@@ -279,13 +343,7 @@ async fn follow(
     };
     st.metrics.ws_listeners.inc();
     let mut ended = false;
-    // Keepalive: a Ping after `ws_ping` of silence on either side (a listener that only
-    // reads says nothing until pinged); a peer that has sent nothing, not even a Pong, for
-    // three times that is gone, and its socket is closed.
-    let mut tick = tokio::time::interval(st.ws_ping);
-    tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    tick.tick().await;
-    let (mut last_sent, mut last_heard) = (tokio::time::Instant::now(), tokio::time::Instant::now());
+    let mut keepalive = Keepalive::start(st.ws_ping).await;
     // Once the job has ended, what this listener has not read is held for it alone (the
     // hub freed the job's history): it has three keepalive periods to drain, then it is
     // dropped and pointed at the result.
@@ -310,7 +368,7 @@ async fn follow(
             biased;
             m = msgs.next() => {
                 if matches!(m, Some(Ok(_))) {
-                    last_heard = tokio::time::Instant::now();
+                    keepalive.last_heard = tokio::time::Instant::now();
                 }
                 match m {
                     Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => { let _ = session.pong(&p).await; }
@@ -323,40 +381,13 @@ async fn follow(
                     _ => {}
                 }
             }
-            _ = tick.tick() => {
-                if last_heard.elapsed() >= 3 * st.ws_ping {
-                    tracing::info!(job = %id, "WebSocket peer stopped answering: closing");
-                    let _ = session.close(Some(CloseReason { code: CloseCode::Away, description: Some("peer stopped \
-                        answering".into()) })).await;
-                    break;
-                }
-                if last_sent.elapsed() >= st.ws_ping || last_heard.elapsed() >= st.ws_ping {
-                    if session.ping(b"yued").await.is_err() { break; }
-                    last_sent = tokio::time::Instant::now();
-                }
+            _ = keepalive.tick.tick() => {
+                if !keepalive.on_tick(&mut session, &id).await { break; }
             }
-            item = rx.recv() => match item {
-                Some(StreamItem::Text(t)) => {
-                    ended = StreamEvent::from_text(&t).map(|e| e.is_terminal()).unwrap_or(false);
-                    if !sent_in_time(&st, &id, session.text(t)).await { break; }
-                    last_sent = tokio::time::Instant::now();
-                }
-                Some(StreamItem::Binary(b)) => {
-                    if !sent_in_time(&st, &id, session.binary(b)).await { break; }
-                    last_sent = tokio::time::Instant::now();
-                }
-                None => {
-                    let reason = if ended {
-                        CloseReason { code: CloseCode::Normal, description: Some("job finished".into()) }
-                    } else {
-                        CloseReason { code: CloseCode::Policy, description: Some("listener fell too far \
-                            behind".into()) }
-                    };
-                    let _ = session.close(Some(reason)).await;
-                    break;
-                }
-            },
-
+            item = rx.recv() => {
+                if !send_item(&st, &mut session, &id, item, &mut ended).await { break; }
+                keepalive.last_sent = tokio::time::Instant::now();
+            }
         }
     }
     st.metrics.ws_listeners.dec();

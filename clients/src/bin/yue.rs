@@ -4,7 +4,7 @@ use anyhow::Context;
 use clap::{Parser, Subcommand};
 use indicatif::{ProgressBar, ProgressStyle};
 use std::io::{Seek, SeekFrom, Write};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use yue_client::{wav_header, Client, StreamMessage};
 use yued_protocol::{JobId, StreamEvent};
 
@@ -133,89 +133,102 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
             println!("cancelled {id}");
         }
         Cmd::Result { id, out } => unpack(client, &job_id(&id)?, &out)?,
-        Cmd::Synth { request, stream, out, no_wait } => {
-            let body = std::fs::read_to_string(&request).with_context(|| format!("reading {}", request.display()))?;
-            let id = client.submit_json(&body)?;
-            println!("job {id}");
-            if no_wait {
-                return Ok(());
-            }
-            let pb = ProgressBar::new(1);
-            pb.set_style(
-                ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len}").unwrap().progress_chars("=> "),
-            );
-            let mut file = match &stream {
-                Some(p) => {
-                    // The header is written again once the stream's format event tells the
-                    // rate and channels, and at the end with the length.
-                    let mut f = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
-                    f.write_all(&wav_header(u32::MAX - 36, 48000, 2))?;
-                    Some(f)
-                }
-                None => None,
-            };
-            let mut written = 0u64;
-            let mut format = (48000u32, 2u16);
-            let mut outcome: Option<StreamEvent> = None;
-            let mut io_err = None;
-            client.stream(&id, "pcm16", &mut |m| match m {
-                StreamMessage::Event(StreamEvent::Queued { position }) => pb.set_message(format!("queued #{position}")),
-                StreamMessage::Event(StreamEvent::Stage { stage, done, total, .. }) => {
-                    pb.set_message(stage.as_str().to_string());
-                    pb.set_length(total.max(1));
-                    pb.set_position(done);
-                }
-                StreamMessage::Event(StreamEvent::Score { abc }) => {
-                    pb.println(format!("score: {} lines", abc.lines().count()))
-                }
-                StreamMessage::Event(StreamEvent::Codes { frames }) => pb.println(format!("codes: {frames} frames")),
-                StreamMessage::Event(StreamEvent::Format { sample_rate, channels, .. }) => {
-                    format = (sample_rate, channels);
-                    if let Some(f) = file.as_mut() {
-                        let header = wav_header(u32::MAX - 36, sample_rate, channels);
-                        if let Err(e) = f
-                            .seek(SeekFrom::Start(0))
-                            .and_then(|_| f.write_all(&header))
-                            .and_then(|_| f.seek(SeekFrom::End(0)).map(|_| ()))
-                        {
-                            io_err = Some(e);
-                        }
-                    }
-                }
-                StreamMessage::Audio(b) => {
-                    if let Some(f) = file.as_mut() {
-                        if let Err(e) = f.write_all(&b).and_then(|_| f.flush()) {
-                            io_err = Some(e);
-                        }
-                        written += b.len() as u64;
-                    }
-                }
-                StreamMessage::Event(e) if e.is_terminal() => outcome = Some(e),
-                _ => {}
-            })?;
-            pb.finish_and_clear();
-            if let Some(e) = io_err {
-                return Err(e.into());
-            }
-            if let (Some(f), Some(p)) = (file.as_mut(), &stream) {
-                f.seek(SeekFrom::Start(0))?;
-                f.write_all(&wav_header(written.min(u32::MAX as u64 - 36) as u32, format.0, format.1))?;
-                println!(
-                    "streamed {} ({:.1} s)",
-                    p.display(),
-                    written as f64 / (2.0 * format.1 as f64) / format.0 as f64
-                );
-            }
-            match outcome {
-                Some(StreamEvent::Done { tracks, audio_seconds }) => {
-                    println!("done: {tracks} track(s), {audio_seconds:.1} s of audio");
-                    unpack(client, &id, &out)?;
-                }
-                Some(StreamEvent::Failed { error }) => anyhow::bail!("job {id} failed: {error}"),
-                Some(StreamEvent::Cancelled {}) => anyhow::bail!("job {id} was cancelled"),
-                _ => anyhow::bail!("the stream of job {id} ended early; `yue status {id}` tells more"),
-            }
-        }
+        Cmd::Synth { request, stream, out, no_wait } => synth(client, &request, stream.as_deref(), &out, no_wait)?,
     }
     Ok(())
+}
+
+/// `yue synth`: submit, follow the job's stream (progress, and its audio into `stream` as
+/// a WAV), then unpack the result.
+fn synth(client: &Client, request: &Path, stream: Option<&Path>, out: &PathBuf, no_wait: bool) -> anyhow::Result<()> {
+    let body = std::fs::read_to_string(request).with_context(|| format!("reading {}", request.display()))?;
+    let id = client.submit_json(&body)?;
+    println!("job {id}");
+    if no_wait {
+        return Ok(());
+    }
+    let pb = ProgressBar::new(1);
+    pb.set_style(ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len}").unwrap().progress_chars("=> "));
+    let mut wav = match stream {
+        Some(p) => Some(LiveWav::create(p)?),
+        None => None,
+    };
+    let mut outcome: Option<StreamEvent> = None;
+    let mut io_err = None;
+    client.stream(&id, "pcm16", &mut |m| match m {
+        StreamMessage::Event(StreamEvent::Queued { position }) => pb.set_message(format!("queued #{position}")),
+        StreamMessage::Event(StreamEvent::Stage { stage, done, total, .. }) => {
+            pb.set_message(stage.as_str().to_string());
+            pb.set_length(total.max(1));
+            pb.set_position(done);
+        }
+        StreamMessage::Event(StreamEvent::Score { abc }) => pb.println(format!("score: {} lines", abc.lines().count())),
+        StreamMessage::Event(StreamEvent::Codes { frames }) => pb.println(format!("codes: {frames} frames")),
+        StreamMessage::Event(StreamEvent::Format { sample_rate, channels, .. }) => {
+            if let Some(Err(e)) = wav.as_mut().map(|w| w.format(sample_rate, channels)) {
+                io_err = Some(e);
+            }
+        }
+        StreamMessage::Audio(b) => {
+            if let Some(Err(e)) = wav.as_mut().map(|w| w.append(&b)) {
+                io_err = Some(e);
+            }
+        }
+        StreamMessage::Event(e) if e.is_terminal() => outcome = Some(e),
+        _ => {}
+    })?;
+    pb.finish_and_clear();
+    if let Some(e) = io_err {
+        return Err(e.into());
+    }
+    if let (Some(w), Some(p)) = (wav, stream) {
+        let seconds = w.finish()?;
+        println!("streamed {} ({seconds:.1} s)", p.display());
+    }
+    match outcome {
+        Some(StreamEvent::Done { tracks, audio_seconds }) => {
+            println!("done: {tracks} track(s), {audio_seconds:.1} s of audio");
+            unpack(client, &id, out)
+        }
+        Some(StreamEvent::Failed { error }) => anyhow::bail!("job {id} failed: {error}"),
+        Some(StreamEvent::Cancelled {}) => anyhow::bail!("job {id} was cancelled"),
+        _ => anyhow::bail!("the stream of job {id} ended early; `yue status {id}` tells more"),
+    }
+}
+
+/// A WAV file written while the stream plays: its header is written again once the
+/// stream's format event tells the rate and channels, and at the end with the length.
+struct LiveWav {
+    file: std::fs::File,
+    written: u64,
+    format: (u32, u16),
+}
+
+impl LiveWav {
+    fn create(p: &Path) -> anyhow::Result<Self> {
+        let mut file = std::fs::File::create(p).with_context(|| format!("creating {}", p.display()))?;
+        file.write_all(&wav_header(u32::MAX - 36, 48000, 2))?;
+        Ok(LiveWav { file, written: 0, format: (48000, 2) })
+    }
+
+    fn format(&mut self, sample_rate: u32, channels: u16) -> std::io::Result<()> {
+        self.format = (sample_rate, channels);
+        self.file.seek(SeekFrom::Start(0))?;
+        self.file.write_all(&wav_header(u32::MAX - 36, sample_rate, channels))?;
+        self.file.seek(SeekFrom::End(0)).map(|_| ())
+    }
+
+    fn append(&mut self, pcm16: &[u8]) -> std::io::Result<()> {
+        self.written += pcm16.len() as u64;
+        self.file.write_all(pcm16)?;
+        self.file.flush()
+    }
+
+    /// The header with the length; the seconds streamed.
+    fn finish(mut self) -> std::io::Result<f64> {
+        let (rate, channels) = self.format;
+        self.file.seek(SeekFrom::Start(0))?;
+        self.file.write_all(&wav_header(self.written.min(u32::MAX as u64 - 36) as u32, rate, channels))?;
+        Ok(self.written as f64 / (2.0 * channels as f64) / rate as f64)
+    }
 }
