@@ -17,9 +17,10 @@
 //! finished member's hand-off waits, no one joins any more, and once the batch has drained
 //! the hand-offs go in the order the members finished; the next batch starts when they have
 //! rendered (the AR lease waits for their pins).
+use crate::decode_stage::VaeCmd;
 use crate::family::{Batch, Handoff, NarCmd, StageError, Synthesis};
 use crate::kinds::Families;
-use crate::messages::{EntryFree, JobCtx, Requeue, RunJob, VaeCmd, WorkerCmd};
+use crate::messages::{EntryFree, JobCtx, Requeue, RunJob, WorkerCmd};
 use crate::model_store::Policy;
 use crate::stage::{guarded, panic_message, test_abort, test_fault, Links};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};

@@ -3,8 +3,8 @@
 //! moment it is decoded, and hands each finished track to the Encoder. It also runs the
 //! `/vae` jobs, the VAE's own work.
 use crate::hub::{Publish, StreamHub};
-use crate::messages::{EncCmd, Finished, JobCtx, Outcome, Tiling, TrackOut, TrackPlan, VaeCmd};
-use crate::model_store::GroupPin;
+use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackOut};
+use crate::model_store::{ComponentKey, GroupPin};
 use crate::stage::{guarded, test_fault, Links, ProgressSink};
 use actix::Addr;
 use crossbeam_channel::{Receiver, Sender};
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use yued_audio::Pcm;
 use yued_contract::results::ResultStore;
 use yued_contract::stream::{PcmTile, TileEncoder};
-use yued_contract::{VaeOp, VaeTask};
+use yued_contract::VaeTask;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::pipeline::SongMeta;
@@ -21,8 +21,65 @@ use yued_engine::models::yue2::vae::{Tile, TileStream, VaeError, VaeInfo, VaeMod
 use yued_engine::models::AudioSpec;
 use yued_protocol::{JobId, Stage};
 
+/// One track the NAR will send chunks of.
+pub struct TrackPlan {
+    pub meta: SongMeta,
+    pub variation: u32,
+    /// A streamed song still being written: its length (and `meta`) come with
+    /// [`VaeCmd::TrackEnd`].
+    pub open: bool,
+}
+
+/// How the decode stage tiles a job's tracks and names each finished one, as the job's
+/// family says.
+pub struct Tiling {
+    /// Latent frames a tile decodes (its core; the halo is the daemon's).
+    pub core: usize,
+    /// The frames an open track counts at in the progress until its length is known.
+    pub open_frames: usize,
+    /// The request that renders a finished track (its song, its variation) again.
+    pub replay: ReplayFn,
+    /// The VAE the tracks are decoded with.
+    pub vae: ComponentKey,
+}
+
+/// The replay request of a finished track: its song and its variation.
+pub type ReplayFn = Box<dyn Fn(&SongMeta, u32) -> serde_json::Value + Send>;
+
+/// A family's `/vae` job on the decode stage (its own decoder): `None` when the Encoder
+/// reports the job.
+pub type VaeJobFn = fn(&Links, &Backend, &Arc<JobCtx>, &VaeTask, &ResultStore, &Sender<EncCmd>) -> Option<Outcome>;
+
+pub enum VaeCmd {
+    /// A job's tracks, in track order, how to tile them, and the synthesis-group pin held
+    /// until the last tile is out.
+    Begin {
+        job: Arc<JobCtx>,
+        tracks: Vec<TrackPlan>,
+        tiling: Tiling,
+        pin: GroupPin,
+    },
+    Latents {
+        id: JobId,
+        track: usize,
+        start_frame: usize,
+        latents: Vec<f32>,
+    },
+    /// An open track's song is complete: its codes (hence its length) and score.
+    TrackEnd {
+        id: JobId,
+        track: usize,
+        meta: SongMeta,
+    },
+    /// The NAR gave up on the job: drop its state.
+    Abort(JobId),
+    /// A `/vae` job, with its synthesis-group pin and its family's runner.
+    VaeJob(Arc<JobCtx>, VaeTask, GroupPin, VaeJobFn),
+    Shutdown,
+}
+
 /// A job's decoded tiles on their way to the listeners, with the decode progress.
-struct LiveTiles {
+pub(crate) struct LiveTiles {
     id: JobId,
     /// The stream only ever attenuates, by the loudest peak heard so far (the file is
     /// normalised over the whole song, which is not known yet).
@@ -35,7 +92,7 @@ struct LiveTiles {
 }
 
 impl LiveTiles {
-    fn new(links: &Links, id: &JobId, total: usize) -> Self {
+    pub(crate) fn new(links: &Links, id: &JobId, total: usize) -> Self {
         LiveTiles {
             id: id.clone(),
             peak: 1.0,
@@ -46,7 +103,7 @@ impl LiveTiles {
         }
     }
 
-    fn publish(&mut self, hub: &Addr<StreamHub>, track: usize, spec: AudioSpec, tile: Tile<'_>) {
+    pub(crate) fn publish(&mut self, hub: &Addr<StreamHub>, track: usize, spec: AudioSpec, tile: Tile<'_>) {
         self.peak = self.peak.max(tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
         let planar: Vec<f32> = tile.pcm.iter().map(|x| x / self.peak).collect();
         let encoded = self.encoder.encode(&PcmTile {
@@ -63,7 +120,7 @@ impl LiveTiles {
     }
 
     /// After the job's last tile: the end of its Opus stream, then the stage is over.
-    fn finish(&mut self, hub: &Addr<StreamHub>) {
+    pub(crate) fn finish(&mut self, hub: &Addr<StreamHub>) {
         hub.do_send(Publish::StreamEnd(self.id.clone(), self.encoder.finish()));
         self.sink.close();
     }
@@ -245,7 +302,7 @@ fn decode_chunk(
         st.live.total = st.live.total + meta.codes.len().div_ceil(core) - counted.div_ceil(core).min(st.live.total);
         plan.meta = meta;
     }
-    let mut lease = links.store.lease(&crate::yue2::vae(&links.cfg), backend).map_err(VaeError::Input)?;
+    let mut lease = links.store.lease(&st.tiling.vae, backend).map_err(VaeError::Input)?;
     let live = &mut st.live;
     let stream_ref_spec = lease.get::<VaeModel>().info.audio_spec();
     stream_ref.push(lease.get::<VaeModel>(), backend, &latents, &st.job.cancel, &mut |tile| {
@@ -263,73 +320,4 @@ fn decode_chunk(
         latents: lat,
         truncated: !meta.ended,
     }))
-}
-
-/// A YuE2 `/vae` job on the Oobleck VAE: encode an uploaded file to raw latents (the
-/// result is saved here), or decode uploaded latents tile by tile, streaming the tiles like
-/// a song's, and hand the audio to the Encoder (which then reports the job: `None` here).
-pub(crate) fn oobleck_vae_job(
-    links: &Links,
-    backend: &Backend,
-    job: &Arc<JobCtx>,
-    task: &VaeTask,
-    results: &ResultStore,
-    enc_tx: &Sender<EncCmd>,
-) -> Option<Outcome> {
-    if job.cancel.is_cancelled() {
-        return Some(Outcome::Cancelled);
-    }
-    let bytes = match std::fs::read(&task.input) {
-        Ok(b) => b,
-        Err(e) => return Some(Outcome::Failed(format!("reading the upload {}: {e}", task.input.display()))),
-    };
-    let mut lease = match links.store.lease(&crate::yue2::vae(&links.cfg), backend) {
-        Ok(l) => l,
-        Err(e) => return Some(Outcome::Failed(e)),
-    };
-    let vae = lease.get::<VaeModel>();
-    let lat = vae.info.latent_channels;
-    let spec = vae.info.audio_spec();
-    let mut sink = ProgressSink::new(links, &job.id);
-    match task.op {
-        VaeOp::Encode => {
-            sink.report(Stage::Encode, 0, 1);
-            let z = match crate::codec::audio_to_latents(vae, backend, &bytes) {
-                Ok(z) => z,
-                Err(e) => return Some(Outcome::Failed(format!("audio: {e}"))),
-            };
-            drop(lease);
-            sink.report(Stage::Encode, 1, 1);
-            tracing::info!(frames = z.len() / lat, "vae encode done");
-            let files = vec![(
-                "latents.vae".to_string(),
-                "application/octet-stream".to_string(),
-                z.iter().flat_map(|x| x.to_le_bytes()).collect(),
-            )];
-            if let Err(e) = results.save(&job.id, files) {
-                return Some(Outcome::Failed(format!("saving the result: {e}")));
-            }
-            Some(Outcome::Done { tracks: 1, audio_seconds: spec.latent_seconds(z.len() / lat), metrics: None })
-        }
-        VaeOp::Decode => {
-            let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-            let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
-            let mut live = LiveTiles::new(links, &job.id, (z.len() / lat).div_ceil(core.max(1)));
-            let (rate, channels) = (vae.info.sample_rate, vae.info.audio_channels);
-            let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| {
-                live.publish(&links.hub, 0, spec, tile)
-            });
-            drop(lease);
-            match decoded {
-                Ok(pcm) => {
-                    live.finish(&links.hub);
-                    let _ =
-                        enc_tx.send(EncCmd::Audio { job: job.clone(), pcm: yued_audio::Pcm::new(rate, channels, pcm) });
-                    None
-                }
-                Err(VaeError::Cancelled) => Some(Outcome::Cancelled),
-                Err(e) => Some(Outcome::Failed(format!("decode: {e}"))),
-            }
-        }
-    }
 }

@@ -16,7 +16,8 @@
 //!
 //! The families are in `yue2` and `mm3`; adding one is a module with its components and
 //! loader, an implementation of each trait, and an entry in `kinds`.
-use crate::messages::{EncCmd, JobCtx, VaeCmd, VaeJobFn};
+use crate::decode_stage::{VaeCmd, VaeJobFn};
+use crate::messages::{EncCmd, JobCtx};
 use crate::model_store::{Group, GroupPin, Policy};
 use crate::stage::Links;
 use crossbeam_channel::Sender;

@@ -1,14 +1,12 @@
 //! What the actors and the stage threads send each other, in one leaf module: the
 //! scheduler's dispatch, the hand-offs between the stages and their reports back. Every
 //! actor module depends on it and it on none of them, so no two actors import each other.
-use crate::model_store::GroupPin;
 use actix::Message;
 use std::sync::Arc;
 use std::time::Instant;
 use yued_audio::Pcm;
 use yued_contract::{SongCodes, VaeTask};
 use yued_engine::cancel::CancelToken;
-use yued_engine::models::yue2::pipeline::SongMeta;
 use yued_protocol::{JobId, JobMetrics, Request, Stage, Yue2Request};
 
 // ---- the stages to the scheduler
@@ -130,68 +128,6 @@ impl JobCtx {
             Request::Mm3(r) => &r.caption,
         }
     }
-}
-
-/// One track the NAR will send chunks of.
-pub struct TrackPlan {
-    pub meta: SongMeta,
-    pub variation: u32,
-    /// A streamed song still being written: its length (and `meta`) come with
-    /// [`VaeCmd::TrackEnd`].
-    pub open: bool,
-}
-
-/// How the decode stage tiles a job's tracks and names each finished one, as the job's
-/// family says.
-pub struct Tiling {
-    /// Latent frames a tile decodes (its core; the halo is the daemon's).
-    pub core: usize,
-    /// The frames an open track counts at in the progress until its length is known.
-    pub open_frames: usize,
-    /// The request that renders a finished track (its song, its variation) again.
-    pub replay: ReplayFn,
-}
-
-/// The replay request of a finished track: its song and its variation.
-pub type ReplayFn = Box<dyn Fn(&SongMeta, u32) -> serde_json::Value + Send>;
-
-/// A family's `/vae` job on the decode stage (its own decoder): `None` when the Encoder
-/// reports the job.
-pub type VaeJobFn = fn(
-    &crate::stage::Links,
-    &yued_engine::ggml::Backend,
-    &Arc<JobCtx>,
-    &VaeTask,
-    &yued_contract::results::ResultStore,
-    &crossbeam_channel::Sender<EncCmd>,
-) -> Option<Outcome>;
-
-pub enum VaeCmd {
-    /// A job's tracks, in track order, how to tile them, and the synthesis-group pin held
-    /// until the last tile is out.
-    Begin {
-        job: Arc<JobCtx>,
-        tracks: Vec<TrackPlan>,
-        tiling: Tiling,
-        pin: GroupPin,
-    },
-    Latents {
-        id: JobId,
-        track: usize,
-        start_frame: usize,
-        latents: Vec<f32>,
-    },
-    /// An open track's song is complete: its codes (hence its length) and score.
-    TrackEnd {
-        id: JobId,
-        track: usize,
-        meta: SongMeta,
-    },
-    /// The NAR gave up on the job: drop its state.
-    Abort(JobId),
-    /// A `/vae` job, with its synthesis-group pin and its family's runner.
-    VaeJob(Arc<JobCtx>, VaeTask, GroupPin, VaeJobFn),
-    Shutdown,
 }
 
 pub enum EncCmd {

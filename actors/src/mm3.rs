@@ -9,9 +9,10 @@
 //! stage ([`Synthesis::render`]): the synthesis group leased, each window decoded the
 //! moment it is denoised and its audio published to the listeners (44.1 kHz; the Opus
 //! stream resamples), and the finished tracks go to the Encoder like YuE2's.
+use crate::decode_stage::VaeJobFn;
 use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
-use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome, TrackOut, VaeJobFn};
+use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome, TrackOut};
 use crate::model_store::{Component, ComponentKey, Group, GroupPin, Module};
 use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::Sender;

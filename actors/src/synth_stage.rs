@@ -3,8 +3,9 @@
 //! MiniMax Music 3's condition encoder, DiT and VAE per window. The job arrives with a pin
 //! on its synthesis group (taken by the entry stage; STRICT keeps the AR half out until the
 //! last tile is decoded).
+use crate::decode_stage::VaeCmd;
 use crate::family::{NarCmd, Outlets, StageError};
-use crate::messages::{EncCmd, VaeCmd};
+use crate::messages::EncCmd;
 use crate::stage::{guarded, test_fault, Links};
 use crossbeam_channel::{Receiver, Sender};
 

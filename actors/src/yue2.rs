@@ -3,16 +3,18 @@
 //! each loads, and the family's two halves behind [`ModelFamily`] and [`Synthesis`]: the
 //! AR half on the entry stage, flow matching on the synthesis stage, the VAE on the
 //! decode stage (tile by tile as the chunks arrive).
+use crate::decode_stage::{LiveTiles, Tiling, TrackPlan, VaeCmd, VaeJobFn};
 use crate::family::{Batch, Handoff, Left, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
-use crate::messages::{CodesReady, JobCtx, Resumed, Tiling, TrackPlan, VaeCmd, VaeJobFn};
+use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome, Resumed};
 use crate::model_store::{Component, ComponentKey, Group, GroupPin, Lease, Module};
 use crate::stage::WorkerConfig;
 use crate::stage::{Links, ProgressSink, TokenMeter};
 use crossbeam_channel::{Receiver, Sender};
 use std::any::Any;
 use std::sync::Arc;
-use yued_contract::SongCodes;
+use yued_contract::results::ResultStore;
+use yued_contract::{SongCodes, VaeOp, VaeTask};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::adapter::{shapes_of, stack_terms, Adapter, AdapterDir};
@@ -23,7 +25,7 @@ use yued_engine::models::yue2::pipeline::{
     step_together, ChunkReady, Event, PipelineError, Shared, SongMeta, SongNoise, SongWork, Writer, Written,
 };
 use yued_engine::models::yue2::settings::Settings;
-use yued_engine::models::yue2::vae::VaeModel;
+use yued_engine::models::yue2::vae::{VaeError, VaeModel};
 use yued_protocol::{Family, Stage, StreamEvent, Yue2Request};
 
 /// The engine's settings of a job's request (its seeds are resolved at submission).
@@ -173,7 +175,7 @@ impl ModelFamily for Yue2 {
     }
 
     fn vae_job(&self) -> VaeJobFn {
-        crate::decode_stage::oobleck_vae_job
+        oobleck_vae_job
     }
 
     /// A job alone (fresh songs go through [`Yue2Batch`]; this is a job resumed from the
@@ -585,6 +587,7 @@ fn tiling(links: &Links, job: &JobCtx, s: &Settings) -> Tiling {
     Tiling {
         core: s.tile_core(core, halo),
         open_frames: s.budget,
+        vae: vae(&links.cfg),
         replay: Box::new(move |song, variation| {
             serde_json::to_value(crate::settings::yue2_replay(&req, song, variation)).expect("a request serializes")
         }),
@@ -693,4 +696,73 @@ fn render_stream(
         }
     }
     Ok(ended == songs)
+}
+
+/// A YuE2 `/vae` job on the Oobleck VAE: encode an uploaded file to raw latents (the
+/// result is saved here), or decode uploaded latents tile by tile, streaming the tiles like
+/// a song's, and hand the audio to the Encoder (which then reports the job: `None` here).
+fn oobleck_vae_job(
+    links: &Links,
+    backend: &Backend,
+    job: &Arc<JobCtx>,
+    task: &VaeTask,
+    results: &ResultStore,
+    enc_tx: &Sender<EncCmd>,
+) -> Option<Outcome> {
+    if job.cancel.is_cancelled() {
+        return Some(Outcome::Cancelled);
+    }
+    let bytes = match std::fs::read(&task.input) {
+        Ok(b) => b,
+        Err(e) => return Some(Outcome::Failed(format!("reading the upload {}: {e}", task.input.display()))),
+    };
+    let mut lease = match links.store.lease(&crate::yue2::vae(&links.cfg), backend) {
+        Ok(l) => l,
+        Err(e) => return Some(Outcome::Failed(e)),
+    };
+    let vae = lease.get::<VaeModel>();
+    let lat = vae.info.latent_channels;
+    let spec = vae.info.audio_spec();
+    let mut sink = ProgressSink::new(links, &job.id);
+    match task.op {
+        VaeOp::Encode => {
+            sink.report(Stage::Encode, 0, 1);
+            let z = match crate::codec::audio_to_latents(vae, backend, &bytes) {
+                Ok(z) => z,
+                Err(e) => return Some(Outcome::Failed(format!("audio: {e}"))),
+            };
+            drop(lease);
+            sink.report(Stage::Encode, 1, 1);
+            tracing::info!(frames = z.len() / lat, "vae encode done");
+            let files = vec![(
+                "latents.vae".to_string(),
+                "application/octet-stream".to_string(),
+                z.iter().flat_map(|x| x.to_le_bytes()).collect(),
+            )];
+            if let Err(e) = results.save(&job.id, files) {
+                return Some(Outcome::Failed(format!("saving the result: {e}")));
+            }
+            Some(Outcome::Done { tracks: 1, audio_seconds: spec.latent_seconds(z.len() / lat), metrics: None })
+        }
+        VaeOp::Decode => {
+            let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+            let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
+            let mut live = LiveTiles::new(links, &job.id, (z.len() / lat).div_ceil(core.max(1)));
+            let (rate, channels) = (vae.info.sample_rate, vae.info.audio_channels);
+            let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| {
+                live.publish(&links.hub, 0, spec, tile)
+            });
+            drop(lease);
+            match decoded {
+                Ok(pcm) => {
+                    live.finish(&links.hub);
+                    let _ =
+                        enc_tx.send(EncCmd::Audio { job: job.clone(), pcm: yued_audio::Pcm::new(rate, channels, pcm) });
+                    None
+                }
+                Err(VaeError::Cancelled) => Some(Outcome::Cancelled),
+                Err(e) => Some(Outcome::Failed(format!("decode: {e}"))),
+            }
+        }
+    }
 }

@@ -187,7 +187,8 @@ pub fn document(f: &Facts) -> Value {
         "openapi": "3.1.0",
         "info": {"title": "yued", "version": env!("CARGO_PKG_VERSION"), "description": "Song generation (YuE2 and \
             MiniMax Music 3): each family's native job contract (as yue2.cpp's and minimaxmusic.cpp's \
-            architecture references define it), OpenAI-compatible routes, an MCP server. Errors are JSON naming the field at fault: {\"error\": \"field: what is wrong\"} \
+            architecture references define it), OpenAI-compatible routes, an MCP server. Errors are JSON naming \
+            the field at fault: {\"error\": \"field: what is wrong\"} \
                 (OpenAI's shape on /v1). Every route answers another method with 405 and an Allow header."},
         "paths": paths,
         "components": {"schemas": defs},
@@ -325,14 +326,16 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                 job). Otherwise the status.", json!([job_param("the job"), flag_param("result", false, "1 or true: the \
                 result instead of the status")]), None,
                 map(json!({"200": {"description": "the status (JSON) or the result (multipart/mixed)",
-                    "content": {"application/json": {"schema": r.status.clone()}, "multipart/mixed": {"schema": {"type": "string",
+                    "content": {"application/json": {"schema": r.status.clone()},
+                    "multipart/mixed": {"schema": {"type": "string",
                     "format": "binary"}}}}, "400": error_response("a malformed id"), "404": error_response("an unknown \
                     job, or no result (not done, or expired)"), "503": error_response("the scheduler is not \
                     running")})), Door::Keyed),
             "post": op(f, "Cancel a job", "cancel=1 (or true) cancels a queued or running job; cancelling a cancelled \
                 job answers the same.", json!([job_param("the job"), {"name": "cancel", "in": "query", "required": true,
                 "schema": {"type": "string", "enum": ["1", "true"]}}]), None,
-                map(json!({"200": json_reply("cancelled", r.cancel.clone()), "400": error_response("a malformed id, or cancel \
+                map(json!({"200": json_reply("cancelled", r.cancel.clone()),
+                    "400": error_response("a malformed id, or cancel \
                     is not 1"), "404": error_response("an unknown job"), "409": error_response("the job has already \
                     ended (done or failed)"), "503": error_response("the scheduler is not running")})), Door::Keyed),
         }),
