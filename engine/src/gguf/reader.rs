@@ -177,46 +177,12 @@ impl GgufFile {
         let mut tensors = Vec::with_capacity(n_tensors as usize);
         let mut by_name = BTreeMap::new();
         for i in 0..n_tensors {
-            let name = c.string(&|| format!("the name of tensor #{i}"))?;
-            let what = |s: &str| format!("{s} of tensor '{name}'");
-            let n_dims = c.u32(&|| what("the rank"))?;
-            if !(1..=4).contains(&n_dims) {
-                return Err(GgufError::Corrupt { path, what: format!("tensor '{name}' has rank {n_dims}") });
-            }
-            let mut ne = Vec::with_capacity(n_dims as usize);
-            for _ in 0..n_dims {
-                let n = c.u64(&|| what("the shape"))?;
-                if n > i64::MAX as u64 / 2 {
-                    return Err(GgufError::Corrupt { path, what: format!("tensor '{name}' has dimension {n}") });
-                }
-                ne.push(n as i64);
-            }
-            let ty = GgmlType(c.u32(&|| what("the type"))?);
-            if !ty.is_valid() {
-                return Err(GgufError::Corrupt { path, what: format!("tensor '{name}' has unknown type id {}", ty.0) });
-            }
-            let offset = c.u64(&|| what("the offset"))?;
-            let nel = ne.iter().try_fold(1i64, |a, &n| a.checked_mul(n));
-            let Some(nel) = nel else {
-                return Err(GgufError::Corrupt { path, what: format!("tensor '{name}' shape {ne:?} overflows") });
-            };
-            if ne[0] % ty.block_size() as i64 != 0 {
-                return Err(GgufError::Corrupt {
-                    path,
-                    what: format!("tensor '{name}' rows of {} are not whole {} blocks", ne[0], ty.name()),
-                });
-            }
-            let nbytes = (nel as u128 / ty.block_size() as u128) * ty.type_size() as u128;
-            if offset % alignment != 0 {
-                return Err(GgufError::Corrupt {
-                    path,
-                    what: format!("tensor '{name}' offset {offset} is not {alignment}-aligned"),
-                });
-            }
+            let t = tensor_info(&mut c, i, alignment)?;
+            let name = t.name.clone();
             if by_name.insert(name.clone(), tensors.len()).is_some() {
                 return Err(GgufError::Corrupt { path, what: format!("duplicate tensor '{name}'") });
             }
-            tensors.push(TensorInfo { name, ne, ty, offset, nbytes: nbytes.min(usize::MAX as u128) as usize });
+            tensors.push(t);
         }
         let data_offset = (c.pos as u64).div_ceil(alignment) * alignment;
         let data_len = (map.len() as u64).saturating_sub(data_offset);
@@ -333,4 +299,58 @@ impl GgufFile {
             expected: "a float or quantized type".into(),
         })
     }
+}
+
+/// Tensor entry #`i` of the header: its name, shape, type and offset, checked (a known
+/// type, whole blocks, an aligned offset, no overflow).
+fn tensor_info(c: &mut Cursor<'_>, i: u64, alignment: u64) -> Result<TensorInfo, GgufError> {
+    let name = c.string(&|| format!("the name of tensor #{i}"))?;
+    let what = |s: &str| format!("{s} of tensor '{name}'");
+    let n_dims = c.u32(&|| what("the rank"))?;
+    if !(1..=4).contains(&n_dims) {
+        return Err(GgufError::Corrupt {
+            path: c.path.to_path_buf(),
+            what: format!("tensor '{name}' has rank {n_dims}"),
+        });
+    }
+    let mut ne = Vec::with_capacity(n_dims as usize);
+    for _ in 0..n_dims {
+        let n = c.u64(&|| what("the shape"))?;
+        if n > i64::MAX as u64 / 2 {
+            return Err(GgufError::Corrupt {
+                path: c.path.to_path_buf(),
+                what: format!("tensor '{name}' has dimension {n}"),
+            });
+        }
+        ne.push(n as i64);
+    }
+    let ty = GgmlType(c.u32(&|| what("the type"))?);
+    if !ty.is_valid() {
+        return Err(GgufError::Corrupt {
+            path: c.path.to_path_buf(),
+            what: format!("tensor '{name}' has unknown type id {}", ty.0),
+        });
+    }
+    let offset = c.u64(&|| what("the offset"))?;
+    let nel = ne.iter().try_fold(1i64, |a, &n| a.checked_mul(n));
+    let Some(nel) = nel else {
+        return Err(GgufError::Corrupt {
+            path: c.path.to_path_buf(),
+            what: format!("tensor '{name}' shape {ne:?} overflows"),
+        });
+    };
+    if ne[0] % ty.block_size() as i64 != 0 {
+        return Err(GgufError::Corrupt {
+            path: c.path.to_path_buf(),
+            what: format!("tensor '{name}' rows of {} are not whole {} blocks", ne[0], ty.name()),
+        });
+    }
+    let nbytes = (nel as u128 / ty.block_size() as u128) * ty.type_size() as u128;
+    if offset % alignment != 0 {
+        return Err(GgufError::Corrupt {
+            path: c.path.to_path_buf(),
+            what: format!("tensor '{name}' offset {offset} is not {alignment}-aligned"),
+        });
+    }
+    Ok(TensorInfo { name, ne, ty, offset, nbytes: nbytes.min(usize::MAX as u128) as usize })
 }

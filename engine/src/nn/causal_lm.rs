@@ -12,7 +12,7 @@
 //! input embeddings given by the caller (MiniMax's frame feedback). The LM head runs only
 //! on the rows a stage samples from (a contiguous id range), and only on the positions
 //! asked for; the final-normed hidden states of those positions come back on request.
-use crate::ggml::{Backend, Context, GgmlError, GgmlType, Graph, GraphCache, Tensor, TensorStore};
+use crate::ggml::{Backend, Context, GgmlError, GgmlType, Graph, GraphCache, KeptGraph, Tensor, TensorStore};
 use crate::kv_cache::{KvDims, KvSet};
 use crate::nn::qwen3::{Qwen3Dims, Qwen3Layer, Role};
 use crate::nn::rms_norm;
@@ -196,35 +196,7 @@ impl CausalLm {
             })
             .collect();
         let counts: Vec<usize> = (0..n_seq).map(|i| input.tokens(i, c.hidden)).collect();
-        for i in 0..n_seq {
-            assert!(counts[i] > 0, "sequence {i} has no new token");
-            assert!(
-                (0..n_seq).filter(|&o| input.set(o) == input.set(i)).count() == 1,
-                "KV stream {} used twice in one forward",
-                input.set(i)
-            );
-            let (si, k) = at[i];
-            let set = &sets[si];
-            assert!(
-                set.stream_len(k) + counts[i] <= set.capacity(),
-                "KV stream {} full: {} + {} > {}",
-                input.set(i),
-                set.stream_len(k),
-                counts[i],
-                set.capacity()
-            );
-        }
-        match input {
-            StepInput::Ids(seqs) => assert!(
-                seqs.iter().all(|s| s.tokens.iter().all(|&t| (t as usize) < c.vocab)),
-                "token id outside the vocabulary"
-            ),
-            StepInput::Embeds(seqs) => assert!(
-                seqs.iter().all(|s| s.embeds.len() % c.hidden == 0),
-                "input embeddings are not whole rows of {}",
-                c.hidden
-            ),
-        }
+        check_step(c, sets, &input, &at, &counts);
         // The graph reads the weights and the sets, in order of first use.
         let mut used: Vec<usize> = Vec::new();
         for &(si, _) in &at {
@@ -232,23 +204,7 @@ impl CausalLm {
                 used.push(si);
             }
         }
-        // Runs of consecutive sequences on consecutive streams of one set, equal token counts.
-        let step = window_step(backend);
-        let mut runs: Vec<RunShape> = Vec::new();
-        for i in 0..n_seq {
-            let (si, k) = at[i];
-            let set = &sets[si];
-            let t = counts[i];
-            let window = (set.stream_len(k) + t).next_multiple_of(step).min(set.capacity());
-            let store = used.iter().position(|&u| u == si).expect("listed above");
-            match runs.last_mut() {
-                Some(r) if r.store == store && r.stream0 + r.streams == k && r.tokens == t => {
-                    r.streams += 1;
-                    r.window = r.window.max(window);
-                }
-                _ => runs.push(RunShape { store, stream0: k, streams: 1, tokens: t, window }),
-            }
-        }
+        let runs = run_shapes(sets, &at, &counts, &used, window_step(backend));
         let embeds = matches!(input, StepInput::Embeds(_));
         let key = StepKey { runs, rows: rows.clone(), positions, embeds, hidden };
         let mut stores = vec![&self.weights];
@@ -257,54 +213,7 @@ impl CausalLm {
         let shape = key.clone();
         let g =
             self.graphs.get(key, &stores, n_nodes, |ctx, graph, stores| build_step(ctx, graph, c, stores, &shape))?;
-
-        // Inputs.
-        let mut pos_v = Vec::new();
-        let mut out_v = Vec::new();
-        let mut row_at = 0i32;
-        for i in 0..n_seq {
-            let (si, k) = at[i];
-            let past = sets[si].stream_len(k);
-            let t = counts[i];
-            for j in 0..t {
-                pos_v.push((past + j) as i32);
-                if positions == Positions::All {
-                    out_v.push(row_at + j as i32);
-                }
-            }
-            row_at += t as i32;
-            if positions == Positions::Last {
-                out_v.push(row_at - 1);
-            }
-        }
-        let mut first = 0usize;
-        for (ri, r) in shape.runs.iter().enumerate() {
-            let mut kv_pos = Vec::with_capacity(r.tokens * r.streams);
-            // Query j of member m sees its stream's entries 0..=past+j; the rest is -inf.
-            let mut mask = vec![F16_NEG_INF; r.window * r.tokens * r.streams];
-            for m in 0..r.streams {
-                let (si, k) = at[first + m];
-                let past = sets[si].stream_len(k);
-                for j in 0..r.tokens {
-                    kv_pos.push((past + j) as i64);
-                    let q = (m * r.tokens + j) * r.window;
-                    mask[q..q + past + j + 1].fill(0);
-                }
-            }
-            g.tensor(INPUTS + 2 * ri).write_i64(&kv_pos);
-            g.tensor(INPUTS + 2 * ri + 1).write_f16_bits(&mask);
-            first += r.streams;
-        }
-        match input {
-            StepInput::Ids(seqs) => g
-                .tensor(IDS)
-                .write_i32(&seqs.iter().flat_map(|s| s.tokens.iter().map(|&t| t as i32)).collect::<Vec<_>>()),
-            StepInput::Embeds(seqs) => {
-                g.tensor(IDS).write_f32(&seqs.iter().flat_map(|s| s.embeds.iter().copied()).collect::<Vec<_>>())
-            }
-        }
-        g.tensor(POS).write_i32(&pos_v);
-        g.tensor(OUT_IDX).write_i32(&out_v);
+        write_inputs(&g, sets, &at, &counts, &shape, input);
         g.compute(backend)?;
         let flat = g.tensor(LOGITS).read_f32();
         let flat_hidden = if hidden { g.tensor(HIDDEN).read_f32() } else { Vec::new() };
@@ -312,18 +221,8 @@ impl CausalLm {
             let (si, k) = at[i];
             sets[si].advance(k, n);
         }
-        let split = |flat: &[f32], width: usize| {
-            let mut per_seq = Vec::with_capacity(n_seq);
-            let mut row = 0usize;
-            for &t in &counts {
-                let n = if positions == Positions::All { t } else { 1 };
-                per_seq.push((0..n).map(|j| flat[(row + j) * width..(row + j + 1) * width].to_vec()).collect());
-                row += n;
-            }
-            per_seq
-        };
-        let per_seq = split(&flat, rows.len());
-        let hidden = if hidden { split(&flat_hidden, c.hidden) } else { Vec::new() };
+        let per_seq = split_rows(&flat, rows.len(), &counts, positions);
+        let hidden = if hidden { split_rows(&flat_hidden, c.hidden, &counts, positions) } else { Vec::new() };
         Ok(Logits { rows, per_seq, hidden })
     }
 
@@ -405,6 +304,137 @@ struct StepKey {
     positions: Positions,
     embeds: bool,
     hidden: bool,
+}
+
+/// A step's sequences against their caches: each has new tokens, a stream of its own with
+/// room for them, and ids in the vocabulary or whole embedding rows.
+fn check_step(c: &LmSpec, sets: &[&mut KvSet], input: &StepInput<'_>, at: &[(usize, usize)], counts: &[usize]) {
+    let n_seq = counts.len();
+    for i in 0..n_seq {
+        assert!(counts[i] > 0, "sequence {i} has no new token");
+        assert!(
+            (0..n_seq).filter(|&o| input.set(o) == input.set(i)).count() == 1,
+            "KV stream {} used twice in one forward",
+            input.set(i)
+        );
+        let (si, k) = at[i];
+        let set = &sets[si];
+        assert!(
+            set.stream_len(k) + counts[i] <= set.capacity(),
+            "KV stream {} full: {} + {} > {}",
+            input.set(i),
+            set.stream_len(k),
+            counts[i],
+            set.capacity()
+        );
+    }
+    match input {
+        StepInput::Ids(seqs) => assert!(
+            seqs.iter().all(|s| s.tokens.iter().all(|&t| (t as usize) < c.vocab)),
+            "token id outside the vocabulary"
+        ),
+        StepInput::Embeds(seqs) => assert!(
+            seqs.iter().all(|s| s.embeds.len() % c.hidden == 0),
+            "input embeddings are not whole rows of {}",
+            c.hidden
+        ),
+    }
+}
+
+/// Runs of consecutive sequences on consecutive streams of one set with equal token counts
+/// (`used`: the sets in the order the graph's stores hold them; `step`: the window step).
+fn run_shapes(
+    sets: &[&mut KvSet],
+    at: &[(usize, usize)],
+    counts: &[usize],
+    used: &[usize],
+    step: usize,
+) -> Vec<RunShape> {
+    let mut runs: Vec<RunShape> = Vec::new();
+    for (i, &(si, k)) in at.iter().enumerate() {
+        let set = &sets[si];
+        let t = counts[i];
+        let window = (set.stream_len(k) + t).next_multiple_of(step).min(set.capacity());
+        let store = used.iter().position(|&u| u == si).expect("listed above");
+        match runs.last_mut() {
+            Some(r) if r.store == store && r.stream0 + r.streams == k && r.tokens == t => {
+                r.streams += 1;
+                r.window = r.window.max(window);
+            }
+            _ => runs.push(RunShape { store, stream0: k, streams: 1, tokens: t, window }),
+        }
+    }
+    runs
+}
+
+/// A step graph's inputs: the tokens or embeddings, their positions, the rows read out,
+/// and each run's cache rows and mask.
+fn write_inputs(
+    g: &KeptGraph<'_>,
+    sets: &[&mut KvSet],
+    at: &[(usize, usize)],
+    counts: &[usize],
+    shape: &StepKey,
+    input: StepInput<'_>,
+) {
+    let positions = shape.positions;
+    let mut pos_v = Vec::new();
+    let mut out_v = Vec::new();
+    let mut row_at = 0i32;
+    for (i, &(si, k)) in at.iter().enumerate() {
+        let past = sets[si].stream_len(k);
+        let t = counts[i];
+        for j in 0..t {
+            pos_v.push((past + j) as i32);
+            if positions == Positions::All {
+                out_v.push(row_at + j as i32);
+            }
+        }
+        row_at += t as i32;
+        if positions == Positions::Last {
+            out_v.push(row_at - 1);
+        }
+    }
+    let mut first = 0usize;
+    for (ri, r) in shape.runs.iter().enumerate() {
+        let mut kv_pos = Vec::with_capacity(r.tokens * r.streams);
+        // Query j of member m sees its stream's entries 0..=past+j; the rest is -inf.
+        let mut mask = vec![F16_NEG_INF; r.window * r.tokens * r.streams];
+        for m in 0..r.streams {
+            let (si, k) = at[first + m];
+            let past = sets[si].stream_len(k);
+            for j in 0..r.tokens {
+                kv_pos.push((past + j) as i64);
+                let q = (m * r.tokens + j) * r.window;
+                mask[q..q + past + j + 1].fill(0);
+            }
+        }
+        g.tensor(INPUTS + 2 * ri).write_i64(&kv_pos);
+        g.tensor(INPUTS + 2 * ri + 1).write_f16_bits(&mask);
+        first += r.streams;
+    }
+    match input {
+        StepInput::Ids(seqs) => {
+            g.tensor(IDS).write_i32(&seqs.iter().flat_map(|s| s.tokens.iter().map(|&t| t as i32)).collect::<Vec<_>>())
+        }
+        StepInput::Embeds(seqs) => {
+            g.tensor(IDS).write_f32(&seqs.iter().flat_map(|s| s.embeds.iter().copied()).collect::<Vec<_>>())
+        }
+    }
+    g.tensor(POS).write_i32(&pos_v);
+    g.tensor(OUT_IDX).write_i32(&out_v);
+}
+
+/// The rows a step read out, `width` wide, per sequence (all its tokens', or its last).
+fn split_rows(flat: &[f32], width: usize, counts: &[usize], positions: Positions) -> Vec<Vec<Vec<f32>>> {
+    let mut per_seq = Vec::with_capacity(counts.len());
+    let mut row = 0usize;
+    for &t in counts {
+        let n = if positions == Positions::All { t } else { 1 };
+        per_seq.push((0..n).map(|j| flat[(row + j) * width..(row + j + 1) * width].to_vec()).collect());
+        row += n;
+    }
+    per_seq
 }
 
 /// Consecutive sequences of a step on consecutive streams of one set, with equal token
