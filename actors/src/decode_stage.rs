@@ -13,7 +13,7 @@ use std::sync::Arc;
 use yued_audio::Pcm;
 use yued_contract::results::ResultStore;
 use yued_contract::stream::{PcmTile, TileEncoder};
-use yued_contract::VaeTask;
+use yued_contract::{VaeOp, VaeTask};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::pipeline::SongMeta;
@@ -48,7 +48,9 @@ pub type ReplayFn = Box<dyn Fn(&SongMeta, u32) -> serde_json::Value + Send>;
 
 /// A family's `/vae` job on the decode stage (its own decoder): `None` when the Encoder
 /// reports the job.
-pub type VaeJobFn = fn(&Links, &Backend, &Arc<JobCtx>, &VaeTask, &ResultStore, &Sender<EncCmd>) -> Option<Outcome>;
+/// It gets the operation and the upload's bytes (the decode stage reads the upload once the
+/// job is not cancelled).
+pub type VaeJobFn = fn(&Links, &Backend, &Arc<JobCtx>, VaeOp, &[u8], &ResultStore, &Sender<EncCmd>) -> Option<Outcome>;
 
 pub enum VaeCmd {
     /// A job's tracks, in track order, how to tile them, and the synthesis-group pin held
@@ -170,7 +172,10 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                 let outcome = guarded(&links, &job, "vae", || {
                     test_fault("vae", &job);
                     match &backend {
-                        Ok(b) => run_job(&links, b, &job, &task, &results, &enc_tx),
+                        Ok(b) => match read_upload(&job, &task) {
+                            Ok(bytes) => run_job(&links, b, &job, task.op, &bytes, &results, &enc_tx),
+                            Err(outcome) => Some(outcome),
+                        },
                         Err(e) => Some(Outcome::Failed(format!("no compute backend: {e}"))),
                     }
                 })
@@ -320,4 +325,12 @@ fn decode_chunk(
         latents: lat,
         truncated: !meta.ended,
     }))
+}
+
+/// A `/vae` job's upload, unless the job was cancelled while it waited.
+fn read_upload(job: &JobCtx, task: &VaeTask) -> Result<Vec<u8>, Outcome> {
+    if job.cancel.is_cancelled() {
+        return Err(Outcome::Cancelled);
+    }
+    std::fs::read(&task.input).map_err(|e| Outcome::Failed(format!("reading the upload {}: {e}", task.input.display())))
 }

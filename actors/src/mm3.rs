@@ -22,7 +22,7 @@ use std::sync::Arc;
 use yued_audio::Pcm;
 use yued_contract::results::ResultStore;
 use yued_contract::stream::{PcmTile, TileEncoder};
-use yued_contract::{SongCodes, VaeOp, VaeTask};
+use yued_contract::{SongCodes, VaeOp};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::mm3::compose::{self, ComposeError, SeedDraws};
@@ -690,14 +690,12 @@ pub(crate) fn run_vae_job(
     links: &Links,
     backend: &Backend,
     job: &Arc<JobCtx>,
-    task: &VaeTask,
+    op: VaeOp,
+    bytes: &[u8],
     results: &ResultStore,
     enc_tx: &Sender<EncCmd>,
 ) -> Option<Outcome> {
     let req = job.request.as_mm3().expect("a MiniMax job");
-    if job.cancel.is_cancelled() {
-        return Some(Outcome::Cancelled);
-    }
     let Some(registry) = links.cfg.mm3.as_ref() else {
         return Some(Outcome::Failed("MiniMax Music 3 is not served by this daemon".into()));
     };
@@ -705,12 +703,8 @@ pub(crate) fn run_vae_job(
         Ok(e) => e.path.clone(),
         Err(e) => return Some(Outcome::Failed(format!("vae_model: {e}"))),
     };
-    let bytes = match std::fs::read(&task.input) {
-        Ok(b) => b,
-        Err(e) => return Some(Outcome::Failed(format!("reading the upload {}: {e}", task.input.display()))),
-    };
     let mut sink = ProgressSink::new(links, &job.id);
-    match task.op {
+    match op {
         VaeOp::Encode => {
             sink.report(Stage::Encode, 0, 1);
             let mut lease = match links.store.lease(&key("vae_enc", file), backend) {
@@ -719,7 +713,7 @@ pub(crate) fn run_vae_job(
             };
             let enc = lease.get::<VaeEncoder>();
             let (channels, hop) = (enc.latent_channels, enc.hop());
-            let z = match crate::codec::mm3_audio_to_latents(enc, backend, &bytes) {
+            let z = match crate::codec::mm3_audio_to_latents(enc, backend, bytes) {
                 Ok(z) => z,
                 Err(e) => return Some(Outcome::Failed(format!("audio: {e}"))),
             };

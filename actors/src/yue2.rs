@@ -14,7 +14,7 @@ use crossbeam_channel::{Receiver, Sender};
 use std::any::Any;
 use std::sync::Arc;
 use yued_contract::results::ResultStore;
-use yued_contract::{SongCodes, VaeOp, VaeTask};
+use yued_contract::{SongCodes, VaeOp};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::adapter::{shapes_of, stack_terms, Adapter, AdapterDir};
@@ -705,17 +705,11 @@ fn oobleck_vae_job(
     links: &Links,
     backend: &Backend,
     job: &Arc<JobCtx>,
-    task: &VaeTask,
+    op: VaeOp,
+    bytes: &[u8],
     results: &ResultStore,
     enc_tx: &Sender<EncCmd>,
 ) -> Option<Outcome> {
-    if job.cancel.is_cancelled() {
-        return Some(Outcome::Cancelled);
-    }
-    let bytes = match std::fs::read(&task.input) {
-        Ok(b) => b,
-        Err(e) => return Some(Outcome::Failed(format!("reading the upload {}: {e}", task.input.display()))),
-    };
     let mut lease = match links.store.lease(&crate::yue2::vae(&links.cfg), backend) {
         Ok(l) => l,
         Err(e) => return Some(Outcome::Failed(e)),
@@ -724,10 +718,10 @@ fn oobleck_vae_job(
     let lat = vae.info.latent_channels;
     let spec = vae.info.audio_spec();
     let mut sink = ProgressSink::new(links, &job.id);
-    match task.op {
+    match op {
         VaeOp::Encode => {
             sink.report(Stage::Encode, 0, 1);
-            let z = match crate::codec::audio_to_latents(vae, backend, &bytes) {
+            let z = match crate::codec::audio_to_latents(vae, backend, bytes) {
                 Ok(z) => z,
                 Err(e) => return Some(Outcome::Failed(format!("audio: {e}"))),
             };
