@@ -23,6 +23,7 @@ use yued_engine::models::yue2::generate::ArStages;
 use yued_engine::models::yue2::nar::NarModel;
 use yued_engine::models::yue2::pipeline::{
     step_together, ChunkReady, Event, PipelineError, Shared, SongMeta, SongNoise, SongWork, Writer, Written,
+    WrittenSong,
 };
 use yued_engine::models::yue2::settings::Settings;
 use yued_engine::models::yue2::vae::{VaeError, VaeModel};
@@ -247,8 +248,8 @@ impl Yue2Batch {
         let lease = self.lease.as_mut().expect("a batch with members holds its lease");
         let ar = lease.get::<ArModel>();
         let mut out = Vec::with_capacity(songs.len());
-        for (meta, prefix) in songs {
-            out.push(self.shared.prefill_chunks(ar, backend, &m.settings, meta, prefix, &m.ctx.cancel)?);
+        for song in songs {
+            out.push(self.shared.prefill_chunks(ar, backend, &m.settings, song, &m.ctx.cancel)?);
         }
         Ok(Some(Box::new(Yue2Synthesis { shared: self.shared.clone(), songs: out })))
     }
@@ -433,7 +434,7 @@ fn write(
     s: Settings,
     reports: &mut ArReports,
     journal: bool,
-) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
+) -> Result<Vec<WrittenSong>, PipelineError> {
     let mut writer = Writer::new(stages, s, false)?;
     while !writer.done() {
         if reports.ctx.cancel.is_cancelled() {
@@ -474,9 +475,9 @@ fn compose(
     for (index, run) in runs {
         let ar = lease.get::<ArModel>();
         let songs = write(&mut shared.ar_stages(ar, backend), run.clone(), &mut reports, journal);
-        for (mut meta, prefix) in songs? {
-            meta.index = index.unwrap_or(meta.index);
-            out.push(shared.prefill_chunks(ar, backend, &run, meta, prefix, &ctx.cancel)?);
+        for mut song in songs? {
+            song.meta.index = index.unwrap_or(song.meta.index);
+            out.push(shared.prefill_chunks(ar, backend, &run, song, &ctx.cancel)?);
         }
     }
     reports.finish();

@@ -325,12 +325,14 @@ fn song_request(seconds: f64, code_rate: f64) -> Yue2Request {
 /// windows, hop 512, 128 bands, the left channel).
 fn bench_solver(a: &BenchArgs, model: &Path, vae: &Path, t: &mut Table) -> anyhow::Result<()> {
     use yued_engine::models::yue2::nar::Solver;
+    use yued_engine::models::yue2::pipeline::WrittenSong;
     let mut p = Pipeline::load(model, vae, a.device.open()?, &PipelineOptions::default())?;
     let spec = p.audio_spec();
     let req = Yue2Request { steps: 16, ..song_request(a.e2e_seconds, spec.code_rate) };
     let s = yued_actors::settings::yue2(&req)?;
     let cancel = CancelToken::new();
-    let (meta, prefix) = p.shared.compose_codes(&mut p.ar, &p.backend, &s, &cancel, &mut |_| {})?.remove(0);
+    let song = p.shared.compose_codes(&mut p.ar, &p.backend, &s, &cancel, &mut |_| {})?.remove(0);
+    let (meta, prefix) = (song.meta, song.prefix);
     let reps = if a.quick { 1 } else { a.reps.min(3) };
     let mut runs = Vec::new();
     for solver in [Solver::Midpoint, Solver::Ab2] {
@@ -338,7 +340,8 @@ fn bench_solver(a: &BenchArgs, model: &Path, vae: &Path, t: &mut Table) -> anyho
         let mut times = Vec::with_capacity(reps);
         let mut latents = Vec::new();
         for _ in 0..reps + 1 {
-            let work = p.shared.prefill_chunks(&mut p.ar, &p.backend, &s, meta.clone(), prefix.clone(), &cancel)?;
+            let song = WrittenSong { meta: meta.clone(), prefix: prefix.clone(), kv: None };
+            let work = p.shared.prefill_chunks(&mut p.ar, &p.backend, &s, song, &cancel)?;
             let t0 = Instant::now();
             latents = p.shared.render(&mut p.nar, &p.backend, work, &s, &cancel, &mut |_| {})?.remove(0);
             times.push(t0.elapsed().as_secs_f64());

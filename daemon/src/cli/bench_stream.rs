@@ -229,6 +229,7 @@ pub(super) fn seam(a: &BenchArgs, model: &Path, vae: &Path, code_rate: f64) -> a
         .compose_codes(&mut p.ar, &p.backend, &s, &cancel, &mut |_| {})?
         .into_iter()
         .next()
+        .map(|w| (w.meta, w.prefix))
         .context("no song")?;
     let frames = meta.codes.len();
     let step = s.stream.map(|(f, _)| f).context("--stream-seconds must be at least 2")?;

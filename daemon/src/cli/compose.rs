@@ -119,7 +119,7 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
     if let Some(dir) = a.out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     }
-    for (meta, _) in &songs {
+    for meta in songs.iter().map(|w| &w.meta) {
         // The song's own request: its score, codes and planning seed; every variation.
         let mut replay = yued_actors::settings::yue2_replay(&req, meta, 0);
         replay.synth_batch_size = req.synth_batch_size;

@@ -541,12 +541,17 @@ impl<'s> KeptGraph<'s> {
 
     /// Computes the graph; its nodes are checked against the device only on the first call.
     pub fn compute(&self, backend: &Backend) -> Result<(), GgmlError> {
+        self.compute_on(backend, Kernels::Fast)
+    }
+
+    /// [`KeptGraph::compute`] on the kernels asked for.
+    pub fn compute_on(&self, backend: &Backend, kernels: Kernels) -> Result<(), GgmlError> {
         let graph = Graph::built(self.graph);
         if !self.checked.get() {
             backend.check_supported(&graph)?;
             self.checked.set(true);
         }
-        backend.compute_checked(&graph)
+        backend.compute_on(&graph, kernels)
     }
 }
 
@@ -706,6 +711,20 @@ impl Drop for CpuTurn<'_> {
     }
 }
 
+/// Which of a device's kernels a graph runs on.
+///
+/// The CPU's fast kernels (tiled matrix products, flash attention split over the cache or
+/// tiled over the queries) choose their blocking from the shapes of the whole batch, so an
+/// output row's rounding depends on the rows computed beside it and on how many there are.
+/// Its reference kernels compute every output row from that row's inputs alone, in one
+/// order: a token gives the same bits whether it runs alone, beside other jobs' tokens, one
+/// a step or many in one forward.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kernels {
+    Fast,
+    RowExact,
+}
+
 /// A compute device: the CPU, a CUDA card, a Vulkan device, Metal.
 pub struct Backend {
     ptr: NonNull<sys::ggml_backend>,
@@ -817,7 +836,27 @@ impl Backend {
 
     /// [`Backend::compute`] of a graph already checked.
     fn compute_checked(&self, graph: &Graph<'_>) -> Result<(), GgmlError> {
+        self.compute_on(graph, Kernels::Fast)
+    }
+
+    /// A checked graph computed on `kernels` (the CPU's reference kernels for
+    /// [`Kernels::RowExact`]; other devices have one set of kernels and ignore it).
+    fn compute_on(&self, graph: &Graph<'_>, kernels: Kernels) -> Result<(), GgmlError> {
         let _turn = self.turns.as_ref().map(|t| t.take());
+        let exact = self.is_cpu && kernels == Kernels::RowExact;
+        if exact {
+            // SAFETY: valid CPU backend; the flag is read when a graph is planned.
+            unsafe { sys::ggml_backend_cpu_set_use_ref(self.raw(), true) }
+        }
+        let status = self.graph_compute(graph);
+        if exact {
+            // SAFETY: as above.
+            unsafe { sys::ggml_backend_cpu_set_use_ref(self.raw(), false) }
+        }
+        status
+    }
+
+    fn graph_compute(&self, graph: &Graph<'_>) -> Result<(), GgmlError> {
         // SAFETY: the graph's tensors are allocated (the allocator or buffers placed them).
         let status = unsafe { sys::ggml_backend_graph_compute(self.raw(), graph.raw()) };
         if status == sys::GGML_STATUS_SUCCESS {

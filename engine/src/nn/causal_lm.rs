@@ -12,7 +12,7 @@
 //! input embeddings given by the caller (MiniMax's frame feedback). The LM head runs only
 //! on the rows a stage samples from (a contiguous id range), and only on the positions
 //! asked for; the final-normed hidden states of those positions come back on request.
-use crate::ggml::{Backend, Context, GgmlError, GgmlType, Graph, GraphCache, KeptGraph, Tensor, TensorStore};
+use crate::ggml::{Backend, Context, GgmlError, GgmlType, Graph, GraphCache, KeptGraph, Kernels, Tensor, TensorStore};
 use crate::kv_cache::{KvDims, KvSet};
 use crate::nn::qwen3::{Qwen3Dims, Qwen3Layer, Role};
 use crate::nn::rms_norm;
@@ -137,7 +137,21 @@ impl CausalLm {
         rows: Range<u32>,
         positions: Positions,
     ) -> Result<Logits, GgmlError> {
-        self.step(backend, sets, StepInput::Ids(seqs), rows, positions, false)
+        self.forward_on(backend, sets, seqs, rows, positions, Kernels::Fast)
+    }
+
+    /// [`CausalLm::forward`] on the kernels asked for (see [`Kernels`]).
+    pub fn forward_on(
+        &mut self,
+        backend: &Backend,
+        sets: &mut [KvSet],
+        seqs: &[SeqInput<'_>],
+        rows: Range<u32>,
+        positions: Positions,
+        kernels: Kernels,
+    ) -> Result<Logits, GgmlError> {
+        let mut refs: Vec<&mut KvSet> = sets.iter_mut().collect();
+        self.step_over(backend, &mut refs, StepInput::Ids(seqs), rows, positions, false, kernels)
     }
 
     /// Runs the new positions of every sequence through the model, appends their K/V to
@@ -163,11 +177,13 @@ impl CausalLm {
         hidden: bool,
     ) -> Result<Logits, GgmlError> {
         let mut refs: Vec<&mut KvSet> = sets.iter_mut().collect();
-        self.step_over(backend, &mut refs, input, rows, positions, hidden)
+        self.step_over(backend, &mut refs, input, rows, positions, hidden, Kernels::Fast)
     }
 
     /// [`step`](Self::step) over sets that live apart (the sequences of different jobs in
-    /// one decode step: each job keeps its own sets; see [`crate::nn::batch`]).
+    /// one decode step: each job keeps its own sets; see [`crate::nn::batch`]), on the
+    /// kernels asked for.
+    #[allow(clippy::too_many_arguments)]
     pub fn step_over(
         &mut self,
         backend: &Backend,
@@ -176,6 +192,7 @@ impl CausalLm {
         rows: Range<u32>,
         positions: Positions,
         hidden: bool,
+        kernels: Kernels,
     ) -> Result<Logits, GgmlError> {
         let c = &self.spec;
         let n_seq = input.len();
@@ -214,7 +231,7 @@ impl CausalLm {
         let g =
             self.graphs.get(key, &stores, n_nodes, |ctx, graph, stores| build_step(ctx, graph, c, stores, &shape))?;
         write_inputs(&g, sets, &at, &counts, &shape, input);
-        g.compute(backend)?;
+        g.compute_on(backend, kernels)?;
         let flat = g.tensor(LOGITS).read_f32();
         let flat_hidden = if hidden { g.tensor(HIDDEN).read_f32() } else { Vec::new() };
         for (i, &n) in counts.iter().enumerate() {

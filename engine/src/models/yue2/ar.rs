@@ -5,7 +5,7 @@
 //! theta from the config) and grouped KV heads, post_attention_layernorm, SwiGLU MLP; then
 //! the shared final norm and the untied lm_head. The LM head runs only on the rows a stage
 //! samples from, so a semantic decode step multiplies 32769 rows, not 184704.
-use crate::ggml::{Backend, GgmlError, GgmlType};
+use crate::ggml::{Backend, GgmlError, GgmlType, Kernels};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
 use crate::models::yue2::config::{backbone_tensor_shapes, is_nar_tensor, names, BackboneInfo, Yue2Config};
@@ -107,6 +107,19 @@ impl ArModel {
         positions: Positions,
     ) -> Result<Logits, GgmlError> {
         self.lm.forward(backend, sets, seqs, rows, positions)
+    }
+
+    /// [`ArModel::forward`] on the kernels asked for.
+    pub fn forward_on(
+        &mut self,
+        backend: &Backend,
+        sets: &mut [KvSet],
+        seqs: &[SeqInput<'_>],
+        rows: Range<u32>,
+        positions: Positions,
+        kernels: Kernels,
+    ) -> Result<Logits, GgmlError> {
+        self.lm.forward_on(backend, sets, seqs, rows, positions, kernels)
     }
 
     /// Runs the feeds of several steppers in one decode step ([`crate::nn::batch::run`]).

@@ -3,7 +3,7 @@
 //! daemon runs it on a compute thread and hears from it through the progress callback;
 //! a cancel token is checked between steps.
 use crate::cancel::CancelToken;
-use crate::ggml::{Backend, GgmlError};
+use crate::ggml::{Backend, GgmlError, Kernels};
 use crate::kv_cache::KvSet;
 use crate::models::yue2::abc_check::check_abc;
 use crate::models::yue2::ar::{ArModel, Positions, SeqInput};
@@ -177,8 +177,16 @@ impl ChunkFeeder {
             if done.is_none() && span.start + plan.step > codes.len() {
                 break;
             }
-            let s = stages.prefill_sequence(sem.prefix(i).to_vec(), &[], &codes[span.context..span.end])?;
-            emit(ChunkEvent::Chunk { song, span, kv: s.kv });
+            let kv = if done.is_some() && span.context == 0 && span.end == codes.len() {
+                // The song's only chunk is the sequence its stream holds: completed, not
+                // prefilled again.
+                let mut s = sem.song(stages, i)?;
+                stages.complete(&mut s)?;
+                s.kv
+            } else {
+                stages.prefill_sequence(sem.prefix(i).to_vec(), &[], &codes[span.context..span.end])?.kv
+            };
+            emit(ChunkEvent::Chunk { song, span, kv });
             self.next[i] += 1;
         }
         if let Some(ended) = done {
@@ -223,8 +231,8 @@ pub struct Planner {
 
 impl Fed for Planner {
     fn feed(&mut self) -> Option<Feed<'_>> {
-        let piece = self.pending.piece()?;
-        Some(Feed { sets: &mut self.sets, seqs: vec![(piece, 0)], rows: self.rows.clone() })
+        let (piece, kernels) = self.pending.piece()?;
+        Some(Feed { sets: &mut self.sets, seqs: vec![(piece, 0, kernels)], rows: self.rows.clone() })
     }
 
     fn fed(&mut self, mut logits: Vec<Vec<f32>>) {
@@ -278,7 +286,7 @@ impl Planner {
         if step + 1 == budget || self.sets[0].len() == self.sets[0].capacity() {
             return Ok(PlanStep { progress, plan: self.end(stages, false)? });
         }
-        self.pending.push(&[t]);
+        self.pending.push_exact(&[t]);
         Ok(PlanStep { progress, plan: None })
     }
 
@@ -326,7 +334,6 @@ pub struct Semantic {
     scores: Vec<Vec<u32>>,
     /// Each song's conditional prefix (with the source's codes) and the source's codes.
     prefixes: Vec<(Vec<u32>, Vec<u32>)>,
-    caps: Vec<usize>,
     sets: Vec<KvSet>,
     rows: Range<u32>,
     /// What each stream (the songs, then under guidance their unconditional twins) has still
@@ -354,9 +361,9 @@ impl Fed for Semantic {
         self.flight.clear();
         let mut seqs = Vec::new();
         for (k, p) in self.pending.iter_mut().enumerate() {
-            if let Some(piece) = p.piece() {
+            if let Some((piece, kernels)) = p.piece() {
                 self.flight.push(k);
-                seqs.push((piece, k));
+                seqs.push((piece, k, kernels));
             }
         }
         if seqs.is_empty() {
@@ -409,6 +416,16 @@ impl Semantic {
         &self.codes[i]
     }
 
+    /// Songs written side by side.
+    pub fn songs(&self) -> usize {
+        self.n
+    }
+
+    /// Whether song `i` wrote music_end.
+    pub fn ended(&self, i: usize) -> bool {
+        self.ended[i]
+    }
+
     /// Song `i`'s semantic prefix (everything before its first code).
     pub fn prefix(&self, i: usize) -> &[u32] {
         let (p, source) = &self.prefixes[i];
@@ -440,9 +457,9 @@ impl Semantic {
                 self.ended[i] = true;
             } else {
                 self.codes[i].push(t.token_code(tok).expect("semantic rows hold only codes and music_end"));
-                self.pending[i].push(&[tok]);
+                self.pending[i].push_exact(&[tok]);
                 if self.guided {
-                    self.pending[n + i].push(&[tok]);
+                    self.pending[n + i].push_exact(&[tok]);
                 }
                 active += 1;
             }
@@ -457,33 +474,27 @@ impl Semantic {
     }
 
     /// The songs, each with its own copy of its stream's set.
-    pub fn finish(mut self, stages: &ArStages<'_>) -> Result<Vec<Song>, GenError> {
-        let n = self.n;
-        let set = self.sets.pop().expect("one set");
-        let kvs = if set.streams() == 1 {
-            vec![set]
-        } else {
-            (0..n)
-                .map(|i| set.copy_stream(stages.backend, i, self.caps[i].max(set.stream_len(i))))
-                .collect::<Result<Vec<_>, _>>()?
-        };
-        let mut songs = Vec::with_capacity(n);
-        for (i, kv) in kvs.into_iter().enumerate().rev() {
-            let prefix_len = self.prefixes[i].0.len() - self.prefixes[i].1.len();
-            let prefix = self.prefixes[i].0[..prefix_len].to_vec();
-            songs.push(Song {
-                index: i as u32,
-                score_ids: self.scores[i].clone(),
-                codes: std::mem::take(&mut self.codes[i]),
-                ended: self.ended[i],
-                prefix_len,
-                prefix,
-                kv,
-                pending: self.pending[i].tokens().to_vec(),
-            });
-        }
-        songs.reverse();
-        Ok(songs)
+    pub fn finish(self, stages: &ArStages<'_>) -> Result<Vec<Song>, GenError> {
+        (0..self.n).map(|i| self.song(stages, i)).collect()
+    }
+
+    /// Song `i` as it stands, with a copy of its stream's set that has just the room
+    /// [`ArStages::complete`] needs.
+    pub fn song(&self, stages: &ArStages<'_>, i: usize) -> Result<Song, GenError> {
+        let set = &self.sets[0];
+        let pending = self.pending[i].tokens().to_vec();
+        let kv = set.copy_stream(stages.backend, i, set.stream_len(i) + pending.len() + 1)?;
+        let prefix_len = self.prefixes[i].0.len() - self.prefixes[i].1.len();
+        Ok(Song {
+            index: i as u32,
+            score_ids: self.scores[i].clone(),
+            codes: self.codes[i].clone(),
+            ended: self.ended[i],
+            prefix_len,
+            prefix: self.prefixes[i].0[..prefix_len].to_vec(),
+            kv,
+            pending,
+        })
     }
 }
 
@@ -643,13 +654,16 @@ impl ArStages<'_> {
         }
         let streams = if guided { 2 * n } else { n };
         let sets = vec![KvSet::with_streams(self.backend, self.model.cfg.kv_dims(), capacity, streams)?];
+        // A stream's prompt runs on the fast kernels, the source's codes on the row-exact ones,
+        // as every code does (see `Kernels`): what a replay of its codes prefills the same.
         let pending: Vec<Pending> = prefixes
             .iter()
-            .map(|(p, _)| p)
-            .chain(uncond_prefixes.iter().filter(|_| guided))
-            .map(|p| {
+            .map(|(p, source)| (p, source.len()))
+            .chain(uncond_prefixes.iter().zip(&prefixes).filter(|_| guided).map(|(u, (_, s))| (u, s.len())))
+            .map(|(p, source)| {
                 let mut q = Pending::new(self.prefill_chunk);
-                q.push(p);
+                q.push(&p[..p.len() - source]);
+                q.push_exact(&p[p.len() - source..]);
                 q
             })
             .collect();
@@ -667,7 +681,6 @@ impl ArStages<'_> {
             finished: false,
             scores: scores.to_vec(),
             prefixes,
-            caps,
             sets,
             rows,
             pending,
@@ -688,27 +701,28 @@ impl ArStages<'_> {
         }
         let mut tail = std::mem::take(&mut song.pending);
         tail.push(self.tokens.music_end);
+        self.run_exact(&mut song.kv, &tail)
+    }
+
+    /// `tokens` behind what `kv` holds, in one forward on the row-exact kernels.
+    fn run_exact(&mut self, kv: &mut KvSet, tokens: &[u32]) -> Result<(), GenError> {
         let end = self.tokens.music_end;
-        let mut sets = vec![std::mem::replace(&mut song.kv, KvSet::new(self.backend, self.model.cfg.kv_dims(), 1)?)];
-        let r = self.model.forward(
-            self.backend,
-            &mut sets,
-            &[SeqInput { tokens: &tail, set: 0 }],
-            end..end + 1,
-            Positions::Last,
-        );
-        song.kv = sets.pop().unwrap();
-        r?;
+        let seqs = [SeqInput { tokens, set: 0 }];
+        let sets = std::slice::from_mut(kv);
+        self.model.forward_on(self.backend, sets, &seqs, end..end + 1, Positions::Last, Kernels::RowExact)?;
         Ok(())
     }
 
-    /// Replay: the prefix and given codes (plus music_end) prefilled in one forward.
+    /// Replay: the prefix and the given codes (plus music_end) prefilled.
     pub fn replay(&mut self, s: &Settings, score: &[u32], codes: &[u32]) -> Result<Song, GenError> {
         let (cond, _, _) = self.semantic_prefixes(s, score);
         self.prefill_sequence(cond, score, codes)
     }
 
-    /// `prefix + codes + music_end` prefilled in one forward into a fresh set.
+    /// `prefix + codes + music_end` prefilled into a fresh set exactly as the semantic
+    /// stage writes it: the prefix in the pieces a song's prompt runs in, on the fast
+    /// kernels, then every code and the end in one forward on the row-exact ones, which
+    /// gives the bits the stage's steps gave them one at a time (see [`Kernels`]).
     pub fn prefill_sequence(&mut self, prefix: Vec<u32>, score: &[u32], codes: &[u32]) -> Result<Song, GenError> {
         let prefix_len = prefix.len();
         let mut seq = prefix;
@@ -721,24 +735,25 @@ impl ArStages<'_> {
             )
             .into());
         }
-        let mut sets = vec![KvSet::new(self.backend, self.model.cfg.kv_dims(), seq.len())?];
+        let mut kv = KvSet::new(self.backend, self.model.cfg.kv_dims(), seq.len())?;
+        let mut prompt = Pending::new(self.prefill_chunk);
+        prompt.push(&seq[..prefix_len]);
         let end = self.tokens.music_end;
-        self.model.forward(
-            self.backend,
-            &mut sets,
-            &[SeqInput { tokens: &seq, set: 0 }],
-            end..end + 1,
-            Positions::Last,
-        )?;
-        let prefix = seq[..prefix_len].to_vec();
+        while let Some((piece, kernels)) = prompt.piece() {
+            let seqs = [SeqInput { tokens: piece, set: 0 }];
+            let sets = std::slice::from_mut(&mut kv);
+            self.model.forward_on(self.backend, sets, &seqs, end..end + 1, Positions::Last, kernels)?;
+            prompt.ran();
+        }
+        self.run_exact(&mut kv, &seq[prefix_len..])?;
         Ok(Song {
             index: 0,
             score_ids: score.to_vec(),
             codes: codes.to_vec(),
             ended: true,
             prefix_len,
-            prefix,
-            kv: sets.pop().unwrap(),
+            prefix: seq[..prefix_len].to_vec(),
+            kv,
             pending: vec![],
         })
     }

@@ -8,7 +8,7 @@ use crate::gguf::{GgufError, GgufFile};
 use crate::kv_cache::KvSet;
 use crate::models::yue2::ar::ArModel;
 use crate::models::yue2::config::BackboneInfo;
-use crate::models::yue2::generate::{ArStages, ChunkEvent, ChunkFeeder, Fed, GenError, Planner, Semantic, Song};
+use crate::models::yue2::generate::{ArStages, ChunkEvent, ChunkFeeder, Fed, GenError, Planner, Semantic};
 use crate::models::yue2::nar::{ChunkPlan, ChunkSpan, NarError, NarModel};
 use crate::models::yue2::prompt::Instructions;
 use crate::models::yue2::settings::{Invalid, Settings};
@@ -116,6 +116,16 @@ pub struct SongMeta {
     pub codes: Vec<u32>,
     /// The model wrote music_end (false: the budget cut it).
     pub ended: bool,
+}
+
+/// A song as its writer leaves it: what it is, its semantic prefix (the sequence its chunks
+/// are prefilled behind) and, when it renders in one chunk, the set its semantic stream was
+/// written in, completed with music_end: the sequence that chunk attends to, which needs
+/// no prefill (yue2.cpp's rule).
+pub struct WrittenSong {
+    pub meta: SongMeta,
+    pub prefix: Vec<u32>,
+    pub kv: Option<KvSet>,
 }
 
 /// One acoustic chunk of a song: its frames and the KV set holding
@@ -268,9 +278,10 @@ impl Shared {
     }
 
     /// The AR half of a request (its seeds resolved): scores, semantic streams (or the
-    /// replayed one), then one prefill per acoustic chunk. The KV sets of the generation are
-    /// dropped: the NAR reads a fresh one-forward prefill of prefix + codes + music_end, the
-    /// same sequence a replay prefills, so a replay renders the same audio bit for bit.
+    /// replayed one), then each song's sets for the NAR. A song of one chunk keeps the set
+    /// its stream was written in, completed with music_end; a longer song (and a replay)
+    /// gets one prefill per chunk. Its codes ran on the row-exact kernels either way, so a
+    /// replay renders the same audio bit for bit.
     pub fn compose(
         &self,
         ar: &mut ArModel,
@@ -281,8 +292,8 @@ impl Shared {
     ) -> Result<Vec<SongWork>, PipelineError> {
         let songs = self.compose_codes(ar, backend, s, cancel, events)?;
         let mut out = Vec::with_capacity(songs.len());
-        for (meta, prefix) in songs {
-            out.push(self.prefill_chunks(ar, backend, s, meta, prefix, cancel)?);
+        for song in songs {
+            out.push(self.prefill_chunks(ar, backend, s, song, cancel)?);
         }
         Ok(out)
     }
@@ -296,7 +307,7 @@ impl Shared {
         s: &Settings,
         cancel: &CancelToken,
         events: &mut dyn FnMut(Event<'_>),
-    ) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
+    ) -> Result<Vec<WrittenSong>, PipelineError> {
         self.write(ar, backend, s, false, cancel, events, &mut |_| {})
     }
 
@@ -314,7 +325,7 @@ impl Shared {
         ready: &mut dyn FnMut(ChunkReady),
     ) -> Result<Vec<SongMeta>, PipelineError> {
         let songs = self.write(ar, backend, s, true, cancel, events, ready)?;
-        Ok(songs.into_iter().map(|(m, _)| m).collect())
+        Ok(songs.into_iter().map(|w| w.meta).collect())
     }
 
     /// A [`Writer`] stepped to the end, its items told as events and hand-outs.
@@ -328,7 +339,7 @@ impl Shared {
         cancel: &CancelToken,
         events: &mut dyn FnMut(Event<'_>),
         ready: &mut dyn FnMut(ChunkReady),
-    ) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
+    ) -> Result<Vec<WrittenSong>, PipelineError> {
         let mut stages = self.ar_stages(ar, backend);
         let mut writer = Writer::new(&mut stages, s.clone(), stream)?;
         while !writer.done() {
@@ -351,18 +362,24 @@ impl Shared {
     }
 
     /// One KV set per acoustic chunk of a composed song ([`Settings::chunk_plan`]):
-    /// prefix + the chunk's codes, the sequence the NAR attends to.
+    /// prefix + the chunk's codes + music_end, the sequence the NAR attends to. A song of
+    /// one chunk that kept its stream's set takes it as it is.
     pub fn prefill_chunks(
         &self,
         ar: &mut ArModel,
         backend: &Backend,
         s: &Settings,
-        meta: SongMeta,
-        prefix: Vec<u32>,
+        song: WrittenSong,
         cancel: &CancelToken,
     ) -> Result<SongWork, PipelineError> {
-        let plan = s.chunk_plan(self.max_seq, prefix.len())?;
-        self.prefill_planned(ar, backend, plan, meta, prefix, cancel)
+        let plan = s.chunk_plan(self.max_seq, song.prefix.len())?;
+        let spans = plan.spans(song.meta.codes.len());
+        match song.kv {
+            Some(kv) if spans.len() == 1 => {
+                Ok(SongWork { meta: song.meta, chunks: vec![ChunkKv { span: spans[0], kv }] })
+            }
+            _ => self.prefill_planned(ar, backend, plan, song.meta, song.prefix, cancel),
+        }
     }
 
     /// [`prefill_chunks`](Self::prefill_chunks) on a given grid (the seam bench compares
@@ -504,9 +521,19 @@ enum WriterState {
         planner: Planner,
     },
     Semantic(Semantic),
-    /// The streams written, not yet told: (song, prefix, codes, ended).
-    Written(Vec<(u32, Vec<u32>, Vec<u32>, bool)>),
-    Done(Vec<(SongMeta, Vec<u32>)>),
+    /// The streams written, not yet told.
+    Written(Vec<Stream>),
+    Done(Vec<WrittenSong>),
+}
+
+/// A song's stream once written: (song, prefix, codes, ended) and its completed set when
+/// the song renders in one chunk.
+struct Stream {
+    index: u32,
+    prefix: Vec<u32>,
+    codes: Vec<u32>,
+    ended: bool,
+    kv: Option<KvSet>,
 }
 
 impl Writer {
@@ -521,7 +548,7 @@ impl Writer {
             }
             let score = (s.abc.clone(), stages.tokenizer.encode(&s.abc), None);
             let prefix = stages.semantic_prefix(&s, &score.1);
-            let state = WriterState::Written(vec![(0, prefix, codes, true)]);
+            let state = WriterState::Written(vec![Stream { index: 0, prefix, codes, ended: true, kv: None }]);
             let scores = vec![score];
             return Ok(Writer { s, max_seq, scores, state, stream, feeder: None, pending: Vec::new(), empty: None });
         }
@@ -570,8 +597,22 @@ impl Writer {
         let WriterState::Semantic(sem) = std::mem::replace(&mut self.state, WriterState::Done(Vec::new())) else {
             unreachable!()
         };
-        let songs: Vec<Song> = sem.finish(stages)?;
-        self.state = WriterState::Written(songs.into_iter().map(|s| (s.index, s.prefix, s.codes, s.ended)).collect());
+        let mut streams = Vec::with_capacity(sem.songs());
+        for i in 0..sem.songs() {
+            let (prefix, codes) = (sem.prefix(i).to_vec(), sem.codes(i).to_vec());
+            // A song of one chunk keeps the set it was written in (a streamed one's chunk
+            // went out already).
+            let one_chunk = self.s.chunk_plan(self.max_seq, prefix.len())?.spans(codes.len()).len() == 1;
+            let kv = if one_chunk && !self.stream && !codes.is_empty() {
+                let mut song = sem.song(stages, i)?;
+                stages.complete(&mut song)?;
+                Some(song.kv)
+            } else {
+                None
+            };
+            streams.push(Stream { index: i as u32, prefix, codes, ended: sem.ended(i), kv });
+        }
+        self.state = WriterState::Written(streams);
         Ok(())
     }
 
@@ -650,7 +691,7 @@ impl Writer {
             }
             WriterState::Written(streams) => {
                 let mut done = Vec::with_capacity(streams.len());
-                for (index, prefix, codes, ended) in std::mem::take(streams) {
+                for Stream { index, prefix, codes, ended, kv } in std::mem::take(streams) {
                     let (abc, _, plan_seed) = self.scores[index as usize].clone();
                     let meta = SongMeta { index, abc, plan_seed, codes, ended };
                     out.push(Written::Codes(meta.clone()));
@@ -658,7 +699,7 @@ impl Writer {
                         self.empty = Some(index);
                         break;
                     }
-                    done.push((meta, prefix));
+                    done.push(WrittenSong { meta, prefix, kv });
                 }
                 self.state = WriterState::Done(done);
             }
@@ -667,9 +708,8 @@ impl Writer {
         Ok(out)
     }
 
-    /// The songs, each with its semantic prefix (the sequence its chunks are prefilled
-    /// behind).
-    pub fn finish(self) -> Result<Vec<(SongMeta, Vec<u32>)>, PipelineError> {
+    /// The songs, each with its semantic prefix and, when it renders in one chunk, its set.
+    pub fn finish(self) -> Result<Vec<WrittenSong>, PipelineError> {
         if let Some(index) = self.empty {
             return Err(PipelineError::Other(format!("song {index} has no semantic frame to render")));
         }

@@ -5,8 +5,15 @@ use super::*;
 use crate::models::yue2::demo::{write_demo, Preset};
 use crate::models::yue2::prompt::Cot;
 
-/// A job's outcome: each song's (index, score, codes, ended), or the error.
-type Outcome = Result<Vec<(u32, String, Vec<u32>, bool)>, String>;
+/// A job's outcome: each song's (index, score, codes, ended), a hash of the bits of the K
+/// its NAR will attend to (every layer; 0 for a song of several chunks), or the error.
+type Outcome = Result<Vec<(u32, String, Vec<u32>, bool, u64)>, String>;
+
+/// A hash (FNV-1a) of every layer's K of a set, bit for bit.
+fn k_bits(kv: &KvSet) -> u64 {
+    let bits = (0..kv.layers()).flat_map(|l| kv.read_k(l)).map(f32::to_bits);
+    bits.fold(0xcbf2_9ce4_8422_2325, |h, b| (h ^ u64::from(b)).wrapping_mul(0x100_0000_01b3))
+}
 
 fn pipeline() -> (tempfile::TempDir, Pipeline) {
     let dir = tempfile::tempdir().unwrap();
@@ -36,11 +43,14 @@ fn jobs() -> Vec<(usize, Settings)> {
         (3, job(Cot::Off, 25, 11, 1.0, 1, "[verse]\na longer verse to prefill in pieces of eight")),
         (3, job(Cot::Off, 45, 13, 1.2, 1, "[bridge]\nhum")),
         (12, job(Cot::Melody, 50, 17, 1.3, 1, "[outro]\nbye")),
+        // A prompt over 512 tokens, 80 codes: the shapes where the CPU's fast kernels split a
+        // decode step's attention over the cache and tile a forward of many queries.
+        (14, job(Cot::Off, 80, 19, 1.0, 1, &"[verse]\nla ".repeat(60))),
     ]
 }
 
 /// Collects a writer's songs as an outcome.
-fn outcome(items: &[Written], end: Result<Vec<(SongMeta, Vec<u32>)>, PipelineError>) -> Outcome {
+fn outcome(items: &[Written], end: Result<Vec<WrittenSong>, PipelineError>) -> Outcome {
     let told: Vec<_> = items
         .iter()
         .filter_map(|w| match w {
@@ -50,7 +60,10 @@ fn outcome(items: &[Written], end: Result<Vec<(SongMeta, Vec<u32>)>, PipelineErr
         .collect();
     end.map(|songs| {
         assert_eq!(songs.len(), told.len(), "every song told once");
-        told
+        told.into_iter()
+            .zip(songs)
+            .map(|((i, a, c, e), w)| (i, a, c, e, w.kv.as_ref().map(k_bits).unwrap_or_default()))
+            .collect()
     })
     .map_err(|e| e.to_string())
 }
@@ -138,8 +151,42 @@ fn a_prompt_prefilled_in_pieces_gives_the_logits_of_one_forward() {
     // kernels' rounding and keeps the sampled codes of the demo.
     let (_d, mut p) = pipeline();
     let (_, s) = jobs().remove(3);
-    let chunked = alone(&mut p, &s);
+    let codes = |o: Outcome| o.map(|v| v.into_iter().map(|(i, a, c, e, _)| (i, a, c, e)).collect::<Vec<_>>());
+    let chunked = codes(alone(&mut p, &s));
     p.shared.prefill_chunk = 4096;
-    let whole = alone(&mut p, &s);
+    let whole = codes(alone(&mut p, &s));
     assert_eq!(chunked, whole);
+}
+
+/// A song's set as its writer leaves it (its stream completed with music_end, no prefill)
+/// is, bit for bit, the set a replay of its codes prefills: under guidance with two songs,
+/// after a continuation's source, with the prompt in pieces. The NAR of a replay attends to
+/// exactly what the NAR of the song did.
+#[test]
+fn a_written_songs_set_is_the_set_its_replay_prefills() {
+    let (_d, mut p) = pipeline();
+    let mut continued = jobs()[3].1.clone();
+    continued.source = (0..12).map(|c| c * 53 % 1024).collect();
+    continued.budget = 30;
+    // A prompt over 512 tokens and 80 codes: where the CPU's fast kernels split a decode
+    // step's attention over the cache and tile a forward of many codes (a different
+    // rounding from a step's); the row-exact kernels give both the same bits.
+    let long = jobs().pop().unwrap().1;
+    for s in [jobs()[0].1.clone(), jobs()[4].1.clone(), continued, long] {
+        let mut st = p.shared.ar_stages(&mut p.ar, &p.backend);
+        let mut w = Writer::new(&mut st, s.clone(), false).unwrap();
+        while !w.done() {
+            w.step(&mut st).unwrap();
+        }
+        let songs = w.finish().unwrap();
+        assert_eq!(songs.len(), s.songs);
+        for song in songs {
+            let kv = song.kv.expect("a song of one chunk keeps its set");
+            assert!(song.meta.codes.starts_with(&s.source));
+            let replay = st.prefill_sequence(song.prefix.clone(), &[], &song.meta.codes).unwrap();
+            assert_eq!(kv.len(), song.prefix.len() + song.meta.codes.len() + 1);
+            assert_eq!(replay.kv.len(), kv.len());
+            assert_eq!(k_bits(&kv), k_bits(&replay.kv), "song {} of {s:?}", song.meta.index);
+        }
+    }
 }
