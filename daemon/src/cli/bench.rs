@@ -9,7 +9,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use yued_engine::cancel::CancelToken;
 use yued_engine::ggml::llama_ref::mean_steps;
-use yued_engine::ggml::Backend;
+use yued_engine::ggml::{Backend, Kernels};
 use yued_engine::gguf::GgufFile;
 use yued_engine::kv_cache::KvSet;
 use yued_engine::models::yue2::ar::{ArModel, Positions, SeqInput};
@@ -152,15 +152,22 @@ fn bench_decode(
             // One set of `batch` streams, as the semantic stage holds its batch.
             let mut sets = vec![KvSet::with_streams(c.backend, c.info.config.kv_dims(), len + 1, batch)?];
             let toks: Vec<[u32; 1]> = (0..batch).map(|b| [c.info.tokens.code_token(17 + b as u32)]).collect();
-            let mut step = || -> anyhow::Result<f64> {
-                sets[0].assume_filled(len);
-                let seqs: Vec<SeqInput<'_>> =
-                    toks.iter().enumerate().map(|(i, t)| SeqInput { tokens: t, set: i }).collect();
-                let t = Instant::now();
-                ar.forward(c.backend, &mut sets, &seqs, c.info.tokens.semantic_rows(), Positions::Last)?;
-                Ok(t.elapsed().as_secs_f64())
+            // A semantic step runs on the row-exact kernels (see `Kernels`); the fast ones
+            // are measured beside them.
+            let mut step_on = |kernels: Kernels| {
+                let mut step = || -> anyhow::Result<f64> {
+                    sets[0].assume_filled(len);
+                    let seqs: Vec<SeqInput<'_>> =
+                        toks.iter().enumerate().map(|(i, t)| SeqInput { tokens: t, set: i }).collect();
+                    let t = Instant::now();
+                    let rows = c.info.tokens.semantic_rows();
+                    ar.forward_on(c.backend, &mut sets, &seqs, rows, Positions::Last, kernels)?;
+                    Ok(t.elapsed().as_secs_f64())
+                };
+                mean_steps(c.a.reps, &mut step).map(stats)
             };
-            let s = stats(mean_steps(c.a.reps, &mut step)?);
+            let s = step_on(Kernels::RowExact)?;
+            let fast = step_on(Kernels::Fast)?;
             let weights = ar.step_read_bytes(c.info.tokens.semantic_rows().len(), batch);
             let kv = batch * KvSet::bytes_for(c.info.config.kv_dims(), len);
             let bytes = (weights + kv) as f64;
@@ -180,6 +187,13 @@ fn bench_decode(
                     weights as f64 / 1e6,
                     kv as f64 / 1e6
                 ),
+            );
+            t.push(
+                "decode",
+                format!("AR decode on the fast kernels, {what}, cache {len}"),
+                "ms/step",
+                fast.map(|t| t * 1e3),
+                format!("row-exact / fast = {:.2}", s.median / fast.median),
             );
             if let Some(l) = &llama {
                 let session = match sessions.entry(len) {
@@ -387,6 +401,7 @@ fn bench_e2e(
     let settings = yued_actors::settings::yue2(&req)?;
     let mut audio = 0.0;
     let mut v = Vec::with_capacity(reps);
+    let mut last = Vec::new();
     for r in 0..reps {
         let pb = super::progress_bar(1, "e2e");
         let t = std::time::Instant::now();
@@ -401,6 +416,7 @@ fn bench_e2e(
         v.push(t.elapsed().as_secs_f64());
         pb.finish_and_clear();
         audio = tracks.iter().map(|t| t.audio.latent_seconds(t.frames)).sum();
+        last = tracks;
     }
     let s = stats(v);
     // The request's defaults, guidance included (1.01 in cot off: both streams decode
@@ -412,6 +428,21 @@ fn bench_e2e(
         s.map(|t| audio / t),
         format!("{:.1} s per song", s.median),
     );
+    // What a song of one chunk no longer runs before its NAR, and a replay of it still does:
+    // the prefill of its whole sequence.
+    if let Some(track) = last.first() {
+        let replay = track.replay(&settings);
+        let t0 = std::time::Instant::now();
+        p.shared.compose(&mut p.ar, &p.backend, &replay, &CancelToken::new(), &mut |_| {})?;
+        let prefill = t0.elapsed().as_secs_f64();
+        t.push(
+            "e2e",
+            format!("the song's sequence prefilled ({} codes): a replay's, skipped by the song", track.frames),
+            "s",
+            stats(vec![prefill]),
+            format!("{:.0}% of the song's time above", 100.0 * prefill / s.median),
+        );
+    }
     Ok(())
 }
 

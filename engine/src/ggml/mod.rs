@@ -797,6 +797,12 @@ impl Backend {
         self.is_cpu
     }
 
+    /// Whether [`Kernels::RowExact`] is a set of kernels of its own here (the CPU's
+    /// reference kernels); elsewhere it runs the device's only kernels.
+    pub fn has_row_exact_kernels(&self) -> bool {
+        self.is_cpu
+    }
+
     /// Sets the CPU thread count (ignored on GPU devices). 0 means every core.
     pub fn set_threads(&self, threads: usize) {
         if self.is_cpu {

@@ -177,7 +177,8 @@ impl ChunkFeeder {
             if done.is_none() && span.start + plan.step > codes.len() {
                 break;
             }
-            let kv = if done.is_some() && span.context == 0 && span.end == codes.len() {
+            let whole = done.is_some() && span.context == 0 && span.end == codes.len();
+            let kv = if whole && stages.backend.has_row_exact_kernels() {
                 // The song's only chunk is the sequence its stream holds: completed, not
                 // prefilled again.
                 let mut s = sem.song(stages, i)?;

@@ -601,9 +601,9 @@ impl Writer {
         for i in 0..sem.songs() {
             let (prefix, codes) = (sem.prefix(i).to_vec(), sem.codes(i).to_vec());
             // A song of one chunk keeps the set it was written in (a streamed one's chunk
-            // went out already).
+            // went out already), where the kernels let a replay prefill the same bits.
             let one_chunk = self.s.chunk_plan(self.max_seq, prefix.len())?.spans(codes.len()).len() == 1;
-            let kv = if one_chunk && !self.stream && !codes.is_empty() {
+            let kv = if one_chunk && !self.stream && !codes.is_empty() && stages.backend.has_row_exact_kernels() {
                 let mut song = sem.song(stages, i)?;
                 stages.complete(&mut song)?;
                 Some(song.kv)

@@ -133,8 +133,14 @@ fn completing_a_song_equals_replaying_its_codes() {
         let a = song.kv.read_k(l);
         let b = replay.kv.read_k(l);
         assert_eq!((a.len(), b.len()), (n, n));
-        let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
-        assert!(same, "layer {l}: the K written a code a step and the K of one forward differ");
+        if fx.backend.has_row_exact_kernels() {
+            let same = a.iter().zip(&b).all(|(x, y)| x.to_bits() == y.to_bits());
+            assert!(same, "layer {l}: the K written a code a step and the K of one forward differ");
+        } else {
+            // A device's only kernels round by the batch's shape.
+            let err = a.iter().zip(&b).map(|(x, y)| (x - y).abs()).fold(0f32, f32::max);
+            assert!(err < 2e-2, "layer {l}: incremental and one-shot K differ by {err}");
+        }
     }
 }
 

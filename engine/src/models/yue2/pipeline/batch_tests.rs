@@ -181,7 +181,11 @@ fn a_written_songs_set_is_the_set_its_replay_prefills() {
         let songs = w.finish().unwrap();
         assert_eq!(songs.len(), s.songs);
         for song in songs {
-            let kv = song.kv.expect("a song of one chunk keeps its set");
+            // A device without row-exact kernels prefills every chunk, as a replay does.
+            let Some(kv) = song.kv else {
+                assert!(!p.backend.has_row_exact_kernels(), "a song of one chunk keeps its set");
+                continue;
+            };
             assert!(song.meta.codes.starts_with(&s.source));
             let replay = st.prefill_sequence(song.prefix.clone(), &[], &song.meta.codes).unwrap();
             assert_eq!(kv.len(), song.prefix.len() + song.meta.codes.len() + 1);
