@@ -115,8 +115,8 @@ pub enum ChunkEvent {
 /// Hands the songs' chunks out as soon as their codes exist, on each song's grid, so the
 /// NAR can paint chunk k while the semantic stage writes chunk k + 1: after each
 /// [`Semantic::step`], [`after_step`](Self::after_step); at the end,
-/// [`finish`](Self::finish). Each chunk's set is the same one-forward prefill a composed
-/// song's chunk gets, so the audio is the same.
+/// [`finish`](Self::finish). Each chunk's set is the prefill a composed song's chunk gets (a
+/// song of one chunk: its stream's set, completed), so the audio is the same.
 pub struct ChunkFeeder {
     /// Each song's grid (its prefix decides how much a chunk may hold).
     plans: Vec<ChunkPlan>,
