@@ -154,20 +154,28 @@ fn bench_decode(
             let toks: Vec<[u32; 1]> = (0..batch).map(|b| [c.info.tokens.code_token(17 + b as u32)]).collect();
             // A semantic step runs on the row-exact kernels (see `Kernels`); the fast ones
             // are measured beside them.
+            // Each returns its step time and the logits of its last step.
             let mut step_on = |kernels: Kernels| {
+                let mut logits = Vec::new();
                 let mut step = || -> anyhow::Result<f64> {
                     sets[0].assume_filled(len);
                     let seqs: Vec<SeqInput<'_>> =
                         toks.iter().enumerate().map(|(i, t)| SeqInput { tokens: t, set: i }).collect();
                     let t = Instant::now();
                     let rows = c.info.tokens.semantic_rows();
-                    ar.forward_on(c.backend, &mut sets, &seqs, rows, Positions::Last, kernels)?;
-                    Ok(t.elapsed().as_secs_f64())
+                    let l = ar.forward_on(c.backend, &mut sets, &seqs, rows, Positions::Last, kernels)?;
+                    let took = t.elapsed().as_secs_f64();
+                    logits = l.per_seq.into_iter().flatten().flatten().collect::<Vec<f32>>();
+                    Ok(took)
                 };
-                mean_steps(c.a.reps, &mut step).map(stats)
+                let times = mean_steps(c.a.reps, &mut step)?;
+                anyhow::Ok((stats(times), logits))
             };
-            let s = step_on(Kernels::RowExact)?;
-            let fast = step_on(Kernels::Fast)?;
+            let (s, exact_logits) = step_on(Kernels::RowExact)?;
+            let (fast, fast_logits) = step_on(Kernels::Fast)?;
+            // Where the two sets of kernels round apart, and by how much, on the same inputs.
+            let apart = exact_logits.iter().zip(&fast_logits).filter(|(a, b)| a.to_bits() != b.to_bits()).count();
+            let most = exact_logits.iter().zip(&fast_logits).map(|(a, b)| (a - b).abs()).fold(0f32, f32::max);
             let weights = ar.step_read_bytes(c.info.tokens.semantic_rows().len(), batch);
             let kv = batch * KvSet::bytes_for(c.info.config.kv_dims(), len);
             let bytes = (weights + kv) as f64;
@@ -193,7 +201,11 @@ fn bench_decode(
                 format!("AR decode on the fast kernels, {what}, cache {len}"),
                 "ms/step",
                 fast.map(|t| t * 1e3),
-                format!("row-exact / fast = {:.2}", s.median / fast.median),
+                format!(
+                    "row-exact / fast = {:.2}; logits apart in {apart} of {} (at most {most:.2e})",
+                    s.median / fast.median,
+                    exact_logits.len()
+                ),
             );
             if let Some(l) = &llama {
                 let session = match sessions.entry(len) {
