@@ -1,6 +1,7 @@
 //! The model families, one folder each: config, prompt, each module, the pipeline; and what
 //! spans them: the quantizer with each architecture's policy ([`quantize`]).
 pub mod checkpoint;
+pub mod mert;
 pub mod mm3;
 pub mod pth;
 pub mod quantize;
