@@ -1,5 +1,6 @@
 //! The model families, one folder each: config, prompt, each module, the pipeline; and what
 //! spans them: the quantizer with each architecture's policy ([`quantize`]).
+pub mod audio_tokenizer;
 pub mod checkpoint;
 pub mod mert;
 pub mod mm3;
