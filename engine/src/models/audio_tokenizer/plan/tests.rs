@@ -26,7 +26,7 @@ fn chunks_and_code_counts_follow_the_reference() {
     for case in fixture()["plan"].as_array().unwrap() {
         let n = case["n"].as_u64().unwrap() as usize;
         let want: Vec<Range<usize>> =
-            case["chunks"].as_array().unwrap().iter().map(|r| usizes(r)).map(|r| r[0]..r[1]).collect();
+            case["chunks"].as_array().unwrap().iter().map(usizes).map(|r| r[0]..r[1]).collect();
         assert_eq!(chunks(n), want, "{n} samples");
         assert_eq!(code_frames(n), case["codes"].as_u64().unwrap() as usize, "{n} samples");
     }
@@ -40,7 +40,7 @@ fn windows_follow_the_reference_and_cover_every_frame_once() {
             .as_array()
             .unwrap()
             .iter()
-            .map(|w| usizes(w))
+            .map(usizes)
             .map(|w| Window { start: w[0], len: w[1], keep: w[2]..w[3] })
             .collect();
         let got = windows(t);
