@@ -87,6 +87,40 @@ impl Context {
         // SAFETY: equal shapes.
         self.op(|| unsafe { sys::ggml_swiglu_split(self.raw(), gate.raw(), up.raw()) })
     }
+    /// GELU with the exact erf (torch's default `nn.GELU()`), not the tanh approximation.
+    pub fn gelu_erf<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: elementwise.
+        self.op(|| unsafe { sys::ggml_gelu_erf(self.raw(), a.raw()) })
+    }
+    pub fn sigmoid<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: elementwise.
+        self.op(|| unsafe { sys::ggml_sigmoid(self.raw(), a.raw()) })
+    }
+    pub fn sqrt<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: elementwise.
+        self.op(|| unsafe { sys::ggml_sqrt(self.raw(), a.raw()) })
+    }
+    /// `a * s + b` elementwise.
+    pub fn scale_bias<'a>(&'a self, a: Tensor<'a>, s: f32, b: f32) -> Tensor<'a> {
+        // SAFETY: elementwise.
+        self.op(|| unsafe { sys::ggml_scale_bias(self.raw(), a.raw(), s, b) })
+    }
+    /// Sums over the innermost dimension: [n0, n1, ...] -> [1, n1, ...].
+    pub fn sum_rows<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: row-wise reduction on any shape.
+        self.op(|| unsafe { sys::ggml_sum_rows(self.raw(), a.raw()) })
+    }
+    /// Means over the innermost dimension: [n0, n1, ...] -> [1, n1, ...].
+    pub fn mean<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        // SAFETY: row-wise reduction on any shape.
+        self.op(|| unsafe { sys::ggml_mean(self.raw(), a.raw()) })
+    }
+    /// The index of each row's largest value: [n0, n1] (F32) -> [n1] (I32).
+    pub fn argmax<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
+        assert!(a.ty() == GgmlType::F32 && a.ne()[2] == 1 && a.ne()[3] == 1, "argmax of {:?} {:?}", a.ty(), a.ne());
+        // SAFETY: a 2-D F32 matrix, as ggml requires.
+        self.op(|| unsafe { sys::ggml_argmax(self.raw(), a.raw()) })
+    }
     pub fn sin<'a>(&'a self, a: Tensor<'a>) -> Tensor<'a> {
         // SAFETY: elementwise.
         self.op(|| unsafe { sys::ggml_sin(self.raw(), a.raw()) })
@@ -335,6 +369,27 @@ impl Context {
         let w = self.reshape_2d(kernel, k * cin, cout);
         let y = self.mul_mat(cols, w); // [ol * n, cout]
         self.reshape_3d(y, ol, cout, n)
+    }
+    /// Depthwise 1D convolution along time of channel-innermost activations, zero-padded by
+    /// `pad` frames each side: `x` [C, T] and `kernel` [C, K] (one K-tap filter per channel,
+    /// channel innermost) -> [C, T + 2 pad - K + 1]. Direct F32 arithmetic (ggml's
+    /// depthwise kernel on the channels-contiguous layout), no im2col.
+    pub fn conv_1d_depthwise<'a>(&'a self, kernel: Tensor<'a>, x: Tensor<'a>, pad: i32) -> Tensor<'a> {
+        let ([c, k, ..], [cx, t, ..]) = (kernel.ne(), x.ne());
+        assert!(
+            c == cx && kernel.is_contiguous() && x.is_contiguous(),
+            "depthwise {:?} over {:?}",
+            kernel.ne(),
+            x.ne()
+        );
+        // Both seen as [W, H = 1, C, N = 1] with the channel stride the smallest.
+        let xv = self.permute(self.reshape_4d(x, c, t, 1, 1), [2, 0, 1, 3]);
+        let kv = self.permute(self.reshape_4d(kernel, c, 1, k, 1), [3, 2, 0, 1]);
+        // SAFETY: both views have contiguous channels (ggml's CWHN layout), checked above.
+        let y = self.op(|| unsafe { sys::ggml_conv_2d_dw_direct(self.raw(), kv.raw(), xv.raw(), 1, 1, pad, 0, 1, 1) });
+        let out_t = y.ne()[0];
+        // The result is laid out as its input: channels innermost.
+        self.reshape_2d(self.permute(y, [1, 2, 0, 3]), c, out_t)
     }
     /// Transposed 1D convolution with zero padding. kernel [K, Cout, Cin], x [T, Cin].
     pub fn conv_transpose_1d<'a>(&'a self, kernel: Tensor<'a>, x: Tensor<'a>, stride: i32) -> Tensor<'a> {

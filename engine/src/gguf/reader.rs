@@ -266,6 +266,18 @@ impl GgufFile {
         a.iter().map(|e| e.as_i64().ok_or_else(|| self.key_err(key, e, "array of integers"))).collect()
     }
 
+    /// Checks `general.architecture`.
+    pub fn expect_arch(&self, arch: &str) -> Result<(), GgufError> {
+        let got = self.get_str("general.architecture")?;
+        if got != arch {
+            return Err(GgufError::Corrupt {
+                path: self.path.clone(),
+                what: format!("general.architecture is '{got}', expected '{arch}'"),
+            });
+        }
+        Ok(())
+    }
+
     /// The tensor's info, or an error naming it.
     pub fn require_tensor(&self, name: &str) -> Result<&TensorInfo, GgufError> {
         self.tensor(name).ok_or_else(|| GgufError::MissingTensor { path: self.path.clone(), name: name.into() })

@@ -79,4 +79,14 @@ impl Shards {
         let ne = if ne.is_empty() { vec![1] } else { ne };
         Ok((ty, ne, t.data()))
     }
+
+    /// The dtype most of the folder's bytes are in (names the file, as the published ones).
+    pub fn native_dtype(&self) -> Result<GgmlType, ConvertError> {
+        let mut bytes: BTreeMap<String, (usize, GgmlType)> = BTreeMap::new();
+        for (name, shard) in self.index()? {
+            let (ty, _, b) = self.get(shard, &name)?;
+            bytes.entry(ty.name()).or_insert((0, ty)).0 += b.len();
+        }
+        Ok(bytes.values().max_by_key(|(n, _)| *n).map(|&(_, t)| t).unwrap_or(GgmlType::F32))
+    }
 }

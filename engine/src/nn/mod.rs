@@ -3,10 +3,12 @@
 //! layer and its Hugging Face tensor names ([`qwen3`]; the YuE2 AR half, the YuE2 NAR half
 //! and the MiniMax LM are all Qwen3 stacks), the llama.cpp export of a Qwen3
 //! ([`export_qwen3`]), the LoRA merge ([`lora`]), the Oobleck / DAC VAE blocks ([`oobleck`]),
-//! the demo models' random weights ([`demo`]) and RMSNorm. No module here imports a family.
+//! the demo models' random weights ([`demo`]), the bidirectional encoders' linear maps,
+//! LayerNorms and attention ([`encoder`]) and RMSNorm. No module here imports a family.
 pub mod batch;
 pub mod causal_lm;
 pub mod demo;
+pub mod encoder;
 pub mod export_qwen3;
 pub mod lora;
 pub mod oobleck;

@@ -438,14 +438,7 @@ impl LmInfo {
 
 /// Checks a file's architecture.
 pub fn expect_arch(f: &GgufFile, arch: &str) -> Result<(), GgufError> {
-    let got = f.get_str("general.architecture")?;
-    if got != arch {
-        return Err(GgufError::Corrupt {
-            path: f.path().to_path_buf(),
-            what: format!("general.architecture is '{got}', expected '{arch}'"),
-        });
-    }
-    Ok(())
+    f.expect_arch(arch)
 }
 
 #[cfg(test)]

@@ -72,7 +72,7 @@ pub fn convert_checkpoint(
             continue;
         }
         let shards = Shards::open(&dir)?;
-        let dtype = native_dtype(&shards)?;
+        let dtype = shards.native_dtype()?;
         let path = out.join(format!("{stem}-{}.gguf", dtype.name().to_uppercase()));
         progress(&format!("{folder} -> {}", path.display()));
         let tensors = match arch {
@@ -100,16 +100,6 @@ pub fn convert_checkpoint(
         ));
     }
     Ok(done)
-}
-
-/// The dtype most of a folder's bytes are in (names the file, as the published ones).
-fn native_dtype(shards: &Shards) -> Result<GgmlType, ConvertError> {
-    let mut bytes: BTreeMap<String, (usize, GgmlType)> = BTreeMap::new();
-    for (name, shard) in shards.index()? {
-        let (ty, _, b) = shards.get(shard, &name)?;
-        bytes.entry(ty.name()).or_insert((0, ty)).0 += b.len();
-    }
-    Ok(bytes.values().max_by_key(|(n, _)| *n).map(|&(_, t)| t).unwrap_or(GgmlType::F32))
 }
 
 /// Writes every tensor of `shards` (renamed/transformed by the caller's list) after `w`'s metadata.

@@ -27,8 +27,8 @@ fn chunks_and_code_counts_follow_the_reference() {
         let n = case["n"].as_u64().unwrap() as usize;
         let want: Vec<Range<usize>> =
             case["chunks"].as_array().unwrap().iter().map(usizes).map(|r| r[0]..r[1]).collect();
-        assert_eq!(chunks(n), want, "{n} samples");
-        assert_eq!(code_frames(n), case["codes"].as_u64().unwrap() as usize, "{n} samples");
+        assert_eq!(Grid::PUBLISHED.chunks(n), want, "{n} samples");
+        assert_eq!(Grid::PUBLISHED.code_frames(n), case["codes"].as_u64().unwrap() as usize, "{n} samples");
     }
 }
 
@@ -43,7 +43,7 @@ fn windows_follow_the_reference_and_cover_every_frame_once() {
             .map(usizes)
             .map(|w| Window { start: w[0], len: w[1], keep: w[2]..w[3] })
             .collect();
-        let got = windows(t);
+        let got = Grid::PUBLISHED.windows(t);
         assert_eq!(got, want, "{t} frames");
         // Written in order, the kept ranges decide every frame.
         let mut decided = vec![false; t];
@@ -67,7 +67,7 @@ fn resampling_and_standardisation_match_numpy() {
             assert!(most < 1e-5, "{t_in} -> {t_out}: {what} off by {most}");
         };
         close(&got, &floats(&case["resampled"]), "resampled");
-        standardise(&mut got, dim);
+        Grid::PUBLISHED.standardise(&mut got, dim);
         close(&got, &floats(&case["standardised"]), "standardised");
     }
 }
