@@ -58,6 +58,8 @@ enum Command {
     },
     /// Measure the speed of a model pair (default: the full-size demo) and print a table.
     Bench(cli::bench_common::BenchArgs),
+    /// Turn a recording into the audio tokenizer's 25 Hz semantic codes (MERT-v2 and its head).
+    AudioTokenize(cli::audio_tokenize::AudioTokenizeArgs),
     /// Convert audio between containers (by output extension), resampling on request.
     AudioConvert(cli::audio_convert::AudioConvertArgs),
     /// LoRA adapter directories: what each adapter is and which halves it changes.
@@ -88,6 +90,7 @@ fn main() {
         Command::Adapters { command } => cli::adapters::run(command),
         Command::Codec { command } => cli::codec::run(command),
         Command::AudioConvert(a) => cli::audio_convert::run(a),
+        Command::AudioTokenize(a) => cli::audio_tokenize::run(a),
         Command::Bench(a) => cli::bench::run(a),
     };
     if let Err(e) = result {

@@ -972,3 +972,64 @@ fn adapters_list_lm_eval_compose_and_synth() {
     ])
     .contains("--adapters"));
 }
+
+/// `n` samples of `scripts/ref/mert_reference.py`'s generator, as the int16 values it scales.
+fn reference_audio(n: usize, salt: u32) -> Vec<i16> {
+    let mut x = 0x9E37_79B9u32 ^ salt;
+    (0..n)
+        .map(|i| {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            let period = 40 + (i / 4800) % 60;
+            let square = if (i / period).is_multiple_of(2) { 8192 } else { -8192 };
+            (square + 2 * ((x >> 20) as i32 - 2048)) as i16
+        })
+        .collect()
+}
+
+fn write_wav(path: &Path, samples: &[i16]) {
+    let spec = hound::WavSpec {
+        channels: 1,
+        sample_rate: 24_000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    samples.iter().for_each(|&v| w.write_sample(v).unwrap());
+    w.finalize().unwrap();
+}
+
+#[test]
+fn audio_tokenize_gives_the_reference_codes_from_the_converted_checkpoints() {
+    let dir = tempfile::tempdir().unwrap();
+    let ckpt = repo().join("fixtures/mert/ckpt");
+    assert!(ok(&["convert", "mert", s(&ckpt.join("mert")), s(dir.path())]).contains("MERT-v2-FullSong-F32.gguf"));
+    let head = dir.path().join("yue2-mothersuperior-realaudio-tokenizer-v4-F32.gguf");
+    assert!(ok(&["convert", "audio-tokenizer", s(&ckpt.join("tokenizer")), s(dir.path())]).contains("31 tensors"));
+    let cases: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(repo().join("fixtures/mert/model/cases.json")).unwrap()).unwrap();
+    let case = &cases["kept_tail"];
+    let wav = dir.path().join("song.wav");
+    write_wav(
+        &wav,
+        &reference_audio(case["samples"].as_u64().unwrap() as usize, case["salt"].as_u64().unwrap() as u32),
+    );
+    let want: Vec<u64> = case["codes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
+    let printed = ok(&["audio-tokenize", "--model", s(&head), s(&wav)]);
+    let got: Vec<u64> = printed.trim().split(',').map(|v| v.parse().unwrap()).collect();
+    assert_eq!(got, want, "printed codes");
+    let out = dir.path().join("codes.json");
+    ok(&["audio-tokenize", "--model", s(&head), s(&wav), "--out", s(&out)]);
+    let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    assert_eq!(json["frame_rate"], 25);
+    assert_eq!(json["codes"].as_array().unwrap().len(), want.len());
+    // Under a second, and a head whose MERT is not beside it: clear errors.
+    let short = dir.path().join("short.wav");
+    write_wav(&short, &reference_audio(20_000, 1));
+    assert!(fails(&["audio-tokenize", "--model", s(&head), s(&short)]).contains("under a second"));
+    let alone = tempfile::tempdir().unwrap();
+    let moved = alone.path().join("yue2-mothersuperior-realaudio-tokenizer-v4-F32.gguf");
+    std::fs::copy(&head, &moved).unwrap();
+    assert!(fails(&["audio-tokenize", "--model", s(&moved), s(&wav)]).contains("MERT-v2-FullSong-F32.gguf"));
+}

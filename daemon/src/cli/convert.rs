@@ -18,6 +18,24 @@ pub enum ConvertCommand {
         /// Output GGUF.
         out: PathBuf,
     },
+    /// The MERT-v2-FullSong folder (config.json, *.safetensors) to the mert2 GGUF the
+    /// listening tools read: every tensor byte for byte in its native dtype. OUT may be a
+    /// folder: the file is then named `MERT-v2-FullSong-<DTYPE>.gguf`, where a head finds it.
+    Mert {
+        /// Checkpoint folder.
+        dir: PathBuf,
+        /// Output GGUF, or a folder.
+        out: PathBuf,
+    },
+    /// The audio tokenizer's head folder (its F32 safetensors, an optional config.json
+    /// overriding the published configuration) to the yue2-tokenizer GGUF. OUT may be a
+    /// folder: the file is then named `yue2-mothersuperior-realaudio-tokenizer-v4-F32.gguf`.
+    AudioTokenizer {
+        /// Head folder.
+        dir: PathBuf,
+        /// Output GGUF, or a folder (where the MERT file should be too).
+        out: PathBuf,
+    },
     /// The published MiniMax Music 3 checkpoint (its `language_model/`, `rvq_depth_decoder/`,
     /// `condition_encoder/`, `transformer/`, `vocoder/` folders and `tokenizer/`) to the five
     /// GGUFs minimaxmusic.cpp names (mm3-lm, mm3-depth, mm3-cond, mm3-dit, mm3-vae), native
@@ -46,6 +64,18 @@ pub fn run(c: ConvertCommand) -> anyhow::Result<()> {
         }
         return Ok(());
     }
+    let listening = match &c {
+        ConvertCommand::Mert { dir, out } => Some((dir, yued_engine::models::mert::convert::convert(dir, out))),
+        ConvertCommand::AudioTokenizer { dir, out } => {
+            Some((dir, yued_engine::models::audio_tokenizer::convert::convert(dir, out)))
+        }
+        _ => None,
+    };
+    if let Some((dir, done)) = listening {
+        let (path, n) = done.with_context(|| format!("converting {}", dir.display()))?;
+        println!("wrote {} ({n} tensors)", path.display());
+        return Ok(());
+    }
     let (n, out) = match c {
         ConvertCommand::Backbone { dir, out } => (
             yued_engine::models::yue2::convert::convert_backbone(&dir, &out)
@@ -57,7 +87,9 @@ pub fn run(c: ConvertCommand) -> anyhow::Result<()> {
                 .with_context(|| format!("converting {}", dir.display()))?,
             out,
         ),
-        ConvertCommand::Mm3 { .. } => unreachable!("converted above"),
+        ConvertCommand::Mm3 { .. } | ConvertCommand::Mert { .. } | ConvertCommand::AudioTokenizer { .. } => {
+            unreachable!("converted above")
+        }
     };
     println!("wrote {} ({n} tensors)", out.display());
     Ok(())

@@ -1,6 +1,7 @@
 //! One module per model-tool subcommand.
 pub mod adapters;
 pub mod audio_convert;
+pub mod audio_tokenize;
 pub mod bench;
 mod bench_batching;
 pub mod bench_common;

@@ -1,6 +1,10 @@
-//! The audio tokenizer (Mothersuperior's v9 head on MERT-v2's 20th conformer state, yue2.cpp's
+//! The audio tokenizer (Mothersuperior's v9 head on MERT-v2's 21st conformer state, yue2.cpp's
 //! architecture reference, "Audio tokenizer"; `docs/design/listening-part1.md`, section 5): a
 //! recording in, the 25 Hz semantic codes a YuE2 request's `semantic_tokens` or
-//! `source_tokens` take out. So far the host side of its pipeline ([`plan`]): the MERT chunks,
-//! the resampling onto the code grid, the standardisation, the head's windows.
+//! `source_tokens` take out. The host side of its pipeline ([`plan`]: the MERT chunks, the
+//! resampling onto the code grid, the standardisation, the head's windows), the head's graph
+//! ([`head`]), the two run step by step ([`pipeline`]), and the head's converter ([`convert`]).
+pub mod convert;
+pub mod head;
+pub mod pipeline;
 pub mod plan;
