@@ -39,7 +39,7 @@ enum Command {
         #[command(subcommand)]
         command: cli::inspect::GgufCommand,
     },
-    /// Print the token ids of a text, comma separated.
+    /// Print the token ids of a text, or (--audio) the 25 Hz semantic codes of a recording.
     Tokenize(cli::tokenize::TokenizeArgs),
     /// Quantize a backbone GGUF (Q8_0, Q6_K, Q5_K_M); the VAE is refused.
     Quantize(cli::quantize::QuantizeArgs),
@@ -58,8 +58,6 @@ enum Command {
     },
     /// Measure the speed of a model pair (default: the full-size demo) and print a table.
     Bench(cli::bench_common::BenchArgs),
-    /// Turn a recording into the audio tokenizer's 25 Hz semantic codes (MERT-v2 and its head).
-    AudioTokenize(cli::audio_tokenize::AudioTokenizeArgs),
     /// Convert audio between containers (by output extension), resampling on request.
     AudioConvert(cli::audio_convert::AudioConvertArgs),
     /// LoRA adapter directories: what each adapter is and which halves it changes.
@@ -90,7 +88,6 @@ fn main() {
         Command::Adapters { command } => cli::adapters::run(command),
         Command::Codec { command } => cli::codec::run(command),
         Command::AudioConvert(a) => cli::audio_convert::run(a),
-        Command::AudioTokenize(a) => cli::audio_tokenize::run(a),
         Command::Bench(a) => cli::bench::run(a),
     };
     if let Err(e) = result {

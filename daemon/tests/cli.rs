@@ -1001,7 +1001,7 @@ fn write_wav(path: &Path, samples: &[i16]) {
 }
 
 #[test]
-fn audio_tokenize_gives_the_reference_codes_from_the_converted_checkpoints() {
+fn tokenize_audio_gives_the_reference_codes_from_the_converted_checkpoints() {
     let dir = tempfile::tempdir().unwrap();
     let ckpt = repo().join("fixtures/mert/ckpt");
     assert!(ok(&["convert", "mert", s(&ckpt.join("mert")), s(dir.path())]).contains("MERT-v2-FullSong-F32.gguf"));
@@ -1016,20 +1016,23 @@ fn audio_tokenize_gives_the_reference_codes_from_the_converted_checkpoints() {
         &reference_audio(case["samples"].as_u64().unwrap() as usize, case["salt"].as_u64().unwrap() as u32),
     );
     let want: Vec<u64> = case["codes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap()).collect();
-    let printed = ok(&["audio-tokenize", "--model", s(&head), s(&wav)]);
+    let printed = ok(&["tokenize", "--model", s(&head), "--audio", s(&wav)]);
     let got: Vec<u64> = printed.trim().split(',').map(|v| v.parse().unwrap()).collect();
     assert_eq!(got, want, "printed codes");
     let out = dir.path().join("codes.json");
-    ok(&["audio-tokenize", "--model", s(&head), s(&wav), "--out", s(&out)]);
+    ok(&["tokenize", "--model", s(&head), "--audio", s(&wav), "--out", s(&out)]);
+    let csv = dir.path().join("codes.csv");
+    ok(&["tokenize", "--model", s(&head), "--audio", s(&wav), "--out", s(&csv)]);
+    assert_eq!(std::fs::read_to_string(&csv).unwrap(), printed, "the CSV is the printed line");
     let json: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(json["frame_rate"], 25);
     assert_eq!(json["codes"].as_array().unwrap().len(), want.len());
     // Under a second, and a head whose MERT is not beside it: clear errors.
     let short = dir.path().join("short.wav");
     write_wav(&short, &reference_audio(20_000, 1));
-    assert!(fails(&["audio-tokenize", "--model", s(&head), s(&short)]).contains("under a second"));
+    assert!(fails(&["tokenize", "--model", s(&head), "--audio", s(&short)]).contains("under a second"));
     let alone = tempfile::tempdir().unwrap();
     let moved = alone.path().join("yue2-mothersuperior-realaudio-tokenizer-v4-F32.gguf");
     std::fs::copy(&head, &moved).unwrap();
-    assert!(fails(&["audio-tokenize", "--model", s(&moved), s(&wav)]).contains("MERT-v2-FullSong-F32.gguf"));
+    assert!(fails(&["tokenize", "--model", s(&moved), "--audio", s(&wav)]).contains("MERT-v2-FullSong-F32.gguf"));
 }
