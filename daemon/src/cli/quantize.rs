@@ -4,13 +4,15 @@ use yued_engine::models::quantize::{quantize_file, QuantTarget};
 
 #[derive(clap::Args)]
 pub struct QuantizeArgs {
-    /// Input GGUF (BF16 or F32): a YuE2 backbone, or MiniMax Music 3's LM, depth decoder or
-    /// DiT (VAEs and the condition encoder are never quantized).
+    /// Input GGUF (BF16 or F32): a YuE2 backbone, MiniMax Music 3's LM, depth decoder or
+    /// DiT, or a listening model (MERT-v2, the audio tokenizer's head: Q8_0 on the linear
+    /// projections only). VAEs and the condition encoder are never quantized.
     pub input: PathBuf,
     /// Output GGUF.
     pub output: PathBuf,
     /// Q8_0, Q6_K, Q5_K_M (the K mixes keep embeddings and lm_head in Q6_K), or Q4_K_M
-    /// (MiniMax's DiT only). Code-writing LMs stop at Q5_K_M; the depth decoder takes Q8_0.
+    /// (MiniMax's DiT only). Code-writing LMs stop at Q5_K_M; the depth decoder and the
+    /// listening models take Q8_0.
     #[arg(long = "type")]
     pub ty: QuantTarget,
 }
