@@ -4,12 +4,14 @@ use yued_engine::models::yue2::demo::{write_demo, Preset};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
-    /// Which family: `yue2` (a backbone and a VAE) or `mm3` (MiniMax Music 3's LM and depth
-    /// decoder: the autoregressive half).
+    /// Which models: `yue2` (a backbone and a VAE), `mm3` (MiniMax Music 3's LM and depth
+    /// decoder: the autoregressive half) or `listen` (MERT-v2 and the audio tokenizer's head,
+    /// whose codes the YuE2 demo backbone of the same preset takes).
     #[arg(long, default_value = "yue2")]
-    pub family: yued_protocol::Family,
+    pub family: DemoFamily,
     /// Directory to write the files into (`yue2-demo-{preset}.gguf` and
-    /// `yue2-demo-{preset}-vae.gguf`; `mm3-demo-{preset}-lm.gguf` and `-depth.gguf`).
+    /// `yue2-demo-{preset}-vae.gguf`; `mm3-demo-{preset}-lm.gguf` and `-depth.gguf`;
+    /// `MERT-v2-demo-{preset}-F32.gguf` and `yue2-tokenizer-demo-{preset}-F32.gguf`).
     #[arg(long)]
     pub out: PathBuf,
     /// `tiny` (a few MB, seconds on CPU), `deep` (tiny's widths at the published depth and
@@ -22,9 +24,34 @@ pub struct DemoArgs {
     pub seed: u64,
 }
 
+/// The demo model sets.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, clap::ValueEnum)]
+pub enum DemoFamily {
+    Yue2,
+    Mm3,
+    Listen,
+}
+
 pub fn run(a: DemoArgs) -> anyhow::Result<()> {
     let pb = super::progress_bar(0, "tensors");
-    if a.family == yued_protocol::Family::Mm3 {
+    if a.family == DemoFamily::Listen {
+        let (mert, head) =
+            yued_engine::models::audio_tokenizer::demo::write_demo(&a.out, a.preset, a.seed, &mut |done, total| {
+                pb.set_length(total as u64);
+                pb.set_position(done as u64);
+            })
+            .with_context(|| format!("writing the listening demo into {}", a.out.display()))?;
+        pb.finish_and_clear();
+        println!(
+            "mert:      {}
+tokenizer: {}
+(random weights: the codes are noise, for testing and benchmarks)",
+            mert.display(),
+            head.display()
+        );
+        return Ok(());
+    }
+    if a.family == DemoFamily::Mm3 {
         let files = yued_engine::models::mm3::demo::write_demo(&a.out, a.preset, a.seed, &mut |done, total| {
             pb.set_length(total as u64);
             pb.set_position(done as u64);
