@@ -1035,4 +1035,11 @@ fn tokenize_audio_gives_the_reference_codes_from_the_converted_checkpoints() {
     let moved = alone.path().join("yue2-mothersuperior-realaudio-tokenizer-v4-F32.gguf");
     std::fs::copy(&head, &moved).unwrap();
     assert!(fails(&["tokenize", "--model", s(&moved), "--audio", s(&wav)]).contains("MERT-v2-FullSong-F32.gguf"));
+    // The listening demo: codes the tiny demo backbone's codebook (1024) takes.
+    let demo = tempfile::tempdir().unwrap();
+    ok(&["demo-model", "--family", "listen", "--out", s(demo.path())]);
+    let head = demo.path().join("yue2-tokenizer-demo-tiny-F32.gguf");
+    let codes = ok(&["tokenize", "--model", s(&head), "--audio", s(&wav)]);
+    let codes: Vec<u32> = codes.trim().split(',').map(|v| v.parse().unwrap()).collect();
+    assert!(codes.len() == want.len() && codes.iter().all(|&c| c < 1024), "{codes:?}");
 }
