@@ -51,6 +51,15 @@ impl MelFrontend {
             };
             mono[j as usize]
         };
+        // Each mel's nonzero bins: the zeros outside them add nothing to its sum.
+        let spans: Vec<std::ops::Range<usize>> = (0..mels)
+            .map(|m| {
+                let nonzero = |b: &usize| self.filterbank[b * mels + m] != 0.0;
+                let lo = (0..bins).find(nonzero).unwrap_or(0);
+                let hi = (0..bins).rev().find(nonzero).map_or(lo, |b| b + 1);
+                lo..hi
+            })
+            .collect();
         let frames = self.frames(mono.len());
         let mut out = Vec::with_capacity(frames * mels);
         let mut power = vec![0f64; bins];
@@ -63,8 +72,8 @@ impl MelFrontend {
             for (p, c) in power.iter_mut().zip(&spec) {
                 *p = f64::from(c.re * c.re + c.im * c.im);
             }
-            for m in 0..mels {
-                let acc: f64 = (0..bins).map(|b| power[b] * f64::from(self.filterbank[b * mels + m])).sum();
+            for (m, span) in spans.iter().enumerate() {
+                let acc: f64 = span.clone().map(|b| power[b] * f64::from(self.filterbank[b * mels + m])).sum();
                 let db = 10.0 * (acc.max(1e-10) as f32).log10();
                 out.push((db - self.mean[m]) / self.std[m].max(1e-5));
             }
