@@ -89,4 +89,24 @@ impl Shards {
         }
         Ok(bytes.values().max_by_key(|(n, _)| *n).map(|&(_, t)| t).unwrap_or(GgmlType::F32))
     }
+
+    /// Every tensor, sorted by name: (name, (GGUF type, ne, bytes)).
+    pub fn tensors(&self) -> Result<Vec<Tensor<'_>>, ConvertError> {
+        self.index()?.into_iter().map(|(name, shard)| Ok((name.clone(), self.get(shard, &name)?))).collect()
+    }
+}
+
+/// A checkpoint's tensor: its name, then its GGUF type, `ne` and bytes.
+pub type Tensor<'a> = (String, (GgmlType, Vec<i64>, &'a [u8]));
+
+/// Writes `tensors` verbatim into a GGUF at `path` after `w`'s metadata.
+pub fn write_verbatim(mut w: crate::gguf::GgufWriter, tensors: &[Tensor<'_>], path: &Path) -> Result<(), ConvertError> {
+    for (name, (ty, ne, _)) in tensors {
+        w.add_tensor(name, *ty, ne);
+    }
+    let mut data = w.create(path)?;
+    for (_, (_, _, bytes)) in tensors {
+        data.write(bytes)?;
+    }
+    Ok(data.finish()?)
 }

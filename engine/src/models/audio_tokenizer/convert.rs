@@ -6,7 +6,7 @@
 use super::head::{HeadConfig, ARCH, CONFIG_KEY};
 use crate::ggml::GgmlType;
 use crate::gguf::GgufWriter;
-use crate::models::checkpoint::{input, ConvertError, Shards};
+use crate::models::checkpoint::{input, write_verbatim, ConvertError, Shards};
 use std::path::{Path, PathBuf};
 
 pub const NAME: &str = "YuE2 audio tokenizer, the v9 head of Mothersuperior, on MERT-v2-FullSong";
@@ -17,14 +17,9 @@ pub const STEM: &str = "yue2-mothersuperior-realaudio-tokenizer-v4";
 /// name); returns the file written and its tensor count.
 pub fn convert(dir: &Path, out: &Path) -> Result<(PathBuf, usize), ConvertError> {
     let shards = Shards::open(dir)?;
-    let index = shards.index()?;
-    let mut tensors = Vec::with_capacity(index.len());
-    for (name, &shard) in &index {
-        let t = shards.get(shard, name)?;
-        if t.0 != GgmlType::F32 {
-            return Err(input(dir, format!("tensor '{name}' is {}; the head is converted from F32", t.0.name())));
-        }
-        tensors.push((name.as_str(), t));
+    let tensors = shards.tensors()?;
+    if let Some((name, (ty, ..))) = tensors.iter().find(|(_, t)| t.0 != GgmlType::F32) {
+        return Err(input(dir, format!("tensor '{name}' is {}; the head is converted from F32", ty.name())));
     }
     let ne = |name: &str| {
         tensors
@@ -71,13 +66,6 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(PathBuf, usize), ConvertError>
     let mut w = GgufWriter::new();
     let config = serde_json::to_string(&cfg).expect("a configuration serialises");
     w.set_str("general.architecture", ARCH).set_str("general.name", NAME).set_str(CONFIG_KEY, &config);
-    for (name, (ty, ne, _)) in &tensors {
-        w.add_tensor(name, *ty, ne);
-    }
-    let mut data = w.create(&path)?;
-    for (_, (_, _, bytes)) in &tensors {
-        data.write(bytes)?;
-    }
-    data.finish()?;
+    write_verbatim(w, &tensors, &path)?;
     Ok((path, tensors.len()))
 }

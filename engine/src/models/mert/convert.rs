@@ -6,7 +6,7 @@ use super::config::{MertConfig, CONFIG_KEY};
 use super::model::{tensor_shapes, ARCH};
 use crate::ggml::GgmlType;
 use crate::gguf::GgufWriter;
-use crate::models::checkpoint::{input, ConvertError, Shards};
+use crate::models::checkpoint::{input, write_verbatim, ConvertError, Shards};
 use std::path::{Path, PathBuf};
 
 /// `general.name` of the file.
@@ -55,11 +55,7 @@ pub fn output_path(out: &Path, dtype: GgmlType) -> PathBuf {
 pub fn convert(dir: &Path, out: &Path) -> Result<(PathBuf, usize), ConvertError> {
     let (cfg, json) = read_config(dir)?;
     let shards = Shards::open(dir)?;
-    let index = shards.index()?;
-    let mut tensors = Vec::with_capacity(index.len());
-    for (name, &shard) in &index {
-        tensors.push((name.as_str(), shards.get(shard, name)?));
-    }
+    let tensors = shards.tensors()?;
     let find = |name: &str| tensors.iter().find(|(n, _)| *n == name).map(|(_, t)| t);
     for (name, ne) in tensor_shapes(&cfg) {
         match find(&name) {
@@ -82,13 +78,6 @@ pub fn convert(dir: &Path, out: &Path) -> Result<(PathBuf, usize), ConvertError>
     let path = output_path(out, shards.native_dtype()?);
     let mut w = GgufWriter::new();
     w.set_str("general.architecture", ARCH).set_str("general.name", NAME).set_str(CONFIG_KEY, &json);
-    for (name, (ty, ne, _)) in &tensors {
-        w.add_tensor(name, *ty, ne);
-    }
-    let mut data = w.create(&path)?;
-    for (_, (_, _, bytes)) in &tensors {
-        data.write(bytes)?;
-    }
-    data.finish()?;
+    write_verbatim(w, &tensors, &path)?;
     Ok((path, tensors.len()))
 }
