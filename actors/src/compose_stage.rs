@@ -26,7 +26,7 @@ use crate::stage::{guarded, panic_message, test_abort, test_fault, Links};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use std::sync::Arc;
 use std::time::Instant;
-use yued_contract::VaeTask;
+use yued_contract::UploadTask;
 use yued_engine::ggml::Backend;
 use yued_engine::models::yue2::pipeline::Shared;
 use yued_protocol::JobId;
@@ -142,11 +142,11 @@ impl Entry {
         let _g = span.enter();
         test_abort(&ctx);
         self.owed = Some(id);
-        if let Some(task) = job.vae {
+        if let Some(task) = job.upload {
             if self.batch.is_some() {
                 self.requeue(&ctx);
             } else {
-                self.vae(ctx, task);
+                self.upload(ctx, task);
             }
             return;
         }
@@ -171,14 +171,20 @@ impl Entry {
         }
     }
 
-    /// A `/vae` job: the family's decoder on the decode stage. Its synthesis group is taken
-    /// before the next job may start, so under STRICT the next AR cannot slip in ahead of
-    /// this job's VAE work.
-    fn vae(&mut self, ctx: Arc<JobCtx>, task: VaeTask) {
+    /// A job of an upload, on the decode stage: a `/vae` job on the family's decoder (its
+    /// synthesis group), a listening job on its tool (the listening group). The group is
+    /// taken before the next job may start, so under STRICT the next AR cannot slip in ahead
+    /// of this job's work.
+    fn upload(&mut self, ctx: Arc<JobCtx>, task: UploadTask) {
+        if !task.op.is_vae() {
+            let pin = self.links.store.pin(crate::listen::group());
+            let _ = self.vae_tx.send(VaeCmd::UploadJob(ctx, task, pin, crate::listen::run_job));
+            return;
+        }
         match self.families.get(ctx.request.family()) {
             Ok(f) => {
                 let pin = self.links.store.pin(f.synthesis_group());
-                let _ = self.vae_tx.send(VaeCmd::VaeJob(ctx, task, pin, f.vae_job()));
+                let _ = self.vae_tx.send(VaeCmd::UploadJob(ctx, task, pin, f.vae_job()));
             }
             Err(e) => e.report(&self.links, &ctx),
         }

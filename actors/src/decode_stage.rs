@@ -1,7 +1,7 @@
 //! The decode stage: decodes each track tile by tile as its latent chunks arrive
 //! (a tile waits only for its right halo), publishes every tile to the StreamHub the
 //! moment it is decoded, and hands each finished track to the Encoder. It also runs the
-//! `/vae` jobs, the VAE's own work.
+//! jobs of an upload: the `/vae` jobs (the VAE's own work) and the listening jobs (`listen`).
 use crate::hub::{Publish, StreamHub};
 use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackOut};
 use crate::model_store::{ComponentKey, GroupPin};
@@ -13,7 +13,7 @@ use std::sync::Arc;
 use yued_audio::Pcm;
 use yued_contract::results::ResultStore;
 use yued_contract::stream::{PcmTile, TileEncoder};
-use yued_contract::{VaeOp, VaeTask};
+use yued_contract::{UploadOp, UploadTask};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::pipeline::SongMeta;
@@ -50,7 +50,8 @@ pub type ReplayFn = Box<dyn Fn(&SongMeta, u32) -> serde_json::Value + Send>;
 /// reports the job.
 /// It gets the operation and the upload's bytes (the decode stage reads the upload once the
 /// job is not cancelled).
-pub type VaeJobFn = fn(&Links, &Backend, &Arc<JobCtx>, VaeOp, &[u8], &ResultStore, &Sender<EncCmd>) -> Option<Outcome>;
+pub type UploadJobFn =
+    fn(&Links, &Backend, &Arc<JobCtx>, UploadOp, &[u8], &ResultStore, &Sender<EncCmd>) -> Option<Outcome>;
 
 pub enum VaeCmd {
     /// A job's tracks, in track order, how to tile them, and the synthesis-group pin held
@@ -75,8 +76,8 @@ pub enum VaeCmd {
     },
     /// The NAR gave up on the job: drop its state.
     Abort(JobId),
-    /// A `/vae` job, with its synthesis-group pin and its family's runner.
-    VaeJob(Arc<JobCtx>, VaeTask, GroupPin, VaeJobFn),
+    /// A job of an upload (`/vae`, `/tokenize`), with its group's pin and its runner.
+    UploadJob(Arc<JobCtx>, UploadTask, GroupPin, UploadJobFn),
     Shutdown,
 }
 
@@ -166,7 +167,7 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                 let chunk = Chunk { track, start_frame: None, latents: Vec::new(), end: Some(meta) };
                 on_chunk(&links, &backend, &enc_tx, &mut jobs, id, chunk);
             }
-            VaeCmd::VaeJob(job, task, _pin, run_job) => {
+            VaeCmd::UploadJob(job, task, _pin, run_job) => {
                 let span = tracing::info_span!("job", job = %job.id);
                 let _g = span.enter();
                 let outcome = guarded(&links, &job, "vae", || {
@@ -328,7 +329,7 @@ fn decode_chunk(
 }
 
 /// A `/vae` job's upload, unless the job was cancelled while it waited.
-fn read_upload(job: &JobCtx, task: &VaeTask) -> Result<Vec<u8>, Outcome> {
+fn read_upload(job: &JobCtx, task: &UploadTask) -> Result<Vec<u8>, Outcome> {
     if job.cancel.is_cancelled() {
         return Err(Outcome::Cancelled);
     }

@@ -16,7 +16,7 @@
 //!
 //! The families are in `yue2` and `mm3`; adding one is a module with its components and
 //! loader, an implementation of each trait, and an entry in `kinds`.
-use crate::decode_stage::{VaeCmd, VaeJobFn};
+use crate::decode_stage::{UploadJobFn, VaeCmd};
 use crate::messages::{EncCmd, JobCtx};
 use crate::model_store::{Group, GroupPin, Policy};
 use crate::stage::Links;
@@ -98,7 +98,7 @@ pub(crate) trait ModelFamily: Send {
     ) -> Result<(), StageError>;
 
     /// How the decode stage runs the family's `/vae` jobs (its own decoder).
-    fn vae_job(&self) -> VaeJobFn;
+    fn vae_job(&self) -> UploadJobFn;
 
     /// A batch for `job` when the family decodes its AR half beside other jobs' ([`Batch`]);
     /// `None`: the job composes alone ([`ModelFamily::compose`]).

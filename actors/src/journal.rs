@@ -289,7 +289,7 @@ mod tests {
             metrics: None,
             tracks: 0,
             audio_seconds: 0.0,
-            vae: None,
+            upload: None,
             crashes: 0,
             resumed: 0,
         }

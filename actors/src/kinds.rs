@@ -41,6 +41,7 @@ impl Families {
 /// The store's loader: each family loads its own components.
 pub(crate) fn loader(shared: Option<Arc<Shared>>, adapters: Option<Arc<AdapterDir>>) -> Box<Loader> {
     Box::new(move |key, backend| match key.family {
+        Family::Yue2 if key.group == crate::listen::GROUP => crate::listen::load(key, backend),
         Family::Yue2 => crate::yue2::load(
             key,
             backend,

@@ -8,7 +8,8 @@
 //! - `worker`: the wiring of the compute stages, each a thread fed by a crossbeam channel,
 //!   never the HTTP executor: `compose_stage` -> `synth_stage` -> `decode_stage` -> `encoder`;
 //!   what they send each other is in `messages`, a leaf module; the stages drive each job
-//!   through its family's traits in `family` (`yue2`, `mm3`);
+//!   through its family's traits in `family` (`yue2`, `mm3`); the listening tools' jobs
+//!   (`listen`) run on the decode stage like a `/vae` job;
 //! - `hub::StreamHub`: per-job listener queues for the WebSocket streams.
 //!
 //! What the routes and the cluster see of all this is the job contract (`yued-contract`):
@@ -24,6 +25,7 @@ mod family;
 mod hub;
 mod journal;
 mod kinds;
+mod listen;
 mod messages;
 mod mm3;
 mod model_store;

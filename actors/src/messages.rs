@@ -5,7 +5,7 @@ use actix::Message;
 use std::sync::Arc;
 use std::time::Instant;
 use yued_audio::Pcm;
-use yued_contract::{SongCodes, VaeTask};
+use yued_contract::{SongCodes, UploadTask};
 use yued_engine::cancel::CancelToken;
 use yued_protocol::{JobId, JobMetrics, Request, Stage, Yue2Request};
 
@@ -95,8 +95,8 @@ pub struct RunJob {
     pub known_songs: Vec<SongCodes>,
     pub cancel: CancelToken,
     pub queue_seconds: f64,
-    /// A `/vae` job instead of a song.
-    pub vae: Option<VaeTask>,
+    /// A job of an upload (`/vae`, `/tokenize`) instead of a song.
+    pub upload: Option<UploadTask>,
 }
 
 // ---- between the stages

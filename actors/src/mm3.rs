@@ -9,7 +9,7 @@
 //! stage ([`Synthesis::render`]): the synthesis group leased, each window decoded the
 //! moment it is denoised and its audio published to the listeners (44.1 kHz; the Opus
 //! stream resamples), and the finished tracks go to the Encoder like YuE2's.
-use crate::decode_stage::VaeJobFn;
+use crate::decode_stage::UploadJobFn;
 use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
 use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome, TrackOut};
@@ -22,7 +22,7 @@ use std::sync::Arc;
 use yued_audio::Pcm;
 use yued_contract::results::ResultStore;
 use yued_contract::stream::{PcmTile, TileEncoder};
-use yued_contract::{SongCodes, VaeOp};
+use yued_contract::{SongCodes, UploadOp};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::mm3::compose::{self, ComposeError, SeedDraws};
@@ -135,7 +135,7 @@ impl ModelFamily for Mm3 {
         synthesis_group()
     }
 
-    fn vae_job(&self) -> VaeJobFn {
+    fn vae_job(&self) -> UploadJobFn {
         run_vae_job
     }
 
@@ -690,7 +690,7 @@ pub(crate) fn run_vae_job(
     links: &Links,
     backend: &Backend,
     job: &Arc<JobCtx>,
-    op: VaeOp,
+    op: UploadOp,
     bytes: &[u8],
     results: &ResultStore,
     enc_tx: &Sender<EncCmd>,
@@ -705,7 +705,8 @@ pub(crate) fn run_vae_job(
     };
     let mut sink = ProgressSink::new(links, &job.id);
     match op {
-        VaeOp::Encode => {
+        UploadOp::Tokenize => Some(Outcome::Failed("a tokenization is not a VAE job".into())),
+        UploadOp::Encode => {
             sink.report(Stage::Encode, 0, 1);
             let mut lease = match links.store.lease(&key("vae_enc", file), backend) {
                 Ok(l) => l,
@@ -732,7 +733,7 @@ pub(crate) fn run_vae_job(
             let seconds = (frames * hop) as f64 / yued_protocol::request::mm3::SAMPLE_RATE as f64;
             Some(Outcome::Done { tracks: 1, audio_seconds: seconds, metrics: None })
         }
-        VaeOp::Decode => {
+        UploadOp::Decode => {
             let mut lease = match links.store.lease(&key("vae", file), backend) {
                 Ok(l) => l,
                 Err(e) => return Some(Outcome::Failed(e)),

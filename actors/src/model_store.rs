@@ -301,6 +301,7 @@ mod tests {
             parallel: 1,
             mm3: None,
             adapters: None,
+            tokenizer: None,
         };
         let shared = Shared::open(&bb, &PipelineOptions::default()).unwrap();
         let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(k, backend, &shared, None));

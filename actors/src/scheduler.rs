@@ -197,7 +197,7 @@ impl Scheduler {
             known_songs: e.record.songs.clone(),
             cancel: e.cancel.clone(),
             queue_seconds: e.submitted.elapsed().as_secs_f64(),
-            vae: e.record.vae.clone(),
+            upload: e.record.upload.clone(),
         };
         self.metrics.queue_wait_seconds.observe(run.queue_seconds);
         if !self.persist(&id) {
@@ -297,7 +297,7 @@ impl Scheduler {
             Outcome::Cancelled => StreamEvent::Cancelled {},
         };
         // A /vae upload is no longer needed once the job has ended.
-        if let Some(v) = &e.record.vae {
+        if let Some(v) = &e.record.upload {
             let _ = std::fs::remove_file(&v.input);
         }
         self.persist(id);
@@ -361,7 +361,7 @@ impl Handler<Submit> for Scheduler {
             metrics: None,
             tracks: 0,
             audio_seconds: 0.0,
-            vae: m.vae,
+            upload: m.upload,
             crashes: 0,
             resumed: 0,
         };
@@ -597,14 +597,7 @@ impl Handler<ListJobs> for Scheduler {
             .jobs
             .values()
             .filter(|e| m.0.as_ref().is_none_or(|owner| &e.record.client == owner))
-            .map(|e| yued_protocol::JobListEntry {
-                id: e.record.id.clone(),
-                family: e.record.request.family(),
-                status: e.record.state,
-                submitted_ms: e.record.submitted_ms,
-                request: if e.record.vae.is_some() { None } else { serde_json::to_value(&e.record.request).ok() },
-                owner: m.0.is_none().then(|| e.record.client.clone()),
-            })
+            .map(|e| e.record.list_entry(m.0.is_none()))
             .collect();
         jobs.sort_by(|a, b| (a.submitted_ms, &a.id).cmp(&(b.submitted_ms, &b.id)));
         MessageResult(yued_protocol::JobList { jobs })

@@ -29,6 +29,8 @@ pub struct WorkerConfig {
     pub mm3: Option<yued_engine::registry::Registry>,
     /// The `--adapters` directory, scanned against the backbone (YuE2 requests stack them).
     pub adapters: Option<Arc<yued_engine::models::yue2::adapter::AdapterDir>>,
+    /// `--tokenizer`: the audio tokenizer head (MERT-v2 beside it), when `/tokenize` is served.
+    pub tokenizer: Option<PathBuf>,
 }
 
 /// What every stage thread holds.

@@ -3,7 +3,7 @@
 //! each loads, and the family's two halves behind [`ModelFamily`] and [`Synthesis`]: the
 //! AR half on the entry stage, flow matching on the synthesis stage, the VAE on the
 //! decode stage (tile by tile as the chunks arrive).
-use crate::decode_stage::{LiveTiles, Tiling, TrackPlan, VaeCmd, VaeJobFn};
+use crate::decode_stage::{LiveTiles, Tiling, TrackPlan, UploadJobFn, VaeCmd};
 use crate::family::{Batch, Handoff, Left, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
 use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome, Resumed};
@@ -14,7 +14,7 @@ use crossbeam_channel::{Receiver, Sender};
 use std::any::Any;
 use std::sync::Arc;
 use yued_contract::results::ResultStore;
-use yued_contract::{SongCodes, VaeOp};
+use yued_contract::{SongCodes, UploadOp};
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::yue2::adapter::{shapes_of, stack_terms, Adapter, AdapterDir};
@@ -175,7 +175,7 @@ impl ModelFamily for Yue2 {
         synthesis_group()
     }
 
-    fn vae_job(&self) -> VaeJobFn {
+    fn vae_job(&self) -> UploadJobFn {
         oobleck_vae_job
     }
 
@@ -706,7 +706,7 @@ fn oobleck_vae_job(
     links: &Links,
     backend: &Backend,
     job: &Arc<JobCtx>,
-    op: VaeOp,
+    op: UploadOp,
     bytes: &[u8],
     results: &ResultStore,
     enc_tx: &Sender<EncCmd>,
@@ -720,7 +720,8 @@ fn oobleck_vae_job(
     let spec = vae.info.audio_spec();
     let mut sink = ProgressSink::new(links, &job.id);
     match op {
-        VaeOp::Encode => {
+        UploadOp::Tokenize => Some(Outcome::Failed("a tokenization is not a VAE job".into())),
+        UploadOp::Encode => {
             sink.report(Stage::Encode, 0, 1);
             let z = match crate::codec::audio_to_latents(vae, backend, bytes) {
                 Ok(z) => z,
@@ -739,7 +740,7 @@ fn oobleck_vae_job(
             }
             Some(Outcome::Done { tracks: 1, audio_seconds: spec.latent_seconds(z.len() / lat), metrics: None })
         }
-        VaeOp::Decode => {
+        UploadOp::Decode => {
             let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
             let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
             let mut live = LiveTiles::new(links, &job.id, (z.len() / lat).div_ceil(core.max(1)));

@@ -162,6 +162,11 @@ pub fn to_channels(pcm: &Pcm, channels: usize) -> Pcm {
     Pcm::new(pcm.sample_rate, channels, data)
 }
 
+/// A recording averaged to mono and resampled to `rate`: what the listening tools read.
+pub fn mono_at(pcm: &Pcm, rate: u32) -> Result<Vec<f32>, AudioError> {
+    Ok(resample(&to_channels(pcm, 1), rate)?.data)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -17,8 +17,8 @@ use yued_contract::metrics::Metrics;
 use yued_contract::results::{now_ms, ResultStore};
 use yued_contract::stream::{HubItem, Subscription};
 use yued_contract::{JobQueue, JobRecord, JobStates, QueueSnapshot, ResultFiles, Submission, SubmitError, TileBus};
-use yued_contract::{Unavailable, VaeTask, RECORD_VERSION};
-use yued_protocol::{Family, JobId, JobList, JobListEntry, JobState, JobStatus, Stage, StreamCodec, StreamEvent};
+use yued_contract::{Unavailable, UploadTask, RECORD_VERSION};
+use yued_protocol::{Family, JobId, JobList, JobState, JobStatus, Stage, StreamCodec, StreamEvent};
 
 pub struct NatsBackend {
     c: Arc<Cluster>,
@@ -115,7 +115,7 @@ impl NatsBackend {
     }
 
     /// Puts a `/vae` upload where a worker can fetch it; the task names the object.
-    async fn ship_upload(&self, id: &JobId, task: &VaeTask) -> Result<String, String> {
+    async fn ship_upload(&self, id: &JobId, task: &UploadTask) -> Result<String, String> {
         let name = format!("upload.{id}");
         retry("storing an upload", Duration::from_secs(10), || async {
             let mut f = tokio::fs::File::open(&task.input).await.map_err(|e| format!("the upload: {e}"))?;
@@ -163,7 +163,7 @@ impl JobQueue for NatsBackend {
             }
         }
         let id = JobId::random().map_err(|e| SubmitError::Unavailable(format!("no randomness for a job id: {e}")))?;
-        let upload = match &job.vae {
+        let upload = match &job.upload {
             Some(task) => Some(self.ship_upload(&id, task).await.map_err(SubmitError::Unavailable)?),
             None => None,
         };
@@ -179,7 +179,7 @@ impl JobQueue for NatsBackend {
             metrics: None,
             tracks: 0,
             audio_seconds: 0.0,
-            vae: job.vae.map(|v| VaeTask { op: v.op, input: PathBuf::new() }),
+            upload: job.upload.map(|v| UploadTask { op: v.op, input: PathBuf::new() }),
             crashes: 0,
             resumed: 0,
         };
@@ -379,15 +379,7 @@ impl JobStates for NatsBackend {
             };
             if let Ok(Some((j, _))) = record::read(&self.c.state, &id, Patience::Answer).await {
                 if owner.is_none_or(|o| j.record.client == o) {
-                    let r = j.record;
-                    jobs.push(JobListEntry {
-                        id: r.id.clone(),
-                        family: r.request.family(),
-                        status: r.state,
-                        submitted_ms: r.submitted_ms,
-                        request: if r.vae.is_some() { None } else { serde_json::to_value(&r.request).ok() },
-                        owner: owner.is_none().then(|| r.client.clone()),
-                    });
+                    jobs.push(j.record.list_entry(owner.is_none()));
                 }
             }
         }

@@ -31,7 +31,7 @@ use std::time::Duration;
 use tokio::io::AsyncWriteExt;
 use yued_contract::results::{now_ms, ResultPart, ResultStore};
 use yued_contract::stream::HubItem;
-use yued_contract::{NodeRunner, Submission, VaeTask};
+use yued_contract::{NodeRunner, Submission, UploadTask};
 use yued_protocol::{JobId, JobState, StreamEvent};
 
 /// What a worker reports of itself in the workers bucket at every heartbeat.
@@ -324,9 +324,9 @@ impl Worker {
         attempt: u32,
         msg: &jetstream::Message,
     ) -> Option<tokio::sync::mpsc::UnboundedReceiver<HubItem>> {
-        let vae = match (&job.record.vae, &job.upload) {
+        let upload = match (&job.record.upload, &job.upload) {
             (Some(task), Some(object)) => match self.fetch_upload(id, object).await {
-                Ok(path) => Some(VaeTask { op: task.op, input: path }),
+                Ok(path) => Some(UploadTask { op: task.op, input: path }),
                 Err(e) => {
                     let why = format!("the job's upload could not be fetched from the cluster: {e}");
                     self.fail(id, attempt, msg, why).await;
@@ -339,7 +339,7 @@ impl Worker {
         let submit = Submission {
             client: r.client.clone(),
             request: r.request.clone(),
-            vae,
+            upload,
             id: Some(id.clone()),
             songs: r.songs.clone(),
         };

@@ -33,6 +33,9 @@ pub struct Config {
     pub models: Option<PathBuf>,
     /// A directory of LoRA adapters YuE2 requests may stack.
     pub adapters: Option<PathBuf>,
+    /// The audio tokenizer head GGUF (MERT-v2 beside it): serves `/tokenize`. Empty with no
+    /// `model`: the tiny listening demo in the data directory; empty with one: not served.
+    pub tokenizer: Option<PathBuf>,
     /// Compute device (`auto`, `CPU`, `CUDA0`, `Vulkan0`, ...).
     pub device: String,
     /// CPU threads for ggml (0 = every core).
@@ -126,6 +129,7 @@ impl Default for Config {
             vae: None,
             models: None,
             adapters: None,
+            tokenizer: None,
             device: "auto".into(),
             threads: 0,
             compute_priority: "low".into(),
@@ -171,6 +175,7 @@ const KEYS: &[&str] = &[
     "vae",
     "models",
     "adapters",
+    "tokenizer",
     "device",
     "threads",
     "compute_priority",
@@ -264,6 +269,7 @@ impl Config {
             "vae" => self.vae = (!value.is_empty()).then(|| value.into()),
             "models" => self.models = (!value.is_empty()).then(|| value.into()),
             "adapters" => self.adapters = (!value.is_empty()).then(|| value.into()),
+            "tokenizer" => self.tokenizer = (!value.is_empty()).then(|| value.into()),
             "device" => self.device = value.into(),
             "threads" => self.threads = num(value, bad)?,
             "max_batch" => self.max_batch = num(value, bad)?,

@@ -27,4 +27,4 @@ pub mod tenancy;
 pub use backend::{Backend, JobQueue, JobStates, Jobs, NodeRunner, ResultFiles, TileBus, Unavailable};
 pub use queue::QueueSnapshot;
 pub use record::{JobRecord, StageProgress, RECORD_VERSION};
-pub use submission::{SongCodes, Submission, SubmitError, VaeOp, VaeTask};
+pub use submission::{SongCodes, Submission, SubmitError, UploadOp, UploadTask};

@@ -1,6 +1,6 @@
 //! Everything kept about a job, as the single node's journal and the cluster's state
 //! bucket store it.
-use crate::submission::{SongCodes, VaeTask};
+use crate::submission::{SongCodes, UploadTask};
 use serde::{Deserialize, Serialize};
 use yued_protocol::{JobId, JobMetrics, JobState, Request, Stage};
 
@@ -36,9 +36,10 @@ pub struct JobRecord {
     pub tracks: u32,
     #[serde(default)]
     pub audio_seconds: f64,
-    /// Set for a `/vae` job (the request then only carries the decode's output options).
-    #[serde(default)]
-    pub vae: Option<VaeTask>,
+    /// Set for a job of an upload, `/vae` or `/tokenize` (the request then only carries a
+    /// decode's output options). Journals before the listening tools named it `vae`.
+    #[serde(default, alias = "vae")]
+    pub upload: Option<UploadTask>,
     /// Starts of the daemon that found this job running: each is a crash (or a kill) while
     /// it ran, since a clean shutdown puts a running job back in the queue. A job that
     /// reaches [`MAX_CRASHES`] is failed instead of resumed into the same crash.
@@ -49,6 +50,46 @@ pub struct JobRecord {
     pub resumed: u32,
 }
 
+impl JobRecord {
+    /// The job as `GET /jobs` lists it; `owner`: naming its principal (an admin's list).
+    pub fn list_entry(&self, owner: bool) -> yued_protocol::JobListEntry {
+        let upload = self.upload.as_ref().and_then(|u| serde_json::to_value(u.op).ok());
+        yued_protocol::JobListEntry {
+            id: self.id.clone(),
+            family: self.request.family(),
+            status: self.state,
+            submitted_ms: self.submitted_ms,
+            request: if self.upload.is_some() { None } else { serde_json::to_value(&self.request).ok() },
+            upload: upload.and_then(|v| v.as_str().map(str::to_string)),
+            owner: owner.then(|| self.client.clone()),
+        }
+    }
+}
+
 /// Crashes while running after which a job is failed rather than resumed: the first
 /// crash may be anything (a kill, a power cut), the resume's crash too says it is the job.
 pub const MAX_CRASHES: u32 = 2;
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::submission::UploadOp;
+
+    #[test]
+    fn a_journal_of_before_the_listening_tools_reads_its_vae_jobs_as_uploads() {
+        let old = r#"{"version": 3, "id": "00112233aabbccdd", "client": "k", "request": {"family": "yue2"},
+            "state": "queued", "submitted_ms": 1, "vae": {"op": "encode", "input": "/d/x.upload"}}"#;
+        let r: JobRecord = serde_json::from_str(old).unwrap();
+        assert_eq!(r.upload.as_ref().map(|u| u.op), Some(UploadOp::Encode));
+        let back = serde_json::to_value(&r).unwrap();
+        assert_eq!(back["upload"]["op"], "encode");
+        assert_eq!(r.list_entry(false).upload.as_deref(), Some("encode"));
+        let tokenize = UploadTask { op: UploadOp::Tokenize, input: "/d/y.upload".into() };
+        let r = JobRecord { upload: Some(tokenize), ..r };
+        let entry = r.list_entry(true);
+        assert_eq!(
+            (entry.upload.as_deref(), entry.request, entry.owner.as_deref()),
+            (Some("tokenize"), None, Some("k"))
+        );
+    }
+}

@@ -10,8 +10,8 @@ pub struct Submission {
     /// place in the fair queue. Never a key.
     pub client: String,
     pub request: Request,
-    /// Set for a `/vae` job; its upload is already on disk.
-    pub vae: Option<VaeTask>,
+    /// Set for a job of an upload (`/vae`, `/tokenize`); its upload is already on disk.
+    pub upload: Option<UploadTask>,
     /// The id the job already has elsewhere (a cluster worker runs the cluster's job under
     /// its id); `None`: a random one is drawn.
     pub id: Option<JobId>,
@@ -21,8 +21,8 @@ pub struct Submission {
 
 impl Submission {
     /// A new job of this process.
-    pub fn new(client: String, request: Request, vae: Option<VaeTask>) -> Self {
-        Submission { client, request, vae, id: None, songs: vec![] }
+    pub fn new(client: String, request: Request, upload: Option<UploadTask>) -> Self {
+        Submission { client, request, upload, id: None, songs: vec![] }
     }
 }
 
@@ -50,19 +50,29 @@ pub struct SongCodes {
     pub codes: Vec<u32>,
 }
 
-/// Which way a `/vae` job runs.
+/// What a job of an upload does with it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
-pub enum VaeOp {
-    /// Audio to latents.
+pub enum UploadOp {
+    /// `/vae`: audio to latents.
     Encode,
-    /// Latents (raw f32 `[T, 64]`) to audio in the request's output format.
+    /// `/vae`: latents (raw f32 `[T, 64]`) to audio in the request's output format.
     Decode,
+    /// `/tokenize`: a recording to the audio tokenizer's 25 Hz semantic codes.
+    Tokenize,
 }
 
-/// A `/vae` job: its upload, kept on disk under the data directory until the job ends.
+impl UploadOp {
+    /// Whether the family's VAE runs it (else a listening tool does).
+    pub fn is_vae(self) -> bool {
+        matches!(self, UploadOp::Encode | UploadOp::Decode)
+    }
+}
+
+/// A job of an upload (`/vae`, `/tokenize`): the upload, kept on disk under the data
+/// directory until the job ends.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct VaeTask {
-    pub op: VaeOp,
+pub struct UploadTask {
+    pub op: UploadOp,
     pub input: PathBuf,
 }

@@ -9,7 +9,7 @@ use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
 use futures_util::stream::{self, StreamExt};
-use yued_contract::{Submission, SubmitError, VaeOp, VaeTask};
+use yued_contract::{Submission, SubmitError, UploadOp, UploadTask};
 use yued_protocol::{ErrorBody, JobId, JobState, Request, SubmitReply, Yue2Request, MULTIPART_BOUNDARY};
 
 fn bad(msg: impl Into<String>) -> HttpResponse {
@@ -56,9 +56,9 @@ pub async fn submit(
     st: &AppState,
     client: String,
     request: Request,
-    vae: Option<VaeTask>,
+    upload: Option<UploadTask>,
 ) -> Result<JobId, HttpResponse> {
-    match st.jobs.submit(Submission::new(client, request, vae)).await {
+    match st.jobs.submit(Submission::new(client, request, upload)).await {
         Ok(id) => Ok(id),
         Err(SubmitError::Full(cap)) => Err(HttpResponse::TooManyRequests()
             .insert_header((header::RETRY_AFTER, "5"))
@@ -125,25 +125,35 @@ fn too_large(limit: usize) -> HttpResponse {
     error(actix_web::http::StatusCode::PAYLOAD_TOO_LARGE, format!("upload larger than {limit} bytes"))
 }
 
-/// The parts of a `/vae` form.
-#[derive(Default)]
-struct VaeForm {
-    audio: Option<Vec<u8>>,
-    latents: Option<Vec<u8>>,
-    request: Option<Vec<u8>>,
+/// The parts of an upload's form, by name, each given at most once.
+struct Form {
+    parts: std::collections::HashMap<&'static str, Vec<u8>>,
 }
 
-/// Reads a `/vae` form: the whole body first (the parts' bytes are held anyway), so a body
-/// cut inside its closing delimiter is refused here (actix-multipart waits forever for the
-/// rest of a delimiter once the payload has ended), then each part, at most once.
-async fn read_vae_form(req: &HttpRequest, payload: web::Payload, limit: usize) -> Result<VaeForm, HttpResponse> {
+impl Form {
+    fn take(&mut self, name: &str) -> Option<Vec<u8>> {
+        self.parts.remove(name)
+    }
+}
+
+/// Reads an upload's form of the parts `names` (`what` says what the route takes): the whole
+/// body first (the parts' bytes are held anyway), so a body cut inside its closing delimiter
+/// is refused here (actix-multipart waits forever for the rest of a delimiter once the
+/// payload has ended), then each part, at most once.
+async fn read_form(
+    req: &HttpRequest,
+    payload: web::Payload,
+    limit: usize,
+    names: &[&'static str],
+    what: &str,
+) -> Result<Form, HttpResponse> {
     let is_form = req
         .headers()
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("multipart/form-data"));
     if !is_form {
-        return Err(bad("POST /vae takes multipart/form-data with an 'audio' or a 'src_latents' part"));
+        return Err(bad(format!("POST {} takes multipart/form-data with {what}", req.path())));
     }
     let body = match read_body(payload, limit.saturating_add(MULTIPART_SLACK)).await {
         Ok(b) => b,
@@ -165,7 +175,7 @@ async fn read_vae_form(req: &HttpRequest, payload: web::Payload, limit: usize) -
         req.headers(),
         stream::once(async move { Ok::<_, actix_web::error::PayloadError>(body) }),
     );
-    let mut parts = VaeForm::default();
+    let mut parts = Form { parts: Default::default() };
     let mut total = 0usize;
     while let Some(field) = form.next().await {
         let mut field = field.map_err(|e| bad(format!("multipart: {e}")))?;
@@ -179,16 +189,12 @@ async fn read_vae_form(req: &HttpRequest, payload: web::Payload, limit: usize) -
             }
             buf.extend_from_slice(&chunk);
         }
-        let slot = match name.as_str() {
-            "audio" => &mut parts.audio,
-            "src_latents" => &mut parts.latents,
-            "request" => &mut parts.request,
-            other => return Err(bad(format!("unknown part '{other}' (audio, src_latents, request)"))),
+        let Some(&known) = names.iter().find(|n| **n == name) else {
+            return Err(bad(format!("unknown part '{name}' ({})", names.join(", "))));
         };
-        if slot.is_some() {
+        if parts.parts.insert(known, buf).is_some() {
             return Err(bad(format!("{name}: given twice")));
         }
-        *slot = Some(buf);
     }
     Ok(parts)
 }
@@ -253,15 +259,18 @@ async fn store_upload(dir: &std::path::Path, bytes: Vec<u8>) -> Result<std::path
 /// here (400 on audio that does not decode, latents that are not whole frames or exceed
 /// the context), written under the data directory, and queued like any job.
 pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<AppState>) -> HttpResponse {
-    let form = match read_vae_form(&req, payload, st.vae.max_upload_bytes).await {
-        Ok(f) => f,
-        Err(resp) => return resp,
-    };
+    let what = "an 'audio' or a 'src_latents' part";
+    let mut form =
+        match read_form(&req, payload, st.vae.max_upload_bytes, &["audio", "src_latents", "request"], what).await {
+            Ok(f) => f,
+            Err(resp) => return resp,
+        };
+    let (audio, latents, request) = (form.take("audio"), form.take("src_latents"), form.take("request"));
     // The request part is a request like /synth's, of which a decode reads output_format,
     // peak_clip and mp3_bitrate (and a MiniMax one its vae_model): every field is type- and
     // bound-checked, but a VAE job has no use for the "style or lyrics" rule of a song. A
     // part that names no family is YuE2's, as it was before MiniMax Music 3 was served.
-    let options = match &form.request {
+    let options = match &request {
         Some(body) => match vae_options(body, &st) {
             Ok(r) => r,
             // The part's own JSON errors name the part.
@@ -273,15 +282,15 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         Ok(v) => v,
         Err(e) => return bad(e),
     };
-    let (op, bytes) = match (form.audio, form.latents) {
+    let (op, bytes) = match (audio, latents) {
         (Some(_), Some(_)) => return bad("give exactly one of 'audio' (encode) or 'src_latents' (decode), not both"),
         (None, None) => return bad("give exactly one of 'audio' (encode) or 'src_latents' (decode)"),
         (Some(a), None) => match check_vae_audio(a, &vae).await {
-            Ok(a) => (VaeOp::Encode, a),
+            Ok(a) => (UploadOp::Encode, a),
             Err(resp) => return resp,
         },
         (None, Some(z)) => match check_vae_latents(&z, &vae) {
-            Ok(()) => (VaeOp::Decode, z),
+            Ok(()) => (UploadOp::Decode, z),
             Err(e) => return bad(e),
         },
     };
@@ -289,7 +298,53 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         Ok(p) => p,
         Err(resp) => return resp,
     };
-    match submit(&st, client_key(&req), options, Some(VaeTask { op, input: path.clone() })).await {
+    match submit(&st, client_key(&req), options, Some(UploadTask { op, input: path.clone() })).await {
+        Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
+        Err(resp) => {
+            let _ = std::fs::remove_file(&path);
+            resp
+        }
+    }
+}
+
+/// The longest recording `/tokenize` takes (15 minutes: 22 500 codes).
+pub const MAX_TOKENIZE_SECONDS: f64 = 900.0;
+
+/// `POST /tokenize`: multipart/form-data with an `audio` part in any container the uploads
+/// decode, at any rate and channel count (the job averages it to mono at 24 kHz). Served
+/// with an audio tokenizer (`--tokenizer`); the audio is checked here (400 when the part is
+/// missing, does not decode, is under a second or too long), written under the data
+/// directory and queued like any job, whose result is `{"codes": "12046,8433,..."}`.
+pub async fn post_tokenize(req: HttpRequest, payload: web::Payload, st: web::Data<AppState>) -> HttpResponse {
+    if !st.audio_tokenizer {
+        return not_found(
+            "POST /tokenize is served when the daemon runs with an audio tokenizer (--tokenizer HEAD.gguf)",
+        );
+    }
+    let mut form = match read_form(&req, payload, st.vae.max_upload_bytes, &["audio"], "an 'audio' part").await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let Some(audio) = form.take("audio") else {
+        return bad("audio: missing (a file part named 'audio')");
+    };
+    let audio = match web::block(move || yued_audio::decode::decode(&audio).map(|pcm| (pcm.seconds(), audio))).await {
+        Ok(Ok((secs, _))) if secs < 1.0 => {
+            return bad(format!("audio: {secs:.2} s; the tokenizer needs at least one second"));
+        }
+        Ok(Ok((secs, _))) if secs > MAX_TOKENIZE_SECONDS => {
+            return bad(format!("audio: {secs:.1} s is longer than the {MAX_TOKENIZE_SECONDS:.0} s /tokenize takes"));
+        }
+        Ok(Ok((_, a))) => a,
+        Ok(Err(e)) => return bad(format!("audio: {e}")),
+        Err(_) => return unavailable("the decode check did not run"),
+    };
+    let path = match store_upload(&st.vae.uploads, audio).await {
+        Ok(p) => p,
+        Err(resp) => return resp,
+    };
+    let task = UploadTask { op: UploadOp::Tokenize, input: path.clone() };
+    match submit(&st, client_key(&req), Request::Yue2(Yue2Request::default()), Some(task)).await {
         Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
         Err(resp) => {
             let _ = std::fs::remove_file(&path);
@@ -377,6 +432,12 @@ async fn result(id: &JobId, jobs: &yued_contract::Jobs) -> HttpResponse {
     let Some(parts) = jobs.parts(id).await else {
         return not_found(format!("the result of job {id} has expired"));
     };
+    // A result of one JSON document (a tokenization's codes) is that document.
+    if let [(path, ct)] = parts.as_slice() {
+        if ct == "application/json" {
+            return HttpResponse::Ok().content_type("application/json").streaming(file_chunks(path.clone()));
+        }
+    }
     // Each family's clients read its own boundary.
     let boundary = match jobs.family(id).await {
         Ok(Some(family)) => crate::kinds::of(family).boundary(),

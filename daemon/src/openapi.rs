@@ -318,15 +318,38 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                 "413": too_large(f.max_upload_bytes), "429": full(), "500": error_response("the upload could not \
                 be stored"), "503": unavailable()})), Door::Keyed)}),
     );
+    if f.tokenize {
+        paths.insert(
+            "/tokenize".into(),
+            json!({"post": op(f, "Turn a recording into semantic codes", &format!("multipart/form-data with one \
+                `audio` part: any file symphonia decodes (WAV, FLAC, MP3, Ogg, AAC/M4A), any rate and channel count, \
+                from one second to {:.0} s. The audio tokenizer (MERT-v2 and its head) writes the 25 Hz codes a YuE2 \
+                request's semantic_tokens (render again) or source_tokens (continue) take; the job's result is \
+                {{\"codes\": \"12046,8433,...\"}}. The upload is checked before it is queued: a missing part, audio \
+                that does not decode, under a second or too long is a 400. At most {} bytes.",
+                crate::http::MAX_TOKENIZE_SECONDS, f.max_upload_bytes), json!([]),
+                Some(json!({"required": true, "content": {"multipart/form-data": {
+                    "schema": {"type": "object", "properties": {"audio": {"type": "string", "format": "binary",
+                        "description": "the recording"}}, "required": ["audio"], "additionalProperties": false}}}})),
+                map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart \
+                    body, no audio part, a part twice or unknown, or audio that does not decode or is out of bounds"),
+                    "413": too_large(f.max_upload_bytes), "429": full(), "500": error_response("the upload could not \
+                    be stored"), "503": unavailable()})), Door::Keyed)}),
+        );
+    }
+    let codes = json!({"type": "object", "required": ["codes"], "additionalProperties": false, "properties":
+        {"codes": {"type": "string", "description": "comma separated semantic codes, 25 per second"}},
+        "description": "a tokenization job's result"});
     paths.insert(
         "/job".into(),
         json!({
             "get": op(f, "A job's status, or its result", "With result=1 (or true), the finished job's result: \
                 multipart/mixed, one part per file (the audio tracks, a replay request per track, the latents of a VAE \
-                job). Otherwise the status.", json!([job_param("the job"), flag_param("result", false, "1 or true: the \
+                job); a tokenization job's is its codes, as JSON. Otherwise the status.",
+                json!([job_param("the job"), flag_param("result", false, "1 or true: the \
                 result instead of the status")]), None,
-                map(json!({"200": {"description": "the status (JSON) or the result (multipart/mixed)",
-                    "content": {"application/json": {"schema": r.status.clone()},
+                map(json!({"200": {"description": "the status (JSON), or the result (multipart/mixed; JSON codes)",
+                    "content": {"application/json": {"schema": {"anyOf": [r.status.clone(), codes]}},
                     "multipart/mixed": {"schema": {"type": "string",
                     "format": "binary"}}}}, "400": error_response("a malformed id"), "404": error_response("an unknown \
                     job, or no result (not done, or expired)"), "503": error_response("the scheduler is not \
@@ -574,6 +597,7 @@ mod tests {
             max_body_bytes: 1 << 20,
             max_upload_bytes: 1 << 20,
             link_ttl_secs: 3600,
+            tokenize: true,
         }
     }
 

@@ -23,6 +23,8 @@ pub struct Facts {
     pub max_body_bytes: usize,
     pub max_upload_bytes: usize,
     pub link_ttl_secs: u64,
+    /// Whether `POST /tokenize` is served (an audio tokenizer).
+    pub tokenize: bool,
 }
 
 /// The schema of `T` as the daemon reads it (a request body), self-contained.

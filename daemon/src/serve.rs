@@ -23,6 +23,7 @@ use yued_config::Config;
 use yued_contract::metrics::Metrics;
 use yued_contract::results::{ResultStore, Retention};
 use yued_engine::gguf::GgufFile;
+use yued_engine::models::audio_tokenizer::pipeline::AudioTokenizer;
 use yued_engine::models::yue2::adapter::{shapes_of, AdapterDir};
 use yued_engine::models::yue2::config::BackboneInfo;
 use yued_engine::models::yue2::demo::{write_demo, Preset, DEMO_KEY};
@@ -54,6 +55,12 @@ pub struct ServeArgs {
     /// `adapters: [{name, scale}]`, merged into the backbone halves each changes at load.
     #[arg(long)]
     pub adapters: Option<PathBuf>,
+    /// The audio tokenizer head GGUF (`yue2-tokenizer`), with its MERT-v2 file beside it in
+    /// the same quant: serves `POST /tokenize` (a recording to the 25 Hz semantic codes a
+    /// YuE2 request's semantic_tokens or source_tokens take). Default: the tiny listening demo
+    /// when no --model is given, else not served.
+    #[arg(long)]
+    pub tokenizer: Option<PathBuf>,
     /// Listen address (default 127.0.0.1).
     #[arg(long)]
     pub host: Option<String>,
@@ -182,6 +189,7 @@ impl ServeArgs {
         set("vae", self.vae.as_ref().map(|p| p.display().to_string()))?;
         set("models", self.models.as_ref().map(|p| p.display().to_string()))?;
         set("adapters", self.adapters.as_ref().map(|p| p.display().to_string()))?;
+        set("tokenizer", self.tokenizer.as_ref().map(|p| p.display().to_string()))?;
         set("host", self.host.clone())?;
         set("port", self.port.map(|p| p.to_string()))?;
         set("data_dir", self.data_dir.as_ref().map(|p| p.display().to_string()))?;
@@ -247,6 +255,8 @@ struct Models {
     instructions: yued_engine::models::yue2::prompt::Instructions,
     /// MiniMax Music 3, when its LM and depth decoder are in the registry.
     mm3: Option<crate::state::Mm3Check>,
+    /// The audio tokenizer head (`--tokenizer`, or the listening demo's), checked.
+    audio_tokenizer: Option<PathBuf>,
 }
 
 /// The MiniMax Music 3 side of a registry: served when each of its five buckets has a file.
@@ -277,6 +287,7 @@ fn mm3_check(reg: &Registry) -> anyhow::Result<Option<crate::state::Mm3Check>> {
 
 fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let mut mm3 = None;
+    let mut audio_tokenizer = c.tokenizer.clone();
     // --models: the registry (MiniMax Music 3 from it; YuE2 too, unless --model/--vae name it).
     let registry = match &c.models {
         Some(dir) => {
@@ -322,6 +333,9 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
             }
             let (reg, _) = Registry::scan(&dir).with_context(|| format!("scanning {}", dir.display()))?;
             mm3 = mm3_check(&reg)?;
+            if audio_tokenizer.is_none() {
+                audio_tokenizer = Some(listening_demo(&dir)?);
+            }
             (m, v)
         }
         _ => anyhow::bail!("--model and --vae go together (or neither, for the demo model)"),
@@ -342,6 +356,10 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let vf = GgufFile::open(&vae)?;
     let vae_info = yued_engine::models::yue2::vae::VaeModel::info(&vf)?;
     let demo = f.get(DEMO_KEY).and_then(|v| v.as_str()).map(String::from);
+    if let Some(head) = &audio_tokenizer {
+        let (_, mert) = AudioTokenizer::files(head).with_context(|| format!("--tokenizer {}", head.display()))?;
+        tracing::info!(head = %head.display(), mert = %mert.display(), "audio tokenizer: /tokenize is served");
+    }
     Ok(Models {
         model,
         vae,
@@ -352,7 +370,25 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
         tokenizer,
         instructions,
         mm3,
+        audio_tokenizer,
     })
+}
+
+/// The tiny listening demo in `dir` (written on first start): the tokenizer head's path.
+fn listening_demo(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+    let head = dir.join("yue2-tokenizer-demo-tiny-F32.gguf");
+    if !(head.exists() && dir.join("MERT-v2-demo-tiny-F32.gguf").exists()) {
+        tracing::warn!(dir = %dir.display(), "writing the tiny listening demo (MERT-v2, a head; random weights)");
+        let (_, written) = yued_engine::models::audio_tokenizer::demo::write_demo(dir, Preset::Tiny, 0, &mut |_, _| {})
+            .context("writing the listening demo")?;
+        anyhow::ensure!(
+            written == head,
+            "the listening demo wrote {} where {} was expected",
+            written.display(),
+            head.display()
+        );
+    }
+    Ok(head)
 }
 
 /// Errors produced by actix itself (oversized bodies, bad query strings) as JSON too.
@@ -426,6 +462,11 @@ fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
         web::resource("/synth").route(web::post().to(http::post_synth)).default_service(method_not_allowed("POST")),
     );
     s.service(web::resource("/vae").route(web::post().to(http::post_vae)).default_service(method_not_allowed("POST")));
+    s.service(
+        web::resource("/tokenize")
+            .route(web::post().to(http::post_tokenize))
+            .default_service(method_not_allowed("POST")),
+    );
     s.service(
         web::resource("/job")
             .route(web::get().to(http::get_job))
@@ -509,6 +550,7 @@ fn props_of(c: &Config, models: &Models, context: usize) -> Props {
     props.parallel = parallel_rows(c) as u32;
     let per_row = yued_engine::kv_cache::KvSet::bytes_for(models.info.config.kv_dims(), context);
     props.batch_kv_bytes = (per_row * parallel_rows(c)) as u64;
+    props.tokenizer = models.audio_tokenizer.as_ref().map(|p| p.display().to_string());
     if let Some(m) = &models.mm3 {
         props.families = Some(vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3]);
         let files = Bucket::MM3
@@ -664,6 +706,7 @@ fn worker_config(
         parallel: parallel_rows(c),
         mm3: models.mm3.as_ref().map(|m| m.registry.clone()),
         adapters,
+        tokenizer: models.audio_tokenizer.clone(),
     })
 }
 
@@ -725,6 +768,7 @@ fn openapi_facts(
         max_body_bytes: cfg.max_body_bytes,
         max_upload_bytes: cfg.max_upload_bytes,
         link_ttl_secs: cfg.link_ttl_secs,
+        tokenize: models.audio_tokenizer.is_some(),
     }
 }
 
@@ -943,6 +987,7 @@ fn app_state(cfg: &Config, models: Models, s: Served) -> AppState {
             instructions: models.instructions,
         },
         mm3: models.mm3,
+        audio_tokenizer: models.audio_tokenizer.is_some(),
         logs: s.logs,
         started: std::time::Instant::now(),
         demo_weights: models.demo.is_some(),

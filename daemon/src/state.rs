@@ -21,6 +21,8 @@ pub struct AppState {
     pub prompt: PromptCheck,
     /// The same for MiniMax Music 3, when it is served.
     pub mm3: Option<Mm3Check>,
+    /// Whether `/tokenize` is served (`--tokenizer`, or the listening demo).
+    pub audio_tokenizer: bool,
     pub logs: LogRing,
     pub started: std::time::Instant,
     pub demo_weights: bool,

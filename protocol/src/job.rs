@@ -148,10 +148,13 @@ pub enum Stage {
     Decode,
     /// Normalisation and container encoding.
     Encode,
+    /// A listening job's one stage: MERT's chunks, then the tokenizer head's windows.
+    Tokenize,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 5] = [Stage::Plan, Stage::Semantic, Stage::Synth, Stage::Decode, Stage::Encode];
+    pub const ALL: [Stage; 6] =
+        [Stage::Plan, Stage::Semantic, Stage::Synth, Stage::Decode, Stage::Encode, Stage::Tokenize];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -160,6 +163,7 @@ impl Stage {
             Stage::Synth => "synth",
             Stage::Decode => "decode",
             Stage::Encode => "encode",
+            Stage::Tokenize => "tokenize",
         }
     }
 }
@@ -186,9 +190,14 @@ pub struct JobListEntry {
     pub status: JobState,
     /// Unix milliseconds.
     pub submitted_ms: u64,
-    /// The request as journaled (seeds resolved); absent for a `/vae` job.
+    /// The request as journaled (seeds resolved); absent for a job of an upload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<serde_json::Value>,
+    /// What a job of an upload does: `encode` or `decode` (`/vae`), `tokenize` (`/tokenize`);
+    /// absent for a song.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(extend("enum" = ["encode", "decode", "tokenize"]))]
+    pub upload: Option<String>,
     /// The principal the job belongs to (a key's name or hash id, or an address); only in
     /// an admin's `?all=1` list.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -360,7 +369,7 @@ mod tests {
         let terminal: Vec<bool> = states.iter().map(|s| s.is_terminal()).collect();
         assert_eq!(terminal, [false, false, true, true, true]);
         let stages: Vec<String> = Stage::ALL.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
-        assert_eq!(stages, [r#""plan""#, r#""semantic""#, r#""synth""#, r#""decode""#, r#""encode""#]);
+        assert_eq!(stages, [r#""plan""#, r#""semantic""#, r#""synth""#, r#""decode""#, r#""encode""#, r#""tokenize""#]);
         assert_eq!(Stage::Decode.to_string(), "decode");
     }
 

@@ -62,6 +62,9 @@ pub struct Props {
     /// The families served, when more than YuE2 (a YuE2-only daemon answers without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub families: Option<Vec<crate::Family>>,
+    /// The audio tokenizer head, when `POST /tokenize` is served (its MERT-v2 beside it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokenizer: Option<String>,
     /// MiniMax Music 3, when it is served: its model files by bucket and its default request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mm3: Option<Mm3Props>,
@@ -98,6 +101,7 @@ impl Props {
             output_formats: OutputFormat::all().iter().map(|&f| f.into()).collect(),
             adapters: Vec::new(),
             families: None,
+            tokenizer: None,
             mm3: None,
             defaults: Yue2Request::default(),
         }

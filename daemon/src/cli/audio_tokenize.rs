@@ -4,16 +4,12 @@
 use super::common::DeviceArgs;
 use anyhow::Context;
 use std::path::Path;
-use yued_engine::models::audio_tokenizer::pipeline::AudioTokenizer;
+use yued_engine::models::audio_tokenizer::pipeline::{AudioTokenizer, SAMPLE_RATE};
 
 pub fn run(model: &Path, audio: &Path, out: Option<&Path>, device: &DeviceArgs) -> anyhow::Result<()> {
     let bytes = std::fs::read(audio).with_context(|| format!("reading {}", audio.display()))?;
     let pcm = yued_audio::decode::decode(&bytes).map_err(|e| anyhow::anyhow!("{}: {e}", audio.display()))?;
-    let ch = pcm.channels;
-    let mono: Vec<f32> =
-        (0..pcm.frames()).map(|i| (0..ch).map(|c| pcm.channel(c)[i]).sum::<f32>() / ch as f32).collect();
-    let mono = yued_audio::Pcm::new(pcm.sample_rate, 1, mono);
-    let mono = yued_audio::resample::resample(&mono, 24_000).map_err(|e| anyhow::anyhow!("{e}"))?.data;
+    let mono = yued_audio::resample::mono_at(&pcm, SAMPLE_RATE).map_err(|e| anyhow::anyhow!("{e}"))?;
     let backend = device.open()?;
     let mut tok = AudioTokenizer::open(model, &backend).with_context(|| format!("loading {}", model.display()))?;
     let mut job = tok

@@ -11,6 +11,9 @@ use crate::weights::LoadError;
 use std::ops::Range;
 use std::path::Path;
 
+/// The rate the recording is read at (MERT-v2's; its configuration is checked for it).
+pub const SAMPLE_RATE: u32 = 24_000;
+
 /// MERT and the head, loaded together.
 pub struct AudioTokenizer {
     pub mert: Mert,
@@ -21,22 +24,34 @@ impl AudioTokenizer {
     /// Loads the head at `head` and the MERT file beside it in the same quant (yue2.cpp's
     /// rule, [`beside`]).
     pub fn open(head: &Path, backend: &Backend) -> Result<Self, LoadError> {
-        let hf = GgufFile::open(head)?;
-        let base = serde_json::from_str::<serde_json::Value>(hf.get_str(CONFIG_KEY)?)
-            .ok()
-            .and_then(|v| v["base_model_name_or_path"].as_str().map(str::to_string))
-            .unwrap_or_default();
-        let mert = beside(head, &base).ok_or_else(|| GgufError::Corrupt {
-            path: head.to_path_buf(),
-            what: format!("no MERT file beside it: base model '{base}', a file name without '-<quant>'"),
-        })?;
+        let (hf, mert) = Self::files(head)?;
         Self::load(&hf, &GgufFile::open(&mert)?, backend)
+    }
+
+    /// The head's file, checked to be one (its architecture and configuration), and the path
+    /// of the MERT file beside it; what a daemon checks at start without loading either.
+    pub fn files(head: &Path) -> Result<(GgufFile, std::path::PathBuf), GgufError> {
+        let hf = GgufFile::open(head)?;
+        hf.expect_arch(super::head::ARCH)?;
+        let corrupt = |what: String| GgufError::Corrupt { path: head.to_path_buf(), what };
+        let cfg: serde_json::Value = serde_json::from_str(hf.get_str(CONFIG_KEY)?)
+            .map_err(|e| corrupt(format!("{CONFIG_KEY} is not JSON: {e}")))?;
+        let base = cfg["base_model_name_or_path"].as_str().unwrap_or_default();
+        let mert = beside(head, base).ok_or_else(|| {
+            corrupt(format!("no MERT file beside it: base model '{base}', a file name without '-<quant>'"))
+        })?;
+        Ok((hf, mert))
     }
 
     pub fn load(head: &GgufFile, mert: &GgufFile, backend: &Backend) -> Result<Self, LoadError> {
         let mert = Mert::load(mert, backend)?;
         let head = Head::load(head, mert.cfg.hidden_size, mert.cfg.num_hidden_layers, backend)?;
         Ok(AudioTokenizer { mert, head })
+    }
+
+    /// Device bytes of both models' weights.
+    pub fn weight_bytes(&self) -> usize {
+        self.mert.weight_bytes() + self.head.weight_bytes()
     }
 
     pub fn grid(&self) -> Grid {

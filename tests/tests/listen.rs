@@ -1,0 +1,205 @@
+//! `POST /tokenize` on the real daemon's embedded default (the tiny listening demo): a
+//! recording becomes a job like any other (journaled, listed, its owner's alone, cancelled
+//! between steps), its result the codes the engine gives the same file, and those codes
+//! render again as a song; the 400s of yue2.cpp's list.
+use std::time::{Duration, Instant};
+use yued_e2e::*;
+
+const B: &str = "e2e-tokenize-boundary";
+const ALICE: &str = "alice-listen-secret-5e1f";
+const BOB: &str = "bob-listen-secret-8a2c";
+
+/// A multipart/form-data body from (name, content type, bytes) parts.
+fn form(parts: &[(&str, &str, &[u8])]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, ct, data) in parts {
+        let head = format!(
+            "--{B}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{name}.bin\"\r\n\
+             Content-Type: {ct}\r\n\r\n"
+        );
+        body.extend_from_slice(head.as_bytes());
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{B}--\r\n").as_bytes());
+    body
+}
+
+fn post(d: &Daemon, body: Vec<u8>, key: &str) -> (u16, serde_json::Value) {
+    let r = d
+        .http
+        .post(d.url("/tokenize"))
+        .header("content-type", format!("multipart/form-data; boundary={B}"))
+        .header("x-api-key", key)
+        .body(body)
+        .send()
+        .unwrap();
+    let status = r.status().as_u16();
+    (status, r.json().unwrap_or(serde_json::Value::Null))
+}
+
+fn get(d: &Daemon, path: &str, key: &str) -> (u16, String) {
+    let r = d.http.get(d.url(path)).header("x-api-key", key).send().unwrap();
+    (r.status().as_u16(), r.text().unwrap())
+}
+
+/// `seconds` of a stereo chord at `rate` as 16-bit WAV: the job averages and resamples it.
+fn chord(seconds: f64, rate: u32) -> (Vec<u8>, yued_audio::Pcm) {
+    let n = (seconds * rate as f64) as usize;
+    let mut data = Vec::with_capacity(2 * n);
+    for (c, f) in [(0, 220.0f32), (1, 331.0)] {
+        data.extend((0..n).map(|i| {
+            let t = i as f32 / rate as f32;
+            0.3 * (2.0 * std::f32::consts::PI * f * t).sin() + 0.1 * (c as f32 + 1.0) * (7.0 * t).sin()
+        }));
+    }
+    let pcm = yued_audio::Pcm::new(rate, 2, data);
+    let wav = yued_audio::encode::encode(&pcm, yued_protocol::OutputFormat::Wav16, 128).unwrap();
+    (wav.clone(), yued_audio::decode::decode(&wav).unwrap())
+}
+
+/// The codes the engine gives `pcm` with the daemon's head: what the route must answer.
+fn engine_codes(head: &std::path::Path, pcm: &yued_audio::Pcm) -> String {
+    use yued_engine::models::audio_tokenizer::pipeline::{AudioTokenizer, SAMPLE_RATE};
+    let backend = yued_engine::ggml::Backend::new("CPU").unwrap();
+    let mut tok = AudioTokenizer::open(head, &backend).unwrap();
+    let mut run = tok.start(yued_audio::resample::mono_at(pcm, SAMPLE_RATE).unwrap()).unwrap();
+    while run.step(&mut tok, &backend).unwrap() {}
+    run.codes().iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+}
+
+fn wait(d: &Daemon, id: &str, key: &str) -> serde_json::Value {
+    let t0 = Instant::now();
+    loop {
+        let (_, body) = get(d, &format!("/job?id={id}"), key);
+        let s: serde_json::Value = serde_json::from_str(&body).unwrap();
+        if matches!(s["status"].as_str(), Some("done" | "failed" | "cancelled")) {
+            return s;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(300), "job {id}: {s}; log: {}", d.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn a_recording_becomes_codes_that_render_again_and_stays_its_owners() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, format!("{ALICE} name=alice\n{BOB} name=bob\n")).unwrap();
+    let data = dir.path().join("data");
+    let mut d = Daemon::start(&data, &["--api-keys-file", keys.to_str().unwrap(), "--strict"]);
+    d.key = Some(ALICE.into());
+    let props: serde_json::Value = serde_json::from_str(&get(&d, "/props", ALICE).1).unwrap();
+    let head = std::path::PathBuf::from(props["tokenizer"].as_str().expect("the demo's tokenizer in /props"));
+    let openapi: serde_json::Value = serde_json::from_str(&get(&d, "/openapi.json", ALICE).1).unwrap();
+    assert!(openapi["paths"]["/tokenize"]["post"].is_object(), "/tokenize in the OpenAPI document");
+
+    // 3.5 s of stereo at 44.1 kHz: 88 codes (87.5 rounds half to even), the engine's.
+    let (wav, pcm) = chord(3.5, 44_100);
+    let (s, v) = post(&d, form(&[("audio", "audio/wav", &wav)]), ALICE);
+    assert_eq!(s, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let st = wait(&d, &id, ALICE);
+    assert_eq!(st["status"], "done", "{st}");
+    let r = d.http.get(d.url(&format!("/job?id={id}&result=1"))).header("x-api-key", ALICE).send().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let result: serde_json::Value = r.json().unwrap();
+    let codes = result["codes"].as_str().unwrap().to_string();
+    assert_eq!(codes.split(',').count(), 88);
+    assert_eq!(codes, engine_codes(&head, &pcm), "the route's codes are the engine's for the same file");
+    // The upload is gone once the job has ended; the journal lists the job as a tokenization.
+    assert_eq!(std::fs::read_dir(data.join("uploads")).unwrap().count(), 0);
+    let (_, list) = get(&d, "/jobs", ALICE);
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    let entry = list["jobs"].as_array().unwrap().iter().find(|j| j["id"] == id.as_str()).unwrap().clone();
+    assert_eq!((entry["upload"].as_str(), entry["status"].as_str()), (Some("tokenize"), Some("done")), "{entry}");
+
+    // Bob sees it as an unknown job, cannot fetch or cancel it, and does not list it.
+    for path in [format!("/job?id={id}"), format!("/job?id={id}&result=1")] {
+        let (s, body) = get(&d, &path, BOB);
+        assert_eq!((s, body.contains("unknown job")), (404, true), "{path}: {body}");
+    }
+    let r = d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).header("x-api-key", BOB).send().unwrap();
+    assert_eq!(r.status().as_u16(), 404);
+    assert!(!get(&d, "/jobs", BOB).1.contains(&id));
+
+    // The codes render again: a song whose replay request carries them.
+    let song = d.submit(&format!(r#"{{"semantic_tokens": "{codes}", "steps": 1, "output_format": "wav16"}}"#));
+    assert_eq!(d.wait(&song, Duration::from_secs(300))["status"], "done");
+    let r = d.http.get(d.url(&format!("/job?id={song}&result=1"))).header("x-api-key", ALICE).send().unwrap();
+    let parts = multipart_parts(&r.bytes().unwrap(), yued_protocol::MULTIPART_BOUNDARY);
+    let replay = parts.iter().find(|(h, _)| h.contains("application/json")).expect("a replay request");
+    let replay: serde_json::Value = serde_json::from_slice(&replay.1).unwrap();
+    assert_eq!(replay["semantic_tokens"].as_str(), Some(codes.as_str()));
+    // Under STRICT the listening group made way for the song's groups.
+    assert!(
+        d.log().contains("evicting (STRICT: one coexistence group at a time) module=yue2/tokenizer"),
+        "{}",
+        d.log()
+    );
+
+    // A long recording is cancelled between steps: it was running its tokenize stage.
+    let (long, _) = chord(300.0, 8_000);
+    let (s, v) = post(&d, form(&[("audio", "audio/wav", &long)]), ALICE);
+    assert_eq!(s, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    let t0 = Instant::now();
+    loop {
+        let s: serde_json::Value = serde_json::from_str(&get(&d, &format!("/job?id={id}"), ALICE).1).unwrap();
+        if s["status"] == "running" && s["stage"] == "tokenize" {
+            assert!(s["progress"].as_f64().unwrap() < 1.0, "{s}");
+            break;
+        }
+        assert_ne!(s["status"], "done", "the long tokenization finished before it could be cancelled: {s}");
+        assert!(t0.elapsed() < Duration::from_secs(120), "{s}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).header("x-api-key", ALICE).send().unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    assert_eq!(wait(&d, &id, ALICE)["status"], "cancelled");
+    let t0 = Instant::now();
+    while std::fs::read_dir(data.join("uploads")).unwrap().count() > 0 {
+        assert!(t0.elapsed() < Duration::from_secs(30), "the cancelled job's upload stays behind");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    // The 400s: no audio part, audio that does not decode, under a second, an unknown part,
+    // the part twice, not a form at all.
+    let (short, _) = chord(0.5, 44_100);
+    let cases: Vec<(Vec<u8>, &str)> = vec![
+        // An empty form (its closing delimiter alone) is no multipart body to actix.
+        (form(&[]), "multipart"),
+        (form(&[("audio", "audio/mpeg", b"definitely not an mp3 file")]), "audio:"),
+        (form(&[("audio", "audio/wav", &short)]), "at least one second"),
+        (form(&[("request", "application/json", b"{}")]), "unknown part"),
+        (form(&[("audio", "audio/wav", &wav), ("audio", "audio/wav", &wav)]), "twice"),
+    ];
+    for (body, needle) in cases {
+        let (s, v) = post(&d, body, ALICE);
+        assert_eq!(s, 400, "{needle}: {v}");
+        assert!(v["error"].as_str().unwrap().contains(needle), "{needle}: {v}");
+    }
+    let r = d.http.post(d.url("/tokenize")).header("x-api-key", ALICE).body("{}").send().unwrap();
+    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(std::fs::read_dir(data.join("uploads")).unwrap().count(), 0, "no refused upload is kept");
+}
+
+#[test]
+fn without_a_tokenizer_the_route_says_which_flag_serves_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let models = dir.path().join("models");
+    let (bb, vae) = yued_engine::models::yue2::demo::write_demo(
+        &models,
+        yued_engine::models::yue2::demo::Preset::Tiny,
+        0,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--model", bb.to_str().unwrap(), "--vae", vae.to_str().unwrap()]);
+    let (s, v) = post(&d, form(&[("audio", "audio/wav", &chord(2.0, 24_000).0)]), "");
+    assert_eq!(s, 404, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("--tokenizer"), "{v}");
+    let props: serde_json::Value = d.http.get(d.url("/props")).send().unwrap().json().unwrap();
+    assert!(props.get("tokenizer").is_none(), "{props}");
+}
