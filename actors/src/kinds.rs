@@ -5,7 +5,7 @@ use crate::family::{ModelFamily, StageError};
 use crate::model_store::{ComponentKey, Loader};
 use crate::stage::{Links, WorkerConfig};
 use std::sync::Arc;
-use yued_engine::models::yue2::adapter::AdapterDir;
+use yued_engine::models::yue2::adapter::{Adapter, AdapterDir};
 use yued_engine::models::yue2::pipeline::Shared;
 use yued_protocol::Family;
 
@@ -39,7 +39,11 @@ impl Families {
 }
 
 /// The store's loader: each family loads its own components.
-pub(crate) fn loader(shared: Option<Arc<Shared>>, adapters: Option<Arc<AdapterDir>>) -> Box<Loader> {
+pub(crate) fn loader(
+    shared: Option<Arc<Shared>>,
+    adapters: Option<Arc<AdapterDir>>,
+    companion: Option<Arc<Adapter>>,
+) -> Box<Loader> {
     Box::new(move |key, backend| match key.family {
         Family::Yue2 if key.group == crate::listen::GROUP => crate::listen::load(key, backend),
         Family::Yue2 => crate::yue2::load(
@@ -47,6 +51,7 @@ pub(crate) fn loader(shared: Option<Arc<Shared>>, adapters: Option<Arc<AdapterDi
             backend,
             shared.as_ref().ok_or("the backbone file did not load; see the daemon log")?,
             adapters.as_deref(),
+            companion.as_deref(),
         ),
         Family::Mm3 => crate::mm3::load(key, backend),
     })

@@ -301,10 +301,11 @@ mod tests {
             parallel: 1,
             mm3: None,
             adapters: None,
+            companion: None,
             tokenizer: None,
         };
         let shared = Shared::open(&bb, &PipelineOptions::default()).unwrap();
-        let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(k, backend, &shared, None));
+        let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(k, backend, &shared, None, None));
         let keys =
             Keys { ar: crate::yue2::ar(&cfg, None), nar: crate::yue2::nar(&cfg, None), vae: crate::yue2::vae(&cfg) };
         (dir, ModelStore::new(policy, loader, Metrics::new()), keys)
@@ -366,7 +367,7 @@ mod tests {
             let shared = Shared::open(&bb, &PipelineOptions::default()).unwrap();
             // The variant's adapters do not matter to the store: load the plain half.
             let loader: Box<Loader> = Box::new(move |k, backend| {
-                crate::yue2::load(&ComponentKey { variant: String::new(), ..k.clone() }, backend, &shared, None)
+                crate::yue2::load(&ComponentKey { variant: String::new(), ..k.clone() }, backend, &shared, None, None)
             });
             let s = ModelStore::new(policy, loader, Metrics::new());
             let plain = ComponentKey {

@@ -65,9 +65,16 @@ fn sampling(p: &SamplingPreset) -> Sampling {
     }
 }
 
-/// A request's adapters as the engine names them.
-pub fn adapters(req: &Yue2Request) -> Vec<(String, f32)> {
-    req.adapters.iter().map(|a| (a.name.clone(), a.scale as f32)).collect()
+/// A request's adapters as the engine names them, each with its strength per half.
+pub fn adapters(req: &Yue2Request) -> Vec<yued_engine::models::yue2::adapter::AdapterUse> {
+    req.adapters
+        .iter()
+        .map(|a| yued_engine::models::yue2::adapter::AdapterUse {
+            name: a.name.clone(),
+            ar: a.half_scale(false) as f32,
+            nar: a.half_scale(true) as f32,
+        })
+        .collect()
 }
 
 /// An engine refusal as the request error naming its field.

@@ -29,6 +29,9 @@ pub struct WorkerConfig {
     pub mm3: Option<yued_engine::registry::Registry>,
     /// The `--adapters` directory, scanned against the backbone (YuE2 requests stack them).
     pub adapters: Option<Arc<yued_engine::models::yue2::adapter::AdapterDir>>,
+    /// `--companion`: a NAR-only adapter merged under every YuE2 render at the request's
+    /// `companion_scale`.
+    pub companion: Option<Arc<yued_engine::models::yue2::adapter::Adapter>>,
     /// `--tokenizer`: the audio tokenizer head (MERT-v2 beside it), when `/tokenize` is served.
     pub tokenizer: Option<PathBuf>,
 }

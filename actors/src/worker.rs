@@ -56,7 +56,11 @@ pub fn spawn(
         }
     };
     let policy = if cfg.keep_loaded { Policy::Never } else { Policy::Strict };
-    let store = ModelStore::new(policy, crate::kinds::loader(shared.clone(), cfg.adapters.clone()), metrics.clone());
+    let store = ModelStore::new(
+        policy,
+        crate::kinds::loader(shared.clone(), cfg.adapters.clone(), cfg.companion.clone()),
+        metrics.clone(),
+    );
     let waited = metrics.cpu_turn_wait_seconds_total.clone();
     let cpu_turns = yued_engine::ggml::CpuTurns::with_wait_hook(move |d| waited.inc_by(d.as_secs_f64()));
     let links = Links { scheduler: scheduler.clone(), hub, metrics, store: store.clone(), cfg: cfg.clone(), cpu_turns };

@@ -73,28 +73,59 @@ pub fn vae(cfg: &WorkerConfig) -> ComponentKey {
     }
 }
 
+/// How a variant names the `--companion` adapter (apart from the directory's names).
+const COMPANION: &str = "companion:";
+
 /// The variant of a half a request's adapters make ([`yued_engine::models::yue2::adapter::half_key`]):
-/// "" without adapters, or when none of them changes this half at a non-zero strength. A
-/// name the directory lacks keeps its place in the key; the load then says what is wrong.
+/// "" without adapters, or when none of them changes this half at a non-zero strength (each at
+/// its strength on this half). A name the directory lacks keeps its place in the key; the load
+/// then says what is wrong. The NAR half's starts with the companion at the request's
+/// `companion_scale`, unless the request names the same file itself (it is merged once, at the
+/// request's strength). No request (the warm-up) is the default request.
 fn variant(cfg: &WorkerConfig, req: Option<&Yue2Request>, nar: bool) -> String {
-    let (Some(req), Some(dir)) = (req, cfg.adapters.as_deref()) else { return String::new() };
-    req.adapters
-        .iter()
-        .filter(|a| a.scale != 0.0)
-        .filter(|a| dir.get(&a.name).map(|x| if nar { x.nar } else { x.ar }).unwrap_or(true))
-        .map(|a| format!("{}@{}", a.name, a.scale as f32))
-        .collect::<Vec<_>>()
-        .join(",")
+    let default = Yue2Request::default();
+    let req = req.unwrap_or(&default);
+    let dir = cfg.adapters.as_deref();
+    let mut entries: Vec<String> = Vec::new();
+    if let (true, Some(c)) = (nar, cfg.companion.as_deref()) {
+        let named = dir.is_some_and(|d| req.adapters.iter().any(|a| d.get(&a.name).is_ok_and(|x| same_file(x, c))));
+        if !named && req.companion_scale != 0.0 {
+            entries.push(format!("{COMPANION}{}@{}", c.name, req.companion_scale as f32));
+        }
+    }
+    if let Some(dir) = dir {
+        for a in &req.adapters {
+            let s = a.half_scale(nar) as f32;
+            if s != 0.0 && dir.get(&a.name).map(|x| if nar { x.nar } else { x.ar }).unwrap_or(true) {
+                entries.push(format!("{}@{s}", a.name));
+            }
+        }
+    }
+    entries.join(",")
+}
+
+/// Whether two adapters are one file (a directory's entry naming the companion).
+fn same_file(a: &Adapter, b: &Adapter) -> bool {
+    a.file == b.file
+        || std::fs::canonicalize(&a.file).ok().is_some_and(|x| std::fs::canonicalize(&b.file).ok() == Some(x))
 }
 
 /// A variant's adapters and strengths.
-fn stack_of<'a>(dir: &'a AdapterDir, variant: &str) -> Result<Vec<(&'a Adapter, f32)>, String> {
+fn stack_of<'a>(
+    dir: Option<&'a AdapterDir>,
+    companion: Option<&'a Adapter>,
+    variant: &str,
+) -> Result<Vec<(&'a Adapter, f32)>, String> {
     variant
         .split(',')
         .filter(|e| !e.is_empty())
         .map(|e| {
             let (name, s) = e.rsplit_once('@').ok_or_else(|| format!("a variant entry '{e}' without its strength"))?;
-            Ok((dir.get(name)?, s.parse::<f32>().map_err(|x| format!("{e}: {x}"))?))
+            let adapter = match name.strip_prefix(COMPANION) {
+                Some(_) => companion.ok_or("this daemon has no --companion adapter")?,
+                None => dir.ok_or("adapters: this daemon has no --adapters directory")?.get(name)?,
+            };
+            Ok((adapter, s.parse::<f32>().map_err(|x| format!("{e}: {x}"))?))
         })
         .collect()
 }
@@ -111,6 +142,7 @@ pub fn load(
     backend: &Backend,
     shared: &Shared,
     adapters: Option<&AdapterDir>,
+    companion: Option<&Adapter>,
 ) -> Result<Module, String> {
     let f = GgufFile::open(&key.file).map_err(|e| e.to_string())?;
     let terms = |nar: bool| -> Result<
@@ -120,9 +152,8 @@ pub fn load(
         if key.variant.is_empty() {
             return Ok(Default::default());
         }
-        let dir = adapters.ok_or("adapters: this daemon has no --adapters directory")?;
         let t0 = std::time::Instant::now();
-        let t = stack_terms(&stack_of(dir, &key.variant)?, &shapes_of(&f), nar)?;
+        let t = stack_terms(&stack_of(adapters, companion, &key.variant)?, &shapes_of(&f), nar)?;
         tracing::info!(variant = %key.variant, tensors = t.len(), seconds = t0.elapsed().as_secs_f64(), "adapter terms \
             read");
         Ok(t)

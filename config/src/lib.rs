@@ -33,6 +33,9 @@ pub struct Config {
     pub models: Option<PathBuf>,
     /// A directory of LoRA adapters YuE2 requests may stack.
     pub adapters: Option<PathBuf>,
+    /// A NAR-only adapter (safetensors file or folder) merged under every YuE2 render at the
+    /// request's `companion_scale` (yue2.cpp's companion: `nar_lora_joint_v9` beside the tokenizer).
+    pub companion: Option<PathBuf>,
     /// The audio tokenizer head GGUF (MERT-v2 beside it): serves `/tokenize`. Empty with no
     /// `model`: the tiny listening demo in the data directory; empty with one: not served.
     pub tokenizer: Option<PathBuf>,
@@ -130,6 +133,7 @@ impl Default for Config {
             models: None,
             adapters: None,
             tokenizer: None,
+            companion: None,
             device: "auto".into(),
             threads: 0,
             compute_priority: "low".into(),
@@ -176,6 +180,7 @@ const KEYS: &[&str] = &[
     "models",
     "adapters",
     "tokenizer",
+    "companion",
     "device",
     "threads",
     "compute_priority",
@@ -270,6 +275,7 @@ impl Config {
             "models" => self.models = (!value.is_empty()).then(|| value.into()),
             "adapters" => self.adapters = (!value.is_empty()).then(|| value.into()),
             "tokenizer" => self.tokenizer = (!value.is_empty()).then(|| value.into()),
+            "companion" => self.companion = (!value.is_empty()).then(|| value.into()),
             "device" => self.device = value.into(),
             "threads" => self.threads = num(value, bad)?,
             "max_batch" => self.max_batch = num(value, bad)?,

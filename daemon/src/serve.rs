@@ -24,7 +24,7 @@ use yued_contract::metrics::Metrics;
 use yued_contract::results::{ResultStore, Retention};
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::audio_tokenizer::pipeline::AudioTokenizer;
-use yued_engine::models::yue2::adapter::{shapes_of, AdapterDir};
+use yued_engine::models::yue2::adapter::{shapes_of, Adapter, AdapterDir};
 use yued_engine::models::yue2::config::BackboneInfo;
 use yued_engine::models::yue2::demo::{write_demo, Preset, DEMO_KEY};
 use yued_engine::models::yue2::pipeline::PipelineOptions;
@@ -61,6 +61,12 @@ pub struct ServeArgs {
     /// when no --model is given, else not served.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// A NAR-only adapter (a .safetensors file, or a folder holding one) merged into YuE2's
+    /// NAR half under every render at the request's companion_scale (0 to 2, default 1): the
+    /// adapter trained with the audio tokenizer (nar_lora_joint_v9), so re-rendered recordings
+    /// sound right. A request naming the same file in its adapters merges it once.
+    #[arg(long)]
+    pub companion: Option<PathBuf>,
     /// Listen address (default 127.0.0.1).
     #[arg(long)]
     pub host: Option<String>,
@@ -190,6 +196,7 @@ impl ServeArgs {
         set("models", self.models.as_ref().map(|p| p.display().to_string()))?;
         set("adapters", self.adapters.as_ref().map(|p| p.display().to_string()))?;
         set("tokenizer", self.tokenizer.as_ref().map(|p| p.display().to_string()))?;
+        set("companion", self.companion.as_ref().map(|p| p.display().to_string()))?;
         set("host", self.host.clone())?;
         set("port", self.port.map(|p| p.to_string()))?;
         set("data_dir", self.data_dir.as_ref().map(|p| p.display().to_string()))?;
@@ -567,6 +574,21 @@ fn props_of(c: &Config, models: &Models, context: usize) -> Props {
     props
 }
 
+/// The `--companion` adapter read against the backbone: NAR-only, listed in `/props`.
+fn open_companion(c: &Config, models: &Models, props: &mut Props) -> anyhow::Result<Option<Arc<Adapter>>> {
+    let Some(path) = &c.companion else { return Ok(None) };
+    let a = Adapter::open(path, &shapes_of(&GgufFile::open(&models.model)?))
+        .map_err(|e| anyhow::anyhow!("--companion {}: {e}", path.display()))?;
+    anyhow::ensure!(
+        !a.ar && a.nar,
+        "--companion {}: a companion changes the NAR half alone; this adapter changes the AR half",
+        path.display()
+    );
+    tracing::info!(adapter = %a.name, rank = a.rank, tensors = a.tensors, "companion adapter (NAR, every render)");
+    props.companion = Some(a.name.clone());
+    Ok(Some(Arc::new(a)))
+}
+
 /// The `--adapters` directory scanned against the backbone, each adapter logged and listed
 /// in `/props` (the unusable ones with why).
 fn scan_adapters(c: &Config, models: &Models, props: &mut Props) -> anyhow::Result<Option<Arc<AdapterDir>>> {
@@ -689,6 +711,7 @@ fn worker_config(
     models: &Models,
     residency: &Residency,
     adapters: Option<Arc<AdapterDir>>,
+    companion: Option<Arc<Adapter>>,
 ) -> anyhow::Result<WorkerConfig> {
     Ok(WorkerConfig {
         model: models.model.clone(),
@@ -706,6 +729,7 @@ fn worker_config(
         parallel: parallel_rows(c),
         mm3: models.mm3.as_ref().map(|m| m.registry.clone()),
         adapters,
+        companion,
         tokenizer: models.audio_tokenizer.clone(),
     })
 }
@@ -858,6 +882,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     };
     let mut props = props_of(&c, &models, context);
     let adapters = scan_adapters(&c, &models, &mut props)?;
+    let companion = open_companion(&c, &models, &mut props)?;
     let links = links::Links::open(&c.data_dir.join("links"), std::time::Duration::from_secs(c.link_ttl_secs))
         .with_context(|| format!("creating {}", c.data_dir.join("links").display()))?;
     let metrics = Metrics::new();
@@ -865,7 +890,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     tracing::info!(keep_loaded = residency.keep_loaded, reason = %residency.reason, "residency");
     props.residency = if residency.keep_loaded { "keep-loaded" } else { "strict" }.into();
     props.residency_reason = residency.reason.clone();
-    let worker_cfg = worker_config(&c, &models, &residency, adapters.clone())?;
+    let worker_cfg = worker_config(&c, &models, &residency, adapters.clone(), companion)?;
     let cfg = c.clone();
     let role = Role::parse(&c.role).ok_or_else(|| anyhow::anyhow!("role: must be api, worker or all"))?;
     actix_web::rt::System::new().block_on(async move {

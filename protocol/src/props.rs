@@ -62,6 +62,9 @@ pub struct Props {
     /// The families served, when more than YuE2 (a YuE2-only daemon answers without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub families: Option<Vec<crate::Family>>,
+    /// The `--companion` adapter merged under every YuE2 render (at `companion_scale`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub companion: Option<String>,
     /// The audio tokenizer head, when `POST /tokenize` is served (its MERT-v2 beside it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<String>,
@@ -102,6 +105,7 @@ impl Props {
             adapters: Vec::new(),
             families: None,
             tokenizer: None,
+            companion: None,
             mm3: None,
             defaults: Yue2Request::default(),
         }

@@ -2,6 +2,7 @@
 //! listed in `/props` (an unusable one with its reason), stacked per request, a second
 //! strength reloading only the half it changes (counted in the job's metrics), the replay
 //! rendering the same bytes, and the 400s naming `adapters[i].name`.
+use serde_json::json;
 use std::path::Path;
 use std::time::Duration;
 use yued_e2e::*;
@@ -139,4 +140,87 @@ fn adapters_stack_per_request_and_reload_only_the_half_they_change() {
             && l.split_whitespace().nth(1).unwrap().parse::<f64>().unwrap() >= 6.0),
         "{metrics}"
     );
+}
+
+/// `--companion` merges a NAR-only adapter under every render at the request's
+/// `companion_scale` (once, when the request names the same file), and `ar_scale` /
+/// `nar_scale` give one adapter its own strength on each half.
+#[test]
+fn a_companion_merges_under_every_render_once_and_each_half_takes_its_own_strength() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let (backbone, _) = yued_engine::models::yue2::demo::write_demo(
+        &data.join("models"),
+        yued_engine::models::yue2::demo::Preset::Tiny,
+        0,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let shapes = yued_engine::models::yue2::adapter::shapes_of(&GgufFile::open(&backbone).unwrap());
+    let shape = |n: &str| shapes[n].clone();
+    let adapters = dir.path().join("adapters");
+    std::fs::create_dir_all(&adapters).unwrap();
+    let mut both = lora("layers.0.self_attn.q_proj", &shape("model.layers.0.self_attn.q_proj.weight"), 5);
+    both.extend(lora("layers.0.nar_mlp.up_proj", &shape("model.layers.0.nar_mlp.up_proj.weight"), 6));
+    write(&adapters.join("both.safetensors"), &both);
+    let comp = adapters.join("comp.safetensors");
+    write(&comp, &lora("layers.1.nar_self_attn.o_proj", &shape("model.layers.1.nar_self_attn.o_proj.weight"), 8));
+
+    // A companion that changes the AR half is refused at start, naming the flag.
+    let bad = ["--companion".to_string(), adapters.join("both.safetensors").display().to_string()];
+    let mut child = Daemon::spawn(&dir.path().join("refused"), free_port(), &bad, &[]);
+    assert!(wait_exit(&mut child, Duration::from_secs(120)).is_some_and(|s| !s.success()));
+    let log = std::fs::read_to_string(dir.path().join("refused.log")).unwrap();
+    assert!(log.contains("--companion") && log.contains("AR half"), "{log}");
+
+    let args = ["--keep-loaded", "--adapters", adapters.to_str().unwrap(), "--companion", comp.to_str().unwrap()];
+    let d = Daemon::start(&data, &args);
+    let props: serde_json::Value = d.http.get(d.url("/props")).send().unwrap().json().unwrap();
+    assert_eq!(props["companion"], "comp.safetensors", "{props}");
+    let with = |extra: serde_json::Value| -> String {
+        let mut v: serde_json::Value = serde_json::from_str(&song(3.0, 2)).unwrap();
+        v["seed"] = 9.into();
+        v["lm_seed"] = 9.into();
+        for (k, x) in extra.as_object().unwrap() {
+            v[k] = x.clone();
+        }
+        v.to_string()
+    };
+    let run = |body: String| -> (Vec<u8>, serde_json::Value) {
+        let id = d.submit(&body);
+        let st = d.wait(&id, Duration::from_secs(300));
+        assert_eq!(st["status"], "done", "{st}; log: {}", d.log());
+        let parts = result(&d, &id);
+        let wav = parts.iter().find(|(h, _)| h.contains("audio/wav")).unwrap().1.clone();
+        let replay = serde_json::from_slice(&parts.iter().find(|(h, _)| h.contains("json")).unwrap().1).unwrap();
+        (wav, replay)
+    };
+    let codes = |r: &serde_json::Value| r["semantic_tokens"].as_str().unwrap().to_string();
+    let (off, off_r) = run(with(json!({"companion_scale": 0})));
+    let (on, on_r) = run(with(json!({})));
+    assert_eq!(codes(&on_r), codes(&off_r), "a companion changes the NAR half alone");
+    assert!(on != off, "the companion changes the render");
+    assert!(on_r.get("companion_scale").is_none(), "the default strength stays out of the replay: {on_r}");
+    let (named, _) = run(with(json!({"adapters": [{"name": "comp.safetensors"}]})));
+    assert!(named == on, "a request naming the companion merges it once");
+    let (twice, _) = run(with(json!({"companion_scale": 0, "adapters": [{"name": "comp.safetensors", "scale": 2}]})));
+    assert!(twice != on, "at twice the strength it renders otherwise");
+    let (half, half_r) = run(with(json!({"companion_scale": 0.5})));
+    assert!(half != on && half != off);
+    assert_eq!(half_r["companion_scale"], 0.5, "{half_r}");
+
+    // Per-half strengths: AR at 0 keeps the plain codes; NAR at 0 keeps the adapted codes.
+    let (_, full) = run(with(json!({"companion_scale": 0, "adapters": [{"name": "both.safetensors"}]})));
+    assert_ne!(codes(&full), codes(&off_r), "the AR half of the adapter changes the codes");
+    let (nar_only, nar_r) = run(with(json!({"companion_scale": 0,
+        "adapters": [{"name": "both.safetensors", "ar_scale": 0}]})));
+    assert_eq!(codes(&nar_r), codes(&off_r));
+    assert!(nar_only != off, "its NAR half still applies");
+    let (_, ar_r) =
+        run(with(json!({"companion_scale": 0, "adapters": [{"name": "both.safetensors", "nar_scale": 0}]})));
+    assert_eq!(codes(&ar_r), codes(&full));
+    assert_eq!(ar_r["adapters"][0]["nar_scale"], 0.0, "the replay keeps the per-half strength: {ar_r}");
+    let (s, v, _) = d.submit_as(&with(json!({"companion_scale": 3})), None);
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("companion_scale"), "{v}");
 }

@@ -69,7 +69,7 @@ pub fn run(a: LmEvalArgs) -> anyhow::Result<()> {
                 }
                 None => (s.as_str(), 1.0),
             };
-            Ok((name.to_string(), scale as f32))
+            Ok(yued_engine::models::yue2::adapter::AdapterUse::both(name, scale as f32))
         })
         .collect::<anyhow::Result<Vec<_>>>()?;
     let (terms, _) = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), &a.model, &refs)

@@ -89,11 +89,36 @@ pub struct AdapterRef {
     /// Strength of the merge; 0 leaves the weights untouched.
     #[serde(default = "unit_scale")]
     pub scale: f64,
+    /// Strength on the AR half (the score and the codes); absent: `scale`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ar_scale: Option<f64>,
+    /// Strength on the NAR half (the acoustics); absent: `scale`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub nar_scale: Option<f64>,
+}
+
+impl AdapterRef {
+    /// An adapter at one strength on both halves.
+    pub fn new(name: impl Into<String>, scale: f64) -> Self {
+        AdapterRef { name: name.into(), scale, ar_scale: None, nar_scale: None }
+    }
+
+    /// Its strength on the AR half (`nar` false) or the NAR half.
+    pub fn half_scale(&self, nar: bool) -> f64 {
+        if nar { self.nar_scale } else { self.ar_scale }.unwrap_or(self.scale)
+    }
 }
 
 fn unit_scale() -> f64 {
     1.0
 }
+
+fn is_unit(x: &f64) -> bool {
+    *x == 1.0
+}
+
+/// The bound of `companion_scale`.
+pub const COMPANION_SCALE_MAX: f64 = 2.0;
 
 /// A song generation request. Every field has a default, and omitting a field is the same
 /// as sending its default (a JSON `null` counts as omitted too).
@@ -147,6 +172,13 @@ pub struct Yue2Request {
     #[schemars(range(min = MP3_BITRATE_MIN, max = MP3_BITRATE_MAX))]
     pub mp3_bitrate: u32,
     pub adapters: Vec<AdapterRef>,
+    /// Strength of the daemon's `--companion` adapter, merged into the NAR half under every
+    /// render (a request that names the same adapter in `adapters` merges it once, at that
+    /// entry's strength); 0 renders without it. Ignored by a daemon without one. The replay
+    /// request records it when not 1.
+    #[serde(skip_serializing_if = "is_unit")]
+    #[schemars(range(min = 0, max = COMPANION_SCALE_MAX))]
+    pub companion_scale: f64,
     /// Codes of a source song to continue from; exclusive with `semantic_tokens`.
     #[schemars(pattern(CODES_PATTERN))]
     pub source_tokens: String,
@@ -207,6 +239,7 @@ impl Default for Yue2Request {
             output_format: OutputFormat::Mp3,
             mp3_bitrate: 128,
             adapters: Vec::new(),
+            companion_scale: 1.0,
             source_tokens: String::new(),
             source_start: 0.0,
             source_end: -1.0,
@@ -262,6 +295,7 @@ impl Yue2Request {
             output_format,
             mp3_bitrate,
             adapters,
+            companion_scale,
             source_tokens,
             source_start,
             source_end,
@@ -344,9 +378,17 @@ impl Yue2Request {
             if a.name.trim().is_empty() {
                 return err(&format!("adapters[{i}].name"), "must not be empty".into());
             }
-            if !a.scale.is_finite() {
-                return err(&format!("adapters[{i}].scale"), format!("must be finite, got {}", a.scale));
+            for (field, s) in [("scale", Some(a.scale)), ("ar_scale", a.ar_scale), ("nar_scale", a.nar_scale)] {
+                if let Some(s) = s.filter(|s| !s.is_finite()) {
+                    return err(&format!("adapters[{i}].{field}"), format!("must be finite, got {s}"));
+                }
             }
+        }
+        if !(0.0..=COMPANION_SCALE_MAX).contains(&self.companion_scale) {
+            return err(
+                "companion_scale",
+                format!("must be in [0, {COMPANION_SCALE_MAX}], got {}", self.companion_scale),
+            );
         }
         let has_semantic = !self.semantic_tokens.trim_ascii().is_empty();
         let has_source = !self.source_tokens.trim_ascii().is_empty();
@@ -497,7 +539,7 @@ mod tests {
         r.lyrics = "[verse]\nhello".into();
         r.cot = CotMode::Melody;
         r.output_format = OutputFormat::Wav24;
-        r.adapters = vec![AdapterRef { name: "lorn.safetensors".into(), scale: 0.5 }];
+        r.adapters = vec![AdapterRef::new("lorn.safetensors", 0.5)];
         r.abc_sampling.top_p = 0.5;
         let text = serde_json::to_string(&r).unwrap();
         assert!(text.contains(r#""cot":"melody""#));
@@ -537,7 +579,14 @@ mod tests {
     #[test]
     fn adapter_scale_defaults_to_one() {
         let r = parse(r#"{"style":"x","adapters":[{"name":"a.safetensors"}]}"#).unwrap();
-        assert_eq!(r.adapters, vec![AdapterRef { name: "a.safetensors".into(), scale: 1.0 }]);
+        assert_eq!(r.adapters, vec![AdapterRef::new("a.safetensors", 1.0)]);
+        assert_eq!((r.adapters[0].half_scale(false), r.adapters[0].half_scale(true)), (1.0, 1.0));
+        let r = parse(r#"{"style":"x","adapters":[{"name":"a","scale":0.5,"nar_scale":1.5}]}"#).unwrap();
+        assert_eq!((r.adapters[0].half_scale(false), r.adapters[0].half_scale(true)), (0.5, 1.5));
+        // The per-half strengths and a companion strength of 1 stay out of the serialized body.
+        let json = serde_json::to_string(&Yue2Request { adapters: vec![AdapterRef::new("a", 1.0)], ..valid() });
+        let json = json.unwrap();
+        assert!(!json.contains("ar_scale") && !json.contains("companion_scale"), "{json}");
     }
 
     #[test]
@@ -641,14 +690,18 @@ mod tests {
             ("source_end", Yue2Request { source_end: -2.0, ..valid() }),
             ("source_end", Yue2Request { source_end: f64::NAN, ..valid() }),
             ("plan_retries", Yue2Request { plan_retries: 9, ..valid() }),
+            ("adapters[0].name", Yue2Request { adapters: vec![AdapterRef::new(" ", 1.0)], ..valid() }),
+            ("adapters[0].scale", Yue2Request { adapters: vec![AdapterRef::new("a", f64::NAN)], ..valid() }),
             (
-                "adapters[0].name",
-                Yue2Request { adapters: vec![AdapterRef { name: " ".into(), scale: 1.0 }], ..valid() },
+                "adapters[0].nar_scale",
+                Yue2Request {
+                    adapters: vec![AdapterRef { nar_scale: Some(f64::INFINITY), ..AdapterRef::new("a", 1.0) }],
+                    ..valid()
+                },
             ),
-            (
-                "adapters[0].scale",
-                Yue2Request { adapters: vec![AdapterRef { name: "a".into(), scale: f64::NAN }], ..valid() },
-            ),
+            ("companion_scale", Yue2Request { companion_scale: 2.5, ..valid() }),
+            ("companion_scale", Yue2Request { companion_scale: -0.1, ..valid() }),
+            ("companion_scale", Yue2Request { companion_scale: f64::NAN, ..valid() }),
             ("stream_chunk_seconds", Yue2Request { stream_chunk_seconds: 1.0, ..valid() }),
             ("stream_chunk_seconds", Yue2Request { stream_chunk_seconds: -2.0, ..valid() }),
             ("stream_chunk_seconds", Yue2Request { stream_chunk_seconds: 601.0, ..valid() }),

@@ -9,15 +9,34 @@ pub use scan::{shapes_of, stack_terms, Adapter, AdapterDir, Layout, Shapes, Unus
 /// The terms of merge, per half: what `load_with` of the AR and NAR halves take.
 pub type HalfTerms = std::collections::HashMap<String, Vec<Term>>;
 
-/// A job's adapters, in order: each one's name in the directory and its strength.
-pub type AdapterRefs = [(String, f32)];
+/// One adapter of a job: its name in the directory and its strength on each half.
+#[derive(Clone, Debug, PartialEq)]
+pub struct AdapterUse {
+    pub name: String,
+    pub ar: f32,
+    pub nar: f32,
+}
 
-/// A job's adapters against a directory: each entry's adapter and strength; an error
-/// names the entry (`adapters[i].name: ...`).
-pub fn request_stack<'a>(dir: &'a AdapterDir, refs: &AdapterRefs) -> Result<Vec<(&'a Adapter, f32)>, String> {
+impl AdapterUse {
+    /// One strength on both halves.
+    pub fn both(name: impl Into<String>, scale: f32) -> Self {
+        AdapterUse { name: name.into(), ar: scale, nar: scale }
+    }
+}
+
+/// A job's adapters against a directory: each entry's adapter and its strength on one half
+/// (`nar`); an error names the entry (`adapters[i].name: ...`).
+pub fn request_stack<'a>(
+    dir: &'a AdapterDir,
+    refs: &[AdapterUse],
+    nar: bool,
+) -> Result<Vec<(&'a Adapter, f32)>, String> {
     refs.iter()
         .enumerate()
-        .map(|(i, (name, scale))| dir.get(name).map(|a| (a, *scale)).map_err(|e| format!("adapters[{i}].name: {e}")))
+        .map(|(i, r)| {
+            let scale = if nar { r.nar } else { r.ar };
+            dir.get(&r.name).map(|a| (a, scale)).map_err(|e| format!("adapters[{i}].name: {e}"))
+        })
         .collect()
 }
 
@@ -26,18 +45,18 @@ pub fn request_stack<'a>(dir: &'a AdapterDir, refs: &AdapterRefs) -> Result<Vec<
 pub fn request_terms(
     dir: Option<&std::path::Path>,
     model: &std::path::Path,
-    refs: &AdapterRefs,
+    refs: &[AdapterUse],
 ) -> Result<(HalfTerms, HalfTerms), String> {
     if refs.is_empty() {
         return Ok(Default::default());
     }
-    let dir =
-        dir.ok_or_else(|| format!("adapters[0].name: '{}': give the adapter directory (--adapters DIR)", refs[0].0))?;
+    let dir = dir
+        .ok_or_else(|| format!("adapters[0].name: '{}': give the adapter directory (--adapters DIR)", refs[0].name))?;
     let f = crate::gguf::GgufFile::open(model).map_err(|e| e.to_string())?;
     let shapes = shapes_of(&f);
     let scanned = AdapterDir::scan(dir, &shapes).map_err(|e| format!("--adapters {}: {e}", dir.display()))?;
-    let stack = request_stack(&scanned, refs)?;
-    Ok((stack_terms(&stack, &shapes, false)?, stack_terms(&stack, &shapes, true)?))
+    let half = |nar: bool| stack_terms(&request_stack(&scanned, refs, nar)?, &shapes, nar);
+    Ok((half(false)?, half(true)?))
 }
 
 /// A stack of adapters as a ModelStore key part of one half: the names and strengths of

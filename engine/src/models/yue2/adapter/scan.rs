@@ -123,6 +123,20 @@ impl AdapterDir {
     }
 }
 
+impl Adapter {
+    /// One adapter outside a directory (a `--companion`): a safetensors file, or a folder
+    /// holding one, read against the backbone's `shapes`; named after the file or folder.
+    pub fn open(path: &Path, shapes: &Shapes) -> Result<Adapter, String> {
+        let file = if path.is_dir() {
+            folder_file(path).ok_or_else(|| format!("{}: no .safetensors file in it", path.display()))?
+        } else {
+            path.to_path_buf()
+        };
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        Source::read(&file).and_then(|s| s.describe(&name, &file, shapes))
+    }
+}
+
 fn is_safetensors(p: &Path) -> bool {
     p.extension().is_some_and(|x| x.eq_ignore_ascii_case("safetensors"))
 }
