@@ -1,10 +1,15 @@
 //! The `--adapters` directory: every `.safetensors` file and every folder holding one is an
 //! adapter. Each key is normalized to the backbone's GGUF names whatever the layout the
-//! community shipped it in (PEFT, ComfyUI, native, slider tools, a bundled adapter's
-//! `companion.*` / `io.*`), fused `qkv_proj` / `gate_up_proj` factors are split back onto
-//! the separate projections by rows of B, and the halves an adapter changes are recorded.
-//! A key that names nothing of the backbone makes the adapter unusable, with that key as
-//! the reason, never a crash.
+//! community shipped it in (PEFT, ComfyUI and AI Toolkit, native, GGUF-style `blk.N.*`,
+//! slider tools, a bundled adapter's `companion.*` / `io.*`), fused `qkv_proj` /
+//! `gate_up_proj` factors are split back onto the separate projections by rows, and the
+//! halves an adapter changes are recorded. A file holds LoRA factors (`W += s·alpha/rank·B@A`,
+//! alpha/√rank under rsLoRA), LoKr ones (`W += s·alpha/dim·kron(W1, W2)`, each factor whole or
+//! a product of two; scale `s` alone when neither is factorised; `dim` the `lokr_dim`
+//! metadata, else the rank), diffs (`.diff`, `.diff_b`) or whole replacements (`vae2llm`,
+//! `llm2vae`). DoRA, LoHa, HiRA and PiSSA deltas are refused by name: their delta is not one
+//! of those. A key that names nothing of the backbone is counted and skipped (an adapter none
+//! of whose keys does is unusable, with the first key as the reason), never a crash.
 use crate::models::yue2::config::is_nar_tensor;
 use crate::nn::lora::Term;
 use regex::Regex;
@@ -26,6 +31,8 @@ pub enum Layout {
     Slider,
     /// `companion.*` / `io.*` around a bundled acoustic adapter.
     Bundled,
+    /// `[yue2.]blk.N.{attn_q,...,nar_ffn_up,...}.*`, `time_embd.*`: the GGUF tensor names.
+    Gguf,
 }
 
 impl Layout {
@@ -36,6 +43,7 @@ impl Layout {
             Layout::Native => "native",
             Layout::Slider => "slider",
             Layout::Bundled => "bundled",
+            Layout::Gguf => "gguf",
         }
     }
 }
@@ -58,6 +66,8 @@ pub struct Adapter {
     pub nar: bool,
     /// Backbone tensors it changes.
     pub tensors: usize,
+    /// Keys that name nothing of the backbone, skipped.
+    pub ignored: usize,
 }
 
 /// An adapter the scan could not use, and why (the key at fault).
@@ -102,7 +112,12 @@ impl AdapterDir {
         let mut out = AdapterDir { dir: dir.to_path_buf(), ..Default::default() };
         for (name, file) in found {
             match Source::read(&file).and_then(|s| s.describe(&name, &file, shapes)) {
-                Ok(a) => out.adapters.push(a),
+                Ok(a) => {
+                    if a.ignored > 0 {
+                        tracing::warn!(adapter = %name, keys = a.ignored, "keys naming nothing of the backbone skipped");
+                    }
+                    out.adapters.push(a)
+                }
                 Err(reason) => {
                     tracing::warn!(adapter = %name, %reason, "adapter skipped");
                     out.unusable.push(Unusable { name, reason });
@@ -171,32 +186,82 @@ enum Part {
     A,
     B,
     Alpha,
-    Diff,
+    /// LoKr's factors: `W1` whole or `W1a @ W1b`, `W2` whole or `W2a @ W2b`.
+    W1,
+    W1a,
+    W1b,
+    W2,
+    W2a,
+    W2b,
+    /// `W += s·D` on `module.weight` or, with `bias`, on `module.bias`.
+    Diff {
+        bias: bool,
+    },
     /// A replacement of `module.weight` or, with `bias`, of `module.bias`.
     Full {
         bias: bool,
     },
 }
 
+/// A key's role, from its last component(s).
+fn part_of(suffix: &str) -> Option<Part> {
+    Some(match suffix {
+        "lora_A" | "lora_down" | "lora.down" | "lora_a" => Part::A,
+        "lora_B" | "lora_up" | "lora.up" | "lora_b" => Part::B,
+        "alpha" | "lora_alpha" => Part::Alpha,
+        "lokr_w1" => Part::W1,
+        "lokr_w1_a" => Part::W1a,
+        "lokr_w1_b" => Part::W1b,
+        "lokr_w2" => Part::W2,
+        "lokr_w2_a" => Part::W2a,
+        "lokr_w2_b" => Part::W2b,
+        "diff" => Part::Diff { bias: false },
+        "diff_b" => Part::Diff { bias: true },
+        "bias" => Part::Full { bias: true },
+        "weight" => Part::Full { bias: false },
+        _ => return None,
+    })
+}
+
+/// The role alternatives of the key patterns (the longer spellings first).
+const PARTS: &str = concat!(
+    r"(?P<part>lora_A|lora_B|lora_down|lora_up|lora\.down|lora\.up|lora_a|lora_b|lora_alpha|alpha|",
+    r"lokr_w1_a|lokr_w1_b|lokr_w2_a|lokr_w2_b|lokr_w1|lokr_w2|diff_b|diff)(?:\.default)?(?:\.weight)?$"
+);
+
 fn projection_key() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     R.get_or_init(|| {
-        Regex::new(concat!(
+        Regex::new(&format!(
+            "{}{}{}{PARTS}",
             r"^(?P<pre>(?:.*?\.)??)(?:model[.-])?layers[.-](?P<l>\d+)[.-]",
             r"(?P<m>nar_self_attn|self_attn|nar_mlp|mlp)[.-]",
             r"(?P<p>qkv_proj|q_proj|k_proj|v_proj|o_proj|gate_up_proj|gate_proj|up_proj|down_proj)\.",
-            r"(?P<part>lora_A|lora_B|lora_down|lora_up|alpha|diff)(?:\.default)?(?:\.weight)?$",
         ))
         .expect("a valid pattern")
     })
 }
 
+/// The GGUF-style names of the block projections: `[yue2.]blk.N.[nar_]attn_q...`.
+fn gguf_key() -> &'static Regex {
+    static R: OnceLock<Regex> = OnceLock::new();
+    R.get_or_init(|| {
+        Regex::new(&format!(
+            "{}{PARTS}",
+            r"^(?:yue2\.)?blk\.(?P<l>\d+)\.(?P<nar>nar_)?(?P<s>attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.",
+        ))
+        .expect("a valid pattern")
+    })
+}
+
+/// The flat NAR tensors: the latent projections and the time embedder, in every spelling.
 fn io_key() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     R.get_or_init(|| {
-        Regex::new(concat!(
-            r"^(?P<pre>(?:.*?\.)??)(?P<m>vae2llm|llm2vae)\.",
-            r"(?P<part>lora_A|lora_B|lora_down|lora_up|alpha|diff|weight|bias)(?:\.default)?(?:\.weight)?$",
+        Regex::new(&format!(
+            "{}{}",
+            r"^(?P<pre>(?:.*?\.)??)(?P<m>vae2llm|llm2vae|time_embedder\.mlp\.[02]|time_embd\.[01]|time_embed\.[02])\.",
+            PARTS.replace("|diff)", "|diff|weight|bias)"),
         ))
         .expect("a valid pattern")
     })
@@ -209,46 +274,71 @@ fn layout_of(pre: &str) -> Option<Layout> {
         p if p.starts_with("text_encoders.") || p.starts_with("diffusion_model.") => Layout::ComfyUi,
         "adapters." => Layout::Slider,
         "companion." | "io." => Layout::Bundled,
+        "yue2." => Layout::Gguf,
         _ => return None,
     })
 }
 
+/// The GGUF site tag of a block projection as its module path.
+fn gguf_site(tag: &str) -> &'static str {
+    match tag {
+        "attn_q" => "self_attn.q_proj",
+        "attn_k" => "self_attn.k_proj",
+        "attn_v" => "self_attn.v_proj",
+        "attn_output" => "self_attn.o_proj",
+        "ffn_gate" => "mlp.gate_proj",
+        "ffn_up" => "mlp.up_proj",
+        _ => "mlp.down_proj",
+    }
+}
+
 /// The backbone module and part a key names; an error says why it names none.
 fn normalize(key: &str) -> Result<Key, String> {
+    let part = |c: &regex::Captures<'_>| part_of(&c["part"]);
     if let Some(c) = projection_key().captures(key) {
         let pre = &c["pre"];
         let layout =
             layout_of(pre).ok_or_else(|| format!("'{key}': the prefix '{pre}' is not one of a known layout"))?;
         let mut m = c["m"].to_string();
-        // ComfyUI's NAR half carries the AR projection names.
+        // ComfyUI's (and AI Toolkit's) NAR half carries the AR projection names; its AR half
+        // has no NAR projection.
         if pre.starts_with("diffusion_model.") && !m.starts_with("nar_") {
             m = format!("nar_{m}");
         }
-        let part = match &c["part"] {
-            "lora_A" | "lora_down" => Part::A,
-            "lora_B" | "lora_up" => Part::B,
-            "alpha" => Part::Alpha,
-            _ => Part::Diff,
-        };
+        if pre.starts_with("text_encoders.") && m.starts_with("nar_") {
+            return Err(format!("'{key}': a NAR projection under the AR half's text_encoders prefix"));
+        }
+        let part = part(&c).expect("the pattern's parts");
+        if part == (Part::Diff { bias: true }) {
+            return Err(format!("'{key}': a block projection has no bias to change"));
+        }
         return Ok(Key { layout, module: format!("model.layers.{}.{m}.{}", &c["l"], &c["p"]), part });
+    }
+    if let Some(c) = gguf_key().captures(key) {
+        let part = part(&c).expect("the pattern's parts");
+        if part == (Part::Diff { bias: true }) {
+            return Err(format!("'{key}': a block projection has no bias to change"));
+        }
+        let site = format!("{}{}", c.name("nar").map_or("", |m| m.as_str()), gguf_site(&c["s"]));
+        return Ok(Key { layout: Layout::Gguf, module: format!("model.layers.{}.{site}", &c["l"]), part });
     }
     if let Some(c) = io_key().captures(key) {
         let pre = &c["pre"];
         let layout =
             layout_of(pre).ok_or_else(|| format!("'{key}': the prefix '{pre}' is not one of a known layout"))?;
-        let part = match &c["part"] {
-            "lora_A" | "lora_down" => Part::A,
-            "lora_B" | "lora_up" => Part::B,
-            "alpha" => Part::Alpha,
-            "diff" => Part::Diff,
-            "bias" => Part::Full { bias: true },
-            _ => Part::Full { bias: false },
+        if pre.starts_with("text_encoders.") {
+            return Err(format!("'{key}': a NAR tensor under the AR half's text_encoders prefix"));
+        }
+        let module = match &c["m"] {
+            "time_embd.0" | "time_embed.0" => "time_embedder.mlp.0",
+            "time_embd.1" | "time_embed.2" => "time_embedder.mlp.2",
+            m => m,
         };
-        return Ok(Key { layout, module: c["m"].to_string(), part });
+        return Ok(Key { layout, module: module.to_string(), part: part(&c).expect("the pattern's parts") });
     }
     Err(format!(
         "'{key}' names no tensor of the backbone yued merges (self_attn.{{q,k,v,o}}_proj, \
-        mlp.{{gate,up,down}}_proj, their nar_ twins, vae2llm, llm2vae)"
+        mlp.{{gate,up,down}}_proj, their nar_ twins, vae2llm, llm2vae, time_embedder)"
     ))
 }
 
@@ -269,10 +359,44 @@ struct Loaded {
     data: Vec<f32>,
 }
 
-/// An adapter file read: its normalized keys and values, its file-level alpha.
+/// An adapter file read: its normalized keys and values, its file-level settings.
 struct Source {
     keys: Vec<(String, Key, Loaded)>,
+    /// The alpha of the safetensors metadata, else of `adapter_config.json` beside it.
     alpha: Option<f32>,
+    /// rsLoRA (`use_rslora`): LoRA scales by alpha / √rank.
+    rslora: bool,
+    /// LoKr's `lokr_dim` (metadata): the divisor of its alpha, else the rank.
+    lokr_dim: Option<f32>,
+    /// The keys naming nothing of the backbone, each with why.
+    ignored: Vec<String>,
+}
+
+/// Why a parameterisation whose delta is neither `B @ A`, a Kronecker product nor a diff is
+/// refused (by name), if the file is one; `meta` is its safetensors metadata.
+fn refused(
+    names: &[String],
+    meta: Option<&HashMap<String, String>>,
+    scalar: impl Fn(&str) -> Option<f32>,
+) -> Option<String> {
+    for n in names {
+        if n.ends_with(".lora_magnitude_vector")
+            || n.ends_with(".lora_magnitude_vector.weight")
+            || n.ends_with(".dora_scale")
+        {
+            return Some(format!("'{n}': DoRA adapters are not supported, only LoRA and LoKr"));
+        }
+        if n.contains(".hada_w") {
+            return Some(format!("'{n}': LoHa adapters are not supported, only LoRA and LoKr"));
+        }
+        if n == "hot_step.param_method" && scalar(n).is_some_and(|m| m != 0.0) {
+            return Some("this adapter applies as DoRA, HiRA, LoHa or a PiSSA delta, not as plain LoRA".into());
+        }
+    }
+    if meta.is_some_and(|m| m.contains_key("hot_step_pissa_delta")) {
+        return Some("a PiSSA delta adapter needs its residual base; export it as plain LoRA".into());
+    }
+    None
 }
 
 impl Source {
@@ -283,21 +407,53 @@ impl Source {
             .map_err(|e| format!("{}: not a safetensors file: {e}", file.display()))?;
         let st = safetensors::SafeTensors::deserialize(&map)
             .map_err(|e| format!("{}: not a safetensors file: {e}", file.display()))?;
-        // alpha: adapter_config.json beside it, then the metadata.
-        let config_alpha = file.parent().map(|d| d.join("adapter_config.json")).filter(|p| p.is_file()).and_then(|p| {
-            let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok()?;
-            v.get("lora_alpha").and_then(|a| a.as_f64()).map(|a| a as f32)
-        });
-        let meta_alpha = meta.metadata().as_ref().and_then(|m| {
-            ["lora_alpha", "alpha", "ss_network_alpha"]
-                .iter()
-                .find_map(|k| m.get(*k).and_then(|v| v.trim().parse::<f32>().ok()))
-        });
-        let mut keys = Vec::new();
         let mut names: Vec<String> = st.names().into_iter().cloned().collect();
         names.sort();
+        let scalar = |n: &str| {
+            let t = st.tensor(n).ok()?;
+            (t.dtype() == safetensors::Dtype::F32 && t.data().len() == 4)
+                .then(|| f32::from_le_bytes([t.data()[0], t.data()[1], t.data()[2], t.data()[3]]))
+        };
+        if let Some(why) = refused(&names, meta.metadata().as_ref(), scalar) {
+            return Err(format!("{}: {why}", file.display()));
+        }
+        // adapter_config.json beside it: its alpha, rsLoRA, and the settings a merge of one
+        // scale per file cannot honour.
+        let config: Option<serde_json::Value> = file
+            .parent()
+            .map(|d| d.join("adapter_config.json"))
+            .filter(|p| p.is_file())
+            .and_then(|p| serde_json::from_str(&std::fs::read_to_string(p).ok()?).ok());
+        if let Some(c) = &config {
+            for key in ["rank_pattern", "alpha_pattern"] {
+                if c.get(key).and_then(|v| v.as_object()).is_some_and(|o| !o.is_empty()) {
+                    return Err(format!("{}: {key} in adapter_config.json is not supported", file.display()));
+                }
+            }
+        }
+        let config_alpha = config.as_ref().and_then(|v| {
+            ["lora_alpha", "alpha"].iter().find_map(|k| v.get(*k).and_then(|a| a.as_f64())).map(|a| a as f32)
+        });
+        let rslora = config.as_ref().and_then(|v| v.get("use_rslora")).and_then(|v| v.as_bool()).unwrap_or(false);
+        let meta_num = |keys: &[&str]| {
+            meta.metadata().as_ref().and_then(|m| keys.iter().find_map(|k| m.get(*k)?.trim().parse::<f32>().ok()))
+        };
+        let meta_alpha = meta_num(&["lora_alpha", "alpha", "ss_network_alpha"]);
+        let lokr_dim = meta_num(&["lokr_dim"]).filter(|d| *d > 0.0);
+        let mut keys = Vec::new();
+        let mut ignored = Vec::new();
         for name in names {
-            let key = normalize(&name)?;
+            // HOT-Step's trainer marks its files with tensors of its own.
+            if name.starts_with("hot_step.") {
+                continue;
+            }
+            let key = match normalize(&name) {
+                Ok(k) => k,
+                Err(why) => {
+                    ignored.push(why);
+                    continue;
+                }
+            };
             let t = st.tensor(&name).map_err(|e| format!("'{name}': {e}"))?;
             let data: Vec<f32> = match t.dtype() {
                 safetensors::Dtype::F32 => {
@@ -314,9 +470,12 @@ impl Source {
             keys.push((name, key, Loaded { shape: t.shape().to_vec(), data }));
         }
         if keys.is_empty() {
-            return Err(format!("{}: no tensor", file.display()));
+            return Err(match ignored.first() {
+                Some(why) => format!("{}: no key names a YuE2 backbone tensor; the first: {why}", file.display()),
+                None => format!("{}: no tensor", file.display()),
+            });
         }
-        Ok(Source { keys, alpha: config_alpha.or(meta_alpha) })
+        Ok(Source { keys, alpha: meta_alpha.or(config_alpha), rslora, lokr_dim, ignored })
     }
 
     /// The adapter's terms at strength `s`, by backbone tensor name, checked against the
@@ -357,6 +516,17 @@ impl Source {
                     Some((a, *r))
                 })
                 .collect();
+            let alpha = match get(Part::Alpha) {
+                Some((_, al)) => al.data.first().copied().map(Some).ok_or_else(|| format!("{module}.alpha is empty")),
+                None => Ok(self.alpha),
+            };
+            if let Some(kron) = self.lokr(&module, &get, alpha.clone()?, out_rows, in_cols)? {
+                for (t, (r0, r1)) in targets.iter().zip(&splits) {
+                    out.entry(format!("{t}.weight"))
+                        .or_default()
+                        .push(Term::Diff { d: kron.1[r0 * in_cols..r1 * in_cols].to_vec(), scale: s * kron.0 });
+                }
+            }
             match (get(Part::A), get(Part::B)) {
                 (Some((an, a)), Some((bn, b))) => {
                     let rank = a.shape[0];
@@ -366,11 +536,9 @@ impl Source {
                             a.shape, b.shape
                         ));
                     }
-                    let alpha = match get(Part::Alpha) {
-                        Some((_, al)) => *al.data.first().ok_or_else(|| format!("{module}.alpha is empty"))?,
-                        None => self.alpha.unwrap_or(rank as f32),
-                    };
-                    let scale = s * alpha / rank as f32;
+                    let alpha = alpha?.unwrap_or(rank as f32);
+                    let divisor = if self.rslora { (rank as f32).sqrt() } else { rank as f32 };
+                    let scale = s * alpha / divisor;
                     for (t, (r0, r1)) in targets.iter().zip(&splits) {
                         out.entry(format!("{t}.weight")).or_default().push(Term::Lora {
                             a: a.data.clone(),
@@ -384,12 +552,13 @@ impl Source {
                     return Err(format!("'{n}': a LoRA factor without its pair"))
                 }
                 (None, None) => {
-                    if let Some((n, _)) = get(Part::Alpha) {
-                        return Err(format!("'{n}': an alpha without LoRA factors"));
+                    let lokr = [Part::W1, Part::W1a, Part::W2, Part::W2a].iter().any(|p| get(*p).is_some());
+                    if let (Some((n, _)), false) = (get(Part::Alpha), lokr) {
+                        return Err(format!("'{n}': an alpha without LoRA or LoKr factors"));
                     }
                 }
             }
-            if let Some((n, d)) = get(Part::Diff) {
+            if let Some((n, d)) = get(Part::Diff { bias: false }) {
                 if d.data.len() != out_rows * in_cols {
                     return Err(format!("'{n}' {:?} is not a [{out_rows}, {in_cols}] weight", d.shape));
                 }
@@ -399,11 +568,24 @@ impl Source {
                         .push(Term::Diff { d: d.data[r0 * in_cols..r1 * in_cols].to_vec(), scale: s });
                 }
             }
+            if let Some((n, d)) = get(Part::Diff { bias: true }) {
+                let tensor = format!("{module}.bias");
+                let want = shapes.get(&tensor).ok_or_else(|| format!("'{n}': the backbone has no {tensor}"))?;
+                if d.data.len() != want.iter().product::<usize>() {
+                    return Err(format!("'{n}' {:?} does not fit a {want:?} bias", d.shape));
+                }
+                out.entry(tensor).or_default().push(Term::Diff { d: d.data.clone(), scale: s });
+            }
             for bias in [false, true] {
                 if let Some((n, f)) = get(Part::Full { bias }) {
                     let tensor = format!("{module}.{}", if bias { "bias" } else { "weight" });
                     let want = shapes.get(&tensor).ok_or_else(|| format!("'{n}': the backbone has no {tensor}"))?;
-                    if targets.len() != 1 || !matches!(module.as_str(), "vae2llm" | "llm2vae") {
+                    if targets.len() != 1
+                        || !matches!(
+                            module.as_str(),
+                            "vae2llm" | "llm2vae" | "time_embedder.mlp.0" | "time_embedder.mlp.2"
+                        )
+                    {
                         return Err(format!("'{n}': a full replacement is only taken for vae2llm and llm2vae"));
                     }
                     if f.data.len() != want.iter().product::<usize>() {
@@ -414,6 +596,85 @@ impl Source {
             }
         }
         Ok(out)
+    }
+
+    /// A module's LoKr delta, when it has LoKr factors: its scale (before the strength:
+    /// alpha / dim when a factor is a product and alpha is known, else 1) and the dense
+    /// `kron(W1, W2)` (`[out_rows, in_cols]`, row-major).
+    #[allow(clippy::type_complexity)]
+    fn lokr<'s>(
+        &'s self,
+        module: &str,
+        get: &dyn Fn(Part) -> Option<(&'s str, &'s Loaded)>,
+        alpha: Option<f32>,
+        out_rows: usize,
+        in_cols: usize,
+    ) -> Result<Option<(f32, Vec<f32>)>, String> {
+        let product = |a: &Loaded, b: &Loaded, what: &str| -> Result<(Vec<f32>, usize, usize, usize), String> {
+            let (m, r, n) = (a.shape[0], a.shape.get(1).copied().unwrap_or(0), b.shape.get(1).copied().unwrap_or(0));
+            if a.shape.len() != 2 || b.shape.len() != 2 || b.shape[0] != r {
+                return Err(format!("{module}: LoKr {what} factors {:?} @ {:?} do not chain", a.shape, b.shape));
+            }
+            let mut w = vec![0f32; m * n];
+            for i in 0..m {
+                for k in 0..r {
+                    let x = a.data[i * r + k];
+                    for j in 0..n {
+                        w[i * n + j] += x * b.data[k * n + j];
+                    }
+                }
+            }
+            Ok((w, m, n, r))
+        };
+        let factor = |whole: Part,
+                      a: Part,
+                      b: Part,
+                      what: &str|
+         -> Result<Option<(Vec<f32>, usize, usize, usize, bool)>, String> {
+            match (get(whole), get(a), get(b)) {
+                (None, None, None) => Ok(None),
+                (Some((n, w)), None, None) => {
+                    if w.shape.len() != 2 {
+                        return Err(format!("'{n}': a LoKr {what} of shape {:?}, not a matrix", w.shape));
+                    }
+                    Ok(Some((w.data.clone(), w.shape[0], w.shape[1], 0, false)))
+                }
+                (None, Some((_, fa)), Some((_, fb))) => {
+                    let (w, m, n, r) = product(fa, fb, what)?;
+                    Ok(Some((w, m, n, r, true)))
+                }
+                _ => Err(format!("{module}: an incomplete LoKr {what} (whole, or both halves of its product)")),
+            }
+        };
+        let w1 = factor(Part::W1, Part::W1a, Part::W1b, "w1")?;
+        let w2 = factor(Part::W2, Part::W2a, Part::W2b, "w2")?;
+        let ((w1, a, b, r1, f1), (w2, c, d, r2, f2)) = match (w1, w2) {
+            (None, None) => return Ok(None),
+            (Some(w1), Some(w2)) => (w1, w2),
+            _ => return Err(format!("{module}: a LoKr factor without the other (w1 and w2 go together)")),
+        };
+        if a * c != out_rows || b * d != in_cols {
+            return Err(format!("{module}: LoKr kron([{a}, {b}], [{c}, {d}]) is not a [{out_rows}, {in_cols}] weight"));
+        }
+        let rank = if f2 { r2 } else { r1 } as f32;
+        let dim = self.lokr_dim.unwrap_or(rank);
+        let scale = match alpha {
+            Some(alpha) if (f1 || f2) && alpha > 0.0 && dim > 0.0 => alpha / dim,
+            _ => 1.0,
+        };
+        let mut k = vec![0f32; out_rows * in_cols];
+        for i in 0..a {
+            for j in 0..b {
+                let x = w1[i * b + j];
+                for p in 0..c {
+                    let row = (i * c + p) * in_cols + j * d;
+                    for (q, y) in w2[p * d..(p + 1) * d].iter().enumerate() {
+                        k[row + q] = x * y;
+                    }
+                }
+            }
+        }
+        Ok(Some((scale, k)))
     }
 
     fn describe(&self, name: &str, file: &Path, shapes: &Shapes) -> Result<Adapter, String> {
@@ -432,6 +693,7 @@ impl Source {
             ar: terms.keys().any(|t| !is_nar_tensor(t)),
             nar: terms.keys().any(|t| is_nar_tensor(t)),
             tensors: terms.len(),
+            ignored: self.ignored.len(),
         })
     }
 }
@@ -478,7 +740,13 @@ mod tests {
             ),
             ("text_encoders.qwen3.model.layers.3.self_attn.q_proj.alpha", Layout::ComfyUi, Part::Alpha),
             ("layers.3.self_attn.q_proj.lora_up.weight", Layout::Native, Part::B),
-            ("model.layers.3.self_attn.q_proj.diff", Layout::Native, Part::Diff),
+            ("model.layers.3.self_attn.q_proj.diff", Layout::Native, Part::Diff { bias: false }),
+            ("text_encoders.model.layers.3.self_attn.q_proj.lora.down.weight", Layout::ComfyUi, Part::A),
+            ("text_encoders.model.layers.3.self_attn.q_proj.lokr_w2_b", Layout::ComfyUi, Part::W2b),
+            ("layers.3.self_attn.q_proj.lokr_w1", Layout::Native, Part::W1),
+            ("layers.3.self_attn.q_proj.lora_alpha", Layout::Native, Part::Alpha),
+            ("yue2.blk.3.attn_q.lora_A.weight", Layout::Gguf, Part::A),
+            ("blk.3.attn_q.lokr_w1_a", Layout::Gguf, Part::W1a),
             ("adapters.model-layers-3-self_attn-q_proj.lora_A.weight", Layout::Slider, Part::A),
             ("companion.layers.3.self_attn.q_proj.lora_B.weight", Layout::Bundled, Part::B),
         ] {
@@ -499,6 +767,16 @@ mod tests {
         assert_eq!(m("io.llm2vae.bias"), Ok((Layout::Bundled, "llm2vae".into(), Part::Full { bias: true })));
         assert_eq!(m("vae2llm.lora_A.weight"), Ok((Layout::Native, "vae2llm".into(), Part::A)));
         assert_eq!(
+            m("diffusion_model.vae2llm.diff_b"),
+            Ok((Layout::ComfyUi, "vae2llm".into(), Part::Diff { bias: true }))
+        );
+        assert_eq!(
+            m("yue2.blk.2.nar_ffn_up.lokr_w2"),
+            Ok((Layout::Gguf, "model.layers.2.nar_mlp.up_proj".into(), Part::W2))
+        );
+        assert_eq!(m("yue2.time_embd.1.lora_B.weight").unwrap().1, "time_embedder.mlp.2");
+        assert_eq!(m("diffusion_model.time_embed.0.lora_down.weight").unwrap().1, "time_embedder.mlp.0");
+        assert_eq!(
             unfused("model.layers.0.self_attn.qkv_proj"),
             ["model.layers.0.self_attn.q_proj", "model.layers.0.self_attn.k_proj", "model.layers.0.self_attn.v_proj"]
         );
@@ -506,6 +784,11 @@ mod tests {
             "lora_unet_down_blocks_0.lora_down.weight",
             "something.layers.0.self_attn.q_proj.lora_A.weight",
             "model.layers.0.self_attn.q_norm.weight",
+            "text_encoders.model.layers.0.nar_mlp.up_proj.lora_A.weight",
+            "text_encoders.vae2llm.diff",
+            "layers.0.self_attn.q_proj.diff_b",
+            "layers.0.self_attn.q_proj.weight",
+            "blk.0.attn_norm.lora_A.weight",
         ] {
             assert!(m(bad).is_err(), "{bad}");
         }

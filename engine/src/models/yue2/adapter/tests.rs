@@ -292,3 +292,63 @@ fn a_key_outside_the_backbone_skips_the_adapter_with_the_key_named() {
     assert!(reason("junk.safetensors").contains("not a safetensors file"), "{}", reason("junk.safetensors"));
     assert!(d.get("x.safetensors").unwrap_err().contains("not usable"));
 }
+
+/// The dense delta of a tensor's terms (LoRA's `scale·B@A`, a diff's `scale·D`).
+fn dense(terms: &[Term], n: usize, cols: usize) -> Vec<f32> {
+    let mut out = vec![0f32; n];
+    for t in terms {
+        match t {
+            Term::Lora { a, b, rank, scale } => {
+                for (i, row) in out.chunks_mut(cols).enumerate() {
+                    for (j, x) in row.iter_mut().enumerate() {
+                        *x += scale * (0..*rank).map(|r| b[i * rank + r] * a[r * cols + j]).sum::<f32>();
+                    }
+                }
+            }
+            Term::Diff { d, scale } => out.iter_mut().zip(d).for_each(|(x, y)| *x += scale * y),
+            Term::Replace { .. } => panic!("no replacement in the LoKr fixtures"),
+        }
+    }
+    out
+}
+
+/// LoKr (whole and factorised factors, fused, `lokr_dim`), AI Toolkit's and the GGUF-style
+/// keys, `.diff_b`, the time embedder and rsLoRA give LyCORIS's and torch's deltas
+/// (scripts/ref/lokr_reference.py); DoRA, LoHa, PiSSA and a rank_pattern are refused by name;
+/// a key naming nothing of the backbone is skipped and counted.
+#[test]
+fn lokr_and_the_other_layouts_give_the_reference_deltas_and_the_rest_is_refused_by_name() {
+    let dir = root().join("lora/lokr");
+    let shapes: Shapes =
+        serde_json::from_str::<HashMap<String, Vec<usize>>>(&std::fs::read_to_string(dir.join("shapes.json")).unwrap())
+            .unwrap();
+    let d = AdapterDir::scan(&dir.join("adapters"), &shapes).unwrap();
+    let reason = |n: &str| d.unusable.iter().find(|u| u.name == n).map(|u| u.reason.clone()).unwrap_or_default();
+    for (name, needle) in
+        [("dora", "DoRA"), ("loha.safetensors", "LoHa"), ("pissa.safetensors", "PiSSA"), ("pattern", "rank_pattern")]
+    {
+        assert!(reason(name).contains(needle), "{name}: {:?}", d.unusable);
+    }
+    assert_eq!(d.get("ignored.safetensors").unwrap().ignored, 1);
+    assert_eq!(d.get("gguf_lokr_dim.safetensors").unwrap().layouts, vec![Layout::Gguf]);
+    let expected = st_tensors(&dir.join("expected.safetensors"));
+    let mut seen = 0;
+    for a in &d.adapters {
+        let mut got: HashMap<String, Vec<Term>> = HashMap::new();
+        for nar in [false, true] {
+            got.extend(stack_terms(&[(a, 0.75)], &shapes, nar).unwrap());
+        }
+        let want: Vec<(&str, &Vec<f32>)> =
+            expected.iter().filter_map(|(k, v)| k.strip_prefix(&format!("{}/", a.name)).map(|t| (t, v))).collect();
+        assert_eq!(got.len(), want.len(), "{}: {:?}", a.name, got.keys().collect::<Vec<_>>());
+        for (tensor, w) in want {
+            let s = &shapes[tensor];
+            let cols = s.get(1).copied().unwrap_or(1);
+            let delta = dense(&got[tensor], w.len(), cols);
+            assert!(rel(&delta, w) < 1e-6, "{}: {tensor}: rel {}", a.name, rel(&delta, w));
+            seen += 1;
+        }
+        assert_eq!(a.nar, got.keys().any(|t| crate::models::yue2::config::is_nar_tensor(t)), "{}", a.name);
+    }
+    assert_eq!(seen, expected.len(), "every expected delta was checked");
+}
