@@ -68,6 +68,8 @@ fn the_webui_composes_plays_live_renders_the_score_and_survives_a_reload() {
         "mm3-done",
         "mm3-replayed",
         "mm3-reloaded",
+        "cover-rerendered",
+        "cover-continued",
         "docs",
     ] {
         assert!(

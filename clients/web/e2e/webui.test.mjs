@@ -44,6 +44,11 @@ async function axeCheck(page, what) {
   check(found.length === 0, `axe-core on ${what}: ${found.join("; ")}`);
 }
 
+/** A job's request as the page saved it (localStorage `yued.jobs`). */
+function loadedRequest(stored, id) {
+  return (JSON.parse(stored || "[]").find((j) => j.id === id) || {}).request || {};
+}
+
 function check(cond, msg) {
   if (!cond) throw new Error(`check failed: ${msg}`);
 }
@@ -409,6 +414,45 @@ try {
   check(mhead === "fLaC" && statSync(mpath).size > 1000, `a MiniMax FLAC file downloads (${mhead}, ${statSync(mpath).size} bytes)`);
   await shot("mm3-reloaded");
   await axeCheck(page, "MiniMax's form and both families' jobs");
+
+  // Covers: the demo's listening models serve /tokenize. A finished song's "Cover this"
+  // tokenizes its audio; the codes render again from the tokenization's card (the request
+  // carries them as semantic_tokens); an uploaded file continues from a section of its codes.
+  const liveProps = await (await fetch(`${base}/props`)).json();
+  check(typeof liveProps.tokenizer === "string" && (await page.locator("#cover").isVisible()), "the cover section shows with a tokenizer");
+  await page.locator(`li.job[data-id="${id}"] button.cover-this`).first().click();
+  const coverCard = page.locator("li.cover-job").first();
+  await coverCard.waitFor({ timeout: 15000 });
+  const cover = await coverCard.getAttribute("data-id");
+  await page.waitForFunction((c) => window.__yued.jobs[c]?.codes, cover, { timeout: 120000 });
+  check(/^\d+ codes \(/.test(await coverCard.locator(".codes-info").textContent()), "the card tells how many codes");
+  const codes = await page.evaluate((c) => window.__yued.jobs[c].codes, cover);
+  const knownIds = new Set(await page.locator("li.job").evaluateAll((ls) => ls.map((l) => l.dataset.id)));
+  await page.selectOption("#family", "yue2");
+  await coverCard.locator("button.rerender-codes").click();
+  await page.waitForFunction((known) => [...document.querySelectorAll("li.job")].some((l) => !known.includes(l.dataset.id)), [...knownIds], { timeout: 15000 });
+  const rerender = await page.locator("li.job").first().getAttribute("data-id");
+  const rq = loadedRequest(await page.evaluate(() => localStorage.getItem("yued.jobs")), rerender);
+  check(rq.semantic_tokens === codes && !rq.abc, "Re-render submits the codes as semantic_tokens, no score");
+  await page.waitForFunction((r) => document.querySelector(`li.job[data-id="${r}"] .status`)?.dataset.status === "done", rerender, { timeout: 300000 });
+  await shot("cover-rerendered");
+  await page.setInputFiles("#cover-file", path);
+  await page.click("#cover-submit");
+  await page.waitForFunction((c) => {
+    const li = document.querySelector("li.cover-job");
+    return li && li.dataset.id !== c && window.__yued.jobs[li.dataset.id]?.codes;
+  }, cover, { timeout: 120000 });
+  const upload = page.locator("li.cover-job").first();
+  await upload.locator(".source-end").fill("1");
+  const before = await page.locator("li.job").count();
+  await upload.locator("button.continue-codes").click();
+  await page.waitForFunction((n) => document.querySelectorAll("li.job").length > n, before, { timeout: 15000 });
+  const cont = await page.locator("li.job").first().getAttribute("data-id");
+  const crq = loadedRequest(await page.evaluate(() => localStorage.getItem("yued.jobs")), cont);
+  check(crq.source_tokens && crq.source_start === 0 && crq.source_end === 1 && !crq.semantic_tokens, `Continue submits source_tokens and the section (${JSON.stringify({ start: crq.source_start, end: crq.source_end })})`);
+  await page.waitForFunction((c) => document.querySelector(`li.job[data-id="${c}"] .status`)?.dataset.status === "done", cont, { timeout: 300000 });
+  await shot("cover-continued");
+  await axeCheck(page, "the cover section and its jobs");
 
   // /docs: the API reference over /openapi.json, every documented route listed, nothing
   // fetched from outside the daemon.

@@ -84,7 +84,9 @@ async function daemonJobs(known) {
   try {
     const { jobs } = await json("/jobs");
     const skip = new Set([...known, ...forgotten()]);
-    return jobs.filter((j) => j.request && !skip.has(j.id)).map((j) => ({ id: j.id, request: j.request, created: j.submitted_ms }));
+    return jobs
+      .filter((j) => (j.request || j.upload === "tokenize") && !skip.has(j.id))
+      .map((j) => ({ id: j.id, request: j.request || { tokenize: "a recording" }, created: j.submitted_ms }));
   } catch {
     return [];
   }
@@ -274,6 +276,7 @@ function setupForm() {
   }
   setupMm3Form();
   setupAdapters();
+  setupCover();
   setupTags();
   const served = props.families || ["yue2"];
   $("family-row").hidden = !(multiFamily() && props.mm3);
@@ -372,6 +375,7 @@ function readYue2Form() {
   if ($("stream_chunk_seconds").value !== "") req.stream_chunk_seconds = Number($("stream_chunk_seconds").value);
   const adapters = readAdapters();
   if (adapters.length) req.adapters = adapters;
+  if (props.companion && Number($("companion_scale").value) !== 1) req.companion_scale = Number($("companion_scale").value);
   for (const stage of ["abc_sampling", "semantic_sampling"]) {
     for (const k of SAMPLING) {
       const v = $(`${stage}.${k}`).value;
@@ -582,6 +586,7 @@ function drawWave(li, peaks, totalHint) {
 }
 
 function track(job, live) {
+  if (job.request?.tokenize) return trackCover(job);
   const li = card(job);
   const family = li.dataset.family;
   const status = li.querySelector(".status");
@@ -761,6 +766,15 @@ async function showResult(job, li) {
       audio.addEventListener("play", () => stopLive(job.id));
       if (!li.dataset.waved) waveFromResult(li, p.bytes);
       box.prepend(audio);
+      if (props.tokenizer) {
+        const cover = document.createElement("button");
+        cover.className = "cover-this";
+        cover.type = "button";
+        cover.textContent = "Cover this";
+        cover.title = `Tokenize ${p.name} into semantic codes, to render again or continue`;
+        cover.onclick = () => tokenize(new Blob([p.bytes], { type: p.type }), p.name, `Cover of ${job.id.slice(-6)}`);
+        box.append(cover);
+      }
     }
     if (p.type === "application/json") {
       let replay = null;
@@ -805,6 +819,118 @@ async function showResult(job, li) {
     a.className = "download";
     box.append(a);
   }
+}
+
+// ---------------------------------------------------------------- covers
+/** The cover section, when the daemon serves an audio tokenizer (and the companion slider). */
+function setupCover() {
+  $("cover").hidden = !props.tokenizer;
+  $("companion-row").hidden = !props.companion;
+  $("companion_scale").addEventListener("input", () => ($("companion-shown").textContent = Number($("companion_scale").value).toFixed(2)));
+  $("cover-submit").addEventListener("click", () => {
+    const f = $("cover-file").files[0];
+    if (!f) return ($("cover-error").textContent = "choose a recording first");
+    tokenize(f, f.name);
+  });
+}
+
+/** Submits a recording to POST /tokenize; its job joins the list. */
+async function tokenize(blob, name, label) {
+  $("cover-error").textContent = "";
+  const form = new FormData();
+  form.append("audio", blob, name);
+  try {
+    const { id } = await json("/tokenize", { method: "POST", body: form });
+    const job = { id, request: { tokenize: name }, created: Date.now(), label };
+    saveJob(job);
+    trackCover(job);
+  } catch (e) {
+    $("cover-error").textContent = e.message;
+    $("cover").scrollIntoView({ behavior: "smooth" });
+  }
+}
+
+/** A tokenization's card: its progress, then its codes with the two ways to use them. */
+function trackCover(job) {
+  const li = document.createElement("li");
+  li.className = "job cover-job";
+  li.dataset.id = job.id;
+  li.dataset.family = "tokenize";
+  li.innerHTML = `
+    <div class="head"><b class="id"></b> <span class="family pill">Tokenize</span> <span class="title"></span> <span class="status pill" role="status"></span>
+      <button class="cancel">Cancel</button> <button class="forget">Forget</button></div>
+    <progress max="1" value="0"></progress> <span class="stage muted" aria-live="polite"></span>
+    <div class="codes" hidden>
+      <p class="muted codes-info"></p>
+      <button type="button" class="rerender-codes">Re-render these codes</button>
+      <span class="row">
+        <label>From (s) <input type="number" class="source-start" min="0" step="any" value="0" /></label>
+        <label>To (s, -1: the end) <input type="number" class="source-end" min="-1" step="any" value="-1" /></label>
+        <button type="button" class="continue-codes">Continue from a section</button>
+      </span>
+    </div>`;
+  const title = job.label ? `${job.label}: ${job.request.tokenize}` : job.request.tokenize;
+  li.querySelector(".id").textContent = job.id;
+  li.querySelector(".title").textContent = title;
+  const named = `tokenization ${job.id.slice(-6)} (${title})`;
+  li.querySelector(".cancel").setAttribute("aria-label", `Cancel ${named}`);
+  li.querySelector(".forget").setAttribute("aria-label", `Forget ${named}`);
+  li.querySelector("progress").setAttribute("aria-label", `Progress of ${named}`);
+  li.querySelector(".cancel").onclick = () => api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
+  li.querySelector(".forget").onclick = () => {
+    forgetJob(job.id);
+    li.remove();
+  };
+  $("jobs").prepend(li);
+  const status = li.querySelector(".status"), bar = li.querySelector("progress"), stage = li.querySelector(".stage");
+  const info = (state.jobs[job.id] = { family: "tokenize", stages: [], progress: 0, codes: null });
+  const poll = async () => {
+    let s;
+    try {
+      s = await json(`/job?id=${job.id}`);
+    } catch (e) {
+      status.textContent = e.message.includes("unknown") ? "unknown (expired)" : "unreachable";
+      if (!e.message.includes("unknown")) setTimeout(poll, 1000);
+      return;
+    }
+    status.textContent = s.status;
+    status.dataset.status = s.status;
+    if (s.status === "queued") stage.textContent = queueText(s.queue_position);
+    else if (s.status === "running") {
+      bar.value = s.progress || 0;
+      stage.textContent = `${s.stage || "starting"} ${Math.round((s.progress || 0) * 100)}%`;
+      if (s.stage && !info.stages.includes(s.stage)) info.stages.push(s.stage);
+      info.progress = Math.max(info.progress, s.progress || 0);
+    } else if (s.status === "failed") stage.textContent = s.error || "failed";
+    else if (s.status === "cancelled") stage.textContent = "cancelled";
+    if (!TERMINAL.has(s.status)) return setTimeout(poll, 250);
+    li.querySelector(".cancel").disabled = true;
+    if (s.status !== "done") return;
+    bar.value = 1;
+    stage.textContent = "";
+    const r = await api(`/job?id=${job.id}&result=1`);
+    if (!r.ok) return (stage.textContent = "the codes have expired");
+    const { codes } = await r.json();
+    info.codes = codes;
+    const n = codes ? codes.split(",").length : 0;
+    const rate = props.frame_rate || 25;
+    li.querySelector(".codes").hidden = false;
+    li.querySelector(".codes-info").textContent = `${n} codes (${(n / rate).toFixed(1)} s at ${rate} a second).`;
+    // Either way the form gives the style, lyrics, seeds and steps; no score: the codes decide.
+    const base = () => {
+      if (currentFamily() !== "yue2") setFamily("yue2");
+      const req = readYue2Form();
+      delete req.abc;
+      return req;
+    };
+    li.querySelector(".rerender-codes").onclick = () => submit({ ...base(), semantic_tokens: codes }, `Re-render of ${job.id.slice(-6)}`);
+    li.querySelector(".continue-codes").onclick = () =>
+      submit(
+        { ...base(), source_tokens: codes, source_start: Number(li.querySelector(".source-start").value || 0), source_end: Number(li.querySelector(".source-end").value || -1) },
+        `Continuation of ${job.id.slice(-6)}`,
+      );
+  };
+  poll();
 }
 
 // ---------------------------------------------------------------- header and logs
