@@ -469,8 +469,16 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
     let want = |s: &str| only.contains(&s);
     let threads = threads_of(&a);
     let backend = a.device.open()?;
-    let (model, vae, label) = models(&a)?;
     let mut table = Table::default();
+    // The listening tools need none of the backbone's files.
+    if want("tokenize") {
+        eprintln!("yued bench: the audio tokenizer ({}), device {}, {threads} threads", a.preset, backend.name());
+        super::bench_listen::run(&a, &backend, threads, &mut table)?;
+        if only.iter().all(|s| *s == "tokenize") {
+            return table.report(&a, &format!("listening demo ({})", a.preset), backend.name(), threads);
+        }
+    }
+    let (model, vae, label) = models(&a)?;
     eprintln!("yued bench: {label}, device {}, {threads} threads, {} reps", backend.name(), a.reps);
     let mut bandwidth = None;
     if want("mem") || want("decode") {

@@ -40,7 +40,8 @@ pub struct BenchArgs {
     /// another, the prefill stall of a joining song, the last client's first chunk),
     /// adapters (YuE2: each half's load with a rank-16 LoRA merged against a plain load),
     /// solver (YuE2: one song's synthesis half at 16 steps under midpoint and ab2, and the
-    /// mel correlation of their audio)
+    /// mel correlation of their audio), tokenize (the audio tokenizer, MERT-v2 and its head, at
+    /// --preset's dimensions: seconds per minute of audio, beside PyTorch with --torch-python)
     /// (YuE2: stream is the time to first audio on a daemon this bench starts, STRICT and
     /// --keep-loaded, with and without streaming chunks; seam, not in the default, reads
     /// the chunk boundaries of one song painted on several grids); frame, dit, vae, e2e,
@@ -78,6 +79,13 @@ pub struct BenchArgs {
     /// batch, cache length and threads; each decode row gets a yued / llama.cpp ratio.
     #[arg(long)]
     pub llama_cpp: bool,
+    /// Seconds of the recording the tokenize section turns into codes.
+    #[arg(long, default_value_t = 60.0)]
+    pub tokenize_seconds: f64,
+    /// The tokenize section also times the PyTorch reference (scripts/bench/tokenize_torch.py,
+    /// float32, the same configuration and threads) with this Python, which must have torch.
+    #[arg(long)]
+    pub torch_python: Option<PathBuf>,
     /// Also write the table as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,

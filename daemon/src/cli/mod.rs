@@ -5,6 +5,7 @@ pub mod audio_tokenize;
 pub mod bench;
 mod bench_batching;
 pub mod bench_common;
+mod bench_listen;
 pub mod bench_mm3;
 mod bench_stream;
 pub mod codec;

@@ -1,0 +1,92 @@
+//! `yued bench --only tokenize`: the audio tokenizer (MERT-v2 and its head) on a synthetic
+//! recording at `--preset`'s dimensions (`full`: the published ones, random weights written
+//! once into the cache), in seconds per minute of audio; with `--torch-python`, the PyTorch
+//! reference on the same configuration and threads beside it, and the ratio.
+use super::bench_common::{stats, time, BenchArgs, Table};
+use anyhow::Context;
+use yued_engine::ggml::Backend;
+use yued_engine::gguf::GgufFile;
+use yued_engine::models::audio_tokenizer::pipeline::{AudioTokenizer, SAMPLE_RATE};
+use yued_engine::models::yue2::demo::Preset;
+
+/// The listening demo of `--preset` in the cache (written once): the head's path.
+fn head_file(a: &BenchArgs) -> anyhow::Result<std::path::PathBuf> {
+    let preset: Preset = a.preset.parse().map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
+    let dir = a.cache.join(format!("listen-{}", preset.name()));
+    let head = dir.join(format!("yue2-tokenizer-demo-{}-F32.gguf", preset.name()));
+    if !head.exists() || !dir.join(format!("MERT-v2-demo-{}-F32.gguf", preset.name())).exists() {
+        eprintln!("writing the {} listening demo into {} (once)", preset.name(), dir.display());
+        let pb = super::progress_bar(100, "listening demo");
+        yued_engine::models::audio_tokenizer::demo::write_demo(&dir, preset, 0, &mut |done, total| {
+            pb.set_position((done * 100 / total.max(1)) as u64)
+        })
+        .context("writing the listening demo")?;
+        pb.finish_and_clear();
+    }
+    Ok(head)
+}
+
+/// A recording of `seconds` at 24 kHz: two drifting tones over a little noise.
+fn recording(seconds: f64) -> Vec<f32> {
+    let n = (seconds * SAMPLE_RATE as f64) as usize;
+    let mut state = 0x2545_f491u32;
+    (0..n)
+        .map(|i| {
+            state ^= state << 13;
+            state ^= state >> 17;
+            state ^= state << 5;
+            let t = i as f32 / SAMPLE_RATE as f32;
+            let noise = (state as f32 / u32::MAX as f32 - 0.5) * 0.05;
+            0.3 * (2.0 * std::f32::consts::PI * (220.0 + 3.0 * t) * t).sin() + 0.2 * (t * 1100.0).sin() + noise
+        })
+        .collect()
+}
+
+pub fn run(a: &BenchArgs, backend: &Backend, threads: usize, t: &mut Table) -> anyhow::Result<()> {
+    let head = head_file(a)?;
+    let mut tok = AudioTokenizer::open(&head, backend).with_context(|| format!("loading {}", head.display()))?;
+    let seconds = a.tokenize_seconds;
+    let mono = recording(seconds);
+    let frames = tok.start(mono.clone()).map(|r| r.frames()).context("--tokenize-seconds: at least one second")?;
+    let per_minute = |s: super::bench_common::Stats| s.map(|x| x * 60.0 / seconds);
+    let ours = time(a.reps, || {
+        let mut run = tok.start(mono.clone()).expect("checked above");
+        while run.step(&mut tok, backend)? {}
+        Ok(())
+    })?;
+    let what = format!("{seconds:.0} s recording to {frames} codes (MERT + head)");
+    t.push("tokenize", what, "s/min", per_minute(ours), format!("{:.2} s a run", ours.median));
+    let Some(py) = &a.torch_python else { return Ok(()) };
+    let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench/tokenize_torch.py");
+    let configs = std::env::temp_dir().join(format!("yued-bench-tokenize-{}.json", std::process::id()));
+    let cfg = |p: &std::path::Path, key: &str| -> anyhow::Result<serde_json::Value> {
+        Ok(serde_json::from_str(GgufFile::open(p)?.get_str(key)?)?)
+    };
+    let (_, mert) = AudioTokenizer::files(&head)?;
+    let doc = serde_json::json!({
+        "mert": cfg(&mert, yued_engine::models::mert::config::CONFIG_KEY)?,
+        "head": cfg(&head, yued_engine::models::audio_tokenizer::head::CONFIG_KEY)?,
+    });
+    std::fs::write(&configs, doc.to_string())?;
+    eprintln!("timing the PyTorch reference ({} threads)", threads);
+    let out = std::process::Command::new(py)
+        .arg(&script)
+        .args(["--configs", &configs.display().to_string(), "--seconds", &seconds.to_string()])
+        .args(["--threads", &threads.to_string(), "--reps", &a.reps.to_string()])
+        .output()
+        .with_context(|| format!("running {} {}", py.display(), script.display()))?;
+    let _ = std::fs::remove_file(&configs);
+    anyhow::ensure!(out.status.success(), "the PyTorch reference failed:\n{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_slice(&out.stdout).context("the PyTorch reference's JSON")?;
+    let times: Vec<f64> = v["times"].as_array().context("no times")?.iter().filter_map(|x| x.as_f64()).collect();
+    anyhow::ensure!(!times.is_empty(), "the PyTorch reference timed nothing");
+    let torch = stats(times);
+    t.push(
+        "tokenize",
+        format!("PyTorch reference, float32, {threads} threads"),
+        "s/min",
+        per_minute(torch),
+        format!("yued {:.2}x as fast", torch.median / ours.median),
+    );
+    Ok(())
+}
