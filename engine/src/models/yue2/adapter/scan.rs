@@ -114,7 +114,7 @@ impl AdapterDir {
             match Source::read(&file).and_then(|s| s.describe(&name, &file, shapes)) {
                 Ok(a) => {
                     if a.ignored > 0 {
-                        tracing::warn!(adapter = %name, keys = a.ignored, "keys naming nothing of the backbone skipped");
+                        tracing::warn!(adapter = %name, keys = a.ignored, "skipped keys outside the backbone");
                     }
                     out.adapters.push(a)
                 }
@@ -247,8 +247,9 @@ fn gguf_key() -> &'static Regex {
     static R: OnceLock<Regex> = OnceLock::new();
     R.get_or_init(|| {
         Regex::new(&format!(
-            "{}{PARTS}",
-            r"^(?:yue2\.)?blk\.(?P<l>\d+)\.(?P<nar>nar_)?(?P<s>attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.",
+            "{}{}{PARTS}",
+            r"^(?:yue2\.)?blk\.(?P<l>\d+)\.(?P<nar>nar_)?",
+            r"(?P<s>attn_q|attn_k|attn_v|attn_output|ffn_gate|ffn_up|ffn_down)\.",
         ))
         .expect("a valid pattern")
     })
