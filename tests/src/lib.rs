@@ -192,6 +192,47 @@ pub fn song(duration: f64, steps: u32) -> String {
     )
 }
 
+/// A multipart/form-data body with `boundary` from (name, content type, bytes) parts.
+pub fn form_data(boundary: &str, parts: &[(&str, &str, &[u8])]) -> Vec<u8> {
+    let mut body = Vec::new();
+    for (name, ct, data) in parts {
+        let head = format!(
+            "--{boundary}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{name}.bin\"\r\n\
+             Content-Type: {ct}\r\n\r\n"
+        );
+        body.extend_from_slice(head.as_bytes());
+        body.extend_from_slice(data);
+        body.extend_from_slice(b"\r\n");
+    }
+    body.extend_from_slice(format!("--{boundary}--\r\n").as_bytes());
+    body
+}
+
+/// `seconds` of a stereo chord at `rate` as 16-bit WAV, and the PCM a decoder reads back.
+pub fn chord_wav(seconds: f64, rate: u32) -> (Vec<u8>, yued_audio::Pcm) {
+    let n = (seconds * rate as f64) as usize;
+    let mut data = Vec::with_capacity(2 * n);
+    for (c, f) in [(0, 220.0f32), (1, 331.0)] {
+        data.extend((0..n).map(|i| {
+            let t = i as f32 / rate as f32;
+            0.3 * (2.0 * std::f32::consts::PI * f * t).sin() + 0.1 * (c as f32 + 1.0) * (7.0 * t).sin()
+        }));
+    }
+    let pcm = yued_audio::Pcm::new(rate, 2, data);
+    let wav = yued_audio::encode::encode(&pcm, yued_protocol::OutputFormat::Wav16, 128).unwrap();
+    (wav.clone(), yued_audio::decode::decode(&wav).unwrap())
+}
+
+/// The codes the engine gives `pcm` with the tokenizer head `head` (MERT beside it).
+pub fn engine_codes(head: &Path, pcm: &yued_audio::Pcm) -> String {
+    use yued_engine::models::audio_tokenizer::pipeline::{AudioTokenizer, SAMPLE_RATE};
+    let backend = yued_engine::ggml::Backend::new("CPU").unwrap();
+    let mut tok = AudioTokenizer::open(head, &backend).unwrap();
+    let mut run = tok.start(yued_audio::resample::mono_at(pcm, SAMPLE_RATE).unwrap()).unwrap();
+    while run.step(&mut tok, &backend).unwrap() {}
+    run.codes().iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+}
+
 /// The parts of a multipart/mixed body: (headers, content), through the client library.
 pub fn multipart_parts(body: &[u8], boundary: &str) -> Vec<(String, Vec<u8>)> {
     yue_client::parse_multipart(body, boundary).into_iter().map(|p| (p.content_type, p.data)).collect()

@@ -538,3 +538,35 @@ fn a_stalled_worker_loses_its_job_and_writes_nothing() {
     assert_eq!(count(&wa.log(), &id, "job finished in the cluster"), 0, "{}", wa.log());
     assert_eq!(api.status(&id)["status"], "done");
 }
+
+/// `/tokenize` through the cluster: the API node ships the upload to the object store, a
+/// worker fetches it, tokenizes it on its own listening demo and uploads the codes, which
+/// the API node serves as the JSON they are.
+#[test]
+fn a_tokenization_runs_on_a_worker_and_its_codes_come_back() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(bin, dir.path().join("nats"));
+    let _w = node(dir.path(), "w", &nats, "worker");
+    let api = node(dir.path(), "api", &nats, "api");
+    let (wav, pcm) = yued_e2e::chord_wav(2.5, 32_000);
+    let boundary = "cluster-tokenize";
+    let r = api
+        .http
+        .post(api.url("/tokenize"))
+        .header("content-type", format!("multipart/form-data; boundary={boundary}"))
+        .body(yued_e2e::form_data(boundary, &[("audio", "audio/wav", &wav)]))
+        .send()
+        .unwrap();
+    assert_eq!(r.status().as_u16(), 200);
+    let id = r.json::<serde_json::Value>().unwrap()["id"].as_str().unwrap().to_string();
+    assert_eq!(api.wait(&id, Duration::from_secs(120))["status"], "done");
+    let r = api.http.get(api.url(&format!("/job?id={id}&result=1"))).send().unwrap();
+    assert_eq!(r.headers()["content-type"], "application/json");
+    let codes = r.json::<serde_json::Value>().unwrap()["codes"].as_str().unwrap().to_string();
+    // The worker's demo is the API node's (the same seed): the codes are the engine's.
+    let head = dir.path().join("api/models/yue2-tokenizer-demo-tiny-F32.gguf");
+    assert_eq!(codes, yued_e2e::engine_codes(&head, &pcm));
+    let jobs: serde_json::Value = api.http.get(api.url("/jobs")).send().unwrap().json().unwrap();
+    assert_eq!(jobs["jobs"][0]["upload"], "tokenize", "{jobs}");
+}

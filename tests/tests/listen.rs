@@ -9,20 +9,8 @@ const B: &str = "e2e-tokenize-boundary";
 const ALICE: &str = "alice-listen-secret-5e1f";
 const BOB: &str = "bob-listen-secret-8a2c";
 
-/// A multipart/form-data body from (name, content type, bytes) parts.
 fn form(parts: &[(&str, &str, &[u8])]) -> Vec<u8> {
-    let mut body = Vec::new();
-    for (name, ct, data) in parts {
-        let head = format!(
-            "--{B}\r\nContent-Disposition: form-data; name=\"{name}\"; filename=\"{name}.bin\"\r\n\
-             Content-Type: {ct}\r\n\r\n"
-        );
-        body.extend_from_slice(head.as_bytes());
-        body.extend_from_slice(data);
-        body.extend_from_slice(b"\r\n");
-    }
-    body.extend_from_slice(format!("--{B}--\r\n").as_bytes());
-    body
+    form_data(B, parts)
 }
 
 fn post(d: &Daemon, body: Vec<u8>, key: &str) -> (u16, serde_json::Value) {
@@ -43,29 +31,8 @@ fn get(d: &Daemon, path: &str, key: &str) -> (u16, String) {
     (r.status().as_u16(), r.text().unwrap())
 }
 
-/// `seconds` of a stereo chord at `rate` as 16-bit WAV: the job averages and resamples it.
 fn chord(seconds: f64, rate: u32) -> (Vec<u8>, yued_audio::Pcm) {
-    let n = (seconds * rate as f64) as usize;
-    let mut data = Vec::with_capacity(2 * n);
-    for (c, f) in [(0, 220.0f32), (1, 331.0)] {
-        data.extend((0..n).map(|i| {
-            let t = i as f32 / rate as f32;
-            0.3 * (2.0 * std::f32::consts::PI * f * t).sin() + 0.1 * (c as f32 + 1.0) * (7.0 * t).sin()
-        }));
-    }
-    let pcm = yued_audio::Pcm::new(rate, 2, data);
-    let wav = yued_audio::encode::encode(&pcm, yued_protocol::OutputFormat::Wav16, 128).unwrap();
-    (wav.clone(), yued_audio::decode::decode(&wav).unwrap())
-}
-
-/// The codes the engine gives `pcm` with the daemon's head: what the route must answer.
-fn engine_codes(head: &std::path::Path, pcm: &yued_audio::Pcm) -> String {
-    use yued_engine::models::audio_tokenizer::pipeline::{AudioTokenizer, SAMPLE_RATE};
-    let backend = yued_engine::ggml::Backend::new("CPU").unwrap();
-    let mut tok = AudioTokenizer::open(head, &backend).unwrap();
-    let mut run = tok.start(yued_audio::resample::mono_at(pcm, SAMPLE_RATE).unwrap()).unwrap();
-    while run.step(&mut tok, &backend).unwrap() {}
-    run.codes().iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
+    chord_wav(seconds, rate)
 }
 
 fn wait(d: &Daemon, id: &str, key: &str) -> serde_json::Value {

@@ -1,7 +1,9 @@
 //! `yued bench --only tokenize`: the audio tokenizer (MERT-v2 and its head) on a synthetic
 //! recording at `--preset`'s dimensions (`full`: the published ones, random weights written
-//! once into the cache), in seconds per minute of audio; with `--torch-python`, the PyTorch
-//! reference on the same configuration and threads beside it, and the ratio.
+//! once into the cache), in seconds per minute of audio, from the F32 files and from their
+//! Q8_0 quantization (what yue2.cpp's scripts load; written once beside them); with
+//! `--torch-python`, the PyTorch reference on the same configuration and threads beside
+//! them (float32), and the ratios.
 use super::bench_common::{stats, time, BenchArgs, Table};
 use anyhow::Context;
 use yued_engine::ggml::Backend;
@@ -26,6 +28,37 @@ fn head_file(a: &BenchArgs) -> anyhow::Result<std::path::PathBuf> {
     Ok(head)
 }
 
+/// The Q8_0 pair beside the F32 one (`…-Q8_0.gguf`, found by the head's rule), written once.
+fn q8_head(head: &std::path::Path) -> anyhow::Result<std::path::PathBuf> {
+    use yued_engine::models::quantize::{quantize_file, QuantTarget};
+    let (_, mert) = AudioTokenizer::files(head)?;
+    let q8 = |p: &std::path::Path| p.with_file_name(p.file_name().unwrap().to_string_lossy().replace("-F32", "-Q8_0"));
+    for f in [&mert, &head.to_path_buf()] {
+        if !q8(f).exists() {
+            eprintln!("quantizing {} to Q8_0 (once)", f.display());
+            quantize_file(f, &q8(f), QuantTarget::Q8_0, &mut |_, _| {})?;
+        }
+    }
+    Ok(q8(head))
+}
+
+/// Seconds a run of the tokenizer at `head` takes on `mono`.
+fn time_file(
+    a: &BenchArgs,
+    backend: &Backend,
+    head: &std::path::Path,
+    mono: &[f32],
+) -> anyhow::Result<(super::bench_common::Stats, usize)> {
+    let mut tok = AudioTokenizer::open(head, backend).with_context(|| format!("loading {}", head.display()))?;
+    let frames = tok.start(mono.to_vec()).map(|r| r.frames()).context("--tokenize-seconds: at least one second")?;
+    let s = time(a.reps, || {
+        let mut run = tok.start(mono.to_vec()).expect("checked above");
+        while run.step(&mut tok, backend)? {}
+        Ok(())
+    })?;
+    Ok((s, frames))
+}
+
 /// A recording of `seconds` at 24 kHz: two drifting tones over a little noise.
 fn recording(seconds: f64) -> Vec<f32> {
     let n = (seconds * SAMPLE_RATE as f64) as usize;
@@ -44,18 +77,15 @@ fn recording(seconds: f64) -> Vec<f32> {
 
 pub fn run(a: &BenchArgs, backend: &Backend, threads: usize, t: &mut Table) -> anyhow::Result<()> {
     let head = head_file(a)?;
-    let mut tok = AudioTokenizer::open(&head, backend).with_context(|| format!("loading {}", head.display()))?;
     let seconds = a.tokenize_seconds;
     let mono = recording(seconds);
-    let frames = tok.start(mono.clone()).map(|r| r.frames()).context("--tokenize-seconds: at least one second")?;
     let per_minute = |s: super::bench_common::Stats| s.map(|x| x * 60.0 / seconds);
-    let ours = time(a.reps, || {
-        let mut run = tok.start(mono.clone()).expect("checked above");
-        while run.step(&mut tok, backend)? {}
-        Ok(())
-    })?;
-    let what = format!("{seconds:.0} s recording to {frames} codes (MERT + head)");
+    let (ours, frames) = time_file(a, backend, &head, &mono)?;
+    let what = format!("{seconds:.0} s recording to {frames} codes, F32 files");
     t.push("tokenize", what, "s/min", per_minute(ours), format!("{:.2} s a run", ours.median));
+    let (q8, _) = time_file(a, backend, &q8_head(&head)?, &mono)?;
+    let note = format!("{:.2} s a run, {:.2}x the F32 files", q8.median, ours.median / q8.median);
+    t.push("tokenize", "the same, Q8_0 files (yue2.cpp's scripts load these)".into(), "s/min", per_minute(q8), note);
     let Some(py) = &a.torch_python else { return Ok(()) };
     let script = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../scripts/bench/tokenize_torch.py");
     let configs = std::env::temp_dir().join(format!("yued-bench-tokenize-{}.json", std::process::id()));
@@ -86,7 +116,7 @@ pub fn run(a: &BenchArgs, backend: &Backend, threads: usize, t: &mut Table) -> a
         format!("PyTorch reference, float32, {threads} threads"),
         "s/min",
         per_minute(torch),
-        format!("yued {:.2}x as fast", torch.median / ours.median),
+        format!("yued {:.2}x as fast (F32), {:.2}x (Q8_0)", torch.median / ours.median, torch.median / q8.median),
     );
     Ok(())
 }
