@@ -577,13 +577,8 @@ fn props_of(c: &Config, models: &Models, context: usize) -> Props {
 /// The `--companion` adapter read against the backbone: NAR-only, listed in `/props`.
 fn open_companion(c: &Config, models: &Models, props: &mut Props) -> anyhow::Result<Option<Arc<Adapter>>> {
     let Some(path) = &c.companion else { return Ok(None) };
-    let a = Adapter::open(path, &shapes_of(&GgufFile::open(&models.model)?))
+    let a = yued_engine::models::yue2::adapter::open_companion(path, &models.model)
         .map_err(|e| anyhow::anyhow!("--companion {}: {e}", path.display()))?;
-    anyhow::ensure!(
-        !a.ar && a.nar,
-        "--companion {}: a companion changes the NAR half alone; this adapter changes the AR half",
-        path.display()
-    );
     tracing::info!(adapter = %a.name, rank = a.rank, tensors = a.tensors, "companion adapter (NAR, every render)");
     props.companion = Some(a.name.clone());
     Ok(Some(Arc::new(a)))

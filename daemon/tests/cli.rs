@@ -956,6 +956,46 @@ fn adapters_list_lm_eval_compose_and_synth() {
     let replay: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(d.join("a/song.json")).unwrap()).unwrap();
     assert_eq!(replay["semantic_tokens"], adapted["semantic_tokens"]);
+    // --companion: a NAR-only adapter under the render at the request's companion_scale,
+    // merged once when the request names the same file; one that changes the AR half is refused.
+    let comp = adapters.join("comp.safetensors");
+    write_lora(&comp, "layers.0.nar_self_attn.o_proj", &shapes["model.layers.0.nar_self_attn.o_proj.weight"]);
+    let with_companion = |body: &str, out: &str, companion: &Path| {
+        std::fs::write(&req, body).unwrap();
+        let path = d.join(out);
+        let base = [
+            &["synth", "--model", s(&bb), "--vae", s(&vae), "--adapters", s(&adapters)][..],
+            &["--companion", s(companion), "--request", s(&req), "--out", s(&path)],
+        ]
+        .concat();
+        ok(&[&base[..], &["--seed", "3", "--lm-seed", "11", "--steps", "1", "--device", "CPU"]].concat());
+        std::fs::read(&path).unwrap()
+    };
+    let codes = adapted["semantic_tokens"].as_str().unwrap();
+    let song = |extra: &str| format!(r#"{{"semantic_tokens": "{codes}", "output_format": "wav16"{extra}}}"#);
+    let off = with_companion(&song(r#", "companion_scale": 0"#), "c0/song.wav", &comp);
+    let on = with_companion(&song(""), "c1/song.wav", &comp);
+    let named = with_companion(&song(r#", "adapters": [{"name": "comp.safetensors"}]"#), "c2/song.wav", &comp);
+    assert!(off != on, "the companion changes the render");
+    assert!(named == on, "a request naming the companion merges it once");
+    std::fs::write(&req, song("")).unwrap();
+    let refused = fails(&[
+        "synth",
+        "--model",
+        s(&bb),
+        "--vae",
+        s(&vae),
+        "--companion",
+        s(&adapters.join("ar.safetensors")),
+        "--request",
+        s(&req),
+        "--out",
+        s(&d.join("c3.wav")),
+        "--device",
+        "CPU",
+    ]);
+    assert!(refused.contains("--companion") && refused.contains("AR half"), "{refused}");
+    std::fs::write(&req, body(r#"[{"name": "ar.safetensors", "scale": 1.0}]"#)).unwrap();
     // Without the directory, the request's adapter is a clear error.
     assert!(fails(&[
         "synth",

@@ -83,8 +83,25 @@ fn run_yue2(a: &SynthArgs, model: &Path, vae: &Path) -> anyhow::Result<()> {
     let backend = a.device.open()?;
     eprintln!("loading {} and {} on {}", model.display(), vae.display(), backend.name());
     let refs = yued_actors::settings::adapters(&req);
-    let terms = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), model, &refs)
+    let mut terms = yued_engine::models::yue2::adapter::request_terms(a.adapters.as_deref(), model, &refs)
         .map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
+    if let Some(path) = &a.companion {
+        use yued_engine::models::yue2::adapter::{add_companion, open_companion};
+        let c = open_companion(path, model).map_err(|e| anyhow::anyhow!("--companion: {e}"))?;
+        let same = |name: &str| {
+            let file = a.adapters.as_deref().map(|d| d.join(name));
+            file.and_then(|f| std::fs::canonicalize(f).ok()) == std::fs::canonicalize(path).ok()
+        };
+        let named = req.adapters.iter().any(|r| same(&r.name));
+        add_companion(&mut terms.1, &c, model, req.companion_scale as f32, named)
+            .map_err(|e| anyhow::anyhow!("--companion: {e}"))?;
+        eprintln!(
+            "companion {} at {}{}",
+            c.name,
+            req.companion_scale,
+            if named { " (named by the request)" } else { "" }
+        );
+    }
     if !req.adapters.is_empty() {
         eprintln!("merging {} adapter(s): {} AR and {} NAR tensors", req.adapters.len(), terms.0.len(), terms.1.len());
     }

@@ -33,6 +33,11 @@ pub struct SynthArgs {
     /// into the backbone halves it changes, at its strength.
     #[arg(long)]
     pub adapters: Option<PathBuf>,
+    /// A NAR-only adapter merged into YuE2's NAR half at the request's companion_scale
+    /// (default 1), as `yued serve --companion` does; a request naming the same file among
+    /// its adapters merges it once.
+    #[arg(long)]
+    pub companion: Option<PathBuf>,
     /// YuE2 VAE GGUF.
     #[arg(long, requires = "model")]
     pub vae: Option<PathBuf>,

@@ -59,6 +59,37 @@ pub fn request_terms(
     Ok((half(false)?, half(true)?))
 }
 
+/// A `--companion` adapter (a NAR-only file or folder) read against the backbone file `model`:
+/// refused when it changes the AR half.
+pub fn open_companion(path: &std::path::Path, model: &std::path::Path) -> Result<Adapter, String> {
+    let f = crate::gguf::GgufFile::open(model).map_err(|e| e.to_string())?;
+    let a = Adapter::open(path, &shapes_of(&f))?;
+    if a.ar || !a.nar {
+        return Err(format!("{}: a companion changes the NAR half alone; this adapter changes the AR half", a.name));
+    }
+    Ok(a)
+}
+
+/// Adds the companion's NAR terms at `scale` to a request's (`nar`), unless the strength is 0
+/// or `named` (the request names the same file among its adapters: it is merged once, at the
+/// request's strength).
+pub fn add_companion(
+    nar: &mut HalfTerms,
+    companion: &Adapter,
+    model: &std::path::Path,
+    scale: f32,
+    named: bool,
+) -> Result<(), String> {
+    if named || scale == 0.0 {
+        return Ok(());
+    }
+    let f = crate::gguf::GgufFile::open(model).map_err(|e| e.to_string())?;
+    for (tensor, terms) in stack_terms(&[(companion, scale)], &shapes_of(&f), true)? {
+        nar.entry(tensor).or_default().extend(terms);
+    }
+    Ok(())
+}
+
 /// A stack of adapters as a ModelStore key part of one half: the names and strengths of
 /// those that change it at a non-zero strength, in request order ("" when none).
 pub fn half_key(stack: &[(&Adapter, f32)], nar: bool) -> String {
