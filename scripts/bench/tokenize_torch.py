@@ -2,21 +2,19 @@
 """The PyTorch side of `yued bench --only tokenize --torch-python PY`: the audio tokenizer
 (MERT-v2 and its head) of scripts/ref/mert_reference.py at the configuration of the GGUF
 files yued times (their `mert2.config_json` and `yue2-tokenizer.config_json`, given here as
-JSON), on random float32 weights, in float32, on `--threads` threads: MERT on each 30 s
-chunk up to the head's layer, the states resampled onto the 25 Hz grid and standardised,
-then the head over its windows (hop W/2). Prints {"times": [seconds per run, ...]} as JSON.
+JSON), on random float32 weights, in float32, on `--threads` threads: the reference's own
+`tokenize` (MERT on each 30 s chunk up to the head's layer, the states resampled onto the 25 Hz
+grid and standardised, the head over its windows). Prints {"times": [seconds per run, ...]} as JSON.
 
 Needs torch (and numpy, safetensors, which the reference imports), never the test suite.
 """
 import argparse
 import json
-import math
 import pathlib
 import sys
 import time
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1] / "ref"))
 import mert_reference as M  # noqa: E402
@@ -25,34 +23,6 @@ import mert_reference as M  # noqa: E402
 # rotated halves come back in the states' float32.
 _rotary = M.rotary
 M.rotary = lambda x, base: _rotary(x, base).to(x.dtype)
-
-
-def tokenize(w, head, x):
-    c = M.HEAD_CONFIG
-    chunk = c["chunk_seconds"] * M.RATE
-    frames = []
-    for s in range(0, len(x), chunk):
-        piece = x[s : s + chunk]
-        if len(piece) < M.RATE:
-            break
-        frames.append(M.mert(w, piece, c["mert_layer"] + 1)[2][-1].float())
-    f = torch.cat(frames)
-    t_out = round(len(x) * c["frame_rate"] / M.RATE)
-    f = F.interpolate(f.T[None], size=t_out, mode="linear", align_corners=False)[0].T
-    f = (f - f.mean(0, keepdim=True)) / (f.std(0, unbiased=False, keepdim=True) + c["instance_norm_eps"])
-    W = c["window"]
-    starts = list(range(0, max(1, t_out - W + 1), W // 2))
-    if starts[-1] + W < t_out:
-        starts.append(max(0, t_out - W))
-    codes = torch.zeros(t_out, dtype=torch.long)
-    for s0 in starts:
-        n = min(W, t_out - s0)
-        win = torch.zeros(W, f.shape[1])
-        win[:n] = f[s0 : s0 + n]
-        pred = head(win[None])[0]
-        lo, hi = s0 + (0 if s0 == 0 else W // 4), s0 + n - (0 if s0 + n >= t_out else W // 4)
-        codes[lo:hi] = pred[lo - s0 : hi - s0]
-    return codes
 
 
 def main():
@@ -75,10 +45,10 @@ def main():
     x = torch.from_numpy(M.audio(n, 3)).float()
     times = []
     with torch.inference_mode():
-        tokenize(w, head, x)  # warm-up
+        M.tokenize(w, head, x, torch.float32)  # warm-up
         for _ in range(max(1, a.reps)):
             t0 = time.perf_counter()
-            codes = tokenize(w, head, x)
+            codes = M.tokenize(w, head, x, torch.float32)[1]
             times.append(time.perf_counter() - t0)
     print(json.dumps({"times": times, "codes": int(codes.numel()), "threads": a.threads}))
 

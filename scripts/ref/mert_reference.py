@@ -318,7 +318,9 @@ class Head(torch.nn.Module):
         return self.head(self.norm(self.enc(self.inp(f) + self.pos))).argmax(-1)
 
 
-def tokenize(w, head, x):
+def tokenize(w, head, x, dtype=torch.float64):
+    """The features and codes of `x`; the head reads the f32-rounded features in `dtype`
+    (float64 for the fixtures, float32 for the benchmark)."""
     c = HEAD_CONFIG
     chunk = c["chunk_seconds"] * RATE
     frames = []
@@ -332,7 +334,7 @@ def tokenize(w, head, x):
     f = F.interpolate(f.T[None], size=t_out, mode="linear", align_corners=False)[0].T
     mean = f.mean(dim=0, keepdim=True)
     std = f.std(dim=0, unbiased=False, keepdim=True)
-    f = ((f - mean) / (std + c["instance_norm_eps"])).float().double()  # the f32 the head reads
+    f = ((f - mean) / (std + c["instance_norm_eps"])).float().to(dtype)  # the f32 the head reads
     W = c["window"]
     starts = list(range(0, max(1, t_out - W + 1), W // 2))
     if starts[-1] + W < t_out:
@@ -340,7 +342,7 @@ def tokenize(w, head, x):
     codes = torch.zeros(t_out, dtype=torch.long)
     for s0 in starts:
         n = min(W, t_out - s0)
-        win = torch.zeros(W, f.shape[1], dtype=torch.float64)
+        win = torch.zeros(W, f.shape[1], dtype=dtype)
         win[:n] = f[s0 : s0 + n]
         with torch.no_grad():
             pred = head(win[None])[0]

@@ -696,17 +696,7 @@ function track(job, live) {
   if (live) connect(true);
 
   // Status by polling (the WebSocket may be refused, the page may reload).
-  const poll = async () => {
-    let s;
-    try {
-      s = await json(`/job?id=${job.id}`);
-    } catch (e) {
-      status.textContent = e.message.includes("unknown") ? "unknown (expired)" : "unreachable";
-      if (!e.message.includes("unknown")) setTimeout(poll, 1000);
-      return;
-    }
-    status.textContent = s.status;
-    status.dataset.status = s.status;
+  pollJob(job, status, async (s) => {
     if (!info.live && !TERMINAL.has(s.status)) connect(false);
     if (s.status === "queued") {
       stage.textContent = queueText(s.queue_position);
@@ -723,7 +713,7 @@ function track(job, live) {
       stage.textContent = s.status === "done" && s.metrics ? `${s.metrics.audio_seconds.toFixed(1)} s of audio in ${s.metrics.worker_seconds.toFixed(1)} s` : "";
       bar.value = 1;
     }
-    if (!TERMINAL.has(s.status)) return setTimeout(poll, 250);
+    if (!TERMINAL.has(s.status)) return;
     ended = true;
     li.querySelector(".cancel").disabled = true;
     if (!finished && s.status === "done") {
@@ -732,6 +722,25 @@ function track(job, live) {
       li.querySelector(".cancel").disabled = true;
       await showResult(job, li);
     }
+  });
+}
+
+/** Polls a job's status into its card's `status` pill, calling `onStatus` with each answer
+ * until the job is terminal (an unknown job stops it; an unreachable daemon is asked again). */
+function pollJob(job, status, onStatus) {
+  const poll = async () => {
+    let s;
+    try {
+      s = await json(`/job?id=${job.id}`);
+    } catch (e) {
+      status.textContent = e.message.includes("unknown") ? "unknown (expired)" : "unreachable";
+      if (!e.message.includes("unknown")) setTimeout(poll, 1000);
+      return;
+    }
+    status.textContent = s.status;
+    status.dataset.status = s.status;
+    await onStatus(s);
+    if (!TERMINAL.has(s.status)) setTimeout(poll, 250);
   };
   poll();
 }
@@ -884,17 +893,7 @@ function trackCover(job) {
   $("jobs").prepend(li);
   const status = li.querySelector(".status"), bar = li.querySelector("progress"), stage = li.querySelector(".stage");
   const info = (state.jobs[job.id] = { family: "tokenize", stages: [], progress: 0, codes: null });
-  const poll = async () => {
-    let s;
-    try {
-      s = await json(`/job?id=${job.id}`);
-    } catch (e) {
-      status.textContent = e.message.includes("unknown") ? "unknown (expired)" : "unreachable";
-      if (!e.message.includes("unknown")) setTimeout(poll, 1000);
-      return;
-    }
-    status.textContent = s.status;
-    status.dataset.status = s.status;
+  pollJob(job, status, async (s) => {
     if (s.status === "queued") stage.textContent = queueText(s.queue_position);
     else if (s.status === "running") {
       bar.value = s.progress || 0;
@@ -903,7 +902,7 @@ function trackCover(job) {
       info.progress = Math.max(info.progress, s.progress || 0);
     } else if (s.status === "failed") stage.textContent = s.error || "failed";
     else if (s.status === "cancelled") stage.textContent = "cancelled";
-    if (!TERMINAL.has(s.status)) return setTimeout(poll, 250);
+    if (!TERMINAL.has(s.status)) return;
     li.querySelector(".cancel").disabled = true;
     if (s.status !== "done") return;
     bar.value = 1;
@@ -929,8 +928,7 @@ function trackCover(job) {
         { ...base(), source_tokens: codes, source_start: Number(li.querySelector(".source-start").value || 0), source_end: Number(li.querySelector(".source-end").value || -1) },
         `Continuation of ${job.id.slice(-6)}`,
       );
-  };
-  poll();
+  });
 }
 
 // ---------------------------------------------------------------- header and logs
