@@ -17,8 +17,20 @@ pub fn yued_bin() -> PathBuf {
     bin
 }
 
+/// A port free now and never handed out before in this process: the tests of one binary run
+/// side by side, and the kernel may give a port just released to the next bind, so two
+/// daemons starting at once could otherwise get one port (the second then fails to bind while
+/// the first answers its readiness probe).
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port()
+    static HANDED: std::sync::Mutex<Vec<u16>> = std::sync::Mutex::new(Vec::new());
+    let mut handed = HANDED.lock().unwrap_or_else(|e| e.into_inner());
+    loop {
+        let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        if !handed.contains(&port) {
+            handed.push(port);
+            return port;
+        }
+    }
 }
 
 /// A running daemon; killed on drop.
@@ -72,7 +84,7 @@ impl Daemon {
     /// Starts the daemon with extra environment variables and waits until it serves.
     pub fn start_with_env(data: &Path, port: u16, args: Vec<String>, env: &[(&str, &str)]) -> Daemon {
         let child = Self::spawn(data, port, &args, env);
-        let d = Daemon {
+        let mut d = Daemon {
             child,
             port,
             data: data.to_path_buf(),
@@ -82,6 +94,10 @@ impl Daemon {
         };
         let t0 = Instant::now();
         loop {
+            // Our own process, not another that answers on the port.
+            if let Ok(Some(st)) = d.child.try_wait() {
+                panic!("yued exited ({st}) before it served; log: {}", d.log());
+            }
             if let Ok(r) = d.http.get(d.url("/health")).send() {
                 if r.status().is_success() && r.json::<serde_json::Value>().map(|v| v["ready"] == true).unwrap_or(false)
                 {
