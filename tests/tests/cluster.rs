@@ -120,9 +120,15 @@ fn node_with(dir: &Path, name: &str, nats: &Nats, role: &str, extra: &[&str]) ->
 
 /// A song on the demo whose tiles come one chunk at a time over several seconds.
 fn streamed_song(seed: u64) -> String {
+    streamed_song_steps(seed, 24)
+}
+
+/// The same song with `steps` NAR steps: more steps keep its synthesis running longer.
+fn streamed_song_steps(seed: u64, steps: u32) -> String {
     format!(
-        r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": 24, "steps": 24, "seed": {seed},
-            "stream_chunk_seconds": 4, "output_format": "wav16", "semantic_sampling": {{"min_tokens": 600}}}}"#
+        r#"{{"style": "lo-fi piano", "lyrics": "[verse] hum", "cot": "off", "duration": 24,
+            "steps": {steps}, "seed": {seed}, "stream_chunk_seconds": 4,
+            "output_format": "wav16", "semantic_sampling": {{"min_tokens": 600}}}}"#
     )
 }
 
@@ -511,10 +517,12 @@ fn a_stalled_worker_loses_its_job_and_writes_nothing() {
     let nats = Nats::start(bin, dir.path().join("nats"));
     let wa = node(dir.path(), "wa", &nats, "worker");
     let api = node(dir.path(), "api", &nats, "api");
-    let id = api.submit(&streamed_song(5));
+    // The codes reach the cluster at the worker's next beat (2 s here), and the song must
+    // still be rendering then: its synthesis takes longer than a beat.
+    let id = api.submit(&streamed_song_steps(5, 128));
     let t0 = Instant::now();
     while count(&wa.log(), &id, "codes journaled in the cluster") == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(120), "the song's codes never reached the cluster");
+        assert!(t0.elapsed() < Duration::from_secs(120), "the song's codes never reached the cluster: {}", wa.log());
         std::thread::sleep(Duration::from_millis(50));
     }
     let wb = node(dir.path(), "wb", &nats, "worker");
