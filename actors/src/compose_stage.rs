@@ -18,12 +18,13 @@
 //! the hand-offs go in the order the members finished; the next batch starts when they have
 //! rendered (the AR lease waits for their pins).
 use crate::decode_stage::VaeCmd;
-use crate::family::{Batch, Handoff, NarCmd, StageError, Synthesis};
+use crate::family::{send_waiting, Batch, Handoff, NarCmd, StageError, Synthesis};
 use crate::kinds::Families;
 use crate::messages::{EntryFree, JobCtx, Requeue, RunJob, WorkerCmd};
 use crate::model_store::Policy;
 use crate::stage::{guarded, panic_message, test_abort, test_fault, Links};
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use std::time::Instant;
 use yued_contract::UploadTask;
@@ -54,11 +55,15 @@ pub(crate) fn run(
         rows,
         batch: None,
         deferred: Vec::new(),
+        waiting: VecDeque::new(),
         draining: false,
         owed: None,
     };
     let mut stopping = false;
     loop {
+        // The hand-offs the synthesis stage has room for; all of them, waiting for room, when
+        // no batch runs (nothing the synthesis stage renders needs this stage then).
+        send_waiting(&entry.links, &entry.nar_tx, &mut entry.waiting, entry.batch.is_none());
         if !stopping && entry.room() {
             if let Some(id) = entry.owed.take() {
                 entry.links.scheduler.do_send(EntryFree { id });
@@ -85,6 +90,7 @@ pub(crate) fn run(
             break;
         }
     }
+    send_waiting(&entry.links, &entry.nar_tx, &mut entry.waiting, true);
     let _ = entry.nar_tx.send(NarCmd::Shutdown);
     tracing::info!("AR stage stopped");
 }
@@ -101,6 +107,10 @@ struct Entry {
     batch: Option<Box<dyn Batch>>,
     /// Finished members' hand-offs waiting for the batch to drain (STRICT).
     deferred: Vec<(Arc<JobCtx>, Box<dyn Synthesis>)>,
+    /// Hand-offs sent while a batch runs that the synthesis stage had no room for yet, in
+    /// order: the batch goes on stepping meanwhile (a streamed member being rendered needs
+    /// its steps), and no one joins until they are sent.
+    waiting: VecDeque<NarCmd>,
     /// A job went back to the queue: no one joins until the batch has drained.
     draining: bool,
     /// The job whose [`EntryFree`] is owed to the scheduler: sent once another job may come.
@@ -112,7 +122,7 @@ impl Entry {
     fn room(&self) -> bool {
         match &self.batch {
             None => true,
-            Some(b) => !self.draining && self.deferred.is_empty() && b.rows() < self.rows,
+            Some(b) => !self.draining && self.deferred.is_empty() && self.waiting.is_empty() && b.rows() < self.rows,
         }
     }
 
@@ -192,7 +202,7 @@ impl Entry {
 
     /// Adds a job to the running batch (a refusal fails it alone).
     fn join(&mut self, ctx: Arc<JobCtx>) {
-        let (links, nar_tx) = (&self.links, &self.nar_tx);
+        let (links, nar_tx, waiting) = (&self.links, &self.nar_tx, &mut self.waiting);
         let (Some(batch), Ok(backend)) = (self.batch.as_mut(), self.backend.as_ref()) else { return };
         let group = match self.families.get(ctx.request.family()) {
             Ok(f) => f.synthesis_group(),
@@ -200,7 +210,7 @@ impl Entry {
         };
         let result = guarded(links, &ctx, "ar", || {
             test_fault("ar", &ctx);
-            let mut out = Handoff::new(links, nar_tx, ctx.clone(), group);
+            let mut out = Handoff::queued(links, nar_tx, ctx.clone(), group, waiting);
             batch.join(links, backend, ctx.clone(), &mut out)
         });
         if let Some(Err(e)) = result {
@@ -233,7 +243,7 @@ impl Entry {
         let overlap = links.store.policy() == Policy::Never;
         for (ctx, how) in left {
             match how {
-                Err(e) => e.report(links, &ctx),
+                Err(e) => e.report(&self.links, &ctx),
                 Ok(None) => {}
                 Ok(Some(synthesis)) if overlap => self.hand_over(ctx, synthesis),
                 Ok(Some(synthesis)) => self.deferred.push((ctx, synthesis)),
@@ -253,11 +263,11 @@ impl Entry {
         }
     }
 
-    fn hand_over(&self, ctx: Arc<JobCtx>, synthesis: Box<dyn Synthesis>) {
+    fn hand_over(&mut self, ctx: Arc<JobCtx>, synthesis: Box<dyn Synthesis>) {
         let span = tracing::info_span!("job", job = %ctx.id);
         let _g = span.enter();
         match self.families.group_of(ctx.request.family()) {
-            Some(group) => Handoff::new(&self.links, &self.nar_tx, ctx, group).send(synthesis),
+            Some(group) => Handoff::queued(&self.links, &self.nar_tx, ctx, group, &mut self.waiting).send(synthesis),
             None => self.links.fail(&ctx, format!("{} is not served here", ctx.request.family())),
         }
     }

@@ -20,7 +20,8 @@ use crate::decode_stage::{UploadJobFn, VaeCmd};
 use crate::messages::{EncCmd, JobCtx};
 use crate::model_store::{Group, GroupPin, Policy};
 use crate::stage::Links;
-use crossbeam_channel::Sender;
+use crossbeam_channel::{Sender, TrySendError};
+use std::collections::VecDeque;
 use std::sync::Arc;
 use yued_engine::ggml::Backend;
 use yued_protocol::Family;
@@ -152,11 +153,29 @@ pub(crate) struct Handoff<'a> {
     job: Arc<JobCtx>,
     group: Group,
     sent: bool,
+    /// Where a hand-off waits, in order, while the synthesis stage has no room
+    /// ([`send_waiting`]); `None`: the send blocks until it has.
+    waiting: Option<&'a mut VecDeque<NarCmd>>,
 }
 
 impl<'a> Handoff<'a> {
+    /// A hand-off whose send blocks while the synthesis stage has a job waiting (bounded
+    /// memory, in order): for a job composed alone.
     pub fn new(links: &'a Links, nar: &'a Sender<NarCmd>, job: Arc<JobCtx>, group: Group) -> Self {
-        Handoff { links, nar, job, group, sent: false }
+        Handoff { links, nar, job, group, sent: false, waiting: None }
+    }
+
+    /// A hand-off that never blocks: while the synthesis stage has no room it waits in
+    /// `waiting`, behind the ones before it. A batch must not wait on the synthesis stage,
+    /// which may be rendering a streamed member that needs the batch's next steps.
+    pub fn queued(
+        links: &'a Links,
+        nar: &'a Sender<NarCmd>,
+        job: Arc<JobCtx>,
+        group: Group,
+        waiting: &'a mut VecDeque<NarCmd>,
+    ) -> Self {
+        Handoff { links, nar, job, group, sent: false, waiting: Some(waiting) }
     }
 
     /// Whether the synthesis half may start while the AR half still holds its leases: every
@@ -166,9 +185,16 @@ impl<'a> Handoff<'a> {
         self.links.store.policy() == Policy::Never
     }
 
+    /// Whether a hand-off sent now reaches the synthesis stage's queue at once (nothing
+    /// waits before it and the queue has room): a streamed hand-off is only worth sending
+    /// then, else its job hands over when its AR half is done.
+    pub fn can_stream(&self) -> bool {
+        self.can_overlap() && self.waiting.as_ref().is_none_or(|w| w.is_empty()) && !self.nar.is_full()
+    }
+
     /// Pins the synthesis group for the job (before the next job may lease the AR half,
     /// so under STRICT the stages run in job order) and sends the hand-off to the synthesis
-    /// stage; the send blocks while that stage has a job waiting (bounded memory, in order).
+    /// stage (or queues it, for a [`Handoff::queued`]).
     pub fn send(&mut self, synthesis: Box<dyn Synthesis>) {
         assert!(!self.sent, "a job is handed over once");
         self.sent = true;
@@ -176,15 +202,53 @@ impl<'a> Handoff<'a> {
         self.links.metrics.kv_sets_in_use.add(sets as i64);
         tracing::info!(work = %synthesis.describe(), "handing over to the synthesis stage");
         let pin = self.links.store.pin(self.group);
-        if self.nar.send(NarCmd::Render(NarWork { job: self.job.clone(), synthesis, pin })).is_err() {
-            self.links.metrics.kv_sets_in_use.sub(sets as i64);
-            tracing::error!("the synthesis stage is gone");
+        let cmd = NarCmd::Render(NarWork { job: self.job.clone(), synthesis, pin });
+        match self.waiting.as_mut() {
+            Some(waiting) => {
+                waiting.push_back(cmd);
+                send_waiting(self.links, self.nar, waiting, false);
+            }
+            None => {
+                if let Err(e) = self.nar.send(cmd) {
+                    gone(self.links, e.into_inner());
+                }
+            }
         }
     }
 
     pub fn sent(&self) -> bool {
         self.sent
     }
+}
+
+/// Sends the waiting hand-offs in order: those the synthesis stage has room for, or
+/// (`block`) all of them, each waiting for room.
+pub(crate) fn send_waiting(links: &Links, nar: &Sender<NarCmd>, waiting: &mut VecDeque<NarCmd>, block: bool) {
+    while let Some(cmd) = waiting.pop_front() {
+        let refused = if block {
+            nar.send(cmd).err().map(|e| e.into_inner())
+        } else {
+            match nar.try_send(cmd) {
+                Ok(()) => None,
+                Err(TrySendError::Full(cmd)) => {
+                    waiting.push_front(cmd);
+                    return;
+                }
+                Err(TrySendError::Disconnected(cmd)) => Some(cmd),
+            }
+        };
+        if let Some(cmd) = refused {
+            gone(links, cmd);
+        }
+    }
+}
+
+/// A hand-off the synthesis stage is gone for.
+fn gone(links: &Links, cmd: NarCmd) {
+    if let NarCmd::Render(w) = cmd {
+        links.metrics.kv_sets_in_use.sub(w.synthesis.kv_sets() as i64);
+    }
+    tracing::error!("the synthesis stage is gone");
 }
 
 /// Where the synthesis half sends its output.

@@ -3,22 +3,24 @@
 //! loads, which file a request's component fields name (minimaxmusic.cpp's rule: an empty field
 //! keeps the previous choice, else the first file of the bucket), and a job's run.
 //!
-//! A job's AR half runs on the entry stage ([`ModelFamily::compose`]): the AR group leased
-//! for the frames (or their replay from `audio_codes` or from the journal), each song's
-//! codes journaled, then the AR group released. Its synthesis half runs on the synthesis
-//! stage ([`Synthesis::render`]): the synthesis group leased, each window decoded the
-//! moment it is denoised and its audio published to the listeners (44.1 kHz; the Opus
-//! stream resamples), and the finished tracks go to the Encoder like YuE2's.
+//! A job's AR half runs on the entry stage: fresh songs in an [`Mm3Batch`], beside other
+//! jobs' songs in one decode step ([`compose::step_together`]), the AR group leased while the
+//! batch has members; a replay (of `audio_codes`, or of a resumed job's journaled codes)
+//! alone ([`ModelFamily::compose`]). Each song's codes are journaled when its job leaves.
+//! Its synthesis half runs on the synthesis stage ([`Synthesis::render`]): the synthesis
+//! group leased, each window decoded the moment it is denoised and its audio published to
+//! the listeners (44.1 kHz; the Opus stream resamples), and the finished tracks go to the
+//! Encoder like YuE2's.
 use crate::decode_stage::UploadJobFn;
-use crate::family::{Handoff, ModelFamily, Outlets, StageError, Synthesis};
+use crate::family::{Batch, Handoff, Left, ModelFamily, Outlets, StageError, Synthesis};
 use crate::hub::Publish;
 use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome, TrackOut};
-use crate::model_store::{Component, ComponentKey, Group, GroupPin, Module};
+use crate::model_store::{Component, ComponentKey, Group, GroupPin, Lease, Module};
 use crate::stage::{Links, ProgressSink};
 use crossbeam_channel::Sender;
 use std::any::Any;
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use yued_audio::Pcm;
 use yued_contract::results::ResultStore;
 use yued_contract::stream::{PcmTile, TileEncoder};
@@ -88,29 +90,27 @@ component!(DitModel);
 component!(VaeModel);
 component!(VaeEncoder);
 
-/// What the entry stage keeps between MiniMax jobs: the registry, the files the last job
-/// used (an empty field keeps them), and the tokenizer of the LM file last read.
-pub(crate) struct Mm3 {
+/// Which files the requests' components name, and the tokenizer of the LM file last read:
+/// what the entry stage keeps between MiniMax jobs (an empty field keeps the last job's
+/// file), shared by the family and its batch.
+struct Selection {
     registry: Registry,
     chosen: [Option<PathBuf>; 5],
     tokenizer: Option<(PathBuf, BpeTokenizer)>,
 }
 
-impl Mm3 {
-    pub fn new(registry: Registry) -> Self {
-        Mm3 { registry, chosen: Default::default(), tokenizer: None }
-    }
-
-    /// The files of a request's components.
-    fn files(&mut self, req: &Mm3Request) -> Result<[PathBuf; 5], String> {
+impl Selection {
+    /// The files of a request's components; `keep`: they become the next job's defaults.
+    fn files(&mut self, req: &Mm3Request, keep: bool) -> Result<[PathBuf; 5], String> {
         let mut out: [PathBuf; 5] = Default::default();
         for (i, ((field, name), bucket)) in req.models().into_iter().zip(Bucket::MM3).enumerate() {
-            let path = match (&self.chosen[i], name.is_empty()) {
+            out[i] = match (&self.chosen[i], name.is_empty()) {
                 (Some(p), true) => p.clone(),
                 _ => self.registry.resolve(bucket, name).map_err(|e| format!("{field}: {e}"))?.path.clone(),
             };
-            self.chosen[i] = Some(path.clone());
-            out[i] = path;
+        }
+        if keep {
+            self.chosen = out.clone().map(Some);
         }
         Ok(out)
     }
@@ -122,9 +122,43 @@ impl Mm3 {
         }
         Ok(&self.tokenizer.as_ref().expect("set above").1)
     }
+
+    /// A request's prompt, read with the LM's tokenizer.
+    fn prompt(&mut self, lm_file: &PathBuf, lm: &LmModel, req: &Mm3Request) -> Result<prompt::Prompt, String> {
+        let tok = self.tokenizer(lm_file, lm)?;
+        prompt::build(tok, &lm.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))
+    }
+}
+
+/// MiniMax Music 3 on the entry stage.
+pub(crate) struct Mm3 {
+    selection: Arc<Mutex<Selection>>,
+}
+
+impl Mm3 {
+    pub fn new(registry: Registry) -> Self {
+        Mm3 { selection: Arc::new(Mutex::new(Selection { registry, chosen: Default::default(), tokenizer: None })) }
+    }
+}
+
+fn lock(s: &Mutex<Selection>) -> std::sync::MutexGuard<'_, Selection> {
+    s.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 crate::family::engine_error!(ComposeError, SynthError);
+
+/// Whether a job samples its songs (else it replays codes: the request's, or all its songs'
+/// from the journal).
+fn fresh(ctx: &JobCtx) -> bool {
+    let req = ctx.request.as_mm3().expect("a MiniMax job");
+    req.audio_codes.trim().is_empty() && !resumes(ctx)
+}
+
+/// Whether the journal holds every song's codes (the job resumes by replaying them).
+fn resumes(ctx: &JobCtx) -> bool {
+    let req = ctx.request.as_mm3().expect("a MiniMax job");
+    !ctx.known_songs.is_empty() && ctx.known_songs.len() == req.songs() as usize
+}
 
 impl ModelFamily for Mm3 {
     fn family(&self) -> Family {
@@ -139,9 +173,9 @@ impl ModelFamily for Mm3 {
         run_vae_job
     }
 
-    /// A fresh song with every group resident is handed over before its first frame
-    /// ([`Mm3Stream`]): each window renders as soon as its frames' states exist. Otherwise
-    /// (STRICT, a replay, a resumed job) the whole AR half runs first ([`Mm3Synthesis`]).
+    /// A job alone: fresh songs as a batch of one ([`Mm3Batch`]); a replay (of the request's
+    /// codes, or of a resumed job's from the journal) runs its whole AR half first, then
+    /// hands over ([`Mm3Synthesis`]).
     fn compose(
         &mut self,
         links: &Links,
@@ -149,13 +183,26 @@ impl ModelFamily for Mm3 {
         job: &Arc<JobCtx>,
         out: &mut Handoff<'_>,
     ) -> Result<(), StageError> {
-        let req = job.request.as_mm3().expect("a MiniMax job");
-        if out.can_overlap() && req.audio_codes.trim().is_empty() && job.known_songs.is_empty() {
-            return compose_streamed(links, backend, self, job, out);
+        if fresh(job) {
+            let mut batch = Mm3Batch::new(self.selection.clone());
+            batch.join(links, backend, job.clone(), out)?;
+            loop {
+                if let Some((_, how)) = batch.step(links, backend).pop() {
+                    if let Some(synthesis) = how? {
+                        out.send(synthesis);
+                    }
+                    return Ok(());
+                }
+            }
         }
-        let (songs, files) = compose_job(links, backend, self, job)?;
+        let (songs, files) = replay_job(links, backend, &mut lock(&self.selection), job)?;
         out.send(Box::new(Mm3Synthesis { songs, files }));
         Ok(())
+    }
+
+    /// Fresh songs batch; a replay composes alone.
+    fn batch(&mut self, _links: &Links, job: &JobCtx) -> Option<Box<dyn Batch>> {
+        fresh(job).then(|| Box::new(Mm3Batch::new(self.selection.clone())) as Box<dyn Batch>)
     }
 }
 
@@ -188,66 +235,55 @@ pub fn synthesis_group() -> Group {
     Group { family: Family::Mm3, name: SYNTHESIS_GROUP }
 }
 
-/// The AR half of a MiniMax job on the entry stage: the frames sampled (or replayed from
-/// the request's codes or the journal's), each song's codes journaled and announced. The AR
-/// group's leases are released when it returns. Returns the songs and the synthesis files.
-fn compose_job(
+/// The AR half of a replay on the entry stage: the states of the request's codes, or of
+/// every song's journaled codes (a resumed job), teacher-forced; codes replayed from the
+/// request are journaled and announced. The AR group's leases are released when it
+/// returns. Returns the songs and the synthesis files.
+fn replay_job(
     links: &Links,
     backend: &Backend,
-    state: &mut Mm3,
+    selection: &mut Selection,
     ctx: &Arc<JobCtx>,
 ) -> Result<(Vec<compose::Song>, [PathBuf; 3]), StageError> {
     let req = ctx.request.as_mm3().expect("a MiniMax job");
-    let files = state.files(req)?;
+    let files = selection.files(req, true)?;
     let cancelled = || ctx.cancel.is_cancelled();
     let mut sink = ProgressSink::new(links, &ctx.id);
-    // The guidance pairs as batches of two (the daemon has no split-path setting).
-    let batch = true;
-    let journaled: Vec<Vec<[u32; 8]>> = ctx
-        .known_songs
-        .iter()
-        .map(|s| s.codes.chunks_exact(8).map(|c| c.try_into().expect("8 codes")).collect())
-        .collect();
     let given = req.audio_codes().map_err(|e| e.to_string())?;
-    let resumed = given.is_empty() && !journaled.is_empty() && journaled.len() == req.songs() as usize;
-    let replay_of: Vec<Vec<[u32; 8]>> = if !given.is_empty() {
-        vec![given]
-    } else if resumed {
+    let resumed = given.is_empty();
+    let replay_of: Vec<Vec<[u32; 8]>> = if resumed {
         links.scheduler.do_send(crate::messages::Resumed { id: ctx.id.clone() });
-        journaled
+        ctx.known_songs
+            .iter()
+            .map(|s| s.codes.chunks_exact(8).map(|c| c.try_into().expect("8 codes")).collect())
+            .collect()
     } else {
-        Vec::new()
+        vec![given]
     };
     let songs = {
         let mut lm_lease = links.store.lease(&key("lm", files[0].clone()), backend)?;
         let mut depth_lease = links.store.lease(&key("depth", files[1].clone()), backend)?;
         let lm_model = lm_lease.get::<LmModel>();
+        lm_model.prefill_chunk = links.cfg.options.prefill_chunk;
         let depth = depth_lease.get::<DepthModel>();
-        let tok = state.tokenizer(&files[0], lm_model)?;
-        let prompt =
-            prompt::build(tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
-        if replay_of.is_empty() {
-            let n = req.songs() as usize;
-            let s = crate::settings::mm3_ar(req, batch);
-            let mut draws = SeedDraws::new(req.lm_seed, n);
-            let mut songs =
-                compose::compose(backend, lm_model, depth, &prompt, n, &s, &mut draws, &cancelled, &mut |f, total| {
-                    sink.report(Stage::Semantic, f + 1, total + 1)
-                })?;
-            // The replay's states: a resumed job and a replayed track render the same bytes.
-            compose::restate(backend, lm_model, depth, &prompt, &mut songs, &cancelled)?;
-            songs
-        } else {
-            let mut out = Vec::new();
-            for (i, codes) in replay_of.iter().enumerate() {
-                out.push(compose::replay(backend, lm_model, depth, &prompt, codes, &cancelled)?);
-                sink.report(Stage::Semantic, i + 1, replay_of.len());
-            }
-            out
+        let prompt = selection.prompt(&files[0], lm_model, req)?;
+        let mut out = Vec::new();
+        for (i, codes) in replay_of.iter().enumerate() {
+            out.push(compose::replay(backend, lm_model, depth, &prompt, codes, &cancelled)?);
+            sink.report(Stage::Semantic, i + 1, replay_of.len());
         }
+        out
     };
+    announce(links, ctx, &songs, !resumed);
+    let [_, _, c, d, v] = files;
+    Ok((songs, [c, d, v]))
+}
+
+/// Each song's codes journaled (`journal`: unless they came from the journal) and announced
+/// to the listeners.
+fn announce(links: &Links, ctx: &JobCtx, songs: &[compose::Song], journal: bool) {
     for (i, song) in songs.iter().enumerate() {
-        if !resumed {
+        if journal {
             links.scheduler.do_send(CodesReady {
                 id: ctx.id.clone(),
                 song: SongCodes {
@@ -259,8 +295,6 @@ fn compose_job(
         }
         links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Codes { frames: song.frames() as u32 }));
     }
-    let [_, _, c, d, v] = files;
-    Ok((songs, [c, d, v]))
 }
 
 /// What the streamed AR half sends the synthesis half: a song's next frames' states (whole
@@ -270,74 +304,278 @@ enum Mm3Chunk {
     End { song: usize, codes: Vec<[u32; 8]>, ended: bool },
 }
 
-/// The AR half of a streamed job: the hand-off goes first; while the frames are sampled,
-/// each song's teacher-forced states go out chunk by chunk (a [`compose::Restater`] per
-/// song on the same modules), then its end. The codes are journaled when the half ends.
-fn compose_streamed(
-    links: &Links,
-    backend: &Backend,
-    state: &mut Mm3,
-    ctx: &Arc<JobCtx>,
-    out: &mut Handoff<'_>,
-) -> Result<(), StageError> {
-    let req = ctx.request.as_mm3().expect("a MiniMax job");
-    let files = state.files(req)?;
-    let n = req.songs() as usize;
-    let (tx, rx) = crossbeam_channel::unbounded();
-    out.send(Box::new(Mm3Stream { rx, songs: n, files: [files[2].clone(), files[3].clone(), files[4].clone()] }));
-    let cancelled = || ctx.cancel.is_cancelled();
-    let mut sink = ProgressSink::new(links, &ctx.id);
-    let mut lm_lease = links.store.lease(&key("lm", files[0].clone()), backend)?;
-    let mut depth_lease = links.store.lease(&key("depth", files[1].clone()), backend)?;
-    let lm_model = lm_lease.get::<LmModel>();
-    let depth = depth_lease.get::<DepthModel>();
-    let tok = state.tokenizer(&files[0], lm_model)?;
-    let prompt =
-        prompt::build(tok, &lm_model.info.tokens, &req.caption, &req.lyrics).map_err(|e| format!("lyrics: {e}"))?;
-    let s = crate::settings::mm3_ar(req, true);
-    let mut restaters = (0..n)
-        .map(|_| compose::Restater::new(backend, lm_model, &prompt, s.max_frames))
-        .collect::<Result<Vec<_>, _>>()?;
-    let mut draws = SeedDraws::new(req.lm_seed, n);
-    // Each song's teacher-forced states go out as its frames are written, then its end.
-    let mut hand_out = |lm: &mut LmModel, depth: &mut DepthModel, i: usize, song: &compose::Song, complete: bool| {
-        let before = restaters[i].frames();
-        let states = restaters[i].advance(backend, lm, depth, &song.codes, complete, &cancelled)?;
+/// The AR halves of several MiniMax jobs over one LM and depth decoder, stepped together
+/// ([`compose::step_together`]). A joining job's prompts (its composer's, then one per song
+/// for the replay states) go in one piece a step, before the others' step; its songs then
+/// step with theirs. Each song's teacher-forced states are computed chunk by chunk as its
+/// frames are written (a [`compose::Restater`] per song): a streamed job's go out to its
+/// hand-off, sent at the join; the others' go with the hand-off when the songs are done.
+struct Mm3Batch {
+    selection: Arc<Mutex<Selection>>,
+    /// The LM and depth decoder files of the members (set by the first).
+    ar_files: Option<[PathBuf; 2]>,
+    /// The LM's and depth decoder's leases: taken at the first join, given back with the
+    /// batch.
+    leases: Option<(Lease, Lease)>,
+    members: Vec<Mm3Member>,
+}
+
+/// A job in an [`Mm3Batch`].
+struct Mm3Member {
+    ctx: Arc<JobCtx>,
+    composer: compose::Composer,
+    draws: SeedDraws,
+    songs: Vec<Restated>,
+    /// A streamed job's states go out through this as they are computed.
+    stream: Option<Sender<Mm3Chunk>>,
+    sink: ProgressSink,
+    max_frames: usize,
+    /// The condition encoder, DiT and VAE files.
+    files: [PathBuf; 3],
+}
+
+/// A song's replay states as its frames are written.
+struct Restated {
+    restater: compose::Restater,
+    /// The states so far (a job whose hand-off goes when its songs are done).
+    states: Vec<f32>,
+}
+
+impl Mm3Member {
+    /// Whether every prompt of the job is in.
+    fn prefilled(&self) -> bool {
+        self.composer.prefilled() && self.songs.iter().all(|s| s.restater.prefilled())
+    }
+
+    /// The next prompt piece: the composer's, then each song's restater's.
+    fn prefill_piece(&mut self, backend: &Backend, lm: &mut LmModel) -> Result<(), ComposeError> {
+        if !self.composer.prefilled() {
+            self.composer.prefill_piece(backend, lm)?;
+        } else if let Some(s) = self.songs.iter_mut().find(|s| !s.restater.prefilled()) {
+            s.restater.prefill_piece(backend, lm)?;
+        }
+        Ok(())
+    }
+
+    /// Song `i`'s states its frames complete (whole chunks; every frame left once it is
+    /// `complete`): out through the stream, or kept; then, when complete, its end.
+    #[allow(clippy::too_many_arguments)]
+    fn hand_out(
+        restated: &mut Restated,
+        stream: Option<&Sender<Mm3Chunk>>,
+        backend: &Backend,
+        lm: &mut LmModel,
+        depth: &mut DepthModel,
+        (i, song): (usize, &compose::Song),
+        complete: bool,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<(), ComposeError> {
+        let before = restated.restater.frames();
+        let states = restated.restater.advance(backend, lm, depth, &song.codes, complete, cancelled)?;
+        let Some(tx) = stream else {
+            restated.states.extend(states);
+            return Ok(());
+        };
         if !states.is_empty() {
-            let _ = tx.send(Mm3Chunk::States { song: i, frames: restaters[i].frames() - before, states });
+            let _ = tx.send(Mm3Chunk::States { song: i, frames: restated.restater.frames() - before, states });
         }
         if complete {
             let _ = tx.send(Mm3Chunk::End { song: i, codes: song.codes.clone(), ended: song.ended });
         }
-        Ok::<_, compose::ComposeError>(())
-    };
-    let mut composer = compose::Composer::new(backend, lm_model, &prompt, n, &s)?;
-    while !composer.done() {
-        if cancelled() {
-            return Err(StageError::Cancelled);
-        }
-        let Some(frame) = composer.step(backend, lm_model, depth, &mut draws)? else { continue };
+        Ok(())
+    }
+
+    /// The states of the songs a step wrote a frame of, and the progress.
+    fn after_step(
+        &mut self,
+        backend: &Backend,
+        lm: &mut LmModel,
+        depth: &mut DepthModel,
+        frame: compose::Frame,
+    ) -> Result<(), ComposeError> {
+        let cancel = self.ctx.cancel.clone();
+        let cancelled = || cancel.is_cancelled();
         for (i, complete) in frame.songs {
-            hand_out(lm_model, depth, i, composer.song(i), complete)?;
+            let song = (i, self.composer.song(i));
+            Self::hand_out(&mut self.songs[i], self.stream.as_ref(), backend, lm, depth, song, complete, &cancelled)?;
         }
-        sink.report(Stage::Semantic, frame.frame + 1, s.max_frames + 1);
+        self.sink.report(Stage::Semantic, frame.frame + 1, self.max_frames + 1);
+        Ok(())
     }
-    let (songs, untold) = composer.finish()?;
-    for i in untold {
-        hand_out(lm_model, depth, i, &songs[i], true)?;
+
+    /// The member's end once its composer is done: the songs no step called complete handed
+    /// out, the codes journaled and announced, and the hand-off (a streamed job's went at
+    /// the join).
+    fn conclude(self, links: &Links, backend: &Backend, lm: &mut LmModel, depth: &mut DepthModel) -> Left {
+        let Mm3Member { ctx, composer, mut songs, stream, files, .. } = self;
+        let cancelled = || ctx.cancel.is_cancelled();
+        let (mut written, untold) = composer.finish()?;
+        for i in untold {
+            Self::hand_out(&mut songs[i], stream.as_ref(), backend, lm, depth, (i, &written[i]), true, &cancelled)?;
+        }
+        announce(links, &ctx, &written, true);
+        if stream.is_some() {
+            return Ok(None);
+        }
+        // The replay's states: a resumed job and a replayed track render the same bytes.
+        for (song, r) in written.iter_mut().zip(songs) {
+            song.states = r.states;
+        }
+        Ok(Some(Box::new(Mm3Synthesis { songs: written, files })))
     }
-    for (i, song) in songs.iter().enumerate() {
-        links.scheduler.do_send(CodesReady {
-            id: ctx.id.clone(),
-            song: SongCodes {
-                song: i as u32,
-                abc: String::new(),
-                codes: song.codes.iter().flatten().copied().collect(),
-            },
+}
+
+impl Mm3Batch {
+    fn new(selection: Arc<Mutex<Selection>>) -> Self {
+        Mm3Batch { selection, ar_files: None, leases: None, members: Vec::new() }
+    }
+
+    fn step_members(&mut self, links: &Links, backend: &Backend) -> Vec<(Arc<JobCtx>, Left)> {
+        let mut left = Vec::new();
+        // The cancelled leave before the step.
+        let (gone, kept): (Vec<Mm3Member>, Vec<Mm3Member>) =
+            std::mem::take(&mut self.members).into_iter().partition(|m| m.ctx.cancel.is_cancelled());
+        self.members = kept;
+        left.extend(gone.into_iter().map(|m| (m.ctx, Err(StageError::Cancelled))));
+        let Some((lm_lease, depth_lease)) = self.leases.as_mut() else { return left };
+        let (lm, depth) = (lm_lease.get::<LmModel>(), depth_lease.get::<DepthModel>());
+        let mut failed: Vec<(usize, StageError)> = Vec::new();
+        // One prompt piece a step at most: the first member's with one to go in.
+        if let Some(m) = self.members.iter().position(|m| !m.prefilled()) {
+            if let Err(e) = self.members[m].prefill_piece(backend, lm) {
+                failed.push((m, e.into()));
+            }
+        }
+        let ready = |m: &Mm3Member| m.composer.prefilled() && !m.composer.done();
+        let stepped: Vec<usize> =
+            (0..self.members.len()).filter(|&m| ready(&self.members[m]) && !failed.iter().any(|f| f.0 == m)).collect();
+        if !stepped.is_empty() {
+            let mut parts: Vec<compose::Member<'_>> = self
+                .members
+                .iter_mut()
+                .enumerate()
+                .filter(|(m, _)| stepped.contains(m))
+                .map(|(_, m)| (&mut m.composer, &mut m.draws as &mut dyn compose::Draws))
+                .collect();
+            match compose::step_together(backend, lm, depth, &mut parts) {
+                Ok(frames) => {
+                    for (&m, frame) in stepped.iter().zip(frames) {
+                        let Some(frame) = frame else { continue };
+                        if let Err(e) = self.members[m].after_step(backend, lm, depth, frame) {
+                            failed.push((m, e.into()));
+                        }
+                    }
+                }
+                Err(e) => {
+                    let msg = e.to_string();
+                    failed.extend(stepped.iter().map(|&m| (m, StageError::Failed(msg.clone()))));
+                }
+            }
+        }
+        // The failed and the done leave, in member order.
+        let done: Vec<usize> = (0..self.members.len())
+            .filter(|&m| self.members[m].composer.done() && !failed.iter().any(|f| f.0 == m))
+            .collect();
+        let mut end: Vec<(usize, Option<StageError>)> = failed.into_iter().map(|(m, e)| (m, Some(e))).collect();
+        end.extend(done.into_iter().map(|m| (m, None)));
+        end.sort_by_key(|e| std::cmp::Reverse(e.0));
+        let mut ended: Vec<(Mm3Member, Option<StageError>)> =
+            end.into_iter().map(|(m, e)| (self.members.remove(m), e)).collect();
+        ended.reverse();
+        for (m, err) in ended {
+            let ctx = m.ctx.clone();
+            let how = match err {
+                Some(e) => Err(e),
+                None => m.conclude(links, backend, lm, depth),
+            };
+            left.push((ctx, how));
+        }
+        left
+    }
+}
+
+impl Batch for Mm3Batch {
+    fn admits(&self, job: &JobCtx) -> bool {
+        let Some(req) = job.request.as_mm3() else { return false };
+        if !fresh(job) {
+            return false;
+        }
+        // A request whose files do not resolve joins, to fail at once with the reason.
+        match (lock(&self.selection).files(req, false), &self.ar_files) {
+            (Ok(f), Some(ar)) => f[..2] == ar[..],
+            _ => true,
+        }
+    }
+
+    fn rows_of(&self, job: &JobCtx) -> usize {
+        job.request.as_mm3().map_or(1, |req| 2 * req.songs() as usize)
+    }
+
+    fn rows(&self) -> usize {
+        self.members.iter().map(|m| m.composer.rows()).sum()
+    }
+
+    fn is_empty(&self) -> bool {
+        self.members.is_empty()
+    }
+
+    fn jobs(&self) -> Vec<Arc<JobCtx>> {
+        self.members.iter().map(|m| m.ctx.clone()).collect()
+    }
+
+    fn join(
+        &mut self,
+        links: &Links,
+        backend: &Backend,
+        ctx: Arc<JobCtx>,
+        out: &mut Handoff<'_>,
+    ) -> Result<(), StageError> {
+        let req = ctx.request.as_mm3().expect("a MiniMax job");
+        let mut selection = lock(&self.selection);
+        let files = selection.files(req, true)?;
+        if self.leases.is_none() {
+            let lm = links.store.lease(&key("lm", files[0].clone()), backend)?;
+            let depth = links.store.lease(&key("depth", files[1].clone()), backend)?;
+            self.leases = Some((lm, depth));
+            self.ar_files = Some([files[0].clone(), files[1].clone()]);
+        }
+        let lm = self.leases.as_mut().expect("taken above").0.get::<LmModel>();
+        // A replay prefills in the same pieces (its states are the song's, bit for bit).
+        lm.prefill_chunk = links.cfg.options.prefill_chunk;
+        let prompt = selection.prompt(&files[0], lm, req)?;
+        let n = req.songs() as usize;
+        let s = crate::settings::mm3_ar(req, true);
+        let composer = compose::Composer::start(backend, lm, &prompt, n, &s)?;
+        let songs = (0..n)
+            .map(|_| {
+                Ok(Restated {
+                    restater: compose::Restater::start(backend, lm, &prompt, s.max_frames)?,
+                    states: Vec::new(),
+                })
+            })
+            .collect::<Result<Vec<_>, ComposeError>>()?;
+        let [_, _, c, d, v] = files;
+        let files = [c, d, v];
+        let stream = out.can_stream().then(|| {
+            let (tx, rx) = crossbeam_channel::unbounded();
+            out.send(Box::new(Mm3Stream { rx, songs: n, files: files.clone() }));
+            tx
         });
-        links.hub.do_send(Publish::Event(ctx.id.clone(), StreamEvent::Codes { frames: song.frames() as u32 }));
+        tracing::info!(job = %ctx.id, members = self.members.len() + 1, "joins the AR batch");
+        let sink = ProgressSink::new(links, &ctx.id);
+        let draws = SeedDraws::new(req.lm_seed, n);
+        self.members.push(Mm3Member { ctx, composer, draws, songs, stream, sink, max_frames: s.max_frames, files });
+        Ok(())
     }
-    Ok(())
+
+    fn step(&mut self, links: &Links, backend: &Backend) -> Vec<(Arc<JobCtx>, Left)> {
+        let left = self.step_members(links, backend);
+        if self.members.is_empty() {
+            self.leases = None;
+            self.ar_files = None;
+        }
+        left
+    }
 }
 
 /// A streamed MiniMax job between its halves: the songs' states arrive while the AR half

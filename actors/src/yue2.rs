@@ -240,10 +240,12 @@ impl ModelFamily for Yue2 {
 }
 
 /// Whether the job's chunks stream to the synthesis half while its AR half writes them:
-/// a fresh song under `stream_chunk_seconds` with both groups resident.
+/// a fresh song under `stream_chunk_seconds` with both groups resident, when the synthesis
+/// stage's queue has room for it now ([`Handoff::can_stream`]; else it hands over when its
+/// codes are written, rendering the same bytes).
 fn streams(ctx: &JobCtx, out: &Handoff<'_>) -> bool {
     let req = ctx.yue2();
-    req.stream_chunk_seconds > 0.0 && out.can_overlap() && !resumes(ctx) && req.semantic_tokens.is_empty()
+    req.stream_chunk_seconds > 0.0 && out.can_stream() && !resumes(ctx) && req.semantic_tokens.is_empty()
 }
 
 /// YuE2's AR halves of several jobs over one AR module, stepped together

@@ -329,6 +329,59 @@ fn songs_of_different_jobs_decode_together_and_come_out_as_alone() {
     );
 }
 
+/// Three MiniMax clients' songs (different lengths and seeds) submitted at once decode in one
+/// batch: under STRICT (one AR load for the three, one synthesis load after it) and under
+/// --keep-loaded (each song streamed window by window to its synthesis half while the batch
+/// decodes on). Each result is byte for byte the one a daemon running one job at a time gives.
+#[test]
+fn minimax_songs_of_different_jobs_decode_together_and_come_out_as_alone() {
+    let bodies: Vec<String> = [(8, 3), (12, 5), (6, 9)]
+        .iter()
+        .map(|&(secs, seed)| {
+            serde_json::json!({"family": "mm3", "caption": "<|genre pop|> bright", "duration": secs,
+                "lyrics": format!("[Verse] la la {seed}"), "steps": 2, "lm_seed": seed, "seed": seed + 1,
+                "output_format": "wav16"})
+            .to_string()
+        })
+        .collect();
+    type Parts = Vec<(String, Vec<u8>)>;
+    let results = |extra: &[&str]| -> (Vec<(String, Parts)>, String, f64) {
+        let dir = tempfile::tempdir().unwrap();
+        let d = Daemon::start(&dir.path().join("data"), extra);
+        let ids: Vec<String> = bodies.iter().map(|b| d.submit(b)).collect();
+        let out = ids
+            .iter()
+            .map(|id| {
+                let s = d.wait(id, Duration::from_secs(600));
+                let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
+                (s["status"].as_str().unwrap_or("?").to_string(), multipart_parts(&body, "mm3-batch-boundary"))
+            })
+            .collect();
+        (out, d.log(), metric(&d, "yued_module_loads_total"))
+    };
+    let (alone, _, alone_loads) = results(&["--strict", "--parallel", "1"]);
+    assert_eq!(alone_loads, 15.0, "one job at a time swaps the LM and depth decoder for the synthesis group");
+    assert!(alone.iter().all(|a| a.0 == "done"), "{:?}", alone.iter().map(|a| &a.0).collect::<Vec<_>>());
+    for extra in [["--strict", "--parallel", "8"], ["--keep-loaded", "--parallel", "8"]] {
+        let (batched, log, loads) = results(&extra);
+        let joins: Vec<&str> = log.lines().filter(|l| l.contains("joins the AR batch")).collect();
+        assert!(joins.iter().any(|l| l.contains("members=3")), "{extra:?}: the three shared decode steps: {joins:?}");
+        if extra[0] == "--strict" {
+            assert_eq!(loads, 5.0, "one AR load for the batch, one synthesis load after it; log: {log}");
+        } else {
+            assert!(log.contains("streamed window by window"), "the songs streamed to their synthesis halves");
+        }
+        for (j, (a, b)) in alone.iter().zip(&batched).enumerate() {
+            assert_eq!(a.0, b.0, "{extra:?}: job {j}'s end");
+            assert_eq!(a.1.len(), b.1.len(), "{extra:?}: job {j}'s parts");
+            for ((ta, xa), (tb, xb)) in a.1.iter().zip(&b.1) {
+                assert_eq!(ta, tb);
+                assert!(xa == xb, "{extra:?}: job {j}'s {ta} is the same bytes batched as alone");
+            }
+        }
+    }
+}
+
 /// Residency by default fits the box: the demo's groups and the KV cache of its rows fit
 /// this machine's memory, so every group stays resident (warmed up before ready, /props
 /// says why); rows whose KV cache cannot fit make it STRICT; the flags force either.

@@ -189,3 +189,199 @@ pub fn run(a: &BenchArgs, model: &Path, vae: &Path, t: &mut Table) -> anyhow::Re
     );
     Ok(())
 }
+
+/// MiniMax Music 3's side of `--only batching` (`yued bench --family mm3`): the same table
+/// for its AR half, frames (8 codes each) instead of codes, over composers stepped together.
+pub mod mm3 {
+    use super::{stats, Table};
+    use std::time::Instant;
+    use yued_engine::ggml::Backend;
+    use yued_engine::models::mm3::compose::{step_together, ArSettings, Composer, Draws, Member, SeedDraws, Song};
+    use yued_engine::models::mm3::depth::DepthModel;
+    use yued_engine::models::mm3::lm::LmModel;
+    use yued_engine::models::mm3::prompt::Prompt;
+
+    /// The LM, the depth decoder and the prompt every client sings.
+    pub struct Models<'a> {
+        pub backend: &'a Backend,
+        pub lm: &'a mut LmModel,
+        pub depth: &'a mut DepthModel,
+        pub prompt: &'a Prompt,
+    }
+
+    /// One way of writing the clients' songs: its seconds, the songs, and when the last
+    /// client had written its first `first` frames.
+    struct Run {
+        seconds: f64,
+        songs: Vec<Vec<Song>>,
+        last_first: f64,
+    }
+
+    fn frames_of(songs: &[Vec<Song>]) -> usize {
+        songs.iter().flatten().map(Song::frames).sum()
+    }
+
+    /// Each client's song stepped alone to its end, one after another.
+    fn serial(m: &mut Models<'_>, s: &ArSettings, clients: usize, first: usize) -> anyhow::Result<Run> {
+        let t0 = Instant::now();
+        let (mut songs, mut last_first) = (Vec::new(), 0.0);
+        for i in 0..clients {
+            let mut c = Composer::new(m.backend, m.lm, m.prompt, 1, s)?;
+            let mut draws = SeedDraws::new(1 + 7 * i as i64, 1);
+            let mut frame = 0;
+            while !c.done() {
+                c.step(m.backend, m.lm, m.depth, &mut draws)?;
+                frame += 1;
+                if i + 1 == clients && frame == first {
+                    last_first = t0.elapsed().as_secs_f64();
+                }
+            }
+            songs.push(c.finish()?.0);
+        }
+        Ok(Run { seconds: t0.elapsed().as_secs_f64(), songs, last_first })
+    }
+
+    /// The clients' songs in one batch, the last client joining after the others' first
+    /// step (its prompt going in one piece a step, as the entry stage's batch does).
+    fn batched(m: &mut Models<'_>, s: &ArSettings, clients: usize, first: usize) -> anyhow::Result<Run> {
+        let t0 = Instant::now();
+        let mut running: Vec<(Composer, SeedDraws)> = Vec::new();
+        let mut last_first = 0.0;
+        let (mut step, mut last_frames) = (0, 0);
+        let start = |m: &mut Models<'_>, i: usize| -> anyhow::Result<(Composer, SeedDraws)> {
+            Ok((Composer::start(m.backend, m.lm, m.prompt, 1, s)?, SeedDraws::new(1 + 7 * i as i64, 1)))
+        };
+        for i in 0..clients.max(2) - 1 {
+            running.push(start(m, i)?);
+        }
+        loop {
+            if step == 1 && clients > 1 {
+                running.push(start(m, clients - 1)?);
+            }
+            if let Some((c, _)) = running.iter_mut().find(|(c, _)| !c.prefilled()) {
+                c.prefill_piece(m.backend, m.lm)?;
+            }
+            let last_steps = running.len() == clients && running[clients - 1].0.prefilled();
+            if running.len() == clients && running.iter().all(|(c, _)| c.done()) {
+                break;
+            }
+            let mut members: Vec<Member<'_>> = running
+                .iter_mut()
+                .filter(|(c, _)| c.prefilled() && !c.done())
+                .map(|(c, d)| (c, d as &mut dyn Draws))
+                .collect();
+            if !members.is_empty() {
+                step_together(m.backend, m.lm, m.depth, &mut members)?;
+            }
+            if last_steps {
+                last_frames += 1;
+                if last_frames == first {
+                    last_first = t0.elapsed().as_secs_f64();
+                }
+            }
+            step += 1;
+        }
+        let seconds = t0.elapsed().as_secs_f64();
+        let songs = running.into_iter().map(|(c, _)| c.finish().map(|s| s.0)).collect::<Result<_, _>>()?;
+        Ok(Run { seconds, songs, last_first })
+    }
+
+    /// The step a joining job's first prompt piece rides in (a piece of its own before the
+    /// others' step), against the plain step of `others` songs decoding.
+    fn stall(
+        m: &mut Models<'_>,
+        s: &ArSettings,
+        long: &Prompt,
+        others: usize,
+        reps: usize,
+    ) -> anyhow::Result<(f64, f64)> {
+        let (mut plain, mut joined) = (Vec::new(), Vec::new());
+        for r in 0..reps.max(1) {
+            let mut running: Vec<(Composer, SeedDraws)> = (0..others)
+                .map(|i| Ok((Composer::new(m.backend, m.lm, m.prompt, 1, s)?, SeedDraws::new(i as i64, 1))))
+                .collect::<anyhow::Result<_>>()?;
+            let step = |m: &mut Models<'_>, running: &mut Vec<(Composer, SeedDraws)>| -> anyhow::Result<f64> {
+                let t = Instant::now();
+                if let Some((c, _)) = running.iter_mut().find(|(c, _)| !c.prefilled()) {
+                    c.prefill_piece(m.backend, m.lm)?;
+                }
+                let mut members: Vec<Member<'_>> = running
+                    .iter_mut()
+                    .filter(|(c, _)| c.prefilled() && !c.done())
+                    .map(|(c, d)| (c, d as &mut dyn Draws))
+                    .collect();
+                step_together(m.backend, m.lm, m.depth, &mut members)?;
+                Ok(t.elapsed().as_secs_f64())
+            };
+            for _ in 0..3 {
+                step(m, &mut running)?;
+            }
+            plain.push(step(m, &mut running)?);
+            running.push((Composer::start(m.backend, m.lm, long, 1, s)?, SeedDraws::new(100 + r as i64, 1)));
+            joined.push(step(m, &mut running)?);
+        }
+        Ok((stats(plain).median, stats(joined).median))
+    }
+
+    /// The table's rows: `clients` counts, each client a `seconds` song under guidance.
+    pub fn run(
+        m: &mut Models<'_>,
+        long: &Prompt,
+        seconds: f64,
+        stream_seconds: f64,
+        clients: &[usize],
+        reps: usize,
+        t: &mut Table,
+    ) -> anyhow::Result<()> {
+        let frames = (seconds * 25.0).round() as usize;
+        let s = ArSettings { lm_cfg: 1.5, top_k: 50, max_frames: frames, batch_cfg: true };
+        // When the last client has written its first `stream_seconds` of frames.
+        let first = ((stream_seconds.min(seconds) * 25.0) as usize).max(1);
+        batched(m, &ArSettings { max_frames: 8, ..s }, 2, 1)?;
+        for &c in clients {
+            let one = serial(m, &s, c, first)?;
+            let all = batched(m, &s, c, first)?;
+            anyhow::ensure!(one.songs == all.songs, "batching changed the songs written");
+            let per_hour = |r: &Run| c as f64 * 3600.0 / r.seconds;
+            let fps = |r: &Run| frames_of(&r.songs) as f64 / r.seconds;
+            t.push(
+                "batching",
+                format!("MiniMax AR, {c} clients of {seconds:.0} s, one after another"),
+                "frames/s",
+                stats(vec![fps(&one)]),
+                format!(
+                    "{:.0} songs/h; the last client's first {first} frames at {:.1} s",
+                    per_hour(&one),
+                    one.last_first
+                ),
+            );
+            t.push(
+                "batching",
+                format!("MiniMax AR, {c} clients of {seconds:.0} s, one batch ({} rows)", 2 * c),
+                "frames/s",
+                stats(vec![fps(&all)]),
+                format!(
+                    "{:.2}x serial, the same songs; {:.0} songs/h; the last client's first {first} frames at {:.1} s",
+                    fps(&all) / fps(&one),
+                    per_hour(&all),
+                    all.last_first
+                ),
+            );
+        }
+        let others = 3;
+        let (plain, joined) = stall(m, &s, long, others, reps)?;
+        t.push(
+            "batching",
+            format!("MiniMax AR step of {others} songs, a joining prompt's first piece before it"),
+            "ms/step",
+            stats(vec![joined * 1e3]),
+            format!(
+                "the prefill stall: {:.1} ms over the plain step's {:.1} ms ({}-token prompt)",
+                (joined - plain) * 1e3,
+                plain * 1e3,
+                long.cond.len()
+            ),
+        );
+        Ok(())
+    }
+}

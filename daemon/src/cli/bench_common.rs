@@ -36,8 +36,8 @@ pub struct BenchArgs {
     #[arg(long, default_value_t = 5)]
     pub reps: usize,
     /// Sections to run, comma separated: mem, prefill, decode, nar, vae, e2e, stream, seam,
-    /// batching (YuE2: 1, 2, 4 and 8 clients' songs in one decode step against one after
-    /// another, the prefill stall of a joining song, the last client's first chunk),
+    /// batching (both families: 1, 2, 4 and 8 clients' songs in one decode step against one
+    /// after another, the prefill stall of a joining song, the last client's first chunk),
     /// adapters (YuE2: each half's load with a rank-16 LoRA merged against a plain load),
     /// solver (YuE2: one song's synthesis half at 16 steps under midpoint and ab2, and the
     /// mel correlation of their audio), tokenize (the audio tokenizer, MERT-v2 and its head, at

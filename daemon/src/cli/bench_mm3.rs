@@ -72,8 +72,11 @@ impl Ctx<'_> {
 
     /// The prompt's ids, from the LM file's tokenizer (the frame and e2e sections).
     fn prompt(&self, lm_model: &LmModel) -> anyhow::Result<prompt::Prompt> {
+        self.prompt_of(lm_model, "[verse]\nneon lights over the city\n[chorus]\nwe run, we run")
+    }
+
+    fn prompt_of(&self, lm_model: &LmModel, lyrics: &str) -> anyhow::Result<prompt::Prompt> {
         let caption = "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright vocals";
-        let lyrics = "[verse]\nneon lights over the city\n[chorus]\nwe run, we run";
         let tok = lm::tokenizer(&self.open(0)?, &lm_model.info)?;
         prompt::build(&tok, &lm_model.info.tokens, caption, lyrics).map_err(|e| anyhow::anyhow!(e))
     }
@@ -118,6 +121,20 @@ fn bench_frame(c: &Ctx<'_>, t: &mut Table) -> anyhow::Result<()> {
         );
     }
     Ok(())
+}
+
+/// Clients' songs in one decode step against one after another (`--only batching`).
+fn bench_batching(c: &Ctx<'_>, t: &mut Table) -> anyhow::Result<()> {
+    let mut lm_model = LmModel::load(&c.open(0)?, c.backend)?;
+    let p = c.prompt(&lm_model)?;
+    // A joining prompt of more than one piece.
+    let long = c.prompt_of(&lm_model, &"[verse]\nla la la\n".repeat(yued_engine::nn::batch::PREFILL_CHUNK / 2))?;
+    let mut depth = DepthModel::load(&c.open(1)?, lm_model.hidden(), c.backend)?;
+    let clients: &[usize] = if c.a.quick { &[1, 2, 4] } else { &[1, 2, 4, 8] };
+    let reps = if c.a.quick { 1 } else { c.a.reps.min(3) };
+    let mut m =
+        super::bench_batching::mm3::Models { backend: c.backend, lm: &mut lm_model, depth: &mut depth, prompt: &p };
+    super::bench_batching::mm3::run(&mut m, &long, c.a.batching_seconds, c.a.stream_seconds, clients, reps, t)
 }
 
 /// The LM's step alone (and llama.cpp's on the same weights, with `--llama-cpp`).
@@ -292,7 +309,7 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     // A section runs when asked for and its components are there.
     let needs = |s: &str| -> &[usize] {
         match s {
-            "frame" => &[0, 1],
+            "frame" | "batching" => &[0, 1],
             "lm" => &[0],
             "dit" => &[2, 3],
             "vae" => &[2, 4],
@@ -322,6 +339,9 @@ pub fn run(a: &BenchArgs) -> anyhow::Result<()> {
     }
     if w_lm {
         bench_lm(&c, &mut table)?;
+    }
+    if want("batching") {
+        bench_batching(&c, &mut table)?;
     }
     // A full window's latents (689 at the published rates), from the condition encoder's.
     let window =

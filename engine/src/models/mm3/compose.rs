@@ -17,7 +17,7 @@
 //! 7 acoustic codes (minimaxmusic.cpp: mt19937_64 seeded `lm_seed + i`, libstdc++'s float draw).
 use crate::ggml::{Backend, GgmlError};
 use crate::kv_cache::KvSet;
-use crate::models::mm3::config::{CODES_PER_FRAME, FEEDBACK_SCALE};
+use crate::models::mm3::config::{TokenLayout, CODES_PER_FRAME, FEEDBACK_SCALE};
 use crate::models::mm3::depth::DepthModel;
 use crate::models::mm3::lm::{LmModel, LmOut};
 use crate::models::mm3::prompt::Prompt;
@@ -193,10 +193,15 @@ pub struct Frame {
 /// The AR half of a batch of songs as a stepper: [`step`](Self::step) samples every open
 /// song's next frame and feeds it back. The caller owns the loop (cancel, progress, and
 /// what it does with a song between frames); the modules are free between steps.
+///
+/// A composer may start before its prompt is in the cache ([`Composer::start`]): the prompt
+/// then goes in by pieces ([`Composer::prefill_piece`]), so a job that joins a shared decode
+/// step ([`step_together`]) holds the others up by one piece at a time.
 pub struct Composer {
     set: KvSet,
     out: LmOut,
     s: ArSettings,
+    prefill: Prefill,
     songs: Vec<Song>,
     /// Songs still writing, and where their streams' outputs are in `out`.
     active: Vec<usize>,
@@ -207,11 +212,75 @@ pub struct Composer {
     finished: bool,
 }
 
+/// Prompts going into their streams' caches in pieces of at most
+/// [`LmModel::prefill_chunk`] tokens, at fixed offsets from their start (a prompt of one
+/// piece is one forward, as a whole prefill is); the logits and hidden state of each
+/// prompt's last position land in `out` at its stream.
+struct Prefill {
+    /// Per stream, its prompt.
+    streams: Vec<Vec<u32>>,
+    /// Tokens of every prompt in the cache so far.
+    at: usize,
+    /// One forward for all the streams' pieces; else one each.
+    batch: bool,
+    chunk: usize,
+}
+
+impl Prefill {
+    fn done(&self) -> bool {
+        self.streams.iter().all(|p| p.len() <= self.at)
+    }
+
+    /// The next piece of every prompt not yet in; true once all are.
+    fn piece(
+        &mut self,
+        backend: &Backend,
+        lm: &mut LmModel,
+        set: &mut KvSet,
+        out: &mut LmOut,
+    ) -> Result<bool, GgmlError> {
+        if self.done() {
+            return Ok(true);
+        }
+        let at = self.at;
+        let end = |p: &[u32]| (at + self.chunk).min(p.len());
+        let pieces: Vec<(&[u32], usize)> =
+            self.streams.iter().enumerate().filter(|(_, p)| p.len() > at).map(|(k, p)| (&p[at..end(p)], k)).collect();
+        let o = lm.prefill(backend, set, &pieces, self.batch)?;
+        for ((&(_, k), logits), hidden) in pieces.iter().zip(o.logits).zip(o.hidden) {
+            if end(&self.streams[k]) == self.streams[k].len() {
+                out.logits[k] = logits;
+                out.hidden[k] = hidden;
+            }
+        }
+        self.at += self.chunk;
+        Ok(self.done())
+    }
+}
+
+fn no_output(streams: usize) -> LmOut {
+    LmOut { logits: vec![Vec::new(); streams], hidden: vec![Vec::new(); streams] }
+}
+
 impl Composer {
     /// Prefills the prompt's two streams (conditional, unconditional) for every song.
     pub fn new(
         backend: &Backend,
         lm: &mut LmModel,
+        prompt: &Prompt,
+        songs: usize,
+        s: &ArSettings,
+    ) -> Result<Self, ComposeError> {
+        let mut c = Composer::start(backend, lm, prompt, songs, s)?;
+        while !c.prefill_piece(backend, lm)? {}
+        Ok(c)
+    }
+
+    /// A composer whose prompt is still to go in ([`Composer::prefill_piece`]): its cache
+    /// made, nothing computed.
+    pub fn start(
+        backend: &Backend,
+        lm: &LmModel,
         prompt: &Prompt,
         songs: usize,
         s: &ArSettings,
@@ -226,20 +295,29 @@ impl Composer {
             )));
         }
         // Song i: the conditional stream 2i, the unconditional 2i + 1.
-        let mut set = lm.kv_set(backend, capacity, 2 * songs)?;
-        let prompts: Vec<(&[u32], usize)> =
-            (0..songs).flat_map(|i| [(prompt.cond.as_slice(), 2 * i), (prompt.uncond.as_slice(), 2 * i + 1)]).collect();
-        let out = lm.prefill(backend, &mut set, &prompts, s.batch_cfg)?;
+        let set = lm.kv_set(backend, capacity, 2 * songs)?;
+        let streams = (0..songs).flat_map(|_| [prompt.cond.clone(), prompt.uncond.clone()]).collect();
         Ok(Composer {
             set,
-            out,
+            out: no_output(2 * songs),
             s: *s,
+            prefill: Prefill { streams, at: 0, batch: s.batch_cfg, chunk: lm.prefill_chunk.max(1) },
             songs: (0..songs).map(|_| Song { codes: Vec::new(), states: Vec::new(), ended: false }).collect(),
             active: (0..songs).collect(),
             told: vec![false; songs],
             frame: 0,
             finished: false,
         })
+    }
+
+    /// Whether the prompt is in (the composer may step).
+    pub fn prefilled(&self) -> bool {
+        self.prefill.done()
+    }
+
+    /// The prompt's next piece; true once it is all in.
+    pub fn prefill_piece(&mut self, backend: &Backend, lm: &mut LmModel) -> Result<bool, ComposeError> {
+        Ok(self.prefill.piece(backend, lm, &mut self.set, &mut self.out)?)
     }
 
     /// Whether every song is written (or the frame budget is spent).
@@ -252,8 +330,14 @@ impl Composer {
         &self.songs[i]
     }
 
+    /// The most rows a step of this composer runs: two streams a song.
+    pub fn rows(&self) -> usize {
+        2 * self.songs.len()
+    }
+
     /// The next frame of every open song, fed back; `None` when every open song ended at
-    /// this frame's semantic draw (nothing was written, and the composer is done).
+    /// this frame's semantic draw (nothing was written, and the composer is done). This is
+    /// [`step_together`] with one member.
     pub fn step(
         &mut self,
         backend: &Backend,
@@ -261,9 +345,14 @@ impl Composer {
         depth: &mut DepthModel,
         draws: &mut dyn Draws,
     ) -> Result<Option<Frame>, ComposeError> {
-        let (t, h, s, frame) = (lm.info.tokens, lm.hidden(), self.s, self.frame);
-        self.frame += 1;
-        // Semantic codes.
+        let mut one: [(&mut Composer, &mut dyn Draws); 1] = [(self, draws)];
+        Ok(step_together(backend, lm, depth, &mut one)?.pop().flatten())
+    }
+
+    /// This frame's semantic draw of every open song: `(position in out, song, code)` of
+    /// the songs that go on (the others drew the end token).
+    fn semantic(&mut self, t: TokenLayout, draws: &mut dyn Draws) -> Vec<(usize, usize, u32)> {
+        let s = self.s;
         let mut sem = Vec::with_capacity(self.active.len());
         for (j, &i) in self.active.iter().enumerate() {
             let (cond, uncond) = (&self.out.logits[2 * j], &self.out.logits[2 * j + 1]);
@@ -274,93 +363,38 @@ impl Composer {
                 sem.push((j, i, id - t.semantic_base));
             }
         }
-        if sem.is_empty() {
-            self.finished = true;
-            return Ok(None);
-        }
-        let (codes, depth_states) = self.acoustic(backend, lm, depth, draws, &sem, h)?;
-        let mut feed_songs = Vec::with_capacity(sem.len());
+        sem
+    }
+
+    /// The frame's codes and depth states onto its songs; returns the feedback of the songs
+    /// that go on, and the frame as a step reports it.
+    fn record(
+        &mut self,
+        lm: &LmModel,
+        depth: &DepthModel,
+        frame: usize,
+        sem: &[(usize, usize, u32)],
+        acoustic: &Acoustic,
+    ) -> (Vec<(usize, Vec<f32>)>, Frame) {
+        let mut feed = Vec::with_capacity(sem.len());
         for (n, &(j, i, _)) in sem.iter().enumerate() {
             let song = &mut self.songs[i];
-            song.codes.push(codes[n]);
+            song.codes.push(acoustic.codes[n]);
             if frame > 0 {
                 song.states.extend_from_slice(&self.out.hidden[2 * j]);
-                song.states.extend_from_slice(&depth_states[n]);
-                if song.frames() >= s.max_frames {
+                song.states.extend_from_slice(&acoustic.states[n]);
+                if song.frames() >= self.s.max_frames {
                     continue;
                 }
             }
-            feed_songs.push((i, feedback(lm, depth, &codes[n])));
+            feed.push((i, feedback(lm, depth, &acoustic.codes[n])));
         }
         // Songs that ended this frame (the end token, or the budget) are complete.
-        let fed: Vec<usize> = feed_songs.iter().map(|(i, _)| *i).collect();
-        let songs: Vec<(usize, bool)> = self.active.iter().map(|&i| (i, !fed.contains(&i))).collect();
+        let songs: Vec<(usize, bool)> = self.active.iter().map(|&i| (i, !feed.iter().any(|(k, _)| *k == i))).collect();
         for &(i, complete) in &songs {
             self.told[i] |= complete;
         }
-        if feed_songs.is_empty() {
-            self.finished = true;
-        } else {
-            let inputs: Vec<(&[f32], usize)> =
-                feed_songs.iter().flat_map(|(i, e)| [(e.as_slice(), 2 * i), (e.as_slice(), 2 * i + 1)]).collect();
-            self.out = lm.feed(backend, &mut self.set, &inputs, s.batch_cfg)?;
-            self.active = fed;
-        }
-        Ok(Some(Frame { frame, songs }))
-    }
-
-    /// The 7 acoustic codes of each song in `sem` (`(stream index, song, semantic code)`):
-    /// rows (cond, uncond) per song, one batch (or one row at a time); with the depth
-    /// decoder's conditional states.
-    #[allow(clippy::type_complexity)]
-    fn acoustic(
-        &self,
-        backend: &Backend,
-        lm: &LmModel,
-        depth: &mut DepthModel,
-        draws: &mut dyn Draws,
-        sem: &[(usize, usize, u32)],
-        h: usize,
-    ) -> Result<(Vec<[u32; CODES_PER_FRAME]>, Vec<Vec<f32>>), ComposeError> {
-        let (t, s) = (lm.info.tokens, self.s);
-        let mut seqs: Vec<Vec<f32>> = Vec::with_capacity(2 * sem.len());
-        for &(j, _, code) in sem {
-            let e = lm.embeddings(&[code + t.semantic_base]);
-            for r in 0..2 {
-                let mut v = self.out.hidden[2 * j + r].clone();
-                v.extend_from_slice(&e);
-                seqs.push(v);
-            }
-        }
-        let mut codes: Vec<[u32; CODES_PER_FRAME]> = sem.iter().map(|&(_, _, c)| [c, 0, 0, 0, 0, 0, 0, 0]).collect();
-        let mut depth_states: Vec<Vec<f32>> = vec![Vec::with_capacity(7 * h); sem.len()];
-        #[allow(clippy::needless_range_loop)] // `step` is the codebook, not only an index
-        for step in 1..CODES_PER_FRAME {
-            let len = step + 1;
-            let d = if s.batch_cfg {
-                let flat: Vec<f32> = seqs.iter().flatten().copied().collect();
-                depth.forward(backend, &flat, len, seqs.len(), false)?
-            } else {
-                let mut all = crate::models::mm3::depth::DepthOut { hidden: Vec::new(), logits: Vec::new() };
-                for q in &seqs {
-                    let o = depth.forward(backend, q, len, 1, false)?;
-                    all.hidden.extend(o.hidden);
-                    all.logits.extend(o.logits);
-                }
-                all
-            };
-            for (n, &(_, i, _)) in sem.iter().enumerate() {
-                depth_states[n].extend_from_slice(&d.hidden[2 * n]);
-                let c = sample_acoustic(&d.logits[2 * n], &d.logits[2 * n + 1], s.lm_cfg, s.top_k, draws.next(i));
-                codes[n][step] = c;
-                if step < CODES_PER_FRAME - 1 {
-                    let e = depth.audio_embedding(step - 1, c);
-                    seqs[2 * n].extend_from_slice(&e);
-                    seqs[2 * n + 1].extend_from_slice(&e);
-                }
-            }
-        }
-        Ok((codes, depth_states))
+        (feed, Frame { frame, songs })
     }
 
     /// The songs, and those no step called complete (they are, now: every open song ended
@@ -372,6 +406,171 @@ impl Composer {
         let untold = (0..self.songs.len()).filter(|&i| !self.told[i]).collect();
         Ok((self.songs, untold))
     }
+}
+
+/// One member of a shared step: a job's composer and its draws.
+pub type Member<'a> = (&'a mut Composer, &'a mut dyn Draws);
+
+/// One step of several composers (the songs of several jobs) side by side: every open
+/// song's next frame, with one depth forward per codebook and one LM feed for all of them
+/// (a composer that runs its guidance pair apart, `batch_cfg: false`, runs its rows one by
+/// one, as alone). Each composer keeps its own cache and draws, and a row's result does not
+/// depend on the rows beside it, so a composer writes here what it writes alone
+/// ([`Composer::step`] is this with one member). Returns each member's frame.
+pub fn step_together(
+    backend: &Backend,
+    lm: &mut LmModel,
+    depth: &mut DepthModel,
+    members: &mut [Member<'_>],
+) -> Result<Vec<Option<Frame>>, ComposeError> {
+    let t = lm.info.tokens;
+    let mut frames = Vec::with_capacity(members.len());
+    let mut sems = Vec::with_capacity(members.len());
+    for (c, draws) in members.iter_mut() {
+        assert!(c.prefilled() && !c.done(), "a composer steps once its prompt is in, until it is done");
+        frames.push(c.frame);
+        c.frame += 1;
+        let sem = c.semantic(t, &mut **draws);
+        c.finished |= sem.is_empty();
+        sems.push(sem);
+    }
+    let acoustic = acoustic(backend, lm, depth, members, &sems)?;
+    let mut out = Vec::with_capacity(members.len());
+    let mut feeds = Vec::with_capacity(members.len());
+    for (m, (c, _)) in members.iter_mut().enumerate() {
+        if sems[m].is_empty() {
+            out.push(None);
+            feeds.push(Vec::new());
+            continue;
+        }
+        let (feed, frame) = c.record(lm, depth, frames[m], &sems[m], &acoustic[m]);
+        c.finished |= feed.is_empty();
+        out.push(Some(frame));
+        feeds.push(feed);
+    }
+    feed_back(backend, lm, members, &feeds)?;
+    Ok(out)
+}
+
+/// A member's acoustic codes of one frame: per song that goes on, its 8 codes and the depth
+/// decoder's 7 conditional states.
+#[derive(Default)]
+struct Acoustic {
+    codes: Vec<[u32; CODES_PER_FRAME]>,
+    states: Vec<Vec<f32>>,
+}
+
+/// The 7 acoustic codes of each member's songs in `sems` (`(position in out, song, semantic
+/// code)`): per codebook one depth forward over the rows (cond, uncond per song) of every
+/// member that batches, one forward a row for the others.
+fn acoustic(
+    backend: &Backend,
+    lm: &LmModel,
+    depth: &mut DepthModel,
+    members: &mut [Member<'_>],
+    sems: &[Vec<(usize, usize, u32)>],
+) -> Result<Vec<Acoustic>, ComposeError> {
+    let (t, h) = (lm.info.tokens, lm.hidden());
+    // Per member, its rows' sequences so far.
+    let mut seqs: Vec<Vec<Vec<f32>>> = Vec::with_capacity(members.len());
+    let mut out: Vec<Acoustic> = Vec::with_capacity(members.len());
+    for ((c, _), sem) in members.iter().zip(sems) {
+        let mut rows = Vec::with_capacity(2 * sem.len());
+        for &(j, _, code) in sem {
+            let e = lm.embeddings(&[code + t.semantic_base]);
+            for r in 0..2 {
+                let mut v = c.out.hidden[2 * j + r].clone();
+                v.extend_from_slice(&e);
+                rows.push(v);
+            }
+        }
+        seqs.push(rows);
+        out.push(Acoustic {
+            codes: sem.iter().map(|&(_, _, c)| [c, 0, 0, 0, 0, 0, 0, 0]).collect(),
+            states: vec![Vec::with_capacity(7 * h); sem.len()],
+        });
+    }
+    let batched: Vec<usize> = (0..members.len()).filter(|&m| members[m].0.s.batch_cfg && !seqs[m].is_empty()).collect();
+    for step in 1..CODES_PER_FRAME {
+        let len = step + 1;
+        // Per member, each row's (hidden, logits).
+        let mut d: Vec<Vec<(Vec<f32>, Vec<f32>)>> = vec![Vec::new(); members.len()];
+        if !batched.is_empty() {
+            let flat: Vec<f32> = batched.iter().flat_map(|&m| seqs[m].iter().flatten().copied()).collect();
+            let rows = batched.iter().map(|&m| seqs[m].len()).sum();
+            let o = depth.forward(backend, &flat, len, rows, false)?;
+            let mut all = o.hidden.into_iter().zip(o.logits);
+            for &m in &batched {
+                d[m] = all.by_ref().take(seqs[m].len()).collect();
+            }
+        }
+        for m in (0..members.len()).filter(|m| !batched.contains(m)) {
+            for q in &seqs[m] {
+                let o = depth.forward(backend, q, len, 1, false)?;
+                d[m].extend(o.hidden.into_iter().zip(o.logits));
+            }
+        }
+        for (m, ((c, draws), sem)) in members.iter_mut().zip(sems).enumerate() {
+            let s = c.s;
+            for (n, &(_, i, _)) in sem.iter().enumerate() {
+                let ((hidden, cond), (_, uncond)) = (&d[m][2 * n], &d[m][2 * n + 1]);
+                out[m].states[n].extend_from_slice(hidden);
+                let code = sample_acoustic(cond, uncond, s.lm_cfg, s.top_k, draws.next(i));
+                out[m].codes[n][step] = code;
+                if step < CODES_PER_FRAME - 1 {
+                    let e = depth.audio_embedding(step - 1, code);
+                    seqs[m][2 * n].extend_from_slice(&e);
+                    seqs[m][2 * n + 1].extend_from_slice(&e);
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// Feeds each member's frame back (`feeds[m]`: its songs that go on, with their feedback):
+/// one LM forward over the caches of every member that batches, one a stream for the
+/// others; each member's next output is its songs' logits and hidden states.
+fn feed_back(
+    backend: &Backend,
+    lm: &mut LmModel,
+    members: &mut [Member<'_>],
+    feeds: &[Vec<(usize, Vec<f32>)>],
+) -> Result<(), ComposeError> {
+    let mut sets: Vec<&mut KvSet> = Vec::new();
+    let mut inputs: Vec<(&[f32], usize)> = Vec::new();
+    let mut shared = Vec::new();
+    let mut base = 0;
+    for (m, ((c, _), feed)) in members.iter_mut().zip(feeds).enumerate() {
+        if feed.is_empty() {
+            continue;
+        }
+        let streams = |base: usize| {
+            feed.iter().flat_map(move |(i, e)| [(e.as_slice(), base + 2 * i), (e.as_slice(), base + 2 * i + 1)])
+        };
+        if c.s.batch_cfg {
+            inputs.extend(streams(base));
+            base += c.set.streams();
+            sets.push(&mut c.set);
+            shared.push(m);
+        } else {
+            let own: Vec<(&[f32], usize)> = streams(0).collect();
+            c.out = lm.feed(backend, &mut c.set, &own, false)?;
+            c.active = feed.iter().map(|(i, _)| *i).collect();
+        }
+    }
+    if sets.is_empty() {
+        return Ok(());
+    }
+    let o = lm.feed_over(backend, &mut sets, &inputs)?;
+    let mut all = o.logits.into_iter().zip(o.hidden);
+    for m in shared {
+        let c = &mut members[m].0;
+        let (logits, hidden) = all.by_ref().take(2 * feeds[m].len()).unzip();
+        c.out = LmOut { logits, hidden };
+        c.active = feeds[m].iter().map(|(i, _)| *i).collect();
+    }
+    Ok(())
 }
 
 /// Replaces each sampled song's states with its teacher-forced ones ([`replay`] of its
@@ -402,7 +601,9 @@ pub const REPLAY_CHUNK: usize = 100;
 /// (the chunk's frames as one batch). A whole [`replay`] is this run over every chunk at
 /// once, so states handed out while a song is being written are the replay's, bit for bit.
 pub struct Restater {
-    set: crate::kv_cache::KvSet,
+    set: KvSet,
+    /// The conditional prompt, in the pieces a [`Composer`]'s goes in.
+    prefill: Prefill,
     /// State frames computed (frame k >= 1 is `lm_hidden[k - 1]` and the depth states of
     /// `codes[k]`).
     done: usize,
@@ -411,9 +612,28 @@ pub struct Restater {
 impl Restater {
     /// A restater for songs of up to `max_frames` frames: the prompt prefilled.
     pub fn new(backend: &Backend, lm: &mut LmModel, prompt: &Prompt, max_frames: usize) -> Result<Self, ComposeError> {
-        let mut set = lm.kv_set(backend, prompt.cond.len() + max_frames, 1)?;
-        lm.prefill(backend, &mut set, &[(prompt.cond.as_slice(), 0)], true)?;
-        Ok(Restater { set, done: 0 })
+        let mut r = Restater::start(backend, lm, prompt, max_frames)?;
+        while !r.prefill_piece(backend, lm)? {}
+        Ok(r)
+    }
+
+    /// A restater whose prompt is still to go in ([`Restater::prefill_piece`]; the first
+    /// [`Restater::advance`] puts in what is left).
+    pub fn start(backend: &Backend, lm: &LmModel, prompt: &Prompt, max_frames: usize) -> Result<Self, ComposeError> {
+        let set = lm.kv_set(backend, prompt.cond.len() + max_frames, 1)?;
+        let prefill =
+            Prefill { streams: vec![prompt.cond.clone()], at: 0, batch: true, chunk: lm.prefill_chunk.max(1) };
+        Ok(Restater { set, prefill, done: 0 })
+    }
+
+    /// Whether the prompt is in.
+    pub fn prefilled(&self) -> bool {
+        self.prefill.done()
+    }
+
+    /// The prompt's next piece; true once it is all in.
+    pub fn prefill_piece(&mut self, backend: &Backend, lm: &mut LmModel) -> Result<bool, ComposeError> {
+        Ok(self.prefill.piece(backend, lm, &mut self.set, &mut no_output(1))?)
     }
 
     /// State frames computed so far.
@@ -432,6 +652,7 @@ impl Restater {
         complete: bool,
         cancelled: &dyn Fn() -> bool,
     ) -> Result<Vec<f32>, ComposeError> {
+        while !self.prefill_piece(backend, lm)? {}
         let t = lm.info.tokens;
         let h = lm.hidden();
         let n = codes.len().saturating_sub(1);

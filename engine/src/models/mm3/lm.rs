@@ -1,7 +1,7 @@
 //! The global LM: a stock Qwen3 ([`CausalLm`]) under the checkpoint's names, its tokenizer
 //! from the GGUF, and the two entry points of the frame loop: the prompt prefill and the
 //! frame-feedback step, each for the conditional and unconditional streams of the songs.
-use crate::ggml::{Backend, GgmlError};
+use crate::ggml::{Backend, GgmlError, Kernels};
 use crate::gguf::GgufFile;
 use crate::kv_cache::KvSet;
 use crate::models::mm3::config::{lm_names, LmInfo};
@@ -14,6 +14,10 @@ pub struct LmModel {
     pub info: LmInfo,
     /// Element type of the KV sets the AR loop makes (F16; F32 for precision checks).
     pub kv_type: crate::ggml::GgmlType,
+    /// Tokens a prompt goes in at most per forward ([`crate::nn::batch::PREFILL_CHUNK`]
+    /// unless its owner says otherwise: `--prefill-chunk`). The pieces are part of a song's
+    /// bits: a replay prefills in the same pieces as the composer that wrote it.
+    pub prefill_chunk: usize,
     lm: CausalLm,
 }
 
@@ -70,6 +74,7 @@ impl LmModel {
             lm: CausalLm::new(lm_spec(&info), weights, backend, "LM step"),
             info,
             kv_type: crate::kv_cache::KV_TYPE,
+            prefill_chunk: crate::nn::batch::PREFILL_CHUNK,
         })
     }
 
@@ -139,18 +144,10 @@ impl LmModel {
         inputs: &[(&[f32], usize)],
         batch: bool,
     ) -> Result<LmOut, GgmlError> {
-        let rows = self.info.tokens.sample_rows();
         if batch {
-            let seqs: Vec<SeqEmbeds<'_>> = inputs.iter().map(|&(embeds, set)| SeqEmbeds { embeds, set }).collect();
-            return Ok(LmOut::from(self.lm.step(
-                backend,
-                std::slice::from_mut(set),
-                StepInput::Embeds(&seqs),
-                rows,
-                Positions::Last,
-                true,
-            )?));
+            return self.feed_over(backend, &mut [set], inputs);
         }
+        let rows = self.info.tokens.sample_rows();
         let mut out = LmOut { logits: Vec::new(), hidden: Vec::new() };
         for &(embeds, stream) in inputs {
             let seq = [SeqEmbeds { embeds, set: stream }];
@@ -166,6 +163,21 @@ impl LmModel {
             out.hidden.extend(o.hidden);
         }
         Ok(out)
+    }
+
+    /// [`feed`](Self::feed) as one forward over the caches of several composers (each job
+    /// keeps its own set): a stream is counted across `sets`, in order.
+    pub fn feed_over(
+        &mut self,
+        backend: &Backend,
+        sets: &mut [&mut KvSet],
+        inputs: &[(&[f32], usize)],
+    ) -> Result<LmOut, GgmlError> {
+        let seqs: Vec<SeqEmbeds<'_>> = inputs.iter().map(|&(embeds, set)| SeqEmbeds { embeds, set }).collect();
+        let rows = self.info.tokens.sample_rows();
+        let l =
+            self.lm.step_over(backend, sets, StepInput::Embeds(&seqs), rows, Positions::Last, true, Kernels::Fast)?;
+        Ok(LmOut::from(l))
     }
 
     /// Replay: the whole feedback sequence `embeds` (`n` rows) after a prefilled prompt on

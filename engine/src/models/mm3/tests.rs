@@ -361,3 +361,65 @@ fn a_song_written_frame_by_frame_restates_and_renders_as_its_replay() {
         "windows rendered as the frames arrive make the same track, bit for bit"
     );
 }
+
+/// Several jobs' composers stepped together, as the entry stage's batch steps them: each
+/// joins with its prompt going in one piece a step (one prompt of three pieces), the
+/// guidance pairs of different jobs and a split-guidance job share steps, and songs of
+/// different lengths end and leave mid-run. Every song is the one its composer writes
+/// alone, codes and states bit for bit.
+#[test]
+fn composers_stepped_together_write_what_they_write_alone() {
+    let mut t = tiny();
+    let tok = tokenizer(&GgufFile::open(&t.files[0]).unwrap(), &t.lm.info).unwrap();
+    let lyrics = "[Chorus]\nhey ho let us go\n".repeat(45);
+    let long = prompt::build(&tok, &t.lm.info.tokens, "<|genre rock|> loud", &lyrics).unwrap();
+    let chunk = t.lm.prefill_chunk;
+    assert!(long.cond.len() > 2 * chunk, "a prompt of three pieces: {} tokens", long.cond.len());
+    // (prompt, songs, settings, seed, the step it joins at)
+    let split = ArSettings { batch_cfg: false, ..settings(30) };
+    let jobs = [
+        (&t.prompt, 2, settings(40), 40, 0),
+        (&long, 1, settings(12), 7, 3),
+        (&t.prompt, 1, split, 9, 5),
+        (&t.prompt, 1, settings(6), 3, 20),
+    ];
+    let mut running: Vec<Option<(Composer, SeedDraws)>> = jobs.iter().map(|_| None).collect();
+    let mut written: Vec<Option<Vec<Song>>> = vec![None; jobs.len()];
+    let (mut step, mut most) = (0, 0);
+    while written.iter().any(|w| w.is_none()) {
+        for (j, &(p, n, s, seed, at)) in jobs.iter().enumerate() {
+            if at == step {
+                let c = Composer::start(&t.backend, &t.lm, p, n, &s).unwrap();
+                running[j] = Some((c, SeedDraws::new(seed, n)));
+            }
+        }
+        // One prompt piece a step: the first composer whose prompt is not in yet.
+        if let Some((c, _)) = running.iter_mut().flatten().find(|(c, _)| !c.prefilled()) {
+            c.prefill_piece(&t.backend, &mut t.lm).unwrap();
+        }
+        let mut members: Vec<Member<'_>> = running
+            .iter_mut()
+            .flatten()
+            .filter(|(c, _)| c.prefilled() && !c.done())
+            .map(|(c, d)| (c, d as &mut dyn Draws))
+            .collect();
+        most = most.max(members.len());
+        if !members.is_empty() {
+            step_together(&t.backend, &mut t.lm, &mut t.depth, &mut members).unwrap();
+        }
+        for j in 0..jobs.len() {
+            if running[j].as_ref().is_some_and(|(c, _)| c.done()) {
+                written[j] = Some(running[j].take().unwrap().0.finish().unwrap().0);
+            }
+        }
+        step += 1;
+    }
+    assert!(most >= 3, "three jobs shared steps (at most {most})");
+    for (j, &(p, n, s, seed, _)) in jobs.iter().enumerate() {
+        let mut draws = SeedDraws::new(seed, n);
+        let alone = compose(&t.backend, &mut t.lm, &mut t.depth, p, n, &s, &mut draws, &|| false, &mut |_, _| {});
+        let (alone, together) = (alone.unwrap(), written[j].take().unwrap());
+        let frames: Vec<usize> = alone.iter().map(|s| s.frames()).collect();
+        assert!(together == alone, "job {j}'s songs ({frames:?} frames) are the same beside the others as alone");
+    }
+}

@@ -153,7 +153,7 @@ mod tests {
     /// The encoder against the float64 numpy reference of minimaxmusic.cpp's description
     /// (`scripts/ref/mm3_encoder_reference.py`, fixtures/mm3/encoder/), on tiny widths.
     #[test]
-    fn the_encoder_matches_the_float64_reference_of_the_seed() {
+    fn the_encoder_matches_the_float64_reference_of_the_description() {
         let fx = Path::new(env!("CARGO_MANIFEST_DIR")).join("../fixtures/mm3/encoder");
         let doc: serde_json::Value =
             serde_json::from_str(&std::fs::read_to_string(fx.join("manifest.json")).unwrap()).unwrap();

@@ -351,7 +351,7 @@ mod tests {
     }
 
     #[test]
-    fn full_layout_row_ranges_match_the_seed() {
+    fn full_layout_row_ranges_match_the_architecture_reference() {
         let t = TokenLayout::FULL;
         assert_eq!(t.score_rows().len(), 151849);
         assert_eq!(t.semantic_rows().len(), 32769);
