@@ -12,7 +12,11 @@
 //! that job starts first.
 //!
 //! Where the synthesis halves run: under `--keep-loaded` a member's hand-off goes to the
-//! synthesis stage the step it leaves, so its songs render while the batch decodes on.
+//! synthesis stage the step it leaves, so its songs render while the batch decodes on. That
+//! stage renders one job at a time and queues one more; a hand-off it has no room for waits
+//! here, in order, while the batch steps on (the job it renders may be a streamed member
+//! that needs the batch's next steps), and no one joins until it is sent. A member streams
+//! only when its hand-off can go at once ([`Handoff::can_stream`]).
 //! Under STRICT the synthesis group cannot load while the batch holds the AR half: a
 //! finished member's hand-off waits, no one joins any more, and once the batch has drained
 //! the hand-offs go in the order the members finished; the next batch starts when they have

@@ -341,6 +341,40 @@ struct Restated {
     states: Vec<f32>,
 }
 
+/// The batch's AR modules, under its leases.
+struct Ar<'a> {
+    backend: &'a Backend,
+    lm: &'a mut LmModel,
+    depth: &'a mut DepthModel,
+}
+
+impl Restated {
+    /// Song `i`'s states its frames complete (whole chunks; every frame left once it is
+    /// `complete`): out through the stream, or kept; then, when complete, its end.
+    fn hand_out(
+        &mut self,
+        ar: &mut Ar<'_>,
+        (i, song): (usize, &compose::Song),
+        complete: bool,
+        stream: Option<&Sender<Mm3Chunk>>,
+        cancelled: &dyn Fn() -> bool,
+    ) -> Result<(), ComposeError> {
+        let before = self.restater.frames();
+        let states = self.restater.advance(ar.backend, ar.lm, ar.depth, &song.codes, complete, cancelled)?;
+        let Some(tx) = stream else {
+            self.states.extend(states);
+            return Ok(());
+        };
+        if !states.is_empty() {
+            let _ = tx.send(Mm3Chunk::States { song: i, frames: self.restater.frames() - before, states });
+        }
+        if complete {
+            let _ = tx.send(Mm3Chunk::End { song: i, codes: song.codes.clone(), ended: song.ended });
+        }
+        Ok(())
+    }
+}
+
 impl Mm3Member {
     /// Whether every prompt of the job is in.
     fn prefilled(&self) -> bool {
@@ -357,47 +391,13 @@ impl Mm3Member {
         Ok(())
     }
 
-    /// Song `i`'s states its frames complete (whole chunks; every frame left once it is
-    /// `complete`): out through the stream, or kept; then, when complete, its end.
-    #[allow(clippy::too_many_arguments)]
-    fn hand_out(
-        restated: &mut Restated,
-        stream: Option<&Sender<Mm3Chunk>>,
-        backend: &Backend,
-        lm: &mut LmModel,
-        depth: &mut DepthModel,
-        (i, song): (usize, &compose::Song),
-        complete: bool,
-        cancelled: &dyn Fn() -> bool,
-    ) -> Result<(), ComposeError> {
-        let before = restated.restater.frames();
-        let states = restated.restater.advance(backend, lm, depth, &song.codes, complete, cancelled)?;
-        let Some(tx) = stream else {
-            restated.states.extend(states);
-            return Ok(());
-        };
-        if !states.is_empty() {
-            let _ = tx.send(Mm3Chunk::States { song: i, frames: restated.restater.frames() - before, states });
-        }
-        if complete {
-            let _ = tx.send(Mm3Chunk::End { song: i, codes: song.codes.clone(), ended: song.ended });
-        }
-        Ok(())
-    }
-
     /// The states of the songs a step wrote a frame of, and the progress.
-    fn after_step(
-        &mut self,
-        backend: &Backend,
-        lm: &mut LmModel,
-        depth: &mut DepthModel,
-        frame: compose::Frame,
-    ) -> Result<(), ComposeError> {
+    fn after_step(&mut self, ar: &mut Ar<'_>, frame: compose::Frame) -> Result<(), ComposeError> {
         let cancel = self.ctx.cancel.clone();
         let cancelled = || cancel.is_cancelled();
         for (i, complete) in frame.songs {
             let song = (i, self.composer.song(i));
-            Self::hand_out(&mut self.songs[i], self.stream.as_ref(), backend, lm, depth, song, complete, &cancelled)?;
+            self.songs[i].hand_out(ar, song, complete, self.stream.as_ref(), &cancelled)?;
         }
         self.sink.report(Stage::Semantic, frame.frame + 1, self.max_frames + 1);
         Ok(())
@@ -406,12 +406,12 @@ impl Mm3Member {
     /// The member's end once its composer is done: the songs no step called complete handed
     /// out, the codes journaled and announced, and the hand-off (a streamed job's went at
     /// the join).
-    fn conclude(self, links: &Links, backend: &Backend, lm: &mut LmModel, depth: &mut DepthModel) -> Left {
+    fn conclude(self, links: &Links, ar: &mut Ar<'_>) -> Left {
         let Mm3Member { ctx, composer, mut songs, stream, files, .. } = self;
         let cancelled = || ctx.cancel.is_cancelled();
         let (mut written, untold) = composer.finish()?;
         for i in untold {
-            Self::hand_out(&mut songs[i], stream.as_ref(), backend, lm, depth, (i, &written[i]), true, &cancelled)?;
+            songs[i].hand_out(ar, (i, &written[i]), true, stream.as_ref(), &cancelled)?;
         }
         announce(links, &ctx, &written, true);
         if stream.is_some() {
@@ -438,11 +438,11 @@ impl Mm3Batch {
         self.members = kept;
         left.extend(gone.into_iter().map(|m| (m.ctx, Err(StageError::Cancelled))));
         let Some((lm_lease, depth_lease)) = self.leases.as_mut() else { return left };
-        let (lm, depth) = (lm_lease.get::<LmModel>(), depth_lease.get::<DepthModel>());
+        let mut ar = Ar { backend, lm: lm_lease.get::<LmModel>(), depth: depth_lease.get::<DepthModel>() };
         let mut failed: Vec<(usize, StageError)> = Vec::new();
         // One prompt piece a step at most: the first member's with one to go in.
         if let Some(m) = self.members.iter().position(|m| !m.prefilled()) {
-            if let Err(e) = self.members[m].prefill_piece(backend, lm) {
+            if let Err(e) = self.members[m].prefill_piece(backend, ar.lm) {
                 failed.push((m, e.into()));
             }
         }
@@ -457,11 +457,11 @@ impl Mm3Batch {
                 .filter(|(m, _)| stepped.contains(m))
                 .map(|(_, m)| (&mut m.composer, &mut m.draws as &mut dyn compose::Draws))
                 .collect();
-            match compose::step_together(backend, lm, depth, &mut parts) {
+            match compose::step_together(backend, ar.lm, ar.depth, &mut parts) {
                 Ok(frames) => {
                     for (&m, frame) in stepped.iter().zip(frames) {
                         let Some(frame) = frame else { continue };
-                        if let Err(e) = self.members[m].after_step(backend, lm, depth, frame) {
+                        if let Err(e) = self.members[m].after_step(&mut ar, frame) {
                             failed.push((m, e.into()));
                         }
                     }
@@ -486,7 +486,7 @@ impl Mm3Batch {
             let ctx = m.ctx.clone();
             let how = match err {
                 Some(e) => Err(e),
-                None => m.conclude(links, backend, lm, depth),
+                None => m.conclude(links, &mut ar),
             };
             left.push((ctx, how));
         }

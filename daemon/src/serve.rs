@@ -555,8 +555,7 @@ fn props_of(c: &Config, models: &Models, context: usize) -> Props {
     );
     props.context = context as u32;
     props.parallel = parallel_rows(c) as u32;
-    let per_row = yued_engine::kv_cache::KvSet::bytes_for(models.info.config.kv_dims(), context);
-    props.batch_kv_bytes = (per_row * parallel_rows(c)) as u64;
+    props.batch_kv_bytes = (kv_bytes_per_row(models, context) * parallel_rows(c)) as u64;
     props.tokenizer = models.audio_tokenizer.as_ref().map(|p| p.display().to_string());
     if let Some(m) = &models.mm3 {
         props.families = Some(vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3]);
@@ -623,6 +622,25 @@ pub(crate) fn parallel_rows(c: &Config) -> usize {
     }
 }
 
+/// The KV cache one row of the AR batch takes at most: a YuE2 row at the full `context`, or
+/// a MiniMax Music 3 row at its LM's (a song's two rows keep a third stream beside them for
+/// its replay states: 1.5 streams a row), whichever is larger.
+fn kv_bytes_per_row(models: &Models, context: usize) -> usize {
+    use yued_engine::kv_cache::KvSet;
+    let yue2 = KvSet::bytes_for(models.info.config.kv_dims(), context);
+    let mm3 = models
+        .mm3
+        .iter()
+        .flat_map(|m| m.registry.entries(Bucket::Mm3Lm))
+        .filter_map(|e| {
+            let info = yued_engine::models::mm3::config::LmInfo::read(&GgufFile::open(&e.path).ok()?).ok()?;
+            Some(KvSet::bytes_for(info.config.kv_dims(), info.config.max_position_embeddings) * 3 / 2)
+        })
+        .max()
+        .unwrap_or(0);
+    yue2.max(mm3)
+}
+
 /// The residency policy and why it was chosen.
 pub(crate) struct Residency {
     pub keep_loaded: bool,
@@ -646,8 +664,7 @@ fn residency(c: &Config, models: &Models, context: usize) -> Residency {
         weights +=
             Bucket::MM3.iter().filter_map(|&b| m.registry.entries(b).first()).map(|e| size(&e.path)).sum::<u64>();
     }
-    let kv =
-        yued_engine::kv_cache::KvSet::bytes_for(models.info.config.kv_dims(), context) as u64 * parallel_rows(c) as u64;
+    let kv = kv_bytes_per_row(models, context) as u64 * parallel_rows(c) as u64;
     let (free, total) = match device_memory(&c.device) {
         Ok(m) => m,
         Err(e) => return Residency { keep_loaded: false, reason: format!("the device's memory is unknown ({e})") },

@@ -47,7 +47,8 @@ pub struct Props {
     /// different jobs decode together (a song takes two under guidance).
     #[serde(default)]
     pub parallel: u32,
-    /// The KV cache those rows take at most: `parallel` sequences of `context` positions.
+    /// The KV cache those rows take at most: `parallel` sequences of `context` positions (a
+    /// MiniMax Music 3 row at its LM's context, 1.5 streams a row, when that is larger).
     #[serde(default)]
     pub batch_kv_bytes: u64,
     /// `keep-loaded` (every group resident) or `strict` (one coexistence group at a time).
