@@ -1083,3 +1083,34 @@ fn tokenize_audio_gives_the_reference_codes_from_the_converted_checkpoints() {
     let codes: Vec<u32> = codes.trim().split(',').map(|v| v.parse().unwrap()).collect();
     assert!(codes.len() == want.len() && codes.iter().all(|&c| c < 1024), "{codes:?}");
 }
+
+/// `yued bench --family mm3 --only batching` on the tiny demo: the clients' songs written one
+/// after another and in one batch, checked to be the same songs (the section fails otherwise),
+/// and the table's rows for each client count and the prefill stall.
+#[test]
+fn the_minimax_batching_bench_writes_the_same_songs_both_ways() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("models");
+    let out = ok(&[
+        "bench",
+        "--family",
+        "mm3",
+        "--preset",
+        "tiny",
+        "--only",
+        "batching",
+        "--quick",
+        "--batching-seconds",
+        "2",
+        "--reps",
+        "1",
+        "--cache",
+        s(&cache),
+    ]);
+    for c in [1, 2, 4] {
+        let batched = format!("MiniMax AR, {c} clients of 2 s, one batch ({} rows)", 2 * c);
+        assert!(out.lines().any(|l| l.contains(&batched) && l.contains("the same songs")), "{out}");
+        assert!(out.contains(&format!("MiniMax AR, {c} clients of 2 s, one after another")), "{out}");
+    }
+    assert!(out.contains("the prefill stall"), "{out}");
+}

@@ -275,6 +275,23 @@ fn a_minimax_window_is_heard_while_the_song_is_written() {
     assert!(wav(&result(&again)) == wav(&parts), "the replay renders the streamed song's WAV byte for byte");
 }
 
+/// `bodies` submitted at once to a daemon started with `extra`: each job's end and result
+/// body, the daemon's log and its module loads.
+fn jobs_at_once(bodies: &[String], extra: &[&str]) -> (Vec<(String, Vec<u8>)>, String, f64) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), extra);
+    let ids: Vec<String> = bodies.iter().map(|b| d.submit(b)).collect();
+    let out = ids
+        .iter()
+        .map(|id| {
+            let s = d.wait(id, Duration::from_secs(600));
+            let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
+            (s["status"].as_str().unwrap_or("?").to_string(), body.to_vec())
+        })
+        .collect();
+    (out, d.log(), metric(&d, "yued_module_loads_total"))
+}
+
 /// Three clients' songs (two under guidance, one with a plan stage, different lengths)
 /// submitted at once under STRICT: they decode in one batch (one AR load for all three, one
 /// synthesis load after it, and the log's joins), and each result is byte for byte the one
@@ -293,22 +310,8 @@ fn songs_of_different_jobs_decode_together_and_come_out_as_alone() {
             r.to_string()
         })
         .collect();
-    let results = |extra: &[&str]| -> (Vec<(String, Vec<u8>)>, String, f64) {
-        let dir = tempfile::tempdir().unwrap();
-        let d = Daemon::start(&dir.path().join("data"), extra);
-        let ids: Vec<String> = bodies.iter().map(|b| d.submit(b)).collect();
-        let out = ids
-            .iter()
-            .map(|id| {
-                let s = d.wait(id, Duration::from_secs(600));
-                let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
-                (s["status"].as_str().unwrap_or("?").to_string(), body.to_vec())
-            })
-            .collect();
-        (out, d.log(), metric(&d, "yued_module_loads_total"))
-    };
-    let (alone, _, alone_loads) = results(&["--strict", "--parallel", "1"]);
-    let (batched, log, loads) = results(&["--strict", "--parallel", "8"]);
+    let (alone, _, alone_loads) = jobs_at_once(&bodies, &["--strict", "--parallel", "1"]);
+    let (batched, log, loads) = jobs_at_once(&bodies, &["--strict", "--parallel", "8"]);
     // One job at a time: the AR half, then the synthesis group, for each (a job whose plan
     // fails loads no synthesis group).
     assert!(alone_loads >= 7.0, "one job at a time swaps the halves for each: {alone_loads}");
@@ -344,20 +347,11 @@ fn minimax_songs_of_different_jobs_decode_together_and_come_out_as_alone() {
             .to_string()
         })
         .collect();
-    type Parts = Vec<(String, Vec<u8>)>;
-    let results = |extra: &[&str]| -> (Vec<(String, Parts)>, String, f64) {
-        let dir = tempfile::tempdir().unwrap();
-        let d = Daemon::start(&dir.path().join("data"), extra);
-        let ids: Vec<String> = bodies.iter().map(|b| d.submit(b)).collect();
-        let out = ids
-            .iter()
-            .map(|id| {
-                let s = d.wait(id, Duration::from_secs(600));
-                let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
-                (s["status"].as_str().unwrap_or("?").to_string(), multipart_parts(&body, "mm3-batch-boundary"))
-            })
-            .collect();
-        (out, d.log(), metric(&d, "yued_module_loads_total"))
+    let results = |extra: &[&str]| {
+        let (out, log, loads) = jobs_at_once(&bodies, extra);
+        let parts: Vec<_> =
+            out.into_iter().map(|(s, body)| (s, multipart_parts(&body, "mm3-batch-boundary"))).collect();
+        (parts, log, loads)
     };
     let (alone, _, alone_loads) = results(&["--strict", "--parallel", "1"]);
     assert_eq!(alone_loads, 15.0, "one job at a time swaps the LM and depth decoder for the synthesis group");

@@ -214,7 +214,7 @@ pub mod mm3 {
     struct Run {
         seconds: f64,
         songs: Vec<Vec<Song>>,
-        last_first: f64,
+        last_first: Option<f64>,
     }
 
     fn frames_of(songs: &[Vec<Song>]) -> usize {
@@ -224,7 +224,7 @@ pub mod mm3 {
     /// Each client's song stepped alone to its end, one after another.
     fn serial(m: &mut Models<'_>, s: &ArSettings, clients: usize, first: usize) -> anyhow::Result<Run> {
         let t0 = Instant::now();
-        let (mut songs, mut last_first) = (Vec::new(), 0.0);
+        let (mut songs, mut last_first) = (Vec::new(), None);
         for i in 0..clients {
             let mut c = Composer::new(m.backend, m.lm, m.prompt, 1, s)?;
             let mut draws = SeedDraws::new(1 + 7 * i as i64, 1);
@@ -233,7 +233,7 @@ pub mod mm3 {
                 c.step(m.backend, m.lm, m.depth, &mut draws)?;
                 frame += 1;
                 if i + 1 == clients && frame == first {
-                    last_first = t0.elapsed().as_secs_f64();
+                    last_first = Some(t0.elapsed().as_secs_f64());
                 }
             }
             songs.push(c.finish()?.0);
@@ -246,7 +246,7 @@ pub mod mm3 {
     fn batched(m: &mut Models<'_>, s: &ArSettings, clients: usize, first: usize) -> anyhow::Result<Run> {
         let t0 = Instant::now();
         let mut running: Vec<(Composer, SeedDraws)> = Vec::new();
-        let mut last_first = 0.0;
+        let mut last_first = None;
         let (mut step, mut last_frames) = (0, 0);
         let start = |m: &mut Models<'_>, i: usize| -> anyhow::Result<(Composer, SeedDraws)> {
             Ok((Composer::start(m.backend, m.lm, m.prompt, 1, s)?, SeedDraws::new(1 + 7 * i as i64, 1)))
@@ -261,7 +261,8 @@ pub mod mm3 {
             if let Some((c, _)) = running.iter_mut().find(|(c, _)| !c.prefilled()) {
                 c.prefill_piece(m.backend, m.lm)?;
             }
-            let last_steps = running.len() == clients && running[clients - 1].0.prefilled();
+            // Whether the last client to arrive writes a frame this step.
+            let last_steps = running.get(clients - 1).is_some_and(|(c, _)| c.prefilled() && !c.done());
             if running.len() == clients && running.iter().all(|(c, _)| c.done()) {
                 break;
             }
@@ -276,7 +277,7 @@ pub mod mm3 {
             if last_steps {
                 last_frames += 1;
                 if last_frames == first {
-                    last_first = t0.elapsed().as_secs_f64();
+                    last_first = Some(t0.elapsed().as_secs_f64());
                 }
             }
             step += 1;
@@ -344,16 +345,17 @@ pub mod mm3 {
             anyhow::ensure!(one.songs == all.songs, "batching changed the songs written");
             let per_hour = |r: &Run| c as f64 * 3600.0 / r.seconds;
             let fps = |r: &Run| frames_of(&r.songs) as f64 / r.seconds;
+            // A song the LM ended before `first` frames never reaches it.
+            let at = |r: &Run| match r.last_first {
+                Some(t) => format!("the last client's first {first} frames at {t:.1} s"),
+                None => format!("the last client's song ended before {first} frames"),
+            };
             t.push(
                 "batching",
                 format!("MiniMax AR, {c} clients of {seconds:.0} s, one after another"),
                 "frames/s",
                 stats(vec![fps(&one)]),
-                format!(
-                    "{:.0} songs/h; the last client's first {first} frames at {:.1} s",
-                    per_hour(&one),
-                    one.last_first
-                ),
+                format!("{:.0} songs/h; {}", per_hour(&one), at(&one)),
             );
             t.push(
                 "batching",
@@ -361,10 +363,10 @@ pub mod mm3 {
                 "frames/s",
                 stats(vec![fps(&all)]),
                 format!(
-                    "{:.2}x serial, the same songs; {:.0} songs/h; the last client's first {first} frames at {:.1} s",
+                    "{:.2}x serial, the same songs; {:.0} songs/h; {}",
                     fps(&all) / fps(&one),
                     per_hour(&all),
-                    all.last_first
+                    at(&all)
                 ),
             );
         }
