@@ -1,6 +1,6 @@
 //! `yued`: the daemon (`serve`) and the model and audio tools (`demo-model`, `gguf`,
-//! `tokenize`, `quantize`, `plan`, `lm-eval`, `synth`, `codec`, `audio-convert`, `convert`,
-//! `adapters`).
+//! `tokenize`, `notation`, `quantize`, `plan`, `lm-eval`, `synth`, `codec`, `audio-convert`,
+//! `convert`, `adapters`).
 #![forbid(unsafe_code)]
 use clap::{Parser, Subcommand};
 
@@ -41,6 +41,8 @@ enum Command {
     },
     /// Print the token ids of a text, or (--audio) the 25 Hz semantic codes of a recording.
     Tokenize(cli::tokenize::TokenizeArgs),
+    /// Write the ABC score of a song's SheetSage2 events (JSON with the song's duration).
+    Notation(cli::notation::NotationArgs),
     /// Quantize a backbone GGUF (Q8_0, Q6_K, Q5_K_M); the VAE is refused.
     Quantize(cli::quantize::QuantizeArgs),
     /// Run the planning stage alone and write the ABC score.
@@ -79,6 +81,7 @@ fn main() {
         Command::DemoModel(a) => cli::demo::run(a),
         Command::Gguf { command } => cli::inspect::run(command),
         Command::Tokenize(a) => cli::tokenize::run(a),
+        Command::Notation(a) => cli::notation::run(a),
         Command::Quantize(a) => cli::quantize::run(a),
         Command::Plan(a) => cli::plan::run(a),
         Command::Compose(a) => cli::compose::run(a),

@@ -1114,3 +1114,26 @@ fn the_minimax_batching_bench_writes_the_same_songs_both_ways() {
     }
     assert!(out.contains("the prefill stall"), "{out}");
 }
+
+/// `yued notation` on the committed SheetSage2 fixtures: a score printed as the fixture has
+/// it (full and melody-only, and written with --out), and a stream without a score failing
+/// with notation.h's reason.
+#[test]
+fn notation_writes_the_fixture_scores_and_names_why_there_is_none() {
+    let fixtures = repo().join("fixtures/sheetsage2/notation");
+    let events = fixtures.join("slash_chords_db.events.json");
+    let want = std::fs::read_to_string(fixtures.join("slash_chords_db.abc")).unwrap();
+    assert_eq!(ok(&["notation", "--events", s(&events)]), want);
+    let melody = std::fs::read_to_string(fixtures.join("slash_chords_db.melody.abc")).unwrap();
+    assert_eq!(ok(&["notation", "--events", s(&events), "--melody-only"]), melody);
+    let dir = tempfile::tempdir().unwrap();
+    let out = dir.path().join("score.abc");
+    assert_eq!(ok(&["notation", "--events", s(&events), "--out", s(&out)]), "");
+    assert_eq!(std::fs::read_to_string(&out).unwrap(), want);
+
+    let skipped = fixtures.join("noscore_14_skipped_beat.events.json");
+    let e = fails(&["notation", "--events", s(&skipped)]);
+    assert!(e.contains("no score: Measure 1: non-consecutive beat IDs"), "{e}");
+    let e = fails(&["notation", "--events", s(&fixtures.join("manifest.json"))]);
+    assert!(e.contains("not an events JSON"), "{e}");
+}

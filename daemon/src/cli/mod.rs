@@ -15,6 +15,7 @@ pub mod convert;
 pub mod demo;
 pub mod inspect;
 pub mod lm_eval;
+pub mod notation;
 pub mod npy;
 pub mod plan;
 pub mod quantize;

@@ -6,6 +6,7 @@ pub mod mert;
 pub mod mm3;
 pub mod pth;
 pub mod quantize;
+pub mod sheetsage2;
 pub mod yue2;
 
 /// A family's audio as the stages see it, read from the loaded files: the stages, the hub,
