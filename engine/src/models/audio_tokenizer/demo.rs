@@ -73,7 +73,7 @@ pub fn head_config(preset: Preset) -> HeadConfig {
 }
 
 /// The head's base model, naming the MERT file beside it: `MERT-v2-demo-{preset}-F32.gguf`.
-fn base_model(preset: Preset) -> String {
+pub(crate) fn base_model(preset: Preset) -> String {
     format!("yued/MERT-v2-demo-{}", preset.name())
 }
 
@@ -104,7 +104,7 @@ fn host_tables(c: &MertConfig) -> Vec<(&'static str, Vec<i64>, Vec<f32>)> {
 }
 
 /// A random tensor: LayerNorm scales (1-D weights) around 1, the rest by role.
-fn values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
+pub(crate) fn values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
     let v = random_values(seed, name, ne);
     if ne.len() == 1 && name.ends_with(".weight") && !name.ends_with("norm.weight") {
         let scale = 3f32.sqrt() / (ne[0] as f32).sqrt(); // random_values' scale for this role
@@ -114,7 +114,11 @@ fn values(seed: u64, name: &str, ne: &[i64]) -> Vec<f32> {
     }
 }
 
-fn write(path: &Path, w: &mut GgufWriter, tensors: Vec<(String, Vec<i64>, Vec<f32>)>) -> Result<(), GgufError> {
+pub(crate) fn write(
+    path: &Path,
+    w: &mut GgufWriter,
+    tensors: Vec<(String, Vec<i64>, Vec<f32>)>,
+) -> Result<(), GgufError> {
     for (name, ne, _) in &tensors {
         w.add_tensor(name, GgmlType::F32, ne);
     }

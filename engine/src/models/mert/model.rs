@@ -6,7 +6,9 @@ use super::frontend::MelFrontend;
 use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
 use crate::gguf::{GgufError, GgufFile};
 use crate::nn::encoder::{attention, Blocks};
-use crate::weights::{load_tensors, LoadError};
+use crate::nn::lora::Term;
+use crate::weights::{load_tensors_merged, LoadError};
+use std::collections::HashMap;
 
 /// The architecture name of a MERT file.
 pub const ARCH: &str = "mert2";
@@ -17,12 +19,14 @@ const EXPANSION: i64 = 4;
 const GRN_EPS: f32 = 1e-6;
 
 /// Which outputs an encoding returns.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Taps {
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Taps<'w> {
     /// The last state only.
     Last,
     /// Every stage's output and every state (for parity checks).
     All,
+    /// One output, `Σ w[l] · state l` over every state in order (the transcriber's mix).
+    Mix(&'w [f32]),
 }
 
 /// An encoding, each tensor time-major `[frames][channels]`.
@@ -31,7 +35,7 @@ pub struct Encoded {
     /// The three subsampling stages' outputs ([`Taps::All`] only).
     pub stages: Vec<Vec<f32>>,
     /// State 0 is the subsampled frames, state `l + 1` conformer block `l`'s output; with
-    /// [`Taps::Last`], only the last one asked for.
+    /// [`Taps::Last`], only the last one asked for; with [`Taps::Mix`], the mix alone.
     pub states: Vec<Vec<f32>>,
     /// Frames of the states.
     pub frames: usize,
@@ -100,6 +104,12 @@ impl Mert {
     /// Reads a MERT GGUF: its configuration, the front end's tables (on the host) and the
     /// encoder's weights (on `backend`), every shape checked.
     pub fn load(f: &GgufFile, backend: &Backend) -> Result<Self, LoadError> {
+        Self::load_merged(f, backend, &Default::default())
+    }
+
+    /// [`Mert::load`] with adapter terms merged into the weights they name (the
+    /// transcriber's own LoRA on the attention projections).
+    pub fn load_merged(f: &GgufFile, backend: &Backend, terms: &HashMap<String, Vec<Term>>) -> Result<Self, LoadError> {
         f.expect_arch(ARCH)?;
         let corrupt = |what: String| GgufError::Corrupt { path: f.path().to_path_buf(), what };
         let cfg = MertConfig::from_json(f.get_str(CONFIG_KEY)?).map_err(|e| corrupt(e.to_string()))?;
@@ -126,7 +136,7 @@ impl Mert {
             mean: table("feature_extractor.mel_mean", &[mels])?,
             std: table("feature_extractor.mel_std", &[mels])?,
         };
-        let weights = load_tensors(f, &tensor_shapes(&cfg), backend, "MERT weights")?;
+        let weights = load_tensors_merged(f, &tensor_shapes(&cfg), backend, "MERT weights", |_, _| false, terms)?;
         Ok(Mert { cfg, frontend, weights, alloc: Allocator::new(backend) })
     }
 
@@ -170,14 +180,26 @@ impl Mert {
                 outs.push(h.set_output());
             }
         }
-        if taps == Taps::All || blocks == 0 {
+        let mix = match taps {
+            Taps::Mix(w) => {
+                assert_eq!(w.len(), blocks + 1, "a mix of {} states over {blocks} blocks", w.len());
+                Some(w)
+            }
+            _ => None,
+        };
+        let mut acc = mix.map(|w| ctx.scale(h, w[0]));
+        if taps == Taps::All || (blocks == 0 && mix.is_none()) {
             outs.push(h.set_output());
         }
         for l in 0..blocks {
             h = conformer(&b, c, &format!("layers.{l}"), h, pos);
-            if taps == Taps::All || l + 1 == blocks {
+            acc = acc.map(|a| ctx.add(a, ctx.scale(h, mix.expect("a mix")[l + 1])));
+            if taps == Taps::All || (l + 1 == blocks && mix.is_none()) {
                 outs.push(h.set_output());
             }
+        }
+        if let Some(a) = acc {
+            outs.push(a.set_output());
         }
         for o in &outs {
             g.expand(*o);
