@@ -16,3 +16,6 @@ pub mod windows;
 
 #[cfg(test)]
 mod tests;
+
+#[cfg(test)]
+mod parity;

@@ -12,7 +12,7 @@ fn the_tiny_demo_transcribes_a_recording() {
     let tmp = tempfile::tempdir().unwrap();
     crate::models::audio_tokenizer::demo::write_demo(tmp.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
     let head = super::demo::write_demo(tmp.path(), Preset::Tiny, 1).unwrap();
-    let backend = Backend::for_tests(2);
+    let backend = Backend::for_tests(1);
     let mut tr = Transcriber::open(&head, &backend).unwrap();
     let window = tr.head.cfg.input_audio_length;
     let mono = crate::models::mert::fixture::audio((window * 0.4 * SAMPLE_RATE as f64) as usize, 5);

@@ -1,0 +1,149 @@
+//! The transcriber against its independent reference (`scripts/ref/sheetsage2_reference.py`:
+//! transformers' BartDecoder, the original's grammar and window plan, float64 on the same f32
+//! weights), on a tiny random head over the tiny MERT of `fixtures/mert`, through the real
+//! converters: the vocabulary, window 0's mix, memory and first logits, and for a recording
+//! of one window and one of three every window's plan, prefix (the re-encoded overlap),
+//! tokens, anchors and accepted events, then the stitched song's events.
+use super::config::{Vocab, TOKENIZER_KEY};
+use super::notation::Events;
+use super::pipeline::Transcriber;
+use crate::ggml::Backend;
+use crate::gguf::GgufFile;
+use crate::models::mert::fixture;
+use crate::models::mert::model::Taps;
+use crate::test_util::{read_f32, rel_rms};
+use serde_json::Value;
+use std::path::{Path, PathBuf};
+
+fn dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../fixtures/sheetsage2")
+}
+
+fn cases() -> Value {
+    serde_json::from_str(&std::fs::read_to_string(dir().join("model/cases.json")).unwrap()).unwrap()
+}
+
+/// Both converters into `out`: the head's GGUF (MERT beside it).
+fn convert(out: &Path) -> PathBuf {
+    crate::models::mert::convert::convert(&fixture::dir().join("ckpt/mert"), out).unwrap();
+    let (head, n) = super::convert::convert(&dir().join("ckpt"), out).unwrap();
+    assert!(n > 0);
+    head
+}
+
+#[test]
+fn the_converted_vocabulary_is_the_checkpoint_tokenizer_s() {
+    let tmp = tempfile::tempdir().unwrap();
+    let head = convert(tmp.path());
+    let f = GgufFile::open(&head).unwrap();
+    let ours: Value = serde_json::from_str(f.get_str(TOKENIZER_KEY).unwrap()).unwrap();
+    let theirs: Value =
+        serde_json::from_str(&std::fs::read_to_string(dir().join("ckpt/tokenizer.json")).unwrap()).unwrap();
+    for (k, v) in theirs.as_object().unwrap() {
+        assert_eq!(&ours[k], v, "tokenizer_json key '{k}'");
+    }
+    let v = Vocab::from_json(f.get_str(TOKENIZER_KEY).unwrap()).unwrap();
+    assert_eq!(v.n_tokens as u64, cases()["config"]["vocab_size"].as_u64().unwrap());
+}
+
+#[test]
+fn window_zero_s_mix_memory_and_logits_are_the_reference_s() {
+    let tmp = tempfile::tempdir().unwrap();
+    let backend = Backend::for_tests(1);
+    let mut tr = Transcriber::open(&convert(tmp.path()), &backend).unwrap();
+    let all = cases();
+    for (name, case) in all["cases"].as_object().unwrap() {
+        let w = &case["windows"][0];
+        let audio =
+            fixture::audio(case["samples"].as_u64().unwrap() as usize, case["audio"]["salt"].as_u64().unwrap() as u32);
+        let (from, n) = (w["sample_offset"].as_u64().unwrap() as usize, w["sample_count"].as_u64().unwrap() as usize);
+        let mut segment = audio[from..from + n].to_vec();
+        segment.resize(tr.head.cfg.window_samples(), 0.0);
+        let blocks = tr.mert.cfg.num_hidden_layers;
+        let mix = tr.head.mix.clone();
+        let enc = tr.mert.encode(&backend, &segment, blocks, Taps::Mix(&mix)).unwrap();
+        let model = dir().join("model");
+        let want = read_f32(&model.join(format!("{name}.w0.mixed.f32")));
+        assert!(rel_rms(&enc.states[0], &want) < 1e-5, "{name}: mix {}", rel_rms(&enc.states[0], &want));
+        let mem = tr.head.memory(&backend, &enc.states[0], enc.frames, true).unwrap();
+        let want = read_f32(&model.join(format!("{name}.w0.memory.f32")));
+        assert!(rel_rms(&mem.memory, &want) < 1e-5, "{name}: memory {}", rel_rms(&mem.memory, &want));
+        let want = read_f32(&model.join(format!("{name}.w0.logits.f32")));
+        let tokens: Vec<u32> = w["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+        let prefix = w["prefix"].as_array().unwrap().len();
+        let mut dec = tr.head.decoder(&backend).unwrap();
+        let vocab = tr.head.vocab.n_tokens as usize;
+        let mut got = Vec::new();
+        for (i, &t) in tokens.iter().enumerate().take(prefix + 2) {
+            let logits = tr.head.step(&backend, &mut dec, &mem, t).unwrap();
+            if i + 1 >= prefix {
+                got.extend(logits);
+            }
+        }
+        assert_eq!(got.len(), 3 * vocab);
+        assert!(rel_rms(&got, &want) < 1e-5, "{name}: logits {}", rel_rms(&got, &want));
+    }
+}
+
+#[test]
+fn every_window_decodes_and_joins_as_the_reference_does() {
+    let tmp = tempfile::tempdir().unwrap();
+    let backend = Backend::for_tests(1);
+    let mut tr = Transcriber::open(&convert(tmp.path()), &backend).unwrap();
+    let all = cases();
+    let ids = |v: &Value| -> Vec<u32> { v.as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect() };
+    for (name, case) in all["cases"].as_object().unwrap() {
+        let audio =
+            fixture::audio(case["samples"].as_u64().unwrap() as usize, case["audio"]["salt"].as_u64().unwrap() as u32);
+        let mut run = tr.start(audio).unwrap();
+        while run.step(&mut tr, &backend).unwrap() {}
+        let windows = case["windows"].as_array().unwrap();
+        assert_eq!(run.log().len(), windows.len(), "{name}: windows");
+        for (got, want) in run.log().iter().zip(windows) {
+            let i = got.window.index;
+            let plan = (got.window.start, got.window.accept_start, got.window.accept_end, got.window.stop_time);
+            let f = |k: &str| want[k].as_f64().unwrap();
+            let expected = (f("start"), f("accept_start"), f("accept_end"), f("stop_time"));
+            assert!(close4(plan, expected), "{name} window {i}: plan {plan:?}, the reference's {expected:?}");
+            assert_eq!(&got.tokens[..got.prefix_len], ids(&want["prefix"]).as_slice(), "{name} window {i}: prefix");
+            assert_eq!(got.tokens, ids(&want["tokens"]), "{name} window {i}: tokens");
+            let anchors: Vec<(u32, f64)> = want["anchors"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .map(|a| (a[0].as_u64().unwrap() as u32, a[1].as_f64().unwrap()))
+                .collect();
+            assert_eq!(got.anchors, anchors, "{name} window {i}: anchors");
+            assert!((got.step_seconds - f("step_seconds")).abs() < 1e-12, "{name} window {i}: step seconds");
+            assert_eq!(got.accepted, want["accepted"].as_array().unwrap().len(), "{name} window {i}: accepted");
+        }
+        let theirs: Events =
+            serde_json::from_str(&std::fs::read_to_string(dir().join(format!("model/{name}.events.json"))).unwrap())
+                .unwrap();
+        let ours = run.events();
+        assert_eq!(ours.events.len(), theirs.events.len(), "{name}: stitched events");
+        assert!((ours.duration - theirs.duration).abs() < 1e-12);
+        for (a, b) in ours.events.iter().zip(&theirs.events) {
+            assert!((a.time - b.time).abs() < 1e-9, "{name}: event at {} against {}", a.time, b.time);
+            assert_eq!((&a.meter, a.eighth_position, &a.structure), (&b.meter, b.eighth_position, &b.structure));
+            assert_eq!((&a.key, &a.chord, a.notes.len()), (&b.key, &b.chord, b.notes.len()), "{name} at {}", a.time);
+            for (n, m) in a.notes.iter().zip(&b.notes) {
+                assert_eq!((n.pitch, n.track), (m.pitch, m.track));
+                assert!(
+                    (n.end_time - m.end_time).abs() < 1e-9,
+                    "{name}: note end {} against {}",
+                    n.end_time,
+                    m.end_time
+                );
+            }
+        }
+        for melody_only in [false, true] {
+            let want = super::notation::to_abc(&theirs, melody_only).map_err(|e| e.to_string());
+            assert_eq!(run.abc(melody_only).map_err(|e| e.to_string()), want, "{name}: the score");
+        }
+    }
+}
+
+fn close4(a: (f64, f64, f64, f64), b: (f64, f64, f64, f64)) -> bool {
+    [(a.0, b.0), (a.1, b.1), (a.2, b.2), (a.3, b.3)].iter().all(|(x, y)| (x - y).abs() < 1e-9)
+}
