@@ -943,7 +943,9 @@ pub(crate) fn run_vae_job(
     };
     let mut sink = ProgressSink::new(links, &job.id);
     match op {
-        UploadOp::Tokenize => Some(Outcome::Failed("a tokenization is not a VAE job".into())),
+        UploadOp::Tokenize | UploadOp::Transcribe | UploadOp::TranscribeMelody => {
+            Some(Outcome::Failed("a listening job is not a VAE job".into()))
+        }
         UploadOp::Encode => {
             sink.report(Stage::Encode, 0, 1);
             let mut lease = match links.store.lease(&key("vae_enc", file), backend) {

@@ -303,6 +303,7 @@ mod tests {
             adapters: None,
             companion: None,
             tokenizer: None,
+            transcriber: None,
         };
         let shared = Shared::open(&bb, &PipelineOptions::default()).unwrap();
         let loader: Box<Loader> = Box::new(move |k, backend| crate::yue2::load(k, backend, &shared, None, None));

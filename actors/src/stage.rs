@@ -34,6 +34,8 @@ pub struct WorkerConfig {
     pub companion: Option<Arc<yued_engine::models::yue2::adapter::Adapter>>,
     /// `--tokenizer`: the audio tokenizer head (MERT-v2 beside it), when `/tokenize` is served.
     pub tokenizer: Option<PathBuf>,
+    /// `--transcriber`: the SheetSage2 head (MERT-v2 beside it), when `/transcribe` is served.
+    pub transcriber: Option<PathBuf>,
 }
 
 /// What every stage thread holds.

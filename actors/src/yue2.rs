@@ -753,7 +753,9 @@ fn oobleck_vae_job(
     let spec = vae.info.audio_spec();
     let mut sink = ProgressSink::new(links, &job.id);
     match op {
-        UploadOp::Tokenize => Some(Outcome::Failed("a tokenization is not a VAE job".into())),
+        UploadOp::Tokenize | UploadOp::Transcribe | UploadOp::TranscribeMelody => {
+            Some(Outcome::Failed("a listening job is not a VAE job".into()))
+        }
         UploadOp::Encode => {
             sink.report(Stage::Encode, 0, 1);
             let z = match crate::codec::audio_to_latents(vae, backend, bytes) {

@@ -8,7 +8,8 @@ the venv scripts/pyclients.sh makes); standalone:
 Checks: models.list(); audio.speech.create() writes a FLAC ffprobe reads at 48 kHz stereo;
 with_streaming_response streams an Ogg Opus file whose first bytes arrive before the job
 is done; a full admission cap surfaces as the SDK's RateLimitError; /v1/audio/music with
-"async": true gives a job id the native routes know.
+"async": true gives a job id the native routes know; audio.transcriptions.create() answers
+with the score `yued transcribe` writes for the same file (or its reason for none).
 """
 import json
 import os
@@ -116,6 +117,29 @@ def main():
         check(int(s["sample_rate"]) == 44100, f"MiniMax at 44.1 kHz: {s}")
         queued = client.post("/audio/music", body={"model": "yue2", "style": "lo-fi", "lyrics": "[verse] x", "cot": "off", "duration": 2, "async": True}, cast_to=object)
         check(len(queued["id"]) == 16 and http("GET", f"{base}/job?id={queued['id']}")["status"] in ("queued", "running", "done"), f"an async music job: {queued}")
+
+        # A recording to its score through the transcriptions call: the listening demo's
+        # SheetSage2 head. The SDK's answer is the engine's for the same file (`yued transcribe`):
+        # the score, or (random weights) the reason there is none.
+        check("sheetsage2" in ids, f"models.list names the transcriber: {ids}")
+        head = os.path.join(tmp, "data", "models", "SheetSage2-demo-tiny-F32.gguf")
+        cli = subprocess.run([yued, "transcribe", "--model", head, "--audio", flac, "--threads", "1"], capture_output=True, text=True)
+        for fmt in ("json", "text"):
+            try:
+                with open(flac, "rb") as f:
+                    got = client.audio.transcriptions.create(model="sheetsage2", file=f, response_format=fmt)
+                text = got if isinstance(got, str) else got.text
+                check(cli.returncode == 0 and text == cli.stdout, f"{fmt}: the SDK's score is the CLI's: {text!r} vs {cli.stdout!r} {cli.stderr!r}")
+            except openai.UnprocessableEntityError as e:
+                why = cli.stderr.strip().split("no score: ")[-1]
+                check(cli.returncode != 0 and why and why in str(e), f"{fmt}: the SDK's reason is the CLI's: {e} vs {cli.stderr!r}")
+        try:
+            with open(flac, "rb") as f:
+                client.audio.transcriptions.create(model="whisper-1", file=f)
+            raise SystemExit("check failed: a model other than the transcriber must be refused")
+        except openai.BadRequestError as e:
+            check("model" in str(e), f"the error names the model: {e}")
+        print("transcriptions: the SDK's answer is the engine's")
 
         # A full admission cap is the SDK's RateLimitError.
         # Long jobs fill the cap (the async job above may still hold a place).

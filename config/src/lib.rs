@@ -39,6 +39,9 @@ pub struct Config {
     /// The audio tokenizer head GGUF (MERT-v2 beside it): serves `/tokenize`. Empty with no
     /// `model`: the tiny listening demo in the data directory; empty with one: not served.
     pub tokenizer: Option<PathBuf>,
+    /// The SheetSage2 transcriber head GGUF (MERT-v2 beside it): serves `/transcribe`. Empty
+    /// with no `model`: the tiny listening demo's; empty with one: not served.
+    pub transcriber: Option<PathBuf>,
     /// Compute device (`auto`, `CPU`, `CUDA0`, `Vulkan0`, ...).
     pub device: String,
     /// CPU threads for ggml (0 = every core).
@@ -133,6 +136,7 @@ impl Default for Config {
             models: None,
             adapters: None,
             tokenizer: None,
+            transcriber: None,
             companion: None,
             device: "auto".into(),
             threads: 0,
@@ -180,6 +184,7 @@ const KEYS: &[&str] = &[
     "models",
     "adapters",
     "tokenizer",
+    "transcriber",
     "companion",
     "device",
     "threads",
@@ -275,6 +280,7 @@ impl Config {
             "models" => self.models = (!value.is_empty()).then(|| value.into()),
             "adapters" => self.adapters = (!value.is_empty()).then(|| value.into()),
             "tokenizer" => self.tokenizer = (!value.is_empty()).then(|| value.into()),
+            "transcriber" => self.transcriber = (!value.is_empty()).then(|| value.into()),
             "companion" => self.companion = (!value.is_empty()).then(|| value.into()),
             "device" => self.device = value.into(),
             "threads" => self.threads = num(value, bad)?,

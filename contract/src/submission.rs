@@ -60,6 +60,11 @@ pub enum UploadOp {
     Decode,
     /// `/tokenize`: a recording to the audio tokenizer's 25 Hz semantic codes.
     Tokenize,
+    /// `/transcribe`: a recording to the SheetSage2 transcriber's ABC score.
+    Transcribe,
+    /// `/transcribe` with `melody_only`: the score's melodies without chord symbols.
+    #[serde(rename = "transcribe_melody")]
+    TranscribeMelody,
 }
 
 impl UploadOp {
@@ -69,7 +74,7 @@ impl UploadOp {
     }
 }
 
-/// A job of an upload (`/vae`, `/tokenize`): the upload, kept on disk under the data
+/// A job of an upload (`/vae`, `/tokenize`, `/transcribe`): the upload, kept on disk under the data
 /// directory until the job ends.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct UploadTask {

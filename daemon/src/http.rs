@@ -126,12 +126,12 @@ fn too_large(limit: usize) -> HttpResponse {
 }
 
 /// The parts of an upload's form, by name, each given at most once.
-struct Form {
+pub(crate) struct Form {
     parts: std::collections::HashMap<&'static str, Vec<u8>>,
 }
 
 impl Form {
-    fn take(&mut self, name: &str) -> Option<Vec<u8>> {
+    pub(crate) fn take(&mut self, name: &str) -> Option<Vec<u8>> {
         self.parts.remove(name)
     }
 }
@@ -140,7 +140,7 @@ impl Form {
 /// body first (the parts' bytes are held anyway), so a body cut inside its closing delimiter
 /// is refused here (actix-multipart waits forever for the rest of a delimiter once the
 /// payload has ended), then each part, at most once.
-async fn read_form(
+pub(crate) async fn read_form(
     req: &HttpRequest,
     payload: web::Payload,
     limit: usize,
@@ -325,32 +325,117 @@ pub async fn post_tokenize(req: HttpRequest, payload: web::Payload, st: web::Dat
         Ok(f) => f,
         Err(resp) => return resp,
     };
-    let Some(audio) = form.take("audio") else {
-        return bad("audio: missing (a file part named 'audio')");
-    };
-    let audio = match web::block(move || yued_audio::decode::decode(&audio).map(|pcm| (pcm.seconds(), audio))).await {
-        Ok(Ok((secs, _))) if secs < 1.0 => {
-            return bad(format!("audio: {secs:.2} s; the tokenizer needs at least one second"));
-        }
-        Ok(Ok((secs, _))) if secs > MAX_TOKENIZE_SECONDS => {
-            return bad(format!("audio: {secs:.1} s is longer than the {MAX_TOKENIZE_SECONDS:.0} s /tokenize takes"));
-        }
-        Ok(Ok((_, a))) => a,
-        Ok(Err(e)) => return bad(format!("audio: {e}")),
-        Err(_) => return unavailable("the decode check did not run"),
-    };
-    let path = match store_upload(&st.vae.uploads, audio).await {
-        Ok(p) => p,
+    let bounds =
+        Recording { min: (1.0, "one second"), max: MAX_TOKENIZE_SECONDS, tool: "the tokenizer", route: "/tokenize" };
+    let audio = match bounds.check("audio", form.take("audio")).await {
+        Ok(a) => a,
         Err(resp) => return resp,
     };
-    let task = UploadTask { op: UploadOp::Tokenize, input: path.clone() };
-    match submit(&st, client_key(&req), Request::Yue2(Yue2Request::default()), Some(task)).await {
-        Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
-        Err(resp) => {
-            let _ = std::fs::remove_file(&path);
-            resp
+    listening_job(&req, &st, UploadOp::Tokenize, audio).await
+}
+
+/// The longest recording `/transcribe` takes (30 minutes: ten of the head's windows).
+pub const MAX_TRANSCRIBE_SECONDS: f64 = 1800.0;
+
+/// `POST /transcribe`: multipart/form-data with an `audio` part (as `/tokenize` takes it)
+/// and an optional `melody_only` part (`true`/`false`, `1`/`0`). Served with a transcriber
+/// (`--transcriber`); the audio is checked as for `/tokenize` (at least 1025 samples at
+/// 24 kHz), and the job's result is `{"abc": "X:1\n..."}`: the whole score, or the melodies
+/// without chord symbols.
+pub async fn post_transcribe(req: HttpRequest, payload: web::Payload, st: web::Data<AppState>) -> HttpResponse {
+    if !st.transcriber {
+        return not_found(
+            "POST /transcribe is served when the daemon runs with a transcriber (--transcriber HEAD.gguf)",
+        );
+    }
+    let what = "an 'audio' part and an optional 'melody_only' part";
+    let mut form = match read_form(&req, payload, st.vae.max_upload_bytes, &["audio", "melody_only"], what).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
+    let melody_only = match form.take("melody_only").map(|v| parse_flag(&v)) {
+        None => false,
+        Some(Ok(b)) => b,
+        Some(Err(e)) => return bad(format!("melody_only: {e}")),
+    };
+    let audio = match TRANSCRIBE_RECORDING.check("audio", form.take("audio")).await {
+        Ok(a) => a,
+        Err(resp) => return resp,
+    };
+    let op = if melody_only { UploadOp::TranscribeMelody } else { UploadOp::Transcribe };
+    listening_job(&req, &st, op, audio).await
+}
+
+/// What `/transcribe` takes: from MERT's 1025 samples at 24 kHz to [`MAX_TRANSCRIBE_SECONDS`].
+pub const TRANSCRIBE_RECORDING: Recording = Recording {
+    min: (1025.0 / 24_000.0, "1025 samples at 24 kHz"),
+    max: MAX_TRANSCRIBE_SECONDS,
+    tool: "the transcriber",
+    route: "/transcribe",
+};
+
+/// A form's flag: `true`/`false`, `1`/`0` (any case, surrounding blanks ignored).
+pub fn parse_flag(v: &[u8]) -> Result<bool, String> {
+    match String::from_utf8_lossy(v).trim().to_ascii_lowercase().as_str() {
+        "true" | "1" => Ok(true),
+        "false" | "0" | "" => Ok(false),
+        other => Err(format!("'{other}' is not true or false")),
+    }
+}
+
+/// What a listening route takes of a recording: its bounds in seconds (the lower one with
+/// its wording) and names for errors.
+pub struct Recording {
+    pub min: (f64, &'static str),
+    pub max: f64,
+    pub tool: &'static str,
+    pub route: &'static str,
+}
+
+impl Recording {
+    /// The part `name`, checked to decode and to last `min..=max` seconds (400 otherwise).
+    pub async fn check(&self, name: &str, audio: Option<Vec<u8>>) -> Result<Vec<u8>, HttpResponse> {
+        let Some(audio) = audio else {
+            return Err(bad(format!("{name}: missing (a file part named '{name}')")));
+        };
+        let ((min, min_text), max, tool, route) = (self.min, self.max, self.tool, self.route);
+        match web::block(move || yued_audio::decode::decode(&audio).map(|pcm| (pcm.seconds(), audio))).await {
+            Ok(Ok((secs, _))) if secs < min => {
+                Err(bad(format!("audio: {secs:.2} s; {tool} needs at least {min_text}")))
+            }
+            Ok(Ok((secs, _))) if secs > max => {
+                Err(bad(format!("audio: {secs:.1} s is longer than the {max:.0} s {route} takes")))
+            }
+            Ok(Ok((_, a))) => Ok(a),
+            Ok(Err(e)) => Err(bad(format!("audio: {e}"))),
+            Err(_) => Err(unavailable("the decode check did not run")),
         }
     }
+}
+
+/// Stores a checked recording and queues its listening job; replies with the job's id.
+async fn listening_job(req: &HttpRequest, st: &web::Data<AppState>, op: UploadOp, audio: Vec<u8>) -> HttpResponse {
+    match submit_upload(req, st, op, audio).await {
+        Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
+        Err(resp) => resp,
+    }
+}
+
+/// Stores a checked recording and queues its listening job (the upload removed again when
+/// the job is refused).
+pub async fn submit_upload(
+    req: &HttpRequest,
+    st: &web::Data<AppState>,
+    op: UploadOp,
+    audio: Vec<u8>,
+) -> Result<JobId, HttpResponse> {
+    let path = store_upload(&st.vae.uploads, audio).await?;
+    let task = UploadTask { op, input: path.clone() };
+    let submitted = submit(st, client_key(req), Request::Yue2(Yue2Request::default()), Some(task)).await;
+    if submitted.is_err() {
+        let _ = std::fs::remove_file(&path);
+    }
+    submitted
 }
 
 #[derive(serde::Deserialize)]

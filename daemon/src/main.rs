@@ -1,6 +1,6 @@
 //! `yued`: the daemon (`serve`) and the model and audio tools (`demo-model`, `gguf`,
-//! `tokenize`, `notation`, `quantize`, `plan`, `lm-eval`, `synth`, `codec`, `audio-convert`,
-//! `convert`, `adapters`).
+//! `tokenize`, `transcribe`, `notation`, `quantize`, `plan`, `lm-eval`, `synth`, `codec`,
+//! `audio-convert`, `convert`, `adapters`).
 #![forbid(unsafe_code)]
 use clap::{Parser, Subcommand};
 
@@ -43,6 +43,8 @@ enum Command {
     Tokenize(cli::tokenize::TokenizeArgs),
     /// Write the ABC score of a song's SheetSage2 events (JSON with the song's duration).
     Notation(cli::notation::NotationArgs),
+    /// Write the ABC score SheetSage2 hears in a recording (MERT-v2 beside the head).
+    Transcribe(cli::transcribe::TranscribeArgs),
     /// Quantize a backbone GGUF (Q8_0, Q6_K, Q5_K_M); the VAE is refused.
     Quantize(cli::quantize::QuantizeArgs),
     /// Run the planning stage alone and write the ABC score.
@@ -82,6 +84,7 @@ fn main() {
         Command::Gguf { command } => cli::inspect::run(command),
         Command::Tokenize(a) => cli::tokenize::run(a),
         Command::Notation(a) => cli::notation::run(a),
+        Command::Transcribe(a) => cli::transcribe::run(a),
         Command::Quantize(a) => cli::quantize::run(a),
         Command::Plan(a) => cli::plan::run(a),
         Command::Compose(a) => cli::compose::run(a),

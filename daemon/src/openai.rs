@@ -14,6 +14,7 @@ use bytes::Bytes;
 use futures_util::stream;
 use serde::Deserialize;
 use yued_contract::stream::StreamItem;
+use yued_contract::UploadOp;
 use yued_protocol::{Family, JobId, JobState, StreamCodec};
 
 /// `voice` presets: each is a style (YuE2) or caption opening (MiniMax) put before the
@@ -96,6 +97,10 @@ pub async fn models(st: web::Data<AppState>) -> HttpResponse {
                     "family": "mm3", "component": b.arch()}));
             }
         }
+    }
+    for id in transcriber_ids(&st) {
+        data.push(serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "yued",
+            "family": "yue2", "component": "transcriber"}));
     }
     HttpResponse::Ok().json(serde_json::json!({"object": "list", "data": data}))
 }
@@ -322,18 +327,26 @@ async fn finished_audio(
             }
         }
     }
+    if let Err(resp) = ended(jobs, id).await {
+        return resp;
+    }
+    audio_file(id, jobs).await
+}
+
+/// Waits for the job to end; an answer in OpenAI's shape unless it is done.
+async fn ended(jobs: &yued_contract::Jobs, id: &JobId) -> Result<(), HttpResponse> {
     let state = loop {
         match jobs.state(id).await {
             Ok(Some(s)) if s.is_terminal() => break s,
             Ok(Some(_)) => tokio::time::sleep(std::time::Duration::from_millis(100)).await,
-            Ok(None) => return error(StatusCode::SERVICE_UNAVAILABLE, format!("job {id} is no longer known")),
-            Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.0),
+            Ok(None) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, format!("job {id} is no longer known"))),
+            Err(e) => return Err(error(StatusCode::SERVICE_UNAVAILABLE, e.0)),
         }
     };
     match state {
-        JobState::Done => {}
+        JobState::Done => Ok(()),
         JobState::Cancelled => {
-            return openai_error(StatusCode::CONFLICT, format!("job {id} was cancelled"), "cancelled", None)
+            Err(openai_error(StatusCode::CONFLICT, format!("job {id} was cancelled"), "cancelled", None))
         }
         _ => {
             // A song that failed on its content (a score the model could not write, a
@@ -342,15 +355,95 @@ async fn finished_audio(
                 Ok(Some(s)) => s.error.unwrap_or_default(),
                 _ => String::new(),
             };
-            return openai_error(
+            Err(openai_error(
                 StatusCode::UNPROCESSABLE_ENTITY,
                 format!("job {id} failed: {why}"),
                 "generation_failed",
                 None,
-            );
+            ))
         }
     }
-    audio_file(id, jobs).await
+}
+
+/// The transcriber's model ids: its family-like name and its file's name.
+pub fn transcriber_ids(st: &AppState) -> Vec<String> {
+    let Some(path) = &st.props.transcriber else { return Vec::new() };
+    let file = std::path::Path::new(path).file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    vec![TRANSCRIBER_ID.to_string(), file]
+}
+
+/// The id `model` names the transcriber by (its file's name does too).
+pub const TRANSCRIBER_ID: &str = "sheetsage2";
+
+/// `POST /v1/audio/transcriptions`: OpenAI's transcription form (`file`, `model` the
+/// transcriber, `response_format` `json` or `text`; `language`, `prompt` and `temperature`
+/// taken and ignored) plus `melody_only`. The recording becomes a `/transcribe` job (same
+/// checks, cap, fairness, journal); the caller waits for its score: `{"text": "X:1..."}`, or
+/// the ABC itself as text. A caller that goes away cancels the job.
+pub async fn transcriptions(req: HttpRequest, payload: web::Payload, st: web::Data<AppState>) -> HttpResponse {
+    if !st.transcriber {
+        let msg = "POST /v1/audio/transcriptions is served when the daemon runs with a transcriber (--transcriber)";
+        return openai_error(StatusCode::NOT_FOUND, msg, "not_found", None);
+    }
+    let names = ["file", "model", "response_format", "melody_only", "language", "prompt", "temperature"];
+    let what = "a 'file' part, 'model' and optional 'response_format' and 'melody_only' parts";
+    let mut form = match crate::http::read_form(&req, payload, st.vae.max_upload_bytes, &names, what).await {
+        Ok(f) => f,
+        Err(resp) => return as_openai(resp).await,
+    };
+    let text = |v: Option<Vec<u8>>| v.map(|b| String::from_utf8_lossy(&b).trim().to_string()).unwrap_or_default();
+    let model = text(form.take("model"));
+    if !transcriber_ids(&st).contains(&model) {
+        let ids = transcriber_ids(&st).join(", ");
+        return bad(format!("model: '{model}' is not the transcriber (one of {ids})"), Some("model"));
+    }
+    let as_text = match text(form.take("response_format")).as_str() {
+        "" | "json" => false,
+        "text" => true,
+        other => return bad(format!("response_format: '{other}' is not json or text"), Some("response_format")),
+    };
+    let melody_only = match form.take("melody_only").map(|v| crate::http::parse_flag(&v)) {
+        None => false,
+        Some(Ok(b)) => b,
+        Some(Err(e)) => return bad(format!("melody_only: {e}"), Some("melody_only")),
+    };
+    let audio = match crate::http::TRANSCRIBE_RECORDING.check("file", form.take("file")).await {
+        Ok(a) => a,
+        Err(resp) => return as_openai(resp).await,
+    };
+    let op = if melody_only { UploadOp::TranscribeMelody } else { UploadOp::Transcribe };
+    let id = match crate::http::submit_upload(&req, &st, op, audio).await {
+        Ok(id) => id,
+        Err(resp) => return as_openai(resp).await,
+    };
+    let jobs = st.jobs.of(&crate::auth::caller(&req));
+    let mut guard = CancelOnDrop { jobs: jobs.clone(), job: id.clone(), armed: true };
+    let done = ended(&jobs, &id).await;
+    guard.disarm();
+    if let Err(resp) = done {
+        return resp;
+    }
+    match score(&jobs, &id).await {
+        Ok(abc) if as_text => HttpResponse::Ok()
+            .insert_header(("x-yued-job", id.to_string()))
+            .content_type("text/plain; charset=utf-8")
+            .body(abc),
+        Ok(abc) => {
+            HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).json(serde_json::json!({"text": abc}))
+        }
+        Err(resp) => resp,
+    }
+}
+
+/// The ABC of a finished transcription.
+async fn score(jobs: &yued_contract::Jobs, id: &JobId) -> Result<String, HttpResponse> {
+    let gone = || openai_error(StatusCode::NOT_FOUND, format!("the result of job {id} has expired"), "not_found", None);
+    let parts = jobs.parts(id).await.ok_or_else(gone)?;
+    let (path, _) = parts.into_iter().find(|(_, ct)| ct.starts_with("application/json")).ok_or_else(gone)?;
+    let body: Option<serde_json::Value> = std::fs::read(&path).ok().and_then(|b| serde_json::from_slice(&b).ok());
+    body.and_then(|v| v.get("abc").and_then(|a| a.as_str()).map(str::to_string)).ok_or_else(|| {
+        openai_error(StatusCode::INTERNAL_SERVER_ERROR, format!("job {id} has no score"), "server_error", None)
+    })
 }
 
 /// The first audio part of a finished job's result.

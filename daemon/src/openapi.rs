@@ -337,19 +337,25 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                     be stored"), "503": unavailable()})), Door::Keyed)}),
         );
     }
+    if f.transcribe {
+        paths.insert("/transcribe".into(), transcribe_path(f, r));
+    }
     let codes = json!({"type": "object", "required": ["codes"], "additionalProperties": false, "properties":
         {"codes": {"type": "string", "description": "comma separated semantic codes, 25 per second"}},
         "description": "a tokenization job's result"});
+    let score = json!({"type": "object", "required": ["abc"], "additionalProperties": false, "properties":
+        {"abc": {"type": "string", "description": "the ABC score (X:1, T:, M:, L:, Q:, the Vocal and Ins voices, K:)"}},
+        "description": "a transcription job's result"});
     paths.insert(
         "/job".into(),
         json!({
             "get": op(f, "A job's status, or its result", "With result=1 (or true), the finished job's result: \
                 multipart/mixed, one part per file (the audio tracks, a replay request per track, the latents of a VAE \
-                job); a tokenization job's is its codes, as JSON. Otherwise the status.",
+                job); a tokenization job's is its codes, a transcription job's its score, as JSON. Otherwise the status.",
                 json!([job_param("the job"), flag_param("result", false, "1 or true: the \
                 result instead of the status")]), None,
                 map(json!({"200": {"description": "the status (JSON), or the result (multipart/mixed; JSON codes)",
-                    "content": {"application/json": {"schema": {"anyOf": [r.status.clone(), codes]}},
+                    "content": {"application/json": {"schema": {"anyOf": [r.status.clone(), codes, score]}},
                     "multipart/mixed": {"schema": {"type": "string",
                     "format": "binary"}}}}, "400": error_response("a malformed id"), "404": error_response("an unknown \
                     job, or no result (not done, or expired)"), "503": error_response("the scheduler is not \
@@ -502,6 +508,31 @@ fn openai_paths(f: &Facts, k: &KindBodies, paths: &mut Map<String, Value>) {
             openai_answers(json!({"description": "the audio", "headers": {"x-yued-job": {"schema": {"type": "string"}}},
                 "content": audio_content()})), Door::OpenAi)}),
     );
+    if f.transcribe {
+        let text = json!({"type": "object", "required": ["text"], "properties": {"text": {"type": "string",
+            "description": "the ABC score"}}});
+        paths.insert(
+            "/v1/audio/transcriptions".into(),
+            json!({"post": op(f, "OpenAI-compatible transcription: a recording's score", &format!("OpenAI's \
+                transcription form: file (any container /transcribe takes, up to {:.0} s), model the transcriber \
+                (sheetsage2, or its file's name), response_format json ({{\"text\": \"X:1...\"}}) or text (the ABC \
+                itself); language, prompt and temperature are taken and ignored; melody_only (true or false) leaves \
+                the chord symbols out. A /transcribe job the caller waits for: same checks, cap, fairness, journal; \
+                a client that disconnects cancels it; a recording whose events make no score is a 422 naming why.",
+                crate::http::MAX_TRANSCRIBE_SECONDS), json!([]),
+                Some(json!({"required": true, "content": {"multipart/form-data": {"schema": {"type": "object",
+                    "required": ["file", "model"], "additionalProperties": false, "properties": {
+                    "file": {"type": "string", "format": "binary"},
+                    "model": {"type": "string", "enum": ["sheetsage2"]},
+                    "response_format": {"type": "string", "enum": ["json", "text"]},
+                    "melody_only": {"type": "string", "enum": ["true", "false", "1", "0"]},
+                    "language": {"type": "string"}, "prompt": {"type": "string"},
+                    "temperature": {"type": "string"}}}}}})),
+                openai_answers(json!({"description": "the score", "headers": {"x-yued-job": {"schema":
+                    {"type": "string"}}}, "content": {"application/json": {"schema": text},
+                    "text/plain": {"schema": {"type": "string"}}}})), Door::OpenAi)}),
+        );
+    }
     let mut music_ok = audio_content();
     music_ok["application/json"] = json!({"schema": {"type": "object", "required": ["id", "object", "status"],
         "properties": {"id": {"$ref": "#/components/schemas/JobId"}, "object": {"const": "music.job"},
@@ -575,6 +606,30 @@ fn page_paths(f: &Facts, paths: &mut Map<String, Value>) {
     }
 }
 
+/// `POST /transcribe`, served with a transcriber.
+fn transcribe_path(f: &Facts, r: &Replies) -> Value {
+    let about = format!(
+        "multipart/form-data with one `audio` part (as /tokenize takes it, up to {:.0} s) and an optional \
+        `melody_only` part (true or false, default false). The SheetSage2 transcriber (MERT-v2 with its LoRA, a \
+        BART decoder under the event grammar, the notation) hears the score a YuE2 request's abc takes; a recording \
+        longer than the head's window (300 s) is transcribed in overlapping windows. The job's result is \
+        {{\"abc\": \"X:1\\n...\"}}: both melody voices with chord symbols, or with melody_only the melodies alone. \
+        A job whose events make no score fails, naming why. At most {} bytes.",
+        crate::http::MAX_TRANSCRIBE_SECONDS,
+        f.max_upload_bytes
+    );
+    let body = json!({"required": true, "content": {"multipart/form-data": {"schema": {"type": "object",
+        "properties": {"audio": {"type": "string", "format": "binary", "description": "the recording"},
+        "melody_only": {"type": "string", "enum": ["true", "false", "1", "0"],
+        "description": "the melodies without chord symbols"}}, "required": ["audio"],
+        "additionalProperties": false}}}});
+    let replies = json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart \
+        body, no audio part, a part twice or unknown, melody_only not a flag, or audio that does not decode or is \
+        out of bounds"), "413": too_large(f.max_upload_bytes), "429": full(), "500": error_response("the upload \
+        could not be stored"), "503": unavailable()});
+    json!({"post": op(f, "Turn a recording into an ABC score", &about, json!([]), Some(body), map(replies), Door::Keyed)})
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -598,6 +653,7 @@ mod tests {
             max_upload_bytes: 1 << 20,
             link_ttl_secs: 3600,
             tokenize: true,
+            transcribe: true,
         }
     }
 

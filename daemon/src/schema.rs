@@ -25,6 +25,8 @@ pub struct Facts {
     pub link_ttl_secs: u64,
     /// Whether `POST /tokenize` is served (an audio tokenizer).
     pub tokenize: bool,
+    /// Whether `POST /transcribe` and `POST /v1/audio/transcriptions` are served.
+    pub transcribe: bool,
 }
 
 /// The schema of `T` as the daemon reads it (a request body), self-contained.

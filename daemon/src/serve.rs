@@ -24,6 +24,7 @@ use yued_contract::metrics::Metrics;
 use yued_contract::results::{ResultStore, Retention};
 use yued_engine::gguf::GgufFile;
 use yued_engine::models::audio_tokenizer::pipeline::AudioTokenizer;
+use yued_engine::models::sheetsage2::pipeline::Transcriber;
 use yued_engine::models::yue2::adapter::{shapes_of, Adapter, AdapterDir};
 use yued_engine::models::yue2::config::BackboneInfo;
 use yued_engine::models::yue2::demo::{write_demo, Preset, DEMO_KEY};
@@ -61,6 +62,12 @@ pub struct ServeArgs {
     /// when no --model is given, else not served.
     #[arg(long)]
     pub tokenizer: Option<PathBuf>,
+    /// The SheetSage2 transcriber head GGUF (`sheetsage2`), with its MERT-v2 file beside it
+    /// in the same quant: serves `POST /transcribe` and `POST /v1/audio/transcriptions` (a
+    /// recording to the ABC score a YuE2 request's abc takes). Default: the tiny listening
+    /// demo's when no --model is given, else not served.
+    #[arg(long)]
+    pub transcriber: Option<PathBuf>,
     /// A NAR-only adapter (a .safetensors file, or a folder holding one) merged into YuE2's
     /// NAR half under every render at the request's companion_scale (0 to 2, default 1): the
     /// adapter trained with the audio tokenizer (nar_lora_joint_v9), so re-rendered recordings
@@ -196,6 +203,7 @@ impl ServeArgs {
         set("models", self.models.as_ref().map(|p| p.display().to_string()))?;
         set("adapters", self.adapters.as_ref().map(|p| p.display().to_string()))?;
         set("tokenizer", self.tokenizer.as_ref().map(|p| p.display().to_string()))?;
+        set("transcriber", self.transcriber.as_ref().map(|p| p.display().to_string()))?;
         set("companion", self.companion.as_ref().map(|p| p.display().to_string()))?;
         set("host", self.host.clone())?;
         set("port", self.port.map(|p| p.to_string()))?;
@@ -264,6 +272,8 @@ struct Models {
     mm3: Option<crate::state::Mm3Check>,
     /// The audio tokenizer head (`--tokenizer`, or the listening demo's), checked.
     audio_tokenizer: Option<PathBuf>,
+    /// The transcriber head (`--transcriber`, or the listening demo's), checked.
+    transcriber: Option<PathBuf>,
 }
 
 /// The MiniMax Music 3 side of a registry: served when each of its five buckets has a file.
@@ -295,6 +305,7 @@ fn mm3_check(reg: &Registry) -> anyhow::Result<Option<crate::state::Mm3Check>> {
 fn resolve_models(c: &Config) -> anyhow::Result<Models> {
     let mut mm3 = None;
     let mut audio_tokenizer = c.tokenizer.clone();
+    let mut transcriber = c.transcriber.clone();
     // --models: the registry (MiniMax Music 3 from it; YuE2 too, unless --model/--vae name it).
     let registry = match &c.models {
         Some(dir) => {
@@ -340,9 +351,9 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
             }
             let (reg, _) = Registry::scan(&dir).with_context(|| format!("scanning {}", dir.display()))?;
             mm3 = mm3_check(&reg)?;
-            if audio_tokenizer.is_none() {
-                audio_tokenizer = Some(listening_demo(&dir)?);
-            }
+            let (demo_tokenizer, demo_transcriber) = listening_demo(&dir)?;
+            audio_tokenizer = audio_tokenizer.or(Some(demo_tokenizer));
+            transcriber = transcriber.or(Some(demo_transcriber));
             (m, v)
         }
         _ => anyhow::bail!("--model and --vae go together (or neither, for the demo model)"),
@@ -367,6 +378,11 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
         let (_, mert) = AudioTokenizer::files(head).with_context(|| format!("--tokenizer {}", head.display()))?;
         tracing::info!(head = %head.display(), mert = %mert.display(), "audio tokenizer: /tokenize is served");
     }
+    if let Some(head) = &transcriber {
+        let (_, mert) = Transcriber::files(head).with_context(|| format!("--transcriber {}", head.display()))?;
+        anyhow::ensure!(mert.is_file(), "--transcriber {}: expects {} beside it", head.display(), mert.display());
+        tracing::info!(head = %head.display(), mert = %mert.display(), "transcriber: /transcribe is served");
+    }
     Ok(Models {
         model,
         vae,
@@ -378,12 +394,20 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
         instructions,
         mm3,
         audio_tokenizer,
+        transcriber,
     })
 }
 
-/// The tiny listening demo in `dir` (written on first start): the tokenizer head's path.
-fn listening_demo(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
+/// The tiny listening demo in `dir` (written on first start): the tokenizer's and the
+/// transcriber's heads.
+fn listening_demo(dir: &std::path::Path) -> anyhow::Result<(PathBuf, PathBuf)> {
     let head = dir.join("yue2-tokenizer-demo-tiny-F32.gguf");
+    let transcriber = dir.join("SheetSage2-demo-tiny-F32.gguf");
+    if !transcriber.exists() {
+        tracing::warn!(dir = %dir.display(), "writing the tiny transcriber demo (a SheetSage2 head; random weights)");
+        yued_engine::models::sheetsage2::demo::write_demo(dir, Preset::Tiny, 0)
+            .context("writing the transcriber demo")?;
+    }
     if !(head.exists() && dir.join("MERT-v2-demo-tiny-F32.gguf").exists()) {
         tracing::warn!(dir = %dir.display(), "writing the tiny listening demo (MERT-v2, a head; random weights)");
         let (_, written) = yued_engine::models::audio_tokenizer::demo::write_demo(dir, Preset::Tiny, 0, &mut |_, _| {})
@@ -395,7 +419,7 @@ fn listening_demo(dir: &std::path::Path) -> anyhow::Result<PathBuf> {
             head.display()
         );
     }
-    Ok(head)
+    Ok((head, transcriber))
 }
 
 /// Errors produced by actix itself (oversized bodies, bad query strings) as JSON too.
@@ -475,6 +499,11 @@ fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
             .default_service(method_not_allowed("POST")),
     );
     s.service(
+        web::resource("/transcribe")
+            .route(web::post().to(http::post_transcribe))
+            .default_service(method_not_allowed("POST")),
+    );
+    s.service(
         web::resource("/job")
             .route(web::get().to(http::get_job))
             .route(web::post().to(http::post_job))
@@ -501,6 +530,11 @@ fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
     s.service(
         web::resource("/v1/audio/speech")
             .route(web::post().to(openai::speech))
+            .default_service(method_not_allowed("POST")),
+    );
+    s.service(
+        web::resource("/v1/audio/transcriptions")
+            .route(web::post().to(openai::transcriptions))
             .default_service(method_not_allowed("POST")),
     );
     s.service(
@@ -557,6 +591,7 @@ fn props_of(c: &Config, models: &Models, context: usize) -> Props {
     props.parallel = parallel_rows(c) as u32;
     props.batch_kv_bytes = (kv_bytes_per_row(models, context) * parallel_rows(c)) as u64;
     props.tokenizer = models.audio_tokenizer.as_ref().map(|p| p.display().to_string());
+    props.transcriber = models.transcriber.as_ref().map(|p| p.display().to_string());
     if let Some(m) = &models.mm3 {
         props.families = Some(vec![yued_protocol::Family::Yue2, yued_protocol::Family::Mm3]);
         let files = Bucket::MM3
@@ -743,6 +778,7 @@ fn worker_config(
         adapters,
         companion,
         tokenizer: models.audio_tokenizer.clone(),
+        transcriber: models.transcriber.clone(),
     })
 }
 
@@ -805,6 +841,7 @@ fn openapi_facts(
         max_upload_bytes: cfg.max_upload_bytes,
         link_ttl_secs: cfg.link_ttl_secs,
         tokenize: models.audio_tokenizer.is_some(),
+        transcribe: models.transcriber.is_some(),
     }
 }
 
@@ -1025,6 +1062,7 @@ fn app_state(cfg: &Config, models: Models, s: Served) -> AppState {
         },
         mm3: models.mm3,
         audio_tokenizer: models.audio_tokenizer.is_some(),
+        transcriber: models.transcriber.is_some(),
         logs: s.logs,
         started: std::time::Instant::now(),
         demo_weights: models.demo.is_some(),

@@ -23,6 +23,8 @@ pub struct AppState {
     pub mm3: Option<Mm3Check>,
     /// Whether `/tokenize` is served (`--tokenizer`, or the listening demo).
     pub audio_tokenizer: bool,
+    /// Whether `/transcribe` is served (`--transcriber`, or the listening demo's).
+    pub transcriber: bool,
     pub logs: LogRing,
     pub started: std::time::Instant,
     pub demo_weights: bool,

@@ -150,11 +150,13 @@ pub enum Stage {
     Encode,
     /// A listening job's one stage: MERT's chunks, then the tokenizer head's windows.
     Tokenize,
+    /// A transcription's one stage: each window's encoding, then its decoding.
+    Transcribe,
 }
 
 impl Stage {
-    pub const ALL: [Stage; 6] =
-        [Stage::Plan, Stage::Semantic, Stage::Synth, Stage::Decode, Stage::Encode, Stage::Tokenize];
+    pub const ALL: [Stage; 7] =
+        [Stage::Plan, Stage::Semantic, Stage::Synth, Stage::Decode, Stage::Encode, Stage::Tokenize, Stage::Transcribe];
 
     pub fn as_str(self) -> &'static str {
         match self {
@@ -164,6 +166,7 @@ impl Stage {
             Stage::Decode => "decode",
             Stage::Encode => "encode",
             Stage::Tokenize => "tokenize",
+            Stage::Transcribe => "transcribe",
         }
     }
 }
@@ -193,10 +196,10 @@ pub struct JobListEntry {
     /// The request as journaled (seeds resolved); absent for a job of an upload.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub request: Option<serde_json::Value>,
-    /// What a job of an upload does: `encode` or `decode` (`/vae`), `tokenize` (`/tokenize`);
-    /// absent for a song.
+    /// What a job of an upload does: `encode` or `decode` (`/vae`), `tokenize` (`/tokenize`),
+    /// `transcribe` or `transcribe_melody` (`/transcribe`); absent for a song.
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    #[schemars(extend("enum" = ["encode", "decode", "tokenize"]))]
+    #[schemars(extend("enum" = ["encode", "decode", "tokenize", "transcribe", "transcribe_melody"]))]
     pub upload: Option<String>,
     /// The principal the job belongs to (a key's name or hash id, or an address); only in
     /// an admin's `?all=1` list.
@@ -369,7 +372,18 @@ mod tests {
         let terminal: Vec<bool> = states.iter().map(|s| s.is_terminal()).collect();
         assert_eq!(terminal, [false, false, true, true, true]);
         let stages: Vec<String> = Stage::ALL.iter().map(|s| serde_json::to_string(s).unwrap()).collect();
-        assert_eq!(stages, [r#""plan""#, r#""semantic""#, r#""synth""#, r#""decode""#, r#""encode""#, r#""tokenize""#]);
+        assert_eq!(
+            stages,
+            [
+                r#""plan""#,
+                r#""semantic""#,
+                r#""synth""#,
+                r#""decode""#,
+                r#""encode""#,
+                r#""tokenize""#,
+                r#""transcribe""#
+            ]
+        );
         assert_eq!(Stage::Decode.to_string(), "decode");
     }
 

@@ -69,6 +69,10 @@ pub struct Props {
     /// The audio tokenizer head, when `POST /tokenize` is served (its MERT-v2 beside it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tokenizer: Option<String>,
+    /// The SheetSage2 transcriber head, when `POST /transcribe` is served (its MERT-v2
+    /// beside it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub transcriber: Option<String>,
     /// MiniMax Music 3, when it is served: its model files by bucket and its default request.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub mm3: Option<Mm3Props>,
@@ -106,6 +110,7 @@ impl Props {
             adapters: Vec::new(),
             families: None,
             tokenizer: None,
+            transcriber: None,
             companion: None,
             mm3: None,
             defaults: Yue2Request::default(),

@@ -249,6 +249,17 @@ pub fn engine_codes(head: &Path, pcm: &yued_audio::Pcm) -> String {
     run.codes().iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",")
 }
 
+/// The score the engine gives `pcm` with the transcriber head `head` (MERT beside it), or
+/// why there is none.
+pub fn engine_score(head: &Path, pcm: &yued_audio::Pcm, melody_only: bool) -> Result<String, String> {
+    use yued_engine::models::sheetsage2::pipeline::{Transcriber, SAMPLE_RATE};
+    let backend = yued_engine::ggml::Backend::new("CPU").unwrap();
+    let mut tr = Transcriber::open(head, &backend).unwrap();
+    let mut run = tr.start(yued_audio::resample::mono_at(pcm, SAMPLE_RATE).unwrap()).unwrap();
+    while run.step(&mut tr, &backend).unwrap() {}
+    run.abc(melody_only).map_err(|e| e.to_string())
+}
+
 /// The parts of a multipart/mixed body: (headers, content), through the client library.
 pub fn multipart_parts(body: &[u8], boundary: &str) -> Vec<(String, Vec<u8>)> {
     yue_client::parse_multipart(body, boundary).into_iter().map(|p| (p.content_type, p.data)).collect()

@@ -24,7 +24,8 @@ RULES = [
     r"^audio_codes: ",                                            # whole frames, their count, each code vs its codebook
     r"^lyrics: .*token",                                          # MiniMax's prompt budget
     r"^adapters\[\d+\]\.name: must not be empty",                 # a name of Unicode spaces only
-    r"^audio: ",                                                  # /vae, /tokenize: an upload that does not decode, or out of bounds
+    r"^audio: ",                                                  # /vae, /tokenize, /transcribe: an upload that does not decode, or out of bounds
+    r"^file: ",                                                   # /v1/audio/transcriptions: the same, its part named file
     r"^src_latents: ",                                            # /vae: not whole frames, NaN, too long
     r"^give exactly one of 'audio'",                              # /vae: the parts' rule
     r"^request: ",                                               # /vae: the request part's JSON (as the part's encoding sends it)
@@ -64,9 +65,9 @@ def only_listed_rules_refuse_valid_data(ctx, response, case):
 
 @schemathesis.hook
 def after_call(context, case, response):
-    """A job /synth, /vae or /tokenize accepted is cancelled at once: the run tests the
+    """A job /synth, /vae, /tokenize or /transcribe accepted is cancelled at once: the run tests the
     contract, and a queue of rendering songs would only slow the routes that wait for their own."""
-    if case.operation.method.upper() != "POST" or case.operation.path not in ("/synth", "/vae", "/tokenize") or response.status_code != 200:
+    if case.operation.method.upper() != "POST" or case.operation.path not in ("/synth", "/vae", "/tokenize", "/transcribe") or response.status_code != 200:
         return
     try:
         job = json.loads(response.content)["id"]

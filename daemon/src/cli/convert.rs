@@ -36,6 +36,18 @@ pub enum ConvertCommand {
         /// Output GGUF, or a folder (where the MERT file should be too).
         out: PathBuf,
     },
+    /// The SheetSage2 transcriber's folder (config.json, model.safetensors: the head and its
+    /// LoRA factors for MERT) to the sheetsage2 GGUF `yued transcribe` and `--transcriber`
+    /// read, laid out as yue2.cpp writes it: every tensor byte for byte, the configuration,
+    /// and the event vocabulary built from the configuration's window. OUT may be a folder:
+    /// the file is then named `SheetSage2-<DTYPE>.gguf`; MERT-v2 (`yued convert mert`) goes
+    /// beside it in the same quant.
+    Sheetsage2 {
+        /// Checkpoint folder.
+        dir: PathBuf,
+        /// Output GGUF, or a folder (where the MERT file should be too).
+        out: PathBuf,
+    },
     /// The published MiniMax Music 3 checkpoint (its `language_model/`, `rvq_depth_decoder/`,
     /// `condition_encoder/`, `transformer/`, `vocoder/` folders and `tokenizer/`) to the five
     /// GGUFs minimaxmusic.cpp names (mm3-lm, mm3-depth, mm3-cond, mm3-dit, mm3-vae), native
@@ -69,6 +81,9 @@ pub fn run(c: ConvertCommand) -> anyhow::Result<()> {
         ConvertCommand::AudioTokenizer { dir, out } => {
             Some((dir, yued_engine::models::audio_tokenizer::convert::convert(dir, out)))
         }
+        ConvertCommand::Sheetsage2 { dir, out } => {
+            Some((dir, yued_engine::models::sheetsage2::convert::convert(dir, out)))
+        }
         _ => None,
     };
     if let Some((dir, done)) = listening {
@@ -87,7 +102,10 @@ pub fn run(c: ConvertCommand) -> anyhow::Result<()> {
                 .with_context(|| format!("converting {}", dir.display()))?,
             out,
         ),
-        ConvertCommand::Mm3 { .. } | ConvertCommand::Mert { .. } | ConvertCommand::AudioTokenizer { .. } => {
+        ConvertCommand::Mm3 { .. }
+        | ConvertCommand::Mert { .. }
+        | ConvertCommand::AudioTokenizer { .. }
+        | ConvertCommand::Sheetsage2 { .. } => {
             unreachable!("converted above")
         }
     };

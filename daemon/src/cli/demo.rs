@@ -5,13 +5,15 @@ use yued_engine::models::yue2::demo::{write_demo, Preset};
 #[derive(clap::Args)]
 pub struct DemoArgs {
     /// Which models: `yue2` (a backbone and a VAE), `mm3` (MiniMax Music 3's LM and depth
-    /// decoder: the autoregressive half) or `listen` (MERT-v2 and the audio tokenizer's head,
-    /// whose codes the YuE2 demo backbone of the same preset takes).
+    /// decoder: the autoregressive half) or `listen` (MERT-v2, the audio tokenizer's head,
+    /// whose codes the YuE2 demo backbone of the same preset takes, and the SheetSage2
+    /// transcriber's head).
     #[arg(long, default_value = "yue2")]
     pub family: DemoFamily,
     /// Directory to write the files into (`yue2-demo-{preset}.gguf` and
     /// `yue2-demo-{preset}-vae.gguf`; `mm3-demo-{preset}-lm.gguf` and `-depth.gguf`;
-    /// `MERT-v2-demo-{preset}-F32.gguf` and `yue2-tokenizer-demo-{preset}-F32.gguf`).
+    /// `MERT-v2-demo-{preset}-F32.gguf`, `yue2-tokenizer-demo-{preset}-F32.gguf` and
+    /// `SheetSage2-demo-{preset}-F32.gguf`).
     #[arg(long)]
     pub out: PathBuf,
     /// `tiny` (a few MB, seconds on CPU), `deep` (tiny's widths at the published depth and
@@ -41,13 +43,17 @@ pub fn run(a: DemoArgs) -> anyhow::Result<()> {
                 pb.set_position(done as u64);
             })
             .with_context(|| format!("writing the listening demo into {}", a.out.display()))?;
+        let transcriber = yued_engine::models::sheetsage2::demo::write_demo(&a.out, a.preset, a.seed)
+            .with_context(|| format!("writing the transcriber demo into {}", a.out.display()))?;
         pb.finish_and_clear();
         println!(
-            "mert:      {}
-tokenizer: {}
-(random weights: the codes are noise, for testing and benchmarks)",
+            "mert:        {}
+tokenizer:   {}
+transcriber: {}
+(random weights: the codes and scores are noise, for testing and benchmarks)",
             mert.display(),
-            head.display()
+            head.display(),
+            transcriber.display()
         );
         return Ok(());
     }

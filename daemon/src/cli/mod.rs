@@ -23,6 +23,7 @@ pub mod synth;
 pub mod synth_args;
 pub mod synth_mm3;
 pub mod tokenize;
+pub mod transcribe;
 
 /// A progress bar for long CLI work (hidden when stderr is not a terminal).
 pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
