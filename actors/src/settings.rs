@@ -24,6 +24,7 @@ pub fn yue2(req: &Yue2Request) -> Result<Settings, RequestError> {
         style: req.style.clone(),
         lyrics: req.lyrics.clone(),
         abc: req.abc.clone(),
+        abc_continue: req.abc_continue,
         cot: cot(req.cot),
         songs: if replay.is_some() { 1 } else { req.lm_batch_size.max(1) as usize },
         variations: req.synth_batch_size.max(1) as usize,
@@ -87,6 +88,7 @@ pub fn invalid(e: Invalid) -> RequestError {
 pub fn yue2_replay(req: &Yue2Request, song: &SongMeta, variation: u32) -> Yue2Request {
     let mut rq = req.clone();
     rq.abc = song.abc.clone();
+    rq.abc_continue = false;
     rq.semantic_tokens = song.codes.iter().map(|c| c.to_string()).collect::<Vec<_>>().join(",");
     rq.source_tokens.clear();
     rq.lm_seed = song.plan_seed.map(|s| s as i64).unwrap_or(req.lm_seed + song.index as i64);
@@ -179,6 +181,14 @@ mod tests {
         assert_eq!(replay["solver"], "ab2");
         assert_eq!(yue2(&Yue2Request::from_value(replay).unwrap()).unwrap().solver, Solver::Ab2);
         assert!(serde_json::to_value(yue2_replay(&req, &meta, 0)).unwrap().get("solver").is_none());
+        // A continued score replays as the whole score, planned no more.
+        let cont = Yue2Request { abc: "X:1\nK:C\n".into(), abc_continue: true, ..request() };
+        assert!(yue2(&cont).unwrap().plans());
+        let meta =
+            SongMeta { index: 0, abc: "X:1\nK:C\nCDEF|".into(), plan_seed: Some(9), codes: vec![1], ended: true };
+        let replay = yue2_replay(&cont, &meta, 0);
+        assert_eq!((replay.abc.as_str(), replay.abc_continue), ("X:1\nK:C\nCDEF|", false));
+        assert!(!yue2(&replay).unwrap().plans());
     }
 
     /// The edge names the field: unresolved seeds and malformed codes are the request's

@@ -58,6 +58,7 @@ pub fn yue2_settings(cot: Cot, frames: usize) -> Settings {
         style: String::new(),
         lyrics: String::new(),
         abc: String::new(),
+        abc_continue: false,
         cot,
         songs: 1,
         variations: 1,

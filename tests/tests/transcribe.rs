@@ -10,7 +10,10 @@ const B: &str = "e2e-transcribe-boundary";
 const ALICE: &str = "alice-transcribe-secret-77d1";
 const BOB: &str = "bob-transcribe-secret-19c4";
 
-fn post(d: &Daemon, parts: &[(&str, &str, &[u8])], key: &str) -> (u16, serde_json::Value) {
+/// A form part: name, content type, bytes.
+type Part<'a> = (&'a str, &'a str, &'a [u8]);
+
+fn post(d: &Daemon, parts: &[Part], key: &str) -> (u16, serde_json::Value) {
     let r = d
         .http
         .post(d.url("/transcribe"))
@@ -72,7 +75,7 @@ fn a_recording_becomes_the_engine_s_score_and_stays_its_owners() {
     let (wav, pcm) = chord_wav(6.0, 44_100);
     let mut ids = vec![];
     for (melody_only, flag) in [(false, None), (true, Some("true"))] {
-        let mut parts: Vec<(&str, &str, &[u8])> = vec![("audio", "audio/wav", &wav)];
+        let mut parts: Vec<Part> = vec![("audio", "audio/wav", &wav)];
         if let Some(f) = flag {
             parts.push(("melody_only", "text/plain", f.as_bytes()));
         }
@@ -106,7 +109,7 @@ fn a_recording_becomes_the_engine_s_score_and_stays_its_owners() {
 
     // The 400s: no audio, a bad flag, under MERT's 1025 samples, an unknown part.
     let (short, _) = chord_wav(0.02, 24_000);
-    let cases: Vec<(Vec<(&str, &str, &[u8])>, &str)> = vec![
+    let cases: Vec<(Vec<Part>, &str)> = vec![
         (vec![("melody_only", "text/plain", b"true")], "audio: missing"),
         (vec![("audio", "audio/wav", &wav), ("melody_only", "text/plain", b"maybe")], "melody_only"),
         (vec![("audio", "audio/wav", &short)], "1025 samples"),

@@ -133,8 +133,14 @@ pub struct Yue2Request {
     pub style: String,
     /// Lyrics with their structural tags, verbatim under the `[Lyrics]` header.
     pub lyrics: String,
-    /// Score to realise; non-empty skips the planning stage.
+    /// Score to realise; non-empty skips the planning stage (unless `abc_continue`).
     pub abc: String,
+    /// The planner continues `abc` instead of skipping: the given score opens it (without an
+    /// end marker), the planning stage writes the rest under the request's `cot` (full or
+    /// melody), and the whole score is sung and returned. The replay request records the
+    /// whole score with this false.
+    #[serde(skip_serializing_if = "is_false")]
+    pub abc_continue: bool,
     pub cot: CotMode,
     /// Target length in seconds, capped by the semantic budget.
     #[schemars(extend("exclusiveMinimum" = 0))]
@@ -206,6 +212,10 @@ pub struct Yue2Request {
     pub stream_chunk_seconds: f64,
 }
 
+fn is_false(b: &bool) -> bool {
+    !*b
+}
+
 fn is_off(seconds: &f64) -> bool {
     *seconds == 0.0
 }
@@ -225,6 +235,7 @@ impl Default for Yue2Request {
             style: String::new(),
             lyrics: String::new(),
             abc: String::new(),
+            abc_continue: false,
             cot: CotMode::Full,
             duration: 360.0,
             lm_seed: RANDOM_SEED,
@@ -281,6 +292,7 @@ impl Yue2Request {
             style,
             lyrics,
             abc,
+            abc_continue,
             cot,
             duration,
             lm_seed,
@@ -430,8 +442,28 @@ impl Yue2Request {
                 ),
             );
         }
+        self.check_continue()?;
         self.abc_sampling.validate("abc_sampling")?;
         self.semantic_sampling.validate("semantic_sampling")?;
+        Ok(())
+    }
+
+    /// `abc_continue` needs a score to open, a planning stage to continue it, and no codes
+    /// that take its place.
+    fn check_continue(&self) -> Result<(), RequestError> {
+        if !self.abc_continue {
+            return Ok(());
+        }
+        let refuse = |why: &str| Err(RequestError::new("abc_continue", why));
+        if self.abc.trim().is_empty() {
+            return refuse("needs an abc to continue");
+        }
+        if self.cot == CotMode::Off {
+            return refuse("the planner continues the score under cot full or melody, not off");
+        }
+        if !self.semantic_tokens.trim_ascii().is_empty() {
+            return refuse("semantic_tokens replay a whole score; give it without abc_continue");
+        }
         Ok(())
     }
 
@@ -510,6 +542,23 @@ mod tests {
 
     fn parse_field(json: &str) -> String {
         parse(json).expect_err("body should be rejected").field
+    }
+
+    #[test]
+    fn abc_continue_needs_a_score_a_planner_and_no_replay() {
+        let limits = Limits::default();
+        let field = |body: &str| parse(body).unwrap().validate(&limits).err().map(|e| e.to_string());
+        assert_eq!(field(r#"{"style":"x","abc":"X:1\nK:C\nC","abc_continue":true}"#), None);
+        assert_eq!(
+            field(r#"{"style":"x","abc_continue":true}"#).as_deref(),
+            Some("abc_continue: needs an abc to continue")
+        );
+        assert!(field(r#"{"abc":"X:1","abc_continue":true,"cot":"off"}"#).unwrap().contains("not off"));
+        assert!(field(r#"{"abc":"X:1","abc_continue":true,"semantic_tokens":"1,2"}"#).unwrap().contains("replay"));
+        let r = parse(r#"{"style":"x","abc":"X:1","abc_continue":true}"#).unwrap();
+        assert!(serde_json::to_string(&r).unwrap().contains(r#""abc_continue":true"#));
+        let plain = serde_json::to_string(&Yue2Request::default()).unwrap();
+        assert!(!plain.contains("abc_continue"), "a request at the default serializes as before");
     }
 
     #[test]

@@ -211,7 +211,10 @@ pub struct PlanStep {
 /// owns the loop (cancel, progress) and runs the feeds, alone ([`ArStages::run_alone`]) or
 /// beside other jobs' ([`crate::nn::batch::run`]).
 pub struct Planner {
+    /// The prompt up to the open score slot, then the opening of a continued score.
     prefix: Vec<u32>,
+    /// The opening's ids (`abc_continue`): the score's first tokens, never sampled.
+    opening: Vec<u32>,
     preset: Sampling,
     song: u32,
     lm_seed: u64,
@@ -259,7 +262,7 @@ impl Planner {
         let budget = self.preset.max_tokens as usize;
         let cap = (self.prefix.len() + budget).min(stages.max_seq);
         self.sets = vec![KvSet::new(stages.backend, stages.model.cfg.kv_dims(), cap)?];
-        self.ids.clear();
+        self.ids.clone_from(&self.opening);
         self.pending.clear();
         self.pending.push(&self.prefix);
         Ok(())
@@ -274,7 +277,7 @@ impl Planner {
             let progress = ArProgress { stage: ArStage::Plan, song: self.song, done: 0, total: 0 };
             return Ok(PlanStep { progress, plan: self.end(stages, false)? });
         }
-        let step = self.ids.len();
+        let step = self.ids.len() - self.opening.len();
         let rows = stages.tokens.score_rows();
         let end = stages.tokens.abc_end;
         let cx = SampleContext { rows: rows.clone(), allowed: rows.clone(), end_id: end, step, history: &self.ids };
@@ -560,11 +563,14 @@ impl ArStages<'_> {
 
     /// The planning stage's start for song `song`: its first attempt's prefix queued.
     pub fn plan_start(&mut self, s: &Settings, song: u32) -> Result<Planner, GenError> {
-        let prefix = self.prompts().conditional(s.cot, &s.style, &s.lyrics, &Score::Open);
+        let mut prefix = self.prompts().conditional(s.cot, &s.style, &s.lyrics, &Score::Open);
+        let opening = if s.abc_continue { self.tokenizer.encode(&s.abc) } else { Vec::new() };
+        prefix.extend_from_slice(&opening);
         let preset = s.plan;
         let attempts = if preset.temperature == 0.0 { 1 } else { s.plan_retries + 1 };
         let mut p = Planner {
             prefix,
+            opening,
             preset,
             song,
             lm_seed: s.lm_seed,
@@ -766,7 +772,11 @@ impl ArStages<'_> {
 pub fn check_fits(p: &PromptBuilder<'_>, max_seq: usize, s: &Settings) -> Result<(), Invalid> {
     let score_ids = p.tokenizer.encode(&s.abc);
     let needs_plan = s.plans();
-    let score_len = if needs_plan { s.plan.max_tokens as usize } else { score_ids.len() };
+    let score_len = match (needs_plan, s.abc_continue) {
+        (true, true) => s.plan.max_tokens as usize + score_ids.len(),
+        (true, false) => s.plan.max_tokens as usize,
+        (false, _) => score_ids.len(),
+    };
     let base = p.conditional(s.cot, &s.style, &s.lyrics, &Score::Ids(&[])).len();
     // A replayed stream renders in chunks, so it only needs room for one frame per chunk; a
     // generated one must hold every code in one KV set.

@@ -31,6 +31,9 @@ pub struct Settings {
     pub lyrics: String,
     /// The score to realise; empty: planned (or none under [`Cot::Off`]).
     pub abc: String,
+    /// The planner continues `abc` (its opening, fed as the score's first tokens) instead of
+    /// taking it whole.
+    pub abc_continue: bool,
     pub cot: Cot,
     /// Songs written side by side (one for a replay).
     pub songs: usize,
@@ -66,7 +69,7 @@ pub struct Settings {
 impl Settings {
     /// Whether the score is planned by the AR half (none given, none replayed, not off).
     pub fn plans(&self) -> bool {
-        self.abc.is_empty() && self.cot != Cot::Off && self.replay.is_none()
+        (self.abc.is_empty() || self.abc_continue) && self.cot != Cot::Off && self.replay.is_none()
     }
 
     /// Where a song's chunks fall behind a prefix of `prefix_len` tokens in a KV cache of
@@ -97,6 +100,7 @@ impl Settings {
     pub fn for_song(&self, song: u32, abc: &str, codes: &[u32], plan_seed: Option<u64>) -> Settings {
         Settings {
             abc: abc.to_string(),
+            abc_continue: false,
             songs: 1,
             lm_seed: plan_seed.unwrap_or(self.lm_seed + u64::from(song)),
             source: Vec::new(),

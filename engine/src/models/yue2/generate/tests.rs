@@ -170,6 +170,36 @@ fn a_malformed_plan_exhausts_its_retries() {
 }
 
 #[test]
+fn a_continued_score_opens_with_the_given_one() {
+    let mut fx = fixture();
+    let mut req = request(Cot::Full);
+    req.abc = "X:1\nM:4/4\nL:1/8\nK:C\n%verse\nCDEF GABc|".into();
+    assert!(!req.plans(), "a given score is sung as it is");
+    req.abc_continue = true;
+    assert!(req.plans(), "abc_continue plans the rest");
+    req.plan.max_tokens = 16;
+    req.plan.min_tokens = 16;
+    req.plan_retries = 1;
+    let mut steps = vec![];
+    let mut st = fx.stages(4096);
+    let opening = st.tokenizer.encode(&req.abc);
+    let e = st.plan(&req, 0, &CancelToken::new(), &mut |p| steps.push((p.done, p.total)));
+    // Random weights write bytes after the opening; the score the checker saw begins with it.
+    match e {
+        Err(GenError::PlanExhausted { attempts: 2, last_abc, .. }) => {
+            assert!(last_abc.starts_with(req.abc.as_str()), "{last_abc:?}");
+            let written = st.tokenizer.encode(&last_abc);
+            assert!(written.len() > opening.len(), "the planner wrote past the opening");
+        }
+        Ok(plan) => assert!(plan.ids.starts_with(&opening) && plan.abc.starts_with(req.abc.as_str())),
+        Err(other) => panic!("{other}"),
+    }
+    // The budget counts the written tokens alone: 16 a retry, the opening not among them.
+    assert_eq!(steps.first(), Some(&(1, 16)));
+    assert!(steps.iter().all(|&(done, total)| done <= total && total == 16), "{steps:?}");
+}
+
+#[test]
 fn continuation_opens_with_the_source_section() {
     let mut fx = fixture();
     let mut req = request(Cot::Off);
