@@ -351,7 +351,8 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
         json!({
             "get": op(f, "A job's status, or its result", "With result=1 (or true), the finished job's result: \
                 multipart/mixed, one part per file (the audio tracks, a replay request per track, the latents of a VAE \
-                job); a tokenization job's is its codes, a transcription job's its score, as JSON. Otherwise the status.",
+                job); a tokenization job's is its codes, a transcription job's its score, as JSON. Otherwise the \
+                status.",
                 json!([job_param("the job"), flag_param("result", false, "1 or true: the \
                 result instead of the status")]), None,
                 map(json!({"200": {"description": "the status (JSON), or the result (multipart/mixed; JSON codes)",
@@ -627,7 +628,8 @@ fn transcribe_path(f: &Facts, r: &Replies) -> Value {
         body, no audio part, a part twice or unknown, melody_only not a flag, or audio that does not decode or is \
         out of bounds"), "413": too_large(f.max_upload_bytes), "429": full(), "500": error_response("the upload \
         could not be stored"), "503": unavailable()});
-    json!({"post": op(f, "Turn a recording into an ABC score", &about, json!([]), Some(body), map(replies), Door::Keyed)})
+    let summary = "Turn a recording into an ABC score";
+    json!({"post": op(f, summary, &about, json!([]), Some(body), map(replies), Door::Keyed)})
 }
 
 #[cfg(test)]
