@@ -63,12 +63,12 @@ fn window_zero_s_mix_memory_and_logits_are_the_reference_s() {
         let mix = tr.head.mix.clone();
         let enc = tr.mert.encode(&backend, &segment, blocks, Taps::Mix(&mix)).unwrap();
         let model = dir().join("model");
-        let want = read_f32(&model.join(format!("{name}.w0.mixed.f32")));
+        let want = read_f32(model.join(format!("{name}.w0.mixed.f32")));
         assert!(rel_rms(&enc.states[0], &want) < 1e-5, "{name}: mix {}", rel_rms(&enc.states[0], &want));
         let mem = tr.head.memory(&backend, &enc.states[0], enc.frames, true).unwrap();
-        let want = read_f32(&model.join(format!("{name}.w0.memory.f32")));
+        let want = read_f32(model.join(format!("{name}.w0.memory.f32")));
         assert!(rel_rms(&mem.memory, &want) < 1e-5, "{name}: memory {}", rel_rms(&mem.memory, &want));
-        let want = read_f32(&model.join(format!("{name}.w0.logits.f32")));
+        let want = read_f32(model.join(format!("{name}.w0.logits.f32")));
         let tokens: Vec<u32> = w["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
         let prefix = w["prefix"].as_array().unwrap().len();
         let mut dec = tr.head.decoder(&backend).unwrap();
