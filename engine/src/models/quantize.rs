@@ -8,20 +8,25 @@
 //!   YuE2 backbone, MiniMax Music 3's LM) stop at Q5 (audio-code LMs break below), MiniMax's
 //!   DiT goes down to Q4_K_M, its depth decoder takes Q8_0 only, and the VAEs and the
 //!   condition encoder are never quantized (bandwidth-bound frontends stay native);
-//! - the listening models (MERT-v2, the audio tokenizer's head) take Q8_0 on their linear
-//!   projections only: convolution kernels, the front end's tables and the head's positions
-//!   keep their type ([`keeps_type`]).
+//! - the listening models (MERT-v2, the audio tokenizer's head, the SheetSage2 head) take Q8_0
+//!   on their linear projections only: convolution kernels, the front end's tables, the
+//!   heads' positions and the transcriber's LoRA factors keep their type ([`keeps_type`]).
 use crate::ggml::{decode_to_f32, quantize, GgmlType};
 use crate::gguf::{GgufError, GgufFile, GgufWriter};
 use crate::models::audio_tokenizer::head::ARCH as HEAD_ARCH;
 use crate::models::mert::model::ARCH as MERT_ARCH;
+use crate::models::sheetsage2::config::ARCH as SS2_ARCH;
 use crate::models::yue2::config::{names, VAE_ARCH};
 use std::path::Path;
 
 /// Whether a tensor of a file of architecture `arch` keeps its type under any target: in the
 /// listening models, everything but a linear projection (a 2-D weight outside the front end).
 pub fn keeps_type(arch: &str, name: &str, ne: &[i64]) -> bool {
-    (arch == MERT_ARCH || arch == HEAD_ARCH) && (ne.len() != 2 || name.starts_with("feature_extractor."))
+    match arch {
+        MERT_ARCH | HEAD_ARCH => ne.len() != 2 || name.starts_with("feature_extractor."),
+        SS2_ARCH => ne.len() != 2 || name.starts_with("adapter.") || name == "decoder.embed_positions.weight",
+        _ => false,
+    }
 }
 
 /// Target of a quantization run.
@@ -82,7 +87,7 @@ pub fn allowed(arch: &str) -> Result<&'static [QuantTarget], String> {
     match arch {
         crate::models::yue2::config::ARCH | mm3::LM_ARCH => Ok(&[Q8_0, Q6K, Q5KM]),
         mm3::DIT_ARCH => Ok(&[Q8_0, Q6K, Q5KM, Q4KM]),
-        mm3::DEPTH_ARCH | MERT_ARCH | HEAD_ARCH => Ok(&[Q8_0]),
+        mm3::DEPTH_ARCH | MERT_ARCH | HEAD_ARCH | SS2_ARCH => Ok(&[Q8_0]),
         VAE_ARCH | mm3::VAE_ARCH => Err(format!("is a VAE ({arch}): the VAE is never quantized")),
         mm3::COND_ARCH => Err("is a condition encoder (mm3-cond): it is never quantized".into()),
         other => Err(format!("has architecture '{other}', which yued does not quantize")),
