@@ -5,8 +5,10 @@ use yued_engine::models::quantize::{quantize_file, QuantTarget};
 #[derive(clap::Args)]
 pub struct QuantizeArgs {
     /// Input GGUF (BF16 or F32): a YuE2 backbone, MiniMax Music 3's LM, depth decoder or
-    /// DiT, or a listening model (MERT-v2, the audio tokenizer's head: Q8_0 on the linear
-    /// projections only). VAEs and the condition encoder are never quantized.
+    /// DiT, or a listening model (MERT-v2, the audio tokenizer's head, the SheetSage2 head:
+    /// Q8_0 on the linear projections only; positions, convolution kernels, the front end's
+    /// tables and the transcriber's LoRA factors keep their type). VAEs and the condition
+    /// encoder are never quantized.
     pub input: PathBuf,
     /// Output GGUF.
     pub output: PathBuf,
