@@ -3,7 +3,8 @@
 // the rendering song over the job's WebSocket (raw s16le tiles scheduled on an
 // AudioContext, at the rate the stream's `format` event names), a waveform that grows with
 // each tile, the score as notation (abcjs, YuE2 only), the result's files per track with
-// their replay requests, and the daemon log.
+// their replay requests, covers (the audio tokenizer), transcriptions (a recording's score,
+// sung or continued from the form), and the daemon log.
 import abcjs from "abcjs";
 import "./style.css";
 import { EXAMPLES, MM3_EXAMPLES } from "./examples.js";
@@ -27,6 +28,8 @@ function queueText(position) {
 const state = (window.__yued = { firstAudioAt: null, doneAt: {}, scheduled: 0, ctx: null, jobs: {} });
 
 let props = null;
+/** The daemon runs the embedded demo's random weights (GET /health). */
+let demoWeights = false;
 
 // ---------------------------------------------------------------- HTTP
 function apiKey() {
@@ -77,6 +80,14 @@ function forgotten() {
   }
 }
 
+/** The uploads of GET /jobs that get a card, as the request the page saves for them (the
+ * recording's name is not listed). */
+const UPLOADS = {
+  tokenize: { tokenize: "a recording" },
+  transcribe: { transcribe: "a recording", melody_only: false },
+  transcribe_melody: { transcribe: "a recording", melody_only: true },
+};
+
 /** The daemon's list of this client's jobs (GET /jobs: its API key, else its address):
  * those this browser did not submit, or whose storage was cleared, join the list (below
  * the ones it knows). */
@@ -85,8 +96,8 @@ async function daemonJobs(known) {
     const { jobs } = await json("/jobs");
     const skip = new Set([...known, ...forgotten()]);
     return jobs
-      .filter((j) => (j.request || j.upload === "tokenize") && !skip.has(j.id))
-      .map((j) => ({ id: j.id, request: j.request || { tokenize: "a recording" }, created: j.submitted_ms }));
+      .filter((j) => (j.request || UPLOADS[j.upload]) && !skip.has(j.id))
+      .map((j) => ({ id: j.id, request: j.request || UPLOADS[j.upload], created: j.submitted_ms }));
   } catch {
     return [];
   }
@@ -146,6 +157,8 @@ function fillForm(req) {
   if (familyOf(req) === "mm3") return fillMm3Form(req);
   if (currentFamily() !== "yue2") setFamily("yue2");
   for (const k of ["style", "lyrics", "abc"]) $(k).value = req[k] || "";
+  $("abc_continue").checked = !!req.abc_continue;
+  $("abc-source").textContent = "";
   if (req.cot) $("cot").value = req.cot;
   for (const k of NUMBERS) $(k).value = req[k] ?? "";
   // A request made elsewhere keeps its own chunking (absent: one piece); an example streams.
@@ -290,6 +303,11 @@ function setupForm() {
     if (ex) (mm3 ? fillMm3Form : fillForm)(ex.request);
   });
   $("form").addEventListener("input", () => ($("form-error").textContent = ""));
+  // Continuing a score needs the planner: ticked under cot off, cot becomes full.
+  $("abc_continue").addEventListener("change", () => {
+    if ($("abc_continue").checked && $("cot").value === "off") $("cot").value = "full";
+  });
+  $("abc").addEventListener("input", () => ($("abc-source").textContent = ""));
   $("form").addEventListener("submit", (e) => {
     e.preventDefault();
     submit(readForm());
@@ -369,6 +387,9 @@ function readMm3Form() {
 function readYue2Form() {
   const req = multiFamily() ? { family: "yue2" } : {};
   for (const k of ["style", "lyrics", "abc"]) if ($(k).value.trim()) req[k] = $(k).value;
+  // Sent only when ticked (a daemon that predates it ignores the field; an empty score or
+  // cot off with it is the daemon's to refuse, naming the field).
+  if ($("abc_continue").checked) req.abc_continue = true;
   req.cot = $("cot").value;
   req.output_format = $("output_format").value;
   for (const k of NUMBERS) if ($(k).value !== "") req[k] = Number($(k).value);
@@ -552,7 +573,13 @@ function card(job) {
     forgetJob(job.id);
     li.remove();
   };
-  if (family !== "mm3") li.querySelector(".rerender").onclick = () => submit({ ...(job.replay || job.request), abc: li.querySelector(".abc").value, semantic_tokens: "" });
+  if (family !== "mm3") {
+    // The edited score is sung as it is (a request that continued one: its whole score now).
+    li.querySelector(".rerender").onclick = () => {
+      const { abc_continue: _, ...req } = job.replay || job.request;
+      submit({ ...req, abc: li.querySelector(".abc").value, semantic_tokens: "" });
+    };
+  }
   li.querySelector(".variation").onclick = () => submit({ ...(job.replay || job.request), seed: Math.floor(Math.random() * 2 ** 31) }, `Variation of ${job.id.slice(-6)}`);
   $("jobs").prepend(li);
   return li;
@@ -587,6 +614,7 @@ function drawWave(li, peaks, totalHint) {
 
 function track(job, live) {
   if (job.request?.tokenize) return trackCover(job);
+  if (job.request?.transcribe) return trackTranscription(job);
   const li = card(job);
   const family = li.dataset.family;
   const status = li.querySelector(".status");
@@ -784,6 +812,19 @@ async function showResult(job, li) {
         cover.onclick = () => tokenize(new Blob([p.bytes], { type: p.type }), p.name, `Cover of ${job.id.slice(-6)}`);
         box.append(cover);
       }
+      if (props.transcriber) {
+        for (const melodyOnly of [false, true]) {
+          const b = document.createElement("button");
+          b.className = melodyOnly ? "transcribe-melody" : "transcribe-score";
+          b.type = "button";
+          b.textContent = melodyOnly ? "Transcribe melody" : "Transcribe score";
+          const what = melodyOnly ? "its melodies alone" : "melodies and chords";
+          b.title = `Write the ABC score heard in ${p.name}: ${what}`;
+          const label = `${melodyOnly ? "Melody" : "Score"} of ${job.id.slice(-6)}`;
+          b.onclick = () => transcribe(new Blob([p.bytes], { type: p.type }), p.name, melodyOnly, label);
+          box.append(b);
+        }
+      }
     }
     if (p.type === "application/json") {
       let replay = null;
@@ -833,7 +874,24 @@ async function showResult(job, li) {
 // ---------------------------------------------------------------- covers
 /** The cover section, when the daemon serves an audio tokenizer (and the companion slider). */
 function setupCover() {
-  $("cover").hidden = !props.tokenizer;
+  $("cover").hidden = !props.tokenizer && !props.transcriber;
+  $("cover-submit").hidden = !props.tokenizer;
+  $("cover-about").hidden = !props.tokenizer;
+  $("transcribe-about").hidden = !props.transcriber;
+  $("cover-title").textContent = !props.transcriber
+    ? "Cover a recording"
+    : props.tokenizer
+      ? "Cover or transcribe a recording"
+      : "Transcribe a recording";
+  for (const melodyOnly of [false, true]) {
+    const b = $(melodyOnly ? "transcribe-melody" : "transcribe-score");
+    b.hidden = !props.transcriber;
+    b.addEventListener("click", () => {
+      const f = $("cover-file").files[0];
+      if (!f) return ($("cover-error").textContent = "choose a recording first");
+      transcribe(f, f.name, melodyOnly);
+    });
+  }
   $("companion-row").hidden = !props.companion;
   $("companion_scale").addEventListener("input", () => ($("companion-shown").textContent = Number($("companion_scale").value).toFixed(2)));
   $("cover-submit").addEventListener("click", () => {
@@ -920,6 +978,7 @@ function trackCover(job) {
       if (currentFamily() !== "yue2") setFamily("yue2");
       const req = readYue2Form();
       delete req.abc;
+      delete req.abc_continue;
       return req;
     };
     li.querySelector(".rerender-codes").onclick = () => submit({ ...base(), semantic_tokens: codes }, `Re-render of ${job.id.slice(-6)}`);
@@ -929,6 +988,150 @@ function trackCover(job) {
         `Continuation of ${job.id.slice(-6)}`,
       );
   });
+}
+
+// ---------------------------------------------------------------- transcriptions
+/** Submits a recording to POST /transcribe (its score, or `melodyOnly` its melodies alone);
+ * its job joins the list. */
+async function transcribe(blob, name, melodyOnly, label) {
+  $("cover-error").textContent = "";
+  const form = new FormData();
+  form.append("audio", blob, name);
+  form.append("melody_only", String(melodyOnly));
+  try {
+    const { id } = await json("/transcribe", { method: "POST", body: form });
+    const job = { id, request: { transcribe: name, melody_only: melodyOnly }, created: Date.now(), label };
+    saveJob(job);
+    trackTranscription(job);
+  } catch (e) {
+    $("cover-error").textContent = e.message;
+    $("cover").scrollIntoView({ behavior: "smooth" });
+  }
+}
+
+/** A transcription's card: its progress, then the score as notation (and as ABC text, to
+ * copy) with the two ways to sing it, or the reason there is none. */
+function trackTranscription(job) {
+  const melodyOnly = !!job.request.melody_only;
+  const li = document.createElement("li");
+  li.className = "job transcribe-job";
+  li.dataset.id = job.id;
+  li.dataset.family = "transcribe";
+  li.dataset.melodyOnly = String(melodyOnly);
+  li.innerHTML = `
+    <div class="head"><b class="id"></b> <span class="family pill"></span> <span class="title"></span>
+      <span class="status pill" role="status"></span>
+      <button class="cancel">Cancel</button> <button class="forget">Forget</button></div>
+    <progress max="1" value="0"></progress> <span class="stage muted" aria-live="polite"></span>
+    <p class="why error" hidden></p>
+    <div class="transcription" hidden>
+      <div class="notation"></div>
+      <div class="actions">
+        <button type="button" class="sing-score">Sing this score</button>
+        <button type="button" class="continue-score">Continue this score</button>
+        <button type="button" class="copy-abc">Copy ABC</button> <span class="copied muted" aria-live="polite"></span>
+      </div>
+      <details class="abc-text"><summary>ABC text</summary><pre class="abc-raw"></pre></details>
+    </div>`;
+  const title = job.label ? `${job.label}: ${job.request.transcribe}` : job.request.transcribe;
+  li.querySelector(".id").textContent = job.id;
+  li.querySelector(".family").textContent = melodyOnly ? "Melody transcription" : "Transcription";
+  li.querySelector(".title").textContent = title;
+  li.querySelector(".title").title = title;
+  const named = `transcription ${job.id.slice(-6)} (${title})`;
+  li.querySelector(".cancel").setAttribute("aria-label", `Cancel ${named}`);
+  li.querySelector(".forget").setAttribute("aria-label", `Forget ${named}`);
+  li.querySelector("progress").setAttribute("aria-label", `Progress of ${named}`);
+  li.querySelector(".notation").setAttribute("aria-label", `Score of ${named}`);
+  li.querySelector(".cancel").onclick = () => api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
+  li.querySelector(".forget").onclick = () => {
+    forgetJob(job.id);
+    li.remove();
+  };
+  $("jobs").prepend(li);
+  const status = li.querySelector(".status"), bar = li.querySelector("progress"), stage = li.querySelector(".stage");
+  const why = li.querySelector(".why");
+  const info = { family: "transcribe", melodyOnly, stages: [], progress: 0, abc: null, error: null };
+  state.jobs[job.id] = info;
+  pollJob(job, status, async (s) => {
+    if (s.status === "queued") stage.textContent = queueText(s.queue_position);
+    else if (s.status === "running") {
+      bar.value = s.progress || 0;
+      stage.textContent = `${s.stage || "starting"} ${Math.round((s.progress || 0) * 100)}%`;
+      if (s.stage && !info.stages.includes(s.stage)) info.stages.push(s.stage);
+      info.progress = Math.max(info.progress, s.progress || 0);
+    } else if (s.status === "cancelled") stage.textContent = "cancelled";
+    if (!TERMINAL.has(s.status)) return;
+    li.querySelector(".cancel").disabled = true;
+    if (s.status === "failed") {
+      // The daemon's reason as it gives it ("no score: ..." when the recording's events
+      // make none), and what that means.
+      info.error = s.error || "failed";
+      bar.value = 0;
+      stage.textContent = "";
+      why.hidden = false;
+      why.textContent = info.error;
+      if (info.error.startsWith("no score: ")) {
+        const hint = document.createElement("span");
+        hint.className = "muted hint";
+        hint.textContent = demoWeights
+          ? " (the notes heard make no score: the demo's random weights seldom write one)"
+          : " (the notes the transcriber heard in this recording make no score)";
+        why.append(hint);
+      }
+    }
+    if (s.status !== "done") return;
+    bar.value = 1;
+    stage.textContent = "";
+    const r = await api(`/job?id=${job.id}&result=1`);
+    if (!r.ok) return (stage.textContent = "the score has expired");
+    const { abc } = await r.json();
+    info.abc = abc;
+    li.querySelector(".transcription").hidden = false;
+    li.querySelector(".abc-raw").textContent = abc;
+    abcjs.renderAbc(li.querySelector(".notation"), abc, { responsive: "resize" });
+    const yue2 = (props.families || ["yue2"]).includes("yue2");
+    li.querySelector(".sing-score").hidden = li.querySelector(".continue-score").hidden = !yue2;
+    li.querySelector(".sing-score").onclick = () => useScore(job, abc, false);
+    li.querySelector(".continue-score").onclick = () => useScore(job, abc, true);
+    const raw = li.querySelector(".abc-raw"), said = li.querySelector(".copied");
+    li.querySelector(".copy-abc").onclick = () => copyText(abc, raw, said);
+  });
+}
+
+/** A transcription's score into the song form (not submitted: the form is the user's to
+ * finish): sung as it is, or (`cont`) opening a song the planner writes the rest of. Cot
+ * follows the score (melody for a melody-only one): the prompt says which kind it is, and
+ * continuing needs the planner. */
+function useScore(job, abc, cont) {
+  if (currentFamily() !== "yue2") setFamily("yue2");
+  const melodyOnly = !!job.request.melody_only;
+  $("abc").value = abc;
+  $("abc_continue").checked = cont;
+  $("cot").value = melodyOnly ? "melody" : "full";
+  $("form-error").textContent = "";
+  const kind = melodyOnly ? "melody" : "melody and chords";
+  $("abc-source").textContent = `The score of transcription ${job.id.slice(-6)} (${kind}): Render ${
+    cont ? "sings it and the model writes the rest of the song" : "sings it"
+  }.`;
+  $("compose").scrollIntoView({ behavior: "smooth" });
+  $("abc").focus({ preventScroll: true });
+}
+
+/** Copies `text` (the clipboard API where the page may use it, else the selected `pre`). */
+async function copyText(text, pre, said) {
+  try {
+    await navigator.clipboard.writeText(text);
+  } catch {
+    pre.closest("details").open = true;
+    const range = document.createRange();
+    range.selectNodeContents(pre);
+    getSelection().removeAllRanges();
+    getSelection().addRange(range);
+    if (!document.execCommand("copy")) return (said.textContent = "selected: press Ctrl+C to copy");
+  }
+  said.textContent = "copied";
+  setTimeout(() => (said.textContent = ""), 2000);
 }
 
 // ---------------------------------------------------------------- header and logs
@@ -974,6 +1177,8 @@ async function main() {
     return;
   }
   setupForm();
+  // Before the cards: a failed transcription's card says what the demo's weights mean.
+  await demoDefaults();
   const local = loadJobs();
   // Oldest first, each card on top of the last: the daemon's extra jobs end up below.
   for (const job of await daemonJobs(local.map((j) => j.id))) {
@@ -981,7 +1186,6 @@ async function main() {
     saveJob(job);
   }
   for (const job of local.reverse()) track(job, false);
-  demoDefaults();
 }
 
 /** On the demo's random weights a score cannot be written: the form starts with cot off
@@ -990,6 +1194,7 @@ async function demoDefaults() {
   try {
     const h = await json("/health");
     if (!h.demo_weights) return;
+    demoWeights = true;
     $("cot").value = "off";
     $("demo-note").hidden = false;
   } catch (e) {
