@@ -178,6 +178,41 @@ fn complete(v: &Vocab, fields: &mut [Vec<u32>; FIELDS], ctx: &Context) {
 mod tests {
     use super::*;
 
+    fn stitched(step: i64, time: f64, fields: &[(usize, u32)]) -> Stitched {
+        let mut event = Event::default();
+        for &(f, t) in fields {
+            event.fields[f].push(t);
+        }
+        Stitched { event, time, global_step: step, window: 0, window_start: 0.0 }
+    }
+
+    #[test]
+    fn an_overlap_prefix_starts_at_its_first_anchor_and_splits_long_shifts() {
+        let v = Vocab::build(30_000);
+        let w =
+            Window { index: 1, start: 100.0, accept_start: 200.0, accept_end: 300.0, stop_time: 200.0, last: false };
+        let (key, chord, meter) = (v.range(Kind::Key).start + 3, v.range(Kind::FullChord).start + 4, 30517 + 20);
+        let pitch = v.range(Kind::Pitch).start + 60;
+        let all = vec![
+            stitched(10, 50.0, &[(KEY, key), (RHYTHM, meter)]),
+            // In the overlap, before its first anchor: dropped; its chord is in force after it.
+            stitched(20, 120.0, &[(CHORD, chord), (5, pitch)]),
+            stitched(30, 130.0, &[(RHYTHM, 30709 + 2), (5, pitch)]),
+            stitched(330, 150.0, &[(TIMESTAMP, 517 + 5000)]),
+        ];
+        let p = prefix(&v, &all, &w, 100.0);
+        assert_eq!(p.base, 30);
+        let mut want = v.task_prefix();
+        // Step 0: the key, chord and meter in force completed around the bare eighth position.
+        want.extend([260, meter, 30711, key, chord, pitch]);
+        // 300 steps later: a shift of 256, then one of 44; the timestamp in window seconds.
+        want.extend([516, 260 + 44, 517 + 5000]);
+        assert_eq!(p.tokens, want);
+        // No event with a timestamp or a rhythm in the overlap: the plain task prefix.
+        let bare = vec![stitched(5, 150.0, &[(CHORD, chord)])];
+        assert_eq!(prefix(&v, &bare, &w, 100.0), Prefix { tokens: v.task_prefix(), base: 0 });
+    }
+
     #[test]
     fn the_published_plan_of_450_seconds() {
         let w = plan(450.0, 300.0);
