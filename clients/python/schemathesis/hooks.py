@@ -18,6 +18,7 @@ RULES = [
     r"^(semantic_tokens|source_tokens): entry \d+ \(\d+\) is (outside|out of range)",  # codes vs the codebook
     r"^(semantic_tokens|source_tokens): \d+ codes do not fit",
     r"^source_tokens: is exclusive with semantic_tokens",
+    r"^abc_continue: ",                                           # needs an abc, a cot that plans, no semantic_tokens
     r"^source_start: .* is past the end of the source",
     r"^source_end: must be -1 or at least source_start",
     r"^(abc_sampling|semantic_sampling)\.min_tokens: must not exceed max_tokens",

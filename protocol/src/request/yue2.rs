@@ -138,7 +138,8 @@ pub struct Yue2Request {
     /// The planner continues `abc` instead of skipping: the given score opens it (without an
     /// end marker), the planning stage writes the rest under the request's `cot` (full or
     /// melody), and the whole score is sung and returned. The replay request records the
-    /// whole score with this false.
+    /// whole score with this false. Refused (400) without an abc, under cot off, or beside
+    /// semantic_tokens.
     #[serde(skip_serializing_if = "is_false")]
     pub abc_continue: bool,
     pub cot: CotMode,
@@ -346,6 +347,7 @@ impl Yue2Request {
                 "a request needs style or lyrics (or an abc score, semantic_tokens or source_tokens)",
             ));
         }
+        self.check_continue()?;
         self.validate_options(limits)
     }
 
@@ -442,7 +444,6 @@ impl Yue2Request {
                 ),
             );
         }
-        self.check_continue()?;
         self.abc_sampling.validate("abc_sampling")?;
         self.semantic_sampling.validate("semantic_sampling")?;
         Ok(())
