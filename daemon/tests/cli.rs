@@ -1115,6 +1115,26 @@ fn the_minimax_batching_bench_writes_the_same_songs_both_ways() {
     assert!(out.contains("the prefill stall"), "{out}");
 }
 
+/// `yued bench --only transcribe` on the tiny listening demo, written into the bench cache (the
+/// SheetSage2 head beside the MERT): a row per recording with its windows and tokens, then the
+/// decoder step and the window's encoding. One thread: the tests run side by side, and two
+/// threads on a busy CPU spend the tiny graphs in ggml's barrier.
+#[test]
+fn the_transcribe_bench_prints_each_recordings_rows() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("models");
+    let args = ["bench", "--only", "transcribe", "--preset", "tiny", "--reps", "1", "--transcribe-seconds", "5,30"];
+    let out = ok(&[&args[..], &["--threads", "1", "--cache", s(&cache)]].concat());
+    let row = |what: &str| out.lines().find(|l| l.starts_with("transcribe") && l.contains(what));
+    for what in ["5 s recording, 1 window, F32 files", "30 s recording, 3 windows, F32 files"] {
+        let line = row(what).unwrap_or_else(|| panic!("no row '{what}' in:\n{out}"));
+        assert!(line.contains("tokens (") && line.contains("decoder steps"), "{line}");
+    }
+    assert_eq!(out.lines().filter(|l| l.contains("a decoder step (fed or drawn token)")).count(), 2, "{out}");
+    assert_eq!(out.lines().filter(|l| l.contains("a window's encoding (MERT, mix, memory)")).count(), 2, "{out}");
+    assert!(cache.join("listen-tiny/SheetSage2-demo-tiny-F32.gguf").exists());
+}
+
 /// `yued notation` on the committed SheetSage2 fixtures: a score printed as the fixture has
 /// it (full and melody-only, and written with --out), and a stream without a score failing
 /// with notation.h's reason.

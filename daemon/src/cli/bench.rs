@@ -478,6 +478,13 @@ pub fn run(a: BenchArgs) -> anyhow::Result<()> {
             return table.report(&a, &format!("listening demo ({})", a.preset), backend.name(), threads);
         }
     }
+    if want("transcribe") {
+        eprintln!("yued bench: the transcriber ({}), device {}, {threads} threads", a.preset, backend.name());
+        super::bench_transcribe::run(&a, &backend, threads, &mut table)?;
+        if only.iter().all(|s| *s == "transcribe" || *s == "tokenize") {
+            return table.report(&a, &format!("listening demo ({})", a.preset), backend.name(), threads);
+        }
+    }
     let (model, vae, label) = models(&a)?;
     eprintln!("yued bench: {label}, device {}, {threads} threads, {} reps", backend.name(), a.reps);
     let mut bandwidth = None;

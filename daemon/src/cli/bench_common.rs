@@ -41,7 +41,10 @@ pub struct BenchArgs {
     /// adapters (YuE2: each half's load with a rank-16 LoRA merged against a plain load),
     /// solver (YuE2: one song's synthesis half at 16 steps under midpoint and ab2, and the
     /// mel correlation of their audio), tokenize (the audio tokenizer, MERT-v2 and its head, at
-    /// --preset's dimensions: seconds per minute of audio, beside PyTorch with --torch-python)
+    /// --preset's dimensions: seconds per minute of audio, beside PyTorch with --torch-python),
+    /// transcribe (the SheetSage2 transcriber at --preset's dimensions on recordings of
+    /// --transcribe-seconds: seconds a run, tokens, ms a decoder step, seconds a window's
+    /// encoding, beside PyTorch with --torch-python)
     /// (YuE2: stream is the time to first audio on a daemon this bench starts, STRICT and
     /// --keep-loaded, with and without streaming chunks; seam, not in the default, reads
     /// the chunk boundaries of one song painted on several grids); frame, dit, vae, e2e,
@@ -82,8 +85,14 @@ pub struct BenchArgs {
     /// Seconds of the recording the tokenize section turns into codes.
     #[arg(long, default_value_t = 60.0)]
     pub tokenize_seconds: f64,
-    /// The tokenize section also times the PyTorch reference (scripts/bench/tokenize_torch.py,
-    /// float32, the same configuration and threads) with this Python, which must have torch.
+    /// Seconds of the recordings the transcribe section transcribes, comma separated (at the
+    /// published 300 s window: 60 s is one window, 400 s two); the flag alone, none: the
+    /// section times its decoder steps only.
+    #[arg(long, value_delimiter = ',', num_args = 0.., default_value = "60,400")]
+    pub transcribe_seconds: Vec<f64>,
+    /// The tokenize and transcribe sections also time the PyTorch reference
+    /// (scripts/bench/tokenize_torch.py, scripts/bench/transcribe_torch.py; float32, the same
+    /// configuration and threads) with this Python, which must have torch.
     #[arg(long)]
     pub torch_python: Option<PathBuf>,
     /// Also write the table as JSON here.

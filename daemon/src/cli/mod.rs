@@ -8,6 +8,7 @@ pub mod bench_common;
 mod bench_listen;
 pub mod bench_mm3;
 mod bench_stream;
+mod bench_transcribe;
 pub mod codec;
 pub mod common;
 pub mod compose;
