@@ -3,10 +3,15 @@
 //! window into each layer's cross-attention keys and values, and a post-LN BART decoder
 //! stepped one token at a time on a self-attention cache, its output tied to the token
 //! embedding.
+//!
+//! Keys are kept `[hidden, rows]` and values transposed, `[rows, hidden]`, both in the cross
+//! memory and in the self-attention cache, so that a step reads each head's slice in place
+//! through a strided view: no copy of the window's 7 500 frames per token (ggml's `mul_mat`
+//! takes a source whose rows are contiguous and whose heads are strided).
 use super::config::{HeadConfig, Vocab, ARCH, CONFIG_KEY, POSITION_OFFSET, TOKENIZER_KEY};
-use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Tensor, TensorStore};
+use crate::ggml::{Allocator, Backend, Context, GgmlError, GgmlType, Graph, Tensor, TensorStore};
 use crate::gguf::{GgufError, GgufFile};
-use crate::nn::encoder::{attention, Blocks};
+use crate::nn::encoder::Blocks;
 use crate::weights::{load_tensors, LoadError};
 
 /// BART's LayerNorm epsilon.
@@ -67,7 +72,7 @@ impl Head {
         let mut kv = TensorStore::new(2 * layers)?;
         for n in 0..layers {
             kv.declare(&format!("k.{n}"), GgmlType::F32, &[d, frames as i64]);
-            kv.declare(&format!("v.{n}"), GgmlType::F32, &[d, frames as i64]);
+            kv.declare(&format!("v.{n}"), GgmlType::F32, &[frames as i64, d]);
         }
         kv.allocate(backend, "SheetSage2 cross-attention keys and values", false)?;
         let dm = self.weights.get("encoder_projection.weight").ne()[0];
@@ -80,7 +85,8 @@ impl Head {
         for n in 0..layers {
             let p = format!("decoder.layers.{n}.encoder_attn");
             g.expand(ctx.cpy(b.linear(&format!("{p}.k_proj"), mem), kv.get(&format!("k.{n}"))));
-            g.expand(ctx.cpy(b.linear(&format!("{p}.v_proj"), mem), kv.get(&format!("v.{n}"))));
+            let v = ctx.transpose(b.linear(&format!("{p}.v_proj"), mem));
+            g.expand(ctx.cpy(v, kv.get(&format!("v.{n}"))));
         }
         g.expand(mem);
         g.check_capacity()?;
@@ -97,7 +103,7 @@ impl Head {
         let mut cache = TensorStore::new(2 * layers)?;
         for n in 0..layers {
             cache.declare(&format!("k.{n}"), GgmlType::F32, &[d, len as i64]);
-            cache.declare(&format!("v.{n}"), GgmlType::F32, &[d, len as i64]);
+            cache.declare(&format!("v.{n}"), GgmlType::F32, &[len as i64, d]);
         }
         cache.allocate(backend, "SheetSage2 self-attention cache", false)?;
         Ok(Decoder { cache, pos: 0 })
@@ -125,7 +131,7 @@ impl Head {
         let mut h = b.layer_norm("decoder.layernorm_embedding", h, EPS);
         for n in 0..c.decoder_layers {
             let layer = Layer { b, cfg: c, p: format!("decoder.layers.{n}"), n };
-            h = layer.forward(h, &dec.cache, mem, row, dec.pos + 1);
+            h = layer.forward(&mut g, h, &dec.cache, mem, row, dec.pos);
         }
         let logits = ctx.mul_mat(self.weights.get("token_embedding.weight"), h).set_output();
         g.expand(logits);
@@ -140,7 +146,7 @@ impl Head {
     }
 }
 
-/// A window's cross-attention keys and values, per layer `[hidden, frames]`.
+/// A window's cross-attention keys, per layer `[hidden, frames]`, and values `[frames, hidden]`.
 pub struct Memory {
     kv: TensorStore,
     pub frames: usize,
@@ -148,7 +154,8 @@ pub struct Memory {
     pub memory: Vec<f32>,
 }
 
-/// One sequence's self-attention cache, per layer `[hidden, max_output_seq_len]`.
+/// One sequence's self-attention cache, per layer: keys `[hidden, max_output_seq_len]`, values
+/// `[max_output_seq_len, hidden]`.
 pub struct Decoder {
     cache: TensorStore,
     pos: usize,
@@ -170,23 +177,26 @@ struct Layer<'a> {
 }
 
 impl<'a> Layer<'a> {
-    /// `LN(h + SA(h))`, `LN(h + CA(h, memory))`, `LN(h + FFN(h))`; `len` positions are
-    /// read from the cache once this token's keys and values are in row `row`.
+    /// `LN(h + SA(h))`, `LN(h + CA(h, memory))`, `LN(h + FFN(h))`, for the token at `pos`:
+    /// its key and value are written to the cache (in `g` before anything reads it), then
+    /// positions `0..=pos` are attended.
     fn forward(
         &self,
+        g: &mut Graph<'a>,
         h: Tensor<'a>,
         cache: &'a TensorStore,
         mem: &'a Memory,
         row: Tensor<'a>,
-        len: usize,
+        pos: usize,
     ) -> Tensor<'a> {
-        let (ctx, p) = (self.b.ctx, &self.p);
+        let (ctx, p, d) = (self.b.ctx, &self.p, self.cfg.hidden_size as i64);
         let ln = |name: &str, x| self.b.layer_norm(&format!("{p}.{name}"), x, EPS);
         let lin = |name: &str, x| self.b.linear(&format!("{p}.{name}"), x);
-        let put = |which: &str, x| ctx.set_rows(cache.get(&format!("{which}.{}", self.n)), x, row);
-        let k = put("k", lin("self_attn.k_proj", h));
-        let v = put("v", lin("self_attn.v_proj", h));
-        let sa = self.attend(lin("self_attn.q_proj", h), k, v, len);
+        let (kc, vc) = (cache.get(&format!("k.{}", self.n)), cache.get(&format!("v.{}", self.n)));
+        g.expand(ctx.set_rows(kc, lin("self_attn.k_proj", h), row));
+        let v_col = ctx.view_2d(vc, 1, d, vc.nb()[1], pos * 4);
+        g.expand(ctx.cpy(ctx.reshape_2d(lin("self_attn.v_proj", h), 1, d), v_col));
+        let sa = self.attend(lin("self_attn.q_proj", h), kc, vc, pos + 1);
         let h = ln("self_attn_layer_norm", ctx.add(h, lin("self_attn.out_proj", sa)));
         let (mk, mv) = (mem.kv.get(&format!("k.{}", self.n)), mem.kv.get(&format!("v.{}", self.n)));
         let ca = self.attend(lin("encoder_attn.q_proj", h), mk, mv, mem.frames);
@@ -195,12 +205,17 @@ impl<'a> Layer<'a> {
         ln("final_layer_norm", ctx.add(h, y))
     }
 
-    /// One query over the first `len` rows of `k` and `v` (`[hidden, rows]`), per head.
-    fn attend(&self, q: Tensor<'a>, k: Tensor<'a>, v: Tensor<'a>, len: usize) -> Tensor<'a> {
+    /// One query over the first `len` rows of keys `k` (`[hidden, rows]`) and values `vt`
+    /// (`[rows, hidden]`), per head, `1 / sqrt(head_dim)` scaled; both read in place.
+    fn attend(&self, q: Tensor<'a>, k: Tensor<'a>, vt: Tensor<'a>, len: usize) -> Tensor<'a> {
         let ctx = self.b.ctx;
         let (d, heads) = (self.cfg.hidden_size, self.cfg.num_attention_heads);
         let hd = d / heads;
-        let rows = |x: Tensor<'a>| ctx.view_3d(x, hd as i64, heads as i64, len as i64, 4 * hd, 4 * d, 0);
-        attention(ctx, ctx.reshape_3d(q, hd as i64, heads as i64, 1), rows(k), rows(v))
+        let keys = ctx.view_3d(k, hd as i64, len as i64, heads as i64, k.nb()[1], 4 * hd, 0); // [hd, len, heads]
+        let values = ctx.view_3d(vt, len as i64, hd as i64, heads as i64, vt.nb()[1], hd * vt.nb()[1], 0);
+        let q = ctx.cont(ctx.permute(ctx.reshape_3d(q, hd as i64, heads as i64, 1), [0, 2, 1, 3])); // [hd, 1, heads]
+        let scores = ctx.soft_max_ext(ctx.mul_mat(keys, q), None, 1.0 / (hd as f32).sqrt()); // [len, 1, heads]
+        let out = ctx.mul_mat(values, scores); // [hd, 1, heads]
+        ctx.reshape_2d(ctx.cont(ctx.permute(out, [0, 2, 1, 3])), d as i64, 1)
     }
 }
