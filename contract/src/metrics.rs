@@ -1,7 +1,9 @@
 //! Prometheus metrics, all prefixed `yued_` with their unit in the name. The registry is
 //! the process's only global-ish state and is passed around explicitly.
+use prometheus::core::Collector;
 use prometheus::{
-    Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry, TextEncoder,
+    Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
+    TextEncoder,
 };
 
 #[derive(Clone)]
@@ -17,7 +19,7 @@ pub struct Metrics {
     pub ar_tokens_total: IntCounterVec,
     pub ar_tokens_per_second: HistogramVec,
     pub real_time_factor: Histogram,
-    pub audio_seconds_total: prometheus::Counter,
+    pub audio_seconds_total: Counter,
     pub module_loads_total: IntCounter,
     pub resident_weight_bytes: IntGauge,
     pub kv_sets_in_use: IntGauge,
@@ -26,110 +28,66 @@ pub struct Metrics {
     pub ws_streams: IntGauge,
     pub ws_bytes_total: IntCounter,
     pub ws_dropped_listeners_total: IntCounter,
-    pub cpu_turn_wait_seconds_total: prometheus::Counter,
+    pub cpu_turn_wait_seconds_total: Counter,
 }
 
 impl Metrics {
     pub fn new() -> Self {
-        let registry = Registry::new();
+        let r = Registrar(Registry::new());
+        let seconds = || prometheus::exponential_buckets(0.01, 3.0, 12).unwrap();
         let m = Metrics {
-            jobs_submitted_total: IntCounter::new("yued_jobs_submitted_total", "Jobs accepted by the admission check")
-                .unwrap(),
-            jobs_finished_total: IntCounterVec::new(
-                Opts::new("yued_jobs_finished_total", "Jobs by final status"),
-                &["status"],
-            )
-            .unwrap(),
-            admission_rejections_total: IntCounter::new(
-                "yued_admission_rejections_total",
-                "Submissions refused at the admission cap (HTTP 429)",
-            )
-            .unwrap(),
-            queue_depth: IntGauge::new("yued_queue_depth_jobs", "Jobs waiting in the queue").unwrap(),
-            jobs_running: IntGauge::new("yued_jobs_running", "Jobs being computed").unwrap(),
-            queue_wait_seconds: Histogram::with_opts(
-                HistogramOpts::new("yued_queue_wait_seconds", "Time from submission to start of work")
-                    .buckets(prometheus::exponential_buckets(0.01, 3.0, 12).unwrap()),
-            )
-            .unwrap(),
-            stage_seconds: HistogramVec::new(
-                HistogramOpts::new("yued_stage_duration_seconds", "Wall time of each pipeline stage")
-                    .buckets(prometheus::exponential_buckets(0.01, 3.0, 12).unwrap()),
-                &["stage"],
-            )
-            .unwrap(),
-            ar_tokens_total: IntCounterVec::new(
-                Opts::new("yued_ar_tokens_total", "Tokens sampled by the autoregressive stages"),
-                &["stage"],
-            )
-            .unwrap(),
-            ar_tokens_per_second: HistogramVec::new(
-                HistogramOpts::new("yued_ar_tokens_per_second", "Autoregressive decode speed per job and stage")
-                    .buckets(prometheus::exponential_buckets(1.0, 2.0, 14).unwrap()),
-                &["stage"],
-            )
-            .unwrap(),
-            real_time_factor: Histogram::with_opts(
-                HistogramOpts::new("yued_real_time_factor_ratio", "Seconds of audio per second of pipeline work")
-                    .buckets(prometheus::exponential_buckets(0.01, 2.0, 14).unwrap()),
-            )
-            .unwrap(),
-            audio_seconds_total: prometheus::Counter::new(
-                "yued_audio_produced_seconds_total",
-                "Seconds of audio rendered",
-            )
-            .unwrap(),
-            module_loads_total: IntCounter::new("yued_module_loads_total", "Model modules loaded onto the device")
-                .unwrap(),
-            resident_weight_bytes: IntGauge::new(
-                "yued_resident_weight_bytes",
-                "Bytes of model weights resident on the device",
-            )
-            .unwrap(),
-            kv_sets_in_use: IntGauge::new("yued_kv_sets_in_use", "KV cache sets allocated").unwrap(),
-            ws_listeners: IntGauge::new("yued_stream_listeners", "WebSocket listeners connected").unwrap(),
-            ws_streams: IntGauge::new(
-                "yued_stream_jobs",
-                "Jobs whose live stream the hub holds (from queued to their end)",
-            )
-            .unwrap(),
-            ws_bytes_total: IntCounter::new("yued_stream_sent_bytes_total", "Bytes sent to WebSocket listeners")
-                .unwrap(),
-            ws_dropped_listeners_total: IntCounter::new(
-                "yued_stream_dropped_listeners_total",
-                "Listeners closed for falling too far behind",
-            )
-            .unwrap(),
-            cpu_turn_wait_seconds_total: prometheus::Counter::new(
+            jobs_submitted_total: r.counter("yued_jobs_submitted_total", "Jobs accepted by the admission check"),
+            jobs_finished_total: r.counter_vec("yued_jobs_finished_total", "Jobs by final status", "status"),
+            admission_rejections_total: r
+                .counter("yued_admission_rejections_total", "Submissions refused at the admission cap (HTTP 429)"),
+            queue_depth: r.gauge("yued_queue_depth_jobs", "Jobs waiting in the queue"),
+            jobs_running: r.gauge("yued_jobs_running", "Jobs being computed"),
+            queue_wait_seconds: r.histogram(
+                "yued_queue_wait_seconds",
+                "Time from submission to start of work",
+                seconds(),
+            ),
+            stage_seconds: r.histogram_vec(
+                "yued_stage_duration_seconds",
+                "Wall time of each pipeline stage",
+                seconds(),
+                "stage",
+            ),
+            ar_tokens_total: r.counter_vec(
+                "yued_ar_tokens_total",
+                "Tokens sampled by the autoregressive stages",
+                "stage",
+            ),
+            ar_tokens_per_second: r.histogram_vec(
+                "yued_ar_tokens_per_second",
+                "Autoregressive decode speed per job and stage",
+                prometheus::exponential_buckets(1.0, 2.0, 14).unwrap(),
+                "stage",
+            ),
+            real_time_factor: r.histogram(
+                "yued_real_time_factor_ratio",
+                "Seconds of audio per second of pipeline work",
+                prometheus::exponential_buckets(0.01, 2.0, 14).unwrap(),
+            ),
+            audio_seconds_total: r.float_counter("yued_audio_produced_seconds_total", "Seconds of audio rendered"),
+            module_loads_total: r.counter("yued_module_loads_total", "Model modules loaded onto the device"),
+            resident_weight_bytes: r
+                .gauge("yued_resident_weight_bytes", "Bytes of model weights resident on the device"),
+            kv_sets_in_use: r.gauge("yued_kv_sets_in_use", "KV cache sets allocated"),
+            ws_listeners: r.gauge("yued_stream_listeners", "WebSocket listeners connected"),
+            ws_streams: r.gauge("yued_stream_jobs", "Jobs whose live stream the hub holds (from queued to their end)"),
+            ws_bytes_total: r.counter("yued_stream_sent_bytes_total", "Bytes sent to WebSocket listeners"),
+            ws_dropped_listeners_total: r
+                .counter("yued_stream_dropped_listeners_total", "Listeners closed for falling too far behind"),
+            cpu_turn_wait_seconds_total: r.float_counter(
                 "yued_cpu_turn_wait_seconds_total",
                 "Seconds the compute stages waited for the CPU while another stage's graph ran",
-            )
-            .unwrap(),
-            registry,
+            ),
+            registry: r.0,
         };
-        let r = &m.registry;
-        r.register(Box::new(m.jobs_submitted_total.clone())).unwrap();
-        r.register(Box::new(m.jobs_finished_total.clone())).unwrap();
-        r.register(Box::new(m.admission_rejections_total.clone())).unwrap();
-        r.register(Box::new(m.queue_depth.clone())).unwrap();
-        r.register(Box::new(m.jobs_running.clone())).unwrap();
-        r.register(Box::new(m.queue_wait_seconds.clone())).unwrap();
-        r.register(Box::new(m.stage_seconds.clone())).unwrap();
-        r.register(Box::new(m.ar_tokens_total.clone())).unwrap();
-        r.register(Box::new(m.ar_tokens_per_second.clone())).unwrap();
-        r.register(Box::new(m.real_time_factor.clone())).unwrap();
-        r.register(Box::new(m.audio_seconds_total.clone())).unwrap();
-        r.register(Box::new(m.module_loads_total.clone())).unwrap();
-        r.register(Box::new(m.resident_weight_bytes.clone())).unwrap();
-        r.register(Box::new(m.kv_sets_in_use.clone())).unwrap();
-        r.register(Box::new(m.ws_listeners.clone())).unwrap();
-        r.register(Box::new(m.ws_streams.clone())).unwrap();
-        r.register(Box::new(m.ws_bytes_total.clone())).unwrap();
-        r.register(Box::new(m.ws_dropped_listeners_total.clone())).unwrap();
-        r.register(Box::new(m.cpu_turn_wait_seconds_total.clone())).unwrap();
         // The standard process_* series (resident memory, CPU seconds, open descriptors).
         #[cfg(target_os = "linux")]
-        r.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).unwrap();
+        m.registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).unwrap();
         for s in ["done", "failed", "cancelled"] {
             m.jobs_finished_total.with_label_values(&[s]);
         }
@@ -147,5 +105,40 @@ impl Metrics {
 impl Default for Metrics {
     fn default() -> Self {
         Self::new()
+    }
+}
+
+/// Makes each metric and registers it (a name is registered once: a clash is a bug, so it panics).
+struct Registrar(Registry);
+
+impl Registrar {
+    fn add<C: Collector + Clone + 'static>(&self, c: C) -> C {
+        self.0.register(Box::new(c.clone())).expect("a metric registers once");
+        c
+    }
+
+    fn counter(&self, name: &str, help: &str) -> IntCounter {
+        self.add(IntCounter::new(name, help).expect("a valid metric"))
+    }
+
+    fn float_counter(&self, name: &str, help: &str) -> Counter {
+        self.add(Counter::new(name, help).expect("a valid metric"))
+    }
+
+    fn counter_vec(&self, name: &str, help: &str, label: &str) -> IntCounterVec {
+        self.add(IntCounterVec::new(Opts::new(name, help), &[label]).expect("a valid metric"))
+    }
+
+    fn gauge(&self, name: &str, help: &str) -> IntGauge {
+        self.add(IntGauge::new(name, help).expect("a valid metric"))
+    }
+
+    fn histogram(&self, name: &str, help: &str, buckets: Vec<f64>) -> Histogram {
+        self.add(Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("a valid metric"))
+    }
+
+    fn histogram_vec(&self, name: &str, help: &str, buckets: Vec<f64>, label: &str) -> HistogramVec {
+        let opts = HistogramOpts::new(name, help).buckets(buckets);
+        self.add(HistogramVec::new(opts, &[label]).expect("a valid metric"))
     }
 }

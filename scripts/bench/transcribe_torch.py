@@ -181,19 +181,25 @@ def transcribe(vocab, mert_w, head, samples):
     duration, window = n / RATE, S.lround(S.WINDOW * RATE)
     stitched, encode_s, decode_s, steps, drawn = [], 0.0, 0.0, 0, []
     plan_all = S.window_plan(duration)
+    refused = None
     for index, plan in enumerate(plan_all):
         t0 = time.perf_counter()
+        prefix, base = vocab.task_prefix(), 0
+        if index > 0:
+            overlap, b = S.overlap_prefix(vocab, stitched, plan["start"], plan["prefix_end"])
+            if overlap is not None:
+                if len(overlap) >= S.MAX_OUT - 128:
+                    # The reference's rule, checked before the encoding as yued checks it.
+                    refused = (f"window {index + 1} refused: Overlap prefix fills the context "
+                               f"({len(overlap)} tokens of {S.MAX_OUT})")
+                    print(f"  torch: {refused}", file=sys.stderr, flush=True)
+                    break
+                prefix, base = overlap, b
         offset = S.lround(plan["start"] * RATE)
         avail = min(window, n - offset)
         segment = np.zeros(window, dtype=np.float32)
         segment[:avail] = samples[offset:offset + avail]
         memory = encode(mert_w, head, segment)
-        prefix, base = vocab.task_prefix(), 0
-        if index > 0:
-            overlap, b = S.overlap_prefix(vocab, stitched, plan["start"], plan["prefix_end"])
-            if overlap is not None:
-                assert len(overlap) < S.MAX_OUT - 128, ("Overlap prefix fills the context", len(overlap), index)
-                prefix, base = overlap, b
         t1 = time.perf_counter()
         tokens = generate(vocab, head, memory, prefix, plan["stop_time"])
         events, anchors = S.decode_events(vocab, tokens)
@@ -208,7 +214,7 @@ def transcribe(vocab, mert_w, head, samples):
         print(f"  torch: window {index + 1}/{len(plan_all)}: encoded in {t1 - t0:.1f} s, {drawn[-1]} tokens "
               f"in {t2 - t1:.1f} s", file=sys.stderr, flush=True)
     return {"total": time.perf_counter() - t_start, "encode": encode_s, "decode": decode_s, "steps": steps,
-            "tokens": drawn}
+            "tokens": drawn, "windows": len(plan_all), "refused": refused}
 
 
 def step_ms(vocab, head, frames, steps):

@@ -140,23 +140,42 @@ impl Daemon {
     }
 
     pub fn status(&self, id: &str) -> serde_json::Value {
+        self.status_with(id, self.key.as_deref())
+    }
+
+    fn status_with(&self, id: &str, key: Option<&str>) -> serde_json::Value {
         let mut rq = self.http.get(self.url(&format!("/job?id={id}")));
-        if let Some(k) = &self.key {
+        if let Some(k) = key {
             rq = rq.header("x-api-key", k);
         }
         rq.send().unwrap().json().unwrap()
     }
 
+    /// GETs `path` with the API key `key`: status and body.
+    pub fn get_as(&self, path: &str, key: &str) -> (u16, String) {
+        let r = self.http.get(self.url(path)).header("x-api-key", key).send().unwrap();
+        (r.status().as_u16(), r.text().unwrap())
+    }
+
     /// Polls until the job is terminal; returns the last status.
     pub fn wait(&self, id: &str, limit: Duration) -> serde_json::Value {
+        self.wait_with(id, self.key.as_deref(), limit)
+    }
+
+    /// As [`Daemon::wait`], asking with the API key `key`.
+    pub fn wait_as(&self, id: &str, key: &str, limit: Duration) -> serde_json::Value {
+        self.wait_with(id, Some(key), limit)
+    }
+
+    fn wait_with(&self, id: &str, key: Option<&str>, limit: Duration) -> serde_json::Value {
         let t0 = Instant::now();
         loop {
-            let s = self.status(id);
+            let s = self.status_with(id, key);
             if matches!(s["status"].as_str(), Some("done" | "failed" | "cancelled")) {
                 return s;
             }
             assert!(t0.elapsed() < limit, "job {id} not finished after {limit:?}: {s}; log: {}", self.log());
-            std::thread::sleep(Duration::from_millis(100));
+            std::thread::sleep(Duration::from_millis(50));
         }
     }
 

@@ -8,6 +8,8 @@ use yued_e2e::*;
 const B: &str = "e2e-tokenize-boundary";
 const ALICE: &str = "alice-listen-secret-5e1f";
 const BOB: &str = "bob-listen-secret-8a2c";
+/// How long a job may take.
+const LIMIT: Duration = Duration::from_secs(300);
 
 fn form(parts: &[(&str, &str, &[u8])]) -> Vec<u8> {
     form_data(B, parts)
@@ -26,26 +28,8 @@ fn post(d: &Daemon, body: Vec<u8>, key: &str) -> (u16, serde_json::Value) {
     (status, r.json().unwrap_or(serde_json::Value::Null))
 }
 
-fn get(d: &Daemon, path: &str, key: &str) -> (u16, String) {
-    let r = d.http.get(d.url(path)).header("x-api-key", key).send().unwrap();
-    (r.status().as_u16(), r.text().unwrap())
-}
-
 fn chord(seconds: f64, rate: u32) -> (Vec<u8>, yued_audio::Pcm) {
     chord_wav(seconds, rate)
-}
-
-fn wait(d: &Daemon, id: &str, key: &str) -> serde_json::Value {
-    let t0 = Instant::now();
-    loop {
-        let (_, body) = get(d, &format!("/job?id={id}"), key);
-        let s: serde_json::Value = serde_json::from_str(&body).unwrap();
-        if matches!(s["status"].as_str(), Some("done" | "failed" | "cancelled")) {
-            return s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(300), "job {id}: {s}; log: {}", d.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
 }
 
 #[test]
@@ -56,9 +40,9 @@ fn a_recording_becomes_codes_that_render_again_and_stays_its_owners() {
     let data = dir.path().join("data");
     let mut d = Daemon::start(&data, &["--api-keys-file", keys.to_str().unwrap(), "--strict"]);
     d.key = Some(ALICE.into());
-    let props: serde_json::Value = serde_json::from_str(&get(&d, "/props", ALICE).1).unwrap();
+    let props: serde_json::Value = serde_json::from_str(&d.get_as("/props", ALICE).1).unwrap();
     let head = std::path::PathBuf::from(props["tokenizer"].as_str().expect("the demo's tokenizer in /props"));
-    let openapi: serde_json::Value = serde_json::from_str(&get(&d, "/openapi.json", ALICE).1).unwrap();
+    let openapi: serde_json::Value = serde_json::from_str(&d.get_as("/openapi.json", ALICE).1).unwrap();
     assert!(openapi["paths"]["/tokenize"]["post"].is_object(), "/tokenize in the OpenAPI document");
 
     // 3.5 s of stereo at 44.1 kHz: 88 codes (87.5 rounds half to even), the engine's.
@@ -66,7 +50,7 @@ fn a_recording_becomes_codes_that_render_again_and_stays_its_owners() {
     let (s, v) = post(&d, form(&[("audio", "audio/wav", &wav)]), ALICE);
     assert_eq!(s, 200, "{v}");
     let id = v["id"].as_str().unwrap().to_string();
-    let st = wait(&d, &id, ALICE);
+    let st = d.wait_as(&id, ALICE, LIMIT);
     assert_eq!(st["status"], "done", "{st}");
     let r = d.http.get(d.url(&format!("/job?id={id}&result=1"))).header("x-api-key", ALICE).send().unwrap();
     assert_eq!(r.status().as_u16(), 200);
@@ -77,19 +61,19 @@ fn a_recording_becomes_codes_that_render_again_and_stays_its_owners() {
     assert_eq!(codes, engine_codes(&head, &pcm), "the route's codes are the engine's for the same file");
     // The upload is gone once the job has ended; the journal lists the job as a tokenization.
     assert_eq!(std::fs::read_dir(data.join("uploads")).unwrap().count(), 0);
-    let (_, list) = get(&d, "/jobs", ALICE);
+    let (_, list) = d.get_as("/jobs", ALICE);
     let list: serde_json::Value = serde_json::from_str(&list).unwrap();
     let entry = list["jobs"].as_array().unwrap().iter().find(|j| j["id"] == id.as_str()).unwrap().clone();
     assert_eq!((entry["upload"].as_str(), entry["status"].as_str()), (Some("tokenize"), Some("done")), "{entry}");
 
     // Bob sees it as an unknown job, cannot fetch or cancel it, and does not list it.
     for path in [format!("/job?id={id}"), format!("/job?id={id}&result=1")] {
-        let (s, body) = get(&d, &path, BOB);
+        let (s, body) = d.get_as(&path, BOB);
         assert_eq!((s, body.contains("unknown job")), (404, true), "{path}: {body}");
     }
     let r = d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).header("x-api-key", BOB).send().unwrap();
     assert_eq!(r.status().as_u16(), 404);
-    assert!(!get(&d, "/jobs", BOB).1.contains(&id));
+    assert!(!d.get_as("/jobs", BOB).1.contains(&id));
 
     // The codes render again: a song whose replay request carries them.
     let song = d.submit(&format!(r#"{{"semantic_tokens": "{codes}", "steps": 1, "output_format": "wav16"}}"#));
@@ -113,7 +97,7 @@ fn a_recording_becomes_codes_that_render_again_and_stays_its_owners() {
     let id = v["id"].as_str().unwrap().to_string();
     let t0 = Instant::now();
     loop {
-        let s: serde_json::Value = serde_json::from_str(&get(&d, &format!("/job?id={id}"), ALICE).1).unwrap();
+        let s: serde_json::Value = serde_json::from_str(&d.get_as(&format!("/job?id={id}"), ALICE).1).unwrap();
         if s["status"] == "running" && s["stage"] == "tokenize" {
             assert!(s["progress"].as_f64().unwrap() < 1.0, "{s}");
             break;
@@ -124,7 +108,7 @@ fn a_recording_becomes_codes_that_render_again_and_stays_its_owners() {
     }
     let r = d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).header("x-api-key", ALICE).send().unwrap();
     assert_eq!(r.status().as_u16(), 200);
-    assert_eq!(wait(&d, &id, ALICE)["status"], "cancelled");
+    assert_eq!(d.wait_as(&id, ALICE, LIMIT)["status"], "cancelled");
     let t0 = Instant::now();
     while std::fs::read_dir(data.join("uploads")).unwrap().count() > 0 {
         assert!(t0.elapsed() < Duration::from_secs(30), "the cancelled job's upload stays behind");

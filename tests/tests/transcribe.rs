@@ -3,12 +3,14 @@
 //! transcription, its owner's alone), its result the score the engine gives the same file,
 //! or the engine's reason for none; `melody_only`; the 400s; the route's 404 without a
 //! transcriber.
-use std::time::{Duration, Instant};
+use std::time::Duration;
 use yued_e2e::*;
 
 const B: &str = "e2e-transcribe-boundary";
 const ALICE: &str = "alice-transcribe-secret-77d1";
 const BOB: &str = "bob-transcribe-secret-19c4";
+/// How long a job may take.
+const LIMIT: Duration = Duration::from_secs(300);
 
 /// A form part: name, content type, bytes.
 type Part<'a> = (&'a str, &'a str, &'a [u8]);
@@ -26,26 +28,9 @@ fn post(d: &Daemon, parts: &[Part], key: &str) -> (u16, serde_json::Value) {
     (status, r.json().unwrap_or(serde_json::Value::Null))
 }
 
-fn get(d: &Daemon, path: &str, key: &str) -> (u16, String) {
-    let r = d.http.get(d.url(path)).header("x-api-key", key).send().unwrap();
-    (r.status().as_u16(), r.text().unwrap())
-}
-
-fn wait(d: &Daemon, id: &str, key: &str) -> serde_json::Value {
-    let t0 = Instant::now();
-    loop {
-        let s: serde_json::Value = serde_json::from_str(&get(d, &format!("/job?id={id}"), key).1).unwrap();
-        if matches!(s["status"].as_str(), Some("done" | "failed" | "cancelled")) {
-            return s;
-        }
-        assert!(t0.elapsed() < Duration::from_secs(300), "job {id}: {s}; log: {}", d.log());
-        std::thread::sleep(Duration::from_millis(50));
-    }
-}
-
 /// The job's outcome as the engine's would read: the score, or the reason for none.
 fn outcome(d: &Daemon, id: &str) -> Result<String, String> {
-    let st = wait(d, id, ALICE);
+    let st = d.wait_as(id, ALICE, LIMIT);
     match st["status"].as_str() {
         Some("done") => {
             let r = d.http.get(d.url(&format!("/job?id={id}&result=1"))).header("x-api-key", ALICE).send().unwrap();
@@ -67,9 +52,9 @@ fn a_recording_becomes_the_engine_s_score_and_stays_its_owners() {
     std::fs::write(&keys, format!("{ALICE} name=alice\n{BOB} name=bob\n")).unwrap();
     let data = dir.path().join("data");
     let d = Daemon::start(&data, &["--api-keys-file", keys.to_str().unwrap()]);
-    let props: serde_json::Value = serde_json::from_str(&get(&d, "/props", ALICE).1).unwrap();
+    let props: serde_json::Value = serde_json::from_str(&d.get_as("/props", ALICE).1).unwrap();
     let head = std::path::PathBuf::from(props["transcriber"].as_str().expect("the demo's transcriber in /props"));
-    let openapi: serde_json::Value = serde_json::from_str(&get(&d, "/openapi.json", ALICE).1).unwrap();
+    let openapi: serde_json::Value = serde_json::from_str(&d.get_as("/openapi.json", ALICE).1).unwrap();
     assert!(openapi["paths"]["/transcribe"]["post"].is_object(), "/transcribe in the OpenAPI document");
 
     let (wav, pcm) = chord_wav(6.0, 44_100);
@@ -88,7 +73,7 @@ fn a_recording_becomes_the_engine_s_score_and_stays_its_owners() {
         ids.push(id);
     }
     assert_eq!(std::fs::read_dir(data.join("uploads")).unwrap().count(), 0, "the uploads are gone");
-    let list: serde_json::Value = serde_json::from_str(&get(&d, "/jobs", ALICE).1).unwrap();
+    let list: serde_json::Value = serde_json::from_str(&d.get_as("/jobs", ALICE).1).unwrap();
     let ops: Vec<_> = ids
         .iter()
         .map(|id| {
@@ -101,10 +86,10 @@ fn a_recording_becomes_the_engine_s_score_and_stays_its_owners() {
     // Bob sees neither job.
     for id in &ids {
         for path in [format!("/job?id={id}"), format!("/job?id={id}&result=1")] {
-            let (s, body) = get(&d, &path, BOB);
+            let (s, body) = d.get_as(&path, BOB);
             assert_eq!((s, body.contains("unknown job")), (404, true), "{path}: {body}");
         }
-        assert!(!get(&d, "/jobs", BOB).1.contains(id.as_str()));
+        assert!(!d.get_as("/jobs", BOB).1.contains(id.as_str()));
     }
 
     // The 400s: no audio, a bad flag, under MERT's 1025 samples, an unknown part.

@@ -901,45 +901,47 @@ function setupCover() {
   });
 }
 
-/** Submits a recording to POST /tokenize; its job joins the list. */
-async function tokenize(blob, name, label) {
+/** Uploads a recording to `route` with the form's `fields`; its job (described by `request`)
+ * joins the list through `track`. */
+async function uploadRecording(route, blob, name, fields, request, label, track) {
   $("cover-error").textContent = "";
   const form = new FormData();
   form.append("audio", blob, name);
+  for (const [k, v] of Object.entries(fields)) form.append(k, v);
   try {
-    const { id } = await json("/tokenize", { method: "POST", body: form });
-    const job = { id, request: { tokenize: name }, created: Date.now(), label };
+    const { id } = await json(route, { method: "POST", body: form });
+    const job = { id, request, created: Date.now(), label };
     saveJob(job);
-    trackCover(job);
+    track(job);
   } catch (e) {
     $("cover-error").textContent = e.message;
     $("cover").scrollIntoView({ behavior: "smooth" });
   }
 }
 
-/** A tokenization's card: its progress, then its codes with the two ways to use them. */
-function trackCover(job) {
+/** Submits a recording to POST /tokenize; its job joins the list. */
+function tokenize(blob, name, label) {
+  return uploadRecording("/tokenize", blob, name, {}, { tokenize: name }, label, trackCover);
+}
+
+/** An upload job's card (a tokenization, a transcription): its head (family `pill`, the
+ * recording's name), progress, Cancel and Forget, then `body`. Listed first; its parts. */
+function uploadCard(job, { className, family, pill, kind, name, body }) {
   const li = document.createElement("li");
-  li.className = "job cover-job";
+  li.className = `job ${className}`;
   li.dataset.id = job.id;
-  li.dataset.family = "tokenize";
+  li.dataset.family = family;
   li.innerHTML = `
-    <div class="head"><b class="id"></b> <span class="family pill">Tokenize</span> <span class="title"></span> <span class="status pill" role="status"></span>
+    <div class="head"><b class="id"></b> <span class="family pill"></span> <span class="title"></span>
+      <span class="status pill" role="status"></span>
       <button class="cancel">Cancel</button> <button class="forget">Forget</button></div>
-    <progress max="1" value="0"></progress> <span class="stage muted" aria-live="polite"></span>
-    <div class="codes" hidden>
-      <p class="muted codes-info"></p>
-      <button type="button" class="rerender-codes">Re-render these codes</button>
-      <span class="row">
-        <label>From (s) <input type="number" class="source-start" min="0" step="any" value="0" /></label>
-        <label>To (s, -1: the end) <input type="number" class="source-end" min="-1" step="any" value="-1" /></label>
-        <button type="button" class="continue-codes">Continue from a section</button>
-      </span>
-    </div>`;
-  const title = job.label ? `${job.label}: ${job.request.tokenize}` : job.request.tokenize;
+    <progress max="1" value="0"></progress> <span class="stage muted" aria-live="polite"></span>${body}`;
+  const title = job.label ? `${job.label}: ${name}` : name;
   li.querySelector(".id").textContent = job.id;
+  li.querySelector(".family").textContent = pill;
   li.querySelector(".title").textContent = title;
-  const named = `tokenization ${job.id.slice(-6)} (${title})`;
+  li.querySelector(".title").title = title;
+  const named = `${kind} ${job.id.slice(-6)} (${title})`;
   li.querySelector(".cancel").setAttribute("aria-label", `Cancel ${named}`);
   li.querySelector(".forget").setAttribute("aria-label", `Forget ${named}`);
   li.querySelector("progress").setAttribute("aria-label", `Progress of ${named}`);
@@ -949,8 +951,13 @@ function trackCover(job) {
     li.remove();
   };
   $("jobs").prepend(li);
-  const status = li.querySelector(".status"), bar = li.querySelector("progress"), stage = li.querySelector(".stage");
-  const info = (state.jobs[job.id] = { family: "tokenize", stages: [], progress: 0, codes: null });
+  return { li, named, status: li.querySelector(".status"), bar: li.querySelector("progress"), stage: li.querySelector(".stage") };
+}
+
+/** Follows an upload job: its queue position, stage and progress on `card` and in `info`;
+ * `ended(s)` once it is done, failed or cancelled (Cancel disabled by then). */
+function followUpload(job, card, info, ended) {
+  const { li, status, bar, stage } = card;
   pollJob(job, status, async (s) => {
     if (s.status === "queued") stage.textContent = queueText(s.queue_position);
     else if (s.status === "running") {
@@ -958,10 +965,36 @@ function trackCover(job) {
       stage.textContent = `${s.stage || "starting"} ${Math.round((s.progress || 0) * 100)}%`;
       if (s.stage && !info.stages.includes(s.stage)) info.stages.push(s.stage);
       info.progress = Math.max(info.progress, s.progress || 0);
-    } else if (s.status === "failed") stage.textContent = s.error || "failed";
-    else if (s.status === "cancelled") stage.textContent = "cancelled";
+    } else if (s.status === "cancelled") stage.textContent = "cancelled";
     if (!TERMINAL.has(s.status)) return;
     li.querySelector(".cancel").disabled = true;
+    await ended(s);
+  });
+}
+
+/** A tokenization's card: its progress, then its codes with the two ways to use them. */
+function trackCover(job) {
+  const card = uploadCard(job, {
+    className: "cover-job",
+    family: "tokenize",
+    pill: "Tokenize",
+    kind: "tokenization",
+    name: job.request.tokenize,
+    body: `
+    <div class="codes" hidden>
+      <p class="muted codes-info"></p>
+      <button type="button" class="rerender-codes">Re-render these codes</button>
+      <span class="row">
+        <label>From (s) <input type="number" class="source-start" min="0" step="any" value="0" /></label>
+        <label>To (s, -1: the end) <input type="number" class="source-end" min="-1" step="any" value="-1" /></label>
+        <button type="button" class="continue-codes">Continue from a section</button>
+      </span>
+    </div>`,
+  });
+  const { li, bar, stage } = card;
+  const info = (state.jobs[job.id] = { family: "tokenize", stages: [], progress: 0, codes: null });
+  followUpload(job, card, info, async (s) => {
+    if (s.status === "failed") stage.textContent = s.error || "failed";
     if (s.status !== "done") return;
     bar.value = 1;
     stage.textContent = "";
@@ -993,36 +1026,22 @@ function trackCover(job) {
 // ---------------------------------------------------------------- transcriptions
 /** Submits a recording to POST /transcribe (its score, or `melodyOnly` its melodies alone);
  * its job joins the list. */
-async function transcribe(blob, name, melodyOnly, label) {
-  $("cover-error").textContent = "";
-  const form = new FormData();
-  form.append("audio", blob, name);
-  form.append("melody_only", String(melodyOnly));
-  try {
-    const { id } = await json("/transcribe", { method: "POST", body: form });
-    const job = { id, request: { transcribe: name, melody_only: melodyOnly }, created: Date.now(), label };
-    saveJob(job);
-    trackTranscription(job);
-  } catch (e) {
-    $("cover-error").textContent = e.message;
-    $("cover").scrollIntoView({ behavior: "smooth" });
-  }
+function transcribe(blob, name, melodyOnly, label) {
+  const request = { transcribe: name, melody_only: melodyOnly };
+  return uploadRecording("/transcribe", blob, name, { melody_only: String(melodyOnly) }, request, label, trackTranscription);
 }
 
 /** A transcription's card: its progress, then the score as notation (and as ABC text, to
  * copy) with the two ways to sing it, or the reason there is none. */
 function trackTranscription(job) {
   const melodyOnly = !!job.request.melody_only;
-  const li = document.createElement("li");
-  li.className = "job transcribe-job";
-  li.dataset.id = job.id;
-  li.dataset.family = "transcribe";
-  li.dataset.melodyOnly = String(melodyOnly);
-  li.innerHTML = `
-    <div class="head"><b class="id"></b> <span class="family pill"></span> <span class="title"></span>
-      <span class="status pill" role="status"></span>
-      <button class="cancel">Cancel</button> <button class="forget">Forget</button></div>
-    <progress max="1" value="0"></progress> <span class="stage muted" aria-live="polite"></span>
+  const card = uploadCard(job, {
+    className: "transcribe-job",
+    family: "transcribe",
+    pill: melodyOnly ? "Melody transcription" : "Transcription",
+    kind: "transcription",
+    name: job.request.transcribe,
+    body: `
     <p class="why error" hidden></p>
     <div class="transcription" hidden>
       <div class="notation"></div>
@@ -1032,37 +1051,15 @@ function trackTranscription(job) {
         <button type="button" class="copy-abc">Copy ABC</button> <span class="copied muted" aria-live="polite"></span>
       </div>
       <details class="abc-text"><summary>ABC text</summary><pre class="abc-raw"></pre></details>
-    </div>`;
-  const title = job.label ? `${job.label}: ${job.request.transcribe}` : job.request.transcribe;
-  li.querySelector(".id").textContent = job.id;
-  li.querySelector(".family").textContent = melodyOnly ? "Melody transcription" : "Transcription";
-  li.querySelector(".title").textContent = title;
-  li.querySelector(".title").title = title;
-  const named = `transcription ${job.id.slice(-6)} (${title})`;
-  li.querySelector(".cancel").setAttribute("aria-label", `Cancel ${named}`);
-  li.querySelector(".forget").setAttribute("aria-label", `Forget ${named}`);
-  li.querySelector("progress").setAttribute("aria-label", `Progress of ${named}`);
-  li.querySelector(".notation").setAttribute("aria-label", `Score of ${named}`);
-  li.querySelector(".cancel").onclick = () => api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
-  li.querySelector(".forget").onclick = () => {
-    forgetJob(job.id);
-    li.remove();
-  };
-  $("jobs").prepend(li);
-  const status = li.querySelector(".status"), bar = li.querySelector("progress"), stage = li.querySelector(".stage");
+    </div>`,
+  });
+  const { li, bar, stage } = card;
+  li.dataset.melodyOnly = String(melodyOnly);
+  li.querySelector(".notation").setAttribute("aria-label", `Score of ${card.named}`);
   const why = li.querySelector(".why");
   const info = { family: "transcribe", melodyOnly, stages: [], progress: 0, abc: null, error: null };
   state.jobs[job.id] = info;
-  pollJob(job, status, async (s) => {
-    if (s.status === "queued") stage.textContent = queueText(s.queue_position);
-    else if (s.status === "running") {
-      bar.value = s.progress || 0;
-      stage.textContent = `${s.stage || "starting"} ${Math.round((s.progress || 0) * 100)}%`;
-      if (s.stage && !info.stages.includes(s.stage)) info.stages.push(s.stage);
-      info.progress = Math.max(info.progress, s.progress || 0);
-    } else if (s.status === "cancelled") stage.textContent = "cancelled";
-    if (!TERMINAL.has(s.status)) return;
-    li.querySelector(".cancel").disabled = true;
+  followUpload(job, card, info, async (s) => {
     if (s.status === "failed") {
       // The daemon's reason as it gives it ("no score: ..." when the recording's events
       // make none), and what that means.

@@ -11,8 +11,9 @@ use yued_engine::gguf::GgufFile;
 use yued_engine::models::audio_tokenizer::pipeline::{AudioTokenizer, SAMPLE_RATE};
 use yued_engine::models::yue2::demo::Preset;
 
-/// The listening demo of `--preset` in the cache (written once): the head's path.
-fn head_file(a: &BenchArgs) -> anyhow::Result<std::path::PathBuf> {
+/// The listening demo of `--preset` in the cache (MERT and the tokenizer head, written once):
+/// its folder and preset.
+pub(super) fn listen_demo(a: &BenchArgs) -> anyhow::Result<(std::path::PathBuf, Preset)> {
     let preset: Preset = a.preset.parse().map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
     let dir = a.cache.join(format!("listen-{}", preset.name()));
     let head = dir.join(format!("yue2-tokenizer-demo-{}-F32.gguf", preset.name()));
@@ -25,7 +26,13 @@ fn head_file(a: &BenchArgs) -> anyhow::Result<std::path::PathBuf> {
         .context("writing the listening demo")?;
         pb.finish_and_clear();
     }
-    Ok(head)
+    Ok((dir, preset))
+}
+
+/// The tokenizer head of the listening demo.
+fn head_file(a: &BenchArgs) -> anyhow::Result<std::path::PathBuf> {
+    let (dir, preset) = listen_demo(a)?;
+    Ok(dir.join(format!("yue2-tokenizer-demo-{}-F32.gguf", preset.name())))
 }
 
 /// The Q8_0 pair beside the F32 one (`…-Q8_0.gguf`, found by the head's rule), written once.
@@ -59,8 +66,9 @@ fn time_file(
     Ok((s, frames))
 }
 
-/// A recording of `seconds` at 24 kHz: two drifting tones over a little noise.
-fn recording(seconds: f64) -> Vec<f32> {
+/// A recording of `seconds` at 24 kHz: a tone whose pitch is `pitch_hz(t)`, a fixed tone and a
+/// little noise.
+pub(super) fn recording(seconds: f64, pitch_hz: impl Fn(f32) -> f32) -> Vec<f32> {
     let n = (seconds * SAMPLE_RATE as f64) as usize;
     let mut state = 0x2545_f491u32;
     (0..n)
@@ -70,7 +78,7 @@ fn recording(seconds: f64) -> Vec<f32> {
             state ^= state << 5;
             let t = i as f32 / SAMPLE_RATE as f32;
             let noise = (state as f32 / u32::MAX as f32 - 0.5) * 0.05;
-            0.3 * (2.0 * std::f32::consts::PI * (220.0 + 3.0 * t) * t).sin() + 0.2 * (t * 1100.0).sin() + noise
+            0.3 * (2.0 * std::f32::consts::PI * pitch_hz(t) * t).sin() + 0.2 * (t * 1100.0).sin() + noise
         })
         .collect()
 }
@@ -78,7 +86,7 @@ fn recording(seconds: f64) -> Vec<f32> {
 pub fn run(a: &BenchArgs, backend: &Backend, threads: usize, t: &mut Table) -> anyhow::Result<()> {
     let head = head_file(a)?;
     let seconds = a.tokenize_seconds;
-    let mono = recording(seconds);
+    let mono = recording(seconds, |t| 220.0 + 3.0 * t);
     let per_minute = |s: super::bench_common::Stats| s.map(|x| x * 60.0 / seconds);
     let (ours, frames) = time_file(a, backend, &head, &mono)?;
     let what = format!("{seconds:.0} s recording to {frames} codes, F32 files");

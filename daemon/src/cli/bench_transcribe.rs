@@ -14,25 +14,14 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 use yued_engine::ggml::Backend;
 use yued_engine::gguf::GgufFile;
-use yued_engine::models::sheetsage2::pipeline::{Transcriber, SAMPLE_RATE};
-use yued_engine::models::yue2::demo::Preset;
+use yued_engine::models::sheetsage2::pipeline::{TranscribeError, Transcriber, SAMPLE_RATE};
 
 const SECTION: &str = "transcribe";
 
 /// The SheetSage2 demo head of `--preset` in the tokenize section's `listen-{preset}` folder,
 /// with the listening demo's MERT beside it (each written once).
 fn head_file(a: &BenchArgs) -> anyhow::Result<PathBuf> {
-    let preset: Preset = a.preset.parse().map_err(|e| anyhow::anyhow!("--preset: {e}"))?;
-    let dir = a.cache.join(format!("listen-{}", preset.name()));
-    if !dir.join(format!("MERT-v2-demo-{}-F32.gguf", preset.name())).exists() {
-        eprintln!("writing the {} listening demo into {} (once)", preset.name(), dir.display());
-        let pb = super::progress_bar(100, "listening demo");
-        yued_engine::models::audio_tokenizer::demo::write_demo(&dir, preset, 0, &mut |done, total| {
-            pb.set_position((done * 100 / total.max(1)) as u64)
-        })
-        .context("writing the listening demo")?;
-        pb.finish_and_clear();
-    }
+    let (dir, preset) = super::bench_listen::listen_demo(a)?;
     let head = dir.join(format!("SheetSage2-demo-{}-F32.gguf", preset.name()));
     if !head.exists() {
         eprintln!("writing the {} SheetSage2 demo head into {} (once)", preset.name(), dir.display());
@@ -41,21 +30,9 @@ fn head_file(a: &BenchArgs) -> anyhow::Result<PathBuf> {
     Ok(head)
 }
 
-/// A recording of `seconds` at 24 kHz: a slow sweep and a fixed tone over a little noise.
+/// A recording of `seconds`: a slow sweep (restarting every minute) and a fixed tone over a little noise.
 fn recording(seconds: f64) -> Vec<f32> {
-    let n = (seconds * SAMPLE_RATE as f64) as usize;
-    let mut state = 0x2545_f491u32;
-    (0..n)
-        .map(|i| {
-            state ^= state << 13;
-            state ^= state >> 17;
-            state ^= state << 5;
-            let t = i as f32 / SAMPLE_RATE as f32;
-            let noise = (state as f32 / u32::MAX as f32 - 0.5) * 0.05;
-            let sweep = (2.0 * std::f32::consts::PI * (220.0 + 0.5 * (t % 60.0)) * t).sin();
-            0.3 * sweep + 0.2 * (t * 1100.0).sin() + noise
-        })
-        .collect()
+    super::bench_listen::recording(seconds, |t| 220.0 + 0.5 * (t % 60.0))
 }
 
 /// One run of a recording: where its time went and what it decoded.
@@ -70,6 +47,12 @@ struct Breakdown {
     steps: usize,
     /// Tokens drawn in each window, the final eos included.
     tokens: Vec<usize>,
+    /// Why the run stopped before its last window, when it did: the reference's rule refuses a
+    /// window whose overlap prefix fills the context (random weights can decode a window to
+    /// its budget), on both sides alike.
+    refused: Option<String>,
+    /// The windows of the recording's plan.
+    planned: usize,
 }
 
 /// One transcription of `mono`, each step timed as an encoding or as decoding.
@@ -77,9 +60,17 @@ fn run_once(tr: &mut Transcriber, backend: &Backend, mono: &[f32], label: &str) 
     let mut job = tr.start(mono.to_vec())?;
     let (mut encode, mut decode, mut opening, mut window_decode) = (0.0, 0.0, true, 0.0);
     let (t0, n) = (Instant::now(), job.windows().len());
+    let mut refused = None;
     loop {
         let (t, closed) = (Instant::now(), job.log().len());
-        let more = job.step(tr, backend)?;
+        let more = match job.step(tr, backend) {
+            Err(e @ TranscribeError::PrefixFull(..)) => {
+                eprintln!("  {label}: window {}/{n} refused: {e}", closed + 1);
+                refused = Some(format!("window {} refused: {e}", closed + 1));
+                break;
+            }
+            r => r?,
+        };
         let dt = t.elapsed().as_secs_f64();
         if opening {
             encode += dt;
@@ -105,6 +96,8 @@ fn run_once(tr: &mut Transcriber, backend: &Backend, mono: &[f32], label: &str) 
         decode,
         steps: log.iter().map(|w| w.tokens.len() - 1).sum(),
         tokens: log.iter().map(|w| w.tokens.len() - w.prefix_len).collect(),
+        refused,
+        planned: n,
     })
 }
 
@@ -116,6 +109,8 @@ struct Measured {
     windows: usize,
     tokens: Vec<usize>,
     steps: usize,
+    refused: Option<String>,
+    planned: usize,
 }
 
 impl Measured {
@@ -130,12 +125,20 @@ impl Measured {
             windows,
             tokens: last.tokens.clone(),
             steps: last.steps,
+            refused: last.refused.clone(),
+            planned: last.planned,
         }
     }
 
     fn tokens_text(&self) -> String {
+        let total = self.tokens.iter().sum::<usize>();
+        let refused = self.refused.as_deref().map(|r| format!("; {r}")).unwrap_or_default();
+        if self.tokens.len() > 8 {
+            let most = self.tokens.iter().max().unwrap_or(&0);
+            return format!("{total} tokens over {} windows (at most {most} a window){refused}", self.tokens.len());
+        }
         let each: Vec<String> = self.tokens.iter().map(|t| t.to_string()).collect();
-        format!("{} tokens ({})", self.tokens.iter().sum::<usize>(), each.join(" + "))
+        format!("{total} tokens ({}){refused}", each.join(" + "))
     }
 }
 
@@ -154,7 +157,11 @@ fn measure(a: &BenchArgs, tr: &mut Transcriber, backend: &Backend, mono: &[f32])
 
 /// The rows of one recording length measured by yued.
 fn push_ours(t: &mut Table, seconds: f64, m: &Measured) {
-    let windows = if m.windows == 1 { "1 window".to_string() } else { format!("{} windows", m.windows) };
+    let windows = match (m.windows, m.planned) {
+        (1, 1) => "1 window".to_string(),
+        (w, p) if w == p => format!("{w} windows"),
+        (w, p) => format!("{w} of {p} windows"),
+    };
     let what = format!("{seconds:.0} s recording, {windows}, F32 files");
     let note = format!("{} decoded, {} decoder steps", m.tokens_text(), m.steps);
     t.push(SECTION, what, "s", m.total, note);
@@ -165,11 +172,12 @@ fn push_ours(t: &mut Table, seconds: f64, m: &Measured) {
 /// The same rows for the PyTorch reference, with yued's ratios in the notes.
 fn push_torch(t: &mut Table, threads: usize, ours: &Measured, torch: &Measured) {
     let what = format!("  PyTorch reference, float32, {threads} threads");
-    let note = format!(
-        "yued {:.2}x as fast a run; {} decoded (random weights: counts differ)",
-        torch.total.median / ours.total.median,
-        torch.tokens_text()
-    );
+    let run = if (ours.windows, ours.planned) == (torch.windows, torch.planned) {
+        format!("yued {:.2}x as fast a run", torch.total.median / ours.total.median)
+    } else {
+        format!("runs not compared: {} of {} windows here", torch.windows, torch.planned)
+    };
+    let note = format!("{run}; {} decoded (random weights: counts differ)", torch.tokens_text());
     t.push(SECTION, what, "s", torch.total, note);
     let note = format!("yued {:.2}x as fast a step", torch.ms_per_step.median / ours.ms_per_step.median);
     t.push(SECTION, "  PyTorch: a decoder step".into(), "ms", torch.ms_per_step, note);
@@ -254,6 +262,8 @@ fn breakdown_of(r: &Value) -> Option<Breakdown> {
         decode: r["decode"].as_f64()?,
         steps: r["steps"].as_u64()? as usize,
         tokens: r["tokens"].as_array()?.iter().map(|t| t.as_u64().map(|t| t as usize)).collect::<Option<_>>()?,
+        refused: r["refused"].as_str().map(str::to_string),
+        planned: r["windows"].as_u64()? as usize,
     })
 }
 

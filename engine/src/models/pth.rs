@@ -277,167 +277,173 @@ impl Machine {
         loop {
             let op = r.u8()?;
             match op {
+                b'.' => return self.pop(),
                 0x80 => {
                     r.u8()?;
                 } // PROTO
                 0x95 => {
                     r.take(8)?;
                 } // FRAME
-                b'.' => return self.pop(),
-                b'(' => self.marks.push(self.stack.len()),
-                b'}' => self.stack.push(Value::Dict(Vec::new())),
-                b']' => self.stack.push(Value::List(Vec::new())),
-                b')' => self.stack.push(Value::Tuple(Vec::new())),
-                b'N' => self.stack.push(Value::None),
-                0x88 => self.stack.push(Value::Bool(true)),
-                0x89 => self.stack.push(Value::Bool(false)),
-                b'J' => {
-                    let v = r.u32()? as i32;
-                    self.stack.push(Value::Int(v as i64))
+                b'q' | b'r' | 0x94 | b'h' | b'j' => self.memo_op(op, &mut r)?,
+                b'(' | b'}' | b']' | b')' | b't' | 0x85..=0x87 | b'l' | b'd' | b's' | b'u' | b'a' | b'e' => {
+                    self.container_op(op)?
                 }
-                b'K' => {
-                    let v = r.u8()?;
-                    self.stack.push(Value::Int(v as i64))
-                }
-                b'M' => {
-                    let v = r.u16()?;
-                    self.stack.push(Value::Int(v as i64))
-                }
-                0x8a => {
-                    // LONG1: a little-endian two's complement integer of n bytes.
-                    let n = r.u8()? as usize;
-                    let b = r.take(n)?;
-                    if n > 8 {
-                        return Err("an integer wider than 64 bits".into());
-                    }
-                    let mut buf = if b.last().is_some_and(|&x| x & 0x80 != 0) { [0xff; 8] } else { [0; 8] };
-                    buf[..n].copy_from_slice(b);
-                    self.stack.push(Value::Int(i64::from_le_bytes(buf)));
-                }
-                b'G' => {
-                    let v = f64::from_be_bytes(r.take(8)?.try_into().expect("8 bytes"));
-                    self.stack.push(Value::Float(v))
-                }
-                b'X' => {
-                    let n = r.u32()? as usize;
-                    let s = r.text(n)?;
-                    self.stack.push(Value::Str(s))
-                }
-                0x8c => {
-                    let n = r.u8()? as usize;
-                    let s = r.text(n)?;
-                    self.stack.push(Value::Str(s))
-                }
-                b'U' => {
-                    let n = r.u8()? as usize;
-                    let s = r.take(n)?.to_vec();
-                    self.stack.push(Value::Bytes(s))
-                }
-                b'T' | b'B' => {
-                    let n = r.u32()? as usize;
-                    let s = r.take(n)?.to_vec();
-                    self.stack.push(Value::Bytes(s))
-                }
-                b'C' => {
-                    let n = r.u8()? as usize;
-                    let s = r.take(n)?.to_vec();
-                    self.stack.push(Value::Bytes(s))
-                }
-                b'c' => {
-                    let (module, name) = (r.line()?, r.line()?);
-                    self.stack.push(Value::Global(module, name));
-                }
-                0x93 => {
-                    let (name, module) = (self.pop()?, self.pop()?);
-                    match (module, name) {
-                        (Value::Str(m), Value::Str(n)) => self.stack.push(Value::Global(m, n)),
-                        _ => return Err("STACK_GLOBAL of non-strings".into()),
-                    }
-                }
-                b'q' => {
-                    let k = r.u8()? as u32;
-                    let v = self.top()?.clone();
-                    self.memo.insert(k, v);
-                }
-                b'r' => {
-                    let k = r.u32()?;
-                    let v = self.top()?.clone();
-                    self.memo.insert(k, v);
-                }
-                0x94 => {
-                    let k = self.memo.len() as u32;
-                    let v = self.top()?.clone();
-                    self.memo.insert(k, v);
-                }
-                b'h' | b'j' => {
-                    let k = if op == b'h' { r.u8()? as u32 } else { r.u32()? };
-                    let v = self.memo.get(&k).cloned().ok_or_else(|| format!("memo {k} was never stored"))?;
-                    self.stack.push(v);
-                }
-                b'Q' => {
-                    let pid = self.pop()?;
-                    match pid {
-                        Value::Tuple(items) => self.stack.push(Value::Persistent(items)),
-                        other => return Err(format!("a persistent id {other:?} that is not a tuple")),
-                    }
-                }
-                b't' => {
-                    let items = self.pop_mark()?;
-                    self.stack.push(Value::Tuple(items))
-                }
-                0x85..=0x87 => {
-                    let n = (op - 0x84) as usize;
-                    if self.stack.len() < n {
-                        return Err("a TUPLE of more values than the stack has".into());
-                    }
-                    let items = self.stack.split_off(self.stack.len() - n);
-                    self.stack.push(Value::Tuple(items))
-                }
-                b'l' => {
-                    let items = self.pop_mark()?;
-                    self.stack.push(Value::List(items))
-                }
-                b'd' => {
-                    let items = self.pop_mark()?;
-                    self.stack.push(Value::Dict(pairs(items)?))
-                }
-                b'R' | 0x81 => {
-                    let (args, f) = (self.pop()?, self.pop()?);
-                    let v = if op == b'R' { self.call(f, args)? } else { Value::Opaque };
+                b'c' | 0x93 | b'Q' | b'R' | 0x81 | b'b' => self.object_op(op, &mut r)?,
+                _ => {
+                    let v = literal(op, &mut r)?;
                     self.stack.push(v)
                 }
-                b'b' => {
-                    // BUILD: the state of an object; a dict keeps its items.
-                    self.pop()?;
-                }
-                b's' => {
-                    let (v, k) = (self.pop()?, self.pop()?);
-                    if let Value::Dict(d) = self.top()? {
-                        d.push((k, v))
-                    }
-                }
-                b'u' => {
-                    let items = pairs(self.pop_mark()?)?;
-                    if let Value::Dict(d) = self.top()? {
-                        d.extend(items)
-                    }
-                }
-                b'a' => {
-                    let v = self.pop()?;
-                    if let Value::List(l) = self.top()? {
-                        l.push(v)
-                    }
-                }
-                b'e' => {
-                    let items = self.pop_mark()?;
-                    if let Value::List(l) = self.top()? {
-                        l.extend(items)
-                    }
-                }
-                other => return Err(format!("pickle opcode 0x{other:02x} at byte {} is not read here", r.at - 1)),
             }
         }
     }
+
+    /// The memo: PUT (`q`, `r`), MEMOIZE, GET (`h`, `j`).
+    fn memo_op(&mut self, op: u8, r: &mut Reader<'_>) -> Result<(), String> {
+        match op {
+            b'h' | b'j' => {
+                let k = if op == b'h' { r.u8()? as u32 } else { r.u32()? };
+                let v = self.memo.get(&k).cloned().ok_or_else(|| format!("memo {k} was never stored"))?;
+                self.stack.push(v);
+            }
+            _ => {
+                let k = match op {
+                    b'q' => r.u8()? as u32,
+                    b'r' => r.u32()?,
+                    _ => self.memo.len() as u32,
+                };
+                let v = self.top()?.clone();
+                self.memo.insert(k, v);
+            }
+        }
+        Ok(())
+    }
+
+    /// Marks, tuples, lists and dicts: made empty, from a mark or the stack's top, or grown.
+    fn container_op(&mut self, op: u8) -> Result<(), String> {
+        match op {
+            b'(' => self.marks.push(self.stack.len()),
+            b'}' => self.stack.push(Value::Dict(Vec::new())),
+            b']' => self.stack.push(Value::List(Vec::new())),
+            b')' => self.stack.push(Value::Tuple(Vec::new())),
+            b't' => {
+                let items = self.pop_mark()?;
+                self.stack.push(Value::Tuple(items))
+            }
+            0x85..=0x87 => {
+                let n = (op - 0x84) as usize;
+                if self.stack.len() < n {
+                    return Err("a TUPLE of more values than the stack has".into());
+                }
+                let items = self.stack.split_off(self.stack.len() - n);
+                self.stack.push(Value::Tuple(items))
+            }
+            b'l' => {
+                let items = self.pop_mark()?;
+                self.stack.push(Value::List(items))
+            }
+            b'd' => {
+                let items = self.pop_mark()?;
+                self.stack.push(Value::Dict(pairs(items)?))
+            }
+            b's' => {
+                let (v, k) = (self.pop()?, self.pop()?);
+                if let Value::Dict(d) = self.top()? {
+                    d.push((k, v))
+                }
+            }
+            b'u' => {
+                let items = pairs(self.pop_mark()?)?;
+                if let Value::Dict(d) = self.top()? {
+                    d.extend(items)
+                }
+            }
+            b'a' => {
+                let v = self.pop()?;
+                if let Value::List(l) = self.top()? {
+                    l.push(v)
+                }
+            }
+            _ => {
+                let items = self.pop_mark()?;
+                if let Value::List(l) = self.top()? {
+                    l.extend(items)
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Globals, persistent ids, calls and BUILD.
+    fn object_op(&mut self, op: u8, r: &mut Reader<'_>) -> Result<(), String> {
+        match op {
+            b'c' => {
+                let (module, name) = (r.line()?, r.line()?);
+                self.stack.push(Value::Global(module, name));
+            }
+            0x93 => {
+                let (name, module) = (self.pop()?, self.pop()?);
+                match (module, name) {
+                    (Value::Str(m), Value::Str(n)) => self.stack.push(Value::Global(m, n)),
+                    _ => return Err("STACK_GLOBAL of non-strings".into()),
+                }
+            }
+            b'Q' => match self.pop()? {
+                Value::Tuple(items) => self.stack.push(Value::Persistent(items)),
+                other => return Err(format!("a persistent id {other:?} that is not a tuple")),
+            },
+            b'R' | 0x81 => {
+                let (args, f) = (self.pop()?, self.pop()?);
+                let v = if op == b'R' { self.call(f, args)? } else { Value::Opaque };
+                self.stack.push(v)
+            }
+            _ => {
+                // BUILD: the state of an object; a dict keeps its items.
+                self.pop()?;
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A constant pushed by opcode `op`: None, a bool, an integer, a float, a string or bytes.
+fn literal(op: u8, r: &mut Reader<'_>) -> Result<Value, String> {
+    Ok(match op {
+        b'N' => Value::None,
+        0x88 => Value::Bool(true),
+        0x89 => Value::Bool(false),
+        b'J' => Value::Int(r.u32()? as i32 as i64),
+        b'K' => Value::Int(r.u8()? as i64),
+        b'M' => Value::Int(r.u16()? as i64),
+        0x8a => {
+            // LONG1: a little-endian two's complement integer of n bytes.
+            let n = r.u8()? as usize;
+            let b = r.take(n)?;
+            if n > 8 {
+                return Err("an integer wider than 64 bits".into());
+            }
+            let mut buf = if b.last().is_some_and(|&x| x & 0x80 != 0) { [0xff; 8] } else { [0; 8] };
+            buf[..n].copy_from_slice(b);
+            Value::Int(i64::from_le_bytes(buf))
+        }
+        b'G' => Value::Float(f64::from_be_bytes(r.take(8)?.try_into().expect("8 bytes"))),
+        b'X' => {
+            let n = r.u32()? as usize;
+            Value::Str(r.text(n)?)
+        }
+        0x8c => {
+            let n = r.u8()? as usize;
+            Value::Str(r.text(n)?)
+        }
+        b'U' | b'C' => {
+            let n = r.u8()? as usize;
+            Value::Bytes(r.take(n)?.to_vec())
+        }
+        b'T' | b'B' => {
+            let n = r.u32()? as usize;
+            Value::Bytes(r.take(n)?.to_vec())
+        }
+        other => return Err(format!("pickle opcode 0x{other:02x} at byte {} is not read here", r.at - 1)),
+    })
 }
 
 fn pairs(items: Vec<Value>) -> Result<Vec<(Value, Value)>, String> {

@@ -201,21 +201,30 @@ fn write_synth(
     data.finish()
 }
 
-/// Writes `mm3-demo-{preset}-{lm,depth,cond,dit,vae}.gguf` into `dir`.
-pub fn write_demo(
-    dir: &Path,
-    preset: Preset,
-    seed: u64,
-    progress: &mut dyn FnMut(usize, usize),
-) -> Result<Vec<PathBuf>, GgufError> {
-    std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), source })?;
-    let spec = DemoSpec::new(preset);
-    let tag = preset.name();
+/// A file's tensors: name, type and shape.
+type Tensors = Vec<(String, GgmlType, Vec<i64>)>;
+
+/// A writer whose header names the demo file: architecture, a name saying RANDOM WEIGHTS, the preset.
+fn demo_writer(arch: &str, what: &str, tag: &str) -> GgufWriter {
     let mut w = GgufWriter::new();
-    w.set_str("general.architecture", LM_ARCH)
-        .set_str("general.name", &format!("yued demo MiniMax Music 3 LM ({tag}, RANDOM WEIGHTS)"))
-        .set_str(DEMO_KEY, tag)
-        .set_str(CONFIG_JSON_KEY, &serde_json::to_string(&spec.lm).expect("a config serializes"));
+    w.set_str("general.architecture", arch)
+        .set_str("general.name", &format!("yued demo MiniMax Music 3 {what} ({tag}, RANDOM WEIGHTS)"))
+        .set_str(DEMO_KEY, tag);
+    w
+}
+
+/// Declares `tensors` in `w`; hands them back.
+fn declare(w: &mut GgufWriter, tensors: Tensors) -> Tensors {
+    for (n, ty, ne) in &tensors {
+        w.add_tensor(n, *ty, ne);
+    }
+    tensors
+}
+
+/// The LM: its configuration, token layout and vocabulary.
+fn lm_file(spec: &DemoSpec, tag: &str) -> (GgufWriter, Tensors) {
+    let mut w = demo_writer(LM_ARCH, "LM", tag);
+    w.set_str(CONFIG_JSON_KEY, &serde_json::to_string(&spec.lm).expect("a config serializes"));
     if spec.tokens != TokenLayout::FULL {
         for (k, v) in spec.tokens.metadata() {
             w.set_u32(&k, v);
@@ -227,46 +236,28 @@ pub fn write_demo(
         .set_strs("tokenizer.ggml.tokens", &toks)
         .set_i32s("tokenizer.ggml.token_type", &types);
     w.set("tokenizer.ggml.merges", Value::Array(vec![]));
-    let lm: Vec<(String, GgmlType, Vec<i64>)> =
-        spec.lm.tensor_shapes().into_iter().map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne)).collect();
-    for (n, ty, ne) in &lm {
-        w.add_tensor(n, *ty, ne);
-    }
-    let mut d = GgufWriter::new();
-    d.set_str("general.architecture", DEPTH_ARCH)
-        .set_str("general.name", &format!("yued demo MiniMax Music 3 depth decoder ({tag}, RANDOM WEIGHTS)"))
-        .set_str(DEMO_KEY, tag);
+    let shapes = spec.lm.tensor_shapes().into_iter();
+    let tensors = shapes.map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne)).collect();
+    let tensors = declare(&mut w, tensors);
+    (w, tensors)
+}
+
+/// The RVQ depth decoder.
+fn depth_file(spec: &DemoSpec, tag: &str) -> (GgufWriter, Tensors) {
+    let mut w = demo_writer(DEPTH_ARCH, "depth decoder", tag);
     for (k, v) in DepthConfig::KEYS.iter().zip(spec.depth.values()) {
-        d.set_u32(&format!("{DEPTH_ARCH}.{k}"), v as u32);
+        w.set_u32(&format!("{DEPTH_ARCH}.{k}"), v as u32);
     }
-    let depth: Vec<(String, GgmlType, Vec<i64>)> = spec
-        .depth
-        .tensor_shapes(spec.lm.hidden_size)
-        .into_iter()
-        .map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne))
-        .collect();
-    for (n, ty, ne) in &depth {
-        d.add_tensor(n, *ty, ne);
-    }
-    let total = lm.len() + depth.len();
-    let lm_path = dir.join(format!("mm3-demo-{tag}-lm.gguf"));
-    write_tensors(&lm_path, &w, &lm, seed, &mut |i, _| progress(i, total))?;
-    let depth_path = dir.join(format!("mm3-demo-{tag}-depth.gguf"));
-    write_tensors(&depth_path, &d, &depth, seed ^ 0xde97, &mut |i, _| progress(lm.len() + i, total))?;
-    let mut files = vec![lm_path, depth_path];
-    // The synthesis half: condition encoder, DiT, VAE (F32; the DiT in the spec's type).
-    let h = spec.lm.hidden_size as i64;
-    let cd = spec.cond_dim as i64;
-    let cond: Vec<(String, GgmlType, Vec<i64>)> = vec![
-        ("layer_weight_logits".into(), GgmlType::F32, vec![8]),
-        ("layer_scale".into(), GgmlType::F32, vec![1]),
-        ("proj.weight".into(), GgmlType::F32, vec![3, h, cd]),
-        ("proj.bias".into(), GgmlType::F32, vec![cd]),
-    ];
-    let mut cw = GgufWriter::new();
-    cw.set_str("general.architecture", COND_ARCH)
-        .set_str("general.name", &format!("yued demo MiniMax Music 3 condition encoder ({tag}, RANDOM WEIGHTS)"))
-        .set_str(DEMO_KEY, tag);
+    let shapes = spec.depth.tensor_shapes(spec.lm.hidden_size).into_iter();
+    let tensors = shapes.map(|(n, ne)| (n, tensor_type(spec.matrix_type, &ne), ne)).collect();
+    let tensors = declare(&mut w, tensors);
+    (w, tensors)
+}
+
+/// The condition encoder (F32).
+fn cond_file(spec: &DemoSpec, tag: &str) -> (GgufWriter, Tensors) {
+    let (h, cd) = (spec.lm.hidden_size as i64, spec.cond_dim as i64);
+    let mut w = demo_writer(COND_ARCH, "condition encoder", tag);
     for (k, v) in [
         ("condition_hidden_dim", h as u32),
         ("num_condition_layers", 8),
@@ -276,34 +267,22 @@ pub fn write_demo(
         ("output_sampling_rate", 44100),
         ("output_hop_length", 512),
     ] {
-        cw.set_u32(&format!("{COND_ARCH}.{k}"), v);
+        w.set_u32(&format!("{COND_ARCH}.{k}"), v);
     }
-    for (n, ty, ne) in &cond {
-        cw.add_tensor(n, *ty, ne);
-    }
-    let p = dir.join(format!("mm3-demo-{tag}-cond.gguf"));
-    write_synth(&p, &cw, &cond, seed ^ 0xc0)?;
-    files.push(p);
+    let tensors = vec![
+        ("layer_weight_logits".into(), GgmlType::F32, vec![8]),
+        ("layer_scale".into(), GgmlType::F32, vec![1]),
+        ("proj.weight".into(), GgmlType::F32, vec![3, h, cd]),
+        ("proj.bias".into(), GgmlType::F32, vec![cd]),
+    ];
+    let tensors = declare(&mut w, tensors);
+    (w, tensors)
+}
+
+/// The DiT: its matrices in the spec's type, convolutions and time embedding F32.
+fn dit_file(spec: &DemoSpec, tag: &str) -> (GgufWriter, Tensors) {
     let d = &spec.dit;
-    let dit: Vec<(String, GgmlType, Vec<i64>)> = d
-        .tensor_shapes()
-        .into_iter()
-        .map(|(n, ne)| {
-            (
-                n.clone(),
-                if n.contains("conv") || n.starts_with("time_") {
-                    GgmlType::F32
-                } else {
-                    tensor_type(spec.matrix_type, &ne)
-                },
-                ne,
-            )
-        })
-        .collect();
-    let mut dw = GgufWriter::new();
-    dw.set_str("general.architecture", DIT_ARCH)
-        .set_str("general.name", &format!("yued demo MiniMax Music 3 DiT ({tag}, RANDOM WEIGHTS)"))
-        .set_str(DEMO_KEY, tag);
+    let mut w = demo_writer(DIT_ARCH, "DiT", tag);
     for (k, v) in [
         ("in_channels", d.in_channels),
         ("condition_dim", d.condition_dim),
@@ -314,37 +293,61 @@ pub fn write_demo(
         ("rotary_dim", d.rotary_dim),
         ("fourier_embedding_dim", d.fourier_embedding_dim),
     ] {
-        dw.set_u32(&format!("{DIT_ARCH}.{k}"), v as u32);
+        w.set_u32(&format!("{DIT_ARCH}.{k}"), v as u32);
     }
-    for (n, ty, ne) in &dit {
-        dw.add_tensor(n, *ty, ne);
-    }
-    let p = dir.join(format!("mm3-demo-{tag}-dit.gguf"));
-    write_synth(&p, &dw, &dit, seed ^ 0xd1)?;
-    files.push(p);
+    let typed = |(n, ne): (String, Vec<i64>)| {
+        let f32 = n.contains("conv") || n.starts_with("time_");
+        let ty = if f32 { GgmlType::F32 } else { tensor_type(spec.matrix_type, &ne) };
+        (n, ty, ne)
+    };
+    let tensors = declare(&mut w, d.tensor_shapes().into_iter().map(typed).collect());
+    (w, tensors)
+}
+
+/// The flow VAE (F32): the decoder, then the encoder (what `dav.pth` adds), whose widths double
+/// from hid / 24 (64 at the published 1536) over the decoder's strides reversed.
+fn vae_file(spec: &DemoSpec, tag: &str) -> (GgufWriter, Tensors) {
     let (lat, din, hid, strides) = spec.vae;
-    // The decoder, then the encoder (what `dav.pth` adds): widths doubling from hid / 24
-    // (64 at the published 1536) over the decoder's strides reversed.
     let enc_strides: Vec<usize> = strides.iter().rev().copied().collect();
     let enc_widths: Vec<usize> = (0..=enc_strides.len()).map(|i| (hid / 24).max(2) << i).collect();
-    let vae: Vec<(String, GgmlType, Vec<i64>)> = crate::models::mm3::vae::decoder_shapes(lat, din, hid, &strides)
+    let mut w = demo_writer(VAE_ARCH, "flow VAE", tag);
+    w.set_u32(&format!("{VAE_ARCH}.latent_channels"), lat as u32)
+        .set_u32(&format!("{VAE_ARCH}.sampling_rate"), 44100)
+        .set_i32s(&format!("{VAE_ARCH}.upsampling_ratios"), &strides.map(|s| s as i32));
+    let tensors = crate::models::mm3::vae::decoder_shapes(lat, din, hid, &strides)
         .into_iter()
         .chain(crate::models::mm3::vae_enc::encoder_shapes(&enc_widths, &enc_strides, lat / 2))
         .map(|(n, ne)| (n, GgmlType::F32, ne))
         .collect();
-    let mut vw = GgufWriter::new();
-    vw.set_str("general.architecture", VAE_ARCH)
-        .set_str("general.name", &format!("yued demo MiniMax Music 3 flow VAE ({tag}, RANDOM WEIGHTS)"))
-        .set_str(DEMO_KEY, tag);
-    vw.set_u32(&format!("{VAE_ARCH}.latent_channels"), lat as u32)
-        .set_u32(&format!("{VAE_ARCH}.sampling_rate"), 44100)
-        .set_i32s(&format!("{VAE_ARCH}.upsampling_ratios"), &strides.map(|s| s as i32));
-    for (n, ty, ne) in &vae {
-        vw.add_tensor(n, *ty, ne);
+    let tensors = declare(&mut w, tensors);
+    (w, tensors)
+}
+
+/// Writes `mm3-demo-{preset}-{lm,depth,cond,dit,vae}.gguf` into `dir`.
+pub fn write_demo(
+    dir: &Path,
+    preset: Preset,
+    seed: u64,
+    progress: &mut dyn FnMut(usize, usize),
+) -> Result<Vec<PathBuf>, GgufError> {
+    std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), source })?;
+    let spec = DemoSpec::new(preset);
+    let tag = preset.name();
+    let path = |part: &str| dir.join(format!("mm3-demo-{tag}-{part}.gguf"));
+    // The AR half (with progress: the large part), then the synthesis half.
+    let ((lw, lm), (dw, depth)) = (lm_file(&spec, tag), depth_file(&spec, tag));
+    let total = lm.len() + depth.len();
+    write_tensors(&path("lm"), &lw, &lm, seed, &mut |i, _| progress(i, total))?;
+    write_tensors(&path("depth"), &dw, &depth, seed ^ 0xde97, &mut |i, _| progress(lm.len() + i, total))?;
+    let mut files = vec![path("lm"), path("depth")];
+    type Maker = fn(&DemoSpec, &str) -> (GgufWriter, Tensors);
+    let synthesis: [(&str, Maker, u64); 3] =
+        [("cond", cond_file, 0xc0), ("dit", dit_file, 0xd1), ("vae", vae_file, 0x7ae)];
+    for (part, make, salt) in synthesis {
+        let (w, tensors) = make(&spec, tag);
+        write_synth(&path(part), &w, &tensors, seed ^ salt)?;
+        files.push(path(part));
     }
-    let p = dir.join(format!("mm3-demo-{tag}-vae.gguf"));
-    write_synth(&p, &vw, &vae, seed ^ 0x7ae)?;
-    files.push(p);
     progress(total, total);
     Ok(files)
 }

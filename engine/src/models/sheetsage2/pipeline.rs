@@ -186,10 +186,16 @@ impl Transcription {
         Ok(!self.is_done())
     }
 
-    /// Encodes the next window and builds its prefix.
+    /// Builds the next window's prefix (refused before the encoding when it fills the context),
+    /// then encodes the window.
     fn open(&mut self, tr: &mut Transcriber, backend: &Backend) -> Result<Run, TranscribeError> {
         let w = &self.windows[self.next];
         let cfg = tr.head.cfg.clone();
+        let p = prefix(&tr.head.vocab, &self.stitched, w, cfg.time_hz as f64);
+        let budget = cfg.max_output_seq_len;
+        if p.tokens.len() >= budget.saturating_sub(PREFIX_MARGIN) {
+            return Err(TranscribeError::PrefixFull(p.tokens.len(), budget));
+        }
         let n = cfg.window_samples();
         let from = ((w.start * SAMPLE_RATE as f64).round() as usize).min(self.mono.len());
         let mut segment = self.mono[from..(from + n).min(self.mono.len())].to_vec();
@@ -197,11 +203,6 @@ impl Transcription {
         let blocks = tr.mert.cfg.num_hidden_layers;
         let enc = tr.mert.encode(backend, &segment, blocks, Taps::Mix(&tr.head.mix))?;
         let memory = tr.head.memory(backend, &enc.states[0], enc.frames, false)?;
-        let p = prefix(&tr.head.vocab, &self.stitched, w, cfg.time_hz as f64);
-        let budget = tr.head.cfg.max_output_seq_len;
-        if p.tokens.len() >= budget.saturating_sub(PREFIX_MARGIN) {
-            return Err(TranscribeError::PrefixFull(p.tokens.len(), budget));
-        }
         let mut grammar = Grammar::default();
         let out = p.tokens.iter().position(|t| *t == tr.head.vocab.out).expect("a prefix holds out");
         for &t in &p.tokens[out + 1..] {

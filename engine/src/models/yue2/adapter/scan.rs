@@ -354,6 +354,70 @@ fn unfused(module: &str) -> Vec<String> {
     parts.iter().map(|p| format!("{base}.{p}")).collect()
 }
 
+/// The backbone tensors a module's factors address: a fused module (`qkv_proj`, …) splits its
+/// rows over its targets.
+struct Geometry {
+    targets: Vec<String>,
+    /// Rows `[r0, r1)` of a fused factor or diff, per target.
+    splits: Vec<(usize, usize)>,
+    out_rows: usize,
+    in_cols: usize,
+}
+
+impl Geometry {
+    fn new(module: &str, shapes: &Shapes) -> Result<Self, String> {
+        let targets = unfused(module);
+        let target_shapes: Vec<Vec<usize>> = targets
+            .iter()
+            .map(|t| {
+                let name = format!("{t}.weight");
+                shapes.get(&name).cloned().ok_or_else(|| format!("{module}: the backbone has no {name}"))
+            })
+            .collect::<Result<_, _>>()?;
+        let out_rows: usize = target_shapes.iter().map(|s| s[0]).sum();
+        let in_cols = target_shapes[0].get(1).copied().unwrap_or(1);
+        let splits = target_shapes
+            .iter()
+            .scan(0usize, |r, s| {
+                let a = *r;
+                *r += s[0];
+                Some((a, *r))
+            })
+            .collect();
+        Ok(Geometry { targets, splits, out_rows, in_cols })
+    }
+
+    /// Adds `term(r0, r1)` to each target's weight.
+    fn per_target(&self, out: &mut BTreeMap<String, Vec<Term>>, term: impl Fn(usize, usize) -> Term) {
+        for (t, &(r0, r1)) in self.targets.iter().zip(&self.splits) {
+            out.entry(format!("{t}.weight")).or_default().push(term(r0, r1));
+        }
+    }
+}
+
+/// A full replacement `f` (key `n`) of a module's weight or bias: taken for the projections
+/// between the VAE and the LM and the time embedder only.
+fn full_replacement(
+    module: &str,
+    g: &Geometry,
+    n: &str,
+    f: &Loaded,
+    bias: bool,
+    s: f32,
+    shapes: &Shapes,
+) -> Result<(String, Term), String> {
+    let tensor = format!("{module}.{}", if bias { "bias" } else { "weight" });
+    let want = shapes.get(&tensor).ok_or_else(|| format!("'{n}': the backbone has no {tensor}"))?;
+    let replaceable = matches!(module, "vae2llm" | "llm2vae" | "time_embedder.mlp.0" | "time_embedder.mlp.2");
+    if g.targets.len() != 1 || !replaceable {
+        return Err(format!("'{n}': a full replacement is only taken for vae2llm and llm2vae"));
+    }
+    if f.data.len() != want.iter().product::<usize>() {
+        return Err(format!("'{n}' {:?} does not replace a {want:?} tensor", f.shape));
+    }
+    Ok((tensor, Term::Replace { f: f.data.clone(), scale: s }))
+}
+
 /// One tensor of an adapter file, as f32.
 struct Loaded {
     shape: Vec<usize>,
@@ -489,114 +553,83 @@ impl Source {
             }
         }
         let mut out: BTreeMap<String, Vec<Term>> = BTreeMap::new();
-        let module_names: Vec<String> = {
-            let mut v: Vec<String> = modules.keys().map(|(m, _)| m.clone()).collect();
-            v.dedup();
-            v
-        };
+        let mut module_names: Vec<String> = modules.keys().map(|(m, _)| m.clone()).collect();
+        module_names.dedup();
         for module in module_names {
             let get = |p: Part| modules.get(&(module.clone(), p)).copied();
-            let targets = unfused(&module);
-            let target_shapes: Vec<Vec<usize>> = targets
-                .iter()
-                .map(|t| {
-                    shapes
-                        .get(&format!("{t}.weight"))
-                        .cloned()
-                        .ok_or_else(|| format!("{module}: the backbone has no {t}.weight"))
-                })
-                .collect::<Result<_, _>>()?;
-            let out_rows: usize = target_shapes.iter().map(|s| s[0]).sum();
-            let in_cols = target_shapes[0].get(1).copied().unwrap_or(1);
-            // Rows [r0, r1) of a fused factor or diff, per target.
-            let splits: Vec<(usize, usize)> = target_shapes
-                .iter()
-                .scan(0usize, |r, s| {
-                    let a = *r;
-                    *r += s[0];
-                    Some((a, *r))
-                })
-                .collect();
-            let alpha = match get(Part::Alpha) {
-                Some((_, al)) => al.data.first().copied().map(Some).ok_or_else(|| format!("{module}.alpha is empty")),
-                None => Ok(self.alpha),
-            };
-            if let Some(kron) = self.lokr(&module, &get, alpha.clone()?, out_rows, in_cols)? {
-                for (t, (r0, r1)) in targets.iter().zip(&splits) {
-                    out.entry(format!("{t}.weight"))
-                        .or_default()
-                        .push(Term::Diff { d: kron.1[r0 * in_cols..r1 * in_cols].to_vec(), scale: s * kron.0 });
+            self.module_terms(&module, &get, s, shapes, &mut out)?;
+        }
+        Ok(out)
+    }
+
+    /// One module's terms (LoKr, LoRA, diffs, full replacements), added to `out`.
+    fn module_terms<'s>(
+        &'s self,
+        module: &str,
+        get: &dyn Fn(Part) -> Option<(&'s str, &'s Loaded)>,
+        s: f32,
+        shapes: &Shapes,
+        out: &mut BTreeMap<String, Vec<Term>>,
+    ) -> Result<(), String> {
+        let g = Geometry::new(module, shapes)?;
+        let (out_rows, in_cols) = (g.out_rows, g.in_cols);
+        let alpha = match get(Part::Alpha) {
+            Some((_, al)) => al.data.first().copied().map(Some).ok_or_else(|| format!("{module}.alpha is empty")),
+            None => Ok(self.alpha),
+        };
+        if let Some((scale, d)) = self.lokr(module, get, alpha.clone()?, out_rows, in_cols)? {
+            g.per_target(out, |r0, r1| Term::Diff { d: d[r0 * in_cols..r1 * in_cols].to_vec(), scale: s * scale });
+        }
+        match (get(Part::A), get(Part::B)) {
+            (Some((an, a)), Some((bn, b))) => {
+                let rank = a.shape[0];
+                if a.shape != [rank, in_cols] || b.shape != [out_rows, rank] {
+                    return Err(format!(
+                        "'{an}' {:?} / '{bn}' {:?} do not make a [{out_rows}, {in_cols}] weight",
+                        a.shape, b.shape
+                    ));
                 }
+                let alpha = alpha?.unwrap_or(rank as f32);
+                let divisor = if self.rslora { (rank as f32).sqrt() } else { rank as f32 };
+                let scale = s * alpha / divisor;
+                g.per_target(out, |r0, r1| Term::Lora {
+                    a: a.data.clone(),
+                    b: b.data[r0 * rank..r1 * rank].to_vec(),
+                    rank,
+                    scale,
+                });
             }
-            match (get(Part::A), get(Part::B)) {
-                (Some((an, a)), Some((bn, b))) => {
-                    let rank = a.shape[0];
-                    if a.shape != [rank, in_cols] || b.shape != [out_rows, rank] {
-                        return Err(format!(
-                            "'{an}' {:?} / '{bn}' {:?} do not make a [{out_rows}, {in_cols}] weight",
-                            a.shape, b.shape
-                        ));
-                    }
-                    let alpha = alpha?.unwrap_or(rank as f32);
-                    let divisor = if self.rslora { (rank as f32).sqrt() } else { rank as f32 };
-                    let scale = s * alpha / divisor;
-                    for (t, (r0, r1)) in targets.iter().zip(&splits) {
-                        out.entry(format!("{t}.weight")).or_default().push(Term::Lora {
-                            a: a.data.clone(),
-                            b: b.data[r0 * rank..r1 * rank].to_vec(),
-                            rank,
-                            scale,
-                        });
-                    }
-                }
-                (Some((n, _)), None) | (None, Some((n, _))) => {
-                    return Err(format!("'{n}': a LoRA factor without its pair"))
-                }
-                (None, None) => {
-                    let lokr = [Part::W1, Part::W1a, Part::W2, Part::W2a].iter().any(|p| get(*p).is_some());
-                    if let (Some((n, _)), false) = (get(Part::Alpha), lokr) {
-                        return Err(format!("'{n}': an alpha without LoRA or LoKr factors"));
-                    }
-                }
+            (Some((n, _)), None) | (None, Some((n, _))) => {
+                return Err(format!("'{n}': a LoRA factor without its pair"))
             }
-            if let Some((n, d)) = get(Part::Diff { bias: false }) {
-                if d.data.len() != out_rows * in_cols {
-                    return Err(format!("'{n}' {:?} is not a [{out_rows}, {in_cols}] weight", d.shape));
-                }
-                for (t, (r0, r1)) in targets.iter().zip(&splits) {
-                    out.entry(format!("{t}.weight"))
-                        .or_default()
-                        .push(Term::Diff { d: d.data[r0 * in_cols..r1 * in_cols].to_vec(), scale: s });
-                }
-            }
-            if let Some((n, d)) = get(Part::Diff { bias: true }) {
-                let tensor = format!("{module}.bias");
-                let want = shapes.get(&tensor).ok_or_else(|| format!("'{n}': the backbone has no {tensor}"))?;
-                if d.data.len() != want.iter().product::<usize>() {
-                    return Err(format!("'{n}' {:?} does not fit a {want:?} bias", d.shape));
-                }
-                out.entry(tensor).or_default().push(Term::Diff { d: d.data.clone(), scale: s });
-            }
-            for bias in [false, true] {
-                if let Some((n, f)) = get(Part::Full { bias }) {
-                    let tensor = format!("{module}.{}", if bias { "bias" } else { "weight" });
-                    let want = shapes.get(&tensor).ok_or_else(|| format!("'{n}': the backbone has no {tensor}"))?;
-                    if targets.len() != 1
-                        || !matches!(
-                            module.as_str(),
-                            "vae2llm" | "llm2vae" | "time_embedder.mlp.0" | "time_embedder.mlp.2"
-                        )
-                    {
-                        return Err(format!("'{n}': a full replacement is only taken for vae2llm and llm2vae"));
-                    }
-                    if f.data.len() != want.iter().product::<usize>() {
-                        return Err(format!("'{n}' {:?} does not replace a {want:?} tensor", f.shape));
-                    }
-                    out.entry(tensor).or_default().push(Term::Replace { f: f.data.clone(), scale: s });
+            (None, None) => {
+                let lokr = [Part::W1, Part::W1a, Part::W2, Part::W2a].iter().any(|p| get(*p).is_some());
+                if let (Some((n, _)), false) = (get(Part::Alpha), lokr) {
+                    return Err(format!("'{n}': an alpha without LoRA or LoKr factors"));
                 }
             }
         }
-        Ok(out)
+        if let Some((n, d)) = get(Part::Diff { bias: false }) {
+            if d.data.len() != out_rows * in_cols {
+                return Err(format!("'{n}' {:?} is not a [{out_rows}, {in_cols}] weight", d.shape));
+            }
+            g.per_target(out, |r0, r1| Term::Diff { d: d.data[r0 * in_cols..r1 * in_cols].to_vec(), scale: s });
+        }
+        if let Some((n, d)) = get(Part::Diff { bias: true }) {
+            let tensor = format!("{module}.bias");
+            let want = shapes.get(&tensor).ok_or_else(|| format!("'{n}': the backbone has no {tensor}"))?;
+            if d.data.len() != want.iter().product::<usize>() {
+                return Err(format!("'{n}' {:?} does not fit a {want:?} bias", d.shape));
+            }
+            out.entry(tensor).or_default().push(Term::Diff { d: d.data.clone(), scale: s });
+        }
+        for bias in [false, true] {
+            if let Some((n, f)) = get(Part::Full { bias }) {
+                let (tensor, term) = full_replacement(module, &g, n, f, bias, s, shapes)?;
+                out.entry(tensor).or_default().push(term);
+            }
+        }
+        Ok(())
     }
 
     /// A module's LoKr delta, when it has LoKr factors: its scale (before the strength:
