@@ -261,7 +261,7 @@ pub fn chord_wav(seconds: f64, rate: u32) -> (Vec<u8>, yued_audio::Pcm) {
 /// The codes the engine gives `pcm` with the tokenizer head `head` (MERT beside it).
 pub fn engine_codes(head: &Path, pcm: &yued_audio::Pcm) -> String {
     use yued_engine::models::audio_tokenizer::pipeline::{AudioTokenizer, SAMPLE_RATE};
-    let backend = yued_engine::ggml::Backend::new("CPU").unwrap();
+    let backend = yued_engine::ggml::Backend::cpu(1).unwrap(); // one thread: a daemon may share the cores
     let mut tok = AudioTokenizer::open(head, &backend).unwrap();
     let mut run = tok.start(yued_audio::resample::mono_at(pcm, SAMPLE_RATE).unwrap()).unwrap();
     while run.step(&mut tok, &backend).unwrap() {}
@@ -272,7 +272,7 @@ pub fn engine_codes(head: &Path, pcm: &yued_audio::Pcm) -> String {
 /// why there is none.
 pub fn engine_score(head: &Path, pcm: &yued_audio::Pcm, melody_only: bool) -> Result<String, String> {
     use yued_engine::models::sheetsage2::pipeline::{Transcriber, SAMPLE_RATE};
-    let backend = yued_engine::ggml::Backend::new("CPU").unwrap();
+    let backend = yued_engine::ggml::Backend::cpu(1).unwrap(); // one thread: a daemon may share the cores
     let mut tr = Transcriber::open(head, &backend).unwrap();
     let mut run = tr.start(yued_audio::resample::mono_at(pcm, SAMPLE_RATE).unwrap()).unwrap();
     while run.step(&mut tr, &backend).unwrap() {}
