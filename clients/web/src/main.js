@@ -1068,12 +1068,20 @@ function trackTranscription(job) {
       stage.textContent = "";
       why.hidden = false;
       why.textContent = info.error;
-      if (info.error.startsWith("no score: ")) {
-        const hint = document.createElement("span");
-        hint.className = "muted hint";
-        hint.textContent = demoWeights
+      // What the two reasons a recording gives no score mean (the notation's, the windows').
+      let meaning = null;
+      if (info.error.startsWith("no score: "))
+        meaning = demoWeights
           ? " (the notes heard make no score: the demo's random weights seldom write one)"
           : " (the notes the transcriber heard in this recording make no score)";
+      else if (info.error.includes("Overlap prefix fills the context"))
+        meaning = demoWeights
+          ? " (the demo's random weights write each window full, so a recording longer than one window stops at its next)"
+          : " (a window's events left the next one no room to continue them)";
+      if (meaning) {
+        const hint = document.createElement("span");
+        hint.className = "muted hint";
+        hint.textContent = meaning;
         why.append(hint);
       }
     }
