@@ -936,6 +936,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         .with_context(|| format!("creating {}", c.data_dir.join("links").display()))?;
     let metrics = Metrics::new();
     let residency = residency(&c, &models, context);
+    tracing::info!("{}", yued_engine::ggml::CpuSimd::detect().describe());
     tracing::info!(keep_loaded = residency.keep_loaded, reason = %residency.reason, "residency");
     props.residency = if residency.keep_loaded { "keep-loaded" } else { "strict" }.into();
     props.residency_reason = residency.reason.clone();

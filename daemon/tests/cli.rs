@@ -1115,6 +1115,41 @@ fn the_minimax_batching_bench_writes_the_same_songs_both_ways() {
     assert!(out.contains("the prefill stall"), "{out}");
 }
 
+/// `yued bench --only batching` on the tiny YuE2 demo with the client counts and turns asked
+/// for: each count's rows, each turn's ratio in the batched row, and the header naming what
+/// ggml's CPU kernels were built for.
+#[test]
+fn the_batching_bench_runs_the_client_counts_asked_in_turns() {
+    let dir = tempfile::tempdir().unwrap();
+    let cache = dir.path().join("models");
+    let out = ok(&[
+        "bench",
+        "--preset",
+        "tiny",
+        "--only",
+        "batching",
+        "--batching-clients",
+        "1,3",
+        "--batching-reps",
+        "2",
+        "--batching-seconds",
+        "2",
+        "--reps",
+        "1",
+        "--cache",
+        s(&cache),
+    ]);
+    assert!(out.lines().any(|l| l.starts_with("# ") && l.contains("ggml CPU kernels built for")), "{out}");
+    for (c, rows) in [(1, 2), (3, 6)] {
+        let batched = format!("AR, {c} clients of 2 s, one batch ({rows} rows)");
+        let row = out.lines().find(|l| l.contains(&batched)).unwrap_or_else(|| panic!("{out}"));
+        let turns = row.split("(each turn: ").nth(1).and_then(|r| r.split(')').next()).expect(row);
+        assert_eq!(turns.split(", ").filter(|r| r.parse::<f64>().is_ok_and(|x| x > 0.0)).count(), 2, "{row}");
+        assert!(out.contains(&format!("AR, {c} clients of 2 s, one after another")), "{out}");
+    }
+    assert!(!out.contains("AR, 2 clients") && !out.contains("AR, 4 clients"), "{out}");
+}
+
 /// `yued bench --only transcribe` on the tiny listening demo, written into the bench cache (the
 /// SheetSage2 head beside the MERT): a row per recording with its windows and tokens, then the
 /// decoder step and the window's encoding. One thread: the tests run side by side, and two

@@ -29,6 +29,16 @@ fn client_song(seconds: f64, code_rate: f64, i: usize) -> anyhow::Result<Setting
     Ok(yued_actors::settings::yue2(&req)?)
 }
 
+/// Each turn's batched / serial ratio, when the section took several turns.
+fn turn_ratios(ratios: impl Iterator<Item = f64>) -> String {
+    let r: Vec<String> = ratios.map(|r| format!("{r:.2}")).collect();
+    if r.len() > 1 {
+        format!(" (each turn: {})", r.join(", "))
+    } else {
+        String::new()
+    }
+}
+
 /// Codes a finished writer wrote.
 fn codes_of(items: &[Written]) -> usize {
     items.iter().map(|w| if let Written::Codes(m) = w { m.codes.len() } else { 0 }).sum()
@@ -138,7 +148,7 @@ pub fn run(a: &BenchArgs, model: &Path, vae: &Path, t: &mut Table) -> anyhow::Re
     let mut p = Pipeline::load(model, vae, a.device.open()?, &PipelineOptions::default())?;
     let code_rate = p.audio_spec().code_rate;
     let seconds = a.batching_seconds;
-    let clients = if a.quick { vec![1, 2, 4] } else { vec![1, 2, 4, 8] };
+    let clients = super::bench_common::batching_clients(a);
     // The first chunk of a streamed song: `stream_chunk_seconds` of codes (the whole song
     // when it is shorter).
     let chunk = ((a.stream_seconds.min(seconds) * code_rate) as usize).max(1);
@@ -148,33 +158,41 @@ pub fn run(a: &BenchArgs, model: &Path, vae: &Path, t: &mut Table) -> anyhow::Re
     batched(&mut st, &warm, chunk)?;
     for c in clients {
         let songs: Vec<Settings> = (0..c).map(|i| client_song(seconds, code_rate, i)).collect::<Result<_, _>>()?;
-        let one = serial(&mut st, &songs, chunk)?;
-        let all = batched(&mut st, &songs, chunk)?;
-        anyhow::ensure!(one.codes == all.codes, "batching changed the codes written: {} vs {}", one.codes, all.codes);
+        // Both ways in turn, so that a slow spell of the host falls on both alike.
+        let (mut one, mut all) = (Vec::new(), Vec::new());
+        for _ in 0..a.batching_reps.max(1) {
+            one.push(serial(&mut st, &songs, chunk)?);
+            all.push(batched(&mut st, &songs, chunk)?);
+            let (o, b) = (&one[one.len() - 1], &all[all.len() - 1]);
+            anyhow::ensure!(o.codes == b.codes, "batching changed the codes written: {} vs {}", o.codes, b.codes);
+        }
         let rows = songs.iter().map(Writer::max_rows).sum::<usize>();
+        let median = |runs: &[Run], f: &dyn Fn(&Run) -> f64| stats(runs.iter().map(f).collect()).median;
         let per_hour = |r: &Run| c as f64 * 3600.0 / r.seconds;
         let tps = |r: &Run| r.codes as f64 / r.seconds;
+        let first = |r: &Run| r.last_first_chunk;
+        let pairs = turn_ratios(one.iter().zip(&all).map(|(o, b)| tps(b) / tps(o)));
         t.push(
             "batching",
             format!("AR, {c} clients of {seconds:.0} s, one after another"),
             "codes/s",
-            stats(vec![tps(&one)]),
+            stats(one.iter().map(tps).collect()),
             format!(
                 "{:.0} songs/h; the last client's first {chunk} codes at {:.1} s",
-                per_hour(&one),
-                one.last_first_chunk
+                median(&one, &per_hour),
+                median(&one, &first)
             ),
         );
         t.push(
             "batching",
             format!("AR, {c} clients of {seconds:.0} s, one batch ({rows} rows)"),
             "codes/s",
-            stats(vec![tps(&all)]),
+            stats(all.iter().map(tps).collect()),
             format!(
-                "{:.2}x serial; {:.0} songs/h; the last client's first {chunk} codes at {:.1} s",
-                tps(&all) / tps(&one),
-                per_hour(&all),
-                all.last_first_chunk
+                "{:.2}x serial{pairs}; {:.0} songs/h; the last client's first {chunk} codes at {:.1} s",
+                median(&all, &tps) / median(&one, &tps),
+                median(&all, &per_hour),
+                median(&all, &first)
             ),
         );
     }
@@ -324,14 +342,21 @@ pub mod mm3 {
         Ok((stats(plain).median, stats(joined).median))
     }
 
-    /// The table's rows: `clients` counts, each client a `seconds` song under guidance.
+    /// What the section runs: the client counts, each written both ways `reps` times in
+    /// turn, and the repetitions of the prefill stall.
+    pub struct Runs<'a> {
+        pub clients: &'a [usize],
+        pub reps: usize,
+        pub stall_reps: usize,
+    }
+
+    /// The table's rows: `runs.clients` counts, each client a `seconds` song under guidance.
     pub fn run(
         m: &mut Models<'_>,
         long: &Prompt,
         seconds: f64,
         stream_seconds: f64,
-        clients: &[usize],
-        reps: usize,
+        runs: &Runs<'_>,
         t: &mut Table,
     ) -> anyhow::Result<()> {
         let frames = (seconds * 25.0).round() as usize;
@@ -339,39 +364,44 @@ pub mod mm3 {
         // When the last client has written its first `stream_seconds` of frames.
         let first = ((stream_seconds.min(seconds) * 25.0) as usize).max(1);
         batched(m, &ArSettings { max_frames: 8, ..s }, 2, 1)?;
-        for &c in clients {
-            let one = serial(m, &s, c, first)?;
-            let all = batched(m, &s, c, first)?;
-            anyhow::ensure!(one.songs == all.songs, "batching changed the songs written");
+        for &c in runs.clients {
+            let (mut one, mut all) = (Vec::new(), Vec::new());
+            for _ in 0..runs.reps.max(1) {
+                one.push(serial(m, &s, c, first)?);
+                all.push(batched(m, &s, c, first)?);
+                anyhow::ensure!(one[one.len() - 1].songs == all[all.len() - 1].songs, "batching changed the songs");
+            }
+            let median = |v: &[Run], f: &dyn Fn(&Run) -> f64| stats(v.iter().map(f).collect()).median;
             let per_hour = |r: &Run| c as f64 * 3600.0 / r.seconds;
             let fps = |r: &Run| frames_of(&r.songs) as f64 / r.seconds;
             // A song the LM ended before `first` frames never reaches it.
-            let at = |r: &Run| match r.last_first {
-                Some(t) => format!("the last client's first {first} frames at {t:.1} s"),
+            let at = |v: &[Run]| match v.iter().map(|r| r.last_first).collect::<Option<Vec<f64>>>() {
+                Some(t) => format!("the last client's first {first} frames at {:.1} s", stats(t).median),
                 None => format!("the last client's song ended before {first} frames"),
             };
             t.push(
                 "batching",
                 format!("MiniMax AR, {c} clients of {seconds:.0} s, one after another"),
                 "frames/s",
-                stats(vec![fps(&one)]),
-                format!("{:.0} songs/h; {}", per_hour(&one), at(&one)),
+                stats(one.iter().map(fps).collect()),
+                format!("{:.0} songs/h; {}", median(&one, &per_hour), at(&one)),
             );
             t.push(
                 "batching",
                 format!("MiniMax AR, {c} clients of {seconds:.0} s, one batch ({} rows)", 2 * c),
                 "frames/s",
-                stats(vec![fps(&all)]),
+                stats(all.iter().map(fps).collect()),
                 format!(
-                    "{:.2}x serial, the same songs; {:.0} songs/h; {}",
-                    fps(&all) / fps(&one),
-                    per_hour(&all),
+                    "{:.2}x serial{}, the same songs; {:.0} songs/h; {}",
+                    median(&all, &fps) / median(&one, &fps),
+                    super::turn_ratios(one.iter().zip(&all).map(|(o, b)| fps(b) / fps(o))),
+                    median(&all, &per_hour),
                     at(&all)
                 ),
             );
         }
         let others = 3;
-        let (plain, joined) = stall(m, &s, long, others, reps)?;
+        let (plain, joined) = stall(m, &s, long, others, runs.stall_reps)?;
         t.push(
             "batching",
             format!("MiniMax AR step of {others} songs, a joining prompt's first piece before it"),

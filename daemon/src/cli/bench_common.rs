@@ -69,6 +69,14 @@ pub struct BenchArgs {
     /// full shapes on a CPU it is some minutes a client count).
     #[arg(long, default_value_t = 10.0)]
     pub batching_seconds: f64,
+    /// Client counts of the batching section, comma separated (default 1,2,4,8; --quick:
+    /// 1,2,4).
+    #[arg(long, value_delimiter = ',')]
+    pub batching_clients: Option<Vec<usize>>,
+    /// Times the batching section writes each client count's songs both ways, one way then
+    /// the other in turn (a noisy host moves both alike); its rows are the medians.
+    #[arg(long, default_value_t = 1)]
+    pub batching_reps: usize,
     /// `stream_chunk_seconds` of the stream section's streaming rows (and the first chunk
     /// the batching section times).
     #[arg(long, default_value_t = 5.0)]
@@ -166,6 +174,9 @@ impl Table {
 
     /// The table on stdout, and the rows as JSON with `--json`.
     pub fn report(&self, a: &BenchArgs, label: &str, device: &str, threads: usize) -> anyhow::Result<()> {
+        // What the CPU kernels were compiled for moves every compute-bound row.
+        let simd = yued_engine::ggml::CpuSimd::detect();
+        println!("# {label}, device {device}, {threads} threads; {}", simd.describe());
         println!("{:<8} {:<46} {:>10} {:>10} {:>10}  {:<10} note", "section", "what", "median", "min", "max", "unit");
         for r in &self.rows {
             println!(
@@ -175,11 +186,20 @@ impl Table {
         }
         if let Some(path) = &a.json {
             let doc = serde_json::json!({ "model": label, "device": device, "threads": threads, "reps": a.reps,
-                "rows": self.rows });
+                "cpu_kernels": simd.built, "cpu_unused": simd.unused, "rows": self.rows });
             std::fs::write(path, serde_json::to_vec_pretty(&doc)?)
                 .with_context(|| format!("writing {}", path.display()))?;
         }
         Ok(())
+    }
+}
+
+/// The batching section's client counts.
+pub fn batching_clients(a: &BenchArgs) -> Vec<usize> {
+    match &a.batching_clients {
+        Some(c) => c.clone(),
+        None if a.quick => vec![1, 2, 4],
+        None => vec![1, 2, 4, 8],
     }
 }
 

@@ -129,11 +129,12 @@ fn bench_batching(c: &Ctx<'_>, t: &mut Table) -> anyhow::Result<()> {
     let reps = lm_model.prefill_chunk / p.cond.len().max(1) + 2;
     let long = prompt::Prompt { cond: p.cond.repeat(reps), uncond: p.uncond.repeat(reps) };
     let mut depth = DepthModel::load(&c.open(1)?, lm_model.hidden(), c.backend)?;
-    let clients: &[usize] = if c.a.quick { &[1, 2, 4] } else { &[1, 2, 4, 8] };
+    let clients = super::bench_common::batching_clients(c.a);
     let reps = if c.a.quick { 1 } else { c.a.reps.min(3) };
     let mut m =
         super::bench_batching::mm3::Models { backend: c.backend, lm: &mut lm_model, depth: &mut depth, prompt: &p };
-    super::bench_batching::mm3::run(&mut m, &long, c.a.batching_seconds, c.a.stream_seconds, clients, reps, t)
+    let runs = super::bench_batching::mm3::Runs { clients: &clients, reps: c.a.batching_reps, stall_reps: reps };
+    super::bench_batching::mm3::run(&mut m, &long, c.a.batching_seconds, c.a.stream_seconds, &runs, t)
 }
 
 /// The LM's step alone (and llama.cpp's on the same weights, with `--llama-cpp`).

@@ -142,6 +142,77 @@ pub fn device_names() -> Vec<String> {
     }
 }
 
+/// The vector extensions ggml's CPU kernels were compiled for, and those this CPU has that
+/// they leave unused. A portable release build targets AVX2; a build with
+/// `RUSTFLAGS="-C target-cpu=native"` compiles ggml for the host (AVX-512 and VNNI where
+/// present), which the compute-bound work (prefill, batched decode steps, the NAR, the
+/// VAE) feels most.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuSimd {
+    pub built: Vec<&'static str>,
+    pub unused: Vec<&'static str>,
+}
+
+impl CpuSimd {
+    /// What the linked ggml was built with and what this CPU adds.
+    pub fn detect() -> Self {
+        // SAFETY: each of these returns a compile-time constant of the ggml CPU backend.
+        let has = |f: unsafe extern "C" fn() -> std::os::raw::c_int| unsafe { f() } != 0;
+        let built: Vec<&'static str> = [
+            (has(sys::ggml_cpu_has_avx2), "AVX2"),
+            (has(sys::ggml_cpu_has_fma), "FMA"),
+            (has(sys::ggml_cpu_has_avx_vnni), "AVX-VNNI"),
+            (has(sys::ggml_cpu_has_avx512), "AVX-512"),
+            (has(sys::ggml_cpu_has_avx512_vnni), "AVX-512 VNNI"),
+            (has(sys::ggml_cpu_has_avx512_bf16), "AVX-512 BF16"),
+            (has(sys::ggml_cpu_has_neon), "NEON"),
+            (has(sys::ggml_cpu_has_dotprod), "DOTPROD"),
+            (has(sys::ggml_cpu_has_matmul_int8), "I8MM"),
+            (has(sys::ggml_cpu_has_sve), "SVE"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect();
+        let unused = host_simd().into_iter().filter(|f| !built.contains(f)).collect();
+        CpuSimd { built, unused }
+    }
+
+    /// One line for a log or a benchmark's header.
+    pub fn describe(&self) -> String {
+        let built = if self.built.is_empty() { "no vector extensions".to_string() } else { self.built.join(", ") };
+        if self.unused.is_empty() {
+            format!("ggml CPU kernels built for {built}")
+        } else {
+            format!(
+                "ggml CPU kernels built for {built}; this CPU also has {} (a build with \
+                 RUSTFLAGS=\"-C target-cpu=native\" uses them)",
+                self.unused.join(", ")
+            )
+        }
+    }
+}
+
+/// The x86 extensions ggml can use that this CPU reports (none elsewhere).
+fn host_simd() -> Vec<&'static str> {
+    #[cfg(target_arch = "x86_64")]
+    {
+        [
+            (std::arch::is_x86_feature_detected!("avx2"), "AVX2"),
+            (std::arch::is_x86_feature_detected!("fma"), "FMA"),
+            (std::arch::is_x86_feature_detected!("avx512f"), "AVX-512"),
+            (std::arch::is_x86_feature_detected!("avx512vnni"), "AVX-512 VNNI"),
+            (std::arch::is_x86_feature_detected!("avx512bf16"), "AVX-512 BF16"),
+        ]
+        .into_iter()
+        .filter_map(|(on, name)| on.then_some(name))
+        .collect()
+    }
+    #[cfg(not(target_arch = "x86_64"))]
+    {
+        Vec::new()
+    }
+}
+
 /// An arena of tensor metadata and graph nodes. Created with `no_alloc`: tensor data
 /// always lives in a backend [`Buffer`], never inside the context.
 pub struct Context {

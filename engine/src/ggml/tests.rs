@@ -14,6 +14,25 @@ fn cpu_device_is_listed_and_unknown_device_is_an_error() {
 }
 
 #[test]
+fn the_cpu_kernels_name_what_they_were_built_for_and_what_the_host_adds() {
+    let simd = CpuSimd::detect();
+    if cfg!(target_arch = "x86_64") {
+        // The portable build's baseline; a native build on a machine that runs the suite too.
+        assert!(simd.built.contains(&"AVX2"), "{simd:?}");
+        // A binary whose kernels need an extension the host lacks could not have run this far.
+        for f in &simd.built {
+            if ["AVX2", "FMA", "AVX-512", "AVX-512 VNNI", "AVX-512 BF16"].contains(f) {
+                assert!(host_simd().contains(f), "{f} built, not on this host: {simd:?}");
+            }
+        }
+    }
+    assert!(simd.unused.iter().all(|f| !simd.built.contains(f)), "{simd:?}");
+    let line = simd.describe();
+    assert!(line.starts_with("ggml CPU kernels built for "), "{line}");
+    assert_eq!(line.contains("target-cpu=native"), !simd.unused.is_empty(), "{line}");
+}
+
+#[test]
 fn mul_mat_add_and_norm_match_reference() {
     let backend = backend();
     let wctx = Context::new(2, 0).unwrap();
