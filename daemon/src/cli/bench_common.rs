@@ -71,11 +71,11 @@ pub struct BenchArgs {
     pub batching_seconds: f64,
     /// Client counts of the batching section, comma separated (default 1,2,4,8; --quick:
     /// 1,2,4).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batching_clients: Option<Vec<usize>>,
     /// Times the batching section writes each client count's songs both ways, one way then
     /// the other in turn (a noisy host moves both alike); its rows are the medians.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = 1, value_parser = clap::builder::RangedU64ValueParser::<usize>::new().range(1..))]
     pub batching_reps: usize,
     /// `stream_chunk_seconds` of the stream section's streaming rows (and the first chunk
     /// the batching section times).
