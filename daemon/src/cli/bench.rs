@@ -147,7 +147,7 @@ fn bench_decode(
     let lengths = c.a.cache_lengths.clone().unwrap_or(if c.a.quick { vec![0, 512] } else { vec![0, 2048, 8192] });
     // llama.cpp's filled contexts, one per cache length, shared by the batch sizes.
     let mut sessions = std::collections::BTreeMap::new();
-    for (batch, what) in [(1usize, "batch 1"), (2, "guidance pair"), (4, "lm_batch_size 4")] {
+    for (batch, what) in [(1usize, "batch 1"), (2, "guidance pair"), (4, "lm_batch_size 4"), (8, "four guided songs")] {
         for &len in &lengths {
             // One set of `batch` streams, as the semantic stage holds its batch.
             let mut sets = vec![KvSet::with_streams(c.backend, c.info.config.kv_dims(), len + 1, batch)?];
@@ -211,7 +211,7 @@ fn bench_decode(
                 let session = match sessions.entry(len) {
                     std::collections::btree_map::Entry::Occupied(e) => e.into_mut(),
                     std::collections::btree_map::Entry::Vacant(e) => {
-                        e.insert(l.session(4, len, c.threads).map_err(|e| anyhow::anyhow!(e))?)
+                        e.insert(l.session(8, len, c.threads).map_err(|e| anyhow::anyhow!(e))?)
                     }
                 };
                 let ls = stats(session.steps(batch, c.a.reps.max(1)).map_err(|e| anyhow::anyhow!(e))?);

@@ -62,6 +62,7 @@ pub fn set_thread_priority(p: ComputePriority) {
     let _ = p;
 }
 mod ops;
+pub mod q8;
 mod store;
 mod types;
 
@@ -218,6 +219,8 @@ fn host_simd() -> Vec<&'static str> {
 pub struct Context {
     ptr: NonNull<sys::ggml_context>,
     mem_size: usize,
+    /// See [`Context::set_row_exact_products`].
+    row_exact_products: std::cell::Cell<bool>,
 }
 
 // SAFETY: a ggml context is plain memory owned by this value; it is moved between threads
@@ -237,7 +240,9 @@ impl Context {
         let params = sys::ggml_init_params { mem_size, mem_buffer: std::ptr::null_mut(), no_alloc: true };
         // SAFETY: ggml_init allocates its own buffer; NULL on failure.
         let ptr = unsafe { sys::ggml_init(params) };
-        NonNull::new(ptr).map(|ptr| Context { ptr, mem_size }).ok_or(GgmlError::Context(mem_size))
+        NonNull::new(ptr)
+            .map(|ptr| Context { ptr, mem_size, row_exact_products: std::cell::Cell::new(false) })
+            .ok_or(GgmlError::Context(mem_size))
     }
 
     pub(crate) fn raw(&self) -> *mut sys::ggml_context {
@@ -789,7 +794,9 @@ impl Drop for CpuTurn<'_> {
 /// output row's rounding depends on the rows computed beside it and on how many there are.
 /// Its reference kernels compute every output row from that row's inputs alone, in one
 /// order: a token gives the same bits whether it runs alone, beside other jobs' tokens, one
-/// a step or many in one forward.
+/// a step or many in one forward. A graph built for them takes its Q8_0 products of four
+/// rows or more from [`q8`] (the reference's bits, each weight block loaded once for a tile
+/// of rows) when the CPU has AVX2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernels {
     Fast,

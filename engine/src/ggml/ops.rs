@@ -17,6 +17,8 @@ impl Context {
     }
 
     /// `a^T b` in ggml terms: a [K, M], b [K, N, ...] -> [M, N, ...].
+    /// In a graph built for the row-exact kernels, a Q8_0 weight times F32 activations takes
+    /// [`Context::mul_mat_q8_rows`] (the same bits, each weight block loaded once per tile).
     pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         let (na, nb) = (a.ne(), b.ne());
         assert!(
@@ -27,6 +29,9 @@ impl Context {
             a.name(),
             b.name()
         );
+        if self.takes_q8_rows(&a, &b) {
+            return self.mul_mat_q8_rows(a, b);
+        }
         // SAFETY: shapes checked; both tensors live at least as long as 'a.
         self.op(|| unsafe { sys::ggml_mul_mat(self.raw(), a.raw(), b.raw()) })
     }

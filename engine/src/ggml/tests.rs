@@ -238,3 +238,50 @@ fn a_graph_over_its_size_is_an_error_naming_it() {
     assert!(alloc_err.is_none(), "{alloc_err:?}");
     assert_eq!(n, 10);
 }
+
+/// The row-exact graphs' Q8_0 product (`q8`) against ggml's reference product on the same
+/// inputs: bit for bit, at batch sizes that hit every tile shape, with a weight whose row
+/// count leaves a remainder group and two threads splitting the groups.
+#[test]
+fn the_row_exact_q8_product_gives_the_reference_kernels_bits_at_any_batch() {
+    let simd = CpuSimd::detect();
+    if !q8::available() || !simd.built.contains(&"AVX2") || !simd.built.contains(&"FMA") {
+        eprintln!("skipped: the Q8_0 row product needs an AVX2 + FMA host and ggml built for them ({simd:?})");
+        return;
+    }
+    let backend = Backend::cpu(2).unwrap();
+    let (k, n) = (256usize, 23usize);
+    let mut state = 0x2545f491u64;
+    let mut rand = move || {
+        state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+        ((state >> 40) as f32 / (1u64 << 24) as f32) * 2.0 - 1.0
+    };
+    let wv: Vec<f32> = (0..k * n).map(|_| rand()).collect();
+    // Row j of the activations is the same whatever the batch, so its outputs must be too.
+    let xv: Vec<f32> = (0..k * 19).map(|i| rand() * (1.0 + (i / k) as f32)).collect();
+    let wctx = Context::new(1, 0).unwrap();
+    let w = wctx.new_tensor(GgmlType::Q8_0, &[k as i64, n as i64]);
+    let _buf = Buffer::alloc_ctx_tensors(&wctx, &backend, "w").unwrap();
+    w.write_bytes(0, &quantize(GgmlType::Q8_0, &wv, k));
+    let run = |m: usize, rows: bool| {
+        let gctx = Context::for_graph(16).unwrap();
+        gctx.set_row_exact_products(rows);
+        let x = gctx.new_tensor(GgmlType::F32, &[k as i64, m as i64]).set_input();
+        assert_eq!(gctx.takes_q8_rows(&w, &x), rows && m >= 4);
+        let y = gctx.mul_mat(w, x).set_output();
+        assert_eq!(y.ne(), [n as i64, m as i64, 1, 1]);
+        let mut g = gctx.new_graph("q8", 16);
+        g.expand(y);
+        let mut alloc = Allocator::new(&backend);
+        alloc.alloc_graph(&g).unwrap();
+        x.write_f32(&xv[..k * m]);
+        backend.compute_on(&g, Kernels::RowExact).unwrap();
+        y.read_f32().iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+    };
+    let all = run(19, false);
+    for m in [1, 2, 3, 4, 5, 8, 9, 16, 19] {
+        let reference = run(m, false);
+        assert_eq!(reference[..], all[..n * m], "the reference kernels are row-exact at batch {m}");
+        assert_eq!(run(m, true), reference, "the Q8_0 row product at batch {m}");
+    }
+}

@@ -223,7 +223,8 @@ impl CausalLm {
         }
         let runs = run_shapes(sets, &at, &counts, &used, window_step(backend));
         let embeds = matches!(input, StepInput::Embeds(_));
-        let key = StepKey { runs, rows: rows.clone(), positions, embeds, hidden };
+        let row_exact = kernels == Kernels::RowExact && backend.has_row_exact_kernels();
+        let key = StepKey { runs, rows: rows.clone(), positions, embeds, hidden, row_exact };
         let mut stores = vec![&self.weights];
         stores.extend(used.iter().map(|&si| sets[si].store()));
         let n_nodes = graph_nodes(c.layers.len(), key.runs.len());
@@ -321,6 +322,8 @@ struct StepKey {
     positions: Positions,
     embeds: bool,
     hidden: bool,
+    /// Built for the CPU's row-exact kernels: its Q8_0 products take `mul_mat_q8_rows`.
+    row_exact: bool,
 }
 
 /// A step's sequences against their caches: each has new tokens, a stream of its own with
@@ -482,6 +485,7 @@ fn build_step<'a>(
     stores: &[&'a TensorStore],
     key: &StepKey,
 ) -> Vec<Tensor<'a>> {
+    gctx.set_row_exact_products(key.row_exact);
     let weights = stores[0];
     let n_tok: i64 = key.runs.iter().map(|r| (r.tokens * r.streams) as i64).sum();
     let n_out: i64 = match key.positions {

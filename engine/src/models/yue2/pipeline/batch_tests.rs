@@ -16,8 +16,20 @@ fn k_bits(kv: &KvSet) -> u64 {
 }
 
 fn pipeline() -> (tempfile::TempDir, Pipeline) {
+    pipeline_of(false)
+}
+
+/// The tiny demo, its backbone's matrices in Q8_0 with `q8` (the published weights' type:
+/// the row-exact steps then take the CPU's Q8_0 row product, `ggml::q8`).
+fn pipeline_of(q8: bool) -> (tempfile::TempDir, Pipeline) {
     let dir = tempfile::tempdir().unwrap();
-    let (bb, vae) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
+    let (mut bb, vae) = write_demo(dir.path(), Preset::Tiny, 1, &mut |_, _| {}).unwrap();
+    if q8 {
+        let q = dir.path().join("backbone-q8_0.gguf");
+        crate::models::quantize::quantize_file(&bb, &q, crate::models::quantize::QuantTarget::Q8_0, &mut |_, _| {})
+            .unwrap();
+        bb = q;
+    }
     let opts = PipelineOptions { vae_core: 16, vae_halo: 16, prefill_chunk: 8, ..Default::default() };
     (dir, Pipeline::load(&bb, &vae, Backend::for_tests(2), &opts).unwrap())
 }
@@ -83,7 +95,16 @@ fn alone(p: &mut Pipeline, s: &Settings) -> Outcome {
 
 #[test]
 fn songs_decoded_beside_other_jobs_are_the_songs_decoded_alone() {
-    let (_d, mut p) = pipeline();
+    batched_songs_are_the_songs_alone(false);
+}
+
+#[test]
+fn songs_decoded_beside_other_jobs_are_the_songs_decoded_alone_on_q8_0_weights() {
+    batched_songs_are_the_songs_alone(true);
+}
+
+fn batched_songs_are_the_songs_alone(q8: bool) {
+    let (_d, mut p) = pipeline_of(q8);
     let jobs = jobs();
     let want: Vec<Outcome> = jobs.iter().map(|(_, s)| alone(&mut p, s)).collect();
     // The demo's random weights write malformed scores: the planning jobs fail after their
@@ -164,7 +185,16 @@ fn a_prompt_prefilled_in_pieces_gives_the_logits_of_one_forward() {
 /// exactly what the NAR of the song did.
 #[test]
 fn a_written_songs_set_is_the_set_its_replay_prefills() {
-    let (_d, mut p) = pipeline();
+    written_set_is_the_replays(false);
+}
+
+#[test]
+fn a_written_songs_set_is_the_set_its_replay_prefills_on_q8_0_weights() {
+    written_set_is_the_replays(true);
+}
+
+fn written_set_is_the_replays(q8: bool) {
+    let (_d, mut p) = pipeline_of(q8);
     let mut continued = jobs()[3].1.clone();
     continued.source = (0..12).map(|c| c * 53 % 1024).collect();
     continued.budget = 30;
