@@ -219,8 +219,8 @@ fn host_simd() -> Vec<&'static str> {
 pub struct Context {
     ptr: NonNull<sys::ggml_context>,
     mem_size: usize,
-    /// See [`Context::set_row_exact_products`].
-    row_exact_products: std::cell::Cell<bool>,
+    /// See [`Context::set_q8_row_products`].
+    q8_row_products: std::cell::Cell<bool>,
 }
 
 // SAFETY: a ggml context is plain memory owned by this value; it is moved between threads
@@ -241,7 +241,7 @@ impl Context {
         // SAFETY: ggml_init allocates its own buffer; NULL on failure.
         let ptr = unsafe { sys::ggml_init(params) };
         NonNull::new(ptr)
-            .map(|ptr| Context { ptr, mem_size, row_exact_products: std::cell::Cell::new(false) })
+            .map(|ptr| Context { ptr, mem_size, q8_row_products: std::cell::Cell::new(false) })
             .ok_or(GgmlError::Context(mem_size))
     }
 

@@ -1,15 +1,18 @@
-//! The row-exact graphs' Q8_0 matrix product, sharing each weight load between the rows.
+//! The CPU's Q8_0 matrix product of several rows, sharing each weight load between them.
 //!
 //! On the reference kernels (see [`super::Kernels::RowExact`]) ggml multiplies a Q8_0 weight
 //! by each activation row on its own (`ggml_vec_dot_q8_0_q8_0` per output), reloading and
-//! re-signing the weight's blocks for every row of the batch. This product computes every
+//! re-signing the weight's blocks for every row of the batch; its fast kernels (llamafile's
+//! tiles) share the loads and keep that function's order per output, on AVX2 only, whatever
+//! the CPU has besides. This product computes every
 //! output in exactly that function's order on x86 (AVX2): per 32-value block, the eight
 //! 32-bit lane sums of four byte products (exact integers) turned to floats and added into
 //! one 8-lane accumulator by a fused multiply-add with the block's scale product; the eight
 //! lanes summed pairwise at the end. It only tiles the work: four weight rows against two
-//! activation rows at a time, each weight block loaded once for the tile. The bits are
-//! ggml's reference bits (a test checks them), so a token still gives the same bits alone,
-//! beside other rows, or in a prefill.
+//! (AVX2) or eight (AVX-512 VNNI, two rows a register) activation rows at a time, each weight
+//! block loaded once for the tile. The bits are ggml's reference bits on either set of kernels
+//! (a test checks them), so a token still gives the same bits alone, beside other rows, or in
+//! a prefill, and a graph on the fast kernels the bits it had.
 //!
 //! The activations are quantized by a ggml copy node (`quantize_row_q8_0`, the function the
 //! reference product uses) in front of the product.
@@ -46,15 +49,15 @@ pub fn available() -> bool {
 
 impl Context {
     /// Whether this graph's products of a Q8_0 weight and F32 activations take
-    /// [`Context::mul_mat_q8_rows`] (set for graphs that run on the row-exact kernels).
-    pub fn set_row_exact_products(&self, on: bool) {
-        self.row_exact_products.set(on && available());
+    /// [`Context::mul_mat_q8_rows`] (a graph for the CPU backend only: it is a custom op).
+    pub fn set_q8_row_products(&self, on: bool) {
+        self.q8_row_products.set(on && available());
     }
 
     /// Whether [`Context::mul_mat`] of `a` and `b` goes through [`Context::mul_mat_q8_rows`].
     pub(crate) fn takes_q8_rows(&self, a: &Tensor<'_>, b: &Tensor<'_>) -> bool {
         let (na, nb) = (a.ne(), b.ne());
-        self.row_exact_products.get()
+        self.q8_row_products.get()
             && a.ty() == GgmlType::Q8_0
             && b.ty() == GgmlType::F32
             && na[2] == 1
@@ -122,13 +125,13 @@ unsafe extern "C" fn product(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
     // pointer is inside its tensor and has `blocks` blocks.
     unsafe {
         let wide = avx512::available();
+        let xs: Vec<*const Block> = (0..m).map(xrow).collect();
         for g in g0..g1 {
             let i0 = g * 4;
             if i0 + 4 <= n {
                 let ws = [wrow(i0), wrow(i0 + 1), wrow(i0 + 2), wrow(i0 + 3)];
                 let mut j = 0;
                 if wide {
-                    let xs: Vec<*const Block> = (0..m).map(xrow).collect();
                     while j + 8 <= m {
                         avx512::tile::<4>(ws, &xs[j..j + 8], blocks, &out, i0, j);
                         j += 8;

@@ -239,7 +239,7 @@ fn a_graph_over_its_size_is_an_error_naming_it() {
     assert_eq!(n, 10);
 }
 
-/// The row-exact graphs' Q8_0 product (`q8`) against ggml's reference product on the same
+/// The Q8_0 row product (`q8`) against ggml's reference product on the same
 /// inputs: bit for bit, at batch sizes that hit every tile shape, with a weight whose row
 /// count leaves a remainder group and two threads splitting the groups.
 #[test]
@@ -263,9 +263,9 @@ fn the_row_exact_q8_product_gives_the_reference_kernels_bits_at_any_batch() {
     let w = wctx.new_tensor(GgmlType::Q8_0, &[k as i64, n as i64]);
     let _buf = Buffer::alloc_ctx_tensors(&wctx, &backend, "w").unwrap();
     w.write_bytes(0, &quantize(GgmlType::Q8_0, &wv, k));
-    let run = |m: usize, rows: bool| {
+    let run = |m: usize, rows: bool, kernels: Kernels| {
         let gctx = Context::for_graph(16).unwrap();
-        gctx.set_row_exact_products(rows);
+        gctx.set_q8_row_products(rows);
         let x = gctx.new_tensor(GgmlType::F32, &[k as i64, m as i64]).set_input();
         assert_eq!(gctx.takes_q8_rows(&w, &x), rows && m >= 4);
         let y = gctx.mul_mat(w, x).set_output();
@@ -275,13 +275,16 @@ fn the_row_exact_q8_product_gives_the_reference_kernels_bits_at_any_batch() {
         let mut alloc = Allocator::new(&backend);
         alloc.alloc_graph(&g).unwrap();
         x.write_f32(&xv[..k * m]);
-        backend.compute_on(&g, Kernels::RowExact).unwrap();
+        backend.compute_on(&g, kernels).unwrap();
         y.read_f32().iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
     };
-    let all = run(19, false);
+    let all = run(19, false, Kernels::RowExact);
     for m in [1, 2, 3, 4, 5, 8, 9, 16, 19] {
-        let reference = run(m, false);
+        let reference = run(m, false, Kernels::RowExact);
         assert_eq!(reference[..], all[..n * m], "the reference kernels are row-exact at batch {m}");
-        assert_eq!(run(m, true), reference, "the Q8_0 row product at batch {m}");
+        // The graphs of both sets of kernels take it (a prompt's and a code's rows alike).
+        for kernels in [Kernels::RowExact, Kernels::Fast] {
+            assert_eq!(run(m, true, kernels), reference, "the Q8_0 row product at batch {m} on {kernels:?}");
+        }
     }
 }

@@ -223,8 +223,8 @@ impl CausalLm {
         }
         let runs = run_shapes(sets, &at, &counts, &used, window_step(backend));
         let embeds = matches!(input, StepInput::Embeds(_));
-        let row_exact = kernels == Kernels::RowExact && backend.has_row_exact_kernels();
-        let key = StepKey { runs, rows: rows.clone(), positions, embeds, hidden, row_exact };
+        let q8_rows = backend.is_cpu();
+        let key = StepKey { runs, rows: rows.clone(), positions, embeds, hidden, q8_rows };
         let mut stores = vec![&self.weights];
         stores.extend(used.iter().map(|&si| sets[si].store()));
         let n_nodes = graph_nodes(c.layers.len(), key.runs.len());
@@ -322,8 +322,9 @@ struct StepKey {
     positions: Positions,
     embeds: bool,
     hidden: bool,
-    /// Built for the CPU's row-exact kernels: its Q8_0 products take `mul_mat_q8_rows`.
-    row_exact: bool,
+    /// Built for the CPU: its Q8_0 products of four rows or more take `mul_mat_q8_rows` (the
+    /// bits of ggml's products on either set of kernels, each weight block loaded once a tile).
+    q8_rows: bool,
 }
 
 /// A step's sequences against their caches: each has new tokens, a stream of its own with
@@ -485,7 +486,7 @@ fn build_step<'a>(
     stores: &[&'a TensorStore],
     key: &StepKey,
 ) -> Vec<Tensor<'a>> {
-    gctx.set_row_exact_products(key.row_exact);
+    gctx.set_q8_row_products(key.q8_rows);
     let weights = stores[0];
     let n_tok: i64 = key.runs.iter().map(|r| (r.tokens * r.streams) as i64).sum();
     let n_out: i64 = match key.positions {
