@@ -223,14 +223,18 @@ impl CausalLm {
         }
         let runs = run_shapes(sets, &at, &counts, &used, window_step(backend));
         let embeds = matches!(input, StepInput::Embeds(_));
-        let q8_rows = backend.is_cpu();
-        let key = StepKey { runs, rows: rows.clone(), positions, embeds, hidden, q8_rows };
+        let key = StepKey { runs, rows: rows.clone(), positions, embeds, hidden };
         let mut stores = vec![&self.weights];
         stores.extend(used.iter().map(|&si| sets[si].store()));
         let n_nodes = graph_nodes(c.layers.len(), key.runs.len());
         let shape = key.clone();
-        let g =
-            self.graphs.get(key, &stores, n_nodes, |ctx, graph, stores| build_step(ctx, graph, c, stores, &shape))?;
+        // On the CPU the Q8_0 products of four rows or more take `mul_mat_q8_rows` (the bits of
+        // ggml's products on either set of kernels, each weight block loaded once a tile).
+        let q8_rows = backend.is_cpu();
+        let g = self.graphs.get(key, &stores, n_nodes, |ctx, graph, stores| {
+            ctx.set_q8_row_products(q8_rows);
+            build_step(ctx, graph, c, stores, &shape)
+        })?;
         write_inputs(&g, sets, &at, &counts, &shape, input);
         g.compute_on(backend, kernels)?;
         let flat = g.tensor(LOGITS).read_f32();
@@ -322,9 +326,6 @@ struct StepKey {
     positions: Positions,
     embeds: bool,
     hidden: bool,
-    /// Built for the CPU: its Q8_0 products of four rows or more take `mul_mat_q8_rows` (the
-    /// bits of ggml's products on either set of kernels, each weight block loaded once a tile).
-    q8_rows: bool,
 }
 
 /// A step's sequences against their caches: each has new tokens, a stream of its own with
@@ -486,7 +487,6 @@ fn build_step<'a>(
     stores: &[&'a TensorStore],
     key: &StepKey,
 ) -> Vec<Tensor<'a>> {
-    gctx.set_q8_row_products(key.q8_rows);
     let weights = stores[0];
     let n_tok: i64 = key.runs.iter().map(|r| (r.tokens * r.streams) as i64).sum();
     let n_out: i64 = match key.positions {
