@@ -461,8 +461,9 @@ struct Acoustic {
 }
 
 /// The 7 acoustic codes of each member's songs in `sems` (`(position in out, song, semantic
-/// code)`): per codebook one depth forward over the rows (cond, uncond per song) of every
-/// member that batches, one forward a row for the others.
+/// code)`): per codebook one depth step over the rows (cond, uncond per song) of every
+/// member that batches (computing only the step's new position, the others' keys and values
+/// kept from the frame's earlier steps), one whole-sequence forward a row for the others.
 fn acoustic(
     backend: &Backend,
     lm: &LmModel,
@@ -496,9 +497,12 @@ fn acoustic(
         // Per member, each row's (hidden, logits).
         let mut d: Vec<Vec<(Vec<f32>, Vec<f32>)>> = vec![Vec::new(); members.len()];
         if !batched.is_empty() {
-            let flat: Vec<f32> = batched.iter().flat_map(|&m| seqs[m].iter().flatten().copied()).collect();
+            // The frame's steps over the cache: the first two positions, then each new one.
+            let from = if len == 2 { 0 } else { (len - 1) * h };
+            let flat: Vec<f32> =
+                batched.iter().flat_map(|&m| seqs[m].iter().flat_map(|q| q[from..].iter().copied())).collect();
             let rows = batched.iter().map(|&m| seqs[m].len()).sum();
-            let o = depth.forward(backend, &flat, len, rows, false)?;
+            let o = depth.step(backend, &flat, len, rows)?;
             let mut all = o.hidden.into_iter().zip(o.logits);
             for &m in &batched {
                 d[m] = all.by_ref().take(seqs[m].len()).collect();

@@ -5,9 +5,19 @@
 //! proj(audio_emb(c_1)), ...]` with the learned position embedding added after the
 //! projection; 4 pre-norm layers of causal multi-head attention without RoPE (scale
 //! `1 / sqrt(head_dim)`) and a SwiGLU MLP; a final RMSNorm. A sequence of length S predicts
-//! acoustic code S-1 through `audio_heads[S-2]`. Like the reference, every step runs the
-//! whole sequence again (S is at most 8: there is no cache to keep).
-use crate::ggml::{Backend, Context, GgmlError, GgmlType, GraphCache, Tensor, TensorStore};
+//! acoustic code S-1 through `audio_heads[S-2]`.
+//!
+//! Two ways to run it. [`DepthModel::forward`] runs whole sequences, as the reference runs
+//! every one of a frame's seven steps (a replay's S = 8 forwards, the split-guidance path).
+//! [`DepthModel::step`] runs a frame's steps the way a decoder with a cache does: the first
+//! computes the frame's first two positions, each later one only its new position, reading
+//! the keys and values of the others from [`FrameCache`]. A frame is then 8 positions a row
+//! instead of 2 + 3 + ... + 8 = 35, and each step gives the bits the whole sequence gives:
+//! every product is row by row (a position's keys and values are the same whether the
+//! positions after it are there or not), and the new position's attention sweeps the same
+//! keys in the same order (the causal mask only hides the later positions the cached step
+//! does not have).
+use crate::ggml::{Backend, Context, GgmlError, GgmlType, Graph, GraphCache, Tensor, TensorStore};
 use crate::gguf::GgufFile;
 use crate::models::mm3::config::{expect_arch, DepthConfig, DEPTH_ARCH, DEPTH_EPS};
 use crate::nn::causal_lm::read_rows;
@@ -20,6 +30,35 @@ pub struct DepthModel {
     /// One kept graph per (sequence length, batch, all positions): a frame's seven steps
     /// each reuse theirs from the previous frame.
     graphs: Vec<GraphCache<(usize, usize, bool)>>,
+    /// One kept graph per step of a frame (sequence length 2..=8), keyed by its rows.
+    steps: Vec<GraphCache<usize>>,
+    /// The keys and values of the frame [`DepthModel::step`] is in; grown to the most rows
+    /// a frame has had.
+    cache: Option<FrameCache>,
+}
+
+/// Per layer the keys and values (`k{l}`, `v{l}`: F32 `[hidden, positions, rows]`) of the
+/// positions a frame's steps have computed, for up to `capacity` rows. About 1 MiB a row at
+/// the published shapes (4 layers x 2 x 8 positions x 4096 x 4 bytes).
+struct FrameCache {
+    store: TensorStore,
+    capacity: usize,
+    /// The rows of the frame in progress and the positions its steps have written.
+    rows: usize,
+    len: usize,
+}
+
+impl FrameCache {
+    fn new(backend: &Backend, c: &DepthConfig, capacity: usize) -> Result<Self, GgmlError> {
+        let shape = [c.hidden_size as i64, c.num_codebooks as i64, capacity as i64];
+        let mut store = TensorStore::new(2 * c.num_layers)?;
+        for l in 0..c.num_layers {
+            store.declare(&format!("k{l}"), GgmlType::F32, &shape);
+            store.declare(&format!("v{l}"), GgmlType::F32, &shape);
+        }
+        store.allocate(backend, "depth decoder frame cache", false)?;
+        Ok(FrameCache { store, capacity, rows: 0, len: 0 })
+    }
 }
 
 /// What one forward returns, per batch row: the final-normed hidden state(s) and the
@@ -49,8 +88,10 @@ impl DepthModel {
             load_tensors_upcast(f, &cfg.tensor_shapes(lm_hidden), backend, "depth decoder weights", |name, ne| {
                 ne.len() == 1 || name == "pos_embedding.weight"
             })?;
-        let graphs = (0..4 * (cfg.num_codebooks + 1)).map(|_| GraphCache::new(backend, "depth decoder step")).collect();
-        Ok(DepthModel { cfg, weights, graphs })
+        let graphs =
+            (0..4 * (cfg.num_codebooks + 1)).map(|_| GraphCache::new(backend, "depth decoder forward")).collect();
+        let steps = (2..=cfg.num_codebooks).map(|_| GraphCache::new(backend, "depth decoder step")).collect();
+        Ok(DepthModel { cfg, weights, graphs, steps, cache: None })
     }
 
     pub fn weight_bytes(&self) -> usize {
@@ -84,7 +125,10 @@ impl DepthModel {
         let slot = (s * 2 + usize::from(all)) % self.graphs.len();
         let n_nodes = 64 + c.num_layers * 40;
         let cfg = c.clone();
+        // On the CPU the Q8_0 products of four rows or more take `mul_mat_q8_rows` (ggml's bits).
+        let q8_rows = backend.is_cpu();
         let g = self.graphs[slot].get((s, b, all), &[&self.weights], n_nodes, |ctx, graph, stores| {
+            ctx.set_q8_row_products(q8_rows);
             let kept = build(ctx, &cfg, stores[0], s, b, all);
             graph.expand(kept[2]);
             graph.expand(kept[3]);
@@ -105,6 +149,120 @@ impl DepthModel {
             logits: logits.chunks(c.audio_vocab_size).map(|r| r.to_vec()).collect(),
         })
     }
+
+    /// Step `s` (the sequence's length, 2..=8) of a frame of `b` rows, computing only its new
+    /// positions: at `s = 2` `input` holds each row's first two raw positions (`[b][2][hidden]`)
+    /// and a new frame starts; at every later step the one new raw position of each row
+    /// (`[b][hidden]`), the earlier ones read from the frame's cache. Steps come in order, on
+    /// the same rows. Returns what [`DepthModel::forward`] of the whole sequences returns
+    /// (`all = false`), bit for bit.
+    pub fn step(&mut self, backend: &Backend, input: &[f32], s: usize, b: usize) -> Result<DepthOut, GgmlError> {
+        let c = &self.cfg;
+        let h = c.hidden_size;
+        assert!((2..=c.num_codebooks).contains(&s), "depth step to {s} positions");
+        let new = if s == 2 { 2 } else { 1 };
+        assert_eq!(input.len(), b * new * h, "depth step input of {} values for {b} x {new} x {h}", input.len());
+        if s == 2 && self.cache.as_ref().is_none_or(|k| k.capacity < b) {
+            self.cache = None;
+            self.cache = Some(FrameCache::new(backend, c, b)?);
+        }
+        let cache = self.cache.as_mut().expect("a frame starts at step 2");
+        if s == 2 {
+            (cache.rows, cache.len) = (b, 0);
+        }
+        assert!(
+            cache.rows == b && cache.len == s - new,
+            "depth step {s} of {b} rows after {} of {}",
+            cache.len,
+            cache.rows
+        );
+        let n_nodes = 64 + c.num_layers * 48;
+        let q8_rows = backend.is_cpu();
+        let g = self.steps[s - 2].get(b, &[&self.weights, &cache.store], n_nodes, |ctx, graph, stores| {
+            ctx.set_q8_row_products(q8_rows);
+            let kept = build_step(ctx, graph, c, stores[0], stores[1], s, b);
+            graph.expand(kept[1]);
+            graph.expand(kept[2]);
+            kept
+        })?;
+        g.tensor(0).write_f32(input);
+        if new == 2 {
+            g.tensor(3).write_f32(&[0.0, f32::NEG_INFINITY, 0.0, 0.0]);
+        }
+        g.compute(backend)?;
+        cache.len = s;
+        let hid = g.tensor(1).read_f32();
+        let logits = g.tensor(2).read_f32();
+        Ok(DepthOut {
+            hidden: hid.chunks(h).map(|r| r.to_vec()).collect(),
+            logits: logits.chunks(c.audio_vocab_size).map(|r| r.to_vec()).collect(),
+        })
+    }
+
+    /// Bytes of the frame cache (none before the first step).
+    pub fn frame_cache_bytes(&self) -> usize {
+        self.cache.as_ref().map_or(0, |k| k.store.bytes())
+    }
+}
+
+/// The graph of step `s` over `b` rows: its new positions (2 at `s = 2`, else 1) written to
+/// the frame cache `kv` layer by layer and attending over the cache's first `s` positions.
+/// Kept tensors: input, hidden, logits, then the 2 x 2 causal mask of the first step.
+fn build_step<'a>(
+    ctx: &'a Context,
+    graph: &mut Graph<'a>,
+    c: &DepthConfig,
+    w: &'a TensorStore,
+    kv: &'a TensorStore,
+    s: usize,
+    b: usize,
+) -> Vec<Tensor<'a>> {
+    let new = if s == 2 { 2 } else { 1 };
+    let p0 = s - new;
+    let (h, ni, bi, si) = (c.hidden_size as i64, new as i64, b as i64, s as i64);
+    let (hd, nh) = (c.head_dim() as i64, c.num_attention_heads as i64);
+    let input = ctx.new_tensor(GgmlType::F32, &[h, ni * bi]).set_name("depth_step_in").set_input();
+    let mask = (new == 2).then(|| ctx.new_tensor(GgmlType::F32, &[2, 2]).set_name("depth_mask").set_input());
+    let x = ctx.reshape_3d(ctx.mul_mat(w.get("projection.weight"), input), h, ni, bi);
+    let pe = w.get("pos_embedding.weight");
+    let mut x = ctx.add(x, ctx.view_2d(pe, h, ni, pe.nb()[1], p0 * pe.nb()[1]));
+    let scale = 1.0 / (hd as f32).sqrt();
+    for l in 0..c.num_layers {
+        let t = |n: &str| w.get(&format!("layers.{l}.{n}"));
+        let n = ctx.reshape_2d(rms_norm(ctx, x, t("input_layernorm.weight"), DEPTH_EPS), h, ni * bi);
+        // The new keys and values into the cache (`[hidden, positions, rows]`), then every
+        // position's as `[hd, S, heads, B]`, as the whole sequence's graph has them.
+        let mut cached = Vec::with_capacity(2);
+        for (name, wt) in [("k", "attn.to_k.weight"), ("v", "attn.to_v.weight")] {
+            let cache = kv.get(&format!("{name}{l}"));
+            let [_, nb1, nb2, _] = cache.nb();
+            let fresh = ctx.reshape_3d(ctx.mul_mat(t(wt), n), h, ni, bi);
+            graph.expand(ctx.cpy(fresh, ctx.view_3d(cache, h, ni, bi, nb1, nb2, p0 * nb1)));
+            let all = ctx.view_4d(cache, [hd, nh, si, bi], cache.ty().row_size(hd as usize), nb1, nb2, 0);
+            cached.push(ctx.permute(all, [0, 2, 1, 3]));
+        }
+        let (k, v) = (cached[0], cached[1]);
+        let q = ctx.permute(ctx.reshape_4d(ctx.mul_mat(t("attn.to_q.weight"), n), hd, nh, ni, bi), [0, 2, 1, 3]);
+        let kq = ctx.soft_max_ext(ctx.mul_mat(ctx.cont(k), ctx.cont(q)), mask, scale); // [S, new, heads, B]
+        let vt = ctx.cont(ctx.permute(v, [1, 0, 2, 3])); // [S, hd, heads, B]
+        let a = ctx.mul_mat(vt, kq); // [hd, new, heads, B]
+        let a = ctx.reshape_2d(ctx.cont(ctx.permute(a, [0, 2, 1, 3])), h, ni * bi);
+        x = ctx.add(x, ctx.reshape_3d(ctx.mul_mat(t("attn.to_out.weight"), a), h, ni, bi));
+        let n = rms_norm(ctx, x, t("post_attention_layernorm.weight"), DEPTH_EPS);
+        let mlp = ctx.mul_mat(
+            t("down_proj.weight"),
+            ctx.swiglu(ctx.mul_mat(t("gate_proj.weight"), n), ctx.mul_mat(t("up_proj.weight"), n)),
+        );
+        x = ctx.add(x, mlp);
+    }
+    let y = rms_norm(ctx, x, w.get("norm.weight"), DEPTH_EPS); // [h, new, B]
+    let last = ctx.cont(ctx.view_2d(y, h, bi, y.nb()[2], (new - 1) * y.nb()[1]));
+    let logits =
+        ctx.mul_mat(w.get(&format!("audio_heads.{}.weight", s - 2)), last).set_name("depth_logits").set_output();
+    let hidden = last.set_name("depth_hidden").set_output();
+    let mut kept = vec![input, hidden, logits];
+    kept.extend(mask);
+    kept
 }
 
 /// The graph of `b` sequences of `s` positions. Kept tensors: input, mask, hidden, logits.

@@ -253,6 +253,19 @@ fn depth_states_and_logits_match_the_reference_for_both_rows() {
         let guided: Vec<f32> = o.logits[0].iter().zip(&o.logits[1]).map(|(a, b)| b + (a - b) * 1.5).collect();
         assert!(max_abs(&guided, &lg[k * 32..(k + 1) * 32]) < 2e-4, "S={s} guided logits");
     }
+    // The same frame in steps over the frame cache (what the composer runs).
+    for s in 2..=8 {
+        let from = if s == 2 { 0 } else { (s - 1) * h };
+        let input: Vec<f32> = [&seq(0, s)[from..], &seq(1, s)[from..]].concat();
+        let o = t.depth.step(&t.backend, &input, s, 2).unwrap();
+        let k = s - 2;
+        for row in 0..2 {
+            let w = &hl[(k * 2 + row) * h..(k * 2 + row + 1) * h];
+            assert!(max_abs(&o.hidden[row], w) < 1e-4, "step S={s} row {row} hidden: {}", max_abs(&o.hidden[row], w));
+        }
+        assert!(max_abs(&o.logits[0], &lc[k * 32..(k + 1) * 32]) < 1e-4, "step S={s} cond logits");
+        assert!(max_abs(&o.logits[1], &lu[k * 32..(k + 1) * 32]) < 1e-4, "step S={s} uncond logits");
+    }
     let input: Vec<f32> = [seq(0, 8), seq(1, 8)].concat();
     let o = t.depth.forward(&t.backend, &input, 8, 2, true).unwrap();
     assert!(max_abs(&o.hidden.concat(), &f32s("depth_hidden_s8_full.f32")) < 1e-4, "S=8, every position");

@@ -8,7 +8,7 @@ use super::prompt;
 use crate::ggml::Backend;
 use crate::gguf::GgufFile;
 use crate::models::yue2::demo::Preset;
-use crate::test_util::rel_rms;
+use crate::test_util::{max_abs, rel_rms};
 
 pub(crate) struct Tiny {
     pub backend: Backend,
@@ -20,8 +20,21 @@ pub(crate) struct Tiny {
 }
 
 pub(crate) fn tiny() -> Tiny {
+    tiny_of(false)
+}
+
+/// The tiny demo, its LM and depth decoder quantized to Q8_0 when `q8`.
+fn tiny_of(q8: bool) -> Tiny {
+    use crate::models::quantize::{quantize_file, QuantTarget};
     let dir = tempfile::tempdir().unwrap();
-    let files = write_demo(dir.path(), Preset::Tiny, 3, &mut |_, _| {}).unwrap();
+    let mut files = write_demo(dir.path(), Preset::Tiny, 3, &mut |_, _| {}).unwrap();
+    if q8 {
+        for (i, name) in [(0, "lm-q8_0.gguf"), (1, "depth-q8_0.gguf")] {
+            let q = dir.path().join(name);
+            quantize_file(&files[i], &q, QuantTarget::Q8_0, &mut |_, _| {}).unwrap();
+            files[i] = q;
+        }
+    }
     let backend = Backend::for_tests(1);
     let f = GgufFile::open(&files[0]).unwrap();
     let lm = LmModel::load(&f, &backend).unwrap();
@@ -102,7 +115,17 @@ fn compose_writes_frames_and_replay_rederives_their_states() {
 
 #[test]
 fn a_song_is_the_same_alone_or_batched_and_split_guidance_agrees() {
-    let mut t = tiny();
+    a_song_is_the_same_alone_or_batched_on(tiny());
+}
+
+/// On Q8_0 weights a batch of two songs (4 rows) takes the row product that shares weight
+/// loads (`ggml::q8`), a song alone (2 rows) ggml's: the same bits.
+#[test]
+fn a_song_is_the_same_alone_or_batched_on_q8_0_weights() {
+    a_song_is_the_same_alone_or_batched_on(tiny_of(true));
+}
+
+fn a_song_is_the_same_alone_or_batched_on(mut t: Tiny) {
     let s = settings(4);
     let batch = compose(
         &t.backend,
@@ -156,6 +179,50 @@ fn a_song_is_the_same_alone_or_batched_and_split_guidance_agrees() {
     .unwrap();
     assert_eq!(split[0].codes, alone0[0].codes, "the split path draws the same codes on the demo");
     assert!(rel_rms(&split[0].states, &alone0[0].states) < 1e-5);
+}
+
+/// A frame's depth steps over the frame cache give what the whole sequences give: hidden
+/// states and logits at every step, for frames of 1 to 3 songs' rows one after another (the
+/// cache grows and is reused). Bit for bit on Q8_0 weights (their products of four rows or
+/// more take `ggml::q8`'s). On F32 weights the whole-sequence forward is not itself stable
+/// under appending positions (an earlier position's state moves by about 1e-6 between S = 3
+/// and S = 4 there), so there the two agree to that level.
+#[test]
+fn depth_steps_over_the_frame_cache_give_the_whole_sequences_states() {
+    for q8 in [true, false] {
+        let mut t = tiny_of(q8);
+        let h = t.depth.cfg.hidden_size;
+        let mut x = 0x9e37_79b9_u32;
+        let mut next = move || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            (x as f32 / u32::MAX as f32 - 0.5) * 2.0
+        };
+        let mut f32_worst = 0f32;
+        for b in [2, 6, 1, 4] {
+            let seqs: Vec<Vec<f32>> = (0..b).map(|_| (0..8 * h).map(|_| next()).collect()).collect();
+            for s in 2..=8 {
+                let whole: Vec<f32> = seqs.iter().flat_map(|q| q[..s * h].iter().copied()).collect();
+                let from = if s == 2 { 0 } else { (s - 1) * h };
+                let new: Vec<f32> = seqs.iter().flat_map(|q| q[from..s * h].iter().copied()).collect();
+                let want = t.depth.forward(&t.backend, &whole, s, b, false).unwrap();
+                let got = t.depth.step(&t.backend, &new, s, b).unwrap();
+                let (gh, wh, gl, wl) =
+                    (got.hidden.concat(), want.hidden.concat(), got.logits.concat(), want.logits.concat());
+                assert_eq!((gh.len(), gl.len()), (wh.len(), wl.len()));
+                if q8 {
+                    let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+                    assert!(bits(&gh) == bits(&wh), "Q8_0, {b} rows, S={s}: hidden states");
+                    assert!(bits(&gl) == bits(&wl), "Q8_0, {b} rows, S={s}: logits");
+                } else {
+                    f32_worst = f32_worst.max(max_abs(&gh, &wh)).max(max_abs(&gl, &wl));
+                }
+            }
+        }
+        assert!(f32_worst < 1e-5, "F32: steps {f32_worst} from the whole sequences");
+        assert_eq!(t.depth.frame_cache_bytes(), 2 * 4 * 6 * 8 * h * t.depth.cfg.num_layers, "grown to 6 rows");
+    }
 }
 
 #[test]
