@@ -659,7 +659,8 @@ pub(crate) fn parallel_rows(c: &Config) -> usize {
 
 /// The KV cache one row of the AR batch takes at most: a YuE2 row at the full `context`, or
 /// a MiniMax Music 3 row at its LM's (a song's two rows keep a third stream beside them for
-/// its replay states: 1.5 streams a row), whichever is larger.
+/// its replay states: 1.5 streams a row), whichever is larger. (MiniMax's depth decoder keeps
+/// a frame's keys and values too, 1 MiB a row at the published shapes: inside the margin.)
 fn kv_bytes_per_row(models: &Models, context: usize) -> usize {
     use yued_engine::kv_cache::KvSet;
     let yue2 = KvSet::bytes_for(models.info.config.kv_dims(), context);

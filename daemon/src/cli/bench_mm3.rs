@@ -1,9 +1,10 @@
 //! `yued bench --family mm3`: MiniMax Music 3's speed table, measured in one run: the AR
 //! half per frame (the LM's feedback step for the guidance pair plus the depth decoder's 7
-//! steps), the LM's step alone (next to llama.cpp's with `--llama-cpp`), the DiT per Euler
-//! step at a full window (689 latents, the guidance pair as one batch), the VAE per second
-//! of audio, and a whole song: its time to the first decoded window (what a listener waits
-//! for) and its real-time factor.
+//! steps; the depth decoder's frame over its frame cache beside whole sequences), the LM's
+//! step alone (next to llama.cpp's with `--llama-cpp`), the DiT per Euler step at a full
+//! window (689 latents, the guidance pair as one batch), the VAE per second of audio, and a
+//! whole song: its time to the first decoded window (what a listener waits for) and its
+//! real-time factor.
 use super::bench_common::{stats, threads_of, time, BenchArgs, Stats, Table};
 use anyhow::Context;
 use std::path::PathBuf;
@@ -115,6 +116,67 @@ fn bench_frame(c: &Ctx<'_>, t: &mut Table) -> anyhow::Result<()> {
             "ms",
             per,
             format!("{n} frames after a {}-token prompt", p.cond.len()),
+        );
+    }
+    bench_depth_frame(c, &mut depth, t)
+}
+
+/// The depth decoder alone, a frame's 7 steps both ways side by side: over the frame cache
+/// (each step computes its new position; what the composer runs) and as whole sequences
+/// (each step reruns the frame so far, as the reference does), for one song's guidance pair
+/// (2 rows) and four songs' (8 rows). Checks the two ways agree.
+fn bench_depth_frame(c: &Ctx<'_>, depth: &mut DepthModel, t: &mut Table) -> anyhow::Result<()> {
+    let h = depth.cfg.hidden_size;
+    let positions = depth.cfg.num_codebooks;
+    let mut x = 0x2545_f491_u32;
+    for rows in [2, 8] {
+        let seqs: Vec<f32> = (0..rows * positions * h)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                x as f32 / u32::MAX as f32 - 0.5
+            })
+            .collect();
+        let upto = |s: usize, from: usize| -> Vec<f32> {
+            seqs.chunks(positions * h).flat_map(|q| q[from * h..s * h].iter().copied()).collect()
+        };
+        let (mut cached, mut whole) = (Vec::new(), Vec::new());
+        let st_cached = time(c.a.reps, || {
+            cached.clear();
+            for s in 2..=positions {
+                cached.push(depth.step(c.backend, &upto(s, if s == 2 { 0 } else { s - 1 }), s, rows)?.logits);
+            }
+            Ok(())
+        })?;
+        let st_whole = time(c.a.reps, || {
+            whole.clear();
+            for s in 2..=positions {
+                whole.push(depth.forward(c.backend, &upto(s, 0), s, rows, false)?.logits);
+            }
+            Ok(())
+        })?;
+        let apart = cached
+            .iter()
+            .flatten()
+            .flatten()
+            .zip(whole.iter().flatten().flatten())
+            .map(|(a, b)| (a - b).abs())
+            .fold(0f32, f32::max);
+        let ratio = st_whole.median / st_cached.median;
+        t.push(
+            "frame",
+            format!("depth decoder, a frame's 7 steps over the frame cache, {rows} rows"),
+            "ms",
+            st_cached.map(|s| s * 1000.0),
+            format!("{ratio:.2}x the whole sequences; logits {apart:e} apart"),
+        );
+        t.push(
+            "frame",
+            format!("depth decoder, a frame's 7 steps as whole sequences, {rows} rows"),
+            "ms",
+            st_whole.map(|s| s * 1000.0),
+            "the reference's way: each step reruns the frame so far".into(),
         );
     }
     Ok(())

@@ -147,6 +147,9 @@ pub struct NarModel {
     pub latent: usize,
     weights: TensorStore,
     alloc: Allocator,
+    /// Whether the Q8_0 products of four rows or more take `ggml::q8`'s (on a CPU backend:
+    /// the bits of ggml's products, each weight block loaded once for a tile of rows).
+    q8_rows: bool,
 }
 
 impl NarModel {
@@ -170,7 +173,20 @@ impl NarModel {
             |_, _| false,
             terms,
         )?;
-        Ok(NarModel { cfg: info.config.clone(), latent, weights, alloc: Allocator::new(backend) })
+        Ok(NarModel {
+            cfg: info.config.clone(),
+            latent,
+            weights,
+            alloc: Allocator::new(backend),
+            q8_rows: backend.is_cpu(),
+        })
+    }
+
+    /// Takes ggml's own Q8_0 products instead of `ggml::q8`'s (a test's comparison).
+    #[cfg(test)]
+    pub(crate) fn without_q8_rows(mut self) -> Self {
+        self.q8_rows = false;
+        self
     }
 
     pub fn weight_bytes(&self) -> usize {
@@ -200,6 +216,7 @@ impl NarModel {
         let eps = c.rms_norm_eps as f32;
         let n_nodes = 512 + c.num_hidden_layers * (64 + 24 * m);
         let ctx = Context::for_graph(n_nodes)?;
+        ctx.set_q8_row_products(self.q8_rows);
         let mut g = ctx.new_graph("NAR velocity", n_nodes);
         let w = &self.weights;
 

@@ -119,6 +119,29 @@ fn variations_side_by_side_equal_separate_runs() {
     assert!(ea < tol && eb < tol, "relative RMS {ea:.3e} / {eb:.3e} (tolerance {tol:.0e})");
 }
 
+/// On Q8_0 weights the CPU's velocity graph takes `ggml::q8`'s products: the bits of ggml's
+/// own (its fast kernels' tiles keep the same order per output), here for one and two
+/// variations, before and after a solver's steps.
+#[test]
+fn velocities_on_q8_0_weights_are_ggmls_bits_with_the_q8_row_product() {
+    use crate::models::quantize::{quantize_file, QuantTarget};
+    let dir = tempfile::tempdir().unwrap();
+    let q = dir.path().join("tiny-q8_0.gguf");
+    quantize_file(&path("fixtures/ar/tiny-qwen3.gguf"), &q, QuantTarget::Q8_0, &mut |_, _| {}).unwrap();
+    let mut s = setup_from(&q);
+    let f = GgufFile::open(&q).unwrap();
+    let mut plain = NarModel::load(&f, &BackboneInfo::from_gguf(&f).unwrap(), &s.backend).unwrap().without_q8_rows();
+    let seq: Vec<u32> = vec![256, 72, 259, 260, 261, 270, 280, 262];
+    let kv = prefill(&mut s, &seq);
+    for (n, m, t) in [(3, 1, 0.4), (7, 2, 0.9), (20, 2, 0.1)] {
+        let noise = crate::rng::torch_cpu::randn(n as u64, m * n * 64);
+        let got = s.nar.velocity(&s.backend, &kv, &noise, n, m, t).unwrap();
+        let want = plain.velocity(&s.backend, &kv, &noise, n, m, t).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&got) == bits(&want), "{n} frames x {m}: velocities");
+    }
+}
+
 #[test]
 fn helpers() {
     assert_eq!(chunk_frames(24576, 100), (24576 - 103) / 2);
