@@ -12,11 +12,15 @@
 //! [`DepthModel::step`] runs a frame's steps the way a decoder with a cache does: the first
 //! computes the frame's first two positions, each later one only its new position, reading
 //! the keys and values of the others from [`FrameCache`]. A frame is then 8 positions a row
-//! instead of 2 + 3 + ... + 8 = 35, and each step gives the bits the whole sequence gives:
-//! every product is row by row (a position's keys and values are the same whether the
-//! positions after it are there or not), and the new position's attention sweeps the same
-//! keys in the same order (the causal mask only hides the later positions the cached step
-//! does not have).
+//! instead of 2 + 3 + ... + 8 = 35. In exact arithmetic the two are the same (attention is
+//! causal: a position's keys and values do not depend on the positions after it). In floats
+//! they agree to rounding, not bit for bit: ggml's CPU kernels choose their paths from the
+//! shapes, so the whole-sequence forward itself rounds an earlier position a little
+//! differently depending on how many positions follow it, and a step's single query takes
+//! other kernels than a whole sequence's; on Q8_0 weights the quantized activations carry
+//! such a difference further (docs/BENCHMARKS.md; `yued bench --family mm3 --only frame`
+//! prints both ways side by side and how far apart their logits are). A song batched with
+//! others still comes out as alone, bit for bit: both run the same steps.
 use crate::ggml::{Backend, Context, GgmlError, GgmlType, Graph, GraphCache, Tensor, TensorStore};
 use crate::gguf::GgufFile;
 use crate::models::mm3::config::{expect_arch, DepthConfig, DEPTH_ARCH, DEPTH_EPS};
@@ -155,7 +159,7 @@ impl DepthModel {
     /// and a new frame starts; at every later step the one new raw position of each row
     /// (`[b][hidden]`), the earlier ones read from the frame's cache. Steps come in order, on
     /// the same rows. Returns what [`DepthModel::forward`] of the whole sequences returns
-    /// (`all = false`), bit for bit.
+    /// (`all = false`), to rounding (see the module's notes).
     pub fn step(&mut self, backend: &Backend, input: &[f32], s: usize, b: usize) -> Result<DepthOut, GgmlError> {
         let c = &self.cfg;
         let h = c.hidden_size;
