@@ -93,6 +93,9 @@ pub struct DitModel {
     freqs: Vec<f32>,
     weights: TensorStore,
     alloc: Allocator,
+    /// Whether the Q8_0 products of four rows or more take `ggml::q8`'s (on a CPU backend:
+    /// the bits of ggml's products, each weight block loaded once for a tile of rows).
+    q8_rows: bool,
 }
 
 impl DitModel {
@@ -103,7 +106,14 @@ impl DitModel {
         // Norms, biases and the k=1 convolutions' weights in F32 (they are added, and the
         // residual convolutions are small).
         let weights = load_tensors_upcast(f, &cfg.tensor_shapes(), backend, "DiT weights", |_, ne| ne.len() == 1)?;
-        Ok(DitModel { cfg, freqs, weights, alloc: Allocator::new(backend) })
+        Ok(DitModel { cfg, freqs, weights, alloc: Allocator::new(backend), q8_rows: backend.is_cpu() })
+    }
+
+    /// Takes ggml's own Q8_0 products instead of `ggml::q8`'s (a test's comparison).
+    #[cfg(test)]
+    pub(crate) fn without_q8_rows(mut self) -> Self {
+        self.q8_rows = false;
+        self
     }
 
     pub fn weight_bytes(&self) -> usize {
@@ -134,6 +144,7 @@ impl DitModel {
         assert_eq!(cond.len(), b * frames * c.condition_dim, "condition input");
         let nodes = 128 + 64 * c.num_layers;
         let ctx = Context::for_graph(nodes)?;
+        ctx.set_q8_row_products(self.q8_rows);
         let mut g = ctx.new_graph("DiT velocity", nodes);
         let w = &self.weights;
         let xin = ctx.new_tensor(GgmlType::F32, &[cin, tl, bl]).set_input();

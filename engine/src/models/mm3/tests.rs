@@ -218,6 +218,29 @@ fn depth_steps_over_the_frame_cache_give_the_whole_sequences_states() {
     }
 }
 
+/// On Q8_0 weights the CPU's DiT graph takes `ggml::q8`'s products: the bits of ggml's own,
+/// for one row and for a batch of the guidance pair of two variations.
+#[test]
+fn dit_velocities_on_q8_0_weights_are_ggmls_bits_with_the_q8_row_product() {
+    use super::dit::DitModel;
+    use crate::models::quantize::{quantize_file, QuantTarget};
+    let t = tiny();
+    let q = t._dir.path().join("dit-q8_0.gguf");
+    quantize_file(&t.files[3], &q, QuantTarget::Q8_0, &mut |_, _| {}).unwrap();
+    let f = GgufFile::open(&q).unwrap();
+    let mut dit = DitModel::load(&f, &t.backend).unwrap();
+    let mut plain = DitModel::load(&f, &t.backend).unwrap().without_q8_rows();
+    let (cin, cd) = (dit.cfg.in_channels, dit.cfg.condition_dim);
+    for (frames, b, time) in [(9, 1, 0.8f32), (20, 4, 0.3)] {
+        let x: Vec<f32> = crate::rng::torch_cpu::randn(frames as u64, b * frames * cin);
+        let cond: Vec<f32> = crate::rng::torch_cpu::randn(7, b * frames * cd);
+        let got = dit.velocity(&t.backend, &x, &cond, frames, b, time).unwrap();
+        let want = plain.velocity(&t.backend, &x, &cond, frames, b, time).unwrap();
+        let bits = |v: &[f32]| v.iter().map(|f| f.to_bits()).collect::<Vec<_>>();
+        assert!(bits(&got) == bits(&want), "{frames} frames x {b}: velocities");
+    }
+}
+
 #[test]
 fn cancel_stops_between_frames() {
     let mut t = tiny();
