@@ -124,7 +124,7 @@ fn bench_frame(c: &Ctx<'_>, t: &mut Table) -> anyhow::Result<()> {
 /// The depth decoder alone, a frame's 7 steps both ways side by side: over the frame cache
 /// (each step computes its new position; what the composer runs) and as whole sequences
 /// (each step reruns the frame so far, as the reference does), for one song's guidance pair
-/// (2 rows) and four songs' (8 rows). Checks the two ways agree.
+/// (2 rows) and four songs' (8 rows), and how far apart the two ways' logits are.
 fn bench_depth_frame(c: &Ctx<'_>, depth: &mut DepthModel, t: &mut Table) -> anyhow::Result<()> {
     let h = depth.cfg.hidden_size;
     let positions = depth.cfg.num_codebooks;
