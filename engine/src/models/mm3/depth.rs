@@ -230,7 +230,6 @@ fn build_step<'a>(
     let x = ctx.reshape_3d(ctx.mul_mat(w.get("projection.weight"), input), h, ni, bi);
     let pe = w.get("pos_embedding.weight");
     let mut x = ctx.add(x, ctx.view_2d(pe, h, ni, pe.nb()[1], p0 * pe.nb()[1]));
-    let scale = 1.0 / (hd as f32).sqrt();
     for l in 0..c.num_layers {
         let t = |n: &str| w.get(&format!("layers.{l}.{n}"));
         let n = ctx.reshape_2d(rms_norm(ctx, x, t("input_layernorm.weight"), DEPTH_EPS), h, ni * bi);
@@ -245,24 +244,10 @@ fn build_step<'a>(
             let all = ctx.view_4d(cache, [hd, nh, si, bi], cache.ty().row_size(hd as usize), nb1, nb2, 0);
             cached.push(ctx.permute(all, [0, 2, 1, 3]));
         }
-        let (k, v) = (cached[0], cached[1]);
         let q = ctx.permute(ctx.reshape_4d(ctx.mul_mat(t("attn.to_q.weight"), n), hd, nh, ni, bi), [0, 2, 1, 3]);
-        let kq = ctx.soft_max_ext(ctx.mul_mat(ctx.cont(k), ctx.cont(q)), mask, scale); // [S, new, heads, B]
-        let vt = ctx.cont(ctx.permute(v, [1, 0, 2, 3])); // [S, hd, heads, B]
-        let a = ctx.mul_mat(vt, kq); // [hd, new, heads, B]
-        let a = ctx.reshape_2d(ctx.cont(ctx.permute(a, [0, 2, 1, 3])), h, ni * bi);
-        x = ctx.add(x, ctx.reshape_3d(ctx.mul_mat(t("attn.to_out.weight"), a), h, ni, bi));
-        let n = rms_norm(ctx, x, t("post_attention_layernorm.weight"), DEPTH_EPS);
-        let mlp = ctx.mul_mat(
-            t("down_proj.weight"),
-            ctx.swiglu(ctx.mul_mat(t("gate_proj.weight"), n), ctx.mul_mat(t("up_proj.weight"), n)),
-        );
-        x = ctx.add(x, mlp);
+        x = attend_and_mlp(ctx, w, l, x, [q, cached[0], cached[1]], mask);
     }
-    let y = rms_norm(ctx, x, w.get("norm.weight"), DEPTH_EPS); // [h, new, B]
-    let last = ctx.cont(ctx.view_2d(y, h, bi, y.nb()[2], (new - 1) * y.nb()[1]));
-    let logits =
-        ctx.mul_mat(w.get(&format!("audio_heads.{}.weight", s - 2)), last).set_name("depth_logits").set_output();
+    let [_, last, logits] = norm_and_head(ctx, w, x, s);
     let hidden = last.set_name("depth_hidden").set_output();
     let mut kept = vec![input, hidden, logits];
     kept.extend(mask);
@@ -278,29 +263,53 @@ fn build<'a>(ctx: &'a Context, c: &DepthConfig, w: &'a TensorStore, s: usize, b:
     let x = ctx.reshape_3d(ctx.mul_mat(w.get("projection.weight"), input), h, si, bi);
     let pe = w.get("pos_embedding.weight");
     let mut x = ctx.add(x, ctx.view_2d(pe, h, si, pe.nb()[1], 0));
-    let scale = 1.0 / (hd as f32).sqrt();
     for l in 0..c.num_layers {
         let t = |n: &str| w.get(&format!("layers.{l}.{n}"));
         let n = ctx.reshape_2d(rms_norm(ctx, x, t("input_layernorm.weight"), DEPTH_EPS), h, si * bi);
         // [hd, S, heads, B] each.
         let heads = |wt: Tensor<'a>| ctx.permute(ctx.reshape_4d(ctx.mul_mat(wt, n), hd, nh, si, bi), [0, 2, 1, 3]);
-        let (q, k, v) = (heads(t("attn.to_q.weight")), heads(t("attn.to_k.weight")), heads(t("attn.to_v.weight")));
-        let kq = ctx.soft_max_ext(ctx.mul_mat(ctx.cont(k), ctx.cont(q)), Some(mask), scale); // [S_k, S_q, heads, B]
-        let vt = ctx.cont(ctx.permute(v, [1, 0, 2, 3])); // [S, hd, heads, B]
-        let a = ctx.mul_mat(vt, kq); // [hd, S_q, heads, B]
-        let a = ctx.reshape_2d(ctx.cont(ctx.permute(a, [0, 2, 1, 3])), h, si * bi);
-        x = ctx.add(x, ctx.reshape_3d(ctx.mul_mat(t("attn.to_out.weight"), a), h, si, bi));
-        let n = rms_norm(ctx, x, t("post_attention_layernorm.weight"), DEPTH_EPS);
-        let mlp = ctx.mul_mat(
-            t("down_proj.weight"),
-            ctx.swiglu(ctx.mul_mat(t("gate_proj.weight"), n), ctx.mul_mat(t("up_proj.weight"), n)),
-        );
-        x = ctx.add(x, mlp);
+        let qkv = [heads(t("attn.to_q.weight")), heads(t("attn.to_k.weight")), heads(t("attn.to_v.weight"))];
+        x = attend_and_mlp(ctx, w, l, x, qkv, Some(mask));
     }
-    let y = rms_norm(ctx, x, w.get("norm.weight"), DEPTH_EPS); // [h, S, B]
-    let last = ctx.cont(ctx.view_2d(y, h, bi, y.nb()[2], (s - 1) * y.nb()[1]));
-    let logits =
-        ctx.mul_mat(w.get(&format!("audio_heads.{}.weight", s - 2)), last).set_name("depth_logits").set_output();
+    let [y, last, logits] = norm_and_head(ctx, w, x, s);
     let hidden = if all { ctx.cont(y) } else { last }.set_name("depth_hidden").set_output();
     vec![input, mask, hidden, logits]
+}
+
+/// The rest of layer `l` once its queries (`[hd, new, heads, B]`) and every position's keys
+/// and values (`[hd, S, heads, B]`) are there: the attention (scale `1 / sqrt(hd)`), the output
+/// projection and its residual onto `x` (`[hidden, new, B]`), then the MLP and its residual.
+fn attend_and_mlp<'a>(
+    ctx: &'a Context,
+    w: &'a TensorStore,
+    l: usize,
+    x: Tensor<'a>,
+    [q, k, v]: [Tensor<'a>; 3],
+    mask: Option<Tensor<'a>>,
+) -> Tensor<'a> {
+    let t = |n: &str| w.get(&format!("layers.{l}.{n}"));
+    let [hd, nq, nh, b] = q.ne();
+    let scale = 1.0 / (hd as f32).sqrt();
+    let kq = ctx.soft_max_ext(ctx.mul_mat(ctx.cont(k), ctx.cont(q)), mask, scale); // [S, new, heads, B]
+    let vt = ctx.cont(ctx.permute(v, [1, 0, 2, 3])); // [S, hd, heads, B]
+    let a = ctx.mul_mat(vt, kq); // [hd, new, heads, B]
+    let a = ctx.reshape_2d(ctx.cont(ctx.permute(a, [0, 2, 1, 3])), hd * nh, nq * b);
+    let x = ctx.add(x, ctx.reshape_3d(ctx.mul_mat(t("attn.to_out.weight"), a), hd * nh, nq, b));
+    let n = rms_norm(ctx, x, t("post_attention_layernorm.weight"), DEPTH_EPS);
+    let mlp = ctx.mul_mat(
+        t("down_proj.weight"),
+        ctx.swiglu(ctx.mul_mat(t("gate_proj.weight"), n), ctx.mul_mat(t("up_proj.weight"), n)),
+    );
+    ctx.add(x, mlp)
+}
+
+/// The final norm of `x` (`[hidden, n, B]`), its last position, and that position's logits of
+/// `audio_heads[s-2]`.
+fn norm_and_head<'a>(ctx: &'a Context, w: &'a TensorStore, x: Tensor<'a>, s: usize) -> [Tensor<'a>; 3] {
+    let [h, n, b, _] = x.ne();
+    let y = rms_norm(ctx, x, w.get("norm.weight"), DEPTH_EPS);
+    let last = ctx.cont(ctx.view_2d(y, h, b, y.nb()[2], (n as usize - 1) * y.nb()[1]));
+    let logits =
+        ctx.mul_mat(w.get(&format!("audio_heads.{}.weight", s - 2)), last).set_name("depth_logits").set_output();
+    [y, last, logits]
 }
