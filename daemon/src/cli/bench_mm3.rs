@@ -14,7 +14,7 @@ use yued_engine::gguf::GgufFile;
 use yued_engine::models::mm3::compose::{compose, ArSettings, SeedDraws};
 use yued_engine::models::mm3::cond::CondEncoder;
 use yued_engine::models::mm3::demo::write_demo;
-use yued_engine::models::mm3::depth::DepthModel;
+use yued_engine::models::mm3::depth::{step_positions, DepthModel};
 use yued_engine::models::mm3::dit::DitModel;
 use yued_engine::models::mm3::lm::{self, LmModel};
 use yued_engine::models::mm3::pipeline::render_song;
@@ -145,7 +145,7 @@ fn bench_depth_frame(c: &Ctx<'_>, depth: &mut DepthModel, t: &mut Table) -> anyh
         let st_cached = time(c.a.reps, || {
             cached.clear();
             for s in 2..=positions {
-                cached.push(depth.step(c.backend, &upto(s, if s == 2 { 0 } else { s - 1 }), s, rows)?.logits);
+                cached.push(depth.step(c.backend, &upto(s, step_positions(s).start), s, rows)?.logits);
             }
             Ok(())
         })?;

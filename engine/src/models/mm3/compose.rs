@@ -18,7 +18,7 @@
 use crate::ggml::{Backend, GgmlError};
 use crate::kv_cache::KvSet;
 use crate::models::mm3::config::{TokenLayout, CODES_PER_FRAME, FEEDBACK_SCALE};
-use crate::models::mm3::depth::DepthModel;
+use crate::models::mm3::depth::{step_positions, DepthModel};
 use crate::models::mm3::lm::{LmModel, LmOut};
 use crate::models::mm3::prompt::Prompt;
 use crate::rng::mt64::Mt19937_64;
@@ -498,7 +498,7 @@ fn acoustic(
         let mut d: Vec<Vec<(Vec<f32>, Vec<f32>)>> = vec![Vec::new(); members.len()];
         if !batched.is_empty() {
             // The frame's steps over the cache: the first two positions, then each new one.
-            let from = if len == 2 { 0 } else { (len - 1) * h };
+            let from = step_positions(len).start * h;
             let flat: Vec<f32> =
                 batched.iter().flat_map(|&m| seqs[m].iter().flat_map(|q| q[from..].iter().copied())).collect();
             let rows = batched.iter().map(|&m| seqs[m].len()).sum();

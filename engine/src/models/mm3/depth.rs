@@ -164,7 +164,7 @@ impl DepthModel {
         let c = &self.cfg;
         let h = c.hidden_size;
         assert!((2..=c.num_codebooks).contains(&s), "depth step to {s} positions");
-        let new = if s == 2 { 2 } else { 1 };
+        let new = step_positions(s).len();
         assert_eq!(input.len(), b * new * h, "depth step input of {} values for {b} x {new} x {h}", input.len());
         if s == 2 && self.cache.as_ref().is_none_or(|k| k.capacity < b) {
             self.cache = None;
@@ -209,6 +209,16 @@ impl DepthModel {
     }
 }
 
+/// The positions step `s` of a frame computes: the first two at `s = 2`, after that the new
+/// one (`s - 1`). What [`DepthModel::step`] takes of each row's sequence.
+pub fn step_positions(s: usize) -> std::ops::Range<usize> {
+    if s == 2 {
+        0..2
+    } else {
+        s - 1..s
+    }
+}
+
 /// The graph of step `s` over `b` rows: its new positions (2 at `s = 2`, else 1) written to
 /// the frame cache `kv` layer by layer and attending over the cache's first `s` positions.
 /// Kept tensors: input, hidden, logits, then the 2 x 2 causal mask of the first step.
@@ -221,8 +231,7 @@ fn build_step<'a>(
     s: usize,
     b: usize,
 ) -> Vec<Tensor<'a>> {
-    let new = if s == 2 { 2 } else { 1 };
-    let p0 = s - new;
+    let (p0, new) = (step_positions(s).start, step_positions(s).len());
     let (h, ni, bi, si) = (c.hidden_size as i64, new as i64, b as i64, s as i64);
     let (hd, nh) = (c.head_dim() as i64, c.num_attention_heads as i64);
     let input = ctx.new_tensor(GgmlType::F32, &[h, ni * bi]).set_name("depth_step_in").set_input();

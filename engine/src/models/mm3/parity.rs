@@ -255,7 +255,7 @@ fn depth_states_and_logits_match_the_reference_for_both_rows() {
     }
     // The same frame in steps over the frame cache (what the composer runs).
     for s in 2..=8 {
-        let from = if s == 2 { 0 } else { (s - 1) * h };
+        let from = super::depth::step_positions(s).start * h;
         let input: Vec<f32> = [&seq(0, s)[from..], &seq(1, s)[from..]].concat();
         let o = t.depth.step(&t.backend, &input, s, 2).unwrap();
         let k = s - 2;

@@ -203,7 +203,7 @@ fn depth_steps_over_the_frame_cache_give_the_whole_sequences_states() {
             let seqs: Vec<Vec<f32>> = (0..b).map(|_| (0..8 * h).map(|_| next()).collect()).collect();
             for s in 2..=8 {
                 let whole: Vec<f32> = seqs.iter().flat_map(|q| q[..s * h].iter().copied()).collect();
-                let from = if s == 2 { 0 } else { (s - 1) * h };
+                let from = super::depth::step_positions(s).start * h;
                 let new: Vec<f32> = seqs.iter().flat_map(|q| q[from..s * h].iter().copied()).collect();
                 let want = t.depth.forward(&t.backend, &whole, s, b, false).unwrap();
                 let got = t.depth.step(&t.backend, &new, s, b).unwrap();
