@@ -321,7 +321,16 @@ impl Context {
         assert_eq!(q.ne()[2] % k.ne()[2], 0, "flash_attn: {} q heads over {} kv heads", q.ne()[2], k.ne()[2]);
         let m = mask.map(|m| m.raw()).unwrap_or(std::ptr::null_mut());
         // SAFETY: shapes checked.
-        self.op(|| unsafe { sys::ggml_flash_attn_ext(self.raw(), q.raw(), k.raw(), v.raw(), m, scale, 0.0, 0.0) })
+        let t =
+            self.op(|| unsafe { sys::ggml_flash_attn_ext(self.raw(), q.raw(), k.raw(), v.raw(), m, scale, 0.0, 0.0) });
+        // F32 accumulators, as llama.cpp asks of every attention: a GPU's kernels otherwise may
+        // accumulate the scores and the weighted values in F16 (ggml-vulkan and ggml-cuda do on
+        // cards with fast F16). The CPU's kernel accumulates in F32 either way: its bits do not
+        // change.
+        // SAFETY: `t` is the flash-attention node just made in this context.
+        let ok = unsafe { sys::ggml_prec_set_acc(t.raw(), sys::GGML_PREC_F32) };
+        debug_assert!(ok, "flash attention takes an accumulator precision");
+        t
     }
     /// Writes rows of `src` into `dst` at row indices `idx` (I64); the result aliases `dst`.
     pub fn set_rows<'a>(&'a self, dst: Tensor<'a>, src: Tensor<'a>, idx: Tensor<'a>) -> Tensor<'a> {

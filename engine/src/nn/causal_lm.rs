@@ -223,7 +223,8 @@ impl CausalLm {
         }
         let runs = run_shapes(sets, &at, &counts, &used, window_step(backend));
         let embeds = matches!(input, StepInput::Embeds(_));
-        let key = StepKey { runs, rows: rows.clone(), positions, embeds, hidden };
+        let head_from = head_view_start(rows.start, self.weights.get(&c.head).nb()[1], backend.is_cpu());
+        let key = StepKey { runs, rows: rows.clone(), head_from, positions, embeds, hidden };
         let mut stores = vec![&self.weights];
         stores.extend(used.iter().map(|&si| sets[si].store()));
         let n_nodes = graph_nodes(c.layers.len(), key.runs.len());
@@ -243,8 +244,9 @@ impl CausalLm {
             let (si, k) = at[i];
             sets[si].advance(k, n);
         }
-        let per_seq = split_rows(&flat, rows.len(), &counts, positions);
-        let hidden = if hidden { split_rows(&flat_hidden, c.hidden, &counts, positions) } else { Vec::new() };
+        let skip = (rows.start - head_from) as usize;
+        let per_seq = split_rows(&flat, skip, rows.len(), &counts, positions);
+        let hidden = if hidden { split_rows(&flat_hidden, 0, c.hidden, &counts, positions) } else { Vec::new() };
         Ok(Logits { rows, per_seq, hidden })
     }
 
@@ -323,9 +325,33 @@ const INPUTS: usize = 5;
 struct StepKey {
     runs: Vec<RunShape>,
     rows: Range<u32>,
+    /// The head row the graph's logits start at: `rows.start`, or a few rows before it on a
+    /// device ([`head_view_start`]).
+    head_from: u32,
     positions: Positions,
     embeds: bool,
     hidden: bool,
+}
+
+/// The largest storage-buffer offset alignment a ggml device asks of a view it reads
+/// (Vulkan's `minStorageBufferOffsetAlignment` is at most 256 bytes).
+const DEVICE_VIEW_ALIGN: usize = 256;
+
+/// Where a step's view of the LM head starts for logit rows from `start`. The CPU reads a
+/// view at any offset; a device may not (ggml-vulkan aborts on a quantized weight viewed at
+/// an offset that is not a multiple of its alignment, e.g. a Q8_0 row of 68 bytes): there
+/// the view starts at the nearest row at or before `start` whose offset is a multiple of
+/// [`DEVICE_VIEW_ALIGN`], and the rows before `start` are computed and dropped.
+fn head_view_start(start: u32, row_bytes: usize, cpu: bool) -> u32 {
+    if cpu {
+        return start;
+    }
+    let (mut a, mut b) = (row_bytes, DEVICE_VIEW_ALIGN);
+    while b != 0 {
+        (a, b) = (b, a % b);
+    }
+    let every = (DEVICE_VIEW_ALIGN / a) as u32;
+    start - start % every
 }
 
 /// A step's sequences against their caches: each has new tokens, a stream of its own with
@@ -447,13 +473,15 @@ fn write_inputs(
     g.tensor(OUT_IDX).write_i32(&out_v);
 }
 
-/// The rows a step read out, `width` wide, per sequence (all its tokens', or its last).
-fn split_rows(flat: &[f32], width: usize, counts: &[usize], positions: Positions) -> Vec<Vec<Vec<f32>>> {
+/// The rows a step read out, per sequence (all its tokens', or its last): `width` values of
+/// each, after the first `skip` of the row.
+fn split_rows(flat: &[f32], skip: usize, width: usize, counts: &[usize], positions: Positions) -> Vec<Vec<Vec<f32>>> {
+    let stride = skip + width;
     let mut per_seq = Vec::with_capacity(counts.len());
     let mut row = 0usize;
     for &t in counts {
         let n = if positions == Positions::All { t } else { 1 };
-        per_seq.push((0..n).map(|j| flat[(row + j) * width..(row + j + 1) * width].to_vec()).collect());
+        per_seq.push((0..n).map(|j| flat[(row + j) * stride + skip..(row + j + 1) * stride].to_vec()).collect());
         row += n;
     }
     per_seq
@@ -522,8 +550,8 @@ fn build_step<'a>(
     let x = gctx.get_rows(x, out_idx);
     let x = rms_norm(gctx, x, weights.get(&c.norm), c.dims.eps);
     let head = weights.get(&c.head);
-    let n_rows = (key.rows.end - key.rows.start) as i64;
-    let head = gctx.view_2d(head, head.ne()[0], n_rows, head.nb()[1], key.rows.start as usize * head.nb()[1]);
+    let n_rows = (key.rows.end - key.head_from) as i64;
+    let head = gctx.view_2d(head, head.ne()[0], n_rows, head.nb()[1], key.head_from as usize * head.nb()[1]);
     let logits = gctx.mul_mat(head, x).set_name("logits").set_output();
     graph.expand(logits);
     let hidden = if key.hidden {
@@ -590,4 +618,26 @@ fn attend_runs<'a>(
         start += n;
     }
     outs.expect("a step has at least one run")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{head_view_start, DEVICE_VIEW_ALIGN};
+
+    #[test]
+    fn a_devices_head_view_starts_at_an_aligned_row_at_or_before_the_first_logit_row() {
+        // The CPU views the head at its first row.
+        assert_eq!(head_view_start(1023, 68, true), 1023);
+        // Q8_0 rows of 64 values (68 bytes): every 64th row is 256-aligned.
+        assert_eq!(head_view_start(1023, 68, false), 960);
+        // Q8_0 rows of the published widths (4096 values: 4352 bytes) and F32 rows of 64 values
+        // are aligned at every row.
+        assert_eq!(head_view_start(1023, 4352, false), 1023);
+        assert_eq!(head_view_start(1023, 256, false), 1023);
+        for (start, bytes) in [(1u32, 68usize), (77, 34 * 3), (500, 4 * 24), (64, 68), (0, 6)] {
+            let from = head_view_start(start, bytes, false);
+            assert!(from <= start && start - from < DEVICE_VIEW_ALIGN as u32, "{start}, {bytes}: {from}");
+            assert_eq!(from as usize * bytes % DEVICE_VIEW_ALIGN, 0, "{start}, {bytes}: {from}");
+        }
+    }
 }
