@@ -482,7 +482,8 @@ mod tests {
         assert_eq!(got.len(), want.len());
         let num: f64 = got.iter().zip(&want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
         let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
-        assert!((num / den).sqrt() < 1e-5, "relative RMS {:.3e} against torch", (num / den).sqrt());
+        let e = (num / den).sqrt();
+        assert!(e < crate::test_util::tol(&backend, 1e-5) as f64, "relative RMS {e:.3e} against torch");
     }
 
     #[test]

@@ -14,7 +14,7 @@ use super::lm::{tokenizer, LmModel};
 use super::prompt;
 use crate::ggml::{Backend, GgmlType};
 use crate::gguf::GgufFile;
-use crate::test_util::{argmax, max_abs};
+use crate::test_util::{argmax, max_abs, tol};
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -179,7 +179,7 @@ fn lm_logits_and_hidden_states_match_the_reference() {
         let got = t.lm.prompt_logits(&t.backend, &mut set, p, 0).unwrap();
         for (pos, g) in got.iter().enumerate() {
             let w = &want[(row * l + pos) * v..(row * l + pos + 1) * v];
-            assert!(max_abs(g, w) < 2e-4, "prefill logits row {row} pos {pos}: {}", max_abs(g, w));
+            assert!(max_abs(g, w) < tol(&t.backend, 2e-4), "prefill logits row {row} pos {pos}: {}", max_abs(g, w));
             assert_eq!(argmax(g), argmax(w), "row {row} pos {pos}");
         }
     }
@@ -187,12 +187,16 @@ fn lm_logits_and_hidden_states_match_the_reference() {
     let mut set = t.lm.kv_set(&t.backend, l + 4, 2).unwrap();
     let out = t.lm.prefill(&t.backend, &mut set, &[(&t.prompt.cond, 0), (&t.prompt.uncond, 1)], true).unwrap();
     let hid = f32s("prefill_last_hidden.f32");
-    assert!(max_abs(&out.hidden.concat(), &hid) < 1e-4, "prefill hidden: {}", max_abs(&out.hidden.concat(), &hid));
+    assert!(
+        max_abs(&out.hidden.concat(), &hid) < tol(&t.backend, 1e-4),
+        "prefill hidden: {}",
+        max_abs(&out.hidden.concat(), &hid)
+    );
     let rows = t.lm.info.tokens.sample_rows();
     for r in 0..2 {
         let w = &want[(r * l + l - 1) * v..(r * l + l) * v];
         assert!(
-            max_abs(&out.logits[r], &w[rows.start as usize..rows.end as usize]) < 2e-4,
+            max_abs(&out.logits[r], &w[rows.start as usize..rows.end as usize]) < tol(&t.backend, 2e-4),
             "sampled rows of stream {r}"
         );
     }
@@ -209,10 +213,14 @@ fn lm_logits_and_hidden_states_match_the_reference() {
     );
     let out = t.lm.feed(&t.backend, &mut set, &[(&fb, 0), (&fb, 1)], true).unwrap();
     let (dl, dh) = (f32s("decode_logits.f32"), f32s("decode_last_hidden.f32"));
-    assert!(max_abs(&out.hidden.concat(), &dh) < 1e-4, "decode hidden");
+    assert!(max_abs(&out.hidden.concat(), &dh) < tol(&t.backend, 1e-4), "decode hidden");
     for r in 0..2 {
         let w = &dl[r * v + rows.start as usize..r * v + rows.end as usize];
-        assert!(max_abs(&out.logits[r], w) < 2e-4, "decode logits of stream {r}: {}", max_abs(&out.logits[r], w));
+        assert!(
+            max_abs(&out.logits[r], w) < tol(&t.backend, 2e-4),
+            "decode logits of stream {r}: {}",
+            max_abs(&out.logits[r], w)
+        );
     }
 }
 
@@ -246,12 +254,13 @@ fn depth_states_and_logits_match_the_reference_for_both_rows() {
         let k = s - 2;
         for row in 0..2 {
             let w = &hl[(k * 2 + row) * h..(k * 2 + row + 1) * h];
-            assert!(max_abs(&o.hidden[row], w) < 1e-4, "S={s} row {row} hidden: {}", max_abs(&o.hidden[row], w));
+            let e = max_abs(&o.hidden[row], w);
+            assert!(e < tol(&t.backend, 1e-4), "S={s} row {row} hidden: {e}");
         }
-        assert!(max_abs(&o.logits[0], &lc[k * 32..(k + 1) * 32]) < 1e-4, "S={s} cond logits");
-        assert!(max_abs(&o.logits[1], &lu[k * 32..(k + 1) * 32]) < 1e-4, "S={s} uncond logits");
+        assert!(max_abs(&o.logits[0], &lc[k * 32..(k + 1) * 32]) < tol(&t.backend, 1e-4), "S={s} cond logits");
+        assert!(max_abs(&o.logits[1], &lu[k * 32..(k + 1) * 32]) < tol(&t.backend, 1e-4), "S={s} uncond logits");
         let guided: Vec<f32> = o.logits[0].iter().zip(&o.logits[1]).map(|(a, b)| b + (a - b) * 1.5).collect();
-        assert!(max_abs(&guided, &lg[k * 32..(k + 1) * 32]) < 2e-4, "S={s} guided logits");
+        assert!(max_abs(&guided, &lg[k * 32..(k + 1) * 32]) < tol(&t.backend, 2e-4), "S={s} guided logits");
     }
     // The same frame in steps over the frame cache (what the composer runs).
     for s in 2..=8 {
@@ -261,14 +270,21 @@ fn depth_states_and_logits_match_the_reference_for_both_rows() {
         let k = s - 2;
         for row in 0..2 {
             let w = &hl[(k * 2 + row) * h..(k * 2 + row + 1) * h];
-            assert!(max_abs(&o.hidden[row], w) < 1e-4, "step S={s} row {row} hidden: {}", max_abs(&o.hidden[row], w));
+            assert!(
+                max_abs(&o.hidden[row], w) < tol(&t.backend, 1e-4),
+                "step S={s} row {row} hidden: {}",
+                max_abs(&o.hidden[row], w)
+            );
         }
-        assert!(max_abs(&o.logits[0], &lc[k * 32..(k + 1) * 32]) < 1e-4, "step S={s} cond logits");
-        assert!(max_abs(&o.logits[1], &lu[k * 32..(k + 1) * 32]) < 1e-4, "step S={s} uncond logits");
+        assert!(max_abs(&o.logits[0], &lc[k * 32..(k + 1) * 32]) < tol(&t.backend, 1e-4), "step S={s} cond logits");
+        assert!(max_abs(&o.logits[1], &lu[k * 32..(k + 1) * 32]) < tol(&t.backend, 1e-4), "step S={s} uncond logits");
     }
     let input: Vec<f32> = [seq(0, 8), seq(1, 8)].concat();
     let o = t.depth.forward(&t.backend, &input, 8, 2, true).unwrap();
-    assert!(max_abs(&o.hidden.concat(), &f32s("depth_hidden_s8_full.f32")) < 1e-4, "S=8, every position");
+    assert!(
+        max_abs(&o.hidden.concat(), &f32s("depth_hidden_s8_full.f32")) < tol(&t.backend, 1e-4),
+        "S=8, every position"
+    );
 }
 
 #[test]
@@ -298,11 +314,12 @@ fn ar_runs_with_injected_uniforms_pick_the_reference_codes() {
         assert_eq!(song.frames(), run["kept_frames"].as_u64().unwrap() as usize);
         let states = f32s(run["frame_hiddens"].as_str().unwrap());
         assert_eq!(song.states.len(), states.len());
-        assert!(max_abs(&song.states, &states) < 2e-4, "{name}: states {}", max_abs(&song.states, &states));
+        let e = max_abs(&song.states, &states);
+        assert!(e < tol(&t.backend, 2e-4), "{name}: states {e}");
         // The replay of those codes.
         let r = replay(&t.backend, &mut t.lm, &mut t.depth, &t.prompt, &song.codes, &|| false).unwrap();
         let rs = f32s(run["replay_frame_hiddens"].as_str().unwrap());
-        assert!(max_abs(&r.states, &rs) < 2e-4, "{name}: replay states {}", max_abs(&r.states, &rs));
+        assert!(max_abs(&r.states, &rs) < tol(&t.backend, 2e-4), "{name}: replay states {}", max_abs(&r.states, &rs));
         assert_eq!(r.states.len(), song.frames() * 8 * h);
         // The split guidance path draws the same codes here.
         let uniforms: std::collections::VecDeque<f32> =

@@ -10,7 +10,7 @@ use super::synth::*;
 use super::vae::VaeModel;
 use crate::ggml::Backend;
 use crate::gguf::GgufFile;
-use crate::test_util::max_abs;
+use crate::test_util::{max_abs, tol};
 use serde_json::Value;
 use std::path::PathBuf;
 
@@ -73,7 +73,7 @@ fn the_condition_encoder_and_torchs_nearest_frames() {
     let states: Vec<f32> = states.chunks_exact(4).map(|b| f32::from_le_bytes(b.try_into().unwrap())).collect();
     let out = m.cond.encode(&m.backend, &states, 5).unwrap();
     let want = file(&c["output"]);
-    assert!(max_abs(&out, &want) < 1e-5, "condition: {}", max_abs(&out, &want));
+    assert!(max_abs(&out, &want) < tol(&m.backend, 1e-5), "condition: {}", max_abs(&out, &want));
     let table: Value =
         serde_json::from_str(&std::fs::read_to_string(repo("fixtures/mm3/synth/nearest_table.json")).unwrap()).unwrap();
     for n in 1..=200usize {
@@ -107,21 +107,24 @@ fn dit_velocities_match_for_both_branches_and_a_batch() {
         let (x, cond) = (file(&case["x"]), file(&case["cond"]));
         let vc = m.dit.velocity(&m.backend, &x, &cond, t, 1, tt).unwrap();
         assert!(
-            max_abs(&vc, &file(&case["v_cond"])) < 1e-4,
+            max_abs(&vc, &file(&case["v_cond"])) < tol(&m.backend, 1e-4),
             "T={t} t={tt} cond: {}",
             max_abs(&vc, &file(&case["v_cond"]))
         );
         let vu = m.dit.velocity(&m.backend, &x, &vec![0.0; cond.len()], t, 1, tt).unwrap();
-        assert!(max_abs(&vu, &file(&case["v_uncond"])) < 1e-4, "T={t} t={tt} uncond");
+        assert!(max_abs(&vu, &file(&case["v_uncond"])) < tol(&m.backend, 1e-4), "T={t} t={tt} uncond");
         for batch in [true, false] {
             let g = m.dit.guided(&m.backend, &x, &cond, t, 1, tt, 1.7, batch).unwrap();
-            assert!(max_abs(&g, &file(&case["v_guided"])) < 2e-4, "T={t} t={tt} guided (batch {batch})");
+            assert!(
+                max_abs(&g, &file(&case["v_guided"])) < tol(&m.backend, 2e-4),
+                "T={t} t={tt} guided (batch {batch})"
+            );
         }
     }
     let b = &c["batch2"];
     let x: Vec<f32> = [f32s("dit_T20_x.f32"), file(&b["x2"])].concat();
     let g = m.dit.guided(&m.backend, &x, &f32s("dit_T20_cond.f32"), 20, 2, 0.37, 1.7, true).unwrap();
-    assert!(max_abs(&g, &file(&b["v_guided"])) < 2e-4, "two variations in one batch");
+    assert!(max_abs(&g, &file(&b["v_guided"])) < tol(&m.backend, 2e-4), "two variations in one batch");
 }
 
 #[test]
@@ -130,7 +133,7 @@ fn the_vae_decodes_both_tracks() {
     let c = &cases()["vae"];
     assert_eq!(m.vae.info.hop(), 4);
     let out = m.vae.decode(&m.backend, &file(&c["latent"])).unwrap();
-    assert!(max_abs(&out, &file(&c["audio"])) < 1e-5, "VAE: {}", max_abs(&out, &file(&c["audio"])));
+    assert!(max_abs(&out, &file(&c["audio"])) < tol(&m.backend, 1e-5), "VAE: {}", max_abs(&out, &file(&c["audio"])));
 }
 
 fn frame_noise(windows: &[Vec<f32>], c: usize) -> FixedNoise {
@@ -158,12 +161,12 @@ fn one_window_denoises_as_the_reference() {
         assert_eq!(got.len(), 1);
         let lat = &got[0].latents[0];
         assert!(
-            max_abs(lat, &file(&case["final_latent"])) < 2e-4,
+            max_abs(lat, &file(&case["final_latent"])) < tol(&m.backend, 2e-4),
             "{steps} steps: {}",
             max_abs(lat, &file(&case["final_latent"]))
         );
         let audio = decode_window(&m.backend, &mut m.vae, lat, 0, 1).unwrap();
-        assert!(max_abs(&audio, &file(&case["audio"])) < 2e-4, "{steps} steps: audio");
+        assert!(max_abs(&audio, &file(&case["audio"])) < tol(&m.backend, 2e-4), "{steps} steps: audio");
     }
 }
 
@@ -181,9 +184,9 @@ fn two_windows_carry_their_overlap_and_stitch() {
     let vae = &mut m.vae;
     render(&m.backend, &mut m.cond, &mut m.dit, &states, 250, &mut noise, &s, &|| false, &mut |_, _| {}, &mut |w| {
         let want = &wins[w.index];
-        assert!(max_abs(&w.condition, &file(&want["cond"])) < 1e-5, "window {} condition", w.index);
+        assert!(max_abs(&w.condition, &file(&want["cond"])) < tol(&m.backend, 1e-5), "window {} condition", w.index);
         let e = max_abs(&w.latents[0], &file(&want["latent"]));
-        assert!(e < 2e-4, "window {} latent: {e}", w.index);
+        assert!(e < tol(&m.backend, 2e-4), "window {} latent: {e}", w.index);
         audio.push(decode_window(&backend, vae, &w.latents[0], w.index, 2).unwrap());
         Ok(())
     })
@@ -195,5 +198,5 @@ fn two_windows_carry_their_overlap_and_stitch() {
     let (l1, r1) = halves(&audio[1]);
     let stitched = [l0, l1, r0, r1].concat();
     let want = file(&c["audio"]);
-    assert!(max_abs(&stitched, &want) < 2e-4, "stitched audio: {}", max_abs(&stitched, &want));
+    assert!(max_abs(&stitched, &want) < tol(&m.backend, 2e-4), "stitched audio: {}", max_abs(&stitched, &want));
 }

@@ -195,7 +195,10 @@ mod tests {
         let num: f64 = got.iter().zip(&want).map(|(a, b)| ((a - b) as f64).powi(2)).sum();
         let den: f64 = want.iter().map(|b| (*b as f64).powi(2)).sum();
         let rel = (num / den).sqrt();
-        assert!(rel < 1e-5, "relative RMS {rel:.3e} against the float64 reference");
+        assert!(
+            rel < crate::test_util::tol(&backend, 1e-5) as f64,
+            "relative RMS {rel:.3e} against the float64 reference"
+        );
         // Deterministic, and whole frames only.
         assert!(enc.encode(&backend, &audio).unwrap() == got);
         assert!(matches!(enc.encode(&backend, &audio[..audio.len() - 2]), Err(EncodeError::Input(_))));
