@@ -35,9 +35,17 @@ fn recordings_tokenize_to_the_reference_codes() {
         }
         assert_eq!(steps + 1, t.steps(), "{name}: one step per chunk and per window");
         let e = rel_rms(t.features(), &read_f32(fixture::dir().join(format!("model/{name}.features.f32"))));
-        assert!(e < 1e-5, "{name}: features off by {e}");
+        assert!(e < crate::test_util::tol(&backend, 1e-5) as f64, "{name}: features off by {e}");
         let want: Vec<u32> = case["codes"].as_array().unwrap().iter().map(|v| v.as_u64().unwrap() as u32).collect();
-        assert_eq!(t.codes(), want.as_slice(), "{name}: codes");
+        if backend.is_cpu() {
+            assert_eq!(t.codes(), want.as_slice(), "{name}: codes");
+        } else {
+            // A device's F16 rounding (features ~2e-3 apart) tips the nearest code of some
+            // frames: say how many, and hold most of them.
+            let same = t.codes().iter().zip(&want).filter(|(a, b)| a == b).count();
+            eprintln!("{}: {name}: {same} of {} codes are the reference's", backend.name(), want.len());
+            assert!(t.codes().len() == want.len() && same * 10 >= want.len() * 9, "{name}: {same} of {}", want.len());
+        }
         assert!(!t.step(&mut tok, &backend).unwrap(), "a finished tokenization stays finished");
     }
 }
