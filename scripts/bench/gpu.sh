@@ -3,9 +3,10 @@
 # (scripts/build-cuda.sh: the toolkit from NVIDIA's PyPI wheels unless CUDA_ROOT names one),
 # runs the device tests on CUDA0 (the engine's parity tests against the committed
 # fixtures, and the daemon's end-to-end tests, every graph on the device), then prints the
-# benchmark tables of both families on the full-size demo models, and the batching table.
+# benchmark tables of both families on the full-size demo models, and both families' batching
+# tables.
 # Usage: scripts/bench/gpu.sh [OUT_DIR=target/bench-gpu] [ARCH=90]
-# Writes OUT_DIR/tests.txt, OUT_DIR/bench-{yue2,mm3,batching}.{json,txt}.
+# Writes OUT_DIR/tests.txt, OUT_DIR/bench-{yue2,mm3,batching,batching-mm3}.{json,txt}.
 # Budget: about ten minutes on one H200 with 16 cores (the ggml CUDA kernels for one
 # architecture are most of the build); each step has its own timeout, and a step that fails
 # is reported and the next one still runs.
@@ -37,3 +38,7 @@ done
 echo "## yued bench --only batching on CUDA0" | tee "$OUT/bench-batching.txt"
 timeout 600 "$BIN" bench --only batching --preset full --device CUDA0 --batching-seconds 10 \
   --json "$OUT/bench-batching.json" 2>&1 | tee -a "$OUT/bench-batching.txt"
+# The same for MiniMax's AR half (frames of guided songs; 4 s songs keep it short).
+echo "## yued bench --family mm3 --only batching on CUDA0" | tee "$OUT/bench-batching-mm3.txt"
+timeout 600 "$BIN" bench --family mm3 --only batching --preset full --device CUDA0 --batching-seconds 4 \
+  --json "$OUT/bench-batching-mm3.json" 2>&1 | tee -a "$OUT/bench-batching-mm3.txt"
