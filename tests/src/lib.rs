@@ -58,8 +58,7 @@ impl Daemon {
     /// The `yued serve` process alone (its log appended to `data`.log), not waited for.
     pub fn spawn(data: &Path, port: u16, args: &[String], env: &[(&str, &str)]) -> Child {
         let log = std::fs::OpenOptions::new().create(true).append(true).open(data.with_extension("log")).unwrap();
-        // `$YUED_TEST_DEVICE` (e.g. `Vulkan0`) runs the suite's daemons on that device.
-        let device = std::env::var("YUED_TEST_DEVICE").ok().filter(|d| !d.is_empty()).unwrap_or_else(|| "CPU".into());
+        let device = test_device().unwrap_or_else(|| "CPU".into());
         Command::new(yued_bin())
             .args([
                 "serve",
@@ -258,10 +257,17 @@ pub fn chord_wav(seconds: f64, rate: u32) -> (Vec<u8>, yued_audio::Pcm) {
     (wav.clone(), yued_audio::decode::decode(&wav).unwrap())
 }
 
+/// The device the suite's daemons run on: `$YUED_TEST_DEVICE` (e.g. `Vulkan0`, set by
+/// `scripts/test-device.sh`), or None for the CPU.
+pub fn test_device() -> Option<String> {
+    std::env::var("YUED_TEST_DEVICE").ok().filter(|d| !d.is_empty() && d != "CPU")
+}
+
 /// The codes the engine gives `pcm` with the tokenizer head `head` (MERT beside it).
 pub fn engine_codes(head: &Path, pcm: &yued_audio::Pcm) -> String {
     use yued_engine::models::audio_tokenizer::pipeline::{AudioTokenizer, SAMPLE_RATE};
-    let backend = yued_engine::ggml::Backend::cpu(1).unwrap(); // one thread: a daemon may share the cores
+    // The daemons' device; one thread on the CPU: a daemon may share the cores.
+    let backend = yued_engine::ggml::Backend::for_tests(1);
     let mut tok = AudioTokenizer::open(head, &backend).unwrap();
     let mut run = tok.start(yued_audio::resample::mono_at(pcm, SAMPLE_RATE).unwrap()).unwrap();
     while run.step(&mut tok, &backend).unwrap() {}
@@ -272,7 +278,7 @@ pub fn engine_codes(head: &Path, pcm: &yued_audio::Pcm) -> String {
 /// why there is none.
 pub fn engine_score(head: &Path, pcm: &yued_audio::Pcm, melody_only: bool) -> Result<String, String> {
     use yued_engine::models::sheetsage2::pipeline::{Transcriber, SAMPLE_RATE};
-    let backend = yued_engine::ggml::Backend::cpu(1).unwrap(); // one thread: a daemon may share the cores
+    let backend = yued_engine::ggml::Backend::for_tests(1); // as in `engine_codes`
     let mut tr = Transcriber::open(head, &backend).unwrap();
     let mut run = tr.start(yued_audio::resample::mono_at(pcm, SAMPLE_RATE).unwrap()).unwrap();
     while run.step(&mut tr, &backend).unwrap() {}

@@ -180,7 +180,14 @@ fn lm_logits_and_hidden_states_match_the_reference() {
         for (pos, g) in got.iter().enumerate() {
             let w = &want[(row * l + pos) * v..(row * l + pos + 1) * v];
             assert!(max_abs(g, w) < tol(&t.backend, 2e-4), "prefill logits row {row} pos {pos}: {}", max_abs(g, w));
-            assert_eq!(argmax(g), argmax(w), "row {row} pos {pos}");
+            let (a, b) = (argmax(g), argmax(w));
+            if t.backend.is_cpu() {
+                assert_eq!(a, b, "row {row} pos {pos}");
+            } else if a != b {
+                // Two logits the reference has within the device's rounding (held above).
+                let name = t.backend.name();
+                eprintln!("{name}: row {row} pos {pos}: argmax {a}, the reference's {b} ({:.1e} above)", w[b] - w[a]);
+            }
         }
     }
     // The guidance pair as one batch over two streams, then one feedback step.
@@ -336,7 +343,12 @@ fn ar_runs_with_injected_uniforms_pick_the_reference_codes() {
             &mut |_, _| {},
         )
         .unwrap();
-        assert_eq!(split[0].codes, song.codes, "{name}: --no-batch-cfg");
+        if t.backend.is_cpu() {
+            assert_eq!(split[0].codes, song.codes, "{name}: --no-batch-cfg");
+        } else {
+            let what = format!("{name}: --no-batch-cfg parts from the batch");
+            super::tests::where_songs_part(&t.backend, h, &split[0], song, &what);
+        }
     }
 }
 
