@@ -67,9 +67,10 @@ case "$kind" in
 esac
 export YUED_TEST_DEVICE=$device
 echo "test-device: running the tests on $device" >&2
-# The end-to-end tests start target/debug/yued (built with the same backend first) and the `yue`
-# client beside it, and read the Qwen ranks file the test command fetches.
+# The end-to-end tests start target/debug/yued (built with the same backend first, and with the
+# fault hooks a workspace build unifies in) and the `yue` client beside it, and read the Qwen
+# ranks file the test command fetches.
 bash scripts/fetch-qwen-tiktoken.sh >/dev/null
-cargo build -p yued -p yue-client --features "yued/$kind"
+cargo build -p yued -p yue-client --features "yued/$kind,yued-actors/test-faults"
 # Every test binary runs (a failure in one does not hide the others').
 cargo test --no-fail-fast -p yued-engine -p yued-e2e --features "yued-engine/$kind" -- --test-threads 1

@@ -390,7 +390,16 @@ fn say_where_parts_differ(device: &str, extra: &[&str], j: usize, ty: &str, a: &
         let (a, b): (serde_json::Value, serde_json::Value) =
             (serde_json::from_slice(a).unwrap(), serde_json::from_slice(b).unwrap());
         let keys = a.as_object().unwrap().keys().filter(|k| a[k.as_str()] != b[k.as_str()]);
-        format!("the fields {:?}", keys.collect::<Vec<_>>())
+        // A list (a song's codes, comma-separated): where the two part, and their lengths.
+        let at = |k: &String| match (a[k.as_str()].as_str(), b[k.as_str()].as_str()) {
+            (Some(x), Some(y)) => {
+                let (x, y): (Vec<&str>, Vec<&str>) = (x.split(',').collect(), y.split(',').collect());
+                let first = x.iter().zip(&y).position(|(p, q)| p != q).unwrap_or(x.len().min(y.len()));
+                format!("{k} (from item {first}; {} and {} items)", x.len(), y.len())
+            }
+            _ => k.clone(),
+        };
+        format!("the fields {}", keys.map(at).collect::<Vec<_>>().join(", "))
     } else if ty.starts_with("audio/wav") {
         let samples = |x: &[u8]| -> Vec<f64> {
             hound::WavReader::new(x).unwrap().samples::<i16>().map(|v| f64::from(v.unwrap())).collect()
