@@ -15,8 +15,8 @@ cd "$(dirname "$0")/.."
 ARCH=${1:-90-real}; shift || true
 . scripts/cuda-env.sh "$ARCH"
 cuda_prepare target/cuda
-cargo build --release -p yued --features cuda --target-dir target/cuda "$@"
-# Where the shared ggml libraries landed, for the loader.
-GGML_LIBS=$(dirname "$(find target/cuda/release/build -name 'libggml-cuda.so*' -print -quit)")
+cargo build --release -p yued --features cuda --target-dir target/cuda --message-format=json-render-diagnostics \
+  "$@" >target/cuda/build.json
 echo "build-cuda.sh: built target/cuda/release/yued; run it with" >&2
-echo "export LD_LIBRARY_PATH=$(pwd)/$GGML_LIBS:$CUDA_ROOT/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"
+libs=$(cuda_ggml_libs target/cuda/build.json)
+echo "export LD_LIBRARY_PATH=$libs:$CUDA_ROOT/lib\${LD_LIBRARY_PATH:+:\$LD_LIBRARY_PATH}"

@@ -64,3 +64,12 @@ cuda_prepare() {
     mkdir -p "$1" && echo "$CUDA_ARCH" >"$1/cuda-arch"
   fi
 }
+# The folder of the ggml libraries a cargo build linked, from its `--message-format=json*` output
+# (the target folder can hold other builds' copies).
+cuda_ggml_libs() {
+  python3 -c 'import json, sys
+for l in open(sys.argv[1]):
+    m = json.loads(l)
+    if m.get("reason") == "build-script-executed" and "#llama-cpp-sys-2@" in m["package_id"]:
+        print(m["out_dir"] + "/lib")' "$1"
+}

@@ -22,26 +22,17 @@ cuda_prepare $T
 # or the repository layout, which do not touch a device and need tools the GPU machine lacks).
 E2E="stages daemon deep vae listen transcribe adapters tenancy client"
 cargo test --release --locked --no-run --target-dir $T -p yued -p yue-client -p yued-engine -p yued-e2e \
-  --features yued/cuda,yued-actors/test-faults,yued-engine/cuda --message-format=json >$T/tests.json || {
-  python3 -c 'import json, sys
-for l in open(sys.argv[1]):
-    m = json.loads(l)
-    if m.get("reason") == "compiler-message" and m["message"]["level"] == "error":
-        print(m["message"]["rendered"], file=sys.stderr)' $T/tests.json
-  echo "gpu-bundle: the build failed" >&2
-  exit 1
-}
+  --features yued/cuda,yued-actors/test-faults,yued-engine/cuda --message-format=json-render-diagnostics \
+  >$T/tests.json
 stage=$T/gpu-bundle
 rm -rf "$stage"
 mkdir -p "$stage/bin/deps" "$stage/lib"
-# The test executables, and the folder of the ggml libraries this build linked.
-libs=$(python3 - "$T/tests.json" "$stage/bin/deps" $E2E <<'PY'
+# The test executables.
+python3 - "$T/tests.json" "$stage/bin/deps" $E2E <<'PY'
 import json, shutil, sys
 out, keep = sys.argv[2], set(sys.argv[3:])
 for line in open(sys.argv[1]):
     m = json.loads(line)
-    if m.get("reason") == "build-script-executed" and "#llama-cpp-sys-2@" in m["package_id"]:
-        print(m["out_dir"] + "/lib")
     if m.get("reason") != "compiler-artifact" or not m.get("executable") or not m["profile"]["test"]:
         continue
     t = m["target"]
@@ -49,9 +40,8 @@ for line in open(sys.argv[1]):
         shutil.copy(m["executable"], out)
         print("gpu-bundle: test", t["name"], file=sys.stderr)
 PY
-)
 cp $T/release/yued $T/release/yue "$stage/bin/"
-cp -P "$libs"/lib*.so* "$stage/lib/"
+cp -P "$(cuda_ggml_libs $T/tests.json)"/lib*.so* "$stage/lib/"
 cp -P "$CUDA_ROOT"/lib/libcudart.so.13* "$stage/lib/"
 strip --strip-unneeded "$stage"/bin/yued "$stage"/bin/yue "$stage"/bin/deps/* "$stage"/lib/*.so* 2>/dev/null || true
 echo "$PWD" >"$stage/root.txt"
