@@ -13,8 +13,12 @@
 //!   vector into both streams.
 //!
 //! Frame 0 is sampled and fed back in full; only its states are dropped. A song of F frames
-//! leaves F + 1 code frames. Draws come from one stream per song, semantic first, then the
-//! 7 acoustic codes (minimaxmusic.cpp: mt19937_64 seeded `lm_seed + i`, libstdc++'s float draw).
+//! leaves F + 1 code frames. A song ends at its end token, except before its first frame
+//! (frames 0 and 1), where the reference would leave a song with nothing to render: there
+//! the end token is set aside and the song's next uniform draws among the codes
+//! ([`sample_first_code`]); no draw of a song that the reference writes in full changes.
+//! Draws come from one stream per song, semantic first, then the 7 acoustic codes
+//! (minimaxmusic.cpp: mt19937_64 seeded `lm_seed + i`, libstdc++'s float draw).
 use crate::ggml::{Backend, GgmlError};
 use crate::kv_cache::KvSet;
 use crate::models::mm3::config::{TokenLayout, CODES_PER_FRAME, FEEDBACK_SCALE};
@@ -128,8 +132,39 @@ pub fn sample_semantic(
     k: usize,
     u: f32,
 ) -> u32 {
+    semantic_draw(cond, uncond, rows_start, semantic_base, cfg, k, true, u)
+}
+
+/// The semantic draw of a song that has no frame yet and drew the end token: the same
+/// rule over the codes alone (top k of the codes, the end token left out), with the song's
+/// next uniform. minimaxmusic.cpp would end such a song empty, with nothing to render; yued
+/// writes every song at least one frame. Every other draw is the reference's.
+pub fn sample_first_code(
+    cond: &[f32],
+    uncond: &[f32],
+    rows_start: u32,
+    semantic_base: u32,
+    cfg: f32,
+    k: usize,
+    u: f32,
+) -> u32 {
+    semantic_draw(cond, uncond, rows_start, semantic_base, cfg, k, false, u)
+}
+
+#[allow(clippy::too_many_arguments)]
+fn semantic_draw(
+    cond: &[f32],
+    uncond: &[f32],
+    rows_start: u32,
+    semantic_base: u32,
+    cfg: f32,
+    k: usize,
+    with_end: bool,
+    u: f32,
+) -> u32 {
     let at = |id: u32| (id - rows_start) as usize;
-    let allowed = (semantic_base..rows_start + cond.len() as u32).chain(std::iter::once(rows_start));
+    let end = with_end.then_some(rows_start);
+    let allowed = (semantic_base..rows_start + cond.len() as u32).chain(end);
     let cands = top_k(allowed, |id| cond[at(id)], k);
     let ranked: Vec<(u32, f32)> =
         cands.iter().map(|&id| (id, uncond[at(id)] + (cond[at(id)] - uncond[at(id)]) * cfg)).collect();
@@ -356,8 +391,12 @@ impl Composer {
         let mut sem = Vec::with_capacity(self.active.len());
         for (j, &i) in self.active.iter().enumerate() {
             let (cond, uncond) = (&self.out.logits[2 * j], &self.out.logits[2 * j + 1]);
-            let id = sample_semantic(cond, uncond, t.audio_end, t.semantic_base, s.lm_cfg, s.top_k, draws.next(i));
-            if id == t.audio_end {
+            let (end, base) = (t.audio_end, t.semantic_base);
+            let mut id = sample_semantic(cond, uncond, end, base, s.lm_cfg, s.top_k, draws.next(i));
+            if id == end && self.songs[i].frames() == 0 {
+                id = sample_first_code(cond, uncond, end, base, s.lm_cfg, s.top_k, draws.next(i));
+            }
+            if id == end {
                 self.songs[i].ended = true;
             } else {
                 sem.push((j, i, id - t.semantic_base));
