@@ -16,7 +16,8 @@
 //! leaves F + 1 code frames. A song ends at its end token, except before its first frame
 //! (frames 0 and 1), where the reference would leave a song with nothing to render: there
 //! the end token is set aside and the song's next uniform draws among the codes
-//! ([`sample_first_code`]); no draw of a song that the reference writes in full changes.
+//! ([`sample_semantic`] without the end token); no draw of a song that the reference writes
+//! in full changes.
 //! Draws come from one stream per song, semantic first, then the 7 acoustic codes
 //! (minimaxmusic.cpp: mt19937_64 seeded `lm_seed + i`, libstdc++'s float draw).
 use crate::ggml::{Backend, GgmlError};
@@ -121,8 +122,13 @@ fn top_k(ids: impl Iterator<Item = u32>, rank: impl Fn(u32) -> f32, k: usize) ->
 }
 
 /// The semantic draw: `cond` and `uncond` are logits over the sample rows (starting at the
-/// end-of-audio token, `rows_start`); the allowed ids are the codes and the end token.
-/// Returns the LM token id.
+/// end-of-audio token, `rows_start`); the allowed ids are the codes and, with `end_allowed`,
+/// the end token. Returns the LM token id. Without the end token it is the draw of a song
+/// that has no frame yet and drew the end token: the same rule over the codes alone (their
+/// top k), with the song's next uniform. minimaxmusic.cpp would end such a song empty, with
+/// nothing to render; yued writes every song at least one frame, and every other draw is
+/// the reference's.
+#[allow(clippy::too_many_arguments)]
 pub fn sample_semantic(
     cond: &[f32],
     uncond: &[f32],
@@ -130,40 +136,11 @@ pub fn sample_semantic(
     semantic_base: u32,
     cfg: f32,
     k: usize,
-    u: f32,
-) -> u32 {
-    semantic_draw(cond, uncond, rows_start, semantic_base, cfg, k, true, u)
-}
-
-/// The semantic draw of a song that has no frame yet and drew the end token: the same
-/// rule over the codes alone (top k of the codes, the end token left out), with the song's
-/// next uniform. minimaxmusic.cpp would end such a song empty, with nothing to render; yued
-/// writes every song at least one frame. Every other draw is the reference's.
-pub fn sample_first_code(
-    cond: &[f32],
-    uncond: &[f32],
-    rows_start: u32,
-    semantic_base: u32,
-    cfg: f32,
-    k: usize,
-    u: f32,
-) -> u32 {
-    semantic_draw(cond, uncond, rows_start, semantic_base, cfg, k, false, u)
-}
-
-#[allow(clippy::too_many_arguments)]
-fn semantic_draw(
-    cond: &[f32],
-    uncond: &[f32],
-    rows_start: u32,
-    semantic_base: u32,
-    cfg: f32,
-    k: usize,
-    with_end: bool,
+    end_allowed: bool,
     u: f32,
 ) -> u32 {
     let at = |id: u32| (id - rows_start) as usize;
-    let end = with_end.then_some(rows_start);
+    let end = end_allowed.then_some(rows_start);
     let allowed = (semantic_base..rows_start + cond.len() as u32).chain(end);
     let cands = top_k(allowed, |id| cond[at(id)], k);
     let ranked: Vec<(u32, f32)> =
@@ -392,9 +369,9 @@ impl Composer {
         for (j, &i) in self.active.iter().enumerate() {
             let (cond, uncond) = (&self.out.logits[2 * j], &self.out.logits[2 * j + 1]);
             let (end, base) = (t.audio_end, t.semantic_base);
-            let mut id = sample_semantic(cond, uncond, end, base, s.lm_cfg, s.top_k, draws.next(i));
+            let mut id = sample_semantic(cond, uncond, end, base, s.lm_cfg, s.top_k, true, draws.next(i));
             if id == end && self.songs[i].frames() == 0 {
-                id = sample_first_code(cond, uncond, end, base, s.lm_cfg, s.top_k, draws.next(i));
+                id = sample_semantic(cond, uncond, end, base, s.lm_cfg, s.top_k, false, draws.next(i));
             }
             if id == end {
                 self.songs[i].ended = true;

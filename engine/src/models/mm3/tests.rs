@@ -303,16 +303,16 @@ fn samplers_rank_and_draw() {
     let cond = [0.0, -1.0, -1.0, -1.0, 5.0, 1.0, 3.0];
     let uncond = [0.0, 0.0, 0.0, 0.0, 1.0, 1.0, 1.0];
     // Top 2 of cond among {10, 14, 15, 16}: 14 (5.0), 16 (3.0); guided 7.0 and 4.0.
-    assert_eq!(sample_semantic(&cond, &uncond, 10, 14, 1.5, 2, 0.0), 14);
+    assert_eq!(sample_semantic(&cond, &uncond, 10, 14, 1.5, 2, true, 0.0), 14);
     let w = (4f32 - 7.0).exp();
-    assert_eq!(sample_semantic(&cond, &uncond, 10, 14, 1.5, 2, 1.0 / (1.0 + w) - 1e-6), 14);
-    assert_eq!(sample_semantic(&cond, &uncond, 10, 14, 1.5, 2, 1.0 / (1.0 + w) + 1e-6), 16);
+    assert_eq!(sample_semantic(&cond, &uncond, 10, 14, 1.5, 2, true, 1.0 / (1.0 + w) - 1e-6), 14);
+    assert_eq!(sample_semantic(&cond, &uncond, 10, 14, 1.5, 2, true, 1.0 / (1.0 + w) + 1e-6), 16);
     // A song with no frame yet sets a drawn end token aside: its next draw is among the codes
     // alone (top 2 of {14, 15, 16} here: 14 and 16), by the same rule.
     let cond = [6.0, -1.0, -1.0, -1.0, 5.0, 1.0, 3.0];
-    assert_eq!(sample_semantic(&cond, &uncond, 10, 14, 1.5, 2, 0.0), 10);
-    assert_eq!(sample_first_code(&cond, &uncond, 10, 14, 1.5, 2, 0.0), 14);
-    assert_eq!(sample_first_code(&cond, &uncond, 10, 14, 1.5, 2, 1.0 / (1.0 + w) + 1e-6), 16);
+    assert_eq!(sample_semantic(&cond, &uncond, 10, 14, 1.5, 2, true, 0.0), 10);
+    assert_eq!(sample_semantic(&cond, &uncond, 10, 14, 1.5, 2, false, 0.0), 14);
+    assert_eq!(sample_semantic(&cond, &uncond, 10, 14, 1.5, 2, false, 1.0 / (1.0 + w) + 1e-6), 16);
     // The acoustic top k ranks on the guided logits: cond 0 vs uncond 4 at cfg 1.5 -> -2.
     assert_eq!(sample_acoustic(&[0.0, 1.0, 2.0], &[4.0, 1.0, 0.0], 1.5, 1, 0.9), 2);
 }
