@@ -575,8 +575,9 @@ fn a_request_that_cannot_fit_the_cache_is_a_400_at_submission() {
 #[test]
 fn a_panicking_stage_fails_its_job_and_takes_the_next() {
     let mm3_song = |caption: &str, lm_seed: u32| {
-        let body = r#"{"family": "mm3", "lyrics": "la", "duration": 1, "steps": 2}"#;
-        body.replace('}', &format!(r#", "caption": "{caption}", "lm_seed": {lm_seed}}}"#))
+        serde_json::json!({"family": "mm3", "caption": caption, "lyrics": "la", "duration": 1, "steps": 2,
+            "lm_seed": lm_seed})
+        .to_string()
     };
     for stage in ["ar", "nar", "vae", "encode"] {
         let dir = tempfile::tempdir().unwrap();
