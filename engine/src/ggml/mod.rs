@@ -795,8 +795,8 @@ impl Drop for CpuTurn<'_> {
 /// Its reference kernels compute every output row from that row's inputs alone, in one
 /// order: a token gives the same bits whether it runs alone, beside other jobs' tokens, one
 /// a step or many in one forward. The causal LMs' CPU graphs, on either set, take their Q8_0
-/// products of four rows or more from [`q8`] (the reference's bits, each weight block loaded
-/// once for a tile of rows) when the CPU has AVX2.
+/// products of two rows or more from [`q8`] (the reference's bits, each weight block loaded
+/// once for several rows) when the CPU has AVX2.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Kernels {
     Fast,

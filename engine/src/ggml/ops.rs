@@ -17,9 +17,9 @@ impl Context {
     }
 
     /// `a^T b` in ggml terms: a [K, M], b [K, N, ...] -> [M, N, ...].
-    /// In a context with [`Context::set_q8_row_products`], a Q8_0 weight times four F32 rows
+    /// In a context with [`Context::set_q8_row_products`], a Q8_0 weight times two F32 rows
     /// or more takes [`Context::mul_mat_q8_rows`] (the same bits, each weight block loaded
-    /// once per tile).
+    /// once for several rows).
     pub fn mul_mat<'a>(&'a self, a: Tensor<'a>, b: Tensor<'a>) -> Tensor<'a> {
         let (na, nb) = (a.ne(), b.ne());
         assert!(

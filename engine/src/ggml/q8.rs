@@ -4,15 +4,16 @@
 //! by each activation row on its own (`ggml_vec_dot_q8_0_q8_0` per output), reloading and
 //! re-signing the weight's blocks for every row of the batch; its fast kernels (llamafile's
 //! tiles) share the loads and keep that function's order per output, on AVX2 only, whatever
-//! the CPU has besides. This product computes every
-//! output in exactly that function's order on x86 (AVX2): per 32-value block, the eight
-//! 32-bit lane sums of four byte products (exact integers) turned to floats and added into
-//! one 8-lane accumulator by a fused multiply-add with the block's scale product; the eight
-//! lanes summed pairwise at the end. It only tiles the work: four weight rows against two
-//! (AVX2) or eight (AVX-512 VNNI, two rows a register) activation rows at a time, each weight
-//! block loaded once for the tile. The bits are ggml's reference bits on either set of kernels
-//! (a test checks them), so a token still gives the same bits alone, beside other rows, or in
-//! a prefill, and a graph on the fast kernels the bits it had.
+//! the CPU has besides. This product computes every output in exactly that function's order
+//! on x86 (AVX2): per 32-value block, the eight 32-bit lane sums of four byte products (exact
+//! integers) turned to floats and added into one 8-lane accumulator by a fused multiply-add
+//! with the block's scale product; the eight lanes summed pairwise at the end. It only shares
+//! the loads: one weight row at a time against up to four activation rows (a guidance pair's
+//! two, a few songs' rows), the weight read ahead in software as one stream; from eight rows,
+//! on AVX-512 VNNI, four weight rows against eight activation rows, two a register. The bits
+//! are ggml's reference bits on either set of kernels (a test checks them), so a token still
+//! gives the same bits alone, beside other rows, or in a prefill, and a graph on the fast
+//! kernels the bits it had.
 //!
 //! The activations are quantized by a ggml copy node (`quantize_row_q8_0`, the function the
 //! reference product uses) in front of the product.
@@ -29,9 +30,11 @@ struct Block {
 }
 const _: () = assert!(std::mem::size_of::<Block>() == 34);
 
-/// The fewest activation rows the product takes (measured on a Sapphire Rapids vCPU pair:
-/// at 2 and 3 rows it is no faster than ggml's reference product, from 4 rows 1.4-1.8x).
-const MIN_ROWS: i64 = 4;
+/// The fewest activation rows the product takes. One row is ggml's own (the same bits, and
+/// bound by reading the weight either way). From two rows the product is the faster: on an
+/// AMD EPYC (Zen 4) vCPU pair, 2 threads, a 784 MB weight: 2 rows 32 ms against ggml's 49,
+/// 4 rows 38 against 76, 8 rows 77 against 130 (ggml's one row: 22-27 ms).
+const MIN_ROWS: i64 = 2;
 
 /// Whether this CPU runs the product (x86-64 with AVX2, FMA and F16C).
 pub fn available() -> bool {
@@ -64,7 +67,7 @@ impl Context {
             && na[3] == 1
             && a.nb()[0] == std::mem::size_of::<Block>()
             && nb[0] % 32 == 0
-            // Below four rows ggml's own product is as fast (the same bits either way).
+            // One row is ggml's own product (as fast, the same bits).
             && nb[1] * nb[2] * nb[3] >= MIN_ROWS
             // SAFETY: reads the tensor struct only.
             && unsafe { sys::ggml_is_contiguous(b.raw()) }
@@ -124,35 +127,45 @@ unsafe extern "C" fn product(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
     // SAFETY: `available()` held when the node was built (AVX2, FMA, F16C); every row
     // pointer is inside its tensor and has `blocks` blocks.
     unsafe {
-        let wide = avx512::available();
+        let (wide, vnni) = (avx512::available(), vnni::available());
         let xs: Vec<*const Block> = (0..m).map(xrow).collect();
+        // The activations' scales as floats, once: the row kernels read them for every weight row.
+        let scales: Vec<f32> = xs.iter().flat_map(|&r| (0..blocks).map(move |l| avx2::half((*r.add(l)).d))).collect();
+        let xd = |j: usize| scales.as_ptr().add(j * blocks);
         for g in g0..g1 {
-            let i0 = g * 4;
-            if i0 + 4 <= n {
+            let (i0, i1) = (g * 4, (g * 4 + 4).min(n));
+            let mut j = 0;
+            if wide && i1 - i0 == 4 {
                 let ws = [wrow(i0), wrow(i0 + 1), wrow(i0 + 2), wrow(i0 + 3)];
-                let mut j = 0;
-                if wide {
-                    while j + 8 <= m {
-                        avx512::tile::<4>(ws, &xs[j..j + 8], blocks, &out, i0, j);
-                        j += 8;
-                    }
-                    if j + 4 <= m {
-                        avx512::tile::<2>(ws, &xs[j..j + 4], blocks, &out, i0, j);
-                        j += 4;
-                    }
+                while j + 8 <= m {
+                    avx512::tile::<4>(ws, &xs[j..j + 8], blocks, &out, i0, j);
+                    j += 8;
                 }
-                while j + 2 <= m {
-                    avx2::tile::<4, 2>(ws, [xrow(j), xrow(j + 1)], blocks, &out, i0, j);
-                    j += 2;
-                }
-                if j < m {
-                    avx2::tile::<4, 1>(ws, [xrow(j)], blocks, &out, i0, j);
-                }
-            } else {
-                for i in i0..n {
-                    for j in 0..m {
-                        avx2::tile::<1, 1>([wrow(i)], [xrow(j)], blocks, &out, i, j);
+            }
+            // What the tiles leave (fewer than eight activation rows: all of a guidance pair's or
+            // a few songs' product): one weight row at a time against up to four activation rows.
+            for i in i0..i1 {
+                let mut c = j;
+                while c < m {
+                    let take = (m - c).min(4);
+                    macro_rules! row {
+                        ($rn:literal) => {{
+                            let x: [*const Block; $rn] = std::array::from_fn(|k| xs[c + k]);
+                            let d: [*const f32; $rn] = std::array::from_fn(|k| xd(c + k));
+                            if vnni {
+                                vnni::row::<$rn>(wrow(i), x, d, blocks, &out, i, c)
+                            } else {
+                                avx2::row::<$rn>(wrow(i), x, d, blocks, &out, i, c)
+                            }
+                        }};
                     }
+                    match take {
+                        1 => row!(1),
+                        2 => row!(2),
+                        3 => row!(3),
+                        _ => row!(4),
+                    }
+                    c += take;
                 }
             }
         }
@@ -168,6 +181,65 @@ unsafe extern "C" fn product(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
 struct Out {
     ptr: *mut u8,
     row: usize,
+}
+
+/// How many blocks ahead of its reads a row kernel asks for the weight's bytes (544 bytes):
+/// the hardware's prefetch alone left a guidance pair's product waiting on memory (2 rows on
+/// the 784 MB weight above: 41 ms without, 32 with; 4, 8 and 64 blocks ahead measured too).
+#[cfg(target_arch = "x86_64")]
+const AHEAD: usize = 16;
+
+/// Defines `row`, one weight row's outputs against `RN` activation rows, whose lane sums
+/// `$lanes` takes, on the CPU features `$features`.
+macro_rules! row_kernel {
+    ($features:literal, $lanes:ident) => {
+        /// Outputs (i, j0 + c) for the weight row `w` and the `RN` activation rows `x` (their
+        /// scales as floats in `xd`), each of `blocks` blocks: per block, `acc = fma(dw * dx,
+        /// lanes, acc)` with `lanes` the eight sums of four byte products (ggml's
+        /// `mul_sum_i8_pairs_float`), the weight's block loaded and made unsigned once for
+        /// the `RN` rows. The weight is read ahead by [`super::AHEAD`] blocks.
+        ///
+        /// # Safety
+        /// The CPU has the features; every row holds `blocks` blocks and every `xd` `blocks`
+        /// floats; the outputs are inside `out`'s tensor.
+        #[target_feature(enable = $features)]
+        pub(super) unsafe fn row<const RN: usize>(
+            w: *const Block,
+            x: [*const Block; RN],
+            xd: [*const f32; RN],
+            blocks: usize,
+            out: &Out,
+            i: usize,
+            j0: usize,
+        ) {
+            let mut acc = [_mm256_setzero_ps(); RN];
+            for l in 0..blocks {
+                // A hint only: an address past the weight is never read.
+                _mm_prefetch::<_MM_HINT_T0>(w.wrapping_add(l + super::AHEAD) as *const i8);
+                // SAFETY: l < blocks, inside each row (the caller's promise); 32-byte reads.
+                let (wq, dw) = unsafe {
+                    let b = &*w.add(l);
+                    (_mm256_loadu_si256(b.qs.as_ptr() as *const __m256i), half(b.d))
+                };
+                let ax = _mm256_sign_epi8(wq, wq);
+                let wd = _mm256_set1_ps(dw);
+                for c in 0..RN {
+                    // SAFETY: as above.
+                    let (xq, dx) =
+                        unsafe { (_mm256_loadu_si256((*x[c].add(l)).qs.as_ptr() as *const __m256i), *xd[c].add(l)) };
+                    // The scale product rounds as ggml's scalar `dw * dx` does (one multiply).
+                    let d = _mm256_mul_ps(wd, _mm256_set1_ps(dx));
+                    let q = _mm256_cvtepi32_ps($lanes(ax, _mm256_sign_epi8(xq, wq)));
+                    acc[c] = _mm256_fmadd_ps(d, q, acc[c]);
+                }
+            }
+            for (c, a) in acc.iter().enumerate() {
+                let at = out.ptr.wrapping_add((j0 + c) * out.row + 4 * i) as *mut f32;
+                // SAFETY: inside the output tensor (the caller's promise).
+                unsafe { at.write_unaligned(hsum(*a)) };
+            }
+        }
+    };
 }
 
 #[cfg(target_arch = "x86_64")]
@@ -192,51 +264,38 @@ mod avx2 {
         _mm_cvtss_f32(r)
     }
 
-    /// Outputs (i0 + r, j0 + c) for the `RM` weight rows `w` and the `RN` activation rows
-    /// `x`, each of `blocks` blocks: per block and pair, `acc = fma(dw * dx, lanes, acc)`
-    /// with `lanes` the eight sums of four byte products (ggml's `mul_sum_i8_pairs_float`).
-    ///
-    /// # Safety
-    /// The CPU has AVX2, FMA and F16C; every row holds `blocks` blocks; the outputs are
-    /// inside `out`'s tensor.
+    /// ggml's `mul_sum_i8_pairs` on AVX2: the eight 32-bit sums of four products of the
+    /// unsigned `ax` (|w|) and the signed `sy` (x signed by w), through 16-bit pairs (none
+    /// saturates: Q8_0's bytes are within +-127).
+    #[inline]
     #[target_feature(enable = "avx2,fma,f16c")]
-    pub(super) unsafe fn tile<const RM: usize, const RN: usize>(
-        w: [*const Block; RM],
-        x: [*const Block; RN],
-        blocks: usize,
-        out: &Out,
-        i0: usize,
-        j0: usize,
-    ) {
-        let ones = _mm256_set1_epi16(1);
-        let mut acc = [[_mm256_setzero_ps(); RN]; RM];
-        for l in 0..blocks {
-            // SAFETY: l < blocks, inside each row (the caller's promise).
-            let (wb, xb) = unsafe { (w.map(|r| &*r.add(l)), x.map(|r| &*r.add(l))) };
-            let wq = wb.map(|b| unsafe { _mm256_loadu_si256(b.qs.as_ptr() as *const __m256i) });
-            let ax = wq.map(|q| _mm256_sign_epi8(q, q));
-            let wd = wb.map(|b| _mm256_set1_ps(half(b.d)));
-            for c in 0..RN {
-                // SAFETY: a 32-byte read of the block's bytes.
-                let xq = unsafe { _mm256_loadu_si256(xb[c].qs.as_ptr() as *const __m256i) };
-                let xd = _mm256_set1_ps(half(xb[c].d));
-                for r in 0..RM {
-                    // The scale product rounds as ggml's scalar `dw * dx` does (one multiply).
-                    let d = _mm256_mul_ps(wd[r], xd);
-                    let sy = _mm256_sign_epi8(xq, wq[r]);
-                    let q = _mm256_cvtepi32_ps(_mm256_madd_epi16(ones, _mm256_maddubs_epi16(ax[r], sy)));
-                    acc[r][c] = _mm256_fmadd_ps(d, q, acc[r][c]);
-                }
-            }
-        }
-        for (r, row) in acc.iter().enumerate() {
-            for (c, a) in row.iter().enumerate() {
-                let at = out.ptr.wrapping_add((j0 + c) * out.row + 4 * (i0 + r)) as *mut f32;
-                // SAFETY: inside the output tensor (the caller's promise).
-                unsafe { at.write_unaligned(hsum(*a)) };
-            }
-        }
+    fn lanes(ax: __m256i, sy: __m256i) -> __m256i {
+        _mm256_madd_epi16(_mm256_set1_epi16(1), _mm256_maddubs_epi16(ax, sy))
     }
+
+    row_kernel!("avx2,fma,f16c", lanes);
+}
+
+/// The row kernel on 256-bit AVX-512 VNNI: the lane sums in one `vpdpbusd` instead of two
+/// instructions, the same exact integers.
+#[cfg(target_arch = "x86_64")]
+mod vnni {
+    use super::avx2::{half, hsum};
+    use super::{Block, Out};
+    use std::arch::x86_64::*;
+
+    pub(super) fn available() -> bool {
+        super::avx512::available() && std::arch::is_x86_feature_detected!("avx512vl")
+    }
+
+    /// The AVX2 kernels' lane sums in one `vpdpbusd`.
+    #[inline]
+    #[target_feature(enable = "avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c")]
+    fn lanes(ax: __m256i, sy: __m256i) -> __m256i {
+        _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy)
+    }
+
+    row_kernel!("avx512f,avx512bw,avx512vl,avx512vnni,avx2,fma,f16c", lanes);
 }
 
 /// The same product on AVX-512 VNNI, two activation rows a register: each 512-bit register
@@ -277,10 +336,11 @@ mod avx512 {
         _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi)))
     }
 
-    /// Outputs (i0 + r, j0 + c) for r in 0..4 and c in 0..2P (see `avx2::tile` for the order).
+    /// Outputs (i0 + r, j0 + c) for r in 0..4 and c in 0..2P (in the order of `avx2::row`).
     ///
     /// # Safety
-    /// As `avx2::tile`, on a CPU with AVX-512 F, BW and VNNI; `x` holds 2P rows.
+    /// The CPU has AVX-512 F, BW and VNNI; every row holds `blocks` blocks; `x` holds 2P rows;
+    /// the outputs are inside `out`'s tensor.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
     pub(super) unsafe fn tile<const P: usize>(
         w: [*const Block; 4],
@@ -328,6 +388,113 @@ mod avx512 {
                     unsafe { at.write_unaligned(hsum(half_sum)) };
                 }
             }
+        }
+    }
+}
+
+#[cfg(all(test, target_arch = "x86_64"))]
+mod tests {
+    use super::{Block, Out};
+
+    /// Every kernel, at every width, gives each output the bits of the one-row AVX2 kernel
+    /// (ggml's `ggml_vec_dot_q8_0_q8_0`, which the graph-level test holds the dispatch to):
+    /// the kernels this CPU does not pick in a graph are checked here too.
+    #[test]
+    fn every_kernel_and_width_gives_the_one_row_kernels_bits() {
+        if !super::available() {
+            return;
+        }
+        let (blocks, n, m) = (13usize, 4usize, 8usize);
+        let mut state = 0x9e3779b97f4a7c15u64;
+        let mut next = move || {
+            state ^= state << 13;
+            state ^= state >> 7;
+            state ^= state << 17;
+            state
+        };
+        let mut block = || {
+            let r = next();
+            // Positive f16 scales between 2^-7 and 2, bytes within +-127 as Q8_0 writes them.
+            let d = 0x2000 + (r % 0x1c00) as u16;
+            Block { d, qs: std::array::from_fn(|k| (((next() >> (k % 8)) % 255) as i16 - 127) as i8) }
+        };
+        let w: Vec<Block> = (0..n * blocks).map(|_| block()).collect();
+        let x: Vec<Block> = (0..m * blocks).map(|_| block()).collect();
+        let wr = |i: usize| w[i * blocks..].as_ptr();
+        let xr = |j: usize| x[j * blocks..].as_ptr();
+        // SAFETY: `available()` holds; the scales are read from live blocks.
+        let scales: Vec<f32> = x.iter().map(|b| unsafe { super::avx2::half(b.d) }).collect();
+        let xd = |j: usize| scales[j * blocks..].as_ptr();
+        let run = |f: &dyn Fn(&Out)| {
+            let mut y = vec![0f32; n * m];
+            f(&Out { ptr: y.as_mut_ptr() as *mut u8, row: 4 * n });
+            y.iter().map(|v| v.to_bits()).collect::<Vec<u32>>()
+        };
+        // SAFETY (each call below): the CPU has the kernel's features (checked), the rows hold
+        // `blocks` blocks, and the outputs (i, j) are inside the n x m buffer.
+        let one = run(&|out| {
+            for i in 0..n {
+                for j in 0..m {
+                    unsafe { super::avx2::row::<1>(wr(i), [xr(j)], [xd(j)], blocks, out, i, j) }
+                }
+            }
+        });
+        assert!(one.iter().any(|&b| b != 0));
+        macro_rules! widths {
+            ($module:ident) => {
+                for (width, bits) in [
+                    (
+                        2,
+                        run(&|out| {
+                            for i in 0..n {
+                                for j in (0..m).step_by(2) {
+                                    let x2 = [xr(j), xr(j + 1)];
+                                    unsafe {
+                                        super::$module::row::<2>(wr(i), x2, [xd(j), xd(j + 1)], blocks, out, i, j)
+                                    }
+                                }
+                            }
+                        }),
+                    ),
+                    (
+                        4,
+                        run(&|out| {
+                            for i in 0..n {
+                                for j in (0..m).step_by(4) {
+                                    let x4 = std::array::from_fn(|k| xr(j + k));
+                                    let d4 = std::array::from_fn(|k| xd(j + k));
+                                    unsafe { super::$module::row::<4>(wr(i), x4, d4, blocks, out, i, j) }
+                                }
+                            }
+                        }),
+                    ),
+                    (
+                        3,
+                        run(&|out| {
+                            for i in 0..n {
+                                let x3 = std::array::from_fn(|k| xr(5 + k));
+                                let d3 = std::array::from_fn(|k| xd(5 + k));
+                                unsafe { super::$module::row::<3>(wr(i), x3, d3, blocks, out, i, 5) }
+                                for j in 0..5 {
+                                    unsafe { super::$module::row::<1>(wr(i), [xr(j)], [xd(j)], blocks, out, i, j) }
+                                }
+                            }
+                        }),
+                    ),
+                ] {
+                    assert_eq!(bits, one, "{} rows at a time, {}", width, stringify!($module));
+                }
+            };
+        }
+        widths!(avx2);
+        if super::vnni::available() {
+            widths!(vnni);
+        }
+        if super::avx512::available() {
+            let ws = [wr(0), wr(1), wr(2), wr(3)];
+            let xs: Vec<*const Block> = (0..m).map(xr).collect();
+            let tile = run(&|out| unsafe { super::avx512::tile::<4>(ws, &xs, blocks, out, 0, 0) });
+            assert_eq!(tile, one, "the 4 x 8 AVX-512 tile");
         }
     }
 }

@@ -229,8 +229,8 @@ impl CausalLm {
         stores.extend(used.iter().map(|&si| sets[si].store()));
         let n_nodes = graph_nodes(c.layers.len(), key.runs.len());
         let shape = key.clone();
-        // On the CPU the Q8_0 products of four rows or more take `mul_mat_q8_rows` (the bits of
-        // ggml's products on either set of kernels, each weight block loaded once a tile).
+        // On the CPU the Q8_0 products of two rows or more take `mul_mat_q8_rows` (the bits of
+        // ggml's products on either set of kernels, each weight block loaded once for several rows).
         let q8_rows = backend.is_cpu();
         let g = self.graphs.get(key, &stores, n_nodes, |ctx, graph, stores| {
             ctx.set_q8_row_products(q8_rows);

@@ -129,7 +129,7 @@ impl DepthModel {
         let slot = (s * 2 + usize::from(all)) % self.graphs.len();
         let n_nodes = 64 + c.num_layers * 40;
         let cfg = c.clone();
-        // On the CPU the Q8_0 products of four rows or more take `mul_mat_q8_rows` (ggml's bits).
+        // On the CPU the Q8_0 products of two rows or more take `mul_mat_q8_rows` (ggml's bits).
         let q8_rows = backend.is_cpu();
         let g = self.graphs[slot].get((s, b, all), &[&self.weights], n_nodes, |ctx, graph, stores| {
             ctx.set_q8_row_products(q8_rows);

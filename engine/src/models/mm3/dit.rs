@@ -93,7 +93,7 @@ pub struct DitModel {
     freqs: Vec<f32>,
     weights: TensorStore,
     alloc: Allocator,
-    /// Whether the Q8_0 products of four rows or more take `ggml::q8`'s (on a CPU backend:
+    /// Whether the Q8_0 products of two rows or more take `ggml::q8`'s (on a CPU backend:
     /// the bits of ggml's products, each weight block loaded once for a tile of rows).
     q8_rows: bool,
 }

@@ -119,8 +119,8 @@ fn a_song_is_the_same_alone_or_batched_and_split_guidance_agrees() {
     a_song_is_the_same_alone_or_batched_on(tiny());
 }
 
-/// On Q8_0 weights a batch of two songs (4 rows) takes the row product that shares weight
-/// loads (`ggml::q8`), a song alone (2 rows) ggml's: the same bits.
+/// On Q8_0 weights a song alone (2 rows) and a batch of two songs (4 rows) take the row
+/// product that shares weight loads (`ggml::q8`) at different widths: the same bits.
 #[test]
 fn a_song_is_the_same_alone_or_batched_on_q8_0_weights() {
     a_song_is_the_same_alone_or_batched_on(tiny_of(true));
@@ -213,7 +213,7 @@ pub(super) fn where_songs_part(backend: &Backend, h: usize, a: &Song, b: &Song, 
 
 /// A frame's depth steps over the frame cache give what the whole sequences give: hidden
 /// states and logits at every step, for frames of 1 to 3 songs' rows one after another (the
-/// cache grows and is reused), on F32 and Q8_0 weights (Q8_0 products of four rows or more
+/// cache grows and is reused), on F32 and Q8_0 weights (Q8_0 products of two rows or more
 /// take `ggml::q8`'s). To rounding: the whole-sequence forward is not itself stable under
 /// appending positions (on F32 weights an earlier position's state moves by about 1e-6
 /// between S = 3 and S = 4); a cache written at the wrong position is off by O(1).
