@@ -132,13 +132,17 @@ unsafe extern "C" fn product(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
         // The activations' scales as floats, once: the row kernels read them for every weight row.
         let scales: Vec<f32> = xs.iter().flat_map(|&r| (0..blocks).map(move |l| avx2::half((*r.add(l)).d))).collect();
         let xd = |j: usize| scales.as_ptr().add(j * blocks);
+        // The wide tiles' rows, made ready once for every weight row of this thread.
+        let prepared = (wide && m >= 8).then(|| avx512::prepare(&xs[..m / 8 * 8], blocks));
         for g in g0..g1 {
             let (i0, i1) = (g * 4, (g * 4 + 4).min(n));
             let mut j = 0;
             if wide && i1 - i0 == 4 {
                 let ws = [wrow(i0), wrow(i0 + 1), wrow(i0 + 2), wrow(i0 + 3)];
                 while j + 8 <= m {
-                    avx512::tile::<4>(ws, &xs[j..j + 8], blocks, &out, i0, j);
+                    if let Some(p) = &prepared {
+                        avx512::tile(ws, p, j / 8, &out, i0, j);
+                    }
                     j += 8;
                 }
             }
@@ -302,9 +306,9 @@ mod vnni {
 /// holds the 8 lanes of two outputs, and each output's accumulator sees the same fused
 /// multiply-adds in the same order as on AVX2. The lane sums are the same exact integers,
 /// taken another way: `vpdpbusd` multiplies unsigned by signed bytes, so the activation
-/// bytes are offset by 128 (once a block, shared by every weight row) and each lane starts
-/// from -128 times its four weight bytes' sum (once a block, shared by every activation
-/// row). Used whatever ggml was built for: the bits are the reference's either way.
+/// bytes are offset by 128 (once for the whole product, by [`avx512::prepare`]) and each lane
+/// starts from -128 times its four weight bytes' sum (once a block, shared by every
+/// activation row). Used whatever ggml was built for: the bits are the reference's either way.
 #[cfg(target_arch = "x86_64")]
 mod avx512 {
     use super::avx2::{half, hsum};
@@ -328,51 +332,71 @@ mod avx512 {
         _mm512_inserti64x4(_mm512_castsi256_si512(lo), hi, 1)
     }
 
-    /// Two scales in one register: `a`'s in the low eight lanes, `b`'s in the high.
-    #[inline]
-    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-    fn scales(a: &Block, b: &Block) -> __m512 {
-        let (lo, hi) = (_mm256_set1_ps(half(a.d)), _mm256_set1_ps(half(b.d)));
-        _mm512_castpd_ps(_mm512_insertf64x4::<1>(_mm512_castpd256_pd512(_mm256_castps_pd(lo)), _mm256_castps_pd(hi)))
+    /// Activations made ready for [`tile`] once for the whole product: per chunk of eight
+    /// rows and block, each pair's two blocks offset by 128 in one register, and the eight
+    /// rows' scales as floats (a pair's two scales are spread over its register by one
+    /// permutation in the tile).
+    pub(super) struct Prepared {
+        bytes: Vec<__m512i>,
+        scales: Vec<__m256>,
+        blocks: usize,
     }
 
-    /// Outputs (i0 + r, j0 + c) for r in 0..4 and c in 0..2P (in the order of `avx2::row`).
+    /// # Safety
+    /// The CPU has AVX-512 F, BW and VNNI; every row holds `blocks` blocks; `x.len()` is a
+    /// multiple of 8.
+    #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
+    pub(super) unsafe fn prepare(x: &[*const Block], blocks: usize) -> Prepared {
+        let bias = _mm512_set1_epi8(-128);
+        let chunks = x.len() / 8;
+        let mut bytes = Vec::with_capacity(chunks * blocks * 4);
+        let mut scales = Vec::with_capacity(chunks * blocks);
+        for c in 0..chunks {
+            for l in 0..blocks {
+                // SAFETY: l < blocks, inside each row (the caller's promise).
+                let xb = |k: usize| unsafe { &*x[8 * c + k].add(l) };
+                for p in 0..4 {
+                    bytes.push(_mm512_xor_si512(unsafe { pair(xb(2 * p), xb(2 * p + 1)) }, bias));
+                }
+                let d: [f32; 8] = std::array::from_fn(|k| half(xb(k).d));
+                scales.push(unsafe { _mm256_loadu_ps(d.as_ptr()) });
+            }
+        }
+        Prepared { bytes, scales, blocks }
+    }
+
+    /// Outputs (i0 + r, j0 + c) for r in 0..4 and c in 0..8 (in the order of `avx2::row`):
+    /// four weight rows by the eight prepared rows of chunk `chunk`.
     ///
     /// # Safety
-    /// The CPU has AVX-512 F, BW and VNNI; every row holds `blocks` blocks; `x` holds 2P rows;
-    /// the outputs are inside `out`'s tensor.
+    /// The CPU has AVX-512 F, BW and VNNI; every weight row holds `x`'s blocks; `chunk` is
+    /// one of `x`'s; the outputs are inside `out`'s tensor.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn tile<const P: usize>(
-        w: [*const Block; 4],
-        x: &[*const Block],
-        blocks: usize,
-        out: &Out,
-        i0: usize,
-        j0: usize,
-    ) {
-        debug_assert_eq!(x.len(), 2 * P);
+    pub(super) unsafe fn tile(w: [*const Block; 4], x: &Prepared, chunk: usize, out: &Out, i0: usize, j0: usize) {
+        let blocks = x.blocks;
         let bias = _mm512_set1_epi8(-128);
-        // acc[r][p]: output (r, 2p) in the low half, (r, 2p + 1) in the high half.
-        let mut acc = [[_mm512_setzero_ps(); P]; 4];
+        let idx: [__m512i; 4] = std::array::from_fn(|p| {
+            let (a, b) = (2 * p as i32, 2 * p as i32 + 1);
+            _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
+        });
+        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
         for l in 0..blocks {
-            // SAFETY: l < blocks, inside each row (the caller's promise); 32-byte reads.
-            let (u, xd) = unsafe {
-                let xb = |c: usize| &*x[c].add(l);
-                let u: [__m512i; P] = std::array::from_fn(|p| _mm512_xor_si512(pair(xb(2 * p), xb(2 * p + 1)), bias));
-                let xd: [__m512; P] = std::array::from_fn(|p| scales(xb(2 * p), xb(2 * p + 1)));
-                (u, xd)
+            let at = chunk * blocks + l;
+            // SAFETY: inside the prepared vectors (chunk < chunks, l < blocks).
+            let (u, s8) = unsafe {
+                let u: [__m512i; 4] = std::array::from_fn(|p| *x.bytes.as_ptr().add(4 * at + p));
+                (u, _mm512_castps256_ps512(*x.scales.as_ptr().add(at)))
             };
+            let xd: [__m512; 4] = std::array::from_fn(|p| _mm512_permutexvar_ps(idx[p], s8));
             for r in 0..4 {
-                // SAFETY: as above.
+                // SAFETY: l < blocks, inside the row (the caller's promise); a 32-byte read.
                 let wb = unsafe { &*w[r].add(l) };
-                // SAFETY: a 32-byte read of the block's bytes.
                 let wq = unsafe { _mm256_loadu_si256(wb.qs.as_ptr() as *const __m256i) };
                 let wz = _mm512_broadcast_i64x4(wq);
-                // -128 times each lane's four weight bytes: (x + 128) . w + this = x . w.
                 let start =
                     _mm512_sub_epi32(_mm512_setzero_si512(), _mm512_dpbusd_epi32(_mm512_setzero_si512(), bias, wz));
                 let wd = _mm512_set1_ps(half(wb.d));
-                for p in 0..P {
+                for p in 0..4 {
                     let q = _mm512_cvtepi32_ps(_mm512_dpbusd_epi32(start, u[p], wz));
                     acc[r][p] = _mm512_fmadd_ps(_mm512_mul_ps(wd, xd[p]), q, acc[r][p]);
                 }
@@ -493,7 +517,8 @@ mod tests {
         if super::avx512::available() {
             let ws = [wr(0), wr(1), wr(2), wr(3)];
             let xs: Vec<*const Block> = (0..m).map(xr).collect();
-            let tile = run(&|out| unsafe { super::avx512::tile::<4>(ws, &xs, blocks, out, 0, 0) });
+            let tile =
+                run(&|out| unsafe { super::avx512::tile(ws, &super::avx512::prepare(&xs, blocks), 0, out, 0, 0) });
             assert_eq!(tile, one, "the 4 x 8 AVX-512 tile");
         }
     }
