@@ -10,7 +10,7 @@
 //! with the block's scale product; the eight lanes summed pairwise at the end. It only shares
 //! the loads: one weight row at a time against up to four activation rows (a guidance pair's
 //! two, a few songs' rows), the weight read ahead in software as one stream; from eight rows,
-//! on AVX-512 VNNI, four weight rows against eight activation rows, two a register (without
+//! on AVX-512 VNNI, one or four weight rows against eight activation rows, two a register (without
 //! it, from sixteen rows, four weight rows against two). The bits
 //! are ggml's reference bits on either set of kernels (a test checks them), so a token still
 //! gives the same bits alone, beside other rows, or in a prefill, and a graph on the fast
@@ -142,7 +142,13 @@ unsafe extern "C" fn product(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
                 let ws = [wrow(i0), wrow(i0 + 1), wrow(i0 + 2), wrow(i0 + 3)];
                 while j + 8 <= m {
                     if let Some(p) = &prepared {
-                        avx512::tile(ws, p, j / 8, &out, i0, j);
+                        if m < WIDE_STREAM_ROWS {
+                            for (r, &w) in ws.iter().enumerate() {
+                                avx512::tile::<1>([w], p, j / 8, &out, i0 + r, j);
+                            }
+                        } else {
+                            avx512::tile::<4>(ws, p, j / 8, &out, i0, j);
+                        }
                     }
                     j += 8;
                 }
@@ -200,6 +206,13 @@ struct Out {
 /// the 784 MB weight above: 41 ms without, 32 with; 4, 8 and 64 blocks ahead measured too).
 #[cfg(target_arch = "x86_64")]
 const AHEAD: usize = 16;
+
+/// Below how many activation rows the wide tile takes one weight row at a time, read ahead
+/// (the product reads the weight from memory more than it computes): on Zen 4, 8 rows of a
+/// 784 MB weight 57 ms against 65 by four weight rows, 16 rows 118 against 130; at 512 rows
+/// four weight rows are faster (71 against 80).
+#[cfg(target_arch = "x86_64")]
+const WIDE_STREAM_ROWS: usize = 32;
 
 /// From how many activation rows a CPU without AVX-512 VNNI takes `avx2::tile` instead of
 /// the row kernels (at 64 rows the two were even).
@@ -425,30 +438,41 @@ mod avx512 {
         Prepared { bytes, scales, blocks }
     }
 
-    /// Outputs (i0 + r, j0 + c) for r in 0..4 and c in 0..8 (in the order of `avx2::row`):
-    /// four weight rows by the eight prepared rows of chunk `chunk`.
+    /// Outputs (i0 + r, j0 + c) for r in 0..RM and c in 0..8 (in the order of `avx2::row`):
+    /// `RM` weight rows by the eight prepared rows of chunk `chunk` (one row is read ahead).
     ///
     /// # Safety
     /// The CPU has AVX-512 F, BW and VNNI; every weight row holds `x`'s blocks; `chunk` is
     /// one of `x`'s; the outputs are inside `out`'s tensor.
     #[target_feature(enable = "avx512f,avx512bw,avx512vnni,avx2,fma,f16c")]
-    pub(super) unsafe fn tile(w: [*const Block; 4], x: &Prepared, chunk: usize, out: &Out, i0: usize, j0: usize) {
+    pub(super) unsafe fn tile<const RM: usize>(
+        w: [*const Block; RM],
+        x: &Prepared,
+        chunk: usize,
+        out: &Out,
+        i0: usize,
+        j0: usize,
+    ) {
         let blocks = x.blocks;
         let bias = _mm512_set1_epi8(-128);
         let idx: [__m512i; 4] = std::array::from_fn(|p| {
             let (a, b) = (2 * p as i32, 2 * p as i32 + 1);
             _mm512_setr_epi32(a, a, a, a, a, a, a, a, b, b, b, b, b, b, b, b)
         });
-        let mut acc = [[_mm512_setzero_ps(); 4]; 4];
+        let mut acc = [[_mm512_setzero_ps(); 4]; RM];
         for l in 0..blocks {
             let at = chunk * blocks + l;
+            if RM == 1 {
+                // A hint only (see `super::AHEAD`): one weight row is one stream.
+                _mm_prefetch::<_MM_HINT_T0>(w[0].wrapping_add(l + super::AHEAD) as *const i8);
+            }
             // SAFETY: inside the prepared vectors (chunk < chunks, l < blocks).
             let (u, s8) = unsafe {
                 let u: [__m512i; 4] = std::array::from_fn(|p| *x.bytes.as_ptr().add(4 * at + p));
                 (u, _mm512_castps256_ps512(*x.scales.as_ptr().add(at)))
             };
             let xd: [__m512; 4] = std::array::from_fn(|p| _mm512_permutexvar_ps(idx[p], s8));
-            for r in 0..4 {
+            for r in 0..RM {
                 // SAFETY: l < blocks, inside the row (the caller's promise); a 32-byte read.
                 let wb = unsafe { &*w[r].add(l) };
                 let wq = unsafe { _mm256_loadu_si256(wb.qs.as_ptr() as *const __m256i) };
@@ -584,8 +608,16 @@ mod tests {
         if super::avx512::available() {
             let xs: Vec<*const Block> = (0..m).map(xr).collect();
             let tile =
-                run(&|out| unsafe { super::avx512::tile(ws, &super::avx512::prepare(&xs, blocks), 0, out, 0, 0) });
+                run(&|out| unsafe { super::avx512::tile::<4>(ws, &super::avx512::prepare(&xs, blocks), 0, out, 0, 0) });
             assert_eq!(tile, one, "the 4 x 8 AVX-512 tile");
+            // SAFETY: as the tile above.
+            let prepared = unsafe { super::avx512::prepare(&xs, blocks) };
+            let rows = run(&|out| {
+                for (r, &w) in ws.iter().enumerate() {
+                    unsafe { super::avx512::tile::<1>([w], &prepared, 0, out, r, 0) }
+                }
+            });
+            assert_eq!(rows, one, "the 1 x 8 AVX-512 tile");
         }
     }
 }
