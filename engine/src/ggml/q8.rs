@@ -138,17 +138,15 @@ unsafe extern "C" fn product(dst: *mut sys::ggml_tensor, ith: c_int, nth: c_int,
         for g in g0..g1 {
             let (i0, i1) = (g * 4, (g * 4 + 4).min(n));
             let mut j = 0;
-            if wide && i1 - i0 == 4 {
+            if let (Some(p), true) = (&prepared, i1 - i0 == 4) {
                 let ws = [wrow(i0), wrow(i0 + 1), wrow(i0 + 2), wrow(i0 + 3)];
                 while j + 8 <= m {
-                    if let Some(p) = &prepared {
-                        if m < WIDE_STREAM_ROWS {
-                            for (r, &w) in ws.iter().enumerate() {
-                                avx512::tile::<1>([w], p, j / 8, &out, i0 + r, j);
-                            }
-                        } else {
-                            avx512::tile::<4>(ws, p, j / 8, &out, i0, j);
+                    if m < WIDE_STREAM_ROWS {
+                        for (r, &w) in ws.iter().enumerate() {
+                            avx512::tile::<1>([w], p, j / 8, &out, i0 + r, j);
                         }
+                    } else {
+                        avx512::tile::<4>(ws, p, j / 8, &out, i0, j);
                     }
                     j += 8;
                 }
