@@ -2,7 +2,12 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
 
+/// Runs `yued` to its end, one run at a time in this file: ggml's CPU workers spin at every
+/// node barrier, and two runs side by side on 2 cores spin for each other's descheduled
+/// threads (this file's tests took 259 s side by side against 27 s one after another).
 fn yued(args: &[&str]) -> Output {
+    static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _turn = ONE_AT_A_TIME.lock().unwrap_or_else(|e| e.into_inner());
     Command::new(env!("CARGO_BIN_EXE_yued")).args(args).env("NO_COLOR", "1").output().expect("run yued")
 }
 

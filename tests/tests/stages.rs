@@ -225,14 +225,15 @@ fn streamed_chunks_reach_the_listener_while_the_song_is_written() {
 /// MiniMax Music 3 under --keep-loaded: the synthesis stage renders each 200-frame window
 /// as soon as its frames' states exist (restated chunk by chunk while the LM writes), so
 /// the first audio reaches a listener before the song's codes are complete; the result is
-/// the WAV its replay renders, byte for byte.
+/// the WAV its replay renders, byte for byte. 40 s: the LM has 800 frames still to write when
+/// the first window can render (at 20 s, with 300, a loaded run once heard it after the codes).
 #[test]
 fn a_minimax_window_is_heard_while_the_song_is_written() {
     use futures_util::StreamExt;
     use tokio_tungstenite::tungstenite::Message;
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("data"), &["--keep-loaded"]);
-    let body = r#"{"family": "mm3", "caption": "<|genre pop|> bright", "lyrics": "[Verse] la la", "duration": 20,
+    let body = r#"{"family": "mm3", "caption": "<|genre pop|> bright", "lyrics": "[Verse] la la", "duration": 40,
         "steps": 2, "lm_seed": 21, "seed": 9, "output_format": "wav16"}"#;
     let id = d.submit(body);
     let url = d.ws_url(&format!("/stream?id={id}&format=pcm16"));

@@ -724,6 +724,22 @@ unsafe fn describe_node(node: *const sys::ggml_tensor) -> String {
     }
 }
 
+/// The turns every CPU backend made by the engine's own tests computes in. The test harness
+/// runs tests side by side, and their graphs spinning on the same 2 cores took the engine's
+/// tests 559 s against 58 s one test at a time; in turns, graphs run one at a time while the
+/// rest of each test (files, tokenizers, checks) still overlaps.
+#[cfg(test)]
+fn test_turns() -> Option<std::sync::Arc<CpuTurns>> {
+    static TURNS: std::sync::LazyLock<std::sync::Arc<CpuTurns>> = std::sync::LazyLock::new(CpuTurns::new);
+    Some(TURNS.clone())
+}
+
+/// Outside the engine's tests a backend computes in turns only when given them.
+#[cfg(not(test))]
+fn test_turns() -> Option<std::sync::Arc<CpuTurns>> {
+    None
+}
+
 /// Turns at the CPU for backends that would otherwise compute at the same time.
 ///
 /// ggml's CPU workers spin at every node barrier. Two graphs computing at once on the same
@@ -845,7 +861,7 @@ impl Backend {
             let n = CStr::from_ptr(sys::ggml_backend_dev_name(dev)).to_string_lossy().into_owned();
             (n, sys::ggml_backend_dev_type(dev) == sys::GGML_BACKEND_DEVICE_TYPE_CPU)
         };
-        Ok(Backend { ptr, name: dev_name, is_cpu, turns: None })
+        Ok(Backend { ptr, name: dev_name, is_cpu, turns: is_cpu.then(test_turns).flatten() })
     }
 
     /// The CPU backend with `threads` worker threads (0 = all cores).
