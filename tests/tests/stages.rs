@@ -293,10 +293,46 @@ fn jobs_at_once(bodies: &[String], extra: &[&str]) -> (Vec<(String, Vec<u8>)>, S
     (out, d.log(), metric(&d, "yued_module_loads_total"))
 }
 
+/// `bodies` submitted at once to a daemon started with `extra` and killed (-9) once at least
+/// two of them are in their AR half together, then restarted on the same data: each job's end
+/// and result body, and the journal's crash count of each.
+fn jobs_at_once_across_a_kill(bodies: &[String], extra: &[&str]) -> (Vec<(String, Vec<u8>)>, Vec<u32>) {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), extra);
+    let ids: Vec<String> = bodies.iter().map(|b| d.submit(b)).collect();
+    let t0 = Instant::now();
+    loop {
+        let in_ar = |id: &String| {
+            let s = d.status(id);
+            s["status"] == "running" && matches!(s["stage"].as_str(), Some("plan" | "semantic"))
+        };
+        if ids.iter().filter(|id| in_ar(id)).count() >= 2 && d.log().contains("joins the AR batch") {
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(120), "two jobs never decoded together; log: {}", d.log());
+        std::thread::sleep(Duration::from_millis(5));
+    }
+    let (data, port, args) = d.kill9();
+    let d = Daemon::start_on(&data, port, args);
+    let out = ids
+        .iter()
+        .map(|id| {
+            let s = d.wait(id, Duration::from_secs(600));
+            let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
+            (s["status"].as_str().unwrap_or("?").to_string(), body.to_vec())
+        })
+        .collect();
+    let (data, _, _) = d.kill9();
+    let records = yued_actors::node::journal_records(&data.join("journal")).unwrap();
+    let crashes = ids.iter().map(|id| records.iter().find(|r| r.id.as_str() == id).map_or(0, |r| r.crashes)).collect();
+    (out, crashes)
+}
+
 /// Three clients' songs (two under guidance, one with a plan stage, different lengths)
 /// submitted at once under STRICT: they decode in one batch (one AR load for all three, one
 /// synthesis load after it, and the log's joins), and each result is byte for byte the one
-/// a daemon running one job at a time gives.
+/// a daemon running one job at a time gives, also when the daemon is killed (-9) while they
+/// decode together and restarted.
 #[test]
 fn songs_of_different_jobs_decode_together_and_come_out_as_alone() {
     let bodies: Vec<String> = [(12.0, 3, "off"), (16.0, 5, "off"), (10.0, 9, "full")]
@@ -334,12 +370,23 @@ fn songs_of_different_jobs_decode_together_and_come_out_as_alone() {
         "{:?}",
         alone.iter().map(|a| &a.0).collect::<Vec<_>>()
     );
+    // A kill -9 while they decode together: after the restart each job ends as it did alone
+    // (those in the stages at the kill resumed once), with the same bytes.
+    let (killed, crashes) = jobs_at_once_across_a_kill(&bodies, &["--strict", "--parallel", "8"]);
+    assert!(crashes.iter().filter(|&&c| c == 1).count() >= 2, "two or more were decoding at the kill: {crashes:?}");
+    for (j, (a, k)) in alone.iter().zip(&killed).enumerate() {
+        assert_eq!(a.0, k.0, "job {j}'s end across the kill");
+        if a.0 == "done" && test_device().is_none() {
+            assert!(a.1 == k.1, "job {j}'s result is the same bytes across a kill of its batch as alone");
+        }
+    }
 }
 
 /// Three MiniMax clients' songs (different lengths and seeds) submitted at once decode in one
 /// batch: under STRICT (one AR load for the three, one synthesis load after it) and under
 /// --keep-loaded (each song streamed window by window to its synthesis half while the batch
-/// decodes on). Each result is byte for byte the one a daemon running one job at a time gives.
+/// decodes on). Each result is byte for byte the one a daemon running one job at a time gives,
+/// also across a kill (-9) of the daemon while they decode together under --keep-loaded.
 #[test]
 fn minimax_songs_of_different_jobs_decode_together_and_come_out_as_alone() {
     let bodies: Vec<String> = [(8, 3), (12, 5), (6, 9)]
@@ -379,6 +426,17 @@ fn minimax_songs_of_different_jobs_decode_together_and_come_out_as_alone() {
                     _ => assert!(xa == xb, "{extra:?}: job {j}'s {ta} is the same bytes batched as alone"),
                 }
             }
+        }
+    }
+    // A kill -9 while they decode together, each song streaming its windows: after the restart
+    // every job is done with the same parts as alone (those in the stages at the kill resumed
+    // once, from the codes they had journaled or from the start).
+    let (killed, crashes) = jobs_at_once_across_a_kill(&bodies, &["--keep-loaded", "--parallel", "8"]);
+    assert!(crashes.iter().filter(|&&c| c == 1).count() >= 2, "two or more were decoding at the kill: {crashes:?}");
+    for (j, (a, (end, body))) in alone.iter().zip(killed).enumerate() {
+        assert_eq!(a.0, end, "job {j}'s end across the kill");
+        if test_device().is_none() {
+            assert!(a.1 == multipart_parts(&body, "mm3-batch-boundary"), "job {j}'s parts across a kill as alone");
         }
     }
 }
