@@ -10,9 +10,13 @@
 #   3. WebSocket listeners on one job, some reading 1 byte/s (YUED_WS_PING_SECS=1 here):
 #      render time against the same job without listeners, the slow ones dropped with a
 #      close reason, the daemon's RSS before/after.
+#   4. kill -9 while songs of different jobs decode together: N rounds of four jobs (two of each
+#      family) submitted at once, one kill a round at a random moment while two or more run,
+#      the daemon restarted on the same data dir: every job done once, each result
+#      byte-identical to a reference run of the same requests without kills.
 # Usage: scripts/bench/chaos.sh [jobs=20] [synth_mutants=10000] [vae_mutants=1000]
-#          [listeners=200] [slow=20] [port=18877]   (uses ports port..port+3)
-# CHAOS_SECTIONS="1 2 3" picks sections, CHAOS_SEED the seed (1), CHAOS_THREADS the daemon's
+#          [listeners=200] [slow=20] [port=18877]   (uses ports port..port+5)
+# CHAOS_SECTIONS="1 2 3 4" picks sections, CHAOS_SEED the seed (1), CHAOS_THREADS the daemon's
 # --threads (2), CHAOS_CLIENT_CPU pins section 3's listener client to one CPU (with
 # CHAOS_THREADS=1: the compute thread and the listeners' client on cores of their own).
 # Exits 1 when a row fails.
@@ -26,7 +30,7 @@ vae=${3:-1000}
 listeners=${4:-200}
 slow=${5:-20}
 port=${6:-18877}
-sections=${CHAOS_SECTIONS:-1 2 3}
+sections=${CHAOS_SECTIONS:-1 2 3 4}
 seed=${CHAOS_SEED:-1}
 threads=${CHAOS_THREADS:-2}
 client_cpu=${CHAOS_CLIENT_CPU:+--client-cpu $CHAOS_CLIENT_CPU}
@@ -48,6 +52,7 @@ for s in $sections; do
     1) helper kills ;;
     2) helper fuzz ;;
     3) helper ws ;;
+    4) helper batch-kills ;;
     *) echo "unknown section $s" >&2; exit 2 ;;
   esac
   echo "section $s: $(( $(date +%s) - ts )) s" >&2

@@ -9,6 +9,8 @@ Subcommands, each run against its own daemon(s) on loopback and appending its ta
           daemon alive, every 4xx a JSON {"error": "..."}
   ws      N WebSocket listeners on one job (some reading 1 byte/s): render time against the
           same job without listeners, slow listeners dropped with a close reason, RSS
+  batch-kills  rounds of four jobs of both families decoding together, one kill -9 a round
+          at a random moment, restart: every job done once, byte-identical to a reference run
   table   prints the rows as one markdown table; exit status 1 when a row failed
 """
 import argparse
@@ -1345,6 +1347,136 @@ def held_after_job(a, ping_default):
 
 
 # ---------------------------------------------------------------------------------------
+# 4. kill -9 while songs of different jobs decode together
+
+
+def batch_requests(rounds, rng):
+    """Four requests a round: two YuE2 and two MiniMax songs of mixed lengths (fixed seeds)."""
+    reqs = []
+    for k in range(4 * rounds):
+        fmt = rng.choice(["wav16", "flac"])
+        if k % 2 == 0:
+            secs = rng.choice([6, 10, 14])
+            reqs.append({"style": "batch %d" % k, "lyrics": "[verse] la la\n[chorus] oh", "cot": "off", "duration": secs,
+                         "steps": 4, "output_format": fmt, "seed": 300 + k, "lm_seed": 400 + k,
+                         "semantic_sampling": {"min_tokens": 25 * secs}})
+        else:
+            reqs.append({"family": "mm3", "caption": "batch %d" % k, "lyrics": "[verse] la", "duration": rng.choice([8, 12]),
+                         "steps": 4, "seed": 300 + k, "lm_seed": MM3_LM_SEEDS[(k // 2) % len(MM3_LM_SEEDS)], "output_format": fmt})
+    return reqs
+
+
+def cmd_batch_kills(a):
+    """Rounds of four jobs submitted at once (each family's two songs share their AR half's
+    decode steps, the default --parallel), one kill -9 a round at a random moment while two
+    or more of them run, the daemon restarted on the same data dir before the next round:
+    every job done once, its result byte-identical to a reference run without kills."""
+    rng = random.Random(a.seed + 4)
+    rounds = max(1, a.jobs)
+    reqs = batch_requests(rounds, rng)
+    n = len(reqs)
+    cap = ["--admission-cap", "16"]
+    ref_d = Daemon(a, "batch-kills-ref", a.port + 4, cap)
+    ref_d.start()
+    h = Http(ref_d.port)
+    ref_ids, round_secs = [], []
+    for r in range(rounds):
+        t0 = time.time()
+        ids = [submit(h, q) for q in reqs[4 * r:4 * r + 4]]
+        wait_all(h, ids, 900)
+        round_secs.append(time.time() - t0)
+        ref_ids += ids
+    ref = [fetch_result(h, i) for i in ref_ids]
+    h.close()
+    ref_d.stop()
+    log("batch kills: reference rounds %s s" % ["%.1f" % t for t in round_secs])
+
+    d = Daemon(a, "batch-kills", a.port + 5, cap)
+    d.start()
+    h = Http(d.port)
+    ids, kills, restarts, resumed, failed_at_start, from_codes = [], [], [], collections.Counter(), [], 0
+    for r in range(rounds):
+        mine = [submit(h, q) for q in reqs[4 * r:4 * r + 4]]
+        ids += mine
+        # Even rounds aim at two songs in one decode step (their AR halves early in the round),
+        # odd ones at any two jobs running (a batch beside a song in its synthesis half, ...).
+        shared = r % 2 == 0
+        time.sleep(rng.uniform(0.0, 0.3 if shared else 0.8) * round_secs[r])
+        landed = None
+        t0 = time.time()
+        while time.time() - t0 < 600:
+            st = {}
+            for i in mine:
+                c, s = h.json("GET", "/job?id=" + i)
+                if c != 200:
+                    st[i] = "http %d" % c
+                else:
+                    st[i] = s.get("stage") or "running" if s["status"] == "running" else s["status"]
+            running = [v for v in st.values() if v in STAGE_ORDER or v == "running"]
+            if len([v for v in running if STAGE_ORDER.get(v) == 1 or not shared]) >= 2:
+                landed = sorted(st.values(), key=lambda v: STAGE_ORDER.get(v, 9))
+                break
+            if all(v in TERMINAL for v in st.values()) or sum(v in TERMINAL for v in st.values()) >= 3:
+                break
+            time.sleep(0.002)
+        if landed is None:
+            kills.append({"round": r, "landed": "missed"})
+            log("batch kill %d: missed (fewer than two running)" % r)
+        else:
+            d.kill9()
+            h.close()
+            restarts.append(d.start())
+            kills.append({"round": r, "landed": landed, "shared": shared})
+            log("batch kill %d: the round's jobs in %s" % (r, "+".join(landed)))
+        wait_all(h, mine, 900)
+    final = wait_all(h, ids, 900)
+    got = [fetch_result(h, i) if final.get(i) == "done" else None for i in ids]
+    pid_ok = d.alive()
+    h.close()
+    d.stop()
+    for line in d.all_log_lines():
+        fields = line.get("fields", {})
+        msg = fields.get("message", "")
+        if "resuming a job interrupted" in msg:
+            resumed[fields.get("job")] += 1
+            from_codes += 1 if int(fields.get("codes", 0)) > 0 else 0
+        if "not resumed again" in msg:
+            failed_at_start.append(fields.get("job"))
+
+    done = sum(1 for i in ids if final.get(i) == "done")
+    real = [k for k in kills if k["landed"] != "missed"]
+    in_step = sum(1 for k in real if sum(STAGE_ORDER.get(v) == 1 for v in k["landed"]) >= 2)
+    stages = collections.Counter(v for k in real for v in k["landed"])
+    twice = [j for j, c in resumed.items() if c > 1]
+    same, differ = 0, []
+    for k in range(n):
+        g, rf = got[k], ref[k]
+        if g is None or rf is None:
+            differ.append("job %d: no result to compare" % k)
+        elif g["audio"] == rf["audio"] and g["json"] == rf["json"]:
+            same += 1
+        else:
+            differ.append("job %d (%s): %s" % (k, reqs[k].get("family", "yue2"),
+                                               "audio differs" if g["audio"] != rf["audio"] else "replay part differs"))
+    # A round whose moment came when fewer than two ran is no kill (missed, counted apart).
+    ok1 = done == n and len(set(ids)) == n and not twice and not failed_at_start and pid_ok and 2 * len(real) >= rounds
+    add_row(a, "4. kill -9 amid shared decode steps (%d rounds of 4 jobs, 2 YuE2 + 2 MiniMax: %d jobs)" % (rounds, n), ok1,
+            "%s: %d/%d done, %d lost" % ("PASS" if ok1 else "FAIL", done, n, n - done),
+            "each round's four jobs submitted at once and one kill at a random moment while two or more ran "
+            "(%d of %d rounds, %d of them with two songs in one decode step; a missed round had fewer than two "
+            "running at its moment); the round's jobs at its kill: %s; "
+            "resumed after a kill: %d jobs (%d from their journaled codes), none twice: %s; ready again in %.2f-%.2f s%s" % (
+                len(real), rounds, in_step, ", ".join("%s %d" % kv for kv in sorted(stages.items(), key=lambda kv: STAGE_ORDER.get(kv[0], 9))),
+                sum(resumed.values()), from_codes, "yes" if not twice else "NO (%s)" % twice, min(restarts or [0]),
+                max(restarts or [0]),
+                ("; failed at a start: %s" % failed_at_start) if failed_at_start else ""))
+    add_row(a, "4. the killed rounds against a reference run without kills", not differ,
+            "%s: %d/%d results byte-identical (audio and replay parts)" % ("PASS" if not differ else "FAIL", same, n),
+            "the same %d requests (fixed seeds) on a fresh daemon, round by round (%.0f s)%s" % (
+                n, sum(round_secs), ("; differing: " + "; ".join(differ)) if differ else ""))
+
+
+# ---------------------------------------------------------------------------------------
 
 
 def cmd_table(a):
@@ -1362,7 +1494,7 @@ def cmd_table(a):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("cmd", choices=["kills", "fuzz", "ws", "table"])
+    p.add_argument("cmd", choices=["kills", "fuzz", "ws", "batch-kills", "table"])
     p.add_argument("--bin")
     p.add_argument("--work")
     p.add_argument("--pidfile")
@@ -1381,7 +1513,7 @@ def main():
     if a.cmd == "table":
         sys.exit(cmd_table(a))
     try:
-        {"kills": cmd_kills, "fuzz": cmd_fuzz, "ws": cmd_ws}[a.cmd](a)
+        {"kills": cmd_kills, "fuzz": cmd_fuzz, "ws": cmd_ws, "batch-kills": cmd_batch_kills}[a.cmd](a)
     except Exception as e:  # noqa: BLE001 - a section that breaks is a failed row, and the others still run
         import traceback
         traceback.print_exc()
