@@ -562,7 +562,9 @@ impl Batch for Mm3Batch {
             tx
         });
         tracing::info!(job = %ctx.id, members = self.members.len() + 1, "joins the AR batch");
-        let sink = ProgressSink::new(links, &ctx.id);
+        let mut sink = ProgressSink::new(links, &ctx.id);
+        // The stage shows from the join: its prompts' prefill (pieces, steps) is its first work.
+        sink.report(Stage::Semantic, 0, s.max_frames + 1);
         let draws = SeedDraws::new(req.lm_seed, n);
         self.members.push(Mm3Member { ctx, composer, draws, songs, stream, sink, max_frames: s.max_frames, files });
         Ok(())

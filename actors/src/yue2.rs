@@ -330,7 +330,16 @@ impl Batch for Yue2Batch {
             out.send(Box::new(Yue2Stream { shared: self.shared.clone(), settings: settings.clone(), rx, songs }));
             tx
         });
-        let reports = ArReports::new(links, &ctx);
+        let mut reports = ArReports::new(links, &ctx);
+        if settings.replay.is_none() {
+            // The stage shows from the join: its prompt's prefill (pieces, steps) is its first work.
+            let (stage, total) = if settings.plans() {
+                (Stage::Plan, settings.plan.max_tokens as usize)
+            } else {
+                (Stage::Semantic, settings.budget.saturating_sub(settings.source.len()))
+            };
+            reports.sink.report(stage, 0, total);
+        }
         tracing::info!(job = %ctx.id, members = self.members.len() + 1, "joins the AR batch");
         self.members.push(Member { ctx, settings, writer, reports, stream });
         Ok(())

@@ -374,13 +374,31 @@ fn metrics_parse_and_move_and_keys_are_enforced() {
     assert!(get("/openapi.json").json::<serde_json::Value>().unwrap()["paths"]["/synth"].is_object());
 }
 
+/// `/synth/stream` takes a request and a cancel command; a song's stage shows from the step it
+/// joins the AR batch (its prompt's prefill the stage's first work), before its first code.
 #[test]
 fn synth_stream_takes_the_request_and_a_cancel_command() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("data"), &["--vae-core", "16"]);
-    let (events, id) = rt().block_on(async {
+    // Prompts in pieces of 4 tokens: the prefill takes many steps before a first code.
+    let d = Daemon::start(&dir.path().join("data"), &["--vae-core", "16", "--prefill-chunk", "4"]);
+    let mm3 = r#"{"family": "mm3", "caption": "calm", "lyrics": "[verse] la", "duration": 20, "steps": 2}"#;
+    for (body, total) in [(song(40.0, 8), Some(1000)), (mm3.to_string(), None)] {
+        let (events, id) = stream_and_cancel(&d, &body);
+        assert!(!id.is_empty(), "the job id is announced");
+        assert_eq!(events.last().unwrap()["event"], "cancelled", "{events:?}");
+        assert_eq!(d.status(&id)["status"], "cancelled");
+        let first = events.iter().find(|e| e["event"] == "stage").unwrap_or_else(|| panic!("{events:?}"));
+        assert_eq!((first["stage"].as_str(), first["done"].as_u64()), (Some("semantic"), Some(0)), "{events:?}");
+        assert!(total.is_none_or(|t| first["total"] == t) && first["total"].as_u64() > Some(0), "{first}");
+    }
+}
+
+/// Submits `body` on `/synth/stream` and cancels the job at its first stage event: the
+/// events until the socket closes, and the job's id.
+fn stream_and_cancel(d: &Daemon, body: &str) -> (Vec<serde_json::Value>, String) {
+    rt().block_on(async {
         let (mut ws, _) = tokio_tungstenite::connect_async(d.ws_url("/synth/stream")).await.unwrap();
-        ws.send(Message::text(song(40.0, 8))).await.unwrap();
+        ws.send(Message::text(body)).await.unwrap();
         let mut events = Vec::new();
         let mut id = String::new();
         while let Some(Ok(m)) = ws.next().await {
@@ -396,10 +414,7 @@ fn synth_stream_takes_the_request_and_a_cancel_command() {
             }
         }
         (events, id)
-    });
-    assert!(!id.is_empty(), "the job id is announced");
-    assert_eq!(events.last().unwrap()["event"], "cancelled", "{events:?}");
-    assert_eq!(d.status(&id)["status"], "cancelled");
+    })
 }
 
 /// A job that aborts the process (the test-only fault `YUED_TEST_ABORT_STYLE`, as a C abort
