@@ -56,10 +56,12 @@ export LD_LIBRARY_PATH="$PWD/$R/lib:$blas${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 BIN=$R/bin/yued
 missing=$(ldd "$BIN" "$R"/lib/libggml-cuda.so 2>&1 | grep "not found" | sort -u)
 [ -z "$missing" ] || { say "gpu.sh: libraries not found: $missing"; exit 1; }
-# The engine's parity tests first, then the daemon's, the ones that render on the device first.
+# Songs batched against alone on the device first (where a device's kernels part them, the
+# stages tests say where and by how much), then the engine's parity tests, then the daemon's,
+# the ones that render on the device first.
 TESTS=()
 shopt -s nullglob
-for n in yued_engine stages vae listen transcribe deep adapters daemon client tenancy; do
+for n in stages yued_engine vae listen transcribe deep adapters daemon client tenancy; do
   TESTS+=("$R"/bin/deps/"$n"-*)
 done
 
@@ -91,9 +93,14 @@ TEST_BUDGET=${YUED_GPU_TEST_BUDGET:-200}
 left=${#TESTS[@]}
 for t in "${TESTS[@]}"; do
   name=$(basename "$t" | sed 's/-[0-9a-f]*$//')
-  # The engine's suite may take 60% of what the tests have; each later binary an even part.
+  # The stages tests may take 35% of what the tests have, the engine's suite 60% of what is
+  # left then; each later binary an even part.
   rem=$((TEST_BUDGET - (SECONDS - t0)))
-  [ "$name" = yued_engine ] && s=$(share $((rem * 6 / 10))) || s=$(share $((rem / left)))
+  case $name in
+    stages) s=$(share $((rem * 35 / 100))) ;;
+    yued_engine) s=$(share $((rem * 6 / 10))) ;;
+    *) s=$(share $((rem / left))) ;;
+  esac
   left=$((left - 1))
   timeout "$s" "$t" --test-threads 4 >"$OUT/t.log" 2>&1
   rc=$?
