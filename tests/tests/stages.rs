@@ -282,15 +282,19 @@ fn jobs_at_once(bodies: &[String], extra: &[&str]) -> (Vec<(String, Vec<u8>)>, S
     let dir = tempfile::tempdir().unwrap();
     let d = Daemon::start(&dir.path().join("data"), extra);
     let ids: Vec<String> = bodies.iter().map(|b| d.submit(b)).collect();
-    let out = ids
-        .iter()
+    let out = ends_and_results(&d, &ids);
+    (out, d.log(), metric(&d, "yued_module_loads_total"))
+}
+
+/// Each job's end (waited for) and its result body.
+fn ends_and_results(d: &Daemon, ids: &[String]) -> Vec<(String, Vec<u8>)> {
+    ids.iter()
         .map(|id| {
             let s = d.wait(id, Duration::from_secs(600));
             let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
             (s["status"].as_str().unwrap_or("?").to_string(), body.to_vec())
         })
-        .collect();
-    (out, d.log(), metric(&d, "yued_module_loads_total"))
+        .collect()
 }
 
 /// `bodies` submitted at once to a daemon started with `extra` and killed (-9) once at least
@@ -314,14 +318,7 @@ fn jobs_at_once_across_a_kill(bodies: &[String], extra: &[&str]) -> (Vec<(String
     }
     let (data, port, args) = d.kill9();
     let d = Daemon::start_on(&data, port, args);
-    let out = ids
-        .iter()
-        .map(|id| {
-            let s = d.wait(id, Duration::from_secs(600));
-            let body = d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().bytes().unwrap();
-            (s["status"].as_str().unwrap_or("?").to_string(), body.to_vec())
-        })
-        .collect();
+    let out = ends_and_results(&d, &ids);
     let (data, _, _) = d.kill9();
     let records = yued_actors::node::journal_records(&data.join("journal")).unwrap();
     let crashes = ids.iter().map(|id| records.iter().find(|r| r.id.as_str() == id).map_or(0, |r| r.crashes)).collect();
