@@ -184,6 +184,36 @@ mod tests {
         }
     }
 
+    /// MP3 of whole songs at MiniMax's 44.1 kHz and YuE2's 48 kHz (and a lower rate, whose
+    /// frames hold fewer samples), mono and stereo, at the bitrates' ends: every one encodes
+    /// (LAME fails a call whose output would overrun the room it is given) and decodes to its
+    /// length. At 32 kb/s LAME lowers the sample rate as it sees fit, so the length is in time.
+    #[test]
+    fn mp3_encodes_whole_songs_at_each_rate_and_bitrate() {
+        for (rate, channels) in [(44100, 2), (48000, 2), (22050, 1), (44100, 1)] {
+            let n = rate as usize * 40;
+            let mut state = 1u64;
+            let v: Vec<f32> = (0..n * channels)
+                .map(|_| {
+                    state = state.wrapping_mul(6364136223846793005).wrapping_add(1442695040888963407);
+                    ((state >> 40) as f32 / (1u64 << 24) as f32 - 0.5) * 1.8
+                })
+                .collect();
+            let noise = Pcm::new(rate, channels, v);
+            for kbps in [32, 128, 320] {
+                let what = format!("{rate} Hz, {channels} ch, {kbps} kb/s");
+                let bytes = encode(&noise, OutputFormat::Mp3, kbps).unwrap_or_else(|e| panic!("{what}: {e}"));
+                let back = decode(&bytes).unwrap_or_else(|e| panic!("{what}: {e}"));
+                assert_eq!(back.channels, channels, "{what}");
+                if kbps > 32 {
+                    assert_eq!(back.sample_rate, rate, "{what}");
+                }
+                let secs = back.frames() as f64 / f64::from(back.sample_rate);
+                assert!((secs - 40.0).abs() <= 1152.0 / f64::from(back.sample_rate), "{what}: {secs} s of 40");
+            }
+        }
+    }
+
     /// Raw ADTS carries no length: the decoded stream starts with the FDK encoder's 2048
     /// frames of priming and ends on a whole AAC frame (M4A's edit list hides both).
     #[test]

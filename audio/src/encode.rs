@@ -52,7 +52,7 @@ fn to_i16(x: f32) -> i16 {
 }
 
 fn mp3(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
-    use mp3lame_encoder::{Bitrate, Builder, DualPcm, FlushNoGap, MonoPcm, Quality};
+    use mp3lame_encoder::{max_required_buffer_size, Bitrate, Builder, DualPcm, FlushNoGap, MonoPcm, Quality};
     let err = |e: &dyn std::fmt::Display| AudioError::Format(format!("mp3: {e}"));
     let brate = match kbps {
         0..=32 => Bitrate::Kbps32,
@@ -75,12 +75,15 @@ fn mp3(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
     b.set_brate(brate).map_err(|e| err(&e))?;
     b.set_quality(Quality::Good).map_err(|e| err(&e))?;
     let mut enc = b.build().map_err(|e| err(&e))?;
-    let mut out = Vec::with_capacity(pcm.frames() * kbps as usize / 384 + 8192);
+    // LAME writes into the vector's spare room and fails a call that would overrun it: each
+    // call gets its worst case (a quarter more than its samples, and a frame) reserved.
+    let mut out = Vec::new();
     let chunk = 1152 * 64;
     let n = pcm.frames();
     let mut at = 0;
     while at < n {
         let end = (at + chunk).min(n);
+        out.reserve(max_required_buffer_size(end - at));
         let left: Vec<i16> = pcm.channel(0)[at..end].iter().map(|&x| to_i16(x)).collect();
         if pcm.channels == 1 {
             enc.encode_to_vec(MonoPcm(&left), &mut out).map_err(|e| err(&e))?;
@@ -90,6 +93,7 @@ fn mp3(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
         }
         at = end;
     }
+    out.reserve(max_required_buffer_size(0));
     enc.flush_to_vec::<FlushNoGap>(&mut out).map_err(|e| err(&e))?;
     Ok(out)
 }

@@ -924,6 +924,18 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     let replay: serde_json::Value =
         serde_json::from_slice(&parts.iter().find(|(t, _)| t.contains("json")).unwrap().1).unwrap();
     assert!(replay["audio_codes"].as_str().unwrap().split(',').count() >= 16, "at least a frame: {replay}");
+    // A request without output_format gets minimaxmusic.cpp's MP3: a 20 s song at 44.1 kHz
+    // (LAME once ran out of room past about 7 s of it and failed the job).
+    let mp3 = d.submit(r#"{"family": "mm3", "caption": "calm", "lyrics": "la", "duration": 20, "steps": 2}"#);
+    let s = d.wait(&mp3, Duration::from_secs(120));
+    assert_eq!(s["status"], "done", "{s}");
+    let r = d.http.get(d.url(&format!("/job?id={mp3}&result=1"))).send().unwrap();
+    let parts = multipart_parts(&r.bytes().unwrap(), &boundary);
+    let track = parts.iter().find(|(t, _)| t.contains("audio/mpeg")).expect("an MP3 part");
+    let pcm = yued_audio::decode::decode(&track.1).unwrap();
+    let secs = pcm.frames() as f64 / f64::from(pcm.sample_rate);
+    assert_eq!((pcm.sample_rate, pcm.channels), (44_100, 2));
+    assert!((secs - s["metrics"]["audio_seconds"].as_f64().unwrap()).abs() < 0.03, "{secs} s: {s}");
     let yue = d.submit(&song(0.4, 2));
     assert_eq!(d.wait(&yue, Duration::from_secs(120))["status"], "done");
     let (data, port, args) = d.kill9();
