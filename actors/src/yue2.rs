@@ -336,7 +336,7 @@ impl Batch for Yue2Batch {
             let (stage, total) = if settings.plans() {
                 (Stage::Plan, settings.plan.max_tokens as usize)
             } else {
-                (Stage::Semantic, settings.budget.saturating_sub(settings.source.len()))
+                (Stage::Semantic, settings.semantic_steps())
             };
             reports.sink.report(stage, 0, total);
         }

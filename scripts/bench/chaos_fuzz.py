@@ -325,6 +325,18 @@ def compare_pcm(x, y):
     return (cov / den if den > 0 else float("nan")), maxd, nd, n
 
 
+def restore_lines(lines):
+    """The journal restore's words in a daemon's JSON log lines, in order: ("resumed", fields)
+    for a job resumed after a kill, ("failed", fields) for one not resumed again."""
+    for line in lines:
+        fields = line.get("fields", {})
+        msg = fields.get("message", "")
+        if "resuming a job interrupted" in msg:
+            yield "resumed", fields
+        elif "not resumed again" in msg:
+            yield "failed", fields
+
+
 def cmd_kills(a):
     t_start = time.time()
     rng = random.Random(a.seed)
@@ -372,13 +384,11 @@ def cmd_kills(a):
         h.close()
         hit.update(rec["running"])
         restarts.append(d.start())
-        for line in d.log_lines_since_start():
-            fields = line.get("fields", {})
-            msg = fields.get("message", "")
-            if "resuming a job interrupted" in msg:
+        for kind, fields in restore_lines(d.log_lines_since_start()):
+            if kind == "resumed":
                 rec.setdefault("resumed", []).append(fields.get("job"))
                 resumed_log[fields.get("job")] += 1
-            if "not resumed again" in msg:
+            else:
                 failed_at_start.append(fields.get("job"))
         kills.append(rec)
         log("kill %2d: job %d (%s, target %s) landed in %s; running %s; resumed %s" % (
@@ -1434,13 +1444,11 @@ def cmd_batch_kills(a):
     pid_ok = d.alive()
     h.close()
     d.stop()
-    for line in d.all_log_lines():
-        fields = line.get("fields", {})
-        msg = fields.get("message", "")
-        if "resuming a job interrupted" in msg:
+    for kind, fields in restore_lines(d.all_log_lines()):
+        if kind == "resumed":
             resumed[fields.get("job")] += 1
             from_codes += 1 if int(fields.get("codes", 0)) > 0 else 0
-        if "not resumed again" in msg:
+        else:
             failed_at_start.append(fields.get("job"))
 
     done = sum(1 for i in ids if final.get(i) == "done")

@@ -676,7 +676,7 @@ impl ArStages<'_> {
             .collect();
         debug_assert_eq!(pending.len(), streams);
         let codes: Vec<Vec<u32>> = prefixes.iter().map(|(_, s)| s.clone()).collect();
-        let steps = budget.saturating_sub(codes[0].len());
+        let steps = s.semantic_steps();
         Ok(Semantic {
             n,
             cfg,

@@ -72,6 +72,11 @@ impl Settings {
         (self.abc.is_empty() || self.abc_continue) && self.cot != Cot::Off && self.replay.is_none()
     }
 
+    /// Codes the semantic stage may write after the source's (its progress bar's total).
+    pub fn semantic_steps(&self) -> usize {
+        self.budget.saturating_sub(self.source.len())
+    }
+
     /// Where a song's chunks fall behind a prefix of `prefix_len` tokens in a KV cache of
     /// `max_seq` (yue2.cpp's rule, or the streaming grid).
     pub fn chunk_plan(&self, max_seq: usize, prefix_len: usize) -> Result<ChunkPlan, Invalid> {
