@@ -81,6 +81,14 @@ impl Keys {
     fn replace(&self, t: KeyTable) {
         *self.0.write().expect("keys lock") = t;
     }
+
+    /// Whether a key of `who` (its principal and role) is still in the table, or the box has no
+    /// keys: what a long-lived stream asks as it goes, so a key revoked by a reload stops
+    /// reaching what it had opened (the next request is a 401 anyway).
+    pub fn still_admits(&self, who: &Principal) -> bool {
+        let t = self.0.read().expect("keys lock");
+        t.is_empty() || t.principals().any(|p| p == who)
+    }
 }
 
 /// Re-reads the keys on every SIGHUP; a file that cannot be read or parsed leaves the keys
@@ -161,6 +169,57 @@ fn refuse(path: &str, status: StatusCode, msg: &str) -> HttpResponse {
     }
 }
 
+/// Whose a session-like thing the caller opens is (an MCP session): its principal's id where
+/// keys are configured; on a box without keys, everyone's ("").
+pub fn owner(req: &HttpRequest) -> String {
+    match req.app_data::<web::Data<Keys>>() {
+        Some(k) if !k.is_open() => caller(req).id,
+        _ => String::new(),
+    }
+}
+
+/// How often a long-lived stream (`/logs`, a WebSocket) asks whether its key still stands.
+pub const KEY_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The key a long-lived stream was opened with, asked again as the stream goes on.
+#[derive(Clone)]
+pub struct Admitted {
+    keys: Option<Keys>,
+    who: Option<Principal>,
+}
+
+impl Admitted {
+    /// What the middleware admitted `req` as (nothing to recheck on a box without keys).
+    pub fn of(req: &HttpRequest) -> Admitted {
+        let keys = req.app_data::<web::Data<Keys>>().map(|k| k.get_ref().clone());
+        Admitted { keys, who: req.extensions().get::<Principal>().cloned() }
+    }
+
+    /// Whether the stream may go on: the box has no keys, or one of the caller's is still there.
+    pub fn still(&self) -> bool {
+        match (&self.keys, &self.who) {
+            (None, _) => true,
+            (Some(k), Some(who)) => k.still_admits(who),
+            (Some(k), None) => k.is_open(),
+        }
+    }
+}
+
+/// A guarded handler's own check of its route's role, beside the middleware's: whatever path
+/// reached the handler, the caller must hold a role that reaches `route` (`Some` is the refusal
+/// to send). A server without keys (single-user, or the `--metrics-listen` port) passes.
+pub fn refusal(req: &HttpRequest, route: &str) -> Option<HttpResponse> {
+    let keys = req.app_data::<web::Data<Keys>>()?;
+    if keys.is_open() {
+        return None;
+    }
+    let ext = req.extensions();
+    let Some(who) = ext.get::<Principal>() else {
+        return Some(refuse(route, StatusCode::UNAUTHORIZED, "missing or unknown API key"));
+    };
+    forbidden(who, route).map(|why| refuse(route, StatusCode::FORBIDDEN, why))
+}
+
 /// What `who` may not reach: `Some(why)` for a 403.
 fn forbidden(who: &Principal, path: &str) -> Option<&'static str> {
     match (who.role, path) {
@@ -181,7 +240,9 @@ pub async fn require_key(
     let Some(keys) = req.app_data::<web::Data<Keys>>().cloned() else {
         return next.call(req).await.map(|r| r.map_into_left_body());
     };
-    let path = req.path().to_string();
+    // The path as the router reads it (percent-escapes decoded): `/%6Cogs` is `/logs` to it, so it
+    // must be `/logs` here too.
+    let path = req.match_info().as_str().to_string();
     if keys.is_open() {
         let who = address_principal(req.request());
         req.extensions_mut().insert(who);

@@ -623,7 +623,10 @@ pub async fn props(st: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().json(&st.props)
 }
 
-pub async fn metrics(st: web::Data<AppState>) -> HttpResponse {
+pub async fn metrics(req: HttpRequest, st: web::Data<AppState>) -> HttpResponse {
+    if let Some(refused) = crate::auth::refusal(&req, "/metrics") {
+        return refused;
+    }
     HttpResponse::Ok().content_type("text/plain; version=0.0.4; charset=utf-8").body(st.metrics.render())
 }
 
@@ -631,16 +634,35 @@ pub async fn openapi(st: web::Data<AppState>) -> HttpResponse {
     HttpResponse::Ok().content_type("application/json").body(st.openapi.clone())
 }
 
-/// Server-sent events of the daemon log: the kept lines, then the live ones.
-pub async fn logs(st: web::Data<AppState>) -> HttpResponse {
+/// Server-sent events of the daemon log: the kept lines, then the live ones, for as long as the
+/// caller's key stays (a key revoked by a reload ends its stream within [`KEY_RECHECK`]).
+pub async fn logs(req: HttpRequest, st: web::Data<AppState>) -> HttpResponse {
+    if let Some(refused) = crate::auth::refusal(&req, "/logs") {
+        return refused;
+    }
+    let admitted = crate::auth::Admitted::of(&req);
     let (kept, rx) = st.logs.subscribe();
     let head = stream::iter(kept.into_iter().map(|l| Ok::<Bytes, std::io::Error>(sse(&l))));
-    let live = stream::unfold(rx, |mut rx| async move {
-        loop {
-            match rx.recv().await {
-                Ok(l) => return Some((Ok(sse(&l)), rx)),
-                Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
-                Err(_) => return None,
+    let tick = tokio::time::interval(crate::auth::KEY_RECHECK);
+    let live = stream::unfold((rx, tick), move |(mut rx, mut tick)| {
+        let admitted = admitted.clone();
+        async move {
+            loop {
+                let line = tokio::select! {
+                    l = rx.recv() => l,
+                    _ = tick.tick() => {
+                        if !admitted.still() {
+                            return None;
+                        }
+                        continue;
+                    }
+                };
+                match line {
+                    Ok(_) if !admitted.still() => return None,
+                    Ok(l) => return Some((Ok(sse(&l)), (rx, tick))),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(_) => return None,
+                }
             }
         }
     });

@@ -92,7 +92,7 @@ pub async fn post(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> Htt
     let params = obj.get("params").cloned().unwrap_or(json!({}));
     // initialize opens a session; everything else names one.
     if method == Some("initialize") && id.is_some() {
-        return initialize(&id_or_null, &params, &st);
+        return initialize(&id_or_null, &params, &st, &crate::auth::owner(&req));
     }
     let session = header(&req, SESSION_HEADER).map(str::to_string);
     match &session {
@@ -104,7 +104,7 @@ pub async fn post(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> Htt
                 "Mcp-Session-Id: missing (send initialize first)",
             )
         }
-        Some(s) if !st.mcp.touch(s) => {
+        Some(s) if !st.mcp.touch(s, &crate::auth::owner(&req)) => {
             return rpc_error(
                 StatusCode::NOT_FOUND,
                 &id_or_null,
@@ -126,7 +126,8 @@ pub async fn post(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> Htt
         }
         return HttpResponse::Accepted().finish();
     };
-    let span = tracing::info_span!("mcp", method, session = session.as_deref().unwrap_or(""));
+    // The session's first 8 hex digits tell a log's sessions apart without writing the id.
+    let span = tracing::info_span!("mcp", method, session = session.as_deref().map_or("", |s| s.get(..8).unwrap_or(s)));
     let _enter = span.enter();
     match method {
         "ping" => rpc_result(&id, json!({})),
@@ -154,12 +155,12 @@ pub async fn post(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> Htt
     }
 }
 
-fn initialize(id: &Value, params: &Value, st: &AppState) -> HttpResponse {
+fn initialize(id: &Value, params: &Value, st: &AppState, owner: &str) -> HttpResponse {
     let asked = params.get("protocolVersion").and_then(Value::as_str).unwrap_or("");
     // The client's revision when this server speaks it, else this server's newest (the
     // client then decides whether it can go on).
     let version = PROTOCOL_VERSIONS.iter().find(|v| **v == asked).copied().unwrap_or(PROTOCOL_VERSIONS[0]);
-    let session = match st.mcp.open() {
+    let session = match st.mcp.open(owner) {
         Ok(s) => s,
         Err(e) => return rpc_error(StatusCode::INTERNAL_SERVER_ERROR, id, -32603, e),
     };
@@ -186,7 +187,7 @@ fn initialize(id: &Value, params: &Value, st: &AppState) -> HttpResponse {
 pub async fn delete(req: HttpRequest, st: web::Data<AppState>) -> HttpResponse {
     match header(&req, SESSION_HEADER) {
         None => rpc_error(StatusCode::BAD_REQUEST, &Value::Null, INVALID_REQUEST, "Mcp-Session-Id: missing"),
-        Some(s) if st.mcp.close(s) => HttpResponse::NoContent().finish(),
+        Some(s) if st.mcp.close(s, &crate::auth::owner(&req)) => HttpResponse::NoContent().finish(),
         Some(_) => rpc_error(StatusCode::NOT_FOUND, &Value::Null, INVALID_REQUEST, "Mcp-Session-Id: no such session"),
     }
 }

@@ -51,11 +51,12 @@ pub async fn stream(
     if jobs.state(&id).await.ok().flatten().is_none() {
         return Ok(error(actix_web::http::StatusCode::NOT_FOUND, format!("unknown job {id}")));
     }
+    let admitted = crate::auth::Admitted::of(&req);
     let (resp, session, msgs) = actix_ws::handle(&req, body)?;
     let msgs = msgs.aggregate_continuations();
     let st = st.into_inner();
     actix_web::rt::spawn(async move {
-        follow(st, jobs, session, msgs, id, codec, false).await;
+        follow(st, jobs, admitted, session, msgs, id, codec, false).await;
     });
     Ok(resp)
 }
@@ -72,6 +73,7 @@ pub async fn synth_stream(
     };
     let client = client_key(&req);
     let jobs = st.jobs.of(&crate::auth::caller(&req));
+    let admitted = crate::auth::Admitted::of(&req);
     let (resp, mut session, msgs) = actix_ws::handle(&req, body)?;
     let mut msgs = msgs.max_frame_size(st.max_body_bytes).aggregate_continuations();
     let st = st.into_inner();
@@ -111,7 +113,7 @@ pub async fn synth_stream(
             }
         };
         let _ = session.text(serde_json::json!({"event": "job", "id": id}).to_string()).await;
-        follow(st, jobs, session, msgs, id, codec, true).await;
+        follow(st, jobs, admitted, session, msgs, id, codec, true).await;
     });
     Ok(resp)
 }
@@ -315,11 +317,21 @@ async fn send_item(
     }
 }
 
+/// What woke a listener's loop.
+enum Event {
+    Peer(Option<Result<actix_ws::AggregatedMessage, actix_ws::ProtocolError>>),
+    Tick,
+    Item(Option<StreamItem>),
+}
+
 /// Pumps the hub's items for `id` into the socket until the terminal event, answering
-/// pings and (when `can_cancel`) the cancel command.
+/// pings and (when `can_cancel`) the cancel command, while the key that opened it stands (a
+/// key revoked by a reload closes its sockets at their next item, command or keepalive tick).
+#[allow(clippy::too_many_arguments)]
 async fn follow(
     st: std::sync::Arc<AppState>,
     jobs: Jobs,
+    admitted: crate::auth::Admitted,
     mut session: actix_ws::Session,
     mut msgs: actix_ws::AggregatedMessageStream,
     id: JobId,
@@ -361,17 +373,30 @@ async fn follow(
             let _ = session.close(Some(CloseReason { code: CloseCode::Policy, description: Some(description) })).await;
             break;
         }
-        tokio::select! {
+        let event = tokio::select! {
             // Biased: what the peer said first (its pongs must count before the keepalive
             // check, even while the tiles keep the other arms ready), then the keepalive,
             // then the next item.
             biased;
-            m = msgs.next() => {
+            m = msgs.next() => Event::Peer(m),
+            _ = keepalive.tick.tick() => Event::Tick,
+            item = rx.recv() => Event::Item(item),
+        };
+        if !admitted.still() {
+            tracing::info!(job = %id, "the WebSocket's API key was revoked: closing");
+            let reason = CloseReason { code: CloseCode::Policy, description: Some("API key revoked".into()) };
+            let _ = session.close(Some(reason)).await;
+            break;
+        }
+        match event {
+            Event::Peer(m) => {
                 if matches!(m, Some(Ok(_))) {
                     keepalive.last_heard = tokio::time::Instant::now();
                 }
                 match m {
-                    Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => { let _ = session.pong(&p).await; }
+                    Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => {
+                        let _ = session.pong(&p).await;
+                    }
                     Some(Ok(actix_ws::AggregatedMessage::Text(t))) if can_cancel => {
                         if let Ok(StreamCommand::Cancel) = StreamCommand::from_text(&t) {
                             let _ = jobs.cancel(&id).await;
@@ -381,11 +406,15 @@ async fn follow(
                     _ => {}
                 }
             }
-            _ = keepalive.tick.tick() => {
-                if !keepalive.on_tick(&mut session, &id).await { break; }
+            Event::Tick => {
+                if !keepalive.on_tick(&mut session, &id).await {
+                    break;
+                }
             }
-            item = rx.recv() => {
-                if !send_item(&st, &mut session, &id, item, &mut ended).await { break; }
+            Event::Item(item) => {
+                if !send_item(&st, &mut session, &id, item, &mut ended).await {
+                    break;
+                }
                 keepalive.last_sent = tokio::time::Instant::now();
             }
         }

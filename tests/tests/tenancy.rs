@@ -12,6 +12,7 @@ const B: &str = "bob-secret-2d8e4a6c0f";
 const OPS: &str = "ops-secret-9b1d3f5a7c";
 const PROM: &str = "prom-secret-4c6e8a0b2d";
 const CAROL: &str = "carol-secret-1a3c5e7b9d";
+const OPS2: &str = "ops2-secret-5e7a9c1d3b";
 const UNKNOWN: &str = "0123456789abcdef";
 
 fn get(d: &Daemon, path: &str, key: &str) -> reqwest::blocking::Response {
@@ -52,24 +53,33 @@ fn wait(d: &Daemon, id: &str, key: &str, want: &str) {
     }
 }
 
-/// One MCP tool call in a fresh session.
-fn mcp_call(d: &Daemon, key: &str, tool: &str, job: &str) -> String {
+/// A new MCP session of `key`'s: its id.
+fn mcp_session(d: &Daemon, key: &str) -> String {
     let init = serde_json::json!({"jsonrpc": "2.0", "id": 1, "method": "initialize",
         "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "t", "version": "1"}}});
     let r = post(d, "/mcp", key, &init.to_string());
     assert_eq!(r.status(), 200);
-    let session = r.headers()["mcp-session-id"].to_str().unwrap().to_string();
-    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool,
-        "arguments": {"job_id": job}}});
-    let r = d
-        .http
+    r.headers()["mcp-session-id"].to_str().unwrap().to_string()
+}
+
+/// One JSON-RPC message to the MCP endpoint in `session`, as `key`.
+fn mcp_send(d: &Daemon, key: &str, session: &str, msg: serde_json::Value) -> reqwest::blocking::Response {
+    d.http
         .post(d.url("/mcp"))
         .header("x-api-key", key)
         .header("mcp-session-id", session)
         .header("content-type", "application/json")
-        .body(call.to_string())
+        .body(msg.to_string())
         .send()
-        .unwrap();
+        .unwrap()
+}
+
+/// One MCP tool call in a fresh session.
+fn mcp_call(d: &Daemon, key: &str, tool: &str, job: &str) -> String {
+    let session = mcp_session(d, key);
+    let call = serde_json::json!({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {"name": tool,
+        "arguments": {"job_id": job}}});
+    let r = mcp_send(d, key, &session, call);
     assert_eq!(r.status(), 200);
     let v: serde_json::Value = r.json().unwrap();
     // The whole answer (a tool error is a result with isError; a protocol error an error).
@@ -82,7 +92,9 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
     let keys = dir.path().join("keys.txt");
     std::fs::write(
         &keys,
-        format!("# the box's keys\n{A} name=alice\n{B}\n{OPS} name=ops admin\n{PROM} name=prom metrics\n"),
+        format!(
+            "# the box's keys\n{A} name=alice\n{B}\n{OPS} name=ops admin\n{PROM} name=prom metrics\n{OPS2} admin\n"
+        ),
     )
     .unwrap();
     let data = dir.path().join("data");
@@ -126,6 +138,18 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
         }
         tried += 1;
     }
+    // An MCP session is its opener's: another key can neither use nor end it.
+    let bobs_session = mcp_session(&d, B);
+    let ping = serde_json::json!({"jsonrpc": "2.0", "id": 3, "method": "ping"});
+    assert_eq!(mcp_send(&d, A, &bobs_session, ping.clone()).status(), 404);
+    let del = |key: &str| {
+        d.http.delete(d.url("/mcp")).header("x-api-key", key).header("mcp-session-id", &bobs_session).send().unwrap()
+    };
+    assert_eq!(del(A).status(), 404);
+    assert_eq!(mcp_send(&d, B, &bobs_session, ping).status(), 200, "Alice's tries did not end Bob's session");
+    assert_eq!(del(B).status(), 204);
+    tried += 2;
+
     // Alice reaches her own; the WebSocket route gets past the ownership check to the
     // handshake (this GET is not one).
     assert_eq!(get(&d, &format!("/job?id={done}&result=1"), A).status(), 200);
@@ -143,6 +167,13 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
     assert_eq!(get(&d, "/metrics", PROM).status(), 200);
     assert_eq!(get(&d, "/jobs", PROM).status(), 403, "a metrics key only scrapes");
     assert_eq!(get(&d, "/metrics", "nope").status(), 401);
+    // However the path is spelled: the router decodes percent-escapes, and so does the check.
+    for path in ["/%6Cogs", "/%6c%6f%67%73", "/l%6Fgs?x=1", "/%6Detrics"] {
+        assert_eq!(get(&d, path, B).status(), 403, "{path}");
+    }
+    assert_eq!(get(&d, "/%6Aobs", PROM).status(), 403, "a metrics key only scrapes, however spelled");
+    assert_eq!(get(&d, "/%6Detrics", PROM).status(), 200);
+    tried += 5;
     let all: serde_json::Value = get(&d, "/jobs?all=1", OPS).json().unwrap();
     let owners: Vec<&str> = all["jobs"].as_array().unwrap().iter().map(|j| j["owner"].as_str().unwrap()).collect();
     assert_eq!(owners, vec!["alice"; 3], "{all}");
@@ -183,6 +214,15 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
         .count();
     assert!((1..=3).contains(&held) && extra.len() >= 2, "{held} held, {} more accepted", extra.len());
     let bobs = submit(&d, B, &song(1.0, 1));
+    // Bob listens to a long song of his; an admin about to be removed follows the log.
+    let bobs_long = submit(&d, B, &song(30.0, 8));
+    let url = d.ws_url(&format!("/stream?id={bobs_long}&api_key={B}"));
+    let (mut bob_ws, _) = tokio_tungstenite::tungstenite::connect(url).unwrap();
+    if let tokio_tungstenite::tungstenite::stream::MaybeTlsStream::Plain(s) = bob_ws.get_mut() {
+        s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
+    }
+    let mut gone_admins_logs = get(&d, "/logs", OPS2);
+    assert_eq!(gone_admins_logs.status(), 200);
 
     // The log: principal ids, never a key.
     let mut logs = get(&d, "/logs", OPS);
@@ -208,12 +248,29 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(get(&d, "/jobs", CAROL).status(), 200);
-    for id in extra.iter().chain([&long]) {
+    // What the removed keys had open ends with them: the admin's log within seconds, Bob's
+    // socket at its next keepalive tick, closed with why.
+    let t0 = Instant::now();
+    loop {
+        assert!(t0.elapsed() < Duration::from_secs(20), "a removed admin key still follows the log");
+        if gone_admins_logs.read(&mut buf).unwrap() == 0 {
+            break;
+        }
+    }
+    let closed = loop {
+        match bob_ws.read() {
+            Ok(tokio_tungstenite::tungstenite::Message::Close(c)) => break c.map(|c| c.reason.to_string()),
+            Ok(_) => continue,
+            Err(e) => panic!("Bob's socket was not closed with a reason: {e}"),
+        }
+    };
+    assert_eq!(closed.as_deref(), Some("API key revoked"));
+    for id in extra.iter().chain([&long, &bobs_long]) {
         let s = post(&d, &format!("/job?id={id}&cancel=1"), OPS, "").status().as_u16();
         assert!(s == 200 || s == 409, "an admin cancels any job: {s}");
     }
     wait(&d, &bobs, OPS, "done");
-    for id in extra.iter().chain([&long]) {
+    for id in extra.iter().chain([&long, &bobs_long]) {
         let s = d.wait(id, Duration::from_secs(120));
         assert!(s["status"] == "cancelled" || s["status"] == "done", "{s}");
     }
@@ -221,7 +278,7 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
 
     // Nothing on disk or in the log holds a key.
     drop(d);
-    for key in [A, B, OPS, PROM, CAROL] {
+    for key in [A, B, OPS, PROM, CAROL, OPS2] {
         let mut hits = files_containing(&data, key.as_bytes());
         if std::fs::read(data.with_extension("log")).unwrap().windows(key.len()).any(|w| w == key.as_bytes()) {
             hits.push(data.with_extension("log"));
