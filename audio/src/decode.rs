@@ -1,7 +1,7 @@
 //! Decoding uploads: WAV, MP3, FLAC, Ogg Vorbis, AAC/M4A through symphonia, Ogg Opus
 //! through libopus; any rate and channel count comes out as planar f32. A file that does
 //! not decode is an error, never a panic.
-use crate::ogg_opus::decode_ogg_opus;
+use crate::ogg_opus::ogg_opus_blocks;
 use crate::{AudioError, Pcm};
 use symphonia::core::audio::SampleBuffer;
 use symphonia::core::codecs::DecoderOptions;
@@ -19,33 +19,97 @@ pub const MAX_CHANNELS: usize = 8;
 /// more than [`MAX_CHANNELS`] channels is refused, and a decoder that panics on a malformed
 /// file (symphonia does on some) is an error like any other.
 pub fn decode(bytes: &[u8]) -> Result<Pcm, AudioError> {
-    if bytes.len() >= 36 && bytes.starts_with(b"OggS") && bytes[28..36] == *b"OpusHead" {
-        let (ch, data) = decode_ogg_opus(bytes)?;
-        return checked(Pcm::new(48000, ch, data));
+    let mut inter = Vec::new();
+    let b = blocks(bytes, None, &mut |s| inter.extend_from_slice(s))?;
+    let (n, ch) = (b.frames, b.channels);
+    let mut planar = vec![0f32; n * ch];
+    for i in 0..n {
+        for c in 0..ch {
+            planar[c * n + i] = inter[(b.skip + i) * ch + c];
+        }
     }
-    match std::panic::catch_unwind(|| decode_symphonia(bytes)) {
-        Ok(r) => checked(r?),
-        Err(_) => Err(AudioError::Format("audio does not decode: the decoder failed on a malformed file".into())),
+    checked(Pcm::new(b.rate, ch, planar))
+}
+
+/// A recording's length, as a check before a job needs it (see [`measure`]).
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Length {
+    /// It lasts `seconds`, at `sample_rate` with `channels`.
+    Whole { seconds: f64, sample_rate: u32, channels: usize },
+    /// It lasts longer than the bound it was measured against: decoding stopped there.
+    Over,
+}
+
+/// Decodes `bytes` only to measure them, one packet held at a time, and stops once past
+/// `max_seconds` (or at once, when the container declares a longer length): a small file
+/// that decodes to hours costs neither the memory nor the time of its samples. What does
+/// not decode is an error, as in [`decode`].
+pub fn measure(bytes: &[u8], max_seconds: f64) -> Result<Length, AudioError> {
+    let b = blocks(bytes, Some(max_seconds), &mut |_| {})?;
+    if b.over {
+        return Ok(Length::Over);
     }
+    checked(Pcm::new(b.rate, b.channels, Vec::new()))?;
+    let seconds = b.frames as f64 / f64::from(b.rate);
+    Ok(if seconds > max_seconds {
+        Length::Over
+    } else {
+        Length::Whole { seconds, sample_rate: b.rate, channels: b.channels }
+    })
 }
 
 fn checked(pcm: Pcm) -> Result<Pcm, AudioError> {
     if !RATES.contains(&pcm.sample_rate) {
         return Err(AudioError::Format(format!(
-            "audio: a sample rate of {} Hz is outside {}..={} Hz",
+            "a sample rate of {} Hz is outside {}..={} Hz",
             pcm.sample_rate,
             RATES.start(),
             RATES.end()
         )));
     }
     if pcm.channels == 0 || pcm.channels > MAX_CHANNELS {
-        return Err(AudioError::Format(format!("audio: {} channels (1 to {MAX_CHANNELS} are decoded)", pcm.channels)));
+        return Err(AudioError::Format(format!("{} channels (1 to {MAX_CHANNELS} are decoded)", pcm.channels)));
     }
     Ok(pcm)
 }
 
-fn decode_symphonia(bytes: &[u8]) -> Result<Pcm, AudioError> {
-    let bad = |e: &dyn std::fmt::Display| AudioError::Format(format!("audio does not decode: {e}"));
+/// What a decode found: the rate, the channels, and the frames the container keeps after
+/// `skip` (an encoder's priming); `over` when it stopped past its bound.
+pub(crate) struct Blocks {
+    pub rate: u32,
+    pub channels: usize,
+    pub skip: usize,
+    pub frames: usize,
+    pub over: bool,
+}
+
+impl Blocks {
+    /// The frames a bound of `max_seconds` lets a decode read at `rate` before it stops: the
+    /// bound, plus a second for what the container trims off afterwards.
+    pub(crate) fn limit(max_seconds: Option<f64>, rate: u32) -> Option<u64> {
+        max_seconds.map(|m| (m.max(0.0) * f64::from(rate)).ceil() as u64 + u64::from(rate))
+    }
+}
+
+/// Decodes `bytes` block by block, each block's interleaved samples to `each`, stopping
+/// past `max_seconds` when given. Ogg Opus goes to libopus, the rest to symphonia (its panics
+/// on malformed files caught).
+fn blocks(bytes: &[u8], max_seconds: Option<f64>, each: &mut dyn FnMut(&[f32])) -> Result<Blocks, AudioError> {
+    if bytes.len() >= 36 && bytes.starts_with(b"OggS") && bytes[28..36] == *b"OpusHead" {
+        return ogg_opus_blocks(bytes, max_seconds, each);
+    }
+    match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| symphonia_blocks(bytes, max_seconds, each))) {
+        Ok(r) => r,
+        Err(_) => Err(AudioError::Format("the file does not decode: the decoder failed on a malformed file".into())),
+    }
+}
+
+fn symphonia_blocks(
+    bytes: &[u8],
+    max_seconds: Option<f64>,
+    each: &mut dyn FnMut(&[f32]),
+) -> Result<Blocks, AudioError> {
+    let bad = |e: &dyn std::fmt::Display| AudioError::Format(format!("the file does not decode: {e}"));
     let mss = MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes.to_vec())), Default::default());
     let opts = FormatOptions { enable_gapless: true, ..Default::default() };
     let probed = symphonia::default::get_probe()
@@ -53,29 +117,35 @@ fn decode_symphonia(bytes: &[u8]) -> Result<Pcm, AudioError> {
         .map_err(|e| bad(&e))?;
     let mut format = probed.format;
     let track =
-        format.default_track().ok_or_else(|| AudioError::Format("audio does not decode: no audio track".into()))?;
+        format.default_track().ok_or_else(|| AudioError::Format("the file does not decode: no audio track".into()))?;
     let track_id = track.id;
     let rate = track
         .codec_params
         .sample_rate
-        .ok_or_else(|| AudioError::Format("audio does not decode: unknown sample rate".into()))?;
+        .ok_or_else(|| AudioError::Format("the file does not decode: unknown sample rate".into()))?;
     if !RATES.contains(&rate) {
         return Err(AudioError::Format(format!(
-            "audio: a sample rate of {rate} Hz is outside {}..={} Hz",
+            "a sample rate of {rate} Hz is outside {}..={} Hz",
             RATES.start(),
             RATES.end()
         )));
     }
     if track.codec_params.channels.is_some_and(|c| c.count() > MAX_CHANNELS) {
-        return Err(AudioError::Format(format!("audio: more than {MAX_CHANNELS} channels")));
+        return Err(AudioError::Format(format!("more than {MAX_CHANNELS} channels")));
     }
     let mut dec =
         symphonia::default::get_codecs().make(&track.codec_params, &DecoderOptions::default()).map_err(|e| bad(&e))?;
     let mut channels = track.codec_params.channels.map(|c| c.count()).unwrap_or(0);
-    // The container's sample count, when it has one (FLAC's STREAMINFO): the last block
-    // may be padded.
+    // The container's sample count, when it has one (FLAC's STREAMINFO, WAV's data size): the
+    // last block may be padded.
     let declared = track.codec_params.n_frames;
-    let mut inter: Vec<f32> = Vec::new();
+    let limit = Blocks::limit(max_seconds, rate);
+    if let (Some(limit), Some(d)) = (limit, declared) {
+        if d > limit {
+            return Ok(Blocks { rate, channels, skip: 0, frames: 0, over: true });
+        }
+    }
+    let mut total = 0u64;
     loop {
         let packet = match format.next_packet() {
             Ok(p) => p,
@@ -90,18 +160,22 @@ fn decode_symphonia(bytes: &[u8]) -> Result<Pcm, AudioError> {
             Ok(buf) => {
                 let spec = *buf.spec();
                 channels = spec.channels.count();
+                total += buf.frames() as u64;
                 let mut sb = SampleBuffer::<f32>::new(buf.capacity() as u64, spec);
                 sb.copy_interleaved_ref(buf);
-                inter.extend_from_slice(sb.samples());
+                each(sb.samples());
             }
             Err(symphonia::core::errors::Error::DecodeError(_)) => continue,
             Err(e) => return Err(bad(&e)),
         }
+        if limit.is_some_and(|l| total > l) {
+            return Ok(Blocks { rate, channels, skip: 0, frames: 0, over: true });
+        }
     }
-    if channels == 0 || inter.is_empty() {
-        return Err(AudioError::Format("audio does not decode: no samples".into()));
+    if channels == 0 || total == 0 {
+        return Err(AudioError::Format("the file does not decode: no samples".into()));
     }
-    let mut n = inter.len() / channels;
+    let mut n = total as usize;
     if let Some(d) = declared {
         n = n.min(d as usize);
     }
@@ -114,13 +188,7 @@ fn decode_symphonia(bytes: &[u8]) -> Result<Pcm, AudioError> {
             n = (n - skip).min(keep);
         }
     }
-    let mut planar = vec![0f32; n * channels];
-    for i in 0..n {
-        for c in 0..channels {
-            planar[c * n + i] = inter[(skip + i) * channels + c];
-        }
-    }
-    Ok(Pcm::new(rate, channels, planar))
+    Ok(Blocks { rate, channels, skip, frames: n, over: false })
 }
 
 #[cfg(test)]
@@ -177,6 +245,12 @@ mod tests {
                 // MP3: LAME's tag lets the decoder trim delay and padding to within a frame.
                 assert!(back.frames().abs_diff(src.frames()) <= 1152, "{f:?}: {} vs {}", back.frames(), src.frames());
             }
+            // Measured without keeping the samples: the same length, and over a shorter bound.
+            let secs = back.frames() as f64 / 48000.0;
+            let whole = Length::Whole { seconds: secs, sample_rate: 48000, channels: 2 };
+            assert_eq!(measure(&bytes, 10.0).unwrap(), whole, "{f:?}");
+            assert_eq!(measure(&bytes, secs).unwrap(), whole, "{f:?}: a bound of exactly its length");
+            assert_eq!(measure(&bytes, 0.5).unwrap(), Length::Over, "{f:?}");
             let window = 24000.min(back.frames() - 3000);
             let shifts = if exact_len { 0 } else { 2500 };
             let c = corr(&src.channel(0)[4800..4800 + window], &back.channel(0)[4800..], shifts);
@@ -294,6 +368,33 @@ mod tests {
         v.extend_from_slice(&data.to_le_bytes());
         v.extend((0..data).map(|i| (i % 7) as u8));
         v
+    }
+
+    #[test]
+    fn a_file_that_decodes_to_hours_is_measured_over_its_bound_without_its_samples() {
+        // Two minutes of silence compress to little: measuring them against ten seconds
+        // stops after ten seconds' packets (and one second of slack), whatever the container.
+        let quiet = Pcm::new(48000, 2, vec![0.0; 2 * 48000 * 120]);
+        for f in [OutputFormat::Flac, OutputFormat::Opus, OutputFormat::Mp3, OutputFormat::Ogg, OutputFormat::M4a] {
+            let bytes = encode(&quiet, f, 64).unwrap_or_else(|e| panic!("{f:?}: {e}"));
+            assert_eq!(measure(&bytes, 10.0).unwrap(), Length::Over, "{f:?}");
+            let mut seen = 0;
+            let b = blocks(&bytes, Some(10.0), &mut |s| seen += s.len() / 2).unwrap();
+            assert!(b.over && seen <= 11 * 48000 + 8192, "{f:?}: {seen} frames decoded for a 10 s bound");
+            let whole = measure(&bytes, 200.0).unwrap();
+            assert!(
+                matches!(whole, Length::Whole { seconds, .. } if (seconds - 120.0).abs() < 0.05),
+                "{f:?}: {whole:?}"
+            );
+        }
+        // A WAV header that declares more than the bound is refused before its data is read.
+        let mut long = wav_header(48_000, 2, 100);
+        let declared: u32 = 48_000 * 2 * 2 * 3600;
+        long[4..8].copy_from_slice(&(36 + declared).to_le_bytes());
+        long[40..44].copy_from_slice(&declared.to_le_bytes());
+        let mut seen = 0;
+        assert!(blocks(&long, Some(60.0), &mut |s| seen += s.len()).unwrap().over);
+        assert_eq!(seen, 0);
     }
 
     /// Headers the chaos run sent to `/vae`: a rate of 0 made symphonia panic, 4 GHz and

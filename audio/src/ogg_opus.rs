@@ -137,41 +137,64 @@ impl OggOpusStream {
     }
 }
 
-/// Decodes a whole Ogg Opus stream to planar f32 (pre-skip and end trim applied).
+/// Decodes a whole Ogg Opus stream (mono or stereo, at 48 kHz): its channel count and its
+/// planar samples, the encoder's pre-skip and the last page's padding removed.
 pub fn decode_ogg_opus(bytes: &[u8]) -> Result<(usize, Vec<f32>), AudioError> {
+    let mut inter = Vec::new();
+    let b = ogg_opus_blocks(bytes, None, &mut |s| inter.extend_from_slice(s))?;
+    let (keep, ch) = (b.frames, b.channels);
+    let mut planar = vec![0f32; keep * ch];
+    for i in 0..keep {
+        for c in 0..ch {
+            planar[c * keep + i] = inter[(b.skip + i) * ch + c];
+        }
+    }
+    Ok((ch, planar))
+}
+
+/// The Ogg Opus packet loop: each packet's interleaved samples to `each`, stopping past
+/// `max_seconds` when given.
+pub(crate) fn ogg_opus_blocks(
+    bytes: &[u8],
+    max_seconds: Option<f64>,
+    each: &mut dyn FnMut(&[f32]),
+) -> Result<crate::decode::Blocks, AudioError> {
+    let bad = |e: &dyn std::fmt::Display| AudioError::Format(format!("the file does not decode: {e}"));
     let mut r = ogg::reading::PacketReader::new(std::io::Cursor::new(bytes));
-    let head = r
-        .read_packet()
-        .map_err(|e| AudioError::Format(e.to_string()))?
-        .ok_or_else(|| AudioError::Format("empty Ogg stream".into()))?;
+    let head = r.read_packet().map_err(|e| bad(&e))?.ok_or_else(|| bad(&"an empty Ogg stream"))?;
     if !head.data.starts_with(b"OpusHead") || head.data.len() < 19 {
-        return Err(AudioError::Format("not an Ogg Opus stream (no OpusHead)".into()));
+        return Err(bad(&"not an Ogg Opus stream (no OpusHead)"));
     }
     let channels = head.data[9] as usize;
+    let ch = match channels {
+        1 => opus::Channels::Mono,
+        2 => opus::Channels::Stereo,
+        n => return Err(bad(&format!("an Opus stream of {n} channels (1 or 2 are decoded)"))),
+    };
     let pre_skip = u16::from_le_bytes([head.data[10], head.data[11]]) as usize;
-    let ch = if channels == 1 { opus::Channels::Mono } else { opus::Channels::Stereo };
-    let mut dec = opus::Decoder::new(48000, ch).map_err(|e| AudioError::Format(e.to_string()))?;
-    let _tags = r.read_packet().map_err(|e| AudioError::Format(e.to_string()))?;
-    let mut inter = Vec::new();
+    let mut dec = opus::Decoder::new(48000, ch).map_err(|e| bad(&e))?;
+    let _tags = r.read_packet().map_err(|e| bad(&e))?;
+    let limit = crate::decode::Blocks::limit(max_seconds, 48000);
     let mut last_granule = 0u64;
+    let mut frames = 0usize;
     let mut buf = vec![0f32; 5760 * channels];
-    while let Some(p) = r.read_packet().map_err(|e| AudioError::Format(e.to_string()))? {
+    while let Some(p) = r.read_packet().map_err(|e| bad(&e))? {
         last_granule = p.absgp_page();
         if p.data.is_empty() {
             continue;
         }
-        let n = dec.decode_float(&p.data, &mut buf, false).map_err(|e| AudioError::Format(e.to_string()))?;
-        inter.extend_from_slice(&buf[..n * channels]);
-    }
-    let frames = inter.len() / channels;
-    let keep = (last_granule as usize).saturating_sub(pre_skip).min(frames.saturating_sub(pre_skip));
-    let mut planar = vec![0f32; keep * channels];
-    for i in 0..keep {
-        for c in 0..channels {
-            planar[c * keep + i] = inter[(pre_skip + i) * channels + c];
+        let n = dec.decode_float(&p.data, &mut buf, false).map_err(|e| bad(&e))?;
+        each(&buf[..n * channels]);
+        frames += n;
+        if limit.is_some_and(|l| frames as u64 > l) {
+            return Ok(crate::decode::Blocks { rate: 48000, channels, skip: 0, frames: 0, over: true });
         }
     }
-    Ok((channels, planar))
+    let keep = (last_granule as usize).saturating_sub(pre_skip).min(frames.saturating_sub(pre_skip));
+    if keep == 0 {
+        return Err(bad(&"no samples"));
+    }
+    Ok(crate::decode::Blocks { rate: 48000, channels, skip: pre_skip.min(frames), frames: keep, over: false })
 }
 
 #[cfg(test)]

@@ -204,13 +204,44 @@ async fn check_vae_audio(a: Vec<u8>, vae: &VaeFacts) -> Result<Vec<u8>, HttpResp
     if !vae.has_encoder {
         return Err(bad("audio: this VAE file has no encoder; only src_latents can be decoded"));
     }
-    match web::block(move || yued_audio::decode::decode(&a).map(|pcm| (pcm.seconds(), a))).await {
-        Ok(Ok((secs, _))) if secs > vae.max_seconds => {
-            Err(bad(format!("audio: {secs:.1} s is longer than the {} of {:.0} s", vae.limit, vae.max_seconds)))
+    let bound = format!("the {} of {:.0} s", vae.limit, vae.max_seconds);
+    measured("audio", a, (0.0, String::new()), vae.max_seconds, bound).await
+}
+
+/// The most samples (frames times channels) an upload may decode to, per second of its route's
+/// bound: 96 kHz stereo (or 48 kHz in four channels) at the full length. The job decodes the
+/// whole file, so this bounds its memory whatever the rate and channels.
+const SAMPLES_PER_BOUND_SECOND: f64 = 192_000.0;
+
+/// The part `name` checked to decode (measured packet by packet, never held whole: a small file
+/// that decodes to hours is refused as soon as it passes `max`) and to last `min..=max` seconds
+/// (`min.1` says who needs the minimum, `bound` what `max` is); 400 otherwise.
+async fn measured(
+    name: &'static str,
+    audio: Vec<u8>,
+    min: (f64, String),
+    max: f64,
+    bound: String,
+) -> Result<Vec<u8>, HttpResponse> {
+    use yued_audio::decode::Length;
+    let measured = web::block(move || yued_audio::decode::measure(&audio, max).map(|l| (l, audio))).await;
+    let (length, audio) = match measured {
+        Ok(Ok(l)) => l,
+        Ok(Err(e)) => return Err(bad(format!("{name}: {e}"))),
+        Err(_) => return Err(unavailable("the decode check did not run")),
+    };
+    match length {
+        Length::Over => Err(bad(format!("{name}: longer than {bound}"))),
+        Length::Whole { seconds, .. } if seconds < min.0 => Err(bad(format!("{name}: {seconds:.2} s; {}", min.1))),
+        Length::Whole { seconds, sample_rate, channels }
+            if seconds * f64::from(sample_rate) * channels as f64 > max * SAMPLES_PER_BOUND_SECOND =>
+        {
+            Err(bad(format!(
+                "{name}: {channels} channels at {sample_rate} Hz for {seconds:.1} s are more samples than {bound} \
+                takes at 96 kHz stereo; downmix or resample it first"
+            )))
         }
-        Ok(Ok((_, a))) => Ok(a),
-        Ok(Err(e)) => Err(bad(format!("audio: {e}"))),
-        Err(_) => Err(unavailable("the decode check did not run")),
+        Length::Whole { .. } => Ok(audio),
     }
 }
 
@@ -394,22 +425,12 @@ pub struct Recording {
 
 impl Recording {
     /// The part `name`, checked to decode and to last `min..=max` seconds (400 otherwise).
-    pub async fn check(&self, name: &str, audio: Option<Vec<u8>>) -> Result<Vec<u8>, HttpResponse> {
+    pub async fn check(&self, name: &'static str, audio: Option<Vec<u8>>) -> Result<Vec<u8>, HttpResponse> {
         let Some(audio) = audio else {
             return Err(bad(format!("{name}: missing (a file part named '{name}')")));
         };
-        let ((min, min_text), max, tool, route) = (self.min, self.max, self.tool, self.route);
-        match web::block(move || yued_audio::decode::decode(&audio).map(|pcm| (pcm.seconds(), audio))).await {
-            Ok(Ok((secs, _))) if secs < min => {
-                Err(bad(format!("audio: {secs:.2} s; {tool} needs at least {min_text}")))
-            }
-            Ok(Ok((secs, _))) if secs > max => {
-                Err(bad(format!("audio: {secs:.1} s is longer than the {max:.0} s {route} takes")))
-            }
-            Ok(Ok((_, a))) => Ok(a),
-            Ok(Err(e)) => Err(bad(format!("audio: {e}"))),
-            Err(_) => Err(unavailable("the decode check did not run")),
-        }
+        let min = (self.min.0, format!("{} needs at least {}", self.tool, self.min.1));
+        measured(name, audio, min, self.max, format!("the {:.0} s {} takes", self.max, self.route)).await
     }
 }
 

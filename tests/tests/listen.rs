@@ -131,6 +131,24 @@ fn a_recording_becomes_codes_that_render_again_and_stays_its_owners() {
         assert_eq!(s, 400, "{needle}: {v}");
         assert!(v["error"].as_str().unwrap().contains(needle), "{needle}: {v}");
     }
+    // Twenty minutes of silence in FLAC, a few hundred kilobytes that decode to 230 MB of
+    // samples: refused for its length, measured without holding them (the daemon's peak
+    // resident memory does not move by the decode's size).
+    let quiet = yued_audio::Pcm::new(48_000, 1, vec![0.0; 48_000 * 1200]);
+    let bomb = yued_audio::encode::encode(&quiet, yued_protocol::OutputFormat::Flac, 0).unwrap();
+    drop(quiet);
+    assert!(bomb.len() < 4 << 20, "{} bytes", bomb.len());
+    let peak = || {
+        let status = std::fs::read_to_string(format!("/proc/{}/status", d.child.id())).unwrap();
+        let kb = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).unwrap().trim().trim_end_matches(" kB");
+        kb.trim().parse::<u64>().unwrap() * 1024
+    };
+    let before = peak();
+    let (s, v) = post(&d, form(&[("audio", "audio/flac", &bomb)]), ALICE);
+    assert_eq!(s, 400, "{v}");
+    assert!(v["error"].as_str().unwrap().contains("longer than the 900 s /tokenize takes"), "{v}");
+    let grew = peak().saturating_sub(before);
+    assert!(grew < 100 << 20, "the daemon's peak memory grew by {} MB measuring the upload", grew >> 20);
     let r = d.http.post(d.url("/tokenize")).header("x-api-key", ALICE).body("{}").send().unwrap();
     assert_eq!(r.status().as_u16(), 400);
     assert_eq!(std::fs::read_dir(data.join("uploads")).unwrap().count(), 0, "no refused upload is kept");
