@@ -110,6 +110,17 @@ def main():
         check(state == "cancelled", f"a streamed song whose client left is cancelled (it is {state})")
         print("client left mid-stream: job", state)
 
+        # A song that fails before its first audio (the demo's random weights cannot plan a
+        # score) is the SDK's UnprocessableEntityError when it would have streamed too (Opus),
+        # never a 200 with an empty body.
+        try:
+            got = client.post("/audio/music", body={"model": "yue2", "style": "x", "lyrics": "[verse] la", "duration": 3,
+                                                    "output_format": "opus"}, cast_to=object)
+            raise SystemExit(f"check failed: a failed song answered 2xx: {got!r:.200}")
+        except openai.UnprocessableEntityError as e:
+            check("failed" in str(e), f"the error says the song failed: {e}")
+        print("a streamed song that fails before its audio: 422")
+
         # MiniMax through the same SDK call, and the music route's async job.
         mm3 = os.path.join(tmp, "mm3.wav")
         client.audio.speech.create(model="mm3", voice="nova", input="[verse]\nneon", response_format="wav", instructions="bright synth-pop", extra_body={"duration": 4}).write_to_file(mm3)

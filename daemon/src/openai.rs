@@ -11,7 +11,7 @@ use crate::reply::error;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
-use futures_util::stream;
+use futures_util::stream::{self, StreamExt};
 use serde::Deserialize;
 use yued_contract::stream::StreamItem;
 use yued_contract::UploadOp;
@@ -264,17 +264,44 @@ async fn run(
             return resp;
         }
     };
-    // The live stream's bytes, until the job's terminal event.
+    // The status is sent with the first audio: a job that ends before it has any (a failed
+    // song, a cancel) is answered as a finished one is, in OpenAI's shape (a 422 or a 409),
+    // never as a 200 with an empty body.
+    let mut rx = sub.rx;
+    let first = loop {
+        match rx.recv().await {
+            Some(StreamItem::Binary(b)) => break b,
+            Some(StreamItem::Text(t)) if terminal(&t).is_none() => {}
+            // The end before any audio (or the hub's stream gone): the job's own answer.
+            _ => {
+                let resp = finished_audio(&jobs, &id, None).await;
+                guard.disarm();
+                return resp;
+            }
+        }
+    };
+    // The live stream's bytes, until the job's terminal event. A song that fails or is
+    // cancelled once its audio has begun ends the body with an error, so the client sees a
+    // broken transfer rather than a short file that looks whole.
     let mime = if codec == StreamCodec::Opus { "audio/ogg; codecs=opus" } else { "audio/pcm" };
-    let body = stream::unfold((sub.rx, guard), |(mut rx, mut guard)| async move {
+    let head = stream::iter([Ok::<Bytes, std::io::Error>(first)]);
+    let rest = stream::unfold(Some((rx, guard)), |state| async move {
+        let (mut rx, mut guard) = state?;
         loop {
             match rx.recv().await {
-                Some(StreamItem::Binary(b)) => return Some((Ok::<Bytes, std::io::Error>(b), (rx, guard))),
-                Some(StreamItem::Text(t)) if terminal(&t).is_some() => {
-                    guard.disarm();
-                    return None;
-                }
-                Some(StreamItem::Text(_)) => {}
+                Some(StreamItem::Binary(b)) => return Some((Ok::<Bytes, std::io::Error>(b), Some((rx, guard)))),
+                Some(StreamItem::Text(t)) => match terminal(&t).as_deref() {
+                    None => {}
+                    Some("done") => {
+                        guard.disarm();
+                        return None;
+                    }
+                    Some(how) => {
+                        guard.disarm();
+                        let e = std::io::Error::other(format!("job {} {how} while its audio streamed", guard.job));
+                        return Some((Err(e), None));
+                    }
+                },
                 None => {
                     guard.disarm();
                     return None;
@@ -282,7 +309,7 @@ async fn run(
             }
         }
     });
-    HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(mime).streaming(body)
+    HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(mime).streaming(head.chain(rest))
 }
 
 /// Cancels a job when the caller that waits for its audio goes away first (the handler's
