@@ -150,6 +150,12 @@ def main():
             raise SystemExit("check failed: a model other than the transcriber must be refused")
         except openai.BadRequestError as e:
             check("model" in str(e), f"the error names the model: {e}")
+        # Errors name their field as OpenAI's `param`, typed as the client's fault.
+        try:
+            client.audio.transcriptions.create(model="sheetsage2", file=("junk.wav", b"not audio at all", "audio/wav"))
+            raise SystemExit("check failed: a file that does not decode must be refused")
+        except openai.BadRequestError as e:
+            check(e.param == "file" and e.type == "invalid_request_error", f"param file: {e.param} {e.type} {e}")
         print("transcriptions: the SDK's answer is the engine's")
 
         # A full admission cap is the SDK's RateLimitError.
@@ -177,6 +183,17 @@ def main():
             raise SystemExit("check failed: an unknown voice must be refused")
         except openai.BadRequestError as e:
             check("voice" in str(e), f"the error names the voice: {e}")
+        try:
+            client.post("/audio/speech", body={"model": "yue2", "voice": "alloy"}, cast_to=object)
+            raise SystemExit("check failed: a speech body without input must be refused")
+        except openai.BadRequestError as e:
+            check(e.param == "input", f"the missing field is the param: {e.param} {e}")
+        try:
+            client.post("/audio/speech", body={"model": "yue2", "input": "la " * (2 << 20)}, cast_to=object)
+            raise SystemExit("check failed: a body over the limit must be refused")
+        except openai.APIStatusError as e:
+            check(e.status_code == 413 and "too large" in e.message and e.type == "invalid_request_error", f"413: {e}")
+        print("errors: OpenAI's shape, the field as param")
         print("OPENAI SDK OK")
     finally:
         daemon.terminate()

@@ -148,7 +148,7 @@ fn format_of(name: &str) -> Result<(&'static str, Option<StreamCodec>), String> 
 pub async fn speech(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>) -> HttpResponse {
     let b: SpeechBody = match serde_json::from_slice(&body) {
         Ok(b) => b,
-        Err(e) => return bad(format!("body: {e}"), None),
+        Err(e) => return body_error(&e),
     };
     let family = match family_of(&b.model, &st) {
         Ok(f) => f,
@@ -237,7 +237,7 @@ async fn run(
     let request = match check_request(&body, st) {
         Ok(r) => r,
         Err(e) => {
-            let param = e.split(':').next().filter(|p| !p.contains(' ')).map(str::to_string);
+            let param = param_of(&e).map(str::to_string);
             return bad(e, param.as_deref());
         }
     };
@@ -509,10 +509,37 @@ async fn as_openai(resp: HttpResponse) -> HttpResponse {
         .ok()
         .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok());
     let msg = body.as_ref().and_then(|v| v.get("error")).and_then(|e| e.as_str()).unwrap_or("error").to_string();
-    let kind = if status == StatusCode::TOO_MANY_REQUESTS { "rate_limit_exceeded" } else { "server_error" };
-    let mut out = openai_error(status, msg, kind, None);
+    let mut out = openai_error(status, msg.clone(), openai_type(status), param_of(&msg));
     if let Some(r) = retry {
         out.headers_mut().insert(actix_web::http::header::RETRY_AFTER, r);
     }
     out
+}
+
+/// OpenAI's error `type` for a status: the client's fault, the rate limit, or the server's.
+pub fn openai_type(status: StatusCode) -> &'static str {
+    match status {
+        StatusCode::TOO_MANY_REQUESTS => "rate_limit_exceeded",
+        s if s.is_client_error() => "invalid_request_error",
+        _ => "server_error",
+    }
+}
+
+/// The field a native error names first (`field: why`; `abc_sampling.top_p: ...`), OpenAI's
+/// `param`.
+fn param_of(msg: &str) -> Option<&str> {
+    let (head, _) = msg.split_once(':')?;
+    (!head.is_empty() && head.chars().all(|c| c.is_ascii_alphanumeric() || "_.[]".contains(c))).then_some(head)
+}
+
+/// A body that does not parse as the route's shape: serde's message, with the field first
+/// when serde names one (a missing or unknown field).
+fn body_error(e: &serde_json::Error) -> HttpResponse {
+    let text = e.to_string();
+    for (prefix, what) in [("missing field `", "missing"), ("unknown field `", "not a field of this route")] {
+        if let Some(field) = text.strip_prefix(prefix).and_then(|r| r.split('`').next()) {
+            return bad(format!("{field}: {what} ({text})"), Some(field));
+        }
+    }
+    bad(format!("body: {text}"), None)
 }

@@ -439,7 +439,14 @@ fn json_error<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_web::R
         s => s.canonical_reason().unwrap_or("error").to_lowercase(),
     };
     let (req, _) = res.into_parts();
-    let resp = crate::reply::error(status, msg);
+    let resp = if req.path().starts_with("/v1/") {
+        // OpenAI's routes answer in OpenAI's shape (its SDKs read `error.message`).
+        let kind = crate::openai::openai_type(status);
+        HttpResponse::build(status)
+            .json(serde_json::json!({"error": {"message": msg, "type": kind, "param": null, "code": null}}))
+    } else {
+        crate::reply::error(status, msg)
+    };
     Ok(ErrorHandlerResponse::Response(ServiceResponse::new(req, resp).map_into_right_body()))
 }
 

@@ -233,6 +233,22 @@ fn malformed_requests_get_400_naming_the_field_and_nothing_is_journaled() {
         let e = v["error"].as_str().unwrap().to_lowercase();
         assert!(e.contains(field), "{body}: error {e:?} should name {field}");
     }
+    // The field first: the one a user has to change.
+    let long = "pop rock ".repeat(40_000);
+    let first = [
+        (format!(r#"{{"style": "{long}", "lyrics": "la", "cot": "off"}}"#), "style:"),
+        (format!(r#"{{"style": "x", "lyrics": "{long}", "cot": "off"}}"#), "lyrics:"),
+        (format!(r#"{{"caption": "{long}", "lyrics": "la"}}"#), "caption:"),
+        (format!(r#"{{"caption": "x", "lyrics": "{long}"}}"#), "lyrics:"),
+        (r#"{"caption": "x", "lyrics": "la", "duration": 0.01}"#.to_string(), "duration:"),
+        (r#"{"style": "x", "cot": "off", "seed": 9223372036854775807}"#.to_string(), "seed:"),
+        (r#"{"caption": "x", "lyrics": "la", "lm_seed": 9007199254740992}"#.to_string(), "lm_seed:"),
+    ];
+    for (body, field) in first {
+        let (s, v, _) = d.submit_as(&body, None);
+        assert_eq!(s, 400, "{field}: {v}");
+        assert!(v["error"].as_str().unwrap().starts_with(field), "{field}: {v}");
+    }
     let big = format!(r#"{{"style": "x", "lyrics": "{}"}}"#, "a".repeat(5 << 20));
     let r = d.http.post(d.url("/synth")).header("content-type", "application/json").body(big).send().unwrap();
     assert_eq!(r.status(), 413);

@@ -24,6 +24,7 @@ RULES = [
     r"^(abc_sampling|semantic_sampling)\.min_tokens: must not exceed max_tokens",
     r"^audio_codes: ",                                            # whole frames, their count, each code vs its codebook
     r"^lyrics: .*token",                                          # MiniMax's prompt budget
+    r"^duration: must be at least 0\.04 s",                      # MiniMax: one 25 Hz frame (unless audio_codes)
     r"^adapters\[\d+\]\.name: must not be empty",                 # a name of Unicode spaces only
     r"^audio: ",                                                  # /vae, /tokenize, /transcribe: an upload that does not decode, or out of bounds
     r"^file: ",                                                   # /v1/audio/transcriptions: the same, its part named file

@@ -39,8 +39,11 @@ impl Kind for Mm3 {
                 m.registry.resolve(bucket, name).map_err(|e| format!("{field}: {e}"))?;
             }
         }
-        yued_engine::models::mm3::prompt::build(&m.tokenizer, &m.tokens, &req.caption, &req.lyrics)
-            .map_err(|e| format!("lyrics: {e}"))?;
+        yued_engine::models::mm3::prompt::build(&m.tokenizer, &m.tokens, &req.caption, &req.lyrics).map_err(|e| {
+            // The longer of the prompt's two texts is the one to shorten.
+            let longer = m.tokenizer.encode(&req.caption).len() > m.tokenizer.encode(&req.lyrics).len();
+            format!("{}: {e}", if longer { "caption" } else { "lyrics" })
+        })?;
         Ok(req.with_resolved_seeds(random_u64).into())
     }
 

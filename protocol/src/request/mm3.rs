@@ -97,7 +97,7 @@ pub struct Mm3Request {
     /// Lyrics with their structural `[tag]` lines. Required (instrumentals carry lyrics too).
     pub lyrics: String,
     /// Target length in seconds, capped by the 9000 frame LM budget ([`frames`](Self::frames));
-    /// the LM may end the song earlier.
+    /// the LM may end the song earlier. At least one frame (0.04 s) unless `audio_codes` replays.
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub duration: f64,
     /// Euler steps per DiT window, at least 2.
@@ -105,11 +105,11 @@ pub struct Mm3Request {
     pub steps: u32,
     /// Philox seed of the DiT noise (low 32 bits consumed); -1 draws one. Variation `j` of a
     /// song uses `seed + j`.
-    #[schemars(range(min = -1))]
+    #[schemars(range(min = -1, max = 9_007_199_254_740_991_i64))]
     pub seed: i64,
     /// mt19937 seed of the autoregressive sampling (low 32 bits consumed); -1 draws one.
     /// Song `i` of a batch uses `lm_seed + i`.
-    #[schemars(range(min = -1))]
+    #[schemars(range(min = -1, max = 9_007_199_254_740_991_i64))]
     pub lm_seed: i64,
     /// Guidance on the LM and depth decoder logits: `uncond + (cond - uncond) * lm_cfg`.
     /// Any finite value (1 is the conditional branch alone, 0 the unconditional one).
@@ -241,13 +241,19 @@ impl Mm3Request {
         if !(self.duration.is_finite() && self.duration > 0.0) {
             return err("duration", format!("must be a positive number of seconds, got {}", self.duration));
         }
+        // minimaxmusic.cpp's contract refuses only <= 0; a song shorter than one frame would
+        // fail after queueing ("the LM ended the song before its first frame"), so it is the
+        // request's 400 here. A replay's length is its codes'.
+        if self.audio_codes.is_empty() && self.frames() == 0 {
+            return err("duration", format!("must be at least 0.04 s (one 25 Hz frame), got {}", self.duration));
+        }
         let max_steps = MAX_STEPS.min(limits.max_steps);
         if !(MIN_STEPS..=max_steps).contains(&self.steps) {
             return err("steps", format!("must be in [{MIN_STEPS}, {max_steps}], got {}", self.steps));
         }
         for (field, seed) in [("seed", self.seed), ("lm_seed", self.lm_seed)] {
-            if seed < RANDOM_SEED {
-                return err(field, format!("must be -1 (random) or non-negative, got {seed}"));
+            if !(seed == RANDOM_SEED || (0..RANDOM_SEED_LIMIT as i64).contains(&seed)) {
+                return err(field, format!("must be -1 (random) or in [0, 2^53), got {seed}"));
             }
         }
         if !self.lm_cfg.is_finite() {
@@ -583,6 +589,7 @@ mod tests {
             ("duration", Mm3Request { duration: -3.0, ..valid() }),
             ("duration", Mm3Request { duration: f64::NAN, ..valid() }),
             ("duration", Mm3Request { duration: f64::INFINITY, ..valid() }),
+            ("duration", Mm3Request { duration: 0.039, ..valid() }),
             ("steps", Mm3Request { steps: 0, ..valid() }),
             ("steps", Mm3Request { steps: 1, ..valid() }),
             ("steps", Mm3Request { steps: MAX_STEPS + 1, ..valid() }),
@@ -614,11 +621,12 @@ mod tests {
             Mm3Request { lm_batch_size: 4, synth_batch_size: 9, ..valid() },
             Mm3Request { steps: 2, ..valid() },
             Mm3Request { steps: MAX_STEPS, ..valid() },
-            Mm3Request { seed: 0, lm_seed: i64::MAX, ..valid() },
+            Mm3Request { seed: 0, lm_seed: (1 << 53) - 1, ..valid() },
             Mm3Request { lm_cfg: 0.0, dit_cfg: -1.0, lm_top_k: 1, ..valid() },
             Mm3Request { peak_clip: 0, mp3_bitrate: 32, ..valid() },
             Mm3Request { peak_clip: PEAK_CLIP_MAX, mp3_bitrate: 320, ..valid() },
-            Mm3Request { duration: 1e-3, ..valid() },
+            Mm3Request { duration: 0.04, ..valid() },
+            Mm3Request { duration: 1e-3, audio_codes: codes(2, 0), ..valid() },
             Mm3Request { duration: 1e9, ..valid() },
         ] {
             assert_eq!(r.validate(&limits), Ok(()), "{r:?}");
@@ -714,6 +722,19 @@ mod tests {
             .message
             .contains("entry 0 (frame 0, semantic code) is 64, outside [0, 64)"));
         assert_eq!(semantic.checked_audio_codes(&Mm3Codebooks::FULL).map(|f| f.len()), Ok(2));
+    }
+
+    #[test]
+    fn seeds_are_minus_one_or_below_2_to_the_53() {
+        // Every replay adds a song's or a variation's index to its seeds: a seed near i64::MAX
+        // once wrapped to a negative one the replay request then refused.
+        for (seed, ok) in
+            [(-1i64, true), (0, true), ((1 << 53) - 1, true), (1 << 53, false), (i64::MAX, false), (-2, false)]
+        {
+            for r in [Mm3Request { seed, ..valid() }, Mm3Request { lm_seed: seed, ..valid() }] {
+                assert_eq!(r.validate(&Limits::default()).is_ok(), ok, "{seed}");
+            }
+        }
     }
 
     #[test]

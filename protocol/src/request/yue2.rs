@@ -147,10 +147,10 @@ pub struct Yue2Request {
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub duration: f64,
     /// Philox key of the token draw; -1 draws one.
-    #[schemars(range(min = -1))]
+    #[schemars(range(min = -1, max = 9_007_199_254_740_991_i64))]
     pub lm_seed: i64,
     /// mt19937 seed of the acoustic noise; -1 draws one.
-    #[schemars(range(min = -1))]
+    #[schemars(range(min = -1, max = 9_007_199_254_740_991_i64))]
     pub seed: i64,
     /// Steps of the flow matching ODE.
     #[schemars(range(min = 1))]
@@ -360,8 +360,8 @@ impl Yue2Request {
             return err("duration", format!("must be a positive number of seconds, got {}", self.duration));
         }
         for (field, seed) in [("lm_seed", self.lm_seed), ("seed", self.seed)] {
-            if seed < RANDOM_SEED {
-                return err(field, format!("must be -1 (random) or non-negative, got {seed}"));
+            if !(seed == RANDOM_SEED || (0..RANDOM_SEED_LIMIT as i64).contains(&seed)) {
+                return err(field, format!("must be -1 (random) or in [0, 2^53), got {seed}"));
             }
         }
         if !(1..=limits.max_steps).contains(&self.steps) {
@@ -775,7 +775,7 @@ mod tests {
             Yue2Request { mp3_bitrate: 320, ..valid() },
             Yue2Request { cfg_scale: 1.0, plan_retries: 0, steps: 1, ..valid() },
             Yue2Request { source_start: 5.0, source_end: 5.0, ..valid() },
-            Yue2Request { lm_seed: 0, seed: i64::MAX, ..valid() },
+            Yue2Request { lm_seed: 0, seed: (1 << 53) - 1, ..valid() },
         ] {
             assert_eq!(r.validate(&limits), Ok(()), "{r:?}");
         }
@@ -883,6 +883,19 @@ mod tests {
         assert_eq!(ok.validate(&Limits::default()), Ok(()));
         let late = Yue2Request { source_tokens: codes, source_start: 2.0, ..valid() };
         assert_eq!(field_of(&late), "source_start");
+    }
+
+    #[test]
+    fn seeds_are_minus_one_or_below_2_to_the_53() {
+        // Every replay adds a song's or a variation's index to its seeds: a seed near i64::MAX
+        // once wrapped to a negative one the replay request then refused.
+        for (seed, ok) in
+            [(-1i64, true), (0, true), ((1 << 53) - 1, true), (1 << 53, false), (i64::MAX, false), (-2, false)]
+        {
+            for r in [Yue2Request { seed, ..valid() }, Yue2Request { lm_seed: seed, ..valid() }] {
+                assert_eq!(r.validate(&Limits::default()).is_ok(), ok, "{seed}");
+            }
+        }
     }
 
     #[test]

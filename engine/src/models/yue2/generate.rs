@@ -786,7 +786,12 @@ pub fn check_fits(p: &PromptBuilder<'_>, max_seq: usize, s: &Settings) -> Result
     if need > max_seq {
         // Name what to shorten: the prompt alone, the score, or the codes.
         let what = if base + 2 > max_seq {
-            "lyrics"
+            // The longer of the prompt's two texts is the one to shorten.
+            if p.tokenizer.encode(&s.style).len() > p.tokenizer.encode(&s.lyrics).len() {
+                "style"
+            } else {
+                "lyrics"
+            }
         } else if base + score_len + 2 > max_seq {
             if needs_plan {
                 "abc_sampling.max_tokens"
