@@ -153,7 +153,15 @@ pub(crate) async fn read_form(
         .and_then(|v| v.to_str().ok())
         .is_some_and(|v| v.starts_with("multipart/form-data"));
     if !is_form {
-        return Err(bad(format!("POST {} takes multipart/form-data with {what}", req.path())));
+        return Err(error(
+            actix_web::http::StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            format!("POST {} takes multipart/form-data with {what}", req.path()),
+        ));
+    }
+    // A declared length past the bound is refused before a byte of the body is read.
+    let declared = req.headers().get(header::CONTENT_LENGTH).and_then(|v| v.to_str().ok()?.parse::<u64>().ok());
+    if declared.is_some_and(|n| n > limit.saturating_add(MULTIPART_SLACK) as u64) {
+        return Err(too_large(limit));
     }
     let body = match read_body(payload, limit.saturating_add(MULTIPART_SLACK)).await {
         Ok(b) => b,

@@ -263,6 +263,10 @@ fn too_large(n: usize) -> Value {
     error_response(&format!("the body is larger than {n} bytes"))
 }
 
+fn not_a_form() -> Value {
+    error_response("the body is not multipart/form-data")
+}
+
 fn full() -> Value {
     json!({"description": "the admission cap, or the caller's share of it, is reached: retry later",
         "headers": {"Retry-After": {"description": "seconds", "schema": {"type": "integer"}}},
@@ -315,7 +319,7 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                 "encoding": {"request": {"contentType": "application/json"}}}}})),
             map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart body, \
                 a part missing, twice or unknown, or an upload that does not check"),
-                "413": too_large(f.max_upload_bytes), "429": full(), "500": error_response("the upload could not \
+                "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(), "500": error_response("the upload could not \
                 be stored"), "503": unavailable()})), Door::Keyed)}),
     );
     if f.tokenize {
@@ -333,7 +337,7 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                         "description": "the recording"}}, "required": ["audio"], "additionalProperties": false}}}})),
                 map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart \
                     body, no audio part, a part twice or unknown, or audio that does not decode or is out of bounds"),
-                    "413": too_large(f.max_upload_bytes), "429": full(), "500": error_response("the upload could not \
+                    "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(), "500": error_response("the upload could not \
                     be stored"), "503": unavailable()})), Door::Keyed)}),
         );
     }
@@ -529,9 +533,13 @@ fn openai_paths(f: &Facts, k: &KindBodies, paths: &mut Map<String, Value>) {
                     "melody_only": {"type": "string", "enum": ["true", "false", "1", "0"]},
                     "language": {"type": "string"}, "prompt": {"type": "string"},
                     "temperature": {"type": "string"}}}}}})),
-                openai_answers(json!({"description": "the score", "headers": {"x-yued-job": {"schema":
-                    {"type": "string"}}}, "content": {"application/json": {"schema": text},
-                    "text/plain": {"schema": {"type": "string"}}}})), Door::OpenAi)}),
+                {
+                    let mut a = openai_answers(json!({"description": "the score", "headers": {"x-yued-job": {"schema":
+                        {"type": "string"}}}, "content": {"application/json": {"schema": text},
+                        "text/plain": {"schema": {"type": "string"}}}}));
+                    a.insert("415".into(), openai_error("the body is not multipart/form-data"));
+                    a
+                }, Door::OpenAi)}),
         );
     }
     let mut music_ok = audio_content();
@@ -626,7 +634,7 @@ fn transcribe_path(f: &Facts, r: &Replies) -> Value {
         "additionalProperties": false}}}});
     let replies = json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart \
         body, no audio part, a part twice or unknown, melody_only not a flag, or audio that does not decode or is \
-        out of bounds"), "413": too_large(f.max_upload_bytes), "429": full(), "500": error_response("the upload \
+        out of bounds"), "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(), "500": error_response("the upload \
         could not be stored"), "503": unavailable()});
     let summary = "Turn a recording into an ABC score";
     json!({"post": op(f, summary, &about, json!([]), Some(body), map(replies), Door::Keyed)})

@@ -150,7 +150,7 @@ fn a_recording_becomes_codes_that_render_again_and_stays_its_owners() {
     let grew = peak().saturating_sub(before);
     assert!(grew < 100 << 20, "the daemon's peak memory grew by {} MB measuring the upload", grew >> 20);
     let r = d.http.post(d.url("/tokenize")).header("x-api-key", ALICE).body("{}").send().unwrap();
-    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(r.status().as_u16(), 415, "not a form");
     assert_eq!(std::fs::read_dir(data.join("uploads")).unwrap().count(), 0, "no refused upload is kept");
 }
 

@@ -140,7 +140,7 @@ fn vae_jobs_encode_and_decode_and_refuse_bad_uploads() {
     assert_eq!(s, 400, "{v}");
     assert!(v["error"].as_str().unwrap().starts_with("audio:"), "{v}");
     let r = d.http.post(d.url("/vae")).header("content-type", "application/json").body("{}").send().unwrap();
-    assert_eq!(r.status().as_u16(), 400);
+    assert_eq!(r.status().as_u16(), 415, "not a form");
     // Nothing of the rejected uploads stays on disk.
     assert_eq!(std::fs::read_dir(dir.path().join("data/uploads")).unwrap().count(), 0);
 
@@ -161,6 +161,18 @@ fn an_upload_over_the_limit_is_413_and_leaves_nothing_behind() {
     assert_eq!(s, 413, "{v}");
     assert!(v["error"].as_str().unwrap().contains("4096"), "{v}");
     assert_eq!(std::fs::read_dir(dir.path().join("data/uploads")).unwrap().count(), 0);
+    // A declared length past the bound is answered before any of the body is sent.
+    use std::io::{Read, Write};
+    let mut tcp = std::net::TcpStream::connect(d.url("/").trim_start_matches("http://").trim_end_matches('/')).unwrap();
+    tcp.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
+    let head = format!(
+        "POST /vae HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary={B}\r\n\
+        Content-Length: 10000000000\r\n\r\n"
+    );
+    tcp.write_all(head.as_bytes()).unwrap();
+    let mut answer = [0u8; 12];
+    tcp.read_exact(&mut answer).unwrap();
+    assert_eq!(&answer, b"HTTP/1.1 413", "{}", String::from_utf8_lossy(&answer));
 }
 
 /// The file under the data directory whose name is `name` (the demo writes its models there).
