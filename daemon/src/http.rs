@@ -77,13 +77,23 @@ pub async fn submit(
 pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> HttpResponse {
     // Off the executor: the length check tokenizes the lyrics (up to the body limit).
     let state = st.clone();
-    let request = match web::block(move || check_request(&body, &state)).await {
+    let checked = web::block(move || {
+        let request = check_request(&body, &state)?;
+        let value = serde_json::from_slice(&body).unwrap_or_default();
+        Ok::<_, String>((yued_protocol::request::ignored_fields(&value, request.family()), request))
+    });
+    let (ignored, request) = match checked.await {
         Ok(Ok(r)) => r,
         Ok(Err(msg)) => return bad(msg),
         Err(_) => return unavailable("the request check did not run"),
     };
     match submit(&st, client_key(&req), request, None).await {
-        Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
+        Ok(id) => {
+            if !ignored.is_empty() {
+                tracing::info!(job = %id, ignored = ?ignored, "fields the request does not read were ignored");
+            }
+            HttpResponse::Ok().json(SubmitReply { id, ignored })
+        }
         Err(resp) => resp,
     }
 }
@@ -338,7 +348,7 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         Err(resp) => return resp,
     };
     match submit(&st, client_key(&req), options, Some(UploadTask { op, input: path.clone() })).await {
-        Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
+        Ok(id) => HttpResponse::Ok().json(SubmitReply::new(id)),
         Err(resp) => {
             let _ = std::fs::remove_file(&path);
             resp
@@ -445,7 +455,7 @@ impl Recording {
 /// Stores a checked recording and queues its listening job; replies with the job's id.
 async fn listening_job(req: &HttpRequest, st: &web::Data<AppState>, op: UploadOp, audio: Vec<u8>) -> HttpResponse {
     match submit_upload(req, st, op, audio).await {
-        Ok(id) => HttpResponse::Ok().json(SubmitReply { id }),
+        Ok(id) => HttpResponse::Ok().json(SubmitReply::new(id)),
         Err(resp) => resp,
     }
 }

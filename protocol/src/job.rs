@@ -325,6 +325,16 @@ impl Default for JobMetrics {
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize, schemars::JsonSchema)]
 pub struct SubmitReply {
     pub id: JobId,
+    /// The body's top-level fields the request does not read (taken and ignored, as the
+    /// references' contracts do): a misspelt `duraton` shows here instead of passing unseen.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ignored: Vec<String>,
+}
+
+impl SubmitReply {
+    pub fn new(id: JobId) -> SubmitReply {
+        SubmitReply { id, ignored: Vec::new() }
+    }
 }
 
 /// Reply of `POST /job?id=N&cancel=1`.
@@ -357,7 +367,7 @@ mod tests {
 
     #[test]
     fn job_id_serde_checks_format() {
-        let reply = SubmitReply { id: JobId::from_u64(0xabc) };
+        let reply = SubmitReply::new(JobId::from_u64(0xabc));
         assert_eq!(serde_json::to_string(&reply).unwrap(), r#"{"id":"0000000000000abc"}"#);
         let back: SubmitReply = serde_json::from_str(r#"{"id":"0000000000000abc"}"#).unwrap();
         assert_eq!(back, reply);

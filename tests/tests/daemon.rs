@@ -262,6 +262,12 @@ fn malformed_requests_get_400_naming_the_field_and_nothing_is_journaled() {
     assert_eq!(d.http.get(d.url("/nope")).send().unwrap().status(), 404);
     let h: serde_json::Value = d.http.get(d.url("/status")).send().unwrap().json().unwrap();
     assert_eq!(h["queue"]["jobs_known"], 0, "a rejected request is never journaled");
+    // Fields a request does not read are taken, as the references take them, and named.
+    let (s, v, _) = d.submit_as(r#"{"style": "x", "cot": "off", "duraton": 3, "steps": 1, "duration": 1}"#, None);
+    assert_eq!(s, 200, "{v}");
+    assert_eq!(v["ignored"], serde_json::json!(["duraton"]), "{v}");
+    let (_, v, _) = d.submit_as(r#"{"style": "x", "cot": "off", "steps": 1, "duration": 1}"#, None);
+    assert!(v.get("ignored").is_none(), "{v}");
 }
 
 /// kill -9 while the first job renders (its codes journaled) and the second waits: after a

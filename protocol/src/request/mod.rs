@@ -69,6 +69,22 @@ impl FromStr for Family {
     }
 }
 
+/// The top-level fields of `body` that `family`'s request does not read, in name order:
+/// the request's fields are its JSON schema's properties, and `family`.
+pub fn ignored_fields(body: &Value, family: Family) -> Vec<String> {
+    fn fields_of<T: schemars::JsonSchema>() -> Vec<String> {
+        let schema = schemars::schema_for!(T);
+        let props = schema.as_value().get("properties").and_then(Value::as_object);
+        props.map(|p| p.keys().cloned().collect()).unwrap_or_default()
+    }
+    let known = match family {
+        Family::Yue2 => fields_of::<Yue2Request>(),
+        Family::Mm3 => fields_of::<Mm3Request>(),
+    };
+    let Some(obj) = body.as_object() else { return Vec::new() };
+    obj.keys().filter(|k| *k != "family" && !known.contains(k)).cloned().collect()
+}
+
 /// Which family a `POST /synth` body is for, among the `served` ones: its `"family"` when
 /// given; else the only family served; else the family whose own fields it has (`caption`
 /// or a `*_model` component: MiniMax Music 3; `style`, `cot`, `abc`, `semantic_tokens`,
@@ -125,6 +141,19 @@ pub fn route(body: &Value, served: &[Family]) -> Result<Family, RequestError> {
 mod route_tests {
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn fields_a_request_does_not_read_are_named() {
+        let body = json!({"family": "yue2", "style": "x", "duraton": 3, "cot": "off", "zzz": null});
+        assert_eq!(ignored_fields(&body, Family::Yue2), vec!["duraton", "zzz"]);
+        // A MiniMax field in a YuE2 request is not YuE2's, and the other way round.
+        assert_eq!(ignored_fields(&json!({"caption": "x", "style": "y"}), Family::Mm3), vec!["style"]);
+        // Every field a request writes is one it reads (the replay requests go back as bodies).
+        let yue2 = serde_json::to_value(Yue2Request::from_json(br#"{"style": "x"}"#).unwrap()).unwrap();
+        assert_eq!(ignored_fields(&yue2, Family::Yue2), Vec::<String>::new(), "{yue2}");
+        let mm3 = serde_json::to_value(Mm3Request::from_json(br#"{"caption": "x", "lyrics": "l"}"#).unwrap()).unwrap();
+        assert_eq!(ignored_fields(&mm3, Family::Mm3), Vec::<String>::new(), "{mm3}");
+    }
 
     #[test]
     fn the_family_is_named_or_follows_from_the_fields() {
