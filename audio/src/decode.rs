@@ -2,7 +2,7 @@
 //! through libopus; any rate and channel count comes out as planar f32. A file that does
 //! not decode is an error, never a panic.
 use crate::ogg_opus::ogg_opus_blocks;
-use crate::{AudioError, Pcm};
+use crate::{AudioError, Blocks, Pcm};
 use symphonia::core::audio::SampleBuffer;
 use symphonia::core::codecs::DecoderOptions;
 use symphonia::core::formats::FormatOptions;
@@ -71,24 +71,6 @@ fn checked(pcm: Pcm) -> Result<Pcm, AudioError> {
         return Err(AudioError::Format(format!("{} channels (1 to {MAX_CHANNELS} are decoded)", pcm.channels)));
     }
     Ok(pcm)
-}
-
-/// What a decode found: the rate, the channels, and the frames the container keeps after
-/// `skip` (an encoder's priming); `over` when it stopped past its bound.
-pub(crate) struct Blocks {
-    pub rate: u32,
-    pub channels: usize,
-    pub skip: usize,
-    pub frames: usize,
-    pub over: bool,
-}
-
-impl Blocks {
-    /// The frames a bound of `max_seconds` lets a decode read at `rate` before it stops: the
-    /// bound, plus a second for what the container trims off afterwards.
-    pub(crate) fn limit(max_seconds: Option<f64>, rate: u32) -> Option<u64> {
-        max_seconds.map(|m| (m.max(0.0) * f64::from(rate)).ceil() as u64 + u64::from(rate))
-    }
 }
 
 /// Decodes `bytes` block by block, each block's interleaved samples to `each`, stopping

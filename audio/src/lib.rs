@@ -51,3 +51,21 @@ impl Pcm {
         self.frames() as f64 / self.sample_rate as f64
     }
 }
+
+/// What a decode found: the rate, the channels, and the frames the container keeps after
+/// `skip` (an encoder's priming); `over` when it stopped past its bound.
+pub(crate) struct Blocks {
+    pub rate: u32,
+    pub channels: usize,
+    pub skip: usize,
+    pub frames: usize,
+    pub over: bool,
+}
+
+impl Blocks {
+    /// The frames a bound of `max_seconds` lets a decode read at `rate` before it stops: the
+    /// bound, plus a second for what the container trims off afterwards.
+    pub(crate) fn limit(max_seconds: Option<f64>, rate: u32) -> Option<u64> {
+        max_seconds.map(|m| (m.max(0.0) * f64::from(rate)).ceil() as u64 + u64::from(rate))
+    }
+}

@@ -158,7 +158,7 @@ pub(crate) fn ogg_opus_blocks(
     bytes: &[u8],
     max_seconds: Option<f64>,
     each: &mut dyn FnMut(&[f32]),
-) -> Result<crate::decode::Blocks, AudioError> {
+) -> Result<crate::Blocks, AudioError> {
     let bad = |e: &dyn std::fmt::Display| AudioError::Format(format!("the file does not decode: {e}"));
     let mut r = ogg::reading::PacketReader::new(std::io::Cursor::new(bytes));
     let head = r.read_packet().map_err(|e| bad(&e))?.ok_or_else(|| bad(&"an empty Ogg stream"))?;
@@ -174,7 +174,7 @@ pub(crate) fn ogg_opus_blocks(
     let pre_skip = u16::from_le_bytes([head.data[10], head.data[11]]) as usize;
     let mut dec = opus::Decoder::new(48000, ch).map_err(|e| bad(&e))?;
     let _tags = r.read_packet().map_err(|e| bad(&e))?;
-    let limit = crate::decode::Blocks::limit(max_seconds, 48000);
+    let limit = crate::Blocks::limit(max_seconds, 48000);
     let mut last_granule = 0u64;
     let mut frames = 0usize;
     let mut buf = vec![0f32; 5760 * channels];
@@ -187,14 +187,14 @@ pub(crate) fn ogg_opus_blocks(
         each(&buf[..n * channels]);
         frames += n;
         if limit.is_some_and(|l| frames as u64 > l) {
-            return Ok(crate::decode::Blocks { rate: 48000, channels, skip: 0, frames: 0, over: true });
+            return Ok(crate::Blocks { rate: 48000, channels, skip: 0, frames: 0, over: true });
         }
     }
     let keep = (last_granule as usize).saturating_sub(pre_skip).min(frames.saturating_sub(pre_skip));
     if keep == 0 {
         return Err(bad(&"no samples"));
     }
-    Ok(crate::decode::Blocks { rate: 48000, channels, skip: pre_skip.min(frames), frames: keep, over: false })
+    Ok(crate::Blocks { rate: 48000, channels, skip: pre_skip.min(frames), frames: keep, over: false })
 }
 
 #[cfg(test)]

@@ -22,7 +22,8 @@ mod webui;
 mod ws;
 
 #[derive(Parser)]
-#[command(name = "yued", version, about = "YuE2 song generation daemon and model tools", long_about = None)]
+/// Song generation daemon (YuE2, MiniMax Music 3) and its model tools.
+#[command(name = "yued", version, long_about = None)]
 struct Cli {
     #[command(subcommand)]
     command: Command,
@@ -32,7 +33,8 @@ struct Cli {
 enum Command {
     /// Run the HTTP daemon (on the tiny demo model when no --model is given).
     Serve(serve::ServeArgs),
-    /// Write a backbone GGUF and a VAE GGUF of the YuE2 architecture with random weights.
+    /// Write demo models of the exact architectures with random weights (YuE2, MiniMax Music 3,
+    /// the listening tools).
     DemoModel(cli::demo::DemoArgs),
     /// Inspect GGUF files.
     Gguf {
@@ -45,7 +47,8 @@ enum Command {
     Notation(cli::notation::NotationArgs),
     /// Write the ABC score SheetSage2 hears in a recording (MERT-v2 beside the head).
     Transcribe(cli::transcribe::TranscribeArgs),
-    /// Quantize a backbone GGUF (Q8_0, Q6_K, Q5_K_M); the VAE is refused.
+    /// Quantize a GGUF: a YuE2 backbone, MiniMax Music 3's LM, depth decoder or DiT, a listening
+    /// model (Q8_0, Q6_K, Q5_K_M, Q4_K_M as each takes); VAEs are refused.
     Quantize(cli::quantize::QuantizeArgs),
     /// Run the planning stage alone and write the ABC score.
     Plan(cli::plan::PlanArgs),
@@ -53,7 +56,8 @@ enum Command {
     Compose(cli::compose::ComposeArgs),
     /// Write the full-vocabulary logits of a token sequence (prefill or decode).
     LmEval(cli::lm_eval::LmEvalArgs),
-    /// Render a request to audio: plan, semantic codes, flow matching, VAE.
+    /// Render a request to audio (YuE2: plan, semantic codes, flow matching, VAE; MiniMax Music
+    /// 3: codes, DiT, flow VAE).
     Synth(cli::synth_args::SynthArgs),
     /// The neural codec: audio to VAE latents (.vae, .nac8, .nac4) and back.
     Codec {

@@ -319,8 +319,8 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                 "encoding": {"request": {"contentType": "application/json"}}}}})),
             map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart body, \
                 a part missing, twice or unknown, or an upload that does not check"),
-                "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(), "500": error_response("the upload could not \
-                be stored"), "503": unavailable()})), Door::Keyed)}),
+                "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
+                "500": error_response("the upload could not be stored"), "503": unavailable()})), Door::Keyed)}),
     );
     if f.tokenize {
         paths.insert(
@@ -337,8 +337,8 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                         "description": "the recording"}}, "required": ["audio"], "additionalProperties": false}}}})),
                 map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart \
                     body, no audio part, a part twice or unknown, or audio that does not decode or is out of bounds"),
-                    "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(), "500": error_response("the upload could not \
-                    be stored"), "503": unavailable()})), Door::Keyed)}),
+                    "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
+                    "500": error_response("the upload could not be stored"), "503": unavailable()})), Door::Keyed)}),
         );
     }
     if f.transcribe {
@@ -634,8 +634,8 @@ fn transcribe_path(f: &Facts, r: &Replies) -> Value {
         "additionalProperties": false}}}});
     let replies = json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart \
         body, no audio part, a part twice or unknown, melody_only not a flag, or audio that does not decode or is \
-        out of bounds"), "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(), "500": error_response("the upload \
-        could not be stored"), "503": unavailable()});
+        out of bounds"), "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
+        "500": error_response("the upload could not be stored"), "503": unavailable()});
     let summary = "Turn a recording into an ABC score";
     json!({"post": op(f, summary, &about, json!([]), Some(body), map(replies), Door::Keyed)})
 }

@@ -56,6 +56,62 @@ fn demo_inspect_tokenize_quantize() {
     );
 }
 
+/// Outputs never replace what a run reads (or, by default, any file already there): these
+/// runs destroyed a model, a request and a recording before.
+#[test]
+fn outputs_never_replace_the_inputs() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = dir.path();
+    let models = d.join("models");
+    ok(&["demo-model", "--out", s(&models)]);
+    let bb = models.join("yue2-demo-tiny.gguf");
+    let before = std::fs::read(&bb).unwrap();
+    assert!(fails(&["quantize", s(&bb), s(&bb), "--type", "Q8_0"]).contains("is the input"));
+    assert_eq!(std::fs::read(&bb).unwrap(), before, "the model is whole");
+
+    // A recording, its latents (the default name), and a decode that would land on it.
+    let wav = d.join("song.wav");
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: 48000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
+    for i in 0..9600 {
+        w.write_sample(((i as f32 * 0.05).sin() * 9000.0) as i16).unwrap();
+        w.write_sample(0i16).unwrap();
+    }
+    w.finalize().unwrap();
+    let recording = std::fs::read(&wav).unwrap();
+    let vae = models.join("yue2-demo-tiny-vae.gguf");
+    ok(&["codec", "encode", "--vae", s(&vae), "-i", s(&wav), "--device", "CPU"]);
+    assert!(d.join("song.vae").exists());
+    let e = fails(&["codec", "decode", "--vae", s(&vae), "-i", s(&d.join("song.vae")), "--device", "CPU"]);
+    assert!(e.contains("song.wav exists: name the output with -o"), "{e}");
+    assert_eq!(std::fs::read(&wav).unwrap(), recording, "the recording is whole");
+    assert!(fails(&["codec", "encode", "--vae", s(&vae), "-i", s(&wav), "-o", s(&wav), "--device", "CPU"])
+        .contains("is the input"));
+
+    // A request beside the song it names: the replay request would land on it.
+    let req = d.join("song.json");
+    let body = r#"{"style": "x", "lyrics": "[verse] la", "cot": "off", "duration": 0.5, "steps": 1,
+        "output_format": "wav16", "stylee": "lo-fi"}"#;
+    std::fs::write(&req, body).unwrap();
+    let out = d.join("song.wav");
+    let run = ["synth", "--models", s(&models), "--request", s(&req), "--device", "CPU", "--out"];
+    assert!(fails(&[&run[..], &[s(&out)]].concat()).contains("is the input"));
+    assert!(fails(&["compose", "--models", s(&models), "--request", s(&req), "--out", s(&req), "--device", "CPU"])
+        .contains("is the input"));
+    assert_eq!(std::fs::read_to_string(&req).unwrap(), body, "the request is whole");
+    // A field the request does not read is named.
+    let o = yued(&[&run[..], &[s(&d.join("elsewhere/take.wav"))]].concat());
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let warned = String::from_utf8_lossy(&o.stderr);
+    assert!(warned.contains("does not read stylee"), "{warned}");
+    assert!(d.join("elsewhere/take.wav").exists(), "the output's folder is made");
+}
+
 #[test]
 fn bad_files_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();

@@ -1,6 +1,6 @@
-use super::common::DeviceArgs;
+use super::common::{fresh_default, not_an_input, write_file, DeviceArgs};
 use anyhow::Context;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use yued_actors::codec::{audio_to_latents, latents_to_audio, DecodeOptions};
 use yued_engine::cancel::CancelToken;
 use yued_engine::gguf::GgufFile;
@@ -12,8 +12,9 @@ use yued_protocol::OutputFormat;
 /// or with `--family mm3` MiniMax Music 3's flow VAE, whose encoder is its `encoder.*` tensors).
 #[derive(clap::Subcommand)]
 pub enum CodecCommand {
-    /// Audio (WAV, MP3, FLAC, Ogg Vorbis/Opus, AAC/M4A; any rate and channel count,
-    /// converted to 48 kHz stereo) to latents (.vae, or .nac8 / .nac4 with --q8 / --q4).
+    /// Audio (WAV, MP3, FLAC, Ogg Vorbis/Opus, AAC/M4A; any rate and channel count, converted
+    /// to the VAE's: 48 kHz stereo for YuE2, 44.1 kHz stereo for MiniMax Music 3) to latents
+    /// (.vae, or .nac8 / .nac4 with --q8 / --q4).
     Encode(CodecArgs),
     /// Latents (any of the three formats, detected by magic) to audio.
     Decode(CodecArgs),
@@ -57,6 +58,23 @@ pub struct CodecArgs {
 }
 
 impl CodecArgs {
+    /// Where the run writes, checked before the work: `-o`, never the input itself; else the
+    /// input with the output's extension, never over a file already there (a decode of
+    /// `song.vae` would otherwise replace the `song.wav` it came from).
+    fn out_path(&self, encode: bool) -> anyhow::Result<PathBuf> {
+        let ext = if encode {
+            self.latent_format().extension()
+        } else {
+            self.format.parse::<OutputFormat>().map_err(|e| anyhow::anyhow!("--format: {e}"))?.extension()
+        };
+        let out = match &self.output {
+            Some(o) => o.clone(),
+            None => fresh_default(self.input.with_extension(ext))?,
+        };
+        not_an_input(&out, &[&self.input, &self.vae])?;
+        Ok(out)
+    }
+
     /// The latent file an encode writes: raw f32, or int8 / 4-bit with --q8 / --q4.
     fn latent_format(&self) -> LatentFormat {
         if self.q8 {
@@ -74,9 +92,10 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
         CodecCommand::Encode(a) => (true, a),
         CodecCommand::Decode(a) => (false, a),
     };
+    let out = a.out_path(encode)?;
     let backend = a.device.open()?;
     if a.family == yued_protocol::Family::Mm3 {
-        return run_mm3(encode, &a, &backend);
+        return run_mm3(encode, &a, &out, &backend);
     }
     let vf = GgufFile::open(&a.vae)?;
     let mut vae = VaeModel::load(&vf, &backend)?;
@@ -86,8 +105,7 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
         let z =
             audio_to_latents(&mut vae, &backend, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
         let fmt = a.latent_format();
-        let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(fmt.extension()));
-        std::fs::write(&out, encode_latents(&z, lat, fmt))?;
+        write_file(&out, encode_latents(&z, lat, fmt))?;
         println!(
             "{}: {} frames ({:.2} s) as {}",
             out.display(),
@@ -103,15 +121,14 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
         let (audio, encoded) = latents_to_audio(&mut vae, &backend, &z, opts, &CancelToken::new(), &mut |_| pb.inc(1))
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         pb.finish_and_clear();
-        let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(format.extension()));
-        std::fs::write(&out, encoded)?;
+        write_file(&out, encoded)?;
         println!("{}: {:.2} s", out.display(), audio.seconds());
     }
     Ok(())
 }
 
 /// `yued codec --family mm3`: MiniMax Music 3's flow VAE.
-fn run_mm3(encode: bool, a: &CodecArgs, backend: &yued_engine::ggml::Backend) -> anyhow::Result<()> {
+fn run_mm3(encode: bool, a: &CodecArgs, out: &Path, backend: &yued_engine::ggml::Backend) -> anyhow::Result<()> {
     use yued_engine::models::mm3::{vae::VaeModel, vae_enc::VaeEncoder};
     let vf = GgufFile::open(&a.vae)?;
     let bytes = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
@@ -122,8 +139,7 @@ fn run_mm3(encode: bool, a: &CodecArgs, backend: &yued_engine::ggml::Backend) ->
         let z = yued_actors::codec::mm3_audio_to_latents(&mut enc, backend, &bytes)
             .map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
         let fmt = a.latent_format();
-        let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(fmt.extension()));
-        std::fs::write(&out, encode_latents(&z, lat, fmt))?;
+        write_file(out, encode_latents(&z, lat, fmt))?;
         println!(
             "{}: {} frames ({:.2} s) as {}",
             out.display(),
@@ -142,8 +158,7 @@ fn run_mm3(encode: bool, a: &CodecArgs, backend: &yued_engine::ggml::Backend) ->
             })
             .map_err(|e| anyhow::anyhow!("{e}"))?;
         pb.finish_and_clear();
-        let out = a.output.clone().unwrap_or_else(|| a.input.with_extension(format.extension()));
-        std::fs::write(&out, encoded)?;
+        write_file(out, encoded)?;
         println!("{}: {:.2} s at {} Hz", out.display(), audio.seconds(), audio.sample_rate);
     }
     Ok(())

@@ -2,7 +2,7 @@
 //! request per song: for YuE2 the request with its score, its semantic codes and its exact
 //! seeds; for MiniMax Music 3 the request with its `audio_codes` (8 per frame) and the
 //! song's own `lm_seed`; so `POST /synth` renders it without sampling again.
-use super::common::{random_u64, DeviceArgs};
+use super::common::{not_an_input, random_u64, read_any_request, DeviceArgs};
 use anyhow::Context;
 use std::path::{Path, PathBuf};
 use yued_engine::cancel::CancelToken;
@@ -64,10 +64,9 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
                 Family::Mm3 => !reg.entries(Bucket::Mm3Lm).is_empty(),
             })
             .collect();
-        let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
-        if let Request::Mm3(req) =
-            Request::from_json(&body, &served).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?
-        {
+        // A YuE2 request is read again below, where its ignored fields are named.
+        if let Request::Mm3(_) = read_any_request(&a.request, &served, true)? {
+            let Request::Mm3(req) = read_any_request(&a.request, &served, false)? else { unreachable!("read twice") };
             return compose_mm3(&a, &reg, req);
         }
     }
@@ -79,12 +78,10 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
         }
         (None, None) => unreachable!("clap requires one"),
     };
-    let body = std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()))?;
-    let Request::Yue2(mut req) =
-        Request::from_json(&body, &[Family::Yue2]).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?
-    else {
+    let Request::Yue2(mut req) = read_any_request(&a.request, &[Family::Yue2], false)? else {
         anyhow::bail!("{}: not a YuE2 request", a.request.display());
     };
+    not_an_input(&a.out, &[&a.request, &model])?;
     if let Some(s) = a.lm_seed {
         req.lm_seed = s;
     }
@@ -141,6 +138,7 @@ pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
 fn compose_mm3(a: &ComposeArgs, reg: &Registry, mut req: yued_protocol::Mm3Request) -> anyhow::Result<()> {
     use yued_engine::models::mm3::{compose, config, depth::DepthModel, lm, prompt};
     let what = a.request.display();
+    not_an_input(&a.out, &[&a.request])?;
     let lm_path =
         reg.resolve(Bucket::Mm3Lm, &req.lm_model).map_err(|e| anyhow::anyhow!("{what}: lm_model: {e}"))?.path.clone();
     let depth_path = reg

@@ -4,14 +4,15 @@ use yued_engine::models::yue2::demo::{write_demo, Preset};
 
 #[derive(clap::Args)]
 pub struct DemoArgs {
-    /// Which models: `yue2` (a backbone and a VAE), `mm3` (MiniMax Music 3's LM and depth
-    /// decoder: the autoregressive half) or `listen` (MERT-v2, the audio tokenizer's head,
-    /// whose codes the YuE2 demo backbone of the same preset takes, and the SheetSage2
-    /// transcriber's head).
+    /// Which models: `yue2` (a backbone and a VAE), `mm3` (MiniMax Music 3's five files: the
+    /// LM, the depth decoder, the condition encoder, the DiT and the flow VAE) or `listen`
+    /// (MERT-v2, the audio tokenizer's head, whose codes the YuE2 demo backbone of the same
+    /// preset takes, and the SheetSage2 transcriber's head).
     #[arg(long, default_value = "yue2")]
     pub family: DemoFamily,
     /// Directory to write the files into (`yue2-demo-{preset}.gguf` and
-    /// `yue2-demo-{preset}-vae.gguf`; `mm3-demo-{preset}-lm.gguf` and `-depth.gguf`;
+    /// `yue2-demo-{preset}-vae.gguf`; `mm3-demo-{preset}-lm.gguf`, `-depth`, `-cond`, `-dit`
+    /// and `-vae.gguf`;
     /// `MERT-v2-demo-{preset}-F32.gguf`, `yue2-tokenizer-demo-{preset}-F32.gguf` and
     /// `SheetSage2-demo-{preset}-F32.gguf`).
     #[arg(long)]

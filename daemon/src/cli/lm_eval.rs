@@ -99,7 +99,7 @@ pub fn run(a: LmEvalArgs) -> anyhow::Result<()> {
         }
     }
     let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();
-    std::fs::write(&a.out, bytes)?;
+    super::common::write_file(&a.out, bytes)?;
     println!("wrote {} ({} x {} f32)", a.out.display(), tokens.len(), vocab);
     Ok(())
 }

@@ -70,14 +70,14 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             &settings.lyrics,
             &yued_engine::models::yue2::prompt::Score::Open,
         );
-        std::fs::write(p, prefix.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","))?;
+        super::common::write_file(p, prefix.iter().map(|i| i.to_string()).collect::<Vec<_>>().join(","))?;
     }
     let pb = super::progress_bar(req.abc_sampling.max_tokens as u64, "plan");
     let r = st.plan(&settings, 0, &CancelToken::new(), &mut |p| pb.set_position(p.done as u64));
     pb.finish_and_clear();
     match r {
         Ok(plan) => {
-            std::fs::write(&a.out, &plan.abc)?;
+            super::common::write_file(&a.out, &plan.abc)?;
             println!(
                 "score: {} ({} tokens, seed {}, attempt {}{})",
                 a.out.display(),
@@ -88,7 +88,7 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
             );
         }
         Err(GenError::PlanExhausted { attempts, reason, last_abc }) => {
-            std::fs::write(&a.out, &last_abc)?;
+            super::common::write_file(&a.out, &last_abc)?;
             eprintln!(
                 "warning: the score looks malformed after {attempts} attempt(s) ({reason}); saved for inspection: {}",
                 a.out.display()

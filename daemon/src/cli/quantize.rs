@@ -20,6 +20,9 @@ pub struct QuantizeArgs {
 }
 
 pub fn run(a: QuantizeArgs) -> anyhow::Result<()> {
+    // The input is read while the output is written: the same file would be truncated under
+    // its own reader.
+    super::common::not_an_input(&a.output, &[&a.input])?;
     let pb = super::progress_bar(0, a.ty.name());
     quantize_file(&a.input, &a.output, a.ty, &mut |d, t| {
         pb.set_length(t as u64);

@@ -1,4 +1,4 @@
-use super::common::{random_u64, read_request};
+use super::common::{random_u64, read_any_request, read_request, write_file};
 use super::npy;
 use super::synth_args::{numbered, SynthArgs};
 use anyhow::Context;
@@ -11,6 +11,8 @@ use yued_engine::rng::torch_cpu::randn;
 use yued_protocol::{Request, Stage};
 
 pub fn run(a: SynthArgs) -> anyhow::Result<()> {
+    // Every track writes its replay request beside its audio: never over the request read.
+    a.check_outputs("")?;
     match files(&a)? {
         Files::Mm3(reg, r) => super::synth_mm3::run(&a, &reg, *r),
         Files::Yue2(model, vae) => run_yue2(&a, &model, &vae),
@@ -27,7 +29,6 @@ enum Files {
 /// The files the flags give (MiniMax's five, `--model`/`--vae`, or a `--models` folder,
 /// where the request's family picks).
 fn files(a: &SynthArgs) -> anyhow::Result<Files> {
-    let read = || std::fs::read(&a.request).with_context(|| format!("reading {}", a.request.display()));
     if let (Some(lm), Some(depth), Some(cond), Some(dit), Some(vae)) = (&a.lm, &a.depth, &a.cond, &a.dit, &a.vae_mm3) {
         let reg = Registry::from_files(&[
             (Bucket::Mm3Lm, lm),
@@ -37,7 +38,7 @@ fn files(a: &SynthArgs) -> anyhow::Result<Files> {
             (Bucket::Mm3Vae, vae),
         ])
         .map_err(|e| anyhow::anyhow!(e))?;
-        let Ok(Request::Mm3(r)) = Request::from_json(&read()?, &[yued_protocol::Family::Mm3]) else {
+        let Request::Mm3(r) = read_any_request(&a.request, &[yued_protocol::Family::Mm3], false)? else {
             anyhow::bail!("{}: not a MiniMax Music 3 request (caption and lyrics)", a.request.display());
         };
         return Ok(Files::Mm3(reg, Box::new(r)));
@@ -47,8 +48,12 @@ fn files(a: &SynthArgs) -> anyhow::Result<Files> {
         (_, _, Some(dir)) => {
             let (reg, _) = Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
             let served = super::synth_mm3::served(&reg);
-            match Request::from_json(&read()?, &served).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))? {
-                Request::Mm3(r) => Ok(Files::Mm3(reg, Box::new(r))),
+            // A YuE2 request is read again by its run, which names its ignored fields.
+            match read_any_request(&a.request, &served, true)? {
+                Request::Mm3(r) => {
+                    read_any_request(&a.request, &served, false)?;
+                    Ok(Files::Mm3(reg, Box::new(r)))
+                }
                 Request::Yue2(_) => {
                     let pick = |b: Bucket| {
                         reg.resolve(b, "")
@@ -178,14 +183,15 @@ impl Bar {
 }
 
 fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2Request) -> anyhow::Result<()> {
+    a.check_outputs(suffix)?;
     let replay = yued_actors::settings::yue2_replay(req, &t.meta(), t.variation);
     let pcm = Pcm::new(t.audio.sample_rate, t.audio.channels, t.pcm.clone());
     let seconds = pcm.seconds();
     let out = numbered(&a.out, suffix, req.output_format.extension());
-    let bytes = yued_audio::encode::normalize_and_encode(pcm, req.output_format, req.peak_clip, req.mp3_bitrate)?;
-    std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
     let json = numbered(&a.out, suffix, "json");
-    std::fs::write(&json, serde_json::to_string_pretty(&replay)?)?;
+    let bytes = yued_audio::encode::normalize_and_encode(pcm, req.output_format, req.peak_clip, req.mp3_bitrate)?;
+    write_file(&out, bytes)?;
+    write_file(&json, serde_json::to_string_pretty(&replay)?)?;
     println!(
         "{}: {:.2} s ({} frames{}), replay {}",
         out.display(),
@@ -195,13 +201,13 @@ fn write_track(a: &SynthArgs, t: &Track, suffix: &str, req: &yued_protocol::Yue2
         json.display()
     );
     if let Some(p) = &a.score {
-        std::fs::write(numbered(p, suffix, "abc"), &t.abc)?;
+        write_file(&numbered(p, suffix, "abc"), &t.abc)?;
     }
     if let Some(p) = &a.tokens {
-        std::fs::write(numbered(p, suffix, "csv"), &replay.semantic_tokens)?;
+        write_file(&numbered(p, suffix, "csv"), &replay.semantic_tokens)?;
     }
     if let Some(p) = &a.latent {
-        std::fs::write(numbered(p, suffix, "vae"), t.latents.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>())?;
+        write_file(&numbered(p, suffix, "vae"), t.latents.iter().flat_map(|x| x.to_le_bytes()).collect::<Vec<_>>())?;
     }
     if let Some(dir) = &a.dump {
         std::fs::create_dir_all(dir)?;

@@ -91,6 +91,22 @@ pub struct SynthArgs {
 }
 
 /// `dir/stem{suffix}.ext` where suffix numbers batch tracks.
+impl SynthArgs {
+    /// Refuses outputs of the track `suffix` that are the request file itself.
+    pub fn check_outputs(&self, suffix: &str) -> anyhow::Result<()> {
+        let ext = self.out.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_default();
+        for out in [numbered(&self.out, suffix, "json"), numbered(&self.out, suffix, &ext)] {
+            super::common::not_an_input(&out, &[&self.request])?;
+        }
+        for (p, ext) in [(&self.score, "abc"), (&self.tokens, "csv"), (&self.latent, "vae")] {
+            if let Some(p) = p {
+                super::common::not_an_input(&numbered(p, suffix, ext), &[&self.request])?;
+            }
+        }
+        Ok(())
+    }
+}
+
 pub fn numbered(path: &Path, suffix: &str, ext: &str) -> PathBuf {
     let stem = path.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "song".into());
     path.with_file_name(format!("{stem}{suffix}.{ext}"))

@@ -165,11 +165,12 @@ fn write_track(
     replay: &Request,
 ) -> anyhow::Result<()> {
     let seconds = audio.seconds();
+    a.check_outputs(suffix)?;
     let out = numbered(&a.out, suffix, req.output_format.extension());
     let bytes = yued_audio::encode::normalize_and_encode(audio, req.output_format, req.peak_clip, req.mp3_bitrate)?;
-    std::fs::write(&out, bytes).with_context(|| format!("writing {}", out.display()))?;
+    super::common::write_file(&out, bytes)?;
     let json = numbered(&a.out, suffix, "json");
-    std::fs::write(&json, serde_json::to_string_pretty(replay)?)?;
+    super::common::write_file(&json, serde_json::to_string_pretty(replay)?)?;
     println!(
         "{}: {seconds:.2} s ({} frames{}), replay {}",
         out.display(),
