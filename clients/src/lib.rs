@@ -18,8 +18,17 @@ pub enum ClientError {
 }
 
 impl From<reqwest::Error> for ClientError {
+    /// The error with its causes ("error sending request: ... Connection refused"): reqwest's
+    /// own text alone does not say why.
     fn from(e: reqwest::Error) -> Self {
-        ClientError::Transport(e.to_string())
+        let mut text = e.to_string();
+        let mut cause = std::error::Error::source(&e);
+        while let Some(c) = cause {
+            text.push_str(": ");
+            text.push_str(&c.to_string());
+            cause = c.source();
+        }
+        ClientError::Transport(text)
     }
 }
 

@@ -141,9 +141,16 @@ pub fn presented_keys(req: &HttpRequest) -> Vec<String> {
     keys
 }
 
-/// The principal the middleware admitted the request as.
+/// The principal the middleware admitted the request as. A request it admitted as nobody (an
+/// open route on a box with keys) is a user of no jobs, never the single-user box's admin.
 pub fn caller(req: &HttpRequest) -> Principal {
-    req.extensions().get::<Principal>().cloned().unwrap_or_else(|| address_principal(req))
+    if let Some(p) = req.extensions().get::<Principal>() {
+        return p.clone();
+    }
+    match req.app_data::<web::Data<Keys>>() {
+        Some(k) if !k.is_open() => Principal { id: "anonymous:".into(), role: Role::User },
+        _ => address_principal(req),
+    }
 }
 
 fn address_principal(req: &HttpRequest) -> Principal {

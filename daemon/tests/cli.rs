@@ -110,13 +110,22 @@ fn outputs_never_replace_the_inputs() {
     let warned = String::from_utf8_lossy(&o.stderr);
     assert!(warned.contains("does not read stylee"), "{warned}");
     assert!(d.join("elsewhere/take.wav").exists(), "the output's folder is made");
+    // YuE2's flags on a MiniMax request are refused, not passed over.
+    ok(&["demo-model", "--family", "mm3", "--out", s(&models)]);
+    let mm3 = d.join("mm3.json");
+    std::fs::write(&mm3, r#"{"caption": "x", "lyrics": "[verse] la", "duration": 0.5, "steps": 2}"#).unwrap();
+    let take = d.join("take-mm3.wav");
+    let e = fails(&["synth", "--models", s(&models), "--request", s(&mm3), "--out", s(&take), "--latent", "z"]);
+    assert!(e.contains("--latent is YuE2's"), "{e}");
 }
 
 #[test]
 fn bad_files_are_clear_errors() {
     let dir = tempfile::tempdir().unwrap();
     let missing = dir.path().join("nope.gguf");
-    assert!(fails(&["gguf", "inspect", s(&missing)]).contains("nope.gguf"));
+    let e = fails(&["gguf", "inspect", s(&missing)]);
+    assert!(e.contains("nope.gguf") && e.matches("No such file").count() == 1, "the OS error once: {e}");
+    assert!(fails(&["gguf", "inspect", s(dir.path())]).contains("a directory, not a GGUF file"));
     // truncated copy of a real model
     let src = std::fs::read(repo().join("fixtures/ar/tiny-qwen3.gguf")).unwrap();
     let cut = dir.path().join("cut.gguf");
@@ -149,6 +158,13 @@ fn bad_files_are_clear_errors() {
         "CPU",
     ]);
     assert!(e.contains("999"), "{e}");
+    // A request whose prompt cannot fit the cache is refused by name, not by a panic.
+    let req = dir.path().join("plan.json");
+    std::fs::write(&req, r#"{"style": "x", "lyrics": "[verse] la", "cot": "full"}"#).unwrap();
+    let bb = dir.path().join("yue2-demo-tiny.gguf");
+    let e = fails(&["plan", "--model", s(&bb), "--request", s(&req), "--max-seq", "5", "--device", "CPU"]);
+    assert!(e.contains("do not fit the KV cache of 5"), "{e}");
+    assert_eq!(yued(&["audio-convert", "-i", "x.wav", "-o", "y.mp3", "--bitrate", "1"]).status.code(), Some(2));
 }
 
 fn read_f32(p: &Path) -> Vec<f32> {

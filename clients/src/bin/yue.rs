@@ -39,15 +39,23 @@ enum Cmd {
         no_wait: bool,
     },
     /// Print a job's status (or the daemon's when no id is given).
-    Status { id: Option<String> },
+    Status {
+        /// The job id `synth` printed (16 hex digits).
+        id: Option<String>,
+    },
     /// Download and unpack a finished job's result.
     Result {
+        /// The job id (16 hex digits).
         id: String,
+        /// Directory to unpack the result into.
         #[arg(long, default_value = ".")]
         out: PathBuf,
     },
     /// Cancel a job.
-    Cancel { id: String },
+    Cancel {
+        /// The job id (16 hex digits).
+        id: String,
+    },
     /// Print the daemon's properties (version, models, formats, default request).
     Props,
     /// Serving overhead: an open-loop request rate against one route; prints the achieved
@@ -62,6 +70,7 @@ enum Cmd {
         /// Requests per second to send.
         #[arg(long, default_value_t = 1000)]
         rps: u32,
+        /// How long to send, in seconds.
         #[arg(long, default_value_t = 5.0)]
         seconds: f64,
         /// Requests in flight at most.
@@ -70,7 +79,9 @@ enum Cmd {
     },
     /// WebSocket fan-out: N listeners on one job's stream, every tile counted; JSON out.
     Fanout {
+        /// The job id (16 hex digits) whose stream the listeners follow.
         id: String,
+        /// WebSocket listeners to open.
         #[arg(long, default_value_t = 200)]
         listeners: usize,
     },
@@ -114,8 +125,13 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
                 connections,
             ))?;
             println!("{}", serde_json::to_string_pretty(&r)?);
+            // Status 0: no answer at all (refused, reset, timed out).
+            if r.statuses.keys().all(|&s| s == 0) {
+                anyhow::bail!("no request to {url} was answered");
+            }
         }
         Cmd::Fanout { id, listeners } => {
+            let id = job_id(&id)?.to_string();
             let rt = tokio::runtime::Runtime::new()?;
             let ws = server.replacen("http", "ws", 1);
             let r =

@@ -13,8 +13,9 @@ pub struct AudioConvertArgs {
     /// Output file; its extension picks the format: .wav .mp3 .flac .ogg .opus .aac .m4a.
     #[arg(short = 'o', long = "output")]
     pub output: PathBuf,
-    /// MP3 bitrate in kbps.
-    #[arg(short = 'b', long = "bitrate", default_value_t = 128)]
+    /// MP3 bitrate in kbps, 32 to 320.
+    #[arg(short = 'b', long = "bitrate", default_value_t = 128,
+        value_parser = clap::value_parser!(u32).range(32..=320))]
     pub bitrate: u32,
     /// WAV sample format for a .wav output: wav16, wav24 or wav32 (float).
     #[arg(long, default_value = "wav16")]

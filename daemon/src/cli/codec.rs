@@ -44,8 +44,8 @@ pub struct CodecArgs {
     /// Audio format of a decode: mp3, opus, ogg, flac, aac, m4a, wav16, wav24, wav32.
     #[arg(long, default_value = "wav16")]
     pub format: String,
-    /// MP3 bitrate in kbps (decode to mp3).
-    #[arg(long, default_value_t = 128)]
+    /// MP3 bitrate in kbps, 32 to 320 (decode to mp3).
+    #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(32..=320))]
     pub bitrate: u32,
     /// VAE tile core frames (YuE2; MiniMax decodes tiles of 256 frames).
     #[arg(long, default_value_t = 512)]

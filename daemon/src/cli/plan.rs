@@ -45,7 +45,11 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
     };
     let fault = |e: yued_protocol::RequestError| anyhow::anyhow!("{}: {e}", a.request.display());
     req.validate(&limits).map_err(fault)?;
-    anyhow::ensure!(req.cot != yued_protocol::CotMode::Off, "cot is off: there is no score to plan");
+    anyhow::ensure!(
+        req.cot != yued_protocol::CotMode::Off,
+        "{}: cot is off, so there is no score to plan (set \"cot\": \"full\" or \"melody\")",
+        a.request.display()
+    );
     let settings = yued_actors::settings::yue2(&req).map_err(fault)?;
     let backend = a.device.open()?;
     let mut model = ArModel::load(&bb.file, &bb.info, &backend)?;
@@ -58,6 +62,8 @@ pub fn run(a: PlanArgs) -> anyhow::Result<()> {
         max_seq: bb.max_seq(a.max_seq),
         prefill_chunk: yued_engine::nn::batch::PREFILL_CHUNK,
     };
+    // What does not fit the cache is refused by name before any compute.
+    st.check_fits(&settings).map_err(|e| anyhow::anyhow!("{}: {e}", a.request.display()))?;
     if let Some(p) = &a.dump_tokens {
         let prefix = yued_engine::models::yue2::prompt::PromptBuilder {
             tokenizer: &bb.tokenizer,

@@ -27,6 +27,18 @@ pub fn served(reg: &Registry) -> Vec<Family> {
 
 pub fn run(a: &SynthArgs, reg: &Registry, mut req: Mm3Request) -> anyhow::Result<()> {
     let what = a.request.display();
+    // YuE2's flags mean nothing here: refused rather than passed over in silence.
+    let yue2_only = [
+        ("--score", a.score.is_some()),
+        ("--tokens", a.tokens.is_some()),
+        ("--latent", a.latent.is_some()),
+        ("--adapters", a.adapters.is_some()),
+        ("--companion", a.companion.is_some()),
+        ("--max-seq", a.max_seq != 0),
+    ];
+    if let Some((flag, _)) = yue2_only.iter().find(|(_, given)| *given) {
+        anyhow::bail!("{what}: {flag} is YuE2's; a MiniMax Music 3 request does not take it");
+    }
     if let Some(d) = a.duration {
         req.duration = d;
     }

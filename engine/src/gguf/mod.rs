@@ -120,8 +120,9 @@ impl Value {
 /// What went wrong with which GGUF file.
 #[derive(Debug, thiserror::Error)]
 pub enum GgufError {
-    #[error("{path}: {source}")]
-    Io { path: PathBuf, source: std::io::Error },
+    /// (Not a `source`: the message carries it, and a chain would print it twice.)
+    #[error("{path}: {error}")]
+    Io { path: PathBuf, error: std::io::Error },
     #[error("{path}: not a GGUF file (bad magic)")]
     BadMagic { path: PathBuf },
     #[error("{path}: unsupported GGUF version {version}")]

@@ -126,8 +126,11 @@ impl GgufFile {
     /// Opens and validates a GGUF file (header, metadata, tensor table, data bounds).
     pub fn open(path: impl AsRef<Path>) -> Result<Self, GgufError> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| GgufError::Io { path: path.clone(), source };
+        let io = |source| GgufError::Io { path: path.clone(), error: source };
         let file = std::fs::File::open(&path).map_err(io)?;
+        if file.metadata().map_err(io)?.is_dir() {
+            return Err(io(std::io::Error::other("a directory, not a GGUF file")));
+        }
         let map = crate::ggml::map_file(&file).map_err(io)?;
         Self::parse(path, map)
     }

@@ -57,7 +57,7 @@ impl GgufWriter {
     /// Writes the header and returns the writer of the tensor data.
     pub fn create(&self, path: impl AsRef<Path>) -> Result<TensorDataWriter, GgufError> {
         let path = path.as_ref().to_path_buf();
-        let io = |source| GgufError::Io { path: path.clone(), source };
+        let io = |source| GgufError::Io { path: path.clone(), error: source };
         let file = std::fs::File::create(&path).map_err(io)?;
         let mut w = BufWriter::with_capacity(1 << 20, file);
         let mut head = Vec::new();
@@ -154,7 +154,7 @@ impl TensorDataWriter {
                 what: format!("tensor '{name}': {} bytes given, {size} declared", bytes.len()),
             });
         }
-        let io = |source| GgufError::Io { path: self.path.clone(), source };
+        let io = |source| GgufError::Io { path: self.path.clone(), error: source };
         self.w.write_all(bytes).map_err(io)?;
         let pad = (bytes.len() as u64).div_ceil(self.align) * self.align - bytes.len() as u64;
         self.w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
@@ -169,10 +169,10 @@ impl TensorDataWriter {
                 what: format!("tensor '{name}' declared but never written"),
             });
         }
-        let io = |source| GgufError::Io { path: self.path.clone(), source };
+        let io = |source| GgufError::Io { path: self.path.clone(), error: source };
         self.w.flush().map_err(io)?;
-        let f = self.w.into_inner().map_err(|e| GgufError::Io { path: self.path.clone(), source: e.into_error() })?;
-        f.sync_all().map_err(|source| GgufError::Io { path: self.path.clone(), source })?;
+        let f = self.w.into_inner().map_err(|e| GgufError::Io { path: self.path.clone(), error: e.into_error() })?;
+        f.sync_all().map_err(|source| GgufError::Io { path: self.path.clone(), error: source })?;
         Ok(())
     }
 }

@@ -137,7 +137,7 @@ pub fn write_demo(
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<(PathBuf, PathBuf), GgufError> {
-    std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), source })?;
+    std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), error: source })?;
     let (mc, hc) = (mert_config(preset), head_config(preset));
     let tag = preset.name();
     let shapes = tensor_shapes(&mc);

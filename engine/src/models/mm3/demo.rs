@@ -330,7 +330,7 @@ pub fn write_demo(
     seed: u64,
     progress: &mut dyn FnMut(usize, usize),
 ) -> Result<Vec<PathBuf>, GgufError> {
-    std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), source })?;
+    std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), error: source })?;
     let spec = DemoSpec::new(preset);
     let tag = preset.name();
     let path = |part: &str| dir.join(format!("mm3-demo-{tag}-{part}.gguf"));

@@ -65,7 +65,7 @@ pub fn tensor_shapes(c: &HeadConfig, mert_hidden: usize, mert_layers: usize) -> 
 /// Writes `SheetSage2-demo-{preset}-F32.gguf` into `dir` (beside the listening demo's MERT,
 /// which it names as its base model).
 pub fn write_demo(dir: &Path, preset: Preset, seed: u64) -> Result<PathBuf, GgufError> {
-    std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), source })?;
+    std::fs::create_dir_all(dir).map_err(|source| GgufError::Io { path: dir.to_path_buf(), error: source })?;
     let (mc, hc) = (mert_config(preset), head_config(preset));
     let mut tensors: Vec<(String, Vec<i64>, Vec<f32>)> = tensor_shapes(&hc, mc.hidden_size, mc.num_hidden_layers)
         .into_iter()
