@@ -182,6 +182,10 @@ async fn create_streams(js: &jetstream::Context, cfg: &ClusterConfig) -> anyhow:
         subjects: vec!["yued.tiles.*".into()],
         retention: stream::RetentionPolicy::Limits,
         max_age: Duration::from_secs(3600),
+        // Bounded in bytes too (as the results are): a busy hour must not fill the server's
+        // disk, where the job states and the queue live as well. Past it the oldest tiles go
+        // (a late listener of an old song then starts where the stream does).
+        max_bytes: tiles_max_bytes(cfg.result_max_bytes),
         discard: stream::DiscardPolicy::Old,
         // A tile re-sent by the worker that took over a job is a duplicate for as long as
         // the stream keeps tiles.
@@ -192,6 +196,12 @@ async fn create_streams(js: &jetstream::Context, cfg: &ClusterConfig) -> anyhow:
     .await
     .map_err(|e| anyhow::anyhow!("creating the {TILES_STREAM} stream: {e}"))?;
     Ok(())
+}
+
+/// The tiles stream's bound in bytes: a quarter of the results' bound (a song's live tiles are
+/// its PCM and its Opus, kept an hour), at least 256 MiB.
+fn tiles_max_bytes(result_max_bytes: u64) -> i64 {
+    (result_max_bytes / 4).clamp(256 << 20, i64::MAX as u64) as i64
 }
 
 /// A key-value bucket keeping one value a key for `max_age`.

@@ -451,6 +451,12 @@ impl Worker {
     /// forwarded and its heartbeat beating, concluded.
     async fn run(self: Arc<Self>, id: JobId, msg: jetstream::Message) {
         let delivered = msg.info().map(|i| i.delivered.max(1) as u32).unwrap_or(1);
+        let msg = Arc::new(msg);
+        // The message stays this worker's for the whole run, not only while the job's own
+        // heartbeat beats: claiming it, fetching its upload and writing its results (retried
+        // for minutes while the server is away) may take longer than ack_wait, and a message
+        // taken over then would be rendered again and this one's finished result thrown away.
+        let _claimed = self.keep_claimed(msg.clone());
         let Some(job) = self.claim(&id, &msg, delivered).await else { return };
         if delivered > 1 {
             self.metrics.redeliveries_total.inc();
@@ -468,7 +474,6 @@ impl Worker {
             }
         };
         let Some(mut tap) = self.start_local(&id, &job, attempt, &msg).await else { return };
-        let msg = Arc::new(msg);
         let lost = Arc::new(AtomicBool::new(false));
         let songs = job.record.songs.len();
         let beat = tokio::spawn(self.clone().job_heartbeat(id.clone(), attempt, msg.clone(), lost.clone(), songs));
@@ -526,6 +531,17 @@ impl Worker {
 
     /// Every beat while the job runs: "in progress" to the server, progress and new codes
     /// to the state; a cancel flag or a new owner stops the local job.
+    /// Reports the message in progress every third of ack_wait until the guard is dropped.
+    fn keep_claimed(&self, msg: Arc<jetstream::Message>) -> KeepClaimed {
+        let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
+        KeepClaimed(tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(period).await;
+                let _ = msg.ack_with(jetstream::AckKind::Progress).await;
+            }
+        }))
+    }
+
     async fn job_heartbeat(
         self: Arc<Self>,
         id: JobId,
@@ -599,5 +615,14 @@ impl Worker {
             out.push(ResultPart { file, content_type });
         }
         Ok(out)
+    }
+}
+
+/// A message kept from redelivery while it lives (see [`Worker::keep_claimed`]).
+struct KeepClaimed(tokio::task::JoinHandle<()>);
+
+impl Drop for KeepClaimed {
+    fn drop(&mut self) {
+        self.0.abort();
     }
 }

@@ -85,6 +85,10 @@ pub struct Config {
     /// A second listen address (`HOST:PORT`) that serves `/metrics` and `/health` without a
     /// key, for a scraper on an internal network; empty: none.
     pub metrics_listen: String,
+    /// Host names (as a browser's `Host` header gives them, without the port) a box without
+    /// keys on a loopback address also answers, besides localhost and addresses: a reverse
+    /// proxy's name, when it forwards its own `Host`.
+    pub allowed_hosts: Vec<String>,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
     /// A WebSocket listener that has been sent nothing for this many seconds gets a Ping;
@@ -155,6 +159,7 @@ impl Default for Config {
             admin_keys: vec![],
             api_keys_file: None,
             metrics_listen: String::new(),
+            allowed_hosts: vec![],
             max_body_bytes: 4 << 20,
             ws_ping_secs: 10,
             max_upload_bytes: 256 << 20,
@@ -203,6 +208,7 @@ const KEYS: &[&str] = &[
     "admin_keys",
     "api_keys_file",
     "metrics_listen",
+    "allowed_hosts",
     "max_body_bytes",
     "ws_ping_secs",
     "max_upload_bytes",
@@ -302,6 +308,10 @@ impl Config {
             }
             "api_keys_file" => self.api_keys_file = (!value.is_empty()).then(|| value.into()),
             "metrics_listen" => self.metrics_listen = value.trim().into(),
+            "allowed_hosts" => {
+                self.allowed_hosts =
+                    value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_lowercase).collect()
+            }
             "max_body_bytes" => self.max_body_bytes = num(value, bad)?,
             "ws_ping_secs" => self.ws_ping_secs = num(value, bad)?,
             "max_upload_bytes" => self.max_upload_bytes = num(value, bad)?,

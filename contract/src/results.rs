@@ -31,6 +31,9 @@ pub struct Retention {
 pub struct ResultStore {
     dir: PathBuf,
     retention: Retention,
+    /// Numbers each save's folder aside, so two saves of one id at once (a cluster API node
+    /// caching a result for two readers) never write into each other's.
+    saves: std::sync::atomic::AtomicU64,
 }
 
 pub fn now_ms() -> u64 {
@@ -40,7 +43,14 @@ pub fn now_ms() -> u64 {
 impl ResultStore {
     pub fn open(dir: &Path, retention: Retention) -> std::io::Result<Self> {
         std::fs::create_dir_all(dir)?;
-        Ok(ResultStore { dir: dir.to_path_buf(), retention })
+        // What a save cut short by a crash left aside.
+        for e in std::fs::read_dir(dir)?.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if name.starts_with('.') && name.ends_with(".tmp") {
+                let _ = std::fs::remove_dir_all(e.path());
+            }
+        }
+        Ok(ResultStore { dir: dir.to_path_buf(), retention, saves: Default::default() })
     }
 
     /// The store's limits.
@@ -55,7 +65,8 @@ impl ResultStore {
     /// Writes a result: `files` are (name, content type, bytes) in multipart order. The
     /// directory appears complete or not at all (written aside, then renamed).
     pub fn save(&self, id: &JobId, files: Vec<(String, String, Vec<u8>)>) -> std::io::Result<ResultMeta> {
-        let tmp = self.dir.join(format!(".{}.tmp", id.as_str()));
+        let n = self.saves.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let tmp = self.dir.join(format!(".{}.{n}.tmp", id.as_str()));
         let _ = std::fs::remove_dir_all(&tmp);
         std::fs::create_dir_all(&tmp)?;
         let mut parts = Vec::new();
@@ -68,8 +79,20 @@ impl ResultStore {
         let meta = ResultMeta { created_ms: now_ms(), bytes, parts };
         std::fs::write(tmp.join("meta.json"), serde_json::to_vec(&meta).unwrap())?;
         let dest = self.job_dir(id);
-        let _ = std::fs::remove_dir_all(&dest);
-        std::fs::rename(&tmp, &dest)?;
+        // Another save of the same id may put its folder there between the removal and the
+        // rename (a cluster API node caching one result for two readers): then again.
+        let mut tries = 0;
+        loop {
+            let _ = std::fs::remove_dir_all(&dest);
+            match std::fs::rename(&tmp, &dest) {
+                Ok(()) => break,
+                Err(_) if tries < 16 => tries += 1,
+                Err(e) => {
+                    let _ = std::fs::remove_dir_all(&tmp);
+                    return Err(e);
+                }
+            }
+        }
         self.sweep();
         Ok(meta)
     }
@@ -140,6 +163,29 @@ impl ResultStore {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn saves_of_one_result_at_once_leave_it_whole() {
+        let dir = tempfile::tempdir().unwrap();
+        let s =
+            ResultStore::open(dir.path(), Retention { ttl_secs: 3600, max_bytes: 1 << 30, max_count: 100 }).unwrap();
+        let id = JobId::from_u64(7);
+        let files = || (0..8).map(|i| (format!("f{i}.bin"), "application/octet-stream".into(), vec![i as u8; 50_000]));
+        std::thread::scope(|t| {
+            for _ in 0..4 {
+                t.spawn(|| {
+                    for _ in 0..10 {
+                        s.save(&id, files().collect()).unwrap();
+                    }
+                });
+            }
+        });
+        let parts = s.parts(&id).unwrap();
+        assert_eq!(parts.len(), 8);
+        assert!(parts.iter().all(|(p, _)| std::fs::metadata(p).unwrap().len() == 50_000));
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert_eq!(left, vec![std::ffi::OsString::from(id.as_str())], "nothing left aside");
+    }
 
     #[test]
     fn save_list_and_expire() {

@@ -239,6 +239,69 @@ fn forbidden(who: &Principal, path: &str) -> Option<&'static str> {
     }
 }
 
+/// Where the daemon listens, as the browser guard needs it: on a loopback address without keys,
+/// only loopback names reach it (a page that rebinds its own DNS name to 127.0.0.1 would
+/// otherwise read everything a box without keys holds).
+#[derive(Clone, Debug, Default)]
+pub struct Listening {
+    pub loopback: bool,
+    /// `--allowed-host`: names answered besides localhost and addresses.
+    pub allowed: Vec<String>,
+}
+
+impl Listening {
+    pub fn of(host: &str, allowed: &[String]) -> Listening {
+        let host = host.trim_start_matches('[').trim_end_matches(']');
+        let loopback = host == "localhost" || host.parse::<std::net::IpAddr>().is_ok_and(|ip| ip.is_loopback());
+        Listening { loopback, allowed: allowed.to_vec() }
+    }
+
+    /// Whether a `Host` (with or without its port) names this daemon: localhost, an address,
+    /// or an allowed name.
+    fn answers(&self, host: &str) -> bool {
+        let name = match host.rsplit_once(':') {
+            Some((n, port)) if port.chars().all(|c| c.is_ascii_digit()) => n,
+            _ => host,
+        };
+        let bare = name.trim_start_matches('[').trim_end_matches(']').to_lowercase();
+        bare == "localhost"
+            || bare.ends_with(".localhost")
+            || bare.parse::<std::net::IpAddr>().is_ok()
+            || self.allowed.contains(&bare)
+    }
+}
+
+/// What a browser may not do on another site's behalf on a box without keys (with keys, a
+/// browser holds no credential a page elsewhere could ride on): `Some(why)` for a 403. A request
+/// that changes something (any method but GET and HEAD, and a WebSocket handshake) and carries
+/// an `Origin` must come from this daemon's own origin (a page elsewhere could otherwise queue
+/// and cancel songs, or listen to them); and on loopback the daemon answers only a loopback
+/// `Host`, an address or an `--allowed-host` (DNS rebinding). Clients that are not browsers
+/// send no `Origin` and are not concerned.
+fn cross_site(req: &ServiceRequest, keyless: bool) -> Option<String> {
+    let headers = req.headers();
+    let host = req.connection_info().host().to_string();
+    let upgrade = headers.get(header::UPGRADE).is_some();
+    let changes = !matches!(*req.method(), actix_web::http::Method::GET | actix_web::http::Method::HEAD);
+    if keyless && (changes || upgrade) {
+        if let Some(origin) = headers.get(header::ORIGIN) {
+            let origin = origin.to_str().unwrap_or("");
+            let own = origin.split_once("://").is_some_and(|(_, rest)| rest.trim_end_matches('/') == host);
+            if !own {
+                return Some(format!("a request from the page at '{origin}' (not this daemon's origin) is refused"));
+            }
+        }
+    }
+    let listening = req.app_data::<web::Data<Listening>>()?;
+    if keyless && listening.loopback && !listening.answers(&host) {
+        return Some(format!(
+            "Host '{host}' is not this daemon's address (it listens on loopback without API keys: reach it \
+            as localhost or by address, or name a proxy's host with --allowed-host)"
+        ));
+    }
+    None
+}
+
 /// The middleware: admits the request as a principal (stored in its extensions) or refuses it.
 pub async fn require_key(
     req: ServiceRequest,
@@ -247,6 +310,10 @@ pub async fn require_key(
     let Some(keys) = req.app_data::<web::Data<Keys>>().cloned() else {
         return next.call(req).await.map(|r| r.map_into_left_body());
     };
+    if let Some(why) = cross_site(&req, keys.is_open()) {
+        let path = req.match_info().as_str().to_string();
+        return Ok(req.into_response(refuse(&path, StatusCode::FORBIDDEN, &why)).map_into_right_body());
+    }
     // The path as the router reads it (percent-escapes decoded): `/%6Cogs` is `/logs` to it, so it
     // must be `/logs` here too.
     let path = req.match_info().as_str().to_string();
@@ -273,6 +340,43 @@ pub async fn require_key(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_page_elsewhere_cannot_ride_on_a_box_without_keys() {
+        use actix_web::test::TestRequest;
+        let on = |host: &str| web::Data::new(Listening::of(host, &["music.lan".to_string()]));
+        let req = |listen: &str, method: actix_web::http::Method, headers: &[(&str, &str)]| {
+            let mut r = TestRequest::default().method(method).app_data(on(listen));
+            for (k, v) in headers {
+                r = r.insert_header((*k, *v));
+            }
+            r.to_srv_request()
+        };
+        use actix_web::http::Method;
+        let host = ("host", "127.0.0.1:8087");
+        // A POST from another page is refused; from the daemon's own page, or from no page, taken.
+        let evil = req("127.0.0.1", Method::POST, &[host, ("origin", "http://evil.example")]);
+        assert!(cross_site(&evil, true).unwrap().contains("evil.example"));
+        assert!(cross_site(&evil, false).is_none(), "with keys a page holds no credential");
+        assert!(cross_site(&req("127.0.0.1", Method::POST, &[host, ("origin", "null")]), true).is_some());
+        assert!(
+            cross_site(&req("127.0.0.1", Method::POST, &[host, ("origin", "http://127.0.0.1:8087")]), true).is_none()
+        );
+        assert!(cross_site(&req("127.0.0.1", Method::POST, &[host]), true).is_none());
+        // A WebSocket handshake is a GET that needs the same check; a plain GET does not.
+        let ws = req("127.0.0.1", Method::GET, &[host, ("origin", "http://evil.example"), ("upgrade", "websocket")]);
+        assert!(cross_site(&ws, true).is_some());
+        assert!(cross_site(&req("127.0.0.1", Method::GET, &[host, ("origin", "http://evil.example")]), true).is_none());
+        // DNS rebinding: on loopback without keys, a name that is not localhost, an address or
+        // allowed is refused; bound elsewhere, or with keys, any name is taken.
+        let rebound = [("host", "evil.example:8087")];
+        assert!(cross_site(&req("127.0.0.1", Method::GET, &rebound), true).unwrap().contains("evil.example"));
+        assert!(cross_site(&req("0.0.0.0", Method::GET, &rebound), true).is_none());
+        assert!(cross_site(&req("127.0.0.1", Method::GET, &rebound), false).is_none());
+        for ok in ["localhost:8087", "app.localhost", "[::1]:8087", "10.0.0.5:8087", "MUSIC.lan:443", "music.lan"] {
+            assert!(cross_site(&req("::1", Method::GET, &[("host", ok)]), true).is_none(), "{ok}");
+        }
+    }
 
     #[test]
     fn roles_reach_their_routes() {

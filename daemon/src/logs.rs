@@ -93,13 +93,19 @@ fn chrono_like_now() -> String {
 }
 
 /// A line without terminal escape sequences (`ESC [ ... letter`): the span fields come
-/// formatted by the stderr layer, in colour when that is a terminal.
+/// formatted by the stderr layer, in colour when that is a terminal. Other control characters
+/// are written as escapes (`\r`, `\n`, `\u{7}`): a value that carried a line break (a request's
+/// text echoed in an error) must not fake or hide lines in the `/logs` stream, one event a line.
 fn plain(line: &str) -> String {
     let mut out = String::with_capacity(line.len());
     let mut chars = line.chars();
     while let Some(c) = chars.next() {
         if c != '\x1b' {
-            out.push(c);
+            if c.is_control() {
+                out.extend(c.escape_default());
+            } else {
+                out.push(c);
+            }
             continue;
         }
         if chars.clone().next() == Some('[') {
@@ -119,6 +125,7 @@ mod tests {
     #[test]
     fn lines_are_plain_text_with_an_iso_time() {
         assert_eq!(super::plain("\x1b[3mjob\x1b[0m\x1b[2m=\x1b[0m1 ok"), "job=1 ok");
+        assert_eq!(super::plain("error=bad\r\nINFO faked\u{7}"), "error=bad\\r\\nINFO faked\\u{7}");
         let t = super::chrono_like_now();
         assert!(t.len() >= 20 && t.as_bytes()[4] == b'-' && t.as_bytes()[10] == b'T' && t.ends_with('Z'), "{t}");
     }

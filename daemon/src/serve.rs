@@ -140,6 +140,12 @@ pub struct ServeArgs {
     /// metrics key whenever keys are configured).
     #[arg(long)]
     pub metrics_listen: Option<String>,
+    /// A host name (repeatable) a daemon without keys on a loopback --host also answers, e.g. a
+    /// reverse proxy's that forwards its own Host. Otherwise such a daemon answers only
+    /// localhost and addresses: a web page that points its own name at 127.0.0.1 (DNS
+    /// rebinding) must not read a box that has no keys.
+    #[arg(long = "allowed-host")]
+    pub allowed_hosts: Vec<String>,
     /// CPU threads for ggml (0 = every core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -238,6 +244,7 @@ impl ServeArgs {
         }
         c.api_keys.extend(self.api_keys.iter().cloned());
         c.admin_keys.extend(self.admin_keys.iter().cloned());
+        c.allowed_hosts.extend(self.allowed_hosts.iter().map(|h| h.to_lowercase()));
         c.check()?;
         Ok(c)
     }
@@ -882,11 +889,13 @@ async fn serve_http(
         Some(server.run())
     };
     let keys = web::Data::new(keys);
+    let listening = web::Data::new(crate::auth::Listening::of(&cfg.host, &cfg.allowed_hosts));
     let addr = (cfg.host.clone(), cfg.port);
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .app_data(keys.clone())
+            .app_data(listening.clone())
             .app_data(web::PayloadConfig::new(max_body))
             .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
             .wrap(from_fn(crate::auth::require_key))

@@ -12,8 +12,16 @@ const DOCS_JS: &[u8] = include_bytes!("../../clients/web/dist/docs/docs.js");
 const SWAGGER_JS: &[u8] = include_bytes!("../../clients/web/dist/docs/swagger-ui-bundle.js");
 const SWAGGER_CSS: &[u8] = include_bytes!("../../clients/web/dist/docs/swagger-ui.css");
 
+/// A page or asset of the UI: never framed by another site (clickjacking), never read as
+/// another type than its own.
 fn asset(body: &'static [u8], content_type: &str, cache: &str) -> HttpResponse {
-    HttpResponse::Ok().content_type(content_type).insert_header((header::CACHE_CONTROL, cache.to_string())).body(body)
+    HttpResponse::Ok()
+        .content_type(content_type)
+        .insert_header((header::CACHE_CONTROL, cache.to_string()))
+        .insert_header((header::X_FRAME_OPTIONS, "DENY"))
+        .insert_header((header::X_CONTENT_TYPE_OPTIONS, "nosniff"))
+        .insert_header(("content-security-policy", "frame-ancestors 'none'"))
+        .body(body)
 }
 
 pub async fn index() -> HttpResponse {

@@ -262,6 +262,23 @@ fn malformed_requests_get_400_naming_the_field_and_nothing_is_journaled() {
     assert_eq!(d.http.get(d.url("/nope")).send().unwrap().status(), 404);
     let h: serde_json::Value = d.http.get(d.url("/status")).send().unwrap().json().unwrap();
     assert_eq!(h["queue"]["jobs_known"], 0, "a rejected request is never journaled");
+    // A page of another site cannot drive a box without keys: its POST carries its Origin.
+    let r = d
+        .http
+        .post(d.url("/synth"))
+        .header("origin", "http://evil.example")
+        .body(r#"{"style": "x", "cot": "off", "duration": 1}"#)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 403);
+    assert!(r.text().unwrap().contains("evil.example"));
+    // Nor read it through a DNS name rebound to 127.0.0.1.
+    let r = d.http.get(d.url("/jobs")).header("host", "evil.example").send().unwrap();
+    assert_eq!(r.status(), 403);
+    // The daemon's own page may.
+    let own = d.url("/").trim_end_matches('/').to_string();
+    let r = d.http.post(d.url("/job?id=0123456789abcdef&cancel=1")).header("origin", own).send().unwrap();
+    assert_eq!(r.status(), 404, "past the guard: an unknown job");
     // Fields a request does not read are taken, as the references take them, and named.
     let (s, v, _) = d.submit_as(r#"{"style": "x", "cot": "off", "duraton": 3, "steps": 1, "duration": 1}"#, None);
     assert_eq!(s, 200, "{v}");
