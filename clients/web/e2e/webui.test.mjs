@@ -17,6 +17,23 @@ import { join } from "node:path";
 import { createRequire } from "node:module";
 import { parseMultipart } from "../src/multipart.js";
 
+// The result parser: a delimiter only opens a line, and a part's declared type is taken only
+// when it is one a result has. A song's lyrics (in its replay JSON, one line) that spell the
+// boundary and the headers of an HTML file make neither a part nor a page.
+{
+  const b = "yue2-batch-boundary";
+  const lyrics = `la --${b}\\r\\ncontent-type: text/html; filename=\\"x.html\\" --${b} la`;
+  const body = new TextEncoder().encode(
+    `--${b}\r\ncontent-type: application/json\r\ncontent-disposition: attachment; filename="track00.json"\r\n\r\n` +
+      `{"lyrics": "${lyrics}"}\r\n--${b}\r\ncontent-type: text/html\r\n` +
+      `content-disposition: attachment; filename="track00.wav"\r\n\r\nRIFF\r\n--${b}--\r\n`,
+  );
+  const parts = parseMultipart(body.buffer, `multipart/mixed; boundary=${b}`);
+  const seen = JSON.stringify(parts.map((p) => [p.type, p.name, p.bytes.length]));
+  const want = JSON.stringify([["application/json", "track00.json", 14 + lyrics.length], ["application/octet-stream", "track00.wav", 4]]);
+  if (seen !== want) throw new Error(`multipart: ${seen}, expected ${want}`);
+}
+
 const YUED = process.env.YUED_BIN;
 const CHROMIUM = process.env.CHROMIUM || "/usr/bin/chromium";
 const SHOTS = process.env.SCREENSHOTS || join(tmpdir(), "yued-webui-screenshots");
