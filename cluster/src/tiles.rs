@@ -230,7 +230,14 @@ pub async fn listen(
     tokio::spawn(async move {
         let mut seen_tile = false;
         let mut parts = Parts::default();
-        while let Some(m) = messages.next().await {
+        loop {
+            // A listener that has gone (its socket closed) ends its consumer now, not at the
+            // job's next message, which a queued or stalled job may never send.
+            let next = tokio::select! {
+                m = messages.next() => m,
+                _ = tx.closed() => return,
+            };
+            let Some(m) = next else { break };
             let m = match m {
                 Ok(m) => m,
                 Err(e) => {

@@ -203,11 +203,15 @@ impl Worker {
                 Ok(Some(v)) => std::str::from_utf8(&v).ok().and_then(|s| s.parse::<u64>().ok()).unwrap_or(0),
                 _ => 0,
             };
-            // Between clients served equally long ago (never, say), the one that has waited
-            // longest: its oldest message first.
-            let first =
-                self.c.jobs.get_first_raw_message_by_subject(&subject, 0).await.map(|m| m.sequence).unwrap_or(u64::MAX);
-            order.push((served, first, subject, token));
+            // A client joins the round at the back, as the single node's fair queue has it:
+            // its turn is the later of its last service and its oldest waiting message's
+            // arrival (a client never served before does not go ahead of one that has waited
+            // since). Between equal turns, the older message first.
+            let (first, queued_ms) = match self.c.jobs.get_first_raw_message_by_subject(&subject, 0).await {
+                Ok(m) => (m.sequence, (m.time.unix_timestamp_nanos() / 1_000_000).max(0) as u64),
+                Err(_) => (u64::MAX, 0),
+            };
+            order.push((served.max(queued_ms), first, subject, token));
         }
         order.sort();
         for (_, _, subject, token) in order {

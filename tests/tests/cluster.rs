@@ -463,6 +463,8 @@ fn cluster_queue_is_fair_between_clients() {
         "bob-key-0123456789",
         "--admin-key",
         "ops-key-0123456789",
+        "--api-key",
+        "carol-key-0123456789 name=carol",
     ];
     let worker = node_with(dir.path(), "wa", &nats, "worker", &keys);
     let api = node_with(dir.path(), "api", &nats, "api", &keys);
@@ -473,6 +475,17 @@ fn cluster_queue_is_fair_between_clients() {
         assert_eq!(status, 200, "{body}");
         body["id"].as_str().unwrap().to_string()
     };
+    // Everything is queued while the worker's one slot is busy: a client joins the round at
+    // the back (its oldest message's arrival), then the one served longest ago goes first.
+    let (status, body, _) = api.submit_as(&streamed_song_steps(30, 64), Some("ops-key-0123456789"));
+    assert_eq!(status, 200, "{body}");
+    let blocker = body["id"].as_str().unwrap().to_string();
+    let t0 = Instant::now();
+    let state = |id: &str| get(&api, &format!("/job?id={id}"), "ops-key-0123456789").json::<serde_json::Value>();
+    while state(&blocker).unwrap()["status"] != "running" {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the blocker never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let alice: Vec<String> = (0..3).map(|i| submit("alice-key-0123456789", 10 + i)).collect();
     let bob = submit("bob-key-0123456789", 20);
     for id in alice.iter().chain([&bob]) {
@@ -491,8 +504,36 @@ fn cluster_queue_is_fair_between_clients() {
         .lines()
         .filter(|l| l.contains("job claimed"))
         .filter_map(|l| l.split("job=").nth(1).map(|s| &s[..16]))
+        .filter(|id| **id != blocker)
         .collect();
     assert_eq!(claimed, vec![alice[0].as_str(), bob.as_str(), alice[1].as_str(), alice[2].as_str()], "start order");
+    // A client never served before joins at the back too: it does not go ahead of a returning
+    // one whose song has waited longer (a stream of new clients would starve it otherwise).
+    let (status, body, _) = api.submit_as(&streamed_song_steps(31, 64), Some("ops-key-0123456789"));
+    assert_eq!(status, 200, "{body}");
+    let blocker = body["id"].as_str().unwrap().to_string();
+    let t0 = Instant::now();
+    while state(&blocker).unwrap()["status"] != "running" {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the blocker never ran");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let again = submit("alice-key-0123456789", 40);
+    let carol = submit("carol-key-0123456789", 41);
+    for id in [&again, &carol] {
+        let t0 = Instant::now();
+        while state(id).unwrap()["status"] != "done" {
+            assert!(t0.elapsed() < Duration::from_secs(300), "job {id}");
+            std::thread::sleep(Duration::from_millis(100));
+        }
+    }
+    let log = worker.log();
+    let claimed: Vec<&str> = log
+        .lines()
+        .filter(|l| l.contains("job claimed"))
+        .filter_map(|l| l.split("job=").nth(1).map(|s| &s[..16]))
+        .filter(|id| *id == again || *id == carol)
+        .collect();
+    assert_eq!(claimed, vec![again.as_str(), carol.as_str()], "the returning client's older song first");
     // The other API node keeps the same rules: the principal lives in the job state.
     let a = &alice[0];
     let unknown = "0123456789abcdef";
@@ -516,7 +557,7 @@ fn cluster_queue_is_fair_between_clients() {
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 1);
     let all: serde_json::Value = get(&api2, "/jobs?all=1", "ops-key-0123456789").json().unwrap();
     let owners: Vec<&str> = all["jobs"].as_array().unwrap().iter().map(|j| j["owner"].as_str().unwrap()).collect();
-    assert_eq!(owners.iter().filter(|o| **o == "alice").count(), 3, "{all}");
+    assert_eq!(owners.iter().filter(|o| **o == "alice").count(), 4, "{all}");
     assert_eq!(get(&api2, "/jobs?all=1", "bob-key-0123456789").status(), 403);
     // No raw key in any node's data (sled, results, caches) or log, nor in the NATS store.
     for key in ["alice-key-0123456789", "bob-key-0123456789", "ops-key-0123456789"] {
