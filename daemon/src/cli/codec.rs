@@ -102,8 +102,10 @@ pub fn run(c: CodecCommand) -> anyhow::Result<()> {
     let lat = vae.info.latent_channels;
     let bytes = std::fs::read(&a.input).with_context(|| format!("reading {}", a.input.display()))?;
     if encode {
-        let z =
-            audio_to_latents(&mut vae, &backend, &bytes).map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
+        let pb = super::spinner("encode");
+        let z = audio_to_latents(&mut vae, &backend, &bytes);
+        pb.finish_and_clear();
+        let z = z.map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
         let fmt = a.latent_format();
         write_file(&out, encode_latents(&z, lat, fmt))?;
         println!(
@@ -136,8 +138,10 @@ fn run_mm3(encode: bool, a: &CodecArgs, out: &Path, backend: &yued_engine::ggml:
     let lat = spec.latent_channels;
     if encode {
         let mut enc = VaeEncoder::load(&vf, backend)?;
-        let z = yued_actors::codec::mm3_audio_to_latents(&mut enc, backend, &bytes)
-            .map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
+        let pb = super::spinner("encode");
+        let z = yued_actors::codec::mm3_audio_to_latents(&mut enc, backend, &bytes);
+        pb.finish_and_clear();
+        let z = z.map_err(|e| anyhow::anyhow!("{}: {e}", a.input.display()))?;
         let fmt = a.latent_format();
         write_file(out, encode_latents(&z, lat, fmt))?;
         println!(

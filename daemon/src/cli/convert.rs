@@ -67,6 +67,13 @@ pub enum ConvertCommand {
 }
 
 pub fn run(c: ConvertCommand) -> anyhow::Result<()> {
+    let pb = super::spinner("convert");
+    let r = convert(c);
+    pb.finish_and_clear();
+    r
+}
+
+fn convert(c: ConvertCommand) -> anyhow::Result<()> {
     if let ConvertCommand::Mm3 { dir, out, semantic_codes } = &c {
         let opts = yued_engine::models::mm3::convert::ConvertOptions { semantic_codes: *semantic_codes };
         let done = yued_engine::models::mm3::convert::convert_checkpoint(dir, out, &opts, &mut |m| eprintln!("{m}"))

@@ -81,12 +81,15 @@ pub fn run(a: LmEvalArgs) -> anyhow::Result<()> {
     let mut out: Vec<f32> = Vec::with_capacity(tokens.len() * vocab);
     match a.mode {
         EvalMode::Prefill => {
-            let l =
-                model.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens, set: 0 }], rows, Positions::All)?;
-            l.per_seq[0].iter().for_each(|r| out.extend_from_slice(r));
+            let pb = super::spinner("prefill");
+            let l = model.forward(&backend, &mut sets, &[SeqInput { tokens: &tokens, set: 0 }], rows, Positions::All);
+            pb.finish_and_clear();
+            l?.per_seq[0].iter().for_each(|r| out.extend_from_slice(r));
         }
         EvalMode::Decode => {
+            let pb = super::progress_bar(tokens.len() as u64, "decode");
             for t in &tokens {
+                pb.inc(1);
                 let l = model.forward(
                     &backend,
                     &mut sets,
@@ -96,6 +99,7 @@ pub fn run(a: LmEvalArgs) -> anyhow::Result<()> {
                 )?;
                 out.extend_from_slice(&l.per_seq[0][0]);
             }
+            pb.finish_and_clear();
         }
     }
     let bytes: Vec<u8> = out.iter().flat_map(|v| v.to_le_bytes()).collect();

@@ -27,6 +27,16 @@ pub mod tokenize;
 pub mod transcribe;
 
 /// A progress bar for long CLI work (hidden when stderr is not a terminal).
+/// A spinner with the elapsed time, for work that runs as one piece (one graph over a whole
+/// recording, a checkpoint's conversion): it shows the run is alive and how long it has taken.
+pub fn spinner(what: &str) -> indicatif::ProgressBar {
+    let pb = indicatif::ProgressBar::new_spinner();
+    pb.set_style(indicatif::ProgressStyle::with_template("{msg:>12} {spinner} {elapsed_precise}").unwrap());
+    pb.set_message(what.to_string());
+    pb.enable_steady_tick(std::time::Duration::from_millis(200));
+    pb
+}
+
 pub fn progress_bar(total: u64, what: &str) -> indicatif::ProgressBar {
     let pb = indicatif::ProgressBar::new(total);
     pb.set_style(
