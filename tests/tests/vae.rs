@@ -166,7 +166,7 @@ fn an_upload_over_the_limit_is_413_and_leaves_nothing_behind() {
     let mut tcp = std::net::TcpStream::connect(d.url("/").trim_start_matches("http://").trim_end_matches('/')).unwrap();
     tcp.set_read_timeout(Some(std::time::Duration::from_secs(20))).unwrap();
     let head = format!(
-        "POST /vae HTTP/1.1\r\nHost: x\r\nContent-Type: multipart/form-data; boundary={B}\r\n\
+        "POST /vae HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary={B}\r\n\
         Content-Length: 10000000000\r\n\r\n"
     );
     tcp.write_all(head.as_bytes()).unwrap();
