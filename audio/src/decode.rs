@@ -21,14 +21,7 @@ pub const MAX_CHANNELS: usize = 8;
 pub fn decode(bytes: &[u8]) -> Result<Pcm, AudioError> {
     let mut inter = Vec::new();
     let b = blocks(bytes, None, &mut |s| inter.extend_from_slice(s))?;
-    let (n, ch) = (b.frames, b.channels);
-    let mut planar = vec![0f32; n * ch];
-    for i in 0..n {
-        for c in 0..ch {
-            planar[c * n + i] = inter[(b.skip + i) * ch + c];
-        }
-    }
-    checked(Pcm::new(b.rate, ch, planar))
+    checked(Pcm::new(b.rate, b.channels, b.planar(&inter)))
 }
 
 /// A recording's length, as a check before a job needs it (see [`measure`]).

@@ -63,6 +63,18 @@ pub(crate) struct Blocks {
 }
 
 impl Blocks {
+    /// The kept frames of the decoded interleaved samples `inter`, planar.
+    pub(crate) fn planar(&self, inter: &[f32]) -> Vec<f32> {
+        let (n, ch) = (self.frames, self.channels);
+        let mut planar = vec![0f32; n * ch];
+        for i in 0..n {
+            for c in 0..ch {
+                planar[c * n + i] = inter[(self.skip + i) * ch + c];
+            }
+        }
+        planar
+    }
+
     /// The frames a bound of `max_seconds` lets a decode read at `rate` before it stops: the
     /// bound, plus a second for what the container trims off afterwards.
     pub(crate) fn limit(max_seconds: Option<f64>, rate: u32) -> Option<u64> {

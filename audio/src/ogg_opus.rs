@@ -142,14 +142,7 @@ impl OggOpusStream {
 pub fn decode_ogg_opus(bytes: &[u8]) -> Result<(usize, Vec<f32>), AudioError> {
     let mut inter = Vec::new();
     let b = ogg_opus_blocks(bytes, None, &mut |s| inter.extend_from_slice(s))?;
-    let (keep, ch) = (b.frames, b.channels);
-    let mut planar = vec![0f32; keep * ch];
-    for i in 0..keep {
-        for c in 0..ch {
-            planar[c * keep + i] = inter[(b.skip + i) * ch + c];
-        }
-    }
-    Ok((ch, planar))
+    Ok((b.channels, b.planar(&inter)))
 }
 
 /// The Ogg Opus packet loop: each packet's interleaved samples to `each`, stopping past

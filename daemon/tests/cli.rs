@@ -71,18 +71,7 @@ fn outputs_never_replace_the_inputs() {
 
     // A recording, its latents (the default name), and a decode that would land on it.
     let wav = d.join("song.wav");
-    let spec = hound::WavSpec {
-        channels: 2,
-        sample_rate: 48000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
-    for i in 0..9600 {
-        w.write_sample(((i as f32 * 0.05).sin() * 9000.0) as i16).unwrap();
-        w.write_sample(0i16).unwrap();
-    }
-    w.finalize().unwrap();
+    write_stereo_48k(&wav, 9600, |i| (((i as f32 * 0.05).sin() * 9000.0) as i16, 0));
     let recording = std::fs::read(&wav).unwrap();
     let vae = models.join("yue2-demo-tiny-vae.gguf");
     ok(&["codec", "encode", "--vae", s(&vae), "-i", s(&wav), "--device", "CPU"]);
@@ -717,19 +706,10 @@ fn codec_encodes_audio_to_latents_and_back_in_every_format() {
     let vae = d.join("yue2-demo-tiny-vae.gguf");
     // 0.5 s of a stereo tone as WAV
     let wav = d.join("in.wav");
-    let spec = hound::WavSpec {
-        channels: 2,
-        sample_rate: 48000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
-    for i in 0..24000 {
+    write_stereo_48k(&wav, 24000, |i| {
         let v = ((i as f32 * 0.05).sin() * 10000.0) as i16;
-        w.write_sample(v).unwrap();
-        w.write_sample(v / 2).unwrap();
-    }
-    w.finalize().unwrap();
+        (v, v / 2)
+    });
     for (flag, ext, size) in
         [(None, "vae", 13 * 64 * 4), (Some("--q8"), "nac8", 12 + 13 * 66), (Some("--q4"), "nac4", 12 + 13 * 34)]
     {
@@ -1103,6 +1083,23 @@ fn reference_audio(n: usize, salt: u32) -> Vec<i16> {
             (square + 2 * ((x >> 20) as i32 - 2048)) as i16
         })
         .collect()
+}
+
+/// `frames` of 16-bit stereo at 48 kHz, each frame's (left, right) from `f`.
+fn write_stereo_48k(path: &Path, frames: usize, f: impl Fn(usize) -> (i16, i16)) {
+    let spec = hound::WavSpec {
+        channels: 2,
+        sample_rate: 48000,
+        bits_per_sample: 16,
+        sample_format: hound::SampleFormat::Int,
+    };
+    let mut w = hound::WavWriter::create(path, spec).unwrap();
+    for i in 0..frames {
+        let (l, r) = f(i);
+        w.write_sample(l).unwrap();
+        w.write_sample(r).unwrap();
+    }
+    w.finalize().unwrap();
 }
 
 fn write_wav(path: &Path, samples: &[i16]) {

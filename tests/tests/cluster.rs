@@ -132,6 +132,16 @@ fn streamed_song_steps(seed: u64, steps: u32) -> String {
     )
 }
 
+/// The jobs of `ids` in the order a worker's log says it claimed them.
+fn claimed_in(log: &str, ids: &[&String]) -> Vec<String> {
+    log.lines()
+        .filter(|l| l.contains("job claimed"))
+        .filter_map(|l| l.split("job=").nth(1).and_then(|s| s.get(..16)))
+        .filter(|id| ids.iter().any(|i| i.as_str() == *id))
+        .map(String::from)
+        .collect()
+}
+
 /// Lines of a log that mention `needle` and the job.
 fn count(log: &str, job: &str, needle: &str) -> usize {
     log.lines().filter(|l| l.contains(needle) && l.contains(job)).count()
@@ -477,15 +487,19 @@ fn cluster_queue_is_fair_between_clients() {
     };
     // Everything is queued while the worker's one slot is busy: a client joins the round at
     // the back (its oldest message's arrival), then the one served longest ago goes first.
-    let (status, body, _) = api.submit_as(&streamed_song_steps(30, 64), Some("ops-key-0123456789"));
-    assert_eq!(status, 200, "{body}");
-    let blocker = body["id"].as_str().unwrap().to_string();
-    let t0 = Instant::now();
     let state = |id: &str| get(&api, &format!("/job?id={id}"), "ops-key-0123456789").json::<serde_json::Value>();
-    while state(&blocker).unwrap()["status"] != "running" {
-        assert!(t0.elapsed() < Duration::from_secs(60), "the blocker never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    // A long song of the admin's takes the worker's one slot while the others queue.
+    let block = |seed: u64| {
+        let (status, body, _) = api.submit_as(&streamed_song_steps(seed, 64), Some("ops-key-0123456789"));
+        assert_eq!(status, 200, "{body}");
+        let blocker = body["id"].as_str().unwrap().to_string();
+        let t0 = Instant::now();
+        while state(&blocker).unwrap()["status"] != "running" {
+            assert!(t0.elapsed() < Duration::from_secs(60), "the blocker never ran");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+    };
+    block(30);
     let alice: Vec<String> = (0..3).map(|i| submit("alice-key-0123456789", 10 + i)).collect();
     let bob = submit("bob-key-0123456789", 20);
     for id in alice.iter().chain([&bob]) {
@@ -499,24 +513,11 @@ fn cluster_queue_is_fair_between_clients() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    let log = worker.log();
-    let claimed: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("job claimed"))
-        .filter_map(|l| l.split("job=").nth(1).map(|s| &s[..16]))
-        .filter(|id| **id != blocker)
-        .collect();
+    let claimed = claimed_in(&worker.log(), &[&alice[0], &bob, &alice[1], &alice[2]]);
     assert_eq!(claimed, vec![alice[0].as_str(), bob.as_str(), alice[1].as_str(), alice[2].as_str()], "start order");
     // A client never served before joins at the back too: it does not go ahead of a returning
     // one whose song has waited longer (a stream of new clients would starve it otherwise).
-    let (status, body, _) = api.submit_as(&streamed_song_steps(31, 64), Some("ops-key-0123456789"));
-    assert_eq!(status, 200, "{body}");
-    let blocker = body["id"].as_str().unwrap().to_string();
-    let t0 = Instant::now();
-    while state(&blocker).unwrap()["status"] != "running" {
-        assert!(t0.elapsed() < Duration::from_secs(60), "the blocker never ran");
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    block(31);
     let again = submit("alice-key-0123456789", 40);
     let carol = submit("carol-key-0123456789", 41);
     for id in [&again, &carol] {
@@ -526,13 +527,7 @@ fn cluster_queue_is_fair_between_clients() {
             std::thread::sleep(Duration::from_millis(100));
         }
     }
-    let log = worker.log();
-    let claimed: Vec<&str> = log
-        .lines()
-        .filter(|l| l.contains("job claimed"))
-        .filter_map(|l| l.split("job=").nth(1).map(|s| &s[..16]))
-        .filter(|id| *id == again || *id == carol)
-        .collect();
+    let claimed = claimed_in(&worker.log(), &[&again, &carol]);
     assert_eq!(claimed, vec![again.as_str(), carol.as_str()], "the returning client's older song first");
     // The other API node keeps the same rules: the principal lives in the job state.
     let a = &alice[0];

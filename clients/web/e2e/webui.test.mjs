@@ -26,11 +26,13 @@ import { parseMultipart } from "../src/multipart.js";
   const body = new TextEncoder().encode(
     `--${b}\r\ncontent-type: application/json\r\ncontent-disposition: attachment; filename="track00.json"\r\n\r\n` +
       `{"lyrics": "${lyrics}"}\r\n--${b}\r\ncontent-type: text/html\r\n` +
-      `content-disposition: attachment; filename="track00.wav"\r\n\r\nRIFF\r\n--${b}--\r\n`,
+      `content-disposition: attachment; filename="track00.wav"\r\n\r\nRIFF\r\n--${b}\r\n` +
+      `content-type: audio/ogg; codecs=opus\r\ncontent-disposition: attachment; filename="track01.opus"\r\n\r\n` +
+      `OggS\r\n--${b}--\r\n`,
   );
   const parts = parseMultipart(body.buffer, `multipart/mixed; boundary=${b}`);
   const seen = JSON.stringify(parts.map((p) => [p.type, p.name, p.bytes.length]));
-  const want = JSON.stringify([["application/json", "track00.json", 14 + lyrics.length], ["application/octet-stream", "track00.wav", 4]]);
+  const want = JSON.stringify([["application/json", "track00.json", 14 + lyrics.length], ["application/octet-stream", "track00.wav", 4], ["audio/ogg; codecs=opus", "track01.opus", 4]]);
   if (seen !== want) throw new Error(`multipart: ${seen}, expected ${want}`);
 }
 

@@ -38,7 +38,7 @@ export function parseMultipart(buffer, contentType) {
     if (next < 0) break;
     const bytes = body.slice(headEnd + 4, next); // the CRLF before the delimiter is the delimiter's
     const declared = ((/^content-type:\s*([^\r\n]+)/im.exec(headers) || [])[1] || "").trim();
-    const type = TYPES.test(declared) ? declared : "application/octet-stream";
+    const type = TYPES.test(declared.split(";")[0].trim()) ? declared : "application/octet-stream";
     const name = ((/^content-disposition:[^\r\n]*filename="([^"\r\n/\\]+)"/im.exec(headers) || [])[1]) || "part";
     parts.push({ type, name, bytes });
     at = next + 2;
