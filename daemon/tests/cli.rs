@@ -754,19 +754,10 @@ fn codec_encodes_and_decodes_with_the_minimax_flow_vae() {
     ok(&["demo-model", "--family", "mm3", "--out", s(d)]);
     let vae = d.join("mm3-demo-tiny-vae.gguf");
     let wav = d.join("in.wav");
-    let spec = hound::WavSpec {
-        channels: 2,
-        sample_rate: 48000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(&wav, spec).unwrap();
-    for i in 0..24000 {
+    write_stereo_48k(&wav, 24000, |i| {
         let v = ((i as f32 * 0.05).sin() * 10000.0) as i16;
-        w.write_sample(v).unwrap();
-        w.write_sample(v / 2).unwrap();
-    }
-    w.finalize().unwrap();
+        (v, v / 2)
+    });
     // 24000 samples at 48 kHz are 22050 at 44.1 kHz: 44 frames of 512 (padded), 8 channels.
     let z = d.join("z.vae");
     let said =
@@ -808,18 +799,11 @@ fn codec_encodes_and_decodes_with_the_minimax_flow_vae() {
 
 /// A mono 44.1 kHz sweep: the resampling and channel paths, not the 48 kHz stereo default.
 fn write_sweep_44k_mono(path: &Path, frames: usize) {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: 44100,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).unwrap();
-    for i in 0..frames {
+    let sweep = |i: usize| {
         let t = i as f32 / 44100.0;
-        w.write_sample(((2.0 * std::f32::consts::PI * (300.0 + 400.0 * t) * t).sin() * 12000.0) as i16).unwrap();
-    }
-    w.finalize().unwrap();
+        ((2.0 * std::f32::consts::PI * (300.0 + 400.0 * t) * t).sin() * 12000.0) as i16
+    };
+    write_wav16(path, 44100, 1, &(0..frames).map(sweep).collect::<Vec<_>>());
 }
 
 #[test]
@@ -1085,33 +1069,23 @@ fn reference_audio(n: usize, salt: u32) -> Vec<i16> {
         .collect()
 }
 
-/// `frames` of 16-bit stereo at 48 kHz, each frame's (left, right) from `f`.
-fn write_stereo_48k(path: &Path, frames: usize, f: impl Fn(usize) -> (i16, i16)) {
-    let spec = hound::WavSpec {
-        channels: 2,
-        sample_rate: 48000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
-    let mut w = hound::WavWriter::create(path, spec).unwrap();
-    for i in 0..frames {
-        let (l, r) = f(i);
-        w.write_sample(l).unwrap();
-        w.write_sample(r).unwrap();
-    }
-    w.finalize().unwrap();
-}
-
-fn write_wav(path: &Path, samples: &[i16]) {
-    let spec = hound::WavSpec {
-        channels: 1,
-        sample_rate: 24_000,
-        bits_per_sample: 16,
-        sample_format: hound::SampleFormat::Int,
-    };
+/// 16-bit WAV of interleaved `samples`.
+fn write_wav16(path: &Path, rate: u32, channels: u16, samples: &[i16]) {
+    let spec =
+        hound::WavSpec { channels, sample_rate: rate, bits_per_sample: 16, sample_format: hound::SampleFormat::Int };
     let mut w = hound::WavWriter::create(path, spec).unwrap();
     samples.iter().for_each(|&v| w.write_sample(v).unwrap());
     w.finalize().unwrap();
+}
+
+/// `frames` of 16-bit stereo at 48 kHz, each frame's (left, right) from `f`.
+fn write_stereo_48k(path: &Path, frames: usize, f: impl Fn(usize) -> (i16, i16)) {
+    let samples: Vec<i16> = (0..frames).flat_map(|i| <[i16; 2]>::from(f(i))).collect();
+    write_wav16(path, 48000, 2, &samples);
+}
+
+fn write_wav(path: &Path, samples: &[i16]) {
+    write_wav16(path, 24_000, 1, samples);
 }
 
 #[test]

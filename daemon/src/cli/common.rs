@@ -64,22 +64,16 @@ pub fn read_request(path: &Path) -> anyhow::Result<yued_protocol::Yue2Request> {
     Ok(req)
 }
 
-/// Reads a request JSON file of either family (`served`: the families the run has models of;
-/// `quiet`: no warning of its ignored fields, where the caller reads the file again).
-pub fn read_any_request(
-    path: &Path,
-    served: &[yued_protocol::Family],
-    quiet: bool,
-) -> anyhow::Result<yued_protocol::Request> {
+/// Reads a request JSON file of either family (`served`: the families the run has models of),
+/// naming on stderr the fields it does not read.
+pub fn read_any_request(path: &Path, served: &[yued_protocol::Family]) -> anyhow::Result<yued_protocol::Request> {
     let bytes = std::fs::read(path).with_context(|| format!("reading {}", path.display()))?;
     if served.is_empty() {
         anyhow::bail!("no model of either family (YuE2, MiniMax Music 3) to run {} with", path.display());
     }
     let req =
         yued_protocol::Request::from_json(&bytes, served).map_err(|e| anyhow::anyhow!("{}: {e}", path.display()))?;
-    if !quiet {
-        warn_ignored(path, &bytes, req.family());
-    }
+    warn_ignored(path, &bytes, req.family());
     Ok(req)
 }
 

@@ -55,31 +55,30 @@ fn numbered(path: &Path, song: usize, of: usize) -> PathBuf {
 }
 
 pub fn run(a: ComposeArgs) -> anyhow::Result<()> {
-    if let Some(dir) = &a.models {
-        let (reg, _) = Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
-        let served: Vec<Family> = Family::ALL
+    let models = match &a.models {
+        Some(dir) => Some(Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?.0),
+        None => None,
+    };
+    let served: Vec<Family> = match &models {
+        Some(reg) => Family::ALL
             .into_iter()
             .filter(|&f| match f {
                 Family::Yue2 => !reg.entries(Bucket::Yue2).is_empty(),
                 Family::Mm3 => !reg.entries(Bucket::Mm3Lm).is_empty(),
             })
-            .collect();
-        // A YuE2 request is read again below, where its ignored fields are named.
-        if let Request::Mm3(_) = read_any_request(&a.request, &served, true)? {
-            let Request::Mm3(req) = read_any_request(&a.request, &served, false)? else { unreachable!("read twice") };
-            return compose_mm3(&a, &reg, req);
-        }
-    }
-    let model = match (&a.model, &a.models) {
-        (Some(m), _) => m.clone(),
-        (None, Some(dir)) => {
-            let (reg, _) = Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
+            .collect(),
+        None => vec![Family::Yue2],
+    };
+    let mut req = match read_any_request(&a.request, &served)? {
+        Request::Mm3(req) => return compose_mm3(&a, models.as_ref().expect("MiniMax is served from --models"), req),
+        Request::Yue2(req) => req,
+    };
+    let model = match (&a.model, &models, &a.models) {
+        (Some(m), _, _) => m.clone(),
+        (None, Some(reg), Some(dir)) => {
             reg.resolve(Bucket::Yue2, "").map_err(|e| anyhow::anyhow!("--models {}: {e}", dir.display()))?.path.clone()
         }
-        (None, None) => unreachable!("clap requires one"),
-    };
-    let Request::Yue2(mut req) = read_any_request(&a.request, &[Family::Yue2], false)? else {
-        anyhow::bail!("{}: not a YuE2 request", a.request.display());
+        _ => unreachable!("clap requires --model or --models"),
     };
     not_an_input(&a.out, &[&a.request, &model])?;
     if let Some(s) = a.lm_seed {

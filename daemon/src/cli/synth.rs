@@ -1,4 +1,4 @@
-use super::common::{random_u64, read_any_request, read_request, write_file};
+use super::common::{random_u64, read_any_request, write_file};
 use super::npy;
 use super::synth_args::{numbered, SynthArgs};
 use anyhow::Context;
@@ -15,15 +15,15 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     a.check_outputs("")?;
     match files(&a)? {
         Files::Mm3(reg, r) => super::synth_mm3::run(&a, &reg, *r),
-        Files::Yue2(model, vae) => run_yue2(&a, &model, &vae),
+        Files::Yue2(model, vae, req) => run_yue2(&a, &model, &vae, *req),
     }
 }
 
-/// What a `yued synth` renders with: MiniMax Music 3's five files and its request, or a
-/// YuE2 backbone and VAE.
+/// What a `yued synth` renders: MiniMax Music 3's five files and its request, or a YuE2
+/// backbone, VAE and request.
 enum Files {
     Mm3(Registry, Box<yued_protocol::Mm3Request>),
-    Yue2(PathBuf, PathBuf),
+    Yue2(PathBuf, PathBuf, Box<yued_protocol::Yue2Request>),
 }
 
 /// The files the flags give (MiniMax's five, `--model`/`--vae`, or a `--models` folder,
@@ -38,29 +38,28 @@ fn files(a: &SynthArgs) -> anyhow::Result<Files> {
             (Bucket::Mm3Vae, vae),
         ])
         .map_err(|e| anyhow::anyhow!(e))?;
-        let Request::Mm3(r) = read_any_request(&a.request, &[yued_protocol::Family::Mm3], false)? else {
+        let Request::Mm3(r) = read_any_request(&a.request, &[yued_protocol::Family::Mm3])? else {
             anyhow::bail!("{}: not a MiniMax Music 3 request (caption and lyrics)", a.request.display());
         };
         return Ok(Files::Mm3(reg, Box::new(r)));
     }
     match (&a.model, &a.vae, &a.models) {
-        (Some(m), Some(v), _) => Ok(Files::Yue2(m.clone(), v.clone())),
+        (Some(m), Some(v), _) => match read_any_request(&a.request, &[yued_protocol::Family::Yue2])? {
+            Request::Yue2(r) => Ok(Files::Yue2(m.clone(), v.clone(), Box::new(r))),
+            Request::Mm3(_) => unreachable!("only YuE2 is served"),
+        },
         (_, _, Some(dir)) => {
             let (reg, _) = Registry::scan(dir).with_context(|| format!("--models {}", dir.display()))?;
             let served = super::synth_mm3::served(&reg);
-            // A YuE2 request is read again by its run, which names its ignored fields.
-            match read_any_request(&a.request, &served, true)? {
-                Request::Mm3(r) => {
-                    read_any_request(&a.request, &served, false)?;
-                    Ok(Files::Mm3(reg, Box::new(r)))
-                }
-                Request::Yue2(_) => {
+            match read_any_request(&a.request, &served)? {
+                Request::Mm3(r) => Ok(Files::Mm3(reg, Box::new(r))),
+                Request::Yue2(r) => {
                     let pick = |b: Bucket| {
                         reg.resolve(b, "")
                             .map(|e| e.path.clone())
                             .map_err(|e| anyhow::anyhow!("--models {}: {e}", dir.display()))
                     };
-                    Ok(Files::Yue2(pick(Bucket::Yue2)?, pick(Bucket::Yue2Vae)?))
+                    Ok(Files::Yue2(pick(Bucket::Yue2)?, pick(Bucket::Yue2Vae)?, Box::new(r)))
                 }
             }
         }
@@ -70,8 +69,7 @@ fn files(a: &SynthArgs) -> anyhow::Result<Files> {
 
 /// A YuE2 request read, overridden by the flags, loaded with its adapters, rendered with a
 /// progress bar and written track by track.
-fn run_yue2(a: &SynthArgs, model: &Path, vae: &Path) -> anyhow::Result<()> {
-    let mut req = read_request(&a.request)?;
+fn run_yue2(a: &SynthArgs, model: &Path, vae: &Path, mut req: yued_protocol::Yue2Request) -> anyhow::Result<()> {
     if let Some(d) = a.duration {
         req.duration = d;
     }

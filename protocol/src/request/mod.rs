@@ -77,9 +77,12 @@ pub fn ignored_fields(body: &Value, family: Family) -> Vec<String> {
         let props = schema.as_value().get("properties").and_then(Value::as_object);
         props.map(|p| p.keys().cloned().collect()).unwrap_or_default()
     }
+    // The schemas are the types': derived once, not for every submission.
+    static YUE2: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
+    static MM3: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
     let known = match family {
-        Family::Yue2 => fields_of::<Yue2Request>(),
-        Family::Mm3 => fields_of::<Mm3Request>(),
+        Family::Yue2 => YUE2.get_or_init(fields_of::<Yue2Request>),
+        Family::Mm3 => MM3.get_or_init(fields_of::<Mm3Request>),
     };
     let Some(obj) = body.as_object() else { return Vec::new() };
     obj.keys().filter(|k| *k != "family" && !known.contains(k)).cloned().collect()
