@@ -155,7 +155,11 @@ fn six_songs_survive_a_killed_worker_and_a_nats_restart() {
     let mut workers = [Some(node(dir.path(), "wa", &nats, "worker")), Some(node(dir.path(), "wb", &nats, "worker"))];
     // One client's six songs: its share is the whole cap here.
     let api = node_with(dir.path(), "api", &nats, "api", &["--admission-share", "8"]);
-    let ids: Vec<String> = (0..6).map(|i| api.submit(&streamed_song(100 + i))).collect();
+    // The watched song's synthesis outlasts its codes by several heartbeats (64 steps), so its
+    // codes reach the cluster before it ends even on a quiet machine (with 24 steps a song
+    // could end within one heartbeat of its last code, its codes never journaled).
+    let ids: Vec<String> =
+        (0..6).map(|i| api.submit(&streamed_song_steps(100 + i, if i == 0 { 64 } else { 24 }))).collect();
     let watched = ids[0].clone();
 
     // The listener on the API node, following the first song from its start.
