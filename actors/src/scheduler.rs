@@ -335,11 +335,18 @@ impl Handler<Submit> for Scheduler {
             self.metrics.admission_rejections_total.inc();
             return Err(SubmitError::OverShare(self.share));
         }
+        // A cluster job may come back to a worker that ran it before (it lost the job to
+        // another worker, which then died): the ended local run gives way to the new one.
         let id = match m.id {
-            Some(id) if self.jobs.contains_key(&id) => {
-                return Err(SubmitError::Journal(format!("job {id} is already known here")))
+            Some(id) if self.jobs.get(&id).is_some_and(|e| !e.record.state.is_terminal()) => {
+                return Err(SubmitError::Journal(format!("job {id} is already running here")))
             }
-            Some(id) => Ok(id),
+            Some(id) => {
+                if self.jobs.remove(&id).is_some() {
+                    self.results.remove(&id);
+                }
+                Ok(id)
+            }
             None => self.journal.new_id().map_err(|e| SubmitError::Journal(e.to_string())),
         };
         let id = match id {

@@ -188,6 +188,7 @@ impl JobQueue for NatsBackend {
             seq: 0,
             owner: None,
             attempt: 0,
+            deaths: 0,
             progress: None,
             cancel: false,
             parts: vec![],

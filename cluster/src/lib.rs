@@ -76,7 +76,8 @@ pub struct ClusterConfig {
     pub role: Role,
     /// A worker silent on a job this long loses it.
     pub ack_wait: Duration,
-    /// Starts of a job before it fails.
+    /// Starts of a job whose worker stopped answering before it fails (a job handed back
+    /// does not count).
     pub max_attempts: u32,
     /// Jobs queued and running, cluster-wide.
     pub admission_cap: usize,

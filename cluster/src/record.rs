@@ -21,9 +21,13 @@ pub struct ClusterJob {
     /// The worker that runs (or last ran) it.
     #[serde(default)]
     pub owner: Option<String>,
-    /// Its start count (the delivery that the owner runs).
+    /// Its claim count: the owner's claim (a worker that finds another number has lost it).
     #[serde(default)]
     pub attempt: u32,
+    /// Its starts whose worker stopped answering (killed, crashed, cut off past `ack_wait`);
+    /// a job handed back (a worker stopping, or not able to take it) does not count.
+    #[serde(default)]
+    pub deaths: u32,
     /// The running job's stage and its step count.
     #[serde(default)]
     pub progress: Option<(Stage, u64, u64)>,

@@ -14,8 +14,11 @@
 //!
 //! At the end it uploads the result to the object store, writes the final state, publishes
 //! the terminal event and acknowledges the message. A worker that dies does none of that:
-//! the server redelivers the job after `ack_wait`, and after `max_attempts` starts the job
-//! fails with a message that says why.
+//! the server redelivers the job after `ack_wait`, and the worker that claims it next finds
+//! the dead one still its owner and counts a death; after `max_attempts` of them the job
+//! fails with a message that says why. A worker that stops, or cannot take a job, hands it
+//! back (no owner, queued again) before it lets go of the message: that costs no attempt, so
+//! a rolling restart never fails a long job. The server's own delivery count is no limit.
 use crate::metrics::ClusterMetrics;
 use crate::record::{self, Change, ClusterJob, Patience};
 use crate::{key_safe, retry, tiles, Cluster, RETRY_WITHIN};
@@ -226,14 +229,28 @@ impl Worker {
                         filter_subject: subject,
                         ack_policy: consumer::AckPolicy::Explicit,
                         ack_wait: self.c.cfg.ack_wait,
-                        // One delivery more than the starts: the last only records the failure.
-                        max_deliver: self.c.cfg.max_attempts as i64 + 1,
+                        // No limit from the server: it counts hand-backs too. The claim
+                        // counts the starts that died (see the module's doc).
+                        max_deliver: -1,
                         inactive_threshold: Duration::from_secs(3600),
                         ..Default::default()
                     },
                 )
                 .await
                 .map_err(|e| e.to_string())?;
+            // A consumer made by an older yued (a delivery limit) or a node with another
+            // ack_wait is brought to this node's settings.
+            let mut consumer = consumer;
+            let have = &consumer.cached_info().config;
+            if have.max_deliver != -1 || have.ack_wait != self.c.cfg.ack_wait {
+                let mut config = <consumer::pull::Config as consumer::FromConsumer>::try_from_consumer_config(
+                    have.clone(),
+                )
+                .map_err(|e| e.to_string())?;
+                config.max_deliver = -1;
+                config.ack_wait = self.c.cfg.ack_wait;
+                consumer = self.c.jobs.create_consumer(config).await.map_err(|e| e.to_string())?;
+            }
             let mut batch = consumer.fetch().max_messages(1).messages().await.map_err(|e| e.to_string())?;
             if let Some(m) = batch.next().await {
                 let m = m.map_err(|e| e.to_string())?;
@@ -260,12 +277,12 @@ impl Worker {
 
     /// Claims the job in the state bucket for this worker: `None` when it is not to run
     /// here (already ended, cancelled, out of attempts, or the claim failed), every such
-    /// case answered to the server.
-    async fn claim(&self, id: &JobId, msg: &jetstream::Message, delivered: u32) -> Option<Box<ClusterJob>> {
+    /// case answered to the server. With the job, whether its last worker stopped answering.
+    async fn claim(&self, id: &JobId, msg: &jetstream::Message) -> Option<(Box<ClusterJob>, bool)> {
         let max = self.c.cfg.max_attempts;
         let me = self.node().to_string();
         enum Claim {
-            Run(Box<ClusterJob>),
+            Run(Box<ClusterJob>, bool),
             Skip,
             Ended(StreamEvent),
         }
@@ -277,10 +294,17 @@ impl Worker {
                 j.record.state = JobState::Cancelled;
                 return Change::Write(Claim::Ended(StreamEvent::Cancelled {}));
             }
-            if delivered > max {
+            // Its message came back while a worker still owns it: that worker stopped
+            // answering (a worker that lets go of a job hands it back first).
+            let died = j.owner.is_some() && j.record.state == JobState::Running;
+            if died {
+                j.deaths += 1;
+            }
+            if j.deaths >= max.max(1) {
                 let error = format!(
-                    "the job was started {max} times and each time the worker running it stopped answering (killed, \
+                    "the job was started {} times and each time the worker running it stopped answering (killed, \
                         crashed or cut off; the last was {}); it is not started again",
+                    j.deaths,
                     j.owner.as_deref().unwrap_or("unknown")
                 );
                 j.record.state = JobState::Failed;
@@ -288,10 +312,10 @@ impl Worker {
                 return Change::Write(Claim::Ended(StreamEvent::Failed { error }));
             }
             j.owner = Some(me.clone());
-            j.attempt = delivered;
+            j.attempt += 1;
             j.record.state = JobState::Running;
             j.progress = None;
-            Change::Write(Claim::Run(Box::new(j.clone())))
+            Change::Write(Claim::Run(Box::new(j.clone()), died))
         })
         .await;
         match claim {
@@ -314,8 +338,26 @@ impl Worker {
                 self.finish_message(id, event, msg, None).await;
                 None
             }
-            Ok(Some(Claim::Run(job))) => Some(job),
+            Ok(Some(Claim::Run(job, died))) => Some((job, died)),
         }
+    }
+
+    /// Lets go of a job without running it to its end: the state says queued and no owner
+    /// (so the next claim counts no death), then the message goes back to the server,
+    /// redelivered after `delay` (at once when `None`).
+    async fn hand_back(&self, id: &JobId, attempt: u32, msg: &jetstream::Message, delay: Option<Duration>) {
+        self.node.cancel(id);
+        let written = self
+            .write_own(id, attempt, |j| {
+                j.owner = None;
+                j.record.state = JobState::Queued;
+                j.progress = None;
+            })
+            .await;
+        if let Err(e) = written {
+            tracing::warn!(error = %e, "the hand-back could not be written: the next start counts it as lost");
+        }
+        let _ = msg.ack_with(jetstream::AckKind::Nak(delay)).await;
     }
 
     /// Starts the claimed job on this node (a `/vae` job's upload fetched from the object
@@ -349,13 +391,13 @@ impl Worker {
         };
         if let Err(e) = self.node.run(submit).await {
             tracing::error!(error = %e, "the local pipeline did not take the job: handing it back");
-            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
+            self.hand_back(id, attempt, msg, Some(REFUSED_AGAIN)).await;
             return None;
         }
         let tap = self.node.tap(id).await;
         if tap.is_none() {
             tracing::error!("the local stream of the job is gone: handing it back");
-            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
+            self.hand_back(id, attempt, msg, Some(REFUSED_AGAIN)).await;
         }
         tap
     }
@@ -369,6 +411,7 @@ impl Worker {
         attempt: u32,
         tap: &mut tokio::sync::mpsc::UnboundedReceiver<HubItem>,
         mut cancels: Option<async_nats::Subscriber>,
+        beat_now: &tokio::sync::Notify,
     ) -> Option<Option<StreamEvent>> {
         let mut stop = self.stop.clone();
         let mut n = 0u64;
@@ -379,6 +422,11 @@ impl Worker {
                     Some(HubItem::Event(StreamEvent::Queued { .. })) => {}
                     Some(HubItem::Event(e)) if e.is_terminal() => return Some(Some(e)),
                     Some(item) => {
+                        if matches!(item, HubItem::Event(StreamEvent::Codes { .. })) {
+                            // A song's codes are complete: into the cluster now, not at the
+                            // next beat (a worker lost in between would leave them unjournaled).
+                            beat_now.notify_one();
+                        }
                         n += 1;
                         let msg_id = tiles::message_id(id, &item, &format!("a{attempt}.{n}"));
                         if let Err(e) = tiles::publish(&self.c.js, id, &item, &msg_id).await {
@@ -439,6 +487,7 @@ impl Worker {
             Ok(Own::Lost) => {
                 self.metrics.jobs_lost_total.inc();
                 tracing::warn!("the job was taken over before its end was written: this worker's outcome is dropped");
+                self.results.remove(id);
                 return;
             }
             Err(e) => {
@@ -454,22 +503,22 @@ impl Worker {
     /// One job from its message to its end: claimed, run on this node with its stream
     /// forwarded and its heartbeat beating, concluded.
     async fn run(self: Arc<Self>, id: JobId, msg: jetstream::Message) {
-        let delivered = msg.info().map(|i| i.delivered.max(1) as u32).unwrap_or(1);
         let msg = Arc::new(msg);
         // The message stays this worker's for the whole run, not only while the job's own
         // heartbeat beats: claiming it, fetching its upload and writing its results (retried
         // for minutes while the server is away) may take longer than ack_wait, and a message
         // taken over then would be rendered again and this one's finished result thrown away.
         let _claimed = self.keep_claimed(msg.clone());
-        let Some(job) = self.claim(&id, &msg, delivered).await else { return };
-        if delivered > 1 {
+        let Some((job, died)) = self.claim(&id, &msg).await else { return };
+        let (attempt, codes) = (job.attempt, job.record.songs.len());
+        if died {
             self.metrics.redeliveries_total.inc();
-            let codes = job.record.songs.len();
-            tracing::warn!(attempt = delivered, codes, "resuming a job whose worker stopped answering");
+            tracing::warn!(attempt, deaths = job.deaths, codes, "resuming a job whose worker stopped answering");
+        } else if attempt > 1 {
+            tracing::info!(attempt, codes, "resuming a job handed back to the cluster");
         } else {
             tracing::info!("job claimed");
         }
-        let attempt = delivered;
         let cancels = match self.c.client.subscribe(format!("yued.cancel.{id}")).await {
             Ok(s) => Some(s),
             Err(e) => {
@@ -479,24 +528,25 @@ impl Worker {
         };
         let Some(mut tap) = self.start_local(&id, &job, attempt, &msg).await else { return };
         let lost = Arc::new(AtomicBool::new(false));
-        let songs = job.record.songs.len();
-        let beat = tokio::spawn(self.clone().job_heartbeat(id.clone(), attempt, msg.clone(), lost.clone(), songs));
-        let terminal = self.forward(&id, attempt, &mut tap, cancels).await;
+        let beat_now = Arc::new(tokio::sync::Notify::new());
+        let beat = Beat { id: id.clone(), attempt, msg: msg.clone(), lost: lost.clone(), now: beat_now.clone() };
+        let beat = tokio::spawn(self.clone().job_heartbeat(beat, codes));
+        let terminal = self.forward(&id, attempt, &mut tap, cancels, &beat_now).await;
         beat.abort();
-        let Some(terminal) = terminal else {
-            // This node is stopping: the job goes back to the cluster at once.
-            tracing::info!("worker stopping: job handed back to the cluster");
-            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
-            return;
-        };
         if lost.load(Ordering::Acquire) {
             self.metrics.jobs_lost_total.inc();
             tracing::warn!("another worker owns the job now: this one stopped it and writes nothing");
             return;
         }
+        let Some(terminal) = terminal else {
+            // This node is stopping: the job goes back to the cluster at once.
+            tracing::info!("worker stopping: job handed back to the cluster");
+            self.hand_back(&id, attempt, &msg, None).await;
+            return;
+        };
         let Some(event) = terminal else {
             tracing::error!("the local stream ended without a final event: handing the job back");
-            let _ = msg.ack_with(jetstream::AckKind::Nak(None)).await;
+            self.hand_back(&id, attempt, &msg, Some(REFUSED_AGAIN)).await;
             return;
         };
         self.conclude(&id, &job, attempt, &msg, event).await;
@@ -533,8 +583,6 @@ impl Worker {
         }
     }
 
-    /// Every beat while the job runs: "in progress" to the server, progress and new codes
-    /// to the state; a cancel flag or a new owner stops the local job.
     /// Reports the message in progress every third of ack_wait until the guard is dropped.
     fn keep_claimed(&self, msg: Arc<jetstream::Message>) -> KeepClaimed {
         let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
@@ -546,18 +594,18 @@ impl Worker {
         }))
     }
 
-    async fn job_heartbeat(
-        self: Arc<Self>,
-        id: JobId,
-        attempt: u32,
-        msg: Arc<jetstream::Message>,
-        lost: Arc<AtomicBool>,
-        mut songs_known: usize,
-    ) {
+    /// Every beat while the job runs (and at once when a song's codes are complete): "in
+    /// progress" to the server, progress and new codes to the state; a cancel flag or a new
+    /// owner stops the local job.
+    async fn job_heartbeat(self: Arc<Self>, beat: Beat, mut songs_known: usize) {
+        let Beat { id, attempt, msg, lost, now } = beat;
         let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
         let mut cancelled = false;
         loop {
-            tokio::time::sleep(period).await;
+            tokio::select! {
+                _ = tokio::time::sleep(period) => {}
+                _ = now.notified() => {}
+            }
             if let Err(e) = msg.ack_with(jetstream::AckKind::Progress).await {
                 tracing::warn!(job = %id, error = %e, "the in-progress report did not reach the cluster");
             }
@@ -621,6 +669,20 @@ impl Worker {
         Ok(out)
     }
 }
+
+/// What a running job's heartbeat needs: whose beat, its claim, its message, the flag it
+/// raises when another worker owns the job, and the bell that asks for a beat at once.
+struct Beat {
+    id: JobId,
+    attempt: u32,
+    msg: Arc<jetstream::Message>,
+    lost: Arc<AtomicBool>,
+    now: Arc<tokio::sync::Notify>,
+}
+
+/// How long a job this worker could not take waits before the server offers it again (to
+/// this worker or another): a refusal is not retried in a tight loop.
+const REFUSED_AGAIN: Duration = Duration::from_secs(2);
 
 /// A message kept from redelivery while it lives (see [`Worker::keep_claimed`]).
 struct KeepClaimed(tokio::task::JoinHandle<()>);

@@ -635,3 +635,44 @@ fn a_tokenization_runs_on_a_worker_and_its_codes_come_back() {
     let jobs: serde_json::Value = api.http.get(api.url("/jobs")).send().unwrap().json().unwrap();
     assert_eq!(jobs["jobs"][0]["upload"], "tokenize", "{jobs}");
 }
+
+/// A worker that stops (SIGTERM) hands its job back, and a hand-back costs none of the
+/// job's starts: with one start allowed, a job handed back twice (a rolling restart) still
+/// ends done, resumed from the codes its first worker journaled the moment they were
+/// complete. A worker killed outright is what spends a start (see the admission test).
+#[test]
+fn a_job_handed_back_twice_spends_no_start() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(bin, dir.path().join("nats"));
+    let opts = ["--cluster-max-attempts", "1"];
+    // (An API node is ready once a worker is.)
+    let mut wa = node_with(dir.path(), "wa", &nats, "worker", &opts);
+    let api = node_with(dir.path(), "api", &nats, "api", &opts);
+    let id = api.submit(&streamed_song_steps(7, 128));
+    let wait_log = |d: &Daemon, needle: &str| {
+        let t0 = Instant::now();
+        while count(&d.log(), &id, needle) == 0 {
+            assert!(t0.elapsed() < Duration::from_secs(120), "no {needle:?} in {}", d.log());
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    };
+    wait_log(&wa, "codes journaled in the cluster");
+    let stop = |d: &mut Daemon| {
+        let pid = d.child.id().to_string();
+        assert!(Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        assert!(yued_e2e::wait_exit(&mut d.child, Duration::from_secs(30)).is_some(), "{}", d.log());
+    };
+    stop(&mut wa);
+    assert!(count(&wa.log(), &id, "handed back") > 0, "{}", wa.log());
+    let mut wb = node_with(dir.path(), "wb", &nats, "worker", &opts);
+    wait_log(&wb, "resuming a job handed back");
+    assert!(wb.log().lines().any(|l| l.contains("handed back") && l.contains("codes=1")), "{}", wb.log());
+    stop(&mut wb);
+    let wc = node_with(dir.path(), "wc", &nats, "worker", &opts);
+    let s = api.wait(&id, Duration::from_secs(180));
+    assert_eq!(s["status"], "done", "{s}");
+    assert_eq!(count(&wc.log(), &id, "job finished in the cluster"), 1, "{}", wc.log());
+    let m = wc.http.get(wc.url("/metrics")).send().unwrap().text().unwrap();
+    assert!(m.contains("yued_cluster_redeliveries_total 0"), "a hand-back is no redelivery: {m}");
+}
