@@ -243,10 +243,9 @@ impl Worker {
             let mut consumer = consumer;
             let have = &consumer.cached_info().config;
             if have.max_deliver != -1 || have.ack_wait != self.c.cfg.ack_wait {
-                let mut config = <consumer::pull::Config as consumer::FromConsumer>::try_from_consumer_config(
-                    have.clone(),
-                )
-                .map_err(|e| e.to_string())?;
+                let mut config =
+                    <consumer::pull::Config as consumer::FromConsumer>::try_from_consumer_config(have.clone())
+                        .map_err(|e| e.to_string())?;
                 config.max_deliver = -1;
                 config.ack_wait = self.c.cfg.ack_wait;
                 consumer = self.c.jobs.create_consumer(config).await.map_err(|e| e.to_string())?;
