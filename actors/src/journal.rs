@@ -148,7 +148,8 @@ impl Journal {
                 }
                 Err(e) => {
                     return Err(open_err(format!(
-                        "cannot open as a sled database: {e} (is another yued using this data directory?)"
+                        "cannot open as a sled database: {e} (another process holding it, or a damaged journal: \
+                        a damaged one moved aside, the daemon starts with none, and its jobs are lost)"
                     )))
                 }
             }
@@ -292,6 +293,7 @@ mod tests {
             upload: None,
             crashes: 0,
             resumed: 0,
+            cancel_asked: false,
         }
     }
 

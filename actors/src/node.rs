@@ -36,6 +36,10 @@ pub struct NodeConfig {
     /// Jobs admitted at once, and the most one principal may hold.
     pub cap: usize,
     pub share: usize,
+    /// The folder the jobs' uploads wait in: at the start, a file in it that no waiting or
+    /// running job refers to goes (a daemon killed between storing an upload and admitting
+    /// its job, or a job that ended while the daemon was down).
+    pub uploads: Option<PathBuf>,
 }
 
 /// A running single node.
@@ -62,8 +66,11 @@ impl Node {
         let hub = StreamHub::new(metrics.clone()).start();
         let (tx, rx) = crossbeam_channel::unbounded();
         let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cfg.cap, cfg.share)
-            .map_err(|e| e.to_string())?
-            .start();
+            .map_err(|e| e.to_string())?;
+        if let Some(dir) = &cfg.uploads {
+            scheduler.sweep_uploads(dir);
+        }
+        let scheduler = scheduler.start();
         let stages = crate::worker::spawn(cfg.worker, rx, scheduler.clone(), hub.clone(), results.clone(), metrics);
         Ok(Node { scheduler, hub, results, stages })
     }

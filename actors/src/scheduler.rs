@@ -89,7 +89,12 @@ impl Scheduler {
             if r.state == JobState::Running {
                 r.crashes += 1;
             }
-            if !r.state.is_terminal() && r.crashes >= MAX_CRASHES {
+            if !r.state.is_terminal() && r.cancel_asked {
+                // Its cancel was answered before the daemon stopped: it stays cancelled.
+                tracing::info!(job = %id, "a job cancelled while it ran stays cancelled after the restart");
+                r.state = JobState::Cancelled;
+                s.journal.put(&r)?;
+            } else if !r.state.is_terminal() && r.crashes >= MAX_CRASHES {
                 let msg = format!(
                     "the daemon stopped unexpectedly {} times while running this job (a crash or a \
                     kill); it is not resumed again",
@@ -119,6 +124,29 @@ impl Scheduler {
         s.publish_positions();
         s.metrics.queue_depth.set(s.queued_count() as i64);
         Ok(s)
+    }
+
+    /// Removes the files of `dir` that no waiting or running job reads.
+    pub fn sweep_uploads(&self, dir: &std::path::Path) {
+        // By name: uploads have random names, and the journal may hold the folder's path
+        // spelt another way.
+        let wanted: std::collections::HashSet<&std::ffi::OsStr> = self
+            .jobs
+            .values()
+            .filter(|e| !e.record.state.is_terminal())
+            .filter_map(|e| e.record.upload.as_ref().and_then(|u| u.input.file_name()))
+            .collect();
+        let Ok(files) = std::fs::read_dir(dir) else { return };
+        let mut removed = 0;
+        for f in files.flatten() {
+            let path = f.path();
+            if path.is_file() && !wanted.contains(f.file_name().as_os_str()) && std::fs::remove_file(&path).is_ok() {
+                removed += 1;
+            }
+        }
+        if removed > 0 {
+            tracing::info!(removed, dir = %dir.display(), "uploads no job reads removed");
+        }
     }
 
     fn enqueue(&mut self, id: &JobId, client: &str) {
@@ -232,10 +260,11 @@ impl Scheduler {
     }
 
     /// Forgets ended jobs as their results go, so the journal and the job table stay
-    /// bounded: a done job when its result has expired or was evicted; a failed or cancelled
-    /// one (no result) once older than the results' TTL; and, beyond the results' count
-    /// limit, the oldest ended jobs. Their records leave the journal; asking for them is a
-    /// 404 like any unknown job.
+    /// bounded: a done job when its result has expired or was evicted (the result store
+    /// bounds those); a failed or cancelled one (no result) once older than the results'
+    /// TTL, or beyond the results' count limit among its own principal's (a client that
+    /// cancels many jobs pushes out only its own, never another's finished songs). Their
+    /// records leave the journal; asking for them is a 404 like any unknown job.
     fn prune(&mut self) {
         let gone = self.results.sweep();
         if !gone.is_empty() {
@@ -243,22 +272,26 @@ impl Scheduler {
         }
         let r = self.results.retention();
         let now = now_ms();
-        let mut ended: Vec<(JobId, JobState, u64)> = self
+        let mut ended: Vec<(u64, JobId, JobState, &str)> = self
             .jobs
             .iter()
             .filter(|(_, e)| e.record.state.is_terminal())
-            .map(|(id, e)| (id.clone(), e.record.state, e.record.submitted_ms))
+            .map(|(id, e)| (e.record.submitted_ms, id.clone(), e.record.state, e.record.client.as_str()))
             .collect();
-        // Oldest first (ids are random).
-        ended.sort_by(|a, b| (a.2, &a.0).cmp(&(b.2, &b.0)));
-        let over = ended.len().saturating_sub(r.max_count);
+        // Newest first (ids are random), so that a principal's count keeps its newest.
+        ended.sort_by(|a, b| (b.0, &b.1).cmp(&(a.0, &a.1)));
+        let mut held: HashMap<&str, usize> = HashMap::new();
         let mut forget = Vec::new();
-        for (i, (id, state, submitted)) in ended.into_iter().enumerate() {
+        for (submitted, id, state, client) in ended {
             let expired = match state {
                 JobState::Done => !self.results.exists(&id),
-                _ => now.saturating_sub(submitted) > r.ttl_secs * 1000,
+                _ => {
+                    let n = held.entry(client).or_default();
+                    *n += 1;
+                    *n > r.max_count || now.saturating_sub(submitted) > r.ttl_secs * 1000
+                }
             };
-            if expired || i < over {
+            if expired {
                 forget.push(id);
             }
         }
@@ -371,6 +404,7 @@ impl Handler<Submit> for Scheduler {
             upload: m.upload,
             crashes: 0,
             resumed: 0,
+            cancel_asked: false,
         };
         let put = self.journal.put(&record);
         if !self.journaled(put.as_ref().map(|_| ()).map_err(|e| e.to_string())) {
@@ -442,7 +476,13 @@ impl Handler<Cancel> for Scheduler {
                 Some(JobState::Cancelled)
             }
             JobState::Running => {
-                self.jobs[&m.0].cancel.cancel();
+                // Journaled before it is answered: a daemon killed before the stages stop the
+                // job finds it cancelled at its next start, not running.
+                if let Some(e) = self.jobs.get_mut(&m.0) {
+                    e.record.cancel_asked = true;
+                    e.cancel.cancel();
+                }
+                self.persist(&m.0);
                 tracing::info!(job = %m.0, "cancel requested for the running job");
                 Some(JobState::Cancelled)
             }
@@ -493,7 +533,8 @@ impl Handler<Finished> for Scheduler {
             Outcome::Failed(_) => JobState::Failed,
             Outcome::Cancelled => JobState::Cancelled,
         };
-        if !self.accepting && state == JobState::Cancelled {
+        let asked = self.jobs.get(&m.id).is_some_and(|e| e.record.cancel_asked);
+        if !self.accepting && state == JobState::Cancelled && !asked {
             // Shutdown interrupted it: it stays queued in the journal and resumes later.
             if let Some(e) = self.jobs.get_mut(&m.id) {
                 e.record.state = JobState::Queued;
@@ -502,7 +543,10 @@ impl Handler<Finished> for Scheduler {
             self.persist(&m.id);
             tracing::info!(job = %m.id, "job interrupted by shutdown; it resumes at the next start");
         } else {
-            tracing::info!(job = %m.id, state = state.as_str(), "job finished");
+            match &m.outcome {
+                Outcome::Failed(error) => tracing::warn!(job = %m.id, state = state.as_str(), %error, "job finished"),
+                _ => tracing::info!(job = %m.id, state = state.as_str(), "job finished"),
+            }
             self.finish(&m.id, state, &m.outcome);
             self.prune();
         }

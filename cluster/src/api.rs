@@ -182,6 +182,7 @@ impl JobQueue for NatsBackend {
             upload: job.upload.map(|v| UploadTask { op: v.op, input: PathBuf::new() }),
             crashes: 0,
             resumed: 0,
+            cancel_asked: false,
         };
         let entry = ClusterJob {
             record,

@@ -48,6 +48,10 @@ pub struct JobRecord {
     /// Times the job resumed from its journaled codes (the replay path: no sampling).
     #[serde(default)]
     pub resumed: u32,
+    /// A cancel was asked while the job ran (journaled before it was answered): a job found
+    /// running at a start with this set is cancelled, not resumed.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub cancel_asked: bool,
 }
 
 impl JobRecord {

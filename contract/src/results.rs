@@ -68,16 +68,10 @@ impl ResultStore {
         let n = self.saves.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         let tmp = self.dir.join(format!(".{}.{n}.tmp", id.as_str()));
         let _ = std::fs::remove_dir_all(&tmp);
-        std::fs::create_dir_all(&tmp)?;
-        let mut parts = Vec::new();
-        let mut bytes = 0u64;
-        for (name, ct, data) in files {
-            std::fs::write(tmp.join(&name), &data)?;
-            bytes += data.len() as u64;
-            parts.push(ResultPart { file: name, content_type: ct });
-        }
-        let meta = ResultMeta { created_ms: now_ms(), bytes, parts };
-        std::fs::write(tmp.join("meta.json"), serde_json::to_vec(&meta).unwrap())?;
+        // A save that fails (a full disk) leaves nothing behind to keep the disk full.
+        let meta = Self::write_aside(&tmp, files).inspect_err(|_| {
+            let _ = std::fs::remove_dir_all(&tmp);
+        })?;
         let dest = self.job_dir(id);
         // Another save of the same id may put its folder there between the removal and the
         // rename (a cluster API node caching one result for two readers): then again.
@@ -93,7 +87,33 @@ impl ResultStore {
                 }
             }
         }
+        // The rename itself on the disk, before the journal says done.
+        let _ = std::fs::File::open(&self.dir).and_then(|d| d.sync_all());
         self.sweep();
+        Ok(meta)
+    }
+
+    /// Writes a result's files and its meta into `tmp`, each on the disk (synced) before the
+    /// folder is renamed into place: a journal that says done never points at empty files
+    /// after a power cut.
+    fn write_aside(tmp: &Path, files: Vec<(String, String, Vec<u8>)>) -> std::io::Result<ResultMeta> {
+        fn write_synced(path: &Path, data: &[u8]) -> std::io::Result<()> {
+            use std::io::Write;
+            let mut f = std::fs::File::create(path)?;
+            f.write_all(data)?;
+            f.sync_all()
+        }
+        std::fs::create_dir_all(tmp)?;
+        let mut parts = Vec::new();
+        let mut bytes = 0u64;
+        for (name, ct, data) in files {
+            write_synced(&tmp.join(&name), &data)?;
+            bytes += data.len() as u64;
+            parts.push(ResultPart { file: name, content_type: ct });
+        }
+        let meta = ResultMeta { created_ms: now_ms(), bytes, parts };
+        write_synced(&tmp.join("meta.json"), &serde_json::to_vec(&meta).expect("meta serializes"))?;
+        std::fs::File::open(tmp)?.sync_all()?;
         Ok(meta)
     }
 
@@ -185,6 +205,23 @@ mod tests {
         assert!(parts.iter().all(|(p, _)| std::fs::metadata(p).unwrap().len() == 50_000));
         let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
         assert_eq!(left, vec![std::ffi::OsString::from(id.as_str())], "nothing left aside");
+    }
+
+    #[test]
+    fn a_save_that_fails_leaves_nothing_aside() {
+        let dir = tempfile::tempdir().unwrap();
+        let store =
+            ResultStore::open(dir.path(), Retention { ttl_secs: 60, max_bytes: 1 << 20, max_count: 8 }).unwrap();
+        let id = JobId::from_u64(0xaa);
+        // The second file cannot be written (its folder does not exist), as on a full disk.
+        let files = vec![
+            ("a.wav".to_string(), "audio/wav".to_string(), vec![1u8; 64]),
+            ("no/such.wav".to_string(), "audio/wav".to_string(), vec![2u8; 64]),
+        ];
+        assert!(store.save(&id, files).is_err());
+        let left: Vec<_> = std::fs::read_dir(dir.path()).unwrap().flatten().map(|e| e.file_name()).collect();
+        assert!(left.is_empty(), "{left:?}");
+        assert!(!store.exists(&id));
     }
 
     #[test]

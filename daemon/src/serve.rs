@@ -907,15 +907,49 @@ async fn serve_http(
     .with_context(|| format!("binding {}:{}", addr.0, addr.1))?;
     tracing::info!(host = %addr.0, port = addr.1, "yued listening");
     let Some(scrape) = scrape else { return Ok(server.run().await?) };
-    let handle = scrape.handle();
-    let main = server.run();
+    // Each server handles its commands (a stop among them) only while it is polled: both
+    // run as tasks, so that the one still running when the other ends hears its stop.
+    let (scrape_handle, main) = (scrape.handle(), server.run());
     let main_handle = main.handle();
-    let r = futures_util::future::select(main, scrape).await;
-    handle.stop(true).await;
+    let (main, scrape) = (actix_web::rt::spawn(main), actix_web::rt::spawn(scrape));
+    let (first, other) = match futures_util::future::select(main, scrape).await {
+        futures_util::future::Either::Left((r, other)) | futures_util::future::Either::Right((r, other)) => (r, other),
+    };
+    scrape_handle.stop(true).await;
     main_handle.stop(true).await;
-    match r {
-        futures_util::future::Either::Left((r, _)) | futures_util::future::Either::Right((r, _)) => Ok(r?),
+    let second = other.await;
+    first??;
+    Ok(second??)
+}
+
+/// Takes the data directory for this daemon (an advisory lock on `yued.lock`, which names
+/// the holder's pid): a second daemon started on it by mistake stops here, before it
+/// writes a model, sweeps the results' or the uploads' folder or opens the journal.
+fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
+    use std::io::{Read, Seek, Write};
+    let path = dir.join("yued.lock");
+    let mut f = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(&path)
+        .with_context(|| format!("opening {}", path.display()))?;
+    if let Err(e) = f.try_lock() {
+        let mut holder = String::new();
+        let _ = f.read_to_string(&mut holder);
+        let holder = holder.trim();
+        let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
+        anyhow::bail!(
+            "the data directory {} is in use by another yued{who}: give each daemon its own --data-dir ({e})",
+            dir.display()
+        );
     }
+    f.set_len(0)?;
+    f.rewind()?;
+    write!(f, "{}", std::process::id())?;
+    f.flush()?;
+    Ok(f)
 }
 
 pub fn run(a: ServeArgs) -> anyhow::Result<()> {
@@ -923,6 +957,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let ring = LogRing::new();
     init_tracing(&c.log_format, &ring);
     let (key_source, key_table) = open_keys(&c)?;
+    std::fs::create_dir_all(&c.data_dir).with_context(|| format!("creating {}", c.data_dir.display()))?;
+    // Held until the process ends: nothing in the data directory is touched before it.
+    let _data_lock = lock_data_dir(&c.data_dir)?;
     let models = resolve_models(&c)?;
     if let Some(preset) = &models.demo {
         for _ in 0..3 {
@@ -933,7 +970,6 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             );
         }
     }
-    std::fs::create_dir_all(&c.data_dir).with_context(|| format!("creating {}", c.data_dir.display()))?;
     let uploads = c.data_dir.join("uploads");
     std::fs::create_dir_all(&uploads).with_context(|| format!("creating {}", uploads.display()))?;
     let results = Arc::new(ResultStore::open(&c.data_dir.join("results"), retention(&c))?);
@@ -1025,6 +1061,7 @@ impl Compute<'_> {
             fresh_journal: in_cluster,
             cap: if in_cluster { 1 } else { self.cfg.admission_cap },
             share: if in_cluster { 1 } else { self.cfg.share() },
+            uploads: Some(self.uploads.to_path_buf()),
         };
         let node =
             Node::start(node_cfg, keys, self.results.clone(), metrics.clone()).map_err(|e| anyhow::anyhow!(e))?;

@@ -699,14 +699,87 @@ fn ended_jobs_leave_the_journal_with_their_results() {
             .unwrap()
     };
     assert_eq!(known(&d), 2);
+    let code = |d: &Daemon, id: &str| d.http.get(d.url(&format!("/job?id={id}"))).send().unwrap().status().as_u16();
     for (i, id) in ids.iter().enumerate() {
-        let code = d.http.get(d.url(&format!("/job?id={id}"))).send().unwrap().status().as_u16();
-        assert_eq!(code, if i < 2 { 404 } else { 200 }, "job {i}");
+        assert_eq!(code(&d, id), if i < 2 { 404 } else { 200 }, "job {i}");
+    }
+    // Cancelled jobs (no result) are bounded among their own: three cancels push out the
+    // oldest cancel, never a finished song (they pushed out the done jobs before).
+    let mut cancelled = Vec::new();
+    for _ in 0..3 {
+        let id = d.submit(&song(40.0, 64));
+        let t0 = Instant::now();
+        while d.status(&id)["status"] != "running" {
+            assert!(t0.elapsed() < Duration::from_secs(60), "{}", d.status(&id));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert_eq!(d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).send().unwrap().status(), 200);
+        assert_eq!(d.wait(&id, Duration::from_secs(60))["status"], "cancelled");
+        cancelled.push(id);
+    }
+    assert_eq!(known(&d), 4);
+    assert_eq!(code(&d, &cancelled[0]), 404);
+    for id in [&ids[2], &ids[3], &cancelled[1], &cancelled[2]] {
+        assert_eq!(code(&d, id), 200, "{id}");
     }
     let (data, port, args) = d.kill9();
     let d = Daemon::start_with_env(&data, port, args, &env);
-    assert_eq!(known(&d), 2, "the journal holds the two it kept");
-    assert_eq!(d.http.get(d.url(&format!("/job?id={}", ids[0]))).send().unwrap().status().as_u16(), 404);
+    assert_eq!(known(&d), 4, "the journal holds the four it kept");
+    assert_eq!(code(&d, &ids[0]), 404);
+    assert_eq!(code(&d, &ids[3]), 200);
+}
+
+/// A cancel is journaled before it is answered: a daemon killed right after answering it
+/// finds the job cancelled at its next start (it resumed it and rendered it to done); an
+/// upload no waiting job reads is removed at the start; and a second daemon on the same
+/// data directory stops before it touches anything in it.
+#[test]
+fn an_answered_cancel_survives_a_kill_and_a_data_dir_has_one_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Daemon::start(&data, &[]);
+    let id = d.submit(&song(40.0, 64));
+    let t0 = Instant::now();
+    while d.status(&id)["stage"] != "synth" {
+        assert!(t0.elapsed() < Duration::from_secs(120), "{}", d.status(&id));
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let r = d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).send().unwrap();
+    assert_eq!(r.status(), 200);
+    let (data, port, args) = d.kill9();
+    let stray = data.join("uploads/00000000deadbeef.upload");
+    std::fs::write(&stray, b"left by a daemon killed mid-upload").unwrap();
+    let d = Daemon::start_on(&data, port, args.clone());
+    assert_eq!(d.status(&id)["status"], "cancelled", "{}", d.log());
+    assert_eq!(d.http.get(d.url(&format!("/job?id={id}&result=1"))).send().unwrap().status(), 404);
+    assert!(!stray.exists(), "a stray upload survived the start");
+    // A second daemon on the same folder: refused before it writes there, the first intact.
+    let mut second = Daemon::spawn(&data, free_port(), &args, &[]);
+    let st = yued_e2e::wait_exit(&mut second, Duration::from_secs(30)).expect("the second daemon kept running");
+    assert!(!st.success());
+    assert!(d.log().contains("is in use by another yued (pid"), "{}", d.log());
+    let next = d.submit(&song(1.0, 1));
+    assert_eq!(d.wait(&next, Duration::from_secs(120))["status"], "done");
+    let r = d.http.get(d.url(&format!("/job?id={next}&result=1"))).send().unwrap();
+    assert_eq!(multipart_parts(&r.bytes().unwrap(), "yue2-batch-boundary").len(), 3);
+}
+
+/// With `--metrics-listen`, the scrape port answers `/metrics` without the key the API
+/// wants, and SIGTERM stops both servers and the daemon (it hung with two servers).
+#[test]
+fn the_scrape_port_serves_metrics_and_stops_with_the_daemon() {
+    let dir = tempfile::tempdir().unwrap();
+    let scrape = format!("127.0.0.1:{}", free_port());
+    let mut d = Daemon::start(&dir.path().join("data"), &["--api-key", "k", "--metrics-listen", &scrape]);
+    assert_eq!(d.http.get(d.url("/metrics")).send().unwrap().status(), 401);
+    let m = d.http.get(format!("http://{scrape}/metrics")).send().unwrap();
+    assert_eq!(m.status(), 200);
+    assert!(m.text().unwrap().contains("yued_queue_depth"));
+    let pid = d.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+    let st = yued_e2e::wait_exit(&mut d.child, Duration::from_secs(20));
+    assert!(st.is_some_and(|s| s.success()), "still running 20 s after SIGTERM: {}", d.log());
+    assert!(d.log().contains("shutting down"), "{}", d.log());
 }
 
 /// A change the journal cannot record is not acknowledged (the test-only fault: while
