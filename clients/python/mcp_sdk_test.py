@@ -189,6 +189,16 @@ async def scenario(base, tmp):
             check("cancelled" in text, f"no link for a cancelled song: {text}")
             print("cap refused a tool call; cancel_song cancelled", held)
 
+            # A call that names no duration gets 30 s, or the operator's cap where it is lower
+            # (20 s here): it was refused as over the cap.
+            described = compose.input_schema["properties"]["duration"]["description"]
+            check("default 20" in described, f"the default the schema states: {described}")
+            c = structured(await client.call_tool("compose_song", {"lyrics": "[verse] la"}))
+            status, body, _ = http("GET", f"{base}/jobs")
+            listed = next(j for j in json.loads(body)["jobs"] if j["id"] == c["job_id"])
+            check(listed["request"]["duration"] == 20, f"the default duration under a 20 s cap: {listed}")
+            structured(await client.call_tool("cancel_song", {"job_id": c["job_id"]}))
+
             # The links: the file, without the key; then 404 once expired.
             la = structured(await client.call_tool("song_result", {"job_id": a["job_id"]}))
             lb = structured(await client.call_tool("song_result", {"job_id": b["job_id"]}))
@@ -217,7 +227,7 @@ def main():
     tmp = tempfile.mkdtemp(prefix="yued-mcp-")
     port = free_port()
     log = open(os.path.join(tmp, "daemon.log"), "w")
-    env = dict(os.environ, YUED_LINK_TTL_SECS=str(LINK_TTL), YUED_MCP_MAX_SECONDS="60")
+    env = dict(os.environ, YUED_LINK_TTL_SECS=str(LINK_TTL), YUED_MCP_MAX_SECONDS="20")
     daemon = subprocess.Popen([yued, "serve", "--port", str(port), "--data-dir", os.path.join(tmp, "data"), "--device", "CPU", "--threads", "1", "--admission-cap", "2", "--admission-share", "2", "--api-key", KEY], stdout=log, stderr=log, env=env)
     base = f"http://127.0.0.1:{port}"
     try:

@@ -213,7 +213,7 @@ fn tools(st: &AppState) -> Value {
                     "style": {"type": "string", "maxLength": 4000, "description": "YuE2: comma-separated style tags \
                         (genre, mood, instruments, voice); MiniMax Music 3: a caption describing the song"},
                     "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": st.mcp.max_seconds,
-                        "description": "length in seconds (default 30)"},
+                        "description": format!("length in seconds (default {})", default_seconds(st.mcp.max_seconds))},
                     "family": {"type": "string", "enum": families, "description": format!("the model family (default \
                         {})", families[0])},
                     "format": {"type": "string", "enum": ["flac", "opus"], "description": "the file song_result \
@@ -310,13 +310,18 @@ async fn call_tool(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) 
     })
 }
 
+/// A song's length when the call names none: 30 s, or the operator's cap when it is lower.
+fn default_seconds(max_seconds: f64) -> f64 {
+    30f64.min(max_seconds)
+}
+
 async fn compose(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) -> Result<Value, String> {
     let args = arguments(params, &["lyrics", "style", "duration", "family", "format"])?;
     let lyrics =
         string_arg(args, "lyrics")?.filter(|l| !l.trim().is_empty()).ok_or("lyrics: required and not blank")?;
     let style = string_arg(args, "style")?.unwrap_or("").trim().to_string();
     let duration = match args.get("duration") {
-        None | Some(Value::Null) => 30.0,
+        None | Some(Value::Null) => default_seconds(st.mcp.max_seconds),
         Some(v) => v.as_f64().ok_or("duration: must be a number of seconds")?,
     };
     if !(duration > 0.0 && duration <= st.mcp.max_seconds) {

@@ -83,10 +83,11 @@ pub struct ServeArgs {
     /// Data directory: demo model, journal, results (default ./yued-data).
     #[arg(long)]
     pub data_dir: Option<PathBuf>,
-    /// Compute device: auto, CPU, CUDA0, Vulkan0, MTL0.
+    /// Compute device: auto (default: the first GPU the build has, else the CPU), CPU, CUDA0,
+    /// Vulkan0, MTL0 (a GPU needs a build with its feature, e.g. `--features cuda`).
     #[arg(long)]
     pub device: Option<String>,
-    /// Largest lm_batch_size a request may use (one KV set per song).
+    /// Largest lm_batch_size a request may use (one KV set per song; default 1).
     #[arg(long)]
     pub max_batch: Option<u32>,
     /// KV cache length bound in tokens (0 = the model context).
@@ -146,7 +147,7 @@ pub struct ServeArgs {
     /// rebinding) must not read a box that has no keys.
     #[arg(long = "allowed-host")]
     pub allowed_hosts: Vec<String>,
-    /// CPU threads for ggml (0 = every core).
+    /// CPU threads for ggml (default 0: every core).
     #[arg(long)]
     pub threads: Option<usize>,
     /// Scheduling priority of the compute threads: low (nice 10, default), idle
@@ -154,16 +155,20 @@ pub struct ServeArgs {
     /// programs slow the songs down) or normal.
     #[arg(long, value_parser = ["low", "idle", "normal"])]
     pub compute_priority: Option<String>,
-    /// VAE tile core frames.
+    /// VAE tile core frames (default 512): the latent frames each decoded tile contributes
+    /// to the song. Smaller tiles stream sooner and take less memory; each tile costs its
+    /// halo again.
     #[arg(long)]
     pub vae_core: Option<u32>,
-    /// VAE tile halo frames.
+    /// VAE tile halo frames (default 16): context decoded on each side of a tile's core and
+    /// thrown away, so that tiles join without seams.
     #[arg(long)]
     pub vae_halo: Option<u32>,
-    /// `text` or `json` log lines.
+    /// `text` (default) or `json` log lines.
     #[arg(long)]
     pub log_format: Option<String>,
-    /// Largest `/vae` upload in bytes (default 256 MiB).
+    /// Largest upload in bytes (`/vae`, `/tokenize`, `/transcribe`,
+    /// `/v1/audio/transcriptions`; default 256 MiB).
     #[arg(long)]
     pub max_upload_bytes: Option<usize>,
     /// Most flow-matching steps a request may ask for (default 1000): a bound on the work

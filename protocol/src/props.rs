@@ -30,6 +30,24 @@ pub struct AdapterInfo {
     pub error: Option<String>,
 }
 
+/// A request with the fields it leaves out at their defaults (to serialize as yue2.cpp's
+/// reference body) written in too.
+fn every_default<S: serde::Serializer>(r: &Yue2Request, s: S) -> Result<S::Ok, S::Error> {
+    let mut v = serde_json::to_value(r).map_err(serde::ser::Error::custom)?;
+    if let Some(m) = v.as_object_mut() {
+        let left_out = [
+            ("abc_continue", serde_json::json!(r.abc_continue)),
+            ("solver", serde_json::to_value(r.solver).map_err(serde::ser::Error::custom)?),
+            ("companion_scale", serde_json::json!(r.companion_scale)),
+            ("stream_chunk_seconds", serde_json::json!(r.stream_chunk_seconds)),
+        ];
+        for (k, value) in left_out {
+            m.entry(k).or_insert(value);
+        }
+    }
+    v.serialize(s)
+}
+
 /// Server description. `defaults` is the full default request: the single source of the
 /// WebUI placeholders.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize, schemars::JsonSchema)]
@@ -59,6 +77,8 @@ pub struct Props {
     pub residency_reason: String,
     pub output_formats: Vec<OutputFormatInfo>,
     pub adapters: Vec<AdapterInfo>,
+    /// Every field's default, those a request at its default leaves out included.
+    #[serde(serialize_with = "every_default")]
     pub defaults: Yue2Request,
     /// The families served, when more than YuE2 (a YuE2-only daemon answers without it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -140,6 +160,11 @@ mod tests {
         assert_eq!(v["defaults"]["steps"], 8);
         assert_eq!(v["defaults"]["abc_sampling"]["top_p"], 0.9);
         assert_eq!(v["defaults"]["semantic_sampling"]["min_tokens"], 200);
+        // Those a default request leaves out too.
+        assert_eq!(v["defaults"]["solver"], "midpoint");
+        assert_eq!(v["defaults"]["stream_chunk_seconds"], 0.0);
+        assert_eq!(v["defaults"]["companion_scale"], 1.0);
+        assert_eq!(v["defaults"]["abc_continue"], false);
         let back: Props = serde_json::from_value(v).unwrap();
         assert_eq!(back, props);
     }

@@ -8,8 +8,8 @@ use yued_engine::models::yue2::demo::{write_demo, Preset};
 
 #[derive(clap::Args)]
 pub struct BenchArgs {
-    /// The family measured: `yue2` (sections mem, prefill, decode, nar, vae, e2e, stream) or `mm3`
-    /// (MiniMax Music 3: frame, lm, dit, vae, e2e, stream).
+    /// The family measured: `yue2` (sections mem, prefill, decode, nar, solver, vae, e2e, stream)
+    /// or `mm3` (MiniMax Music 3: frame, lm, dit, vae, e2e, stream).
     #[arg(long, default_value = "yue2")]
     pub family: yued_protocol::Family,
     /// Demo preset measured when no --model/--vae is given: `full` (the published YuE2
@@ -47,8 +47,9 @@ pub struct BenchArgs {
     /// encoding, beside PyTorch with --torch-python)
     /// (YuE2: stream is the time to first audio on a daemon this bench starts, STRICT and
     /// --keep-loaded, with and without streaming chunks; seam, not in the default, reads
-    /// the chunk boundaries of one song painted on several grids); frame, dit, vae, e2e,
-    /// stream (MiniMax Music 3). The default runs these sections of the family.
+    /// the chunk boundaries of one song painted on several grids); frame, lm, dit, vae, e2e,
+    /// stream (MiniMax Music 3). The default runs every section of the family but seam,
+    /// adapters, batching, tokenize and transcribe.
     #[arg(long, default_value = "mem,prefill,decode,nar,solver,vae,e2e,stream")]
     pub only: String,
     /// Smaller points (cache lengths, frames) for a quick look or a smoke test.

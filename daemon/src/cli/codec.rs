@@ -35,22 +35,22 @@ pub struct CodecArgs {
     /// Output file (default: the input with the output extension).
     #[arg(short = 'o')]
     pub output: Option<PathBuf>,
-    /// Quantize the latents to int8 (encode).
+    /// Encode only: quantize the latents to int8 (.nac8).
     #[arg(long)]
     pub q8: bool,
-    /// Quantize the latents to 4 bits (encode).
+    /// Encode only: quantize the latents to 4 bits (.nac4).
     #[arg(long, conflicts_with = "q8")]
     pub q4: bool,
-    /// Audio format of a decode: mp3, opus, ogg, flac, aac, m4a, wav16, wav24, wav32.
+    /// Decode only: the audio format, mp3, opus, ogg, flac, aac, m4a, wav16, wav24, wav32.
     #[arg(long, default_value = "wav16")]
     pub format: String,
-    /// MP3 bitrate in kbps, 32 to 320 (decode to mp3).
+    /// Decode only: the MP3 bitrate in kbps, 32 to 320 (--format mp3).
     #[arg(long, default_value_t = 128, value_parser = clap::value_parser!(u32).range(32..=320))]
     pub bitrate: u32,
-    /// VAE tile core frames (YuE2; MiniMax decodes tiles of 256 frames).
+    /// Decode only: latent frames per decoded tile (YuE2; MiniMax decodes tiles of 256).
     #[arg(long, default_value_t = 512)]
     pub vae_core: usize,
-    /// VAE tile halo frames.
+    /// Decode only: context frames decoded on each side of a tile and dropped (no seams).
     #[arg(long, default_value_t = 16)]
     pub vae_halo: usize,
     #[command(flatten)]

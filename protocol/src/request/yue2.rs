@@ -201,7 +201,7 @@ pub struct Yue2Request {
     pub abc_sampling: SamplingPreset,
     pub semantic_sampling: SamplingPreset,
     /// Live streaming: the song is painted in NAR chunks of about this many seconds (each
-    /// with [`STREAM_CONTEXT_FRAMES`] of the previous chunk's codes as left context, cropped
+    /// with 25 frames (1 s) of the previous chunk's codes as left context, cropped
     /// after), so the first audio comes after one small chunk instead of the whole song;
     /// with `--keep-loaded` chunk k renders while the AR half writes chunk k+1. 0 (the
     /// default) keeps yue2.cpp's chunk rule: one chunk per context window. A different
