@@ -122,9 +122,11 @@ impl LiveTiles {
         self.sink.report(Stage::Decode, self.sent as usize, self.total);
     }
 
-    /// After the job's last tile: the end of its Opus stream, then the stage is over.
+    /// After the job's last tile: the ends of its tracks' Opus streams, then the stage is over.
     pub(crate) fn finish(&mut self, hub: &Addr<StreamHub>) {
-        hub.do_send(Publish::StreamEnd(self.id.clone(), self.encoder.finish()));
+        for end in self.encoder.finish() {
+            hub.do_send(Publish::Tile(self.id.clone(), end));
+        }
         self.sink.close();
     }
 }

@@ -15,7 +15,6 @@
 //! takes milliseconds; done here it would hold up every other message of the actor thread
 //! the hub shares with the scheduler, and with it every `/job` answer.
 use actix::prelude::*;
-use bytes::Bytes;
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -28,11 +27,10 @@ use yued_protocol::{JobId, StreamCodec, StreamEvent};
 #[rtype(result = "()")]
 pub enum Publish {
     Event(JobId, StreamEvent),
+    /// A tile, or a track's end (the last Ogg pages of its Opus stream, after its last
+    /// tile). A job that ends otherwise (cancelled, failed) has no ends: its Opus streams
+    /// just stop, as a broadcast that is cut off does.
     Tile(JobId, EncodedTile),
-    /// The last Ogg pages of a job's stream, after its last tile and before the terminal
-    /// event. A job that ends otherwise (cancelled, failed) has none: its Opus stream just
-    /// stops, as a broadcast that is cut off does.
-    StreamEnd(JobId, Bytes),
 }
 
 /// Subscribes to a job's stream; `None` when the hub holds none for it (the job ended, or
@@ -81,7 +79,6 @@ impl Handler<Publish> for StreamHub {
         let (job, item) = match msg {
             Publish::Event(j, e) => (j, HubItem::Event(e)),
             Publish::Tile(j, t) => (j, HubItem::Tile(t)),
-            Publish::StreamEnd(j, pages) => (j, HubItem::OpusTail(pages)),
         };
         self.distribute(job, item);
     }

@@ -658,7 +658,9 @@ impl LivePcm {
 
     /// The end of the stream (before the job's last track reaches the Encoder).
     fn finish(&mut self, links: &Links) {
-        links.hub.do_send(Publish::StreamEnd(self.id.clone(), self.encoder.finish()));
+        for end in self.encoder.finish() {
+            links.hub.do_send(Publish::Tile(self.id.clone(), end));
+        }
     }
 }
 

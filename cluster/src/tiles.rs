@@ -59,10 +59,6 @@ pub fn encode(item: &HubItem) -> (HeaderMap, Bytes) {
             b.extend_from_slice(&t.opus_pages);
             (h, Bytes::from(b))
         }
-        HubItem::OpusTail(pages) => {
-            h.insert(KIND, "end");
-            (h, pages.clone())
-        }
     }
 }
 
@@ -71,7 +67,6 @@ pub fn decode(headers: Option<&HeaderMap>, payload: &Bytes) -> Option<HubItem> {
     let h = headers?;
     match h.get(KIND)?.as_str() {
         "event" => StreamEvent::from_text(std::str::from_utf8(payload).ok()?).ok().map(HubItem::Event),
-        "end" => Some(HubItem::OpusTail(payload.clone())),
         "tile" => {
             let f: Vec<u64> = h.get(TILE)?.as_str().split(',').map(|v| v.parse().ok()).collect::<Option<_>>()?;
             let [track, index, start_sample, sample_rate, channels, samples, pcm_len] = f[..] else { return None };
@@ -100,7 +95,6 @@ pub fn decode(headers: Option<&HeaderMap>, payload: &Bytes) -> Option<HubItem> {
 pub fn message_id(id: &JobId, item: &HubItem, fallback: &str) -> String {
     match item {
         HubItem::Tile(t) => format!("{id}:t{}.{}", t.track, t.index),
-        HubItem::OpusTail(_) => format!("{id}:end"),
         HubItem::Event(e) if e.is_terminal() => format!("{id}:final"),
         HubItem::Event(StreamEvent::Queued { .. }) => format!("{id}:queued"),
         HubItem::Event(_) => format!("{id}:{fallback}"),
@@ -355,7 +349,8 @@ mod tests {
         assert_eq!(t.pcm16[PART_BYTES - 1], ((PART_BYTES - 1) % 256) as u8);
         for item in [
             tile(100, 20),
-            HubItem::OpusTail(Bytes::from_static(b"OggS")),
+            // A track's end: no samples, its Opus stream's last pages.
+            tile(0, 4),
             HubItem::Event(StreamEvent::Done { tracks: 1, audio_seconds: 2.0 }),
         ] {
             let m = messages(&item);

@@ -53,23 +53,36 @@ pub struct EncodedTile {
     pub start_sample: u64,
     pub sample_rate: u32,
     pub channels: usize,
-    /// Sample frames (per channel).
+    /// Sample frames (per channel); 0 for a track's end, which carries only the last pages
+    /// of its Opus stream.
     pub samples: u64,
     /// Interleaved s16 little-endian.
     pub pcm16: Bytes,
-    /// The Ogg pages of the job's Opus stream this tile completed (may be empty).
+    /// The Ogg pages of its track's Opus stream this tile completed (may be empty).
     pub opus_pages: Bytes,
+}
+
+/// One track's Opus stream.
+struct TrackOpus {
+    opus: Option<OggOpusStream>,
+    /// For tiles not at 48 kHz (MiniMax Music 3's 44.1 kHz): one resampler for the whole
+    /// track, so tile boundaries leave no seam.
+    resampler: Option<yued_audio::resample::StreamResampler>,
+    /// The sample after the track's last tile, and its format.
+    end: u64,
+    sample_rate: u32,
+    channels: usize,
 }
 
 /// A job's stream encoder, owned by the producer of its tiles: every Opus listener
 /// receives the pages of this one encoder, so a late joiner's concatenation is the same
-/// valid file as an early one's.
+/// valid file as an early one's. Each track is its own Ogg Opus stream (its own serial):
+/// the binary frames of one track concatenate to that track's file.
 pub struct TileEncoder {
     serial: u32,
-    opus: Option<OggOpusStream>,
-    /// For tiles not at 48 kHz (MiniMax Music 3's 44.1 kHz): one resampler for the whole
-    /// stream, so tile boundaries leave no seam.
-    resampler: Option<yued_audio::resample::StreamResampler>,
+    tracks: std::collections::BTreeMap<u32, TrackOpus>,
+    /// The index the next tile of any track takes (a track's end takes one too).
+    next_index: u32,
     job: JobId,
 }
 
@@ -78,71 +91,92 @@ pub const OPUS_RATE: u32 = 48_000;
 
 impl TileEncoder {
     pub fn new(job: &JobId) -> Self {
-        TileEncoder { serial: (job.to_u64() & 0xffff_ffff) as u32, opus: None, resampler: None, job: job.clone() }
+        TileEncoder {
+            serial: (job.to_u64() & 0xffff_ffff) as u32,
+            tracks: Default::default(),
+            next_index: 0,
+            job: job.clone(),
+        }
     }
 
     pub fn encode(&mut self, t: &PcmTile) -> EncodedTile {
-        if self.opus.is_none() {
-            match OggOpusStream::new(t.channels, STREAM_OPUS_BITRATE, self.serial)
+        let job = &self.job;
+        let serial = self.serial.wrapping_add(t.track);
+        let track = self.tracks.entry(t.track).or_insert_with(|| {
+            let opus = OggOpusStream::new(t.channels, STREAM_OPUS_BITRATE, serial)
                 .map(|o| o.with_input_rate(t.sample_rate))
-            {
-                Ok(o) => self.opus = Some(o),
-                Err(err) => tracing::error!(job = %self.job, %err, "opening the Opus stream"),
-            }
-        }
-        if t.sample_rate != OPUS_RATE && self.resampler.is_none() {
-            match yued_audio::resample::StreamResampler::new(t.sample_rate, OPUS_RATE, t.channels) {
-                Ok(r) => self.resampler = Some(r),
-                Err(err) => tracing::error!(job = %self.job, %err, "opening the stream resampler"),
-            }
-        }
-        let at48 = match self.resampler.as_mut().map(|r| r.push(&t.planar)) {
+                .inspect_err(|err| tracing::error!(job = %job, %err, "opening the Opus stream"))
+                .ok();
+            let resampler = (t.sample_rate != OPUS_RATE)
+                .then(|| yued_audio::resample::StreamResampler::new(t.sample_rate, OPUS_RATE, t.channels))
+                .and_then(|r| r.inspect_err(|err| tracing::error!(job = %job, %err, "opening the resampler")).ok());
+            TrackOpus { opus, resampler, end: 0, sample_rate: t.sample_rate, channels: t.channels }
+        });
+        let at48 = match track.resampler.as_mut().map(|r| r.push(&t.planar)) {
             Some(Ok(p)) => std::borrow::Cow::Owned(p),
             Some(Err(err)) => {
-                tracing::error!(job = %self.job, %err, "resampling a tile");
+                tracing::error!(job = %job, %err, "resampling a tile");
                 std::borrow::Cow::Owned(Vec::new())
             }
             None => std::borrow::Cow::Borrowed(&t.planar),
         };
-        let opus_pages = match self.opus.as_mut().map(|o| o.push(&at48)) {
+        let opus_pages = match track.opus.as_mut().map(|o| o.push(&at48)) {
             Some(Ok(p)) => Bytes::from(p),
             Some(Err(err)) => {
-                tracing::error!(job = %self.job, %err, "Opus encoding");
+                tracing::error!(job = %job, %err, "Opus encoding");
                 Bytes::new()
             }
             None => Bytes::new(),
         };
+        let samples = (t.planar.len() / t.channels.max(1)) as u64;
+        track.end = t.start_sample + samples;
+        self.next_index = self.next_index.max(t.index + 1);
         EncodedTile {
             track: t.track,
             index: t.index,
             start_sample: t.start_sample,
             sample_rate: t.sample_rate,
             channels: t.channels,
-            samples: (t.planar.len() / t.channels.max(1)) as u64,
+            samples,
             pcm16: pcm16_bytes(t),
             opus_pages,
         }
     }
 
-    /// Closes the Opus stream: its last pages, to publish as the stream's end after
-    /// the last tile. Empty when nothing was encoded.
-    pub fn finish(&mut self) -> Bytes {
-        let mut tail = Vec::new();
-        if let (Some(r), Some(o)) = (self.resampler.take(), self.opus.as_mut()) {
-            match r.finish().and_then(|rest| o.push(&rest)) {
-                Ok(p) => tail = p,
-                Err(err) => tracing::error!(job = %self.job, %err, "the stream's last samples"),
+    /// Closes every track's Opus stream: one tile per track, of no samples, with the
+    /// stream's last pages, to publish after the job's last tile.
+    pub fn finish(&mut self) -> Vec<EncodedTile> {
+        let job = &self.job;
+        let mut ends = Vec::new();
+        for (&track, t) in std::mem::take(&mut self.tracks).iter_mut() {
+            let mut tail = Vec::new();
+            if let (Some(r), Some(o)) = (t.resampler.take(), t.opus.as_mut()) {
+                match r.finish().and_then(|rest| o.push(&rest)) {
+                    Ok(p) => tail = p,
+                    Err(err) => tracing::error!(job = %job, %err, "the stream's last samples"),
+                }
             }
+            let pages = match t.opus.take().map(|o| o.finish()) {
+                Some(Ok(p)) => [tail, p].concat(),
+                Some(Err(err)) => {
+                    tracing::error!(job = %job, %err, "closing the Opus stream");
+                    Vec::new()
+                }
+                None => Vec::new(),
+            };
+            ends.push(EncodedTile {
+                track,
+                index: self.next_index,
+                start_sample: t.end,
+                sample_rate: t.sample_rate,
+                channels: t.channels,
+                samples: 0,
+                pcm16: Bytes::new(),
+                opus_pages: Bytes::from(pages),
+            });
+            self.next_index += 1;
         }
-        let end = self.opus.take().map(|o| o.finish()).map(|r| r.map(|p| [tail, p].concat()));
-        match end {
-            Some(Ok(pages)) => Bytes::from(pages),
-            Some(Err(err)) => {
-                tracing::error!(job = %self.job, %err, "closing the Opus stream");
-                Bytes::new()
-            }
-            None => Bytes::new(),
-        }
+        ends
     }
 }
 
@@ -160,18 +194,20 @@ pub struct Subscription {
 pub enum HubItem {
     Event(StreamEvent),
     Tile(EncodedTile),
-    /// The last Ogg pages (end of stream), before the terminal event.
-    OpusTail(Bytes),
 }
 
 /// Opus bitrate of the streams.
 pub const STREAM_OPUS_BITRATE: i32 = 128_000;
 
 /// What a listener with `codec` receives for one item (`first_tile`: the job's first
-/// tile, which a format event precedes).
+/// tile, which a format event precedes). Every `tile` event is followed by exactly one
+/// binary frame: its s16 samples, or the Ogg pages of its track's Opus stream it
+/// completed (possibly none: an empty frame). A track's end (a tile of no samples) only
+/// carries its Opus stream's last pages: a PCM listener is not sent it.
 pub fn items(item: &HubItem, codec: StreamCodec, first_tile: bool) -> Vec<StreamItem> {
     match item {
         HubItem::Event(e) => vec![StreamItem::Text(e.to_text())],
+        HubItem::Tile(t) if t.samples == 0 && codec == StreamCodec::Pcm16 => vec![],
         HubItem::Tile(t) => {
             let mut v = Vec::new();
             if first_tile {
@@ -185,16 +221,11 @@ pub fn items(item: &HubItem, codec: StreamCodec, first_tile: bool) -> Vec<Stream
                 StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }
                     .to_text(),
             ));
-            match codec {
-                StreamCodec::Pcm16 => v.push(StreamItem::Binary(t.pcm16.clone())),
-                StreamCodec::Opus if !t.opus_pages.is_empty() => v.push(StreamItem::Binary(t.opus_pages.clone())),
-                StreamCodec::Opus => {}
-            }
+            v.push(StreamItem::Binary(match codec {
+                StreamCodec::Pcm16 => t.pcm16.clone(),
+                StreamCodec::Opus => t.opus_pages.clone(),
+            }));
             v
         }
-        HubItem::OpusTail(pages) if codec == StreamCodec::Opus && !pages.is_empty() => {
-            vec![StreamItem::Binary(pages.clone())]
-        }
-        HubItem::OpusTail(_) => vec![],
     }
 }

@@ -74,18 +74,43 @@ pub async fn submit(
     }
 }
 
-pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> HttpResponse {
-    // Off the executor: the length check tokenizes the lyrics (up to the body limit).
+/// A `/synth` body checked off the executor (the length check tokenizes the lyrics, up to
+/// the body limit): the request, and the top-level fields it does not read; `Err(None)`
+/// when the check could not run.
+pub async fn check_synth_body(body: Bytes, st: &web::Data<AppState>) -> Result<(Vec<String>, Request), Option<String>> {
     let state = st.clone();
     let checked = web::block(move || {
         let request = check_request(&body, &state)?;
         let value = serde_json::from_slice(&body).unwrap_or_default();
         Ok::<_, String>((yued_protocol::request::ignored_fields(&value, request.family()), request))
     });
-    let (ignored, request) = match checked.await {
-        Ok(Ok(r)) => r,
-        Ok(Err(msg)) => return bad(msg),
-        Err(_) => return unavailable("the request check did not run"),
+    match checked.await {
+        Ok(r) => r.map_err(Some),
+        Err(_) => Err(None),
+    }
+}
+
+/// Why a submission was refused, in words, from its answer (its JSON error and, for a
+/// 429, when to try again).
+pub async fn refusal_text(resp: HttpResponse) -> String {
+    let status = resp.status();
+    let retry = resp.headers().get(header::RETRY_AFTER).and_then(|v| v.to_str().ok()).map(String::from);
+    let body = actix_web::body::to_bytes(resp.into_body()).await.ok();
+    let why = body
+        .and_then(|b| serde_json::from_slice::<serde_json::Value>(&b).ok())
+        .and_then(|v| v["error"].as_str().map(String::from))
+        .unwrap_or_else(|| status.canonical_reason().unwrap_or("refused").to_string());
+    match retry {
+        Some(s) => format!("submission refused ({}): {why} (retry after {s} s)", status.as_u16()),
+        None => format!("submission refused ({}): {why}", status.as_u16()),
+    }
+}
+
+pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> HttpResponse {
+    let (ignored, request) = match check_synth_body(body, &st).await {
+        Ok(r) => r,
+        Err(Some(msg)) => return bad(msg),
+        Err(None) => return unavailable("the request check did not run"),
     };
     match submit(&st, client_key(&req), request, None).await {
         Ok(id) => {

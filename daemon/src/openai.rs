@@ -189,8 +189,16 @@ pub async fn speech(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>)
     if let Some(d) = b.duration {
         native["duration"] = d.into();
     }
+    if codec.is_some() && family == Family::Yue2 {
+        // Painted in short chunks, so the streamed answer starts before the song ends (at
+        // yue2.cpp's default, one chunk per context window, the audio all came at the end).
+        native["stream_chunk_seconds"] = SPEECH_CHUNK_SECONDS.into();
+    }
     run(&req, &st, native, codec, false).await
 }
+
+/// The chunk length of a YuE2 song `/v1/audio/speech` streams (opus, pcm), as the WebUI's.
+const SPEECH_CHUNK_SECONDS: f64 = 3.0;
 
 /// `POST /v1/audio/music`: a native request plus `model` (and `"async": true` for the job id).
 pub async fn music(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>) -> HttpResponse {
@@ -270,6 +278,8 @@ async fn run(
     let mut rx = sub.rx;
     let first = loop {
         match rx.recv().await {
+            // A tile that completed no Ogg page has an empty frame: nothing to send yet.
+            Some(StreamItem::Binary(b)) if b.is_empty() => {}
             Some(StreamItem::Binary(b)) => break b,
             Some(StreamItem::Text(t)) if terminal(&t).is_none() => {}
             // The end before any audio (or the hub's stream gone): the job's own answer.
@@ -289,6 +299,7 @@ async fn run(
         let (mut rx, mut guard) = state?;
         loop {
             match rx.recv().await {
+                Some(StreamItem::Binary(b)) if b.is_empty() => {}
                 Some(StreamItem::Binary(b)) => return Some((Ok::<Bytes, std::io::Error>(b), Some((rx, guard)))),
                 Some(StreamItem::Text(t)) => match terminal(&t).as_deref() {
                     None => {}
@@ -303,8 +314,11 @@ async fn run(
                     }
                 },
                 None => {
-                    guard.disarm();
-                    return None;
+                    // The hub dropped this reader (it fell too far behind): a broken transfer,
+                    // not a short file that looks whole; the guard, still armed, cancels the
+                    // job nobody hears.
+                    let e = std::io::Error::other(format!("job {}: the reader fell too far behind", guard.job));
+                    return Some((Err(e), None));
                 }
             }
         }

@@ -1020,7 +1020,9 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             Some((c, _)) => links.in_cluster(c.links.clone()),
             None => links,
         };
-        let served = Served { jobs, metrics, props, limits, families, openapi, logs: ring, links, adapters, uploads };
+        let stopping = stopping_signal();
+        let served =
+            Served { jobs, metrics, props, limits, families, openapi, logs: ring, links, adapters, uploads, stopping };
         let state = web::Data::new(app_state(&cfg, models, served));
         serve_http(&cfg, state, keys, serves_api).await?;
         let Some((node, stop)) = local else { return anyhow::Ok(()) };
@@ -1105,6 +1107,7 @@ struct Served {
     links: links::Links,
     adapters: Option<Arc<AdapterDir>>,
     uploads: PathBuf,
+    stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 fn app_state(cfg: &Config, models: Models, s: Served) -> AppState {
@@ -1138,5 +1141,24 @@ fn app_state(cfg: &Config, models: Models, s: Served) -> AppState {
         max_duration: cfg.max_duration,
         mcp: crate::mcp_sessions::Mcp::new(cfg.mcp_max_seconds),
         links: s.links,
+        stopping: s.stopping,
     }
+}
+
+/// Turns true at the signal that stops the daemon (SIGTERM, SIGINT), which actix's servers
+/// hear too: what streams can say goodbye before the servers close their connections.
+fn stopping_signal() -> tokio::sync::watch::Receiver<bool> {
+    let (tx, rx) = tokio::sync::watch::channel(false);
+    actix_web::rt::spawn(async move {
+        use tokio::signal::unix::{signal, SignalKind};
+        let (Ok(mut term), Ok(mut int)) = (signal(SignalKind::terminate()), signal(SignalKind::interrupt())) else {
+            return;
+        };
+        tokio::select! {
+            _ = term.recv() => {}
+            _ = int.recv() => {}
+        }
+        let _ = tx.send(true);
+    });
+    rx
 }

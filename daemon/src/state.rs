@@ -40,6 +40,9 @@ pub struct AppState {
     pub mcp: crate::mcp_sessions::Mcp,
     /// Expiring download links (the MCP export).
     pub links: crate::links::Links,
+    /// Turns true when SIGTERM or SIGINT asks the daemon to stop: open WebSockets close
+    /// with 1001 and say the job resumes at the next start.
+    pub stopping: tokio::sync::watch::Receiver<bool>,
 }
 
 /// What `/vae` needs to check and keep an upload.

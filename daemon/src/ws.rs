@@ -1,19 +1,19 @@
 //! WebSocket streaming (actix-ws): `GET /stream?id=N` follows a job, `GET /synth/stream`
 //! takes the request as its first text message and follows the job it creates. Text
-//! frames carry the JSON events, binary frames the audio: Ogg Opus pages by default (the
-//! concatenation of the binary frames is a playable .opus file), or `?format=pcm16`
-//! (interleaved s16le, one frame per tile). Closing the socket never cancels the job; on
-//! `/synth/stream` an explicit `{"cmd":"cancel"}` does.
+//! frames carry the JSON events, binary frames the audio, one after each `tile` event: Ogg
+//! Opus pages by default (one Ogg stream per track: a track's frames concatenate to a
+//! playable .opus file), or `?format=pcm16` (interleaved s16le, one frame per tile). Closing
+//! the socket never cancels the job; on `/synth/stream` an explicit `{"cmd":"cancel"}` does.
 // Handlers return ready HTTP responses as their error values on purpose.
 #![allow(clippy::result_large_err)]
-use crate::http::{check_request, client_key, job_id, submit, AppState};
+use crate::http::{check_synth_body, client_key, job_id, refusal_text, submit, AppState};
 use crate::reply::error;
 use actix_web::{web, HttpRequest, HttpResponse};
 use actix_ws::{CloseCode, CloseReason};
 use futures_util::StreamExt;
-use yued_contract::stream::{PcmTile, StreamItem, TileEncoder};
+use yued_contract::stream::{HubItem, PcmTile, StreamItem, TileEncoder, OPUS_RATE};
 use yued_contract::Jobs;
-use yued_protocol::{JobId, JobState, StreamCodec, StreamCommand, StreamEvent};
+use yued_protocol::{JobId, JobState, StreamCodec, StreamCommand, StreamEvent, SubmitReply};
 
 #[derive(serde::Deserialize)]
 pub struct StreamQuery {
@@ -76,26 +76,41 @@ pub async fn synth_stream(
     let admitted = crate::auth::Admitted::of(&req);
     let (resp, mut session, msgs) = actix_ws::handle(&req, body)?;
     let mut msgs = msgs.max_frame_size(st.max_body_bytes).aggregate_continuations();
-    let st = st.into_inner();
     actix_web::rt::spawn(async move {
-        // The first text message is the request.
-        let first = loop {
-            match msgs.next().await {
-                Some(Ok(actix_ws::AggregatedMessage::Text(t))) => break t,
-                Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => {
-                    let _ = session.pong(&p).await;
+        // The first text message is the request, within three keepalive periods (a socket
+        // that says nothing is not held open).
+        let wait = 3 * st.ws_ping;
+        let first = tokio::time::timeout(wait, async {
+            loop {
+                match msgs.next().await {
+                    Some(Ok(actix_ws::AggregatedMessage::Text(t))) => return Ok(t),
+                    Some(Ok(actix_ws::AggregatedMessage::Ping(p))) => {
+                        let _ = session.pong(&p).await;
+                    }
+                    Some(Ok(actix_ws::AggregatedMessage::Close(_))) | None => return Err(None),
+                    Some(Ok(_)) => continue,
+                    Some(Err(e)) => return Err(Some(protocol_close(&e))),
                 }
-                Some(Ok(_)) => continue,
-                _ => return,
+            }
+        })
+        .await;
+        let first = match first {
+            Ok(Ok(t)) => t,
+            Ok(Err(reason)) => {
+                let _ = session.close(reason).await;
+                return;
+            }
+            Err(_) => {
+                let description = format!("no request within {} s", wait.as_secs());
+                let _ =
+                    session.close(Some(CloseReason { code: CloseCode::Policy, description: Some(description) })).await;
+                return;
             }
         };
-        let (state, body) = (st.clone(), first.to_string());
-        let checked = web::block(move || check_request(body.as_bytes(), &state))
-            .await
-            .unwrap_or_else(|_| Err("the request check did not run".into()));
-        let request = match checked {
+        let (ignored, request) = match check_synth_body(first.into_bytes(), &st).await {
             Ok(r) => r,
             Err(msg) => {
+                let msg = msg.unwrap_or_else(|| "the request check did not run".into());
                 let _ = session.text(StreamEvent::Failed { error: msg.clone() }.to_text()).await;
                 let _ = session
                     .close(Some(CloseReason { code: CloseCode::Policy, description: Some(truncate(&msg)) }))
@@ -106,16 +121,46 @@ pub async fn synth_stream(
         let id = match submit(&st, client, request, None).await {
             Ok(id) => id,
             Err(resp) => {
-                let msg = format!("submission refused ({})", resp.status());
+                let msg = refusal_text(resp).await;
                 let _ = session.text(StreamEvent::Failed { error: msg.clone() }.to_text()).await;
-                let _ = session.close(Some(CloseReason { code: CloseCode::Again, description: Some(msg) })).await;
+                let reason = CloseReason { code: CloseCode::Again, description: Some(truncate(&msg)) };
+                let _ = session.close(Some(reason)).await;
                 return;
             }
         };
-        let _ = session.text(serde_json::json!({"event": "job", "id": id}).to_string()).await;
-        follow(st, jobs, admitted, session, msgs, id, codec, true).await;
+        // As `POST /synth` answers: the id, and the fields the request does not read.
+        let _ = session
+            .text(
+                serde_json::to_string(&JobEvent { event: "job", reply: SubmitReply { id: id.clone(), ignored } })
+                    .expect("serializes"),
+            )
+            .await;
+        follow(st.into_inner(), jobs, admitted, session, msgs, id, codec, true).await;
     });
     Ok(resp)
+}
+
+/// `/synth/stream`'s first event: `POST /synth`'s reply with `"event": "job"`.
+#[derive(serde::Serialize)]
+struct JobEvent {
+    event: &'static str,
+    #[serde(flatten)]
+    reply: SubmitReply,
+}
+
+/// The close a peer's broken frame earns (RFC 6455 7.4.1): 1009 for a message over the
+/// bound, 1007 for text that is not UTF-8, 1002 for the rest.
+fn protocol_close(e: &actix_ws::ProtocolError) -> CloseReason {
+    let (code, what) = match e {
+        actix_ws::ProtocolError::Overflow | actix_ws::ProtocolError::InvalidLength(_) => {
+            (CloseCode::Size, "message too big")
+        }
+        actix_ws::ProtocolError::Io(io) if io.kind() == std::io::ErrorKind::InvalidData => {
+            (CloseCode::Invalid, "text that is not UTF-8")
+        }
+        _ => (CloseCode::Protocol, "a malformed frame"),
+    };
+    CloseReason { code, description: Some(what.into()) }
 }
 
 fn truncate(s: &str) -> String {
@@ -130,9 +175,10 @@ fn truncate(s: &str) -> String {
     out
 }
 
-/// The stream of a job that has ended, at once: a done job's result audio as tiles (as the
-/// live stream sent them: format, tile events, s16 or one Ogg Opus stream) then `done`; a
-/// failed or cancelled job's terminal event; then a close.
+/// The stream of a job that has ended, at once: a done job's result audio as tiles (framed
+/// as live: format, tile events, s16 or each track's Ogg Opus stream; the samples are the
+/// result file's, normalised over the song) then `done`; a failed or cancelled job's
+/// terminal event; then a close.
 async fn replay_ended(st: &AppState, jobs: &Jobs, mut session: actix_ws::Session, id: &JobId, codec: StreamCodec) {
     let status = jobs.status(id).await.ok().flatten();
     let close = |description: &str| CloseReason { code: CloseCode::Normal, description: Some(description.into()) };
@@ -205,19 +251,13 @@ fn result_as_tiles(
                 planar,
             });
             if index == 0 {
+                // As live: Opus always decodes at 48 kHz (the encoder resamples other rates).
+                let sample_rate = if codec == StreamCodec::Opus { OPUS_RATE } else { t.sample_rate };
                 items.push(StreamItem::Text(
-                    StreamEvent::Format { codec, sample_rate: t.sample_rate, channels: t.channels as u16 }.to_text(),
+                    StreamEvent::Format { codec, sample_rate, channels: t.channels as u16 }.to_text(),
                 ));
             }
-            items.push(StreamItem::Text(
-                StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }
-                    .to_text(),
-            ));
-            match codec {
-                StreamCodec::Pcm16 => items.push(StreamItem::Binary(t.pcm16)),
-                StreamCodec::Opus if !t.opus_pages.is_empty() => items.push(StreamItem::Binary(t.opus_pages)),
-                StreamCodec::Opus => {}
-            }
+            items.extend(yued_contract::stream::items(&HubItem::Tile(t), codec, false));
             index += 1;
         }
         tracks += 1;
@@ -226,9 +266,8 @@ fn result_as_tiles(
     if tracks == 0 {
         return None;
     }
-    let tail = encoder.finish();
-    if codec == StreamCodec::Opus && !tail.is_empty() {
-        items.push(StreamItem::Binary(tail));
+    for end in encoder.finish() {
+        items.extend(yued_contract::stream::items(&HubItem::Tile(end), codec, false));
     }
     items.push(StreamItem::Text(StreamEvent::Done { tracks, audio_seconds: seconds }.to_text()));
     Some(items)
@@ -322,6 +361,7 @@ enum Event {
     Peer(Option<Result<actix_ws::AggregatedMessage, actix_ws::ProtocolError>>),
     Tick,
     Item(Option<StreamItem>),
+    Stopping,
 }
 
 /// Pumps the hub's items for `id` into the socket until the terminal event, answering
@@ -360,6 +400,7 @@ async fn follow(
     // hub freed the job's history): it has three keepalive periods to drain, then it is
     // dropped and pointed at the result.
     let mut ended_at: Option<tokio::time::Instant> = None;
+    let mut stopping = st.stopping.clone();
     loop {
         if ended_at.is_none() && job_ended.load(std::sync::atomic::Ordering::Acquire) {
             ended_at = Some(tokio::time::Instant::now());
@@ -380,6 +421,7 @@ async fn follow(
             biased;
             m = msgs.next() => Event::Peer(m),
             _ = keepalive.tick.tick() => Event::Tick,
+            Ok(_) = stopping.wait_for(|s| *s) => Event::Stopping,
             item = rx.recv() => Event::Item(item),
         };
         if !admitted.still() {
@@ -402,7 +444,11 @@ async fn follow(
                             let _ = jobs.cancel(&id).await;
                         }
                     }
-                    Some(Ok(actix_ws::AggregatedMessage::Close(_))) | None | Some(Err(_)) => break,
+                    Some(Ok(actix_ws::AggregatedMessage::Close(_))) | None => break,
+                    Some(Err(e)) => {
+                        let _ = session.close(Some(protocol_close(&e))).await;
+                        break;
+                    }
                     _ => {}
                 }
             }
@@ -410,6 +456,14 @@ async fn follow(
                 if !keepalive.on_tick(&mut session, &id).await {
                     break;
                 }
+            }
+            Event::Stopping => {
+                // The job stays in the journal and resumes at the next start, from its
+                // beginning: a client that reconnects then hears it again from sample 0.
+                let description = "daemon stopping; the job resumes at the next start: reconnect".to_string();
+                let _ =
+                    session.close(Some(CloseReason { code: CloseCode::Away, description: Some(description) })).await;
+                break;
             }
             Event::Item(item) => {
                 if !send_item(&st, &mut session, &id, item, &mut ended).await {

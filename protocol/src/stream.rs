@@ -1,8 +1,9 @@
 //! Messages of the per-job WebSocket stream.
 //!
 //! The server sends [`StreamEvent`]s as text frames; the audio itself travels in binary
-//! frames, each one following the `tile` event that announces it. The client may send a
-//! [`StreamCommand`] as a text frame.
+//! frames, exactly one after each `tile` event, which announces it (an Opus frame may be
+//! empty; a track's end is a `tile` of 0 samples with its Ogg stream's last pages). The
+//! client may send a [`StreamCommand`] as a text frame.
 
 use serde::{Deserialize, Serialize};
 
@@ -12,9 +13,10 @@ use crate::job::Stage;
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum StreamCodec {
-    /// Opus packets, for listeners on a budget.
+    /// Ogg Opus pages, for listeners on a budget: one Ogg stream per track.
     Opus,
-    /// Interleaved little-endian signed 16-bit PCM, lossless to the listener.
+    /// Interleaved little-endian signed 16-bit PCM: the decoded tiles, attenuated by the
+    /// loudest peak heard so far (the result file is normalised over the whole song).
     Pcm16,
 }
 

@@ -1130,3 +1130,112 @@ fn a_minimax_directory_serves_beside_a_named_yue2_pair() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("--model and --vae"), "{err}");
 }
+
+/// The frames a stream socket gave: (text events, binary frames each with the `tile`
+/// event before it, or `None` when a binary frame followed no `tile`), and the close.
+type Heard = (Vec<serde_json::Value>, Vec<(Option<serde_json::Value>, Vec<u8>)>, Option<(u16, String)>);
+
+async fn hear(url: String, first: Option<String>) -> Heard {
+    let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+    if let Some(body) = first {
+        ws.send(Message::text(body)).await.unwrap();
+    }
+    let (mut events, mut binaries, mut close, mut last_tile) = (Vec::new(), Vec::new(), None, None);
+    while let Some(Ok(m)) = ws.next().await {
+        match m {
+            Message::Text(t) => {
+                let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                if v["event"] == "tile" {
+                    assert!(last_tile.is_none(), "two tile events without a binary frame between: {v}");
+                    last_tile = Some(v.clone());
+                }
+                events.push(v);
+            }
+            Message::Binary(b) => binaries.push((last_tile.take(), b.to_vec())),
+            Message::Close(c) => {
+                close = c.map(|c| (u16::from(c.code), c.reason.to_string()));
+                break;
+            }
+            _ => {}
+        }
+    }
+    (events, binaries, close)
+}
+
+/// A job of two tracks streams each as its own Ogg Opus file: every `tile` event is followed
+/// by exactly one binary frame, and the frames of one track (by the `tile` before each)
+/// decode to that track's length, live and for a listener after the end alike (one Ogg
+/// stream spliced the two tracks' tiles into one file before).
+#[test]
+fn each_track_of_a_job_streams_its_own_opus_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &["--vae-core", "32"]);
+    let body = song(4.0, 2).replace("\"steps\"", "\"synth_batch_size\": 2, \"steps\"");
+    let id = d.submit(&body);
+    let url = d.ws_url(&format!("/stream?id={id}"));
+    for when in ["live", "after the end"] {
+        let (events, binaries, close) = rt().block_on(hear(url.clone(), None));
+        assert_eq!(close.as_ref().map(|c| c.0), Some(1000), "{when}: {close:?}");
+        assert!(events.iter().any(|e| e["event"] == "done"), "{when}");
+        let tiles = events.iter().filter(|e| e["event"] == "tile").count();
+        assert_eq!(tiles, binaries.len(), "{when}: one binary frame after each tile event");
+        let mut ogg = [Vec::new(), Vec::new()];
+        for (tile, bytes) in &binaries {
+            let tile = tile.as_ref().unwrap_or_else(|| panic!("{when}: a binary frame with no tile event"));
+            ogg[tile["track"].as_u64().unwrap() as usize].extend_from_slice(bytes);
+        }
+        for (track, file) in ogg.iter().enumerate() {
+            let (ch, pcm) = yued_audio::ogg_opus::decode_ogg_opus(file)
+                .unwrap_or_else(|e| panic!("{when}: track {track} is no Ogg Opus file: {e}"));
+            assert_eq!(ch, 2);
+            let (got, want) = (pcm.len() / 2, 1920 * 100 - 64);
+            assert!(got.abs_diff(want) <= 960, "{when}: track {track} decodes to {got} samples, not {want}");
+        }
+    }
+}
+
+/// `/synth/stream` as a client meets it: the `job` event names the fields the request does
+/// not read (as `POST /synth` does), a socket that sends no request is closed (1008), a
+/// frame over the bound gets 1009, and SIGTERM closes a listener with 1001 saying the job
+/// resumes at the next start.
+#[test]
+fn synth_stream_names_ignored_fields_and_closes_with_the_right_codes() {
+    let dir = tempfile::tempdir().unwrap();
+    let env = [("YUED_WS_PING_SECS", "1"), ("YUED_MAX_BODY_BYTES", "65536")];
+    let mut d = Daemon::start_with_env(&dir.path().join("data"), free_port(), vec![], &env);
+    let url = d.ws_url("/synth/stream?format=pcm16");
+    let typo = song(1.0, 1).replace("\"steps\"", "\"duraton\": 9, \"steps\"");
+    let (events, _, close) = rt().block_on(hear(url.clone(), Some(typo)));
+    assert_eq!(events[0]["event"], "job");
+    assert_eq!(events[0]["ignored"], serde_json::json!(["duraton"]), "{}", events[0]);
+    assert_eq!(close.map(|c| c.0), Some(1000));
+    let (_, _, close) = rt().block_on(hear(url.clone(), None));
+    let (code, reason) = close.expect("a close frame");
+    assert_eq!(code, 1008);
+    assert!(reason.contains("no request within 3 s"), "{reason}");
+    let (_, _, close) = rt().block_on(hear(url.clone(), Some("x".repeat(100_000))));
+    assert_eq!(close.map(|c| c.0), Some(1009));
+    let id = d.submit(&song(40.0, 64));
+    let pid = d.child.id().to_string();
+    let listen = d.ws_url(&format!("/stream?id={id}&format=pcm16"));
+    let heard = rt().block_on(async {
+        let (mut ws, _) = tokio_tungstenite::connect_async(listen).await.unwrap();
+        // Stopped once the song is running, while the socket listens.
+        while let Some(Ok(m)) = ws.next().await {
+            if matches!(&m, Message::Text(t) if t.as_str().contains("\"stage\"")) {
+                break;
+            }
+        }
+        assert!(std::process::Command::new("kill").args(["-TERM", &pid]).status().unwrap().success());
+        while let Some(Ok(m)) = ws.next().await {
+            if let Message::Close(c) = m {
+                return c.map(|c| (u16::from(c.code), c.reason.to_string()));
+            }
+        }
+        None
+    });
+    let (code, reason) = heard.expect("a close frame at the shutdown");
+    assert_eq!(code, 1001, "{reason}");
+    assert!(reason.contains("resumes at the next start"), "{reason}");
+    assert!(wait_exit(&mut d.child, Duration::from_secs(20)).is_some());
+}
