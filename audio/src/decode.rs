@@ -85,11 +85,23 @@ fn symphonia_blocks(
     each: &mut dyn FnMut(&[f32]),
 ) -> Result<Blocks, AudioError> {
     let bad = |e: &dyn std::fmt::Display| AudioError::Format(format!("the file does not decode: {e}"));
+    if bytes.is_empty() {
+        return Err(AudioError::Format("the file is empty (0 bytes)".into()));
+    }
     let mss = MediaSourceStream::new(Box::new(std::io::Cursor::new(bytes.to_vec())), Default::default());
     let opts = FormatOptions { enable_gapless: true, ..Default::default() };
     let probed = symphonia::default::get_probe()
         .format(&Hint::new(), mss, &opts, &MetadataOptions::default())
-        .map_err(|e| bad(&e))?;
+        .map_err(|e| match e {
+            symphonia::core::errors::Error::Unsupported(_) | symphonia::core::errors::Error::IoError(_) => {
+                AudioError::Format(format!(
+                    "the file does not decode: not audio in a container this daemon reads ({} bytes; WAV, \
+                     FLAC, MP3, Ogg Vorbis/Opus, AAC/M4A are)",
+                    bytes.len()
+                ))
+            }
+            e => bad(&e),
+        })?;
     let mut format = probed.format;
     let track =
         format.default_track().ok_or_else(|| AudioError::Format("the file does not decode: no audio track".into()))?;
@@ -112,8 +124,15 @@ fn symphonia_blocks(
         symphonia::default::get_codecs().make(&track.codec_params, &DecoderOptions::default()).map_err(|e| bad(&e))?;
     let mut channels = track.codec_params.channels.map(|c| c.count()).unwrap_or(0);
     // The container's sample count, when it has one (FLAC's STREAMINFO, WAV's data size): the
-    // last block may be padded.
-    let declared = track.codec_params.n_frames;
+    // last block may be padded. A count the bytes cannot hold is the "unknown size" of a
+    // stream written to a pipe (ffmpeg's, sox's WAV: sizes of 0xFFFFFFFF): not a count.
+    let declared = track.codec_params.n_frames.filter(|&d| {
+        let p = &track.codec_params;
+        match (p.bits_per_coded_sample, p.channels) {
+            (Some(bits), Some(ch)) => d.saturating_mul(u64::from(bits) * ch.count() as u64) / 8 <= bytes.len() as u64,
+            _ => true,
+        }
+    });
     let limit = Blocks::limit(max_seconds, rate);
     if let (Some(limit), Some(d)) = (limit, declared) {
         if d > limit {
@@ -292,6 +311,29 @@ mod tests {
         assert!(c > 0.95, "aligned at 2048: {c}");
     }
 
+    /// A WAV written to a pipe (ffmpeg's `-f wav -`, sox's `-t wav -`) declares sizes of
+    /// 0xFFFFFFFF: it is measured by what it holds (it was refused as over every bound).
+    #[test]
+    fn a_wav_of_unknown_size_is_measured_by_its_samples() {
+        let src = sweep(48000 * 3);
+        let mut bytes = encode(&src, OutputFormat::Wav16, 128).unwrap();
+        let data = bytes.windows(4).position(|w| w == b"data").unwrap();
+        bytes[4..8].copy_from_slice(&u32::MAX.to_le_bytes());
+        bytes[data + 4..data + 8].copy_from_slice(&u32::MAX.to_le_bytes());
+        let whole = Length::Whole { seconds: 3.0, sample_rate: 48000, channels: 2 };
+        assert_eq!(measure(&bytes, 900.0).unwrap(), whole);
+        assert_eq!(decode(&bytes).unwrap().frames(), src.frames());
+    }
+
+    /// An empty file and one that is no audio say so.
+    #[test]
+    fn an_empty_or_foreign_file_says_what_it_is() {
+        let e = decode(b"").unwrap_err().to_string();
+        assert!(e.contains("empty (0 bytes)"), "{e}");
+        let e = decode(b"hello, this is text and no audio at all").unwrap_err().to_string();
+        assert!(e.contains("not audio in a container"), "{e}");
+    }
+
     #[test]
     fn garbage_and_truncated_files_are_errors_not_panics() {
         let good = encode(&sweep(4800), OutputFormat::Flac, 128).unwrap();
@@ -362,13 +404,19 @@ mod tests {
                 "{f:?}: {whole:?}"
             );
         }
-        // A WAV header that declares more than the bound is refused before its data is read.
+        // A WAV header that declares more than its bytes hold (an hour in 100 bytes) is
+        // measured by what it holds, as a stream written to a pipe is.
         let mut long = wav_header(48_000, 2, 100);
         let declared: u32 = 48_000 * 2 * 2 * 3600;
         long[4..8].copy_from_slice(&(36 + declared).to_le_bytes());
         long[40..44].copy_from_slice(&declared.to_le_bytes());
+        let b = blocks(&long, Some(60.0), &mut |_| {}).unwrap();
+        assert!(!b.over && b.frames == 100, "{} frames", b.frames);
+        // One whose declared length the bytes could hold, past the bound, is refused before
+        // its data is decoded.
+        let real = wav_header(8_000, 1, 8_000 * 90);
         let mut seen = 0;
-        assert!(blocks(&long, Some(60.0), &mut |s| seen += s.len()).unwrap().over);
+        assert!(blocks(&real, Some(60.0), &mut |s| seen += s.len()).unwrap().over);
         assert_eq!(seen, 0);
     }
 

@@ -289,13 +289,13 @@ async fn measured(
 }
 
 /// Latents to decode: whole frames of finite values, within the length bound.
-fn check_vae_latents(z: &[u8], vae: &VaeFacts) -> Result<(), String> {
+/// The latents of a decode upload in any of the codec's formats (raw f32, `.nac8`, `.nac4`,
+/// told by their magic, as `yued codec decode` reads them), checked, as the raw f32 the job
+/// reads.
+fn check_vae_latents(z: &[u8], vae: &VaeFacts) -> Result<Vec<u8>, String> {
     let lat = vae.audio.latent_channels;
-    let frame = 4 * lat;
-    if z.is_empty() || !z.len().is_multiple_of(frame) {
-        return Err(format!("src_latents: {} bytes are not whole frames of {lat} f32 values ({frame} bytes)", z.len()));
-    }
-    let frames = z.len() / frame;
+    let (_, values) = yued_engine::latent::decode_latents(z, lat).map_err(|e| format!("src_latents: {e}"))?;
+    let frames = values.len() / lat;
     let seconds = vae.audio.latent_seconds(frames);
     if seconds > vae.max_seconds + 1e-9 {
         return Err(format!(
@@ -303,10 +303,10 @@ fn check_vae_latents(z: &[u8], vae: &VaeFacts) -> Result<(), String> {
             vae.limit, vae.max_seconds
         ));
     }
-    if z.chunks_exact(4).any(|b| !f32::from_le_bytes([b[0], b[1], b[2], b[3]]).is_finite()) {
+    if values.iter().any(|v| !v.is_finite()) {
         return Err("src_latents: the latents hold NaN or infinite values".into());
     }
-    Ok(())
+    Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect())
 }
 
 /// Writes an upload under the data directory (synced), where its job reads it.
@@ -364,7 +364,7 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
             Err(resp) => return resp,
         },
         (None, Some(z)) => match check_vae_latents(&z, &vae) {
-            Ok(()) => (UploadOp::Decode, z),
+            Ok(raw) => (UploadOp::Decode, raw),
             Err(e) => return bad(e),
         },
     };

@@ -14,6 +14,7 @@ mod mcp;
 mod mcp_sessions;
 mod openai;
 mod openapi;
+mod peer;
 mod reply;
 mod schema;
 mod serve;

@@ -7,6 +7,7 @@
 //! file is written. Handlers stay thin: parsing here, validation and jobs where `/synth`
 //! has them.
 use crate::http::{check_request, client_key, submit, AppState};
+use crate::peer::while_connected;
 use crate::reply::error;
 use actix_web::http::StatusCode;
 use actix_web::{web, HttpRequest, HttpResponse};
@@ -267,7 +268,8 @@ async fn run(
     let (sub, codec) = match (codec, sub) {
         (Some(codec), Some(sub)) => (sub, codec),
         (_, sub) => {
-            let resp = finished_audio(&jobs, &id, sub).await;
+            // The guard, still armed when the caller is gone, cancels the job.
+            let Some(resp) = while_connected(req, finished_audio(&jobs, &id, sub)).await else { return gone() };
             guard.disarm();
             return resp;
         }
@@ -276,18 +278,26 @@ async fn run(
     // song, a cancel) is answered as a finished one is, in OpenAI's shape (a 422 or a 409),
     // never as a 200 with an empty body.
     let mut rx = sub.rx;
-    let first = loop {
-        match rx.recv().await {
-            // A tile that completed no Ogg page has an empty frame: nothing to send yet.
-            Some(StreamItem::Binary(b)) if b.is_empty() => {}
-            Some(StreamItem::Binary(b)) => break b,
-            Some(StreamItem::Text(t)) if terminal(&t).is_none() => {}
-            // The end before any audio (or the hub's stream gone): the job's own answer.
-            _ => {
-                let resp = finished_audio(&jobs, &id, None).await;
-                guard.disarm();
-                return resp;
+    let first = while_connected(req, async {
+        loop {
+            match rx.recv().await {
+                // A tile that completed no Ogg page has an empty frame: nothing to send yet.
+                Some(StreamItem::Binary(b)) if b.is_empty() => {}
+                Some(StreamItem::Binary(b)) => return Some(b),
+                Some(StreamItem::Text(t)) if terminal(&t).is_none() => {}
+                // The end before any audio (or the hub's stream gone): the job's own answer.
+                _ => return None,
             }
+        }
+    })
+    .await;
+    let first = match first {
+        None => return gone(),
+        Some(Some(b)) => b,
+        Some(None) => {
+            let Some(resp) = while_connected(req, finished_audio(&jobs, &id, None)).await else { return gone() };
+            guard.disarm();
+            return resp;
         }
     };
     // The live stream's bytes, until the job's terminal event. A song that fails or is
@@ -326,8 +336,15 @@ async fn run(
     HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(mime).streaming(head.chain(rest))
 }
 
+/// The answer to a caller that went away (nobody reads it): the job's guard, dropped armed
+/// with the handler, cancels the job.
+fn gone() -> HttpResponse {
+    HttpResponse::new(StatusCode::from_u16(499).expect("a valid status code"))
+}
+
 /// Cancels a job when the caller that waits for its audio goes away first (the handler's
-/// future or the response body is dropped before the job ended).
+/// future or the response body is dropped before the job ended, or [`while_connected`] saw
+/// the connection closed).
 struct CancelOnDrop {
     jobs: yued_contract::Jobs,
     job: JobId,
@@ -459,7 +476,7 @@ pub async fn transcriptions(req: HttpRequest, payload: web::Payload, st: web::Da
     };
     let jobs = st.jobs.of(&crate::auth::caller(&req));
     let mut guard = CancelOnDrop { jobs: jobs.clone(), job: id.clone(), armed: true };
-    let done = ended(&jobs, &id).await;
+    let Some(done) = while_connected(&req, ended(&jobs, &id)).await else { return gone() };
     guard.disarm();
     if let Err(resp) = done {
         return resp;

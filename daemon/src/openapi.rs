@@ -317,8 +317,8 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                     "oneOf": [{"required": ["audio"]}, {"required": ["src_latents"]}],
                     "description": "exactly one of audio and src_latents (both, or neither, is a 400)"},
                 "encoding": {"request": {"contentType": "application/json"}}}}})),
-            map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart body, \
-                a part missing, twice or unknown, or an upload that does not check"),
+            map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("a part \
+                missing, twice or unknown, or an upload that does not check"),
                 "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
                 "500": error_response("the upload could not be stored"), "503": unavailable()})), Door::Keyed)}),
     );
@@ -335,8 +335,8 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                 Some(json!({"required": true, "content": {"multipart/form-data": {
                     "schema": {"type": "object", "properties": {"audio": {"type": "string", "format": "binary",
                         "description": "the recording"}}, "required": ["audio"], "additionalProperties": false}}}})),
-                map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart \
-                    body, no audio part, a part twice or unknown, or audio that does not decode or is out of bounds"),
+                map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("no audio \
+                    part, a part twice or unknown, or audio that does not decode or is out of bounds"),
                     "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
                     "500": error_response("the upload could not be stored"), "503": unavailable()})), Door::Keyed)}),
         );
@@ -538,6 +538,9 @@ fn openai_paths(f: &Facts, k: &KindBodies, paths: &mut Map<String, Value>) {
                         {"type": "string"}}}, "content": {"application/json": {"schema": text},
                         "text/plain": {"schema": {"type": "string"}}}}));
                     a.insert("415".into(), openai_error("the body is not multipart/form-data"));
+                    // An upload's bound, not a JSON body's.
+                    a.insert("413".into(), openai_error(&format!("the upload is larger than {} bytes",
+                        f.max_upload_bytes)));
                     a
                 }, Door::OpenAi)}),
         );
@@ -632,8 +635,8 @@ fn transcribe_path(f: &Facts, r: &Replies) -> Value {
         "melody_only": {"type": "string", "enum": ["true", "false", "1", "0"],
         "description": "the melodies without chord symbols"}}, "required": ["audio"],
         "additionalProperties": false}}}});
-    let replies = json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("not a multipart \
-        body, no audio part, a part twice or unknown, melody_only not a flag, or audio that does not decode or is \
+    let replies = json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("no audio \
+        part, a part twice or unknown, melody_only not a flag, or audio that does not decode or is \
         out of bounds"), "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
         "500": error_response("the upload could not be stored"), "503": unavailable()});
     let summary = "Turn a recording into an ABC score";

@@ -256,8 +256,10 @@ impl ServeArgs {
 }
 
 fn init_tracing(format: &str, ring: &LogRing) {
-    let filter =
-        tracing_subscriber::EnvFilter::try_from_default_env().unwrap_or_else(|_| "info,actix_server=warn".into());
+    // symphonia's probe logs an upload that is no audio as an error of its own: the client's
+    // 400 says it, the daemon's log need not.
+    let filter = tracing_subscriber::EnvFilter::try_from_default_env()
+        .unwrap_or_else(|_| "info,actix_server=warn,symphonia_core::probe=off".into());
     let registry = tracing_subscriber::registry().with(filter).with(ring.clone());
     if format == "json" {
         registry.with(tracing_subscriber::fmt::layer().json().with_writer(std::io::stderr)).init();
@@ -907,6 +909,7 @@ async fn serve_http(
             .configure(move |s| routes(s, serves_api))
             .default_service(web::to(not_found))
     })
+    .on_connect(crate::peer::on_connect)
     .shutdown_timeout(5)
     .bind(addr.clone())
     .with_context(|| format!("binding {}:{}", addr.0, addr.1))?;

@@ -1239,3 +1239,51 @@ fn synth_stream_names_ignored_fields_and_closes_with_the_right_codes() {
     assert!(reason.contains("resumes at the next start"), "{reason}");
     assert!(wait_exit(&mut d.child, Duration::from_secs(20)).is_some());
 }
+
+/// The OpenAI doors cancel the job of a caller that hangs up while it waits (the HTTP server
+/// kept such a handler waiting: a transcription, or a song asked for as a file, ran to its
+/// end for nobody, and an SDK's retries stacked three of them).
+#[test]
+fn a_caller_that_hangs_up_cancels_its_job() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    let d = Daemon::start(&dir.path().join("data"), &[]);
+    let (wav, _) = chord_wav(300.0, 8000);
+    let boundary = "hang-up";
+    let form = form_data(boundary, &[("file", "audio/wav", &wav), ("model", "text/plain", b"sheetsage2")]);
+    let speech = br#"{"model": "yue2", "input": "[verse] la la", "response_format": "flac", "duration": 40}"#;
+    let calls: [(&str, String, &[u8]); 2] = [
+        ("/v1/audio/transcriptions", format!("multipart/form-data; boundary={boundary}"), &form),
+        ("/v1/audio/speech", "application/json".into(), speech),
+    ];
+    for (path, content_type, body) in calls {
+        let before: Vec<String> = jobs_of(&d).into_iter().map(|(id, _)| id).collect();
+        let mut s = std::net::TcpStream::connect(("127.0.0.1", d.port)).unwrap();
+        write!(s, "POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: {content_type}\r\n").unwrap();
+        write!(s, "Content-Length: {}\r\n\r\n", body.len()).unwrap();
+        s.write_all(body).unwrap();
+        let t0 = Instant::now();
+        let id = loop {
+            if let Some((id, _)) =
+                jobs_of(&d).into_iter().find(|(id, state)| !before.contains(id) && state == "running")
+            {
+                break id;
+            }
+            assert!(t0.elapsed() < Duration::from_secs(60), "{path}: no job running");
+            std::thread::sleep(Duration::from_millis(50));
+        };
+        drop(s);
+        assert_eq!(d.wait(&id, Duration::from_secs(30))["status"], "cancelled", "{path}: {}", d.log());
+    }
+}
+
+/// The caller's jobs as `GET /jobs` lists them: (id, status).
+fn jobs_of(d: &Daemon) -> Vec<(String, String)> {
+    let v: serde_json::Value = d.http.get(d.url("/jobs")).send().unwrap().json().unwrap();
+    v["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| (j["id"].as_str().unwrap().to_string(), j["status"].as_str().unwrap().to_string()))
+        .collect()
+}

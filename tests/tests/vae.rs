@@ -92,6 +92,14 @@ fn vae_jobs_encode_and_decode_and_refuse_bad_uploads() {
     assert!(parts[0].0.contains("audio/flac"), "{}", parts[0].0);
     let pcm = yued_audio::decode::decode(&parts[0].1).unwrap();
     assert_eq!((pcm.sample_rate, pcm.channels, pcm.frames()), (48000, 2, 1920 * 25 - 64));
+    // The codec's quantized files decode too, told by their magic as `yued codec decode`
+    // tells them (they were refused as "not whole frames" or "NaN").
+    let values: Vec<f32> = latents.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect();
+    let nac8 = yued_engine::latent::encode_latents(&values, 64, yued_engine::latent::LatentFormat::Nac8);
+    let (s, v) = post(&d, form(&[("src_latents", "application/octet-stream", &nac8)]));
+    assert_eq!(s, 200, "{v}");
+    let id = v["id"].as_str().unwrap().to_string();
+    assert_eq!(d.wait(&id, Duration::from_secs(120))["status"], "done");
 
     // The 400s: both parts, neither, audio that does not decode, latents that are not whole
     // frames, a bad request part, an unknown part, not a form at all.

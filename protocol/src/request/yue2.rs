@@ -143,7 +143,9 @@ pub struct Yue2Request {
     #[serde(skip_serializing_if = "is_false")]
     pub abc_continue: bool,
     pub cot: CotMode,
-    /// Target length in seconds, capped by the semantic budget.
+    /// Target length in seconds, capped by the semantic budget. Given `semantic_tokens`, the
+    /// codes fix the length and this is not read; a continuation (`source_tokens`) writes at
+    /// least to the end of its source.
     #[schemars(extend("exclusiveMinimum" = 0))]
     pub duration: f64,
     /// Philox key of the token draw; -1 draws one.
