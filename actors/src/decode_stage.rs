@@ -184,7 +184,7 @@ pub(crate) fn run(links: Links, rx: Receiver<VaeCmd>, enc_tx: Sender<EncCmd>, re
                 })
                 .flatten();
                 if let Some(outcome) = outcome {
-                    links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+                    links.scheduler.do_send(Finished::of(&job, outcome));
                 }
             }
         }

@@ -26,7 +26,7 @@ pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>)
                 let span = tracing::info_span!("job", job = %job.id);
                 let _g = span.enter();
                 if let Some(outcome) = guarded(&links, &job, "encode", || package_audio(&links, &job, pcm, &results)) {
-                    links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+                    links.scheduler.do_send(Finished::of(&job, outcome));
                 }
                 continue;
             }
@@ -52,7 +52,7 @@ pub(crate) fn run(links: Links, rx: Receiver<EncCmd>, results: Arc<ResultStore>)
             package(&links, &job, &tracks, &results)
         });
         if let Some(outcome) = outcome {
-            links.scheduler.do_send(Finished { id: job.id.clone(), outcome });
+            links.scheduler.do_send(Finished::of(&job, outcome));
         }
     }
     tracing::info!("encoder stopped");

@@ -328,7 +328,7 @@ mod tests {
         // While it is open, a second open waits for the lock, then names the likely cause.
         let e =
             Journal::open(&p, &KeyTable::default()).err().expect("a held journal cannot be opened twice").to_string();
-        assert!(e.contains("another yued"), "{e}");
+        assert!(e.contains("another process holding it"), "{e}");
     }
 
     /// A journal written by the release before families (record layout 1, committed under

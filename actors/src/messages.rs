@@ -48,6 +48,15 @@ pub struct CodesReady {
 pub struct Finished {
     pub id: JobId,
     pub outcome: Outcome,
+    /// The run's token: a report of an earlier run of the same id (a cluster job back on a
+    /// worker that ran it before) is not this run's end.
+    pub run: CancelToken,
+}
+
+impl Finished {
+    pub fn of(job: &JobCtx, outcome: Outcome) -> Self {
+        Finished { id: job.id.clone(), outcome, run: job.cancel.clone() }
+    }
 }
 
 /// The entry stage handed a job on (or ended it): the next job may start.

@@ -280,20 +280,33 @@ impl Scheduler {
             .collect();
         // Newest first (ids are random), so that a principal's count keeps its newest.
         ended.sort_by(|a, b| (b.0, &b.1).cmp(&(a.0, &a.1)));
-        let mut held: HashMap<&str, usize> = HashMap::new();
+        // Each principal's kept jobs without a result, newest first.
+        let mut held: HashMap<&str, Vec<JobId>> = HashMap::new();
         let mut forget = Vec::new();
         for (submitted, id, state, client) in ended {
             let expired = match state {
                 JobState::Done => !self.results.exists(&id),
                 _ => {
-                    let n = held.entry(client).or_default();
-                    *n += 1;
-                    *n > r.max_count || now.saturating_sub(submitted) > r.ttl_secs * 1000
+                    let mine = held.entry(client).or_default();
+                    let over = mine.len() >= r.max_count || now.saturating_sub(submitted) > r.ttl_secs * 1000;
+                    if !over {
+                        mine.push(id.clone());
+                    }
+                    over
                 }
             };
             if expired {
                 forget.push(id);
             }
+        }
+        // And all of them together stay under four times the count limit (many principals,
+        // each under its own): the oldest of the principal holding most go first.
+        let mut total: usize = held.values().map(Vec::len).sum();
+        while total > r.max_count.saturating_mul(4) {
+            let Some(mine) = held.values_mut().max_by_key(|v| v.len()) else { break };
+            let Some(oldest) = mine.pop() else { break };
+            forget.push(oldest);
+            total -= 1;
         }
         for id in &forget {
             if let Err(err) = self.journal.remove(id) {
@@ -524,8 +537,9 @@ impl Handler<CodesReady> for Scheduler {
 impl Handler<Finished> for Scheduler {
     type Result = ();
     fn handle(&mut self, m: Finished, _: &mut Self::Context) {
-        // Several stages may notice a cancellation or a failure: the first report wins.
-        if !self.active.remove(&m.id) {
+        // Several stages may notice a cancellation or a failure: the first report wins. A
+        // late report of an earlier run of this id (one it replaced) ends nothing.
+        if !self.jobs.get(&m.id).is_some_and(|e| e.cancel.same(&m.run)) || !self.active.remove(&m.id) {
             return;
         }
         let state = match &m.outcome {

@@ -55,12 +55,12 @@ impl Links {
     /// cancels the job so the other stages drop its work.
     pub fn fail(&self, job: &JobCtx, msg: String) {
         tracing::error!(job = %job.id, error = %msg, "job failed");
-        self.scheduler.do_send(Finished { id: job.id.clone(), outcome: Outcome::Failed(msg) });
+        self.scheduler.do_send(Finished::of(job, Outcome::Failed(msg)));
         job.cancel.cancel();
     }
 
     pub fn cancelled(&self, job: &JobCtx) {
-        self.scheduler.do_send(Finished { id: job.id.clone(), outcome: Outcome::Cancelled });
+        self.scheduler.do_send(Finished::of(job, Outcome::Cancelled));
     }
 
     /// The backend of a stage thread. The thread (and the ggml workers it starts, which

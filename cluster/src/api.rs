@@ -190,6 +190,8 @@ impl JobQueue for NatsBackend {
             owner: None,
             attempt: 0,
             deaths: 0,
+            claim_mark: 0,
+            refusals: 0,
             progress: None,
             cancel: false,
             parts: vec![],

@@ -28,6 +28,14 @@ pub struct ClusterJob {
     /// a job handed back (a worker stopping, or not able to take it) does not count.
     #[serde(default)]
     pub deaths: u32,
+    /// The claim's own mark (random): a claim whose write timed out but landed finds its
+    /// own mark when it reads again, and is not taken for a worker that died.
+    #[serde(default)]
+    pub claim_mark: u64,
+    /// Hand-backs of workers that could not take the job (a stopping worker's do not
+    /// count): past a bound the job fails instead of going round forever.
+    #[serde(default)]
+    pub refusals: u32,
     /// The running job's stage and its step count.
     #[serde(default)]
     pub progress: Option<(Stage, u64, u64)>,

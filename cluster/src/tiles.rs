@@ -1,7 +1,7 @@
 //! The tile bus on JetStream: a job's stream is the subject `yued.tiles.<id>` of the
-//! `YUED_TILES` stream. Each message is one hub item: an event (its JSON text), a tile
-//! (its s16 bytes then its Ogg Opus pages, the layout in a header) or the Opus stream's
-//! last pages. Tiles carry the message id `<job>:t<track>.<index>`, so the same tile sent
+//! `YUED_TILES` stream. Each message is one hub item: an event (its JSON text) or a tile
+//! (its s16 bytes then its Ogg Opus pages, the layout in a header; a track's end is a tile
+//! of no samples). Tiles carry the message id `<job>:t<track>.<index>`, so the same tile sent
 //! again by the worker that took over a job is dropped by the server as a duplicate.
 //!
 //! A listener is an ordered consumer of its job's subject from the first message: it hears

@@ -238,16 +238,15 @@ impl Worker {
                 )
                 .await
                 .map_err(|e| e.to_string())?;
-            // A consumer made by an older yued (a delivery limit) or a node with another
-            // ack_wait is brought to this node's settings.
+            // A consumer made by an older yued (a delivery limit) loses the limit; its other
+            // settings are its creator's.
             let mut consumer = consumer;
             let have = &consumer.cached_info().config;
-            if have.max_deliver != -1 || have.ack_wait != self.c.cfg.ack_wait {
+            if have.max_deliver != -1 {
                 let mut config =
                     <consumer::pull::Config as consumer::FromConsumer>::try_from_consumer_config(have.clone())
                         .map_err(|e| e.to_string())?;
                 config.max_deliver = -1;
-                config.ack_wait = self.c.cfg.ack_wait;
                 consumer = self.c.jobs.create_consumer(config).await.map_err(|e| e.to_string())?;
             }
             let mut batch = consumer.fetch().max_messages(1).messages().await.map_err(|e| e.to_string())?;
@@ -280,12 +279,17 @@ impl Worker {
     async fn claim(&self, id: &JobId, msg: &jetstream::Message) -> Option<(Box<ClusterJob>, bool)> {
         let max = self.c.cfg.max_attempts;
         let me = self.node().to_string();
+        let mark = claim_mark();
         enum Claim {
             Run(Box<ClusterJob>, bool),
             Skip,
             Ended(StreamEvent),
         }
         let claim = record::update(&self.c.state, id, Patience::Worker, |j| {
+            if j.claim_mark == mark && j.owner.as_deref() == Some(me.as_str()) {
+                // This claim's own write, which timed out but landed.
+                return Change::Keep(Claim::Run(Box::new(j.clone()), false));
+            }
             if j.record.state.is_terminal() {
                 return Change::Keep(Claim::Skip);
             }
@@ -299,6 +303,16 @@ impl Worker {
             if died {
                 j.deaths += 1;
             }
+            if j.refusals >= MAX_REFUSALS {
+                let error = format!(
+                    "no worker could take the job ({} times; the last was {}: see its log)",
+                    j.refusals,
+                    j.owner.as_deref().unwrap_or("unknown")
+                );
+                j.record.state = JobState::Failed;
+                j.record.error = Some(error.clone());
+                return Change::Write(Claim::Ended(StreamEvent::Failed { error }));
+            }
             if j.deaths >= max.max(1) {
                 let error = format!(
                     "the job was started {} times and each time the worker running it stopped answering (killed, \
@@ -311,6 +325,7 @@ impl Worker {
                 return Change::Write(Claim::Ended(StreamEvent::Failed { error }));
             }
             j.owner = Some(me.clone());
+            j.claim_mark = mark;
             j.attempt += 1;
             j.record.state = JobState::Running;
             j.progress = None;
@@ -346,11 +361,14 @@ impl Worker {
     /// redelivered after `delay` (at once when `None`).
     async fn hand_back(&self, id: &JobId, attempt: u32, msg: &jetstream::Message, delay: Option<Duration>) {
         self.node.cancel(id);
+        // A delay is a refusal (this worker could not take it), none a stopping worker's.
+        let refused = delay.is_some();
         let written = self
             .write_own(id, attempt, |j| {
                 j.owner = None;
                 j.record.state = JobState::Queued;
                 j.progress = None;
+                j.refusals += u32::from(refused);
             })
             .await;
         if let Err(e) = written {
@@ -682,6 +700,17 @@ struct Beat {
 /// How long a job this worker could not take waits before the server offers it again (to
 /// this worker or another): a refusal is not retried in a tight loop.
 const REFUSED_AGAIN: Duration = Duration::from_secs(2);
+
+/// Refusals after which a job fails (about three minutes of them at [`REFUSED_AGAIN`]).
+const MAX_REFUSALS: u32 = 90;
+
+/// A claim's random mark (see [`ClusterJob::claim_mark`]).
+fn claim_mark() -> u64 {
+    use std::hash::{BuildHasher, Hasher};
+    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
+    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
+    h.finish() | 1
+}
 
 /// A message kept from redelivery while it lives (see [`Worker::keep_claimed`]).
 struct KeepClaimed(tokio::task::JoinHandle<()>);

@@ -113,7 +113,8 @@ impl ResultStore {
         }
         let meta = ResultMeta { created_ms: now_ms(), bytes, parts };
         write_synced(&tmp.join("meta.json"), &serde_json::to_vec(&meta).expect("meta serializes"))?;
-        std::fs::File::open(tmp)?.sync_all()?;
+        // The folder's own entries (a file system that cannot sync a folder is let be).
+        let _ = std::fs::File::open(tmp).and_then(|d| d.sync_all());
         Ok(meta)
     }
 

@@ -1,5 +1,5 @@
 //! A job's live stream as it crosses the job system: the items published for it
-//! ([`HubItem`]: events, encoded tiles, the Opus tail), what one listener receives of them
+//! ([`HubItem`]: events, encoded tiles, each track's end), what one listener receives of them
 //! for its codec ([`StreamItem`], by [`items`]) and its end of the stream
 //! ([`Subscription`]). A tile is encoded once, by its job's [`TileEncoder`] on the thread
 //! that decoded it; the distribution (the single node's hub, the cluster's tile bus) only

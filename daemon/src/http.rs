@@ -291,11 +291,17 @@ async fn measured(
 /// Latents to decode: whole frames of finite values, within the length bound.
 /// The latents of a decode upload in any of the codec's formats (raw f32, `.nac8`, `.nac4`,
 /// told by their magic, as `yued codec decode` reads them), checked, as the raw f32 the job
-/// reads.
-fn check_vae_latents(z: &[u8], vae: &VaeFacts) -> Result<Vec<u8>, String> {
+/// reads. The length is checked from the header (or the size) before anything is decoded,
+/// and the decoding runs off the executor.
+async fn check_vae_latents(z: Vec<u8>, vae: &VaeFacts) -> Result<Vec<u8>, String> {
+    use yued_engine::latent::{NAC4_MAGIC, NAC8_MAGIC};
     let lat = vae.audio.latent_channels;
-    let (_, values) = yued_engine::latent::decode_latents(z, lat).map_err(|e| format!("src_latents: {e}"))?;
-    let frames = values.len() / lat;
+    let frames = match (z.get(..4), z.get(4..8)) {
+        (Some(m), Some(n)) if m == NAC8_MAGIC || m == NAC4_MAGIC => {
+            u32::from_le_bytes([n[0], n[1], n[2], n[3]]) as usize
+        }
+        _ => z.len() / (4 * lat),
+    };
     let seconds = vae.audio.latent_seconds(frames);
     if seconds > vae.max_seconds + 1e-9 {
         return Err(format!(
@@ -303,10 +309,15 @@ fn check_vae_latents(z: &[u8], vae: &VaeFacts) -> Result<Vec<u8>, String> {
             vae.limit, vae.max_seconds
         ));
     }
-    if values.iter().any(|v| !v.is_finite()) {
-        return Err("src_latents: the latents hold NaN or infinite values".into());
-    }
-    Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+    web::block(move || {
+        let (_, values) = yued_engine::latent::decode_latents(&z, lat).map_err(|e| format!("src_latents: {e}"))?;
+        if values.iter().any(|v| !v.is_finite()) {
+            return Err("src_latents: the latents hold NaN or infinite values".to_string());
+        }
+        Ok(values.iter().flat_map(|v| v.to_le_bytes()).collect())
+    })
+    .await
+    .unwrap_or_else(|_| Err("src_latents: the check did not run".into()))
 }
 
 /// Writes an upload under the data directory (synced), where its job reads it.
@@ -363,7 +374,7 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
             Ok(a) => (UploadOp::Encode, a),
             Err(resp) => return resp,
         },
-        (None, Some(z)) => match check_vae_latents(&z, &vae) {
+        (None, Some(z)) => match check_vae_latents(z, &vae).await {
             Ok(raw) => (UploadOp::Decode, raw),
             Err(e) => return bad(e),
         },

@@ -325,8 +325,9 @@ async fn run(
                 },
                 None => {
                     // The hub dropped this reader (it fell too far behind): a broken transfer,
-                    // not a short file that looks whole; the guard, still armed, cancels the
-                    // job nobody hears.
+                    // not a short file that looks whole. The song goes on: its file is at the
+                    // job id the answer's `x-yued-job` header named.
+                    guard.disarm();
                     let e = std::io::Error::other(format!("job {}: the reader fell too far behind", guard.job));
                     return Some((Err(e), None));
                 }

@@ -284,9 +284,12 @@ fn json_body(schema: Value) -> Value {
 const WS_NOTE: &str =
     "A WebSocket (RFC 6455): the 101 upgrade answers a GET with the handshake headers. Then text frames \
         carry JSON events (queued, stage, score, codes, format, tile, done, failed, cancelled) and binary frames the \
-        audio: Ogg Opus pages by default (their concatenation is a playable .opus file), or with format=pcm16 \
-        interleaved s16le, one frame per decoded tile. The daemon pings an idle listener and closes one that stops \
-        answering or reads too slowly, with a reason.";
+        audio, exactly one after each tile event: Ogg Opus pages by default (one Ogg stream per track: a track's \
+        frames, by the tile event's track, concatenate to a playable .opus file; a frame may be empty, and a track \
+        ends with a tile of 0 samples carrying its last pages), or with format=pcm16 interleaved s16le, one frame \
+        per decoded tile. The daemon pings an idle listener and closes one that stops answering or reads too \
+        slowly, with a reason (close codes: 1000 the job ended, 1001 the daemon stops, 1008 too slow or refused, \
+        1013 the queue is full).";
 
 /// The job routes: submit a song or a VAE job, a job's status, result and cancel, the jobs.
 fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Value>) {

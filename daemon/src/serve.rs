@@ -192,7 +192,8 @@ pub struct ServeArgs {
     /// another worker (default 30; it reports every 2 s or a third of this).
     #[arg(long)]
     pub cluster_ack_wait_secs: Option<u64>,
-    /// In a cluster: starts of a job before it fails (default 3).
+    /// In a cluster: starts of a job whose worker stopped answering (killed, crashed, cut off)
+    /// before it fails (default 3); a job a stopping worker hands back costs none.
     #[arg(long)]
     pub cluster_max_attempts: Option<u32>,
     /// In a cluster: this node's name (default: host name and process id).
@@ -943,15 +944,24 @@ fn lock_data_dir(dir: &Path) -> anyhow::Result<std::fs::File> {
         .truncate(false)
         .open(&path)
         .with_context(|| format!("opening {}", path.display()))?;
-    if let Err(e) = f.try_lock() {
-        let mut holder = String::new();
-        let _ = f.read_to_string(&mut holder);
-        let holder = holder.trim();
-        let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
-        anyhow::bail!(
-            "the data directory {} is in use by another yued{who}: give each daemon its own --data-dir ({e})",
-            dir.display()
-        );
+    match f.try_lock() {
+        Ok(()) => {}
+        Err(std::fs::TryLockError::Error(e)) => {
+            // A file system without locks (some network mounts): the daemon runs unguarded.
+            tracing::warn!(path = %path.display(), error = %e, "the data directory cannot be locked: nothing \
+                stops a second daemon on it");
+            return Ok(f);
+        }
+        Err(std::fs::TryLockError::WouldBlock) => {
+            let mut holder = String::new();
+            let _ = f.read_to_string(&mut holder);
+            let holder = holder.trim();
+            let who = if holder.is_empty() { String::new() } else { format!(" (pid {holder})") };
+            anyhow::bail!(
+                "the data directory {} is in use by another yued{who}: give each daemon its own --data-dir",
+                dir.display()
+            );
+        }
     }
     f.set_len(0)?;
     f.rewind()?;

@@ -458,9 +458,10 @@ async fn follow(
                 }
             }
             Event::Stopping => {
-                // The job stays in the journal and resumes at the next start, from its
-                // beginning: a client that reconnects then hears it again from sample 0.
-                let description = "daemon stopping; the job resumes at the next start: reconnect".to_string();
+                // A single node's job stays in its journal and resumes at the next start (a
+                // client that reconnects hears it again from sample 0); a cluster's goes on
+                // on its worker, which another API node streams.
+                let description = "daemon stopping: reconnect (the job resumes or goes on)".to_string();
                 let _ =
                     session.close(Some(CloseReason { code: CloseCode::Away, description: Some(description) })).await;
                 break;
