@@ -104,11 +104,16 @@ impl StreamHub {
                     StreamItem::Text(t) => t.len(),
                     StreamItem::Binary(b) => b.len(),
                 };
-                if l.tx.try_send(it).is_err() {
-                    dropped += 1;
-                    return false; // full (too slow) or gone: drop it
+                match l.tx.try_send(it) {
+                    Ok(()) => self.metrics.ws_bytes_total.inc_by(n as u64),
+                    // Too slow: dropped, and counted.
+                    Err(mpsc::error::TrySendError::Full(_)) => {
+                        dropped += 1;
+                        return false;
+                    }
+                    // Gone (the listener hung up): let go quietly.
+                    Err(mpsc::error::TrySendError::Closed(_)) => return false,
                 }
-                self.metrics.ws_bytes_total.inc_by(n as u64);
             }
             true
         });
@@ -144,6 +149,14 @@ impl Handler<Subscribe> for StreamHub {
             backlog.extend(items(h, msg.codec, first));
         }
         let (tx, rx) = mpsc::channel(backlog.len() + LISTENER_BACKLOG);
+        let bytes: usize = backlog
+            .iter()
+            .map(|it| match it {
+                StreamItem::Text(t) => t.len(),
+                StreamItem::Binary(b) => b.len(),
+            })
+            .sum();
+        self.metrics.ws_bytes_total.inc_by(bytes as u64);
         for it in backlog {
             let _ = tx.try_send(it);
         }
@@ -207,8 +220,10 @@ mod tests {
         let StreamItem::Binary(b) = &got[3] else { panic!() };
         let s: Vec<i16> = b.chunks(2).map(|c| i16::from_le_bytes([c[0], c[1]])).collect();
         assert_eq!(s, vec![16384, 0, 32767, 8192, -16384, 0, -32767, 0]);
-        // live items arrive; a listener that never reads is dropped once full
+        // live items arrive; a listener that never reads is dropped once full, one that hung
+        // up is let go without counting as dropped
         let slow = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
+        drop(hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap());
         for i in 1..=(LISTENER_BACKLOG as u32) {
             hub.send(Publish::Tile(job.clone(), enc.encode(&tile(i)))).await.unwrap();
             while rx.try_recv().is_ok() {}
@@ -223,7 +238,7 @@ mod tests {
             last = Some(it);
         }
         assert!(matches!(last, Some(StreamItem::Text(t)) if t.contains("\"done\"")));
-        assert_eq!(metrics.ws_dropped_listeners_total.get(), 1, "the listener that never read was dropped");
+        assert_eq!(metrics.ws_dropped_listeners_total.get(), 1, "the listener that never read (only) was dropped");
         assert!(!slow.ended.load(Ordering::Acquire), "a dropped listener is not told of the end");
         assert!(late.ended.load(Ordering::Acquire), "a listener still behind at the end is told the job ended");
         // The ended job's stream is freed: a late listener is told there is none (the

@@ -24,6 +24,10 @@ struct Entry {
     progress: Option<StageProgress>,
     cancel: CancelToken,
     submitted: Instant,
+    /// Its wait is in the queue-wait histogram, or is not this node's to measure: measured
+    /// at its first start (not again when it goes back to wait for the AR batch), never for
+    /// a cluster's job (the cluster's queue held it; this node's is an instant).
+    wait_measured: bool,
 }
 
 pub struct Scheduler {
@@ -114,8 +118,16 @@ impl Scheduler {
                 s.enqueue(&id, &r.client);
                 restored += 1;
             }
-            s.jobs
-                .insert(id, Entry { record: r, progress: None, cancel: CancelToken::new(), submitted: Instant::now() });
+            s.jobs.insert(
+                id,
+                Entry {
+                    record: r,
+                    progress: None,
+                    cancel: CancelToken::new(),
+                    submitted: Instant::now(),
+                    wait_measured: false,
+                },
+            );
         }
         if restored > 0 {
             tracing::info!(restored, "jobs restored from the journal");
@@ -227,7 +239,9 @@ impl Scheduler {
             queue_seconds: e.submitted.elapsed().as_secs_f64(),
             upload: e.record.upload.clone(),
         };
-        self.metrics.queue_wait_seconds.observe(run.queue_seconds);
+        if !std::mem::replace(&mut e.wait_measured, true) {
+            self.metrics.queue_wait_seconds.observe(run.queue_seconds);
+        }
         if !self.persist(&id) {
             // A start the journal cannot record is not made: the job fails loudly now rather
             // than run unrecorded (a crash would then lose what it did).
@@ -381,6 +395,8 @@ impl Handler<Submit> for Scheduler {
             self.metrics.admission_rejections_total.inc();
             return Err(SubmitError::OverShare(self.share));
         }
+        // A cluster's job (its id given) was submitted, and counted, on an API node.
+        let cluster = m.id.is_some();
         // A cluster job may come back to a worker that ran it before (it lost the job to
         // another worker, which then died): the ended local run gives way to the new one.
         let id = match m.id {
@@ -426,10 +442,18 @@ impl Handler<Submit> for Scheduler {
         tracing::info!(job = %id, client = %m.client, "job queued");
         self.jobs.insert(
             id.clone(),
-            Entry { record, progress: None, cancel: CancelToken::new(), submitted: Instant::now() },
+            Entry {
+                record,
+                progress: None,
+                cancel: CancelToken::new(),
+                submitted: Instant::now(),
+                wait_measured: cluster,
+            },
         );
         self.enqueue(&id, &m.client);
-        self.metrics.jobs_submitted_total.inc();
+        if !cluster {
+            self.metrics.jobs_submitted_total.inc();
+        }
         self.metrics.queue_depth.set(self.queued_count() as i64);
         self.hub.do_send(Publish::Event(id.clone(), StreamEvent::Queued { position: self.position(&id) }));
         self.dispatch();

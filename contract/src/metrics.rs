@@ -38,8 +38,10 @@ impl Metrics {
         let m = Metrics {
             jobs_submitted_total: r.counter("yued_jobs_submitted_total", "Jobs accepted by the admission check"),
             jobs_finished_total: r.counter_vec("yued_jobs_finished_total", "Jobs by final status", "status"),
-            admission_rejections_total: r
-                .counter("yued_admission_rejections_total", "Submissions refused at the admission cap (HTTP 429)"),
+            admission_rejections_total: r.counter(
+                "yued_admission_rejections_total",
+                "Submissions refused (HTTP 429): the admission cap, or a key's share of it",
+            ),
             queue_depth: r.gauge("yued_queue_depth_jobs", "Jobs waiting in the queue"),
             jobs_running: r.gauge("yued_jobs_running", "Jobs being computed"),
             queue_wait_seconds: r.histogram(
@@ -66,14 +68,17 @@ impl Metrics {
             ),
             real_time_factor: r.histogram(
                 "yued_real_time_factor_ratio",
-                "Seconds of audio per second of pipeline work",
+                "Seconds of audio per second of pipeline work (a speed: above 1 is faster than real time)",
                 prometheus::exponential_buckets(0.01, 2.0, 14).unwrap(),
             ),
             audio_seconds_total: r.float_counter("yued_audio_produced_seconds_total", "Seconds of audio rendered"),
             module_loads_total: r.counter("yued_module_loads_total", "Model modules loaded onto the device"),
             resident_weight_bytes: r
                 .gauge("yued_resident_weight_bytes", "Bytes of model weights resident on the device"),
-            kv_sets_in_use: r.gauge("yued_kv_sets_in_use", "KV cache sets allocated"),
+            kv_sets_in_use: r.gauge(
+                "yued_kv_sets_in_use",
+                "KV cache sets handed from the AR half to the synthesis half and not yet released",
+            ),
             ws_listeners: r.gauge("yued_stream_listeners", "WebSocket listeners connected"),
             ws_streams: r.gauge("yued_stream_jobs", "Jobs whose live stream the hub holds (from queued to their end)"),
             ws_bytes_total: r.counter("yued_stream_sent_bytes_total", "Bytes sent to WebSocket listeners"),

@@ -138,6 +138,11 @@ impl KeyTable {
             let err = |message: String| KeyError { source_name: source_name.to_string(), line: i + 1, message };
             let mut words = line.split_whitespace();
             let key = words.next().expect("a non-empty line has a word");
+            if key.starts_with("name=") || key == "admin" || key == "metrics" {
+                return Err(err("the line starts with a setting: the key comes first, then name=NAME, admin or \
+                    metrics"
+                    .into()));
+            }
             let (mut name, mut role) = (None, Role::User);
             for w in words {
                 match w {
@@ -152,7 +157,12 @@ impl KeyTable {
                         }
                         name = Some(n.to_string());
                     }
-                    w => return Err(err(format!("unknown word '{w}' after the key (name=NAME, admin, metrics)"))),
+                    // Not echoed: a line written name first puts its key here.
+                    _ => {
+                        return Err(err("a word after the key is not name=NAME, admin or metrics (not shown: it may \
+                            be a key; the key comes first on its line)"
+                            .into()))
+                    }
                 }
             }
             self.add(key, name, role).map_err(err)?;
@@ -231,11 +241,17 @@ mod tests {
             ("k1 name=a\nk2 name=a\n", "line 2", "two keys"),
             ("k1 name=bad/name\n", "line 1", "name 'bad/name'"),
             ("k1 name=key-abc\n", "line 1", "key-"),
-            ("k1 root\n", "line 1", "unknown word 'root'"),
+            ("k1 root\n", "line 1", "not name=NAME"),
+            // Written name first: the key is the unknown word, and is not shown.
+            ("k0\nname=bob k1\n", "line 2", "the key comes first"),
+            ("k0 k1\n", "line 1", "not shown"),
         ];
         for (text, line, what) in cases {
             let e = KeyTable::default().add_lines(text, "f").unwrap_err().to_string();
-            assert!(e.contains(line) && e.contains(what) && !e.contains("k1") && !e.contains("k2"), "{text:?}: {e}");
+            assert!(
+                e.contains(line) && e.contains(what) && !e.contains("k1") && !e.contains("k2") && !e.contains("root"),
+                "{text:?}: {e}"
+            );
         }
     }
 

@@ -208,13 +208,14 @@ async fn replay_ended(st: &AppState, jobs: &Jobs, mut session: actix_ws::Session
         }
     };
     for it in items {
-        let sent = match it {
-            StreamItem::Text(t) => session.text(t).await,
-            StreamItem::Binary(b) => session.binary(b).await,
+        let (bytes, sent) = match it {
+            StreamItem::Text(t) => (t.len(), session.text(t).await),
+            StreamItem::Binary(b) => (b.len(), session.binary(b).await),
         };
         if sent.is_err() {
             return;
         }
+        st.metrics.ws_bytes_total.inc_by(bytes as u64);
     }
     let _ = session.close(Some(close(reason))).await;
 }

@@ -675,4 +675,8 @@ fn a_job_handed_back_twice_spends_no_start() {
     assert_eq!(count(&wc.log(), &id, "job finished in the cluster"), 1, "{}", wc.log());
     let m = wc.http.get(wc.url("/metrics")).send().unwrap().text().unwrap();
     assert!(m.contains("yued_cluster_redeliveries_total 0"), "a hand-back is no redelivery: {m}");
+    // The API node counted the submission; the worker that ran it does not count it again.
+    assert!(m.contains("yued_jobs_submitted_total 0"), "{m}");
+    let m = api.http.get(api.url("/metrics")).send().unwrap().text().unwrap();
+    assert!(m.contains("yued_jobs_submitted_total 1"), "{m}");
 }

@@ -28,7 +28,10 @@ pub const TOKENS_A_STEP: usize = 64;
 pub enum TranscribeError {
     #[error("Audio must contain at least {MIN_SAMPLES} samples at 24 kHz (it has {0})")]
     TooShort(usize),
-    #[error("Overlap prefix fills the context ({0} tokens of {1})")]
+    #[error(
+        "the notes carried over from the previous window fill the head's context ({0} tokens of {1}): the model \
+         wrote more events than a window holds"
+    )]
     PrefixFull(usize, usize),
     #[error(transparent)]
     Stream(#[from] StreamError),
