@@ -329,6 +329,8 @@ struct Mm3Member {
     /// A streamed job's states go out through this as they are computed.
     stream: Option<Sender<Mm3Chunk>>,
     sink: ProgressSink,
+    /// The frames its songs wrote, for the AR metrics (a frame is a song's token here).
+    meter: crate::stage::TokenMeter,
     max_frames: usize,
     /// The condition encoder, DiT and VAE files.
     files: [PathBuf; 3],
@@ -392,10 +394,11 @@ impl Mm3Member {
     }
 
     /// The states of the songs a step wrote a frame of, and the progress.
-    fn after_step(&mut self, ar: &mut Ar<'_>, frame: compose::Frame) -> Result<(), ComposeError> {
+    fn after_step(&mut self, links: &Links, ar: &mut Ar<'_>, frame: compose::Frame) -> Result<(), ComposeError> {
         let cancel = self.ctx.cancel.clone();
         let cancelled = || cancel.is_cancelled();
         for (i, complete) in frame.songs {
+            self.meter.count(links, Stage::Semantic, i as u32, frame.frame + 1);
             let song = (i, self.composer.song(i));
             self.songs[i].hand_out(ar, song, complete, self.stream.as_ref(), &cancelled)?;
         }
@@ -407,7 +410,8 @@ impl Mm3Member {
     /// out, the codes journaled and announced, and the hand-off (a streamed job's went at
     /// the join).
     fn conclude(self, links: &Links, ar: &mut Ar<'_>) -> Left {
-        let Mm3Member { ctx, composer, mut songs, stream, files, .. } = self;
+        let Mm3Member { ctx, composer, mut songs, stream, files, meter, .. } = self;
+        meter.finish(links);
         let cancelled = || ctx.cancel.is_cancelled();
         let (mut written, untold) = composer.finish()?;
         for i in untold {
@@ -461,7 +465,7 @@ impl Mm3Batch {
                 Ok(frames) => {
                     for (&m, frame) in stepped.iter().zip(frames) {
                         let Some(frame) = frame else { continue };
-                        if let Err(e) = self.members[m].after_step(&mut ar, frame) {
+                        if let Err(e) = self.members[m].after_step(links, &mut ar, frame) {
                             failed.push((m, e.into()));
                         }
                     }
@@ -566,7 +570,18 @@ impl Batch for Mm3Batch {
         // The stage shows from the join: its prompts' prefill (pieces, steps) is its first work.
         sink.report(Stage::Semantic, 0, s.max_frames + 1);
         let draws = SeedDraws::new(req.lm_seed, n);
-        self.members.push(Mm3Member { ctx, composer, draws, songs, stream, sink, max_frames: s.max_frames, files });
+        let meter = crate::stage::TokenMeter::default();
+        self.members.push(Mm3Member {
+            ctx,
+            composer,
+            draws,
+            songs,
+            stream,
+            sink,
+            meter,
+            max_frames: s.max_frames,
+            files,
+        });
         Ok(())
     }
 

@@ -57,12 +57,12 @@ impl Metrics {
             ),
             ar_tokens_total: r.counter_vec(
                 "yued_ar_tokens_total",
-                "Tokens sampled by the autoregressive stages",
+                "Tokens sampled by the autoregressive stages (a MiniMax Music 3 song's frame counts as one)",
                 "stage",
             ),
             ar_tokens_per_second: r.histogram_vec(
                 "yued_ar_tokens_per_second",
-                "Autoregressive decode speed per job and stage",
+                "Autoregressive decode speed per job and stage, tokens (MiniMax Music 3: frames) a second",
                 prometheus::exponential_buckets(1.0, 2.0, 14).unwrap(),
                 "stage",
             ),

@@ -977,6 +977,16 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     assert!(events.iter().any(|e| e["event"] == "codes"), "{events:?}");
     assert_eq!(events.last().unwrap()["event"], "done");
     assert!(pcm_bytes > 0);
+    // Its frames count as the AR half's tokens (they were not counted at all).
+    let frames = events.iter().find(|e| e["event"] == "codes").unwrap()["frames"].as_f64().unwrap();
+    let m = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
+    let tokens: f64 = m
+        .lines()
+        .find_map(|l| l.strip_prefix("yued_ar_tokens_total{stage=\"semantic\"} "))
+        .unwrap_or_else(|| panic!("no semantic tokens counted: {m}"))
+        .parse()
+        .unwrap();
+    assert!((frames..=frames + 1.0).contains(&tokens), "{tokens} tokens for {frames} frames");
     // The result: the track and its replay request.
     let r = d.http.get(d.url(&format!("/job?id={mm3}&result=1"))).send().unwrap();
     let boundary =
