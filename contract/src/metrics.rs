@@ -29,6 +29,8 @@ pub struct Metrics {
     pub ws_bytes_total: IntCounter,
     pub ws_dropped_listeners_total: IntCounter,
     pub cpu_turn_wait_seconds_total: Counter,
+    /// HTTP answers by route pattern (`unmatched` for none) and status code: bounded labels.
+    pub http_requests_total: IntCounterVec,
 }
 
 impl Metrics {
@@ -37,6 +39,11 @@ impl Metrics {
         let seconds = || prometheus::exponential_buckets(0.01, 3.0, 12).unwrap();
         let m = Metrics {
             jobs_submitted_total: r.counter("yued_jobs_submitted_total", "Jobs accepted by the admission check"),
+            http_requests_total: r.counter_vec_of(
+                "yued_http_requests_total",
+                "HTTP answers by route pattern and status code (a WebSocket counts at its handshake)",
+                &["route", "status"],
+            ),
             jobs_finished_total: r.counter_vec("yued_jobs_finished_total", "Jobs by final status", "status"),
             admission_rejections_total: r.counter(
                 "yued_admission_rejections_total",
@@ -131,7 +138,11 @@ impl Registrar {
     }
 
     fn counter_vec(&self, name: &str, help: &str, label: &str) -> IntCounterVec {
-        self.add(IntCounterVec::new(Opts::new(name, help), &[label]).expect("a valid metric"))
+        self.counter_vec_of(name, help, &[label])
+    }
+
+    fn counter_vec_of(&self, name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
+        self.add(IntCounterVec::new(Opts::new(name, help), labels).expect("a valid metric"))
     }
 
     fn gauge(&self, name: &str, help: &str) -> IntGauge {

@@ -907,6 +907,7 @@ async fn serve_http(
             .app_data(web::PayloadConfig::new(max_body))
             .wrap(ErrorHandlers::new().default_handler_client(json_error).default_handler_server(json_error))
             .wrap(from_fn(crate::auth::require_key))
+            .wrap(from_fn(crate::auth::count_answers))
             .configure(move |s| routes(s, serves_api))
             .default_service(web::to(not_found))
     })

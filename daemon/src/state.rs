@@ -72,6 +72,18 @@ impl AppState {
             seconds
         }
     }
+
+    /// The codes a request replays (`field`), `seconds` long, under `--max-duration`: codes
+    /// are a song's length, so one too long is refused (the bound cut only `duration`).
+    pub fn check_codes_length(&self, field: &str, seconds: f64) -> Result<(), String> {
+        if self.max_duration > 0.0 && seconds > self.max_duration + 0.05 {
+            return Err(format!(
+                "{field}: the codes last {seconds:.2} s, over this daemon's --max-duration of {} s",
+                self.max_duration
+            ));
+        }
+        Ok(())
+    }
 }
 
 /// What the submission check of a MiniMax Music 3 request needs: the registry its

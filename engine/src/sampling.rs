@@ -90,7 +90,9 @@ pub fn probabilities(logits: &[f32], cx: &SampleContext<'_>, p: &Sampling) -> Op
     }
     let mut l = masked_penalised(logits, cx, p);
     for x in l.iter_mut() {
-        *x /= p.temperature;
+        // A NaN (weights or a guidance gone out of range) is no token: it must not stop the
+        // sort below, which fails every song of the batch step.
+        *x = if x.is_nan() { f64::NEG_INFINITY } else { *x / p.temperature };
     }
     // top-k: everything below the k-th largest value goes (ties at the k-th stay).
     let k = (p.top_k as usize).min(l.len()).max(1);

@@ -226,6 +226,11 @@ fn malformed_requests_get_400_naming_the_field_and_nothing_is_journaled() {
         (r#"{"caption": "x", "lyrics": "la", "lm_model": "yue2-demo-tiny.gguf"}"#, "lm_model"),
         (r#"{"family": "opera", "style": "x"}"#, "family"),
         (r#"{"family": 2, "style": "x"}"#, "family"),
+        // Guidance and adapter strengths that overflowed to NaN failed the job inside a stage.
+        (r#"{"caption": "x", "lyrics": "la", "dit_cfg": 1e300}"#, "dit_cfg"),
+        (r#"{"caption": "x", "lyrics": "la", "lm_cfg": -101}"#, "lm_cfg"),
+        (r#"{"style": "x", "cfg_scale": 1e300}"#, "cfg_scale"),
+        (r#"{"style": "x", "adapters": [{"name": "a", "scale": 1e300}]}"#, "adapters[0].scale"),
     ];
     for (body, field) in cases {
         let (s, v, _) = d.submit_as(body, None);
@@ -407,6 +412,9 @@ fn metrics_parse_and_move_and_keys_are_enforced() {
         std::thread::sleep(Duration::from_millis(100));
     }
     let after = parse(&get("/metrics").text().unwrap());
+    // Answers by route pattern and status: the keyless /props was a 401.
+    assert_eq!(after["yued_http_requests_total{route=\"/props\",status=\"401\"}"], 1.0);
+    assert!(after["yued_http_requests_total{route=\"/job\",status=\"200\"}"] >= 1.0);
     let k = "yued_jobs_finished_total{status=\"done\"}";
     assert_eq!(after[k], before[k] + 1.0);
     assert!(after["yued_audio_produced_seconds_total"] > before["yued_audio_produced_seconds_total"]);

@@ -34,10 +34,15 @@ impl Kind for Mm3 {
         let limits = Limits { mm3_codebooks: m.codebooks, ..st.limits };
         req.validate(&limits).map_err(|e| e.to_string())?;
         req.duration = st.cap_duration(req.duration);
-        for ((field, name), bucket) in req.models().into_iter().zip(Bucket::MM3) {
-            if !name.is_empty() {
-                m.registry.resolve(bucket, name).map_err(|e| format!("{field}: {e}"))?;
-            }
+        // The first frame only feeds the first feedback: the song is the frames after it.
+        let values = req.audio_codes.split(',').filter(|c| !c.trim().is_empty()).count();
+        let frames = (values / yued_protocol::request::mm3::CODES_PER_FRAME).saturating_sub(1);
+        st.check_codes_length("audio_codes", frames as f64 / yued_protocol::request::mm3::FRAME_RATE)?;
+        // Each component's file is fixed here (an empty field: the first of its kind by name),
+        // so the job and its replays name the files they rendered with, and no other job's
+        // choice changes this one's.
+        for ((field, name), bucket) in req.models_mut().into_iter().zip(Bucket::MM3) {
+            *name = m.registry.resolve(bucket, name).map_err(|e| format!("{field}: {e}"))?.name.clone();
         }
         yued_engine::models::mm3::prompt::build(&m.tokenizer, &m.tokens, &req.caption, &req.lyrics).map_err(|e| {
             // The longer of the prompt's two texts is the one to shorten.

@@ -26,6 +26,8 @@ impl Kind for Yue2 {
         let mut req = own(req);
         req.validate(&st.limits).map_err(|e| e.to_string())?;
         req.duration = st.cap_duration(req.duration);
+        let codes = req.semantic_tokens.split(',').filter(|c| !c.trim().is_empty()).count();
+        st.check_codes_length("semantic_tokens", codes as f64 / f64::from(yued_protocol::FRAME_RATE))?;
         check_adapters(&req, st)?;
         let p = &st.prompt;
         let builder = yued_engine::models::yue2::prompt::PromptBuilder {

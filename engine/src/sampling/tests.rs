@@ -174,3 +174,16 @@ fn draws_are_keyed_by_step_and_absolute_id() {
         assert_eq!(draw_exponential(seed, id, step), c["exponential"].as_f64().unwrap() as f32, "id {id}");
     }
 }
+
+/// A NaN logit is no token (it made the top-k sort panic, failing every song of the
+/// batch step it was in); the others keep their chances.
+#[test]
+fn a_nan_logit_is_no_token() {
+    let logits = [2.0f32, f32::NAN, 1.0, 0.5];
+    let cx = SampleContext { rows: 0..4, allowed: 0..4, end_id: 99, step: 0, history: &[] };
+    for (k, top_p) in [(10, 1.0), (2, 0.9)] {
+        let p = probabilities(&logits, &cx, &preset(1.0, top_p, k, 1.0, 10, 0)).unwrap();
+        assert_eq!(p[1], 0.0, "{p:?}");
+        assert!(p[0] > 0.0 && p.iter().all(|x| x.is_finite()), "{p:?}");
+    }
+}

@@ -14,6 +14,11 @@ pub const MP3_BITRATE_MIN: u32 = 32;
 pub const MP3_BITRATE_MAX: u32 = 320;
 /// `peak_clip` is a count per million samples, so a million clips everything.
 pub const PEAK_CLIP_MAX: i64 = 1_000_000;
+/// The largest guidance (`cfg_scale`, `lm_cfg`, `dit_cfg`) in magnitude: far past any
+/// useful one, short of the overflow that turns a song's logits or velocities into NaN.
+pub const GUIDANCE_MAX: f64 = 100.0;
+/// The largest adapter strength in magnitude, for the same reason.
+pub const ADAPTER_SCALE_MAX: f64 = 16.0;
 /// Seed value meaning "draw one for me".
 pub const RANDOM_SEED: i64 = -1;
 /// Resolved random seeds stay below 2^53: batch and retry offsets (`lm_seed + i + k * n`)

@@ -112,7 +112,8 @@ pub struct Mm3Request {
     #[schemars(range(min = -1, max = 9_007_199_254_740_991_i64))]
     pub lm_seed: i64,
     /// Guidance on the LM and depth decoder logits: `uncond + (cond - uncond) * lm_cfg`.
-    /// Any finite value (1 is the conditional branch alone, 0 the unconditional one).
+    /// At most 100 in magnitude (1 is the conditional branch alone, 0 the unconditional one).
+    #[schemars(range(min = -GUIDANCE_MAX, max = GUIDANCE_MAX))]
     pub lm_cfg: f64,
     /// Top-K restriction of the LM and depth decoder sampling, ranked on the conditional
     /// branch before guidance; at least 1.
@@ -125,8 +126,9 @@ pub struct Mm3Request {
     /// Flow matching variations rendered per song, 1 to 9.
     #[schemars(range(min = 1, max = MAX_SYNTH_BATCH))]
     pub synth_batch_size: u32,
-    /// Guidance on the DiT velocity: `v_uncond + (v_cond - v_uncond) * dit_cfg`. Any finite
-    /// value.
+    /// Guidance on the DiT velocity: `v_uncond + (v_cond - v_uncond) * dit_cfg`, at most 100
+    /// in magnitude.
+    #[schemars(range(min = -GUIDANCE_MAX, max = GUIDANCE_MAX))]
     pub dit_cfg: f64,
     /// Normalisation peak is the `1 - peak_clip / 1e6` percentile; 0 is the true peak.
     /// Ignored by `wav32`.
@@ -256,8 +258,8 @@ impl Mm3Request {
                 return err(field, format!("must be -1 (random) or in [0, 2^53), got {seed}"));
             }
         }
-        if !self.lm_cfg.is_finite() {
-            return err("lm_cfg", format!("must be finite, got {}", self.lm_cfg));
+        if !(self.lm_cfg.is_finite() && self.lm_cfg.abs() <= GUIDANCE_MAX) {
+            return err("lm_cfg", format!("must be in [-{GUIDANCE_MAX}, {GUIDANCE_MAX}], got {}", self.lm_cfg));
         }
         if self.lm_top_k < 1 {
             return err("lm_top_k", "must be at least 1, got 0".into());
@@ -271,8 +273,8 @@ impl Mm3Request {
                 format!("must be in [1, {}], got {}", limits.max_synth_batch, self.synth_batch_size),
             );
         }
-        if !self.dit_cfg.is_finite() {
-            return err("dit_cfg", format!("must be finite, got {}", self.dit_cfg));
+        if !(self.dit_cfg.is_finite() && self.dit_cfg.abs() <= GUIDANCE_MAX) {
+            return err("dit_cfg", format!("must be in [-{GUIDANCE_MAX}, {GUIDANCE_MAX}], got {}", self.dit_cfg));
         }
         if !(0..=PEAK_CLIP_MAX).contains(&self.peak_clip) {
             return err("peak_clip", format!("must be in [0, {PEAK_CLIP_MAX}], got {}", self.peak_clip));
@@ -377,6 +379,17 @@ impl Mm3Request {
             ("cond_model", &self.cond_model),
             ("dit_model", &self.dit_model),
             ("vae_model", &self.vae_model),
+        ]
+    }
+
+    /// The same, to fill in (the submission check writes the files an empty field stands for).
+    pub fn models_mut(&mut self) -> [(&'static str, &mut String); 5] {
+        [
+            ("lm_model", &mut self.lm_model),
+            ("depth_model", &mut self.depth_model),
+            ("cond_model", &mut self.cond_model),
+            ("dit_model", &mut self.dit_model),
+            ("vae_model", &mut self.vae_model),
         ]
     }
 

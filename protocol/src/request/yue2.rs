@@ -86,14 +86,17 @@ impl Solver {
 pub struct AdapterRef {
     /// An adapter of the daemon's `--adapters` directory (GET /props lists them).
     pub name: String,
-    /// Strength of the merge; 0 leaves the weights untouched.
+    /// Strength of the merge, at most 16 in magnitude; 0 leaves the weights untouched.
     #[serde(default = "unit_scale")]
+    #[schemars(range(min = -ADAPTER_SCALE_MAX, max = ADAPTER_SCALE_MAX))]
     pub scale: f64,
     /// Strength on the AR half (the score and the codes); absent: `scale`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -ADAPTER_SCALE_MAX, max = ADAPTER_SCALE_MAX))]
     pub ar_scale: Option<f64>,
     /// Strength on the NAR half (the acoustics); absent: `scale`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = -ADAPTER_SCALE_MAX, max = ADAPTER_SCALE_MAX))]
     pub nar_scale: Option<f64>,
 }
 
@@ -168,7 +171,9 @@ pub struct Yue2Request {
     /// Noise variations rendered per song.
     #[schemars(range(min = 1, max = MAX_SYNTH_BATCH))]
     pub synth_batch_size: u32,
-    /// Guidance of the semantic stage; negative applies the protocol value of the cot mode.
+    /// Guidance of the semantic stage, at most 100 in magnitude; negative applies the
+    /// protocol value of the cot mode.
+    #[schemars(range(min = -GUIDANCE_MAX, max = GUIDANCE_MAX))]
     pub cfg_scale: f64,
     /// Comma separated semantic codes; non-empty replaces the autoregressive stage.
     #[schemars(pattern(CODES_PATTERN))]
@@ -378,8 +383,8 @@ impl Yue2Request {
                 format!("must be in [1, {}], got {}", limits.max_synth_batch, self.synth_batch_size),
             );
         }
-        if !self.cfg_scale.is_finite() {
-            return err("cfg_scale", format!("must be finite, got {}", self.cfg_scale));
+        if !(self.cfg_scale.is_finite() && self.cfg_scale.abs() <= GUIDANCE_MAX) {
+            return err("cfg_scale", format!("must be in [-{GUIDANCE_MAX}, {GUIDANCE_MAX}], got {}", self.cfg_scale));
         }
         if !(0..=PEAK_CLIP_MAX).contains(&self.peak_clip) {
             return err("peak_clip", format!("must be in [0, {PEAK_CLIP_MAX}], got {}", self.peak_clip));
@@ -395,8 +400,11 @@ impl Yue2Request {
                 return err(&format!("adapters[{i}].name"), "must not be empty".into());
             }
             for (field, s) in [("scale", Some(a.scale)), ("ar_scale", a.ar_scale), ("nar_scale", a.nar_scale)] {
-                if let Some(s) = s.filter(|s| !s.is_finite()) {
-                    return err(&format!("adapters[{i}].{field}"), format!("must be finite, got {s}"));
+                if let Some(s) = s.filter(|s| !(s.is_finite() && s.abs() <= ADAPTER_SCALE_MAX)) {
+                    return err(
+                        &format!("adapters[{i}].{field}"),
+                        format!("must be in [-{ADAPTER_SCALE_MAX}, {ADAPTER_SCALE_MAX}], got {s}"),
+                    );
                 }
             }
         }
