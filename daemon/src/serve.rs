@@ -627,6 +627,11 @@ fn props_of(c: &Config, models: &Models, context: usize) -> Props {
             defaults: yued_protocol::Mm3Request::default(),
         });
     }
+    // A lower --max-steps is the default steps a request that names none gets.
+    props.defaults.steps = props.defaults.steps.min(c.max_steps.max(1));
+    if let Some(m) = props.mm3.as_mut() {
+        m.defaults.steps = m.defaults.steps.min(c.max_steps.max(yued_protocol::request::mm3::MIN_STEPS));
+    }
     props
 }
 

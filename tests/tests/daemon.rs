@@ -379,7 +379,7 @@ fn jobs_lists_the_callers_own_jobs() {
 #[test]
 fn metrics_parse_and_move_and_keys_are_enforced() {
     let dir = tempfile::tempdir().unwrap();
-    let d = Daemon::start(&dir.path().join("data"), &["--admin-key", "sesame"]);
+    let d = Daemon::start(&dir.path().join("data"), &["--admin-key", "sesame", "--max-steps", "6"]);
     assert_eq!(d.http.get(d.url("/props")).send().unwrap().status(), 401);
     assert_eq!(d.http.get(d.url("/health")).send().unwrap().status(), 200, "health stays open");
     let get = |p: &str| d.http.get(d.url(p)).header("authorization", "Bearer sesame").send().unwrap();
@@ -419,6 +419,16 @@ fn metrics_parse_and_move_and_keys_are_enforced() {
     assert_eq!(after[k], before[k] + 1.0);
     assert!(after["yued_audio_produced_seconds_total"] > before["yued_audio_produced_seconds_total"]);
     assert!(get("/openapi.json").json::<serde_json::Value>().unwrap()["paths"]["/synth"].is_object());
+    // Under a --max-steps below a family's default, a request that names no steps gets the
+    // bound (it was refused: "steps: must be in [1, 6], got 8"), and /props says so.
+    assert_eq!(props["defaults"]["steps"], 6);
+    assert_eq!(props["mm3"]["defaults"]["steps"], 6);
+    for body in
+        [r#"{"style": "x", "cot": "off", "lyrics": "la", "duration": 1}"#, r#"{"caption": "x", "lyrics": "la"}"#]
+    {
+        let (s, v, _) = d.submit_as(body, Some("sesame"));
+        assert_eq!(s, 200, "{body}: {v}");
+    }
 }
 
 /// `/synth/stream` takes a request and a cancel command; a song's stage shows from the step it

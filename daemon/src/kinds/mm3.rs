@@ -32,6 +32,11 @@ impl Kind for Mm3 {
         let mut req = own(req);
         let m = served(st)?;
         let limits = Limits { mm3_codebooks: m.codebooks, ..st.limits };
+        // The family's default steps under a lower --max-steps: the bound, not a refusal of
+        // a request that never named them.
+        if req.steps == Mm3Request::default().steps {
+            req.steps = req.steps.min(limits.max_steps.max(yued_protocol::request::mm3::MIN_STEPS));
+        }
         req.validate(&limits).map_err(|e| e.to_string())?;
         req.duration = st.cap_duration(req.duration);
         // The first frame only feeds the first feedback: the song is the frames after it.

@@ -24,6 +24,11 @@ impl Kind for Yue2 {
 
     fn check(&self, req: Request, st: &AppState) -> Result<Request, String> {
         let mut req = own(req);
+        // The family's default steps under a lower --max-steps: the bound, not a refusal of
+        // a request that never named them.
+        if req.steps == Yue2Request::default().steps {
+            req.steps = req.steps.min(st.limits.max_steps.max(1));
+        }
         req.validate(&st.limits).map_err(|e| e.to_string())?;
         req.duration = st.cap_duration(req.duration);
         let codes = req.semantic_tokens.split(',').filter(|c| !c.trim().is_empty()).count();
