@@ -892,6 +892,11 @@ fn adapters_list_lm_eval_compose_and_synth() {
         (Some("peft"), Some(4), Some(8.0), Some(true))
     );
     assert!(ok(&["adapters", "list", s(&lora.join("adapters")), "--model", s(&tiny)]).contains("nar.safetensors"));
+    // Another model's file is refused, not measured against (a MiniMax LM's tensor names
+    // listed YuE2 adapters as usable).
+    let vae = repo().join("fixtures/vae/tiny-vae.gguf");
+    let e = fails(&["adapters", "list", s(&lora.join("adapters")), "--model", s(&vae)]);
+    assert!(e.contains("--model") && e.contains("'yue2'"), "{e}");
 
     // lm-eval with the adapter merged: PEFT's merge_and_unload logits; the native layout
     // of the same factors gives the same bytes.

@@ -23,6 +23,8 @@ pub struct ListArgs {
 pub fn run(c: AdaptersCommand) -> anyhow::Result<()> {
     let AdaptersCommand::List(a) = c;
     let f = yued_engine::gguf::GgufFile::open(&a.model)?;
+    // Adapters are YuE2's: matching tensor names of another model would list them usable.
+    f.expect_arch(yued_engine::models::yue2::config::ARCH).map_err(|e| anyhow::anyhow!("--model: {e}"))?;
     let d = yued_engine::models::yue2::adapter::AdapterDir::scan(
         &a.dir,
         &yued_engine::models::yue2::adapter::shapes_of(&f),

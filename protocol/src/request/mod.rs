@@ -69,23 +69,63 @@ impl FromStr for Family {
     }
 }
 
-/// The top-level fields of `body` that `family`'s request does not read, in name order:
-/// the request's fields are its JSON schema's properties, and `family`.
+/// The fields of `body` that `family`'s request does not read, in name order, nested ones
+/// by their path (`semantic_sampling.temprature`, `adapters[0].scael`): the request's fields
+/// are its JSON schema's properties (and `family`, at the top).
 pub fn ignored_fields(body: &Value, family: Family) -> Vec<String> {
-    fn fields_of<T: schemars::JsonSchema>() -> Vec<String> {
-        let schema = schemars::schema_for!(T);
-        let props = schema.as_value().get("properties").and_then(Value::as_object);
-        props.map(|p| p.keys().cloned().collect()).unwrap_or_default()
+    fn schema_of<T: schemars::JsonSchema>() -> Value {
+        schemars::schema_for!(T).as_value().clone()
+    }
+    /// `s` with its `$ref` followed, and of an `anyOf`/`oneOf` (an optional field) the
+    /// branch that describes an object or an array.
+    fn resolve<'a>(s: &'a Value, root: &'a Value) -> &'a Value {
+        if let Some(r) = s.get("$ref").and_then(Value::as_str) {
+            let mut path = r.trim_start_matches("#/").split('/');
+            return path.try_fold(root, |at, k| at.get(k)).map_or(s, |t| resolve(t, root));
+        }
+        for key in ["anyOf", "oneOf", "allOf"] {
+            if let Some(branches) = s.get(key).and_then(Value::as_array) {
+                for b in branches {
+                    let b = resolve(b, root);
+                    if b.get("properties").is_some() || b.get("items").is_some() {
+                        return b;
+                    }
+                }
+            }
+        }
+        s
+    }
+    fn walk(value: &Value, schema: &Value, root: &Value, path: &str, out: &mut Vec<String>) {
+        let schema = resolve(schema, root);
+        match (value, schema.get("properties").and_then(Value::as_object), schema.get("items")) {
+            (Value::Object(obj), Some(props), _) => {
+                for (k, v) in obj {
+                    let at = if path.is_empty() { k.clone() } else { format!("{path}.{k}") };
+                    match props.get(k) {
+                        Some(s) => walk(v, s, root, &at, out),
+                        None if path.is_empty() && k == "family" => {}
+                        None => out.push(at),
+                    }
+                }
+            }
+            (Value::Array(items), _, Some(s)) => {
+                for (i, v) in items.iter().enumerate() {
+                    walk(v, s, root, &format!("{path}[{i}]"), out);
+                }
+            }
+            _ => {}
+        }
     }
     // The schemas are the types': derived once, not for every submission.
-    static YUE2: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    static MM3: std::sync::OnceLock<Vec<String>> = std::sync::OnceLock::new();
-    let known = match family {
-        Family::Yue2 => YUE2.get_or_init(fields_of::<Yue2Request>),
-        Family::Mm3 => MM3.get_or_init(fields_of::<Mm3Request>),
+    static YUE2: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    static MM3: std::sync::OnceLock<Value> = std::sync::OnceLock::new();
+    let root = match family {
+        Family::Yue2 => YUE2.get_or_init(schema_of::<Yue2Request>),
+        Family::Mm3 => MM3.get_or_init(schema_of::<Mm3Request>),
     };
-    let Some(obj) = body.as_object() else { return Vec::new() };
-    obj.keys().filter(|k| *k != "family" && !known.contains(k)).cloned().collect()
+    let mut out = Vec::new();
+    walk(body, root, root, "", &mut out);
+    out
 }
 
 /// Which family a `POST /synth` body is for, among the `served` ones: its `"family"` when
@@ -151,6 +191,11 @@ mod route_tests {
         assert_eq!(ignored_fields(&body, Family::Yue2), vec!["duraton", "zzz"]);
         // A MiniMax field in a YuE2 request is not YuE2's, and the other way round.
         assert_eq!(ignored_fields(&json!({"caption": "x", "style": "y"}), Family::Mm3), vec!["style"]);
+        // Inside objects too: a misspelt sampling field or adapter strength took its default
+        // unseen.
+        let body = json!({"style": "x", "semantic_sampling": {"temprature": 0.5, "top_k": 3},
+            "adapters": [{"name": "a", "scale": 2}, {"name": "b", "scael": 2}]});
+        assert_eq!(ignored_fields(&body, Family::Yue2), vec!["adapters[1].scael", "semantic_sampling.temprature"]);
         // Every field a request writes is one it reads (the replay requests go back as bodies).
         let yue2 = serde_json::to_value(Yue2Request::from_json(br#"{"style": "x"}"#).unwrap()).unwrap();
         assert_eq!(ignored_fields(&yue2, Family::Yue2), Vec::<String>::new(), "{yue2}");
