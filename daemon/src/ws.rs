@@ -313,8 +313,16 @@ impl Keepalive {
     }
 
     /// Pings a quiet peer; false when the peer is gone (its socket closed here).
-    async fn on_tick(&mut self, session: &mut actix_ws::Session, id: &JobId) -> bool {
+    async fn on_tick(
+        &mut self,
+        session: &mut actix_ws::Session,
+        id: &JobId,
+        metrics: &yued_contract::metrics::Metrics,
+    ) -> bool {
         if self.last_heard.elapsed() >= 3 * self.every {
+            // A listener that stopped reading stops answering too: dropped, as one the hub
+            // or a stalled write gives up on (a peer that closes its socket is not).
+            metrics.ws_dropped_listeners_total.inc();
             tracing::info!(job = %id, "WebSocket peer stopped answering: closing");
             let reason = CloseReason { code: CloseCode::Away, description: Some("peer stopped answering".into()) };
             let _ = session.clone().close(Some(reason)).await;
@@ -454,7 +462,7 @@ async fn follow(
                 }
             }
             Event::Tick => {
-                if !keepalive.on_tick(&mut session, &id).await {
+                if !keepalive.on_tick(&mut session, &id, &st.metrics).await {
                     break;
                 }
             }
