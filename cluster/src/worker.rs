@@ -357,12 +357,13 @@ impl Worker {
     }
 
     /// Lets go of a job without running it to its end: the state says queued and no owner
-    /// (so the next claim counts no death), then the message goes back to the server,
-    /// redelivered after `delay` (at once when `None`).
-    async fn hand_back(&self, id: &JobId, attempt: u32, msg: &jetstream::Message, delay: Option<Duration>) {
+    /// (so the next claim counts no death), then the message goes back to the server: at
+    /// once from a stopping worker, after [`REFUSED_AGAIN`] (and counted) from one that could
+    /// not take it.
+    async fn hand_back(&self, id: &JobId, attempt: u32, msg: &jetstream::Message, why: HandBack) {
         self.node.cancel(id);
-        // A delay is a refusal (this worker could not take it), none a stopping worker's.
-        let refused = delay.is_some();
+        let refused = why == HandBack::Refused;
+        let delay = refused.then_some(REFUSED_AGAIN);
         let written = self
             .write_own(id, attempt, |j| {
                 j.owner = None;
@@ -408,13 +409,13 @@ impl Worker {
         };
         if let Err(e) = self.node.run(submit).await {
             tracing::error!(error = %e, "the local pipeline did not take the job: handing it back");
-            self.hand_back(id, attempt, msg, Some(REFUSED_AGAIN)).await;
+            self.hand_back(id, attempt, msg, HandBack::Refused).await;
             return None;
         }
         let tap = self.node.tap(id).await;
         if tap.is_none() {
             tracing::error!("the local stream of the job is gone: handing it back");
-            self.hand_back(id, attempt, msg, Some(REFUSED_AGAIN)).await;
+            self.hand_back(id, attempt, msg, HandBack::Refused).await;
         }
         tap
     }
@@ -558,12 +559,12 @@ impl Worker {
         let Some(terminal) = terminal else {
             // This node is stopping: the job goes back to the cluster at once.
             tracing::info!("worker stopping: job handed back to the cluster");
-            self.hand_back(&id, attempt, &msg, None).await;
+            self.hand_back(&id, attempt, &msg, HandBack::Stopping).await;
             return;
         };
         let Some(event) = terminal else {
             tracing::error!("the local stream ended without a final event: handing the job back");
-            self.hand_back(&id, attempt, &msg, Some(REFUSED_AGAIN)).await;
+            self.hand_back(&id, attempt, &msg, HandBack::Refused).await;
             return;
         };
         self.conclude(&id, &job, attempt, &msg, event).await;
@@ -704,12 +705,19 @@ const REFUSED_AGAIN: Duration = Duration::from_secs(2);
 /// Refusals after which a job fails (about three minutes of them at [`REFUSED_AGAIN`]).
 const MAX_REFUSALS: u32 = 90;
 
-/// A claim's random mark (see [`ClusterJob::claim_mark`]).
+/// Why a worker lets go of a job it claimed.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum HandBack {
+    /// The worker stops: another takes the job at once.
+    Stopping,
+    /// The worker could not take it (its pipeline refused it, or lost its stream).
+    Refused,
+}
+
+/// A claim's random mark (see [`ClusterJob::claim_mark`]): 64 bits of the job ids' own
+/// source, never 0 (a state written before marks holds 0).
 fn claim_mark() -> u64 {
-    use std::hash::{BuildHasher, Hasher};
-    let mut h = std::collections::hash_map::RandomState::new().build_hasher();
-    h.write_u128(std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).unwrap_or_default().as_nanos());
-    h.finish() | 1
+    JobId::random().map(|id| id.to_u64()).unwrap_or_else(|_| now_ms()) | 1
 }
 
 /// A message kept from redelivery while it lives (see [`Worker::keep_claimed`]).

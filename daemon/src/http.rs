@@ -294,14 +294,8 @@ async fn measured(
 /// reads. The length is checked from the header (or the size) before anything is decoded,
 /// and the decoding runs off the executor.
 async fn check_vae_latents(z: Vec<u8>, vae: &VaeFacts) -> Result<Vec<u8>, String> {
-    use yued_engine::latent::{NAC4_MAGIC, NAC8_MAGIC};
     let lat = vae.audio.latent_channels;
-    let frames = match (z.get(..4), z.get(4..8)) {
-        (Some(m), Some(n)) if m == NAC8_MAGIC || m == NAC4_MAGIC => {
-            u32::from_le_bytes([n[0], n[1], n[2], n[3]]) as usize
-        }
-        _ => z.len() / (4 * lat),
-    };
+    let frames = yued_engine::latent::latent_frames(&z, lat);
     let seconds = vae.audio.latent_seconds(frames);
     if seconds > vae.max_seconds + 1e-9 {
         return Err(format!(

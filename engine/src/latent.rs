@@ -62,6 +62,17 @@ pub fn encode_latents(latents: &[f32], channels: usize, format: LatentFormat) ->
     }
 }
 
+/// The frames a latent file of any of the three formats declares (its NAC header's count, or
+/// whole f32 frames of `channels`), read without decoding it: a bound can be checked first.
+pub fn latent_frames(bytes: &[u8], channels: usize) -> usize {
+    match (bytes.get(..4), bytes.get(4..8)) {
+        (Some(m), Some(n)) if m == NAC8_MAGIC || m == NAC4_MAGIC => {
+            u32::from_le_bytes([n[0], n[1], n[2], n[3]]) as usize
+        }
+        _ => bytes.len() / (4 * channels.max(1)),
+    }
+}
+
 /// Reads a latent file of any of the three formats (detected by magic); returns the
 /// format and the time-major values.
 pub fn decode_latents(bytes: &[u8], channels: usize) -> Result<(LatentFormat, Vec<f32>), String> {
