@@ -190,6 +190,8 @@ impl Entry {
     /// taken before the next job may start, so under STRICT the next AR cannot slip in ahead
     /// of this job's work.
     fn upload(&mut self, ctx: Arc<JobCtx>, task: UploadTask) {
+        // Its stage shows from here: it may wait behind other uploads' work on that stage.
+        crate::stage::ProgressSink::new(&self.links, &ctx.id).waiting(task.op.stage());
         if !task.op.is_vae() {
             let pin = self.links.store.pin(crate::listen::group());
             let _ = self.vae_tx.send(VaeCmd::UploadJob(ctx, task, pin, crate::listen::run_job));

@@ -106,6 +106,12 @@ impl LiveTiles {
         }
     }
 
+    /// The decode stage works on the job: its duration counts from the first call (its first
+    /// latents), not from its first tile out.
+    pub(crate) fn begin(&mut self) {
+        self.sink.begin(Stage::Decode);
+    }
+
     pub(crate) fn publish(&mut self, hub: &Addr<StreamHub>, track: usize, spec: AudioSpec, tile: Tile<'_>) {
         self.peak = self.peak.max(tile.pcm.iter().fold(0f32, |m, x| m.max(x.abs())));
         let planar: Vec<f32> = tile.pcm.iter().map(|x| x / self.peak).collect();
@@ -247,6 +253,7 @@ fn on_chunk(
     }
     let job = st.job.clone();
     let track = chunk.track;
+    st.live.begin();
     let decoded = guarded(links, &job, "vae", || {
         test_fault("vae", &job);
         decode_chunk(links, backend.as_ref().map_err(|e| e.clone()), st, chunk)

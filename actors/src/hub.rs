@@ -9,6 +9,11 @@
 //! a listener who comes after is answered from there (the daemon's WebSocket replays the
 //! result), never by a stream that waits for events that will not come.
 //!
+//! What the hub keeps for late joiners is bounded in memory: once the running jobs' kept
+//! tiles pass the budget (`stream_memory_bytes`), a job's later tiles wait in an unnamed
+//! spool file of its own under the data directory, read back by each late joiner as it
+//! sends them, and gone with the job's end (or a crash).
+//!
 //! The hub only distributes: a tile arrives already as s16 bytes and Ogg Opus pages, made
 //! by a [`TileEncoder`](yued_contract::stream::TileEncoder) on the compute thread that decoded it. Encoding a tile of
 //! Opus
@@ -16,11 +21,14 @@
 //! the hub shares with the scheduler, and with it every `/job` answer.
 use actix::prelude::*;
 use std::collections::HashMap;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use tokio::sync::mpsc;
 use yued_contract::metrics::Metrics;
-use yued_contract::stream::{items, EncodedTile, HubItem, StreamItem, Subscription, LISTENER_BACKLOG};
+use yued_contract::stream::{
+    items, EncodedTile, HubItem, Queued, SpooledBytes, StreamItem, Subscription, LISTENER_BACKLOG,
+};
 use yued_protocol::{JobId, StreamCodec, StreamEvent};
 
 #[derive(Message)]
@@ -44,28 +52,64 @@ pub struct Subscribe {
 
 struct Listener {
     codec: StreamCodec,
-    tx: mpsc::Sender<StreamItem>,
+    tx: mpsc::Sender<Queued>,
     ended: Arc<AtomicBool>,
+}
+
+/// What the hub may keep of the running jobs' tiles for late joiners.
+#[derive(Clone, Debug)]
+pub struct HistoryBudget {
+    /// Bytes of tiles kept in memory across jobs; beyond them, tiles go to spool files.
+    pub memory_bytes: usize,
+    /// The folder of the spool files; `None`: everything stays in memory.
+    pub spool_dir: Option<PathBuf>,
+}
+
+impl HistoryBudget {
+    /// Everything in memory (tools and tests without a data directory).
+    pub fn in_memory() -> Self {
+        HistoryBudget { memory_bytes: usize::MAX, spool_dir: None }
+    }
+}
+
+/// One item of a job's history.
+enum Kept {
+    Item(HubItem),
+    /// A tile whose bytes wait in the job's spool file (the tile itself holds none).
+    Spooled {
+        tile: EncodedTile,
+        pcm16: SpooledBytes,
+        opus: SpooledBytes,
+    },
 }
 
 #[derive(Default)]
 struct JobStream {
     /// Everything published, in order: events and tiles.
-    history: Vec<HubItem>,
+    history: Vec<Kept>,
     listeners: Vec<Listener>,
     /// Raw copies of every item (a cluster worker forwards them to the cluster's tile bus);
     /// unbounded, since what reads them forwards them, and one song's tiles at most.
     taps: Vec<mpsc::UnboundedSender<HubItem>>,
+    /// Bytes of its tiles in memory, and in its spool file (opened at its first spilled tile).
+    memory: usize,
+    spooled: usize,
+    spool: Option<Arc<std::fs::File>>,
+    /// The spool could not be written: the job's tiles stay in memory (said once).
+    spool_failed: bool,
 }
 
 pub struct StreamHub {
     jobs: HashMap<JobId, JobStream>,
     metrics: Metrics,
+    budget: HistoryBudget,
+    /// Bytes of tiles kept in memory across jobs.
+    memory: usize,
 }
 
 impl StreamHub {
-    pub fn new(metrics: Metrics) -> Self {
-        StreamHub { jobs: HashMap::new(), metrics }
+    pub fn new(metrics: Metrics, budget: HistoryBudget) -> Self {
+        StreamHub { jobs: HashMap::new(), metrics, budget, memory: 0 }
     }
 }
 
@@ -96,7 +140,7 @@ impl StreamHub {
             return;
         }
         let s = self.jobs.entry(job.clone()).or_default();
-        let had_tile = s.history.iter().any(|h| matches!(h, HubItem::Tile(..)));
+        let had_tile = s.history.iter().any(|h| !matches!(h, Kept::Item(HubItem::Event(..))));
         let mut dropped = 0;
         s.listeners.retain(|l| {
             for it in items(&item, l.codec, first_tile && !had_tile) {
@@ -104,7 +148,7 @@ impl StreamHub {
                     StreamItem::Text(t) => t.len(),
                     StreamItem::Binary(b) => b.len(),
                 };
-                match l.tx.try_send(it) {
+                match l.tx.try_send(Queued::Item(it)) {
                     Ok(()) => self.metrics.ws_bytes_total.inc_by(n as u64),
                     // Too slow: dropped, and counted.
                     Err(mpsc::error::TrySendError::Full(_)) => {
@@ -123,15 +167,83 @@ impl StreamHub {
         }
         s.taps.retain(|t| t.send(item.clone()).is_ok());
         if terminal {
-            // Dropping the senders ends the sockets after the terminal event.
+            // Dropping the senders ends the sockets after the terminal event (and the last
+            // reader of the spool file, its file).
             for l in &s.listeners {
                 l.ended.store(true, Ordering::Release);
             }
+            self.memory -= s.memory;
             self.jobs.remove(&job);
         } else {
-            s.history.push(item);
+            let kept = keep(s, &job, item, &self.budget, &mut self.memory);
+            s.history.push(kept);
         }
         self.metrics.ws_streams.set(self.jobs.len() as i64);
+        self.metrics.ws_kept_memory_bytes.set(self.memory as i64);
+        self.metrics.ws_kept_spooled_bytes.set(self.jobs.values().map(|s| s.spooled as i64).sum());
+    }
+}
+
+/// Keeps one item in a job's history: in memory while the hub's budget allows (or it has no
+/// spool folder, or the job's spool failed), else its bytes in the job's spool file.
+fn keep(s: &mut JobStream, job: &JobId, item: HubItem, budget: &HistoryBudget, memory: &mut usize) -> Kept {
+    let HubItem::Tile(tile) = item else { return Kept::Item(item) };
+    let n = tile.pcm16.len() + tile.opus_pages.len();
+    let spill = match &budget.spool_dir {
+        Some(dir) if !s.spool_failed && memory.saturating_add(n) > budget.memory_bytes => Some(dir),
+        _ => None,
+    };
+    if let Some(dir) = spill {
+        match spool(s, dir, &tile) {
+            Ok(kept) => return kept,
+            Err(err) => {
+                s.spool_failed = true;
+                tracing::error!(job = %job, dir = %dir.display(), %err,
+                    "spooling the stream's tiles: its history stays in memory");
+            }
+        }
+    }
+    *memory += n;
+    s.memory += n;
+    Kept::Item(HubItem::Tile(tile))
+}
+
+/// Appends a tile's bytes to the job's spool file (opened unnamed at its first tile).
+fn spool(s: &mut JobStream, dir: &std::path::Path, tile: &EncodedTile) -> std::io::Result<Kept> {
+    use std::os::unix::fs::FileExt;
+    let file = match &s.spool {
+        Some(f) => f.clone(),
+        None => {
+            std::fs::create_dir_all(dir)?;
+            let f = Arc::new(tempfile::tempfile_in(dir)?);
+            s.spool = Some(f.clone());
+            f
+        }
+    };
+    let at = s.spooled as u64;
+    file.write_all_at(&tile.pcm16, at)?;
+    file.write_all_at(&tile.opus_pages, at + tile.pcm16.len() as u64)?;
+    s.spooled += tile.pcm16.len() + tile.opus_pages.len();
+    let pcm16 = SpooledBytes { file: file.clone(), offset: at, len: tile.pcm16.len() };
+    let opus = SpooledBytes { file, offset: at + tile.pcm16.len() as u64, len: tile.opus_pages.len() };
+    let bare = EncodedTile { pcm16: bytes::Bytes::new(), opus_pages: bytes::Bytes::new(), ..tile.clone() };
+    Ok(Kept::Spooled { tile: bare, pcm16, opus })
+}
+
+/// What a listener with `codec` is sent of one kept item: its items, a spooled tile's binary
+/// frame left in the file for the listener to read as it sends it.
+fn backlog(kept: &Kept, codec: StreamCodec, first_tile: bool) -> Vec<Queued> {
+    match kept {
+        Kept::Item(h) => items(h, codec, first_tile).into_iter().map(Queued::Item).collect(),
+        Kept::Spooled { tile, pcm16, opus } => items(&HubItem::Tile(tile.clone()), codec, first_tile)
+            .into_iter()
+            .map(|it| match it {
+                StreamItem::Binary(_) => {
+                    Queued::Spooled(if codec == StreamCodec::Pcm16 { pcm16 } else { opus }.clone())
+                }
+                text => Queued::Item(text),
+            })
+            .collect(),
     }
 }
 
@@ -139,30 +251,22 @@ impl Handler<Subscribe> for StreamHub {
     type Result = Option<Subscription>;
     fn handle(&mut self, msg: Subscribe, _: &mut Self::Context) -> Self::Result {
         let s = self.jobs.get_mut(&msg.job)?;
-        let mut backlog: Vec<StreamItem> = Vec::new();
+        let mut queued: Vec<Queued> = Vec::new();
         let mut seen_tile = false;
         for h in &s.history {
-            let first = matches!(h, HubItem::Tile(..)) && !seen_tile;
-            if matches!(h, HubItem::Tile(..)) {
-                seen_tile = true;
-            }
-            backlog.extend(items(h, msg.codec, first));
+            let tile = !matches!(h, Kept::Item(HubItem::Event(..)));
+            queued.extend(backlog(h, msg.codec, tile && !seen_tile));
+            seen_tile |= tile;
         }
-        let (tx, rx) = mpsc::channel(backlog.len() + LISTENER_BACKLOG);
-        let bytes: usize = backlog
-            .iter()
-            .map(|it| match it {
-                StreamItem::Text(t) => t.len(),
-                StreamItem::Binary(b) => b.len(),
-            })
-            .sum();
+        let (tx, rx) = mpsc::channel(queued.len() + LISTENER_BACKLOG);
+        let bytes: usize = queued.iter().map(Queued::len).sum();
         self.metrics.ws_bytes_total.inc_by(bytes as u64);
-        for it in backlog {
+        for it in queued {
             let _ = tx.try_send(it);
         }
         let ended = Arc::new(AtomicBool::new(false));
         s.listeners.push(Listener { codec: msg.codec, tx, ended: ended.clone() });
-        Some(Subscription { rx, ended })
+        Some(Subscription::new(rx, ended))
     }
 }
 
@@ -178,7 +282,17 @@ impl Handler<Tap> for StreamHub {
         let s = self.jobs.get_mut(&msg.0)?;
         let (tx, rx) = mpsc::unbounded_channel();
         for h in &s.history {
-            let _ = tx.send(h.clone());
+            let item = match h {
+                Kept::Item(h) => h.clone(),
+                Kept::Spooled { tile, pcm16, opus } => match (pcm16.read(), opus.read()) {
+                    (Ok(pcm16), Ok(opus_pages)) => HubItem::Tile(EncodedTile { pcm16, opus_pages, ..tile.clone() }),
+                    (Err(err), _) | (_, Err(err)) => {
+                        tracing::error!(job = %msg.0, %err, "reading a spooled tile back for the tap");
+                        return None;
+                    }
+                },
+            };
+            let _ = tx.send(item);
         }
         s.taps.push(tx);
         Some(rx)
@@ -204,14 +318,14 @@ mod tests {
     #[actix_rt::test]
     async fn late_joiners_get_history_then_live_and_slow_ones_are_dropped() {
         let metrics = Metrics::new();
-        let hub = StreamHub::new(metrics.clone()).start();
+        let hub = StreamHub::new(metrics.clone(), HistoryBudget::in_memory()).start();
         let job = JobId::from_u64(1);
         hub.send(Publish::Event(job.clone(), StreamEvent::Queued { position: 0 })).await.unwrap();
         let mut enc = TileEncoder::new(&job);
         hub.send(Publish::Tile(job.clone(), enc.encode(&tile(0)))).await.unwrap();
-        let mut rx = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap().rx;
+        let mut rx = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
         let mut got = Vec::new();
-        while let Ok(it) = rx.try_recv() {
+        while let Some(it) = rx.try_recv() {
             got.push(it);
         }
         assert_eq!(got.len(), 4, "queued, format, tile header, pcm");
@@ -226,11 +340,11 @@ mod tests {
         drop(hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap());
         for i in 1..=(LISTENER_BACKLOG as u32) {
             hub.send(Publish::Tile(job.clone(), enc.encode(&tile(i)))).await.unwrap();
-            while rx.try_recv().is_ok() {}
+            while rx.try_recv().is_some() {}
         }
         // A late joiner gets the whole history queued (more than a live lag's worth).
         let late = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
-        assert!(late.rx.len() > LISTENER_BACKLOG);
+        assert!(late.len() > LISTENER_BACKLOG);
         hub.send(Publish::Event(job.clone(), StreamEvent::Done { tracks: 1, audio_seconds: 1.0 })).await.unwrap();
         // the reading listener got the terminal event, then its channel closed
         let mut last = None;
@@ -249,5 +363,79 @@ mod tests {
         assert_eq!(metrics.ws_streams.get(), 0);
         // A job never queued has no stream either.
         assert!(hub.send(Subscribe { job: JobId::from_u64(99), codec: StreamCodec::Opus }).await.unwrap().is_none());
+    }
+
+    fn drain(sub: &mut Subscription) -> Vec<StreamItem> {
+        std::iter::from_fn(|| sub.try_recv()).collect()
+    }
+
+    /// Past the memory budget, a job's tiles wait in its spool file: a late joiner of either
+    /// codec gets the same items, bytes for bytes, as one that heard it all in memory; the
+    /// tap reads them back whole; the gauges say where the bytes are, and the job's end frees
+    /// them.
+    #[actix_rt::test]
+    async fn tiles_past_the_memory_budget_wait_in_a_spool_file_and_read_back_the_same() {
+        let dir = tempfile::tempdir().unwrap();
+        let metrics = Metrics::new();
+        // Less than the tiles take (16 bytes of s16 each, the Opus pages, the first with the
+        // stream's headers): the later ones spill, whatever the encoder's page sizes.
+        let budget = HistoryBudget { memory_bytes: 150, spool_dir: Some(dir.path().join("spool")) };
+        let hub = StreamHub::new(metrics.clone(), budget).start();
+        let all_in_memory = StreamHub::new(Metrics::new(), HistoryBudget::in_memory()).start();
+        let job = JobId::from_u64(7);
+        let mut enc = TileEncoder::new(&job);
+        let mut published = vec![HubItem::Event(StreamEvent::Queued { position: 0 })];
+        for i in 0..6 {
+            published.push(HubItem::Tile(enc.encode(&tile(i))));
+        }
+        published.extend(enc.finish().into_iter().map(HubItem::Tile));
+        for h in &published {
+            for hub in [&hub, &all_in_memory] {
+                hub.send(match h.clone() {
+                    HubItem::Event(e) => Publish::Event(job.clone(), e),
+                    HubItem::Tile(t) => Publish::Tile(job.clone(), t),
+                })
+                .await
+                .unwrap();
+            }
+        }
+        let kept = metrics.ws_kept_memory_bytes.get();
+        let spooled = metrics.ws_kept_spooled_bytes.get();
+        assert!(kept <= 150, "memory within the budget: {kept}");
+        assert!(spooled > 0, "the rest spooled");
+        let total: usize = published
+            .iter()
+            .map(|h| match h {
+                HubItem::Tile(t) => t.pcm16.len() + t.opus_pages.len(),
+                HubItem::Event(_) => 0,
+            })
+            .sum();
+        assert_eq!((kept + spooled) as usize, total);
+        for codec in [StreamCodec::Pcm16, StreamCodec::Opus] {
+            let mut spilled = hub.send(Subscribe { job: job.clone(), codec }).await.unwrap().unwrap();
+            let mut whole = all_in_memory.send(Subscribe { job: job.clone(), codec }).await.unwrap().unwrap();
+            let (a, b) = (drain(&mut spilled), drain(&mut whole));
+            assert!(a.len() > 10);
+            assert_eq!(a, b, "{codec:?}: the late joiner hears what it would have heard from memory");
+        }
+        let mut tap = hub.send(Tap(job.clone())).await.unwrap().unwrap();
+        for h in &published {
+            match (tap.recv().await.unwrap(), h) {
+                (HubItem::Tile(a), HubItem::Tile(b)) => {
+                    assert_eq!((a.index, &a.pcm16, &a.opus_pages), (b.index, &b.pcm16, &b.opus_pages))
+                }
+                (HubItem::Event(a), HubItem::Event(b)) => assert_eq!(a.to_text(), b.to_text()),
+                _ => panic!("the tap's items out of order"),
+            }
+        }
+        // A listener still reading when the job ends keeps its spooled frames readable.
+        let mut behind = hub.send(Subscribe { job: job.clone(), codec: StreamCodec::Pcm16 }).await.unwrap().unwrap();
+        hub.send(Publish::Event(job.clone(), StreamEvent::Done { tracks: 1, audio_seconds: 1.0 })).await.unwrap();
+        assert_eq!(metrics.ws_kept_memory_bytes.get(), 0);
+        assert_eq!(metrics.ws_kept_spooled_bytes.get(), 0);
+        let late = drain(&mut behind);
+        assert!(matches!(late.last(), Some(StreamItem::Text(t)) if t.contains("\"done\"")));
+        // The spool file was unnamed: nothing is left in its folder.
+        assert_eq!(std::fs::read_dir(dir.path().join("spool")).unwrap().count(), 0);
     }
 }

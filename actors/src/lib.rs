@@ -37,5 +37,6 @@ mod synth_stage;
 mod worker;
 mod yue2;
 
+pub use hub::HistoryBudget;
 pub use node::{Node, NodeConfig};
 pub use stage::WorkerConfig;

@@ -40,6 +40,9 @@ pub struct NodeConfig {
     /// running job refers to goes (a daemon killed between storing an upload and admitting
     /// its job, or a job that ended while the daemon was down).
     pub uploads: Option<PathBuf>,
+    /// What the stream hub keeps of the running jobs' tiles in memory for late joiners, and
+    /// where the rest waits.
+    pub stream_history: crate::hub::HistoryBudget,
 }
 
 /// A running single node.
@@ -63,7 +66,7 @@ impl Node {
             let _ = std::fs::remove_dir_all(&cfg.journal);
         }
         let journal = Journal::open(&cfg.journal, keys).map_err(|e| e.to_string())?;
-        let hub = StreamHub::new(metrics.clone()).start();
+        let hub = StreamHub::new(metrics.clone(), cfg.stream_history.clone()).start();
         let (tx, rx) = crossbeam_channel::unbounded();
         let scheduler = Scheduler::new(journal, tx, hub.clone(), results.clone(), metrics.clone(), cfg.cap, cfg.share)
             .map_err(|e| e.to_string())?;

@@ -132,6 +132,8 @@ impl Scheduler {
         if restored > 0 {
             tracing::info!(restored, "jobs restored from the journal");
         }
+        // Each will be counted finished in this process's counters: count it taken, too.
+        s.metrics.jobs_submitted_total.inc_by(restored);
         // Opens the restored jobs' streams (a stream starts with its queued event).
         s.publish_positions();
         s.metrics.queue_depth.set(s.queued_count() as i64);

@@ -90,10 +90,17 @@ impl ProgressSink {
     }
 
     pub fn report(&mut self, stage: Stage, done: usize, total: usize) {
-        if self.stage_started.map(|(s, _)| s) != Some(stage) {
-            self.close();
-            self.stage_started = Some((stage, Instant::now()));
-        }
+        self.begin(stage);
+        self.show(stage, done, total);
+    }
+
+    /// A job handed to a stage that has not begun it (it waits behind other jobs' work
+    /// there): the stage shows, at 0, and its clock has not started.
+    pub fn waiting(&mut self, stage: Stage) {
+        self.show(stage, 0, 1);
+    }
+
+    fn show(&mut self, stage: Stage, done: usize, total: usize) {
         let step = (total / 100).max(1);
         let pass = match self.last {
             Some((s, d)) => s != stage || done >= d + step || done == total,
@@ -109,6 +116,15 @@ impl ProgressSink {
             self.id.clone(),
             StreamEvent::Stage { stage, progress, done: done as u64, total: total as u64 },
         ));
+    }
+
+    /// Starts the stage's clock without a report: a stage that works on a job before it has
+    /// progress to show (the decode stage, on its first latents) counts from then.
+    pub fn begin(&mut self, stage: Stage) {
+        if self.stage_started.map(|(s, _)| s) != Some(stage) {
+            self.close();
+            self.stage_started = Some((stage, Instant::now()));
+        }
     }
 
     /// Records the running stage's duration.

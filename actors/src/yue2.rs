@@ -404,6 +404,8 @@ impl Yue2Batch {
         ended.reverse();
         for (m, err) in ended {
             let ctx = m.ctx.clone();
+            let span = m.writer.span().clone();
+            let _in = span.enter();
             let how = match err {
                 Some(e) => Err(e),
                 None => self.conclude(backend, m),
@@ -788,6 +790,7 @@ fn oobleck_vae_job(
             let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
             let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
             let mut live = LiveTiles::new(links, &job.id, (z.len() / lat).div_ceil(core.max(1)));
+            live.begin();
             let (rate, channels) = (vae.info.sample_rate, vae.info.audio_channels);
             let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| {
                 live.publish(&links.hub, 0, spec, tile)

@@ -256,7 +256,7 @@ pub async fn listen(
             let terminal = matches!(&item, HubItem::Event(e) if e.is_terminal());
             for it in items(&item, codec, first) {
                 // Waiting here is the back-pressure: a slow listener lags in its own consumer.
-                if tx.send(it).await.is_err() {
+                if tx.send(it.into()).await.is_err() {
                     return;
                 }
             }
@@ -266,7 +266,7 @@ pub async fn listen(
             }
         }
     });
-    Ok(Subscription { rx, ended })
+    Ok(Subscription::new(rx, ended))
 }
 
 /// Whether an item is what the listener's socket shows as a terminal event.

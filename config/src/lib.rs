@@ -94,6 +94,12 @@ pub struct Config {
     /// A WebSocket listener that has been sent nothing for this many seconds gets a Ping;
     /// one that has answered nothing for three times as long is closed.
     pub ws_ping_secs: u64,
+    /// Bytes of the running jobs' tiles the stream hub keeps in memory for listeners who join
+    /// late; beyond them, a job's tiles wait in a spool file under the data directory.
+    pub stream_memory_bytes: usize,
+    /// Memory the upload bodies being read at once share (at least three times `max_upload_bytes`):
+    /// one that finds no room within seconds is refused with a 503.
+    pub upload_memory_bytes: usize,
     /// Largest accepted `/vae` upload (audio or latents), in bytes.
     pub max_upload_bytes: usize,
     /// Results expire after this many seconds.
@@ -162,6 +168,8 @@ impl Default for Config {
             allowed_hosts: vec![],
             max_body_bytes: 4 << 20,
             ws_ping_secs: 10,
+            stream_memory_bytes: 256 << 20,
+            upload_memory_bytes: 1 << 30,
             max_upload_bytes: 256 << 20,
             result_ttl_secs: 24 * 3600,
             result_max_bytes: 10 << 30,
@@ -211,6 +219,8 @@ const KEYS: &[&str] = &[
     "allowed_hosts",
     "max_body_bytes",
     "ws_ping_secs",
+    "stream_memory_bytes",
+    "upload_memory_bytes",
     "max_upload_bytes",
     "result_ttl_secs",
     "result_max_bytes",
@@ -314,6 +324,8 @@ impl Config {
             }
             "max_body_bytes" => self.max_body_bytes = num(value, bad)?,
             "ws_ping_secs" => self.ws_ping_secs = num(value, bad)?,
+            "stream_memory_bytes" => self.stream_memory_bytes = num(value, bad)?,
+            "upload_memory_bytes" => self.upload_memory_bytes = num(value, bad)?,
             "max_upload_bytes" => self.max_upload_bytes = num(value, bad)?,
             "result_ttl_secs" => self.result_ttl_secs = num(value, bad)?,
             "result_max_bytes" => self.result_max_bytes = num(value, bad)?,

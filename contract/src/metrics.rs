@@ -27,6 +27,10 @@ pub struct Metrics {
     /// Jobs whose live stream the hub holds (queued to their end).
     pub ws_streams: IntGauge,
     pub ws_bytes_total: IntCounter,
+    /// Bytes of the running jobs' tiles the hub keeps for late joiners, in memory and in its
+    /// spool files.
+    pub ws_kept_memory_bytes: IntGauge,
+    pub ws_kept_spooled_bytes: IntGauge,
     pub ws_dropped_listeners_total: IntCounter,
     pub cpu_turn_wait_seconds_total: Counter,
     /// HTTP answers by route pattern (`unmatched` for none) and status code: bounded labels.
@@ -38,7 +42,10 @@ impl Metrics {
         let r = Registrar(Registry::new());
         let seconds = || prometheus::exponential_buckets(0.01, 3.0, 12).unwrap();
         let m = Metrics {
-            jobs_submitted_total: r.counter("yued_jobs_submitted_total", "Jobs accepted by the admission check"),
+            jobs_submitted_total: r.counter(
+                "yued_jobs_submitted_total",
+                "Jobs accepted by the admission check, and those restored from the journal at the start",
+            ),
             http_requests_total: r.counter_vec_of(
                 "yued_http_requests_total",
                 "HTTP answers by route pattern and status code (a WebSocket counts at its handshake)",
@@ -89,6 +96,14 @@ impl Metrics {
             ws_listeners: r.gauge("yued_stream_listeners", "WebSocket listeners connected"),
             ws_streams: r.gauge("yued_stream_jobs", "Jobs whose live stream the hub holds (from queued to their end)"),
             ws_bytes_total: r.counter("yued_stream_sent_bytes_total", "Bytes sent to WebSocket listeners"),
+            ws_kept_memory_bytes: r.gauge(
+                "yued_stream_kept_memory_bytes",
+                "Bytes of the running jobs' tiles the hub keeps in memory for late joiners",
+            ),
+            ws_kept_spooled_bytes: r.gauge(
+                "yued_stream_kept_spooled_bytes",
+                "Bytes of the running jobs' tiles the hub keeps in its spool files (its memory budget spent)",
+            ),
             ws_dropped_listeners_total: r
                 .counter("yued_stream_dropped_listeners_total", "Listeners closed for falling too far behind"),
             cpu_turn_wait_seconds_total: r.float_counter(

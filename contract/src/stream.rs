@@ -180,13 +180,118 @@ impl TileEncoder {
     }
 }
 
+/// Bytes kept in a file rather than in memory: a tile the single node's hub keeps for late
+/// joiners once its memory budget is spent. The file is unnamed (it vanishes with its last
+/// handle), so neither a crash nor a listener that lingers leaves anything behind.
+#[derive(Clone, Debug)]
+pub struct SpooledBytes {
+    pub file: Arc<std::fs::File>,
+    pub offset: u64,
+    pub len: usize,
+}
+
+impl SpooledBytes {
+    pub fn read(&self) -> std::io::Result<Bytes> {
+        use std::os::unix::fs::FileExt;
+        let mut b = vec![0u8; self.len];
+        self.file.read_exact_at(&mut b, self.offset)?;
+        Ok(Bytes::from(b))
+    }
+}
+
+/// What waits in a listener's queue: an item, or a binary frame still in its file.
+#[derive(Clone, Debug)]
+pub enum Queued {
+    Item(StreamItem),
+    Spooled(SpooledBytes),
+}
+
+impl From<StreamItem> for Queued {
+    fn from(i: StreamItem) -> Self {
+        Queued::Item(i)
+    }
+}
+
+impl Queued {
+    /// Bytes this item puts on the wire.
+    pub fn len(&self) -> usize {
+        match self {
+            Queued::Item(StreamItem::Text(t)) => t.len(),
+            Queued::Item(StreamItem::Binary(b)) => b.len(),
+            Queued::Spooled(s) => s.len,
+        }
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
 /// A listener's end of a job's stream.
 pub struct Subscription {
-    pub rx: mpsc::Receiver<StreamItem>,
+    rx: mpsc::Receiver<Queued>,
+    /// A spooled frame could not be read back: nothing more is returned.
+    cut: bool,
     /// Set when the job has ended: the hub has freed its history, so what the listener has
     /// not read yet is held for it alone. The reader gives a listener that is still behind
     /// a short grace to drain, then drops it (and with it that memory).
     pub ended: Arc<AtomicBool>,
+}
+
+impl Subscription {
+    pub fn new(rx: mpsc::Receiver<Queued>, ended: Arc<AtomicBool>) -> Self {
+        Subscription { rx, cut: false, ended }
+    }
+
+    /// The next item; `None` once the stream has ended (or a spooled frame could not be
+    /// read back: the stream is cut there, as a broken one is). Cancel safe: once an item
+    /// is taken from the queue it is returned (a spooled frame is read without yielding),
+    /// so a `select!` that drops this future loses nothing.
+    pub async fn recv(&mut self) -> Option<StreamItem> {
+        if self.cut {
+            return None;
+        }
+        let q = self.rx.recv().await?;
+        self.resolve(q)
+    }
+
+    /// The next item if one waits (see `recv`).
+    pub fn try_recv(&mut self) -> Option<StreamItem> {
+        if self.cut {
+            return None;
+        }
+        let q = self.rx.try_recv().ok()?;
+        self.resolve(q)
+    }
+
+    fn resolve(&mut self, q: Queued) -> Option<StreamItem> {
+        match q {
+            Queued::Item(i) => Some(i),
+            Queued::Spooled(s) => match s.read() {
+                Ok(b) => Some(StreamItem::Binary(b)),
+                Err(err) => {
+                    tracing::error!(%err, "reading a spooled tile back: the stream is cut");
+                    self.cut = true;
+                    None
+                }
+            },
+        }
+    }
+
+    /// Whether the stream was cut by a spooled frame that could not be read back (a `None`
+    /// from `recv` is then no slow listener's drop).
+    pub fn is_cut(&self) -> bool {
+        self.cut
+    }
+
+    /// Items waiting.
+    pub fn len(&self) -> usize {
+        self.rx.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rx.is_empty()
+    }
 }
 
 /// One published item of a job's stream, before it is shaped for a listener's codec.

@@ -68,6 +68,17 @@ pub enum UploadOp {
 }
 
 impl UploadOp {
+    /// The stage its job shows while it runs (and while it waits for its tool).
+    pub fn stage(self) -> yued_protocol::Stage {
+        use yued_protocol::Stage;
+        match self {
+            UploadOp::Encode => Stage::Encode,
+            UploadOp::Decode => Stage::Decode,
+            UploadOp::Tokenize => Stage::Tokenize,
+            UploadOp::Transcribe | UploadOp::TranscribeMelody => Stage::Transcribe,
+        }
+    }
+
     /// Whether the family's VAE runs it (else a listening tool does).
     pub fn is_vae(self) -> bool {
         matches!(self, UploadOp::Encode | UploadOp::Decode)

@@ -124,12 +124,21 @@ pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) 
 }
 
 /// What a multipart body may hold beyond its parts' bytes (delimiters and part headers).
-const MULTIPART_SLACK: usize = 1 << 20;
+pub(crate) const MULTIPART_SLACK: usize = 1 << 20;
 
 /// Reads a request body of at most `limit` bytes (`Err(None)` past it).
+/// How long an upload's body may send nothing before it is given up (a 408): a body holds its
+/// room in the uploads' memory while it is read.
+const BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
+
 async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Option<HttpResponse>> {
     let mut buf = bytes::BytesMut::new();
-    while let Some(chunk) = payload.next().await {
+    loop {
+        let Ok(next) = tokio::time::timeout(BODY_IDLE, payload.next()).await else {
+            let msg = format!("the body stopped arriving ({} s without a byte)", BODY_IDLE.as_secs());
+            return Err(Some(error(actix_web::http::StatusCode::REQUEST_TIMEOUT, msg)));
+        };
+        let Some(chunk) = next else { break };
         let chunk = chunk.map_err(|e| Some(bad(format!("body: {e}"))))?;
         if buf.len() + chunk.len() > limit {
             return Err(None);
@@ -140,9 +149,10 @@ async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Opt
 }
 
 /// A multipart body up to its closing delimiter (`--boundary--` at the start of the body
-/// or of a line) and a CRLF: what the parser is given, so whatever follows the delimiter
-/// (an epilogue, a cut CRLF) cannot stall it. `None` when the delimiter is missing.
-fn closed(body: &Bytes, boundary: &str) -> Option<Bytes> {
+/// or of a line), a slice of it: what the parser is given, then a CRLF, so whatever follows
+/// the delimiter (an epilogue, a cut CRLF) cannot stall it. `None` when the delimiter is
+/// missing.
+fn closed(body: Bytes, boundary: &str) -> Option<Bytes> {
     let close = format!("--{boundary}--");
     let close = close.as_bytes();
     let end = if body.starts_with(close) {
@@ -150,10 +160,7 @@ fn closed(body: &Bytes, boundary: &str) -> Option<Bytes> {
     } else {
         body.windows(close.len() + 2).rposition(|w| w.starts_with(b"\r\n") && &w[2..] == close)? + close.len() + 2
     };
-    let mut out = bytes::BytesMut::with_capacity(end + 2);
-    out.extend_from_slice(&body[..end]);
-    out.extend_from_slice(b"\r\n");
-    Some(out.freeze())
+    Some(body.slice(..end))
 }
 
 fn too_large(limit: usize) -> HttpResponse {
@@ -163,6 +170,8 @@ fn too_large(limit: usize) -> HttpResponse {
 /// The parts of an upload's form, by name, each given at most once.
 pub(crate) struct Form {
     parts: std::collections::HashMap<&'static str, Vec<u8>>,
+    /// Its room in the uploads' memory, held while its parts are.
+    _room: crate::upload_room::UploadPermit,
 }
 
 impl Form {
@@ -178,10 +187,11 @@ impl Form {
 pub(crate) async fn read_form(
     req: &HttpRequest,
     payload: web::Payload,
-    limit: usize,
+    vae: &crate::state::VaeLimits,
     names: &[&'static str],
     what: &str,
 ) -> Result<Form, HttpResponse> {
+    let limit = vae.max_upload_bytes;
     let is_form = req
         .headers()
         .get(header::CONTENT_TYPE)
@@ -198,6 +208,10 @@ pub(crate) async fn read_form(
     if declared.is_some_and(|n| n > limit.saturating_add(MULTIPART_SLACK) as u64) {
         return Err(too_large(limit));
     }
+    // Room in the memory that bodies being read share, for this one: its declared length,
+    // else the bound, three times (the body, the parser's buffer, its parts).
+    let size = declared.map_or(limit.saturating_add(MULTIPART_SLACK), |n| n as usize);
+    let room = vae.upload_room.reserve(size.saturating_mul(crate::upload_room::UPLOAD_COPIES)).await?;
     let body = match read_body(payload, limit.saturating_add(MULTIPART_SLACK)).await {
         Ok(b) => b,
         Err(Some(resp)) => return Err(resp),
@@ -211,27 +225,30 @@ pub(crate) async fn read_form(
     if boundary.is_empty() {
         return Err(bad("multipart: the content type names no boundary"));
     }
-    let Some(body) = closed(&body, &boundary) else {
+    let Some(body) = closed(body, &boundary) else {
         return Err(bad(format!("multipart: the body ends before its closing delimiter --{boundary}--")));
     };
     let mut form = actix_multipart::Multipart::new(
         req.headers(),
-        stream::once(async move { Ok::<_, actix_web::error::PayloadError>(body) }),
+        stream::iter([body, Bytes::from_static(b"\r\n")].map(Ok::<_, actix_web::error::PayloadError>)),
     );
-    let mut parts = Form { parts: Default::default() };
+    let mut parts = Form { parts: Default::default(), _room: room };
     let mut total = 0usize;
     while let Some(field) = form.next().await {
         let mut field = field.map_err(|e| bad(format!("multipart: {e}")))?;
         let name = field.name().unwrap_or_default().to_string();
-        let mut buf = Vec::new();
+        // Its chunks, joined once at their exact length (a growing buffer would take up to
+        // twice the part).
+        let mut chunks: Vec<Bytes> = Vec::new();
         while let Some(chunk) = field.next().await {
             let chunk = chunk.map_err(|e| bad(format!("multipart part '{name}': {e}")))?;
             total += chunk.len();
             if total > limit {
                 return Err(too_large(limit));
             }
-            buf.extend_from_slice(&chunk);
+            chunks.push(chunk);
         }
+        let buf = chunks.concat();
         let Some(&known) = names.iter().find(|n| **n == name) else {
             return Err(bad(format!("unknown part '{name}' ({})", names.join(", "))));
         };
@@ -339,11 +356,10 @@ async fn store_upload(dir: &std::path::Path, bytes: Vec<u8>) -> Result<std::path
 /// the context), written under the data directory, and queued like any job.
 pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<AppState>) -> HttpResponse {
     let what = "an 'audio' or a 'src_latents' part";
-    let mut form =
-        match read_form(&req, payload, st.vae.max_upload_bytes, &["audio", "src_latents", "request"], what).await {
-            Ok(f) => f,
-            Err(resp) => return resp,
-        };
+    let mut form = match read_form(&req, payload, &st.vae, &["audio", "src_latents", "request"], what).await {
+        Ok(f) => f,
+        Err(resp) => return resp,
+    };
     let (audio, latents, request) = (form.take("audio"), form.take("src_latents"), form.take("request"));
     // The request part is a request like /synth's, of which a decode reads output_format,
     // peak_clip and mp3_bitrate (and a MiniMax one its vae_model): every field is type- and
@@ -400,7 +416,7 @@ pub async fn post_tokenize(req: HttpRequest, payload: web::Payload, st: web::Dat
             "POST /tokenize is served when the daemon runs with an audio tokenizer (--tokenizer HEAD.gguf)",
         );
     }
-    let mut form = match read_form(&req, payload, st.vae.max_upload_bytes, &["audio"], "an 'audio' part").await {
+    let mut form = match read_form(&req, payload, &st.vae, &["audio"], "an 'audio' part").await {
         Ok(f) => f,
         Err(resp) => return resp,
     };
@@ -428,7 +444,7 @@ pub async fn post_transcribe(req: HttpRequest, payload: web::Payload, st: web::D
         );
     }
     let what = "an 'audio' part and an optional 'melody_only' part";
-    let mut form = match read_form(&req, payload, st.vae.max_upload_bytes, &["audio", "melody_only"], what).await {
+    let mut form = match read_form(&req, payload, &st.vae, &["audio", "melody_only"], what).await {
         Ok(f) => f,
         Err(resp) => return resp,
     };
@@ -668,11 +684,25 @@ fn health_status(s: &yued_contract::QueueSnapshot) -> actix_web::http::StatusCod
     }
 }
 
-pub async fn health(st: web::Data<AppState>) -> HttpResponse {
+#[derive(serde::Deserialize)]
+pub struct HealthQuery {
+    ready: Option<String>,
+}
+
+/// `/health`; `?ready=1` makes it a readiness probe: a 503 (with the same body) until the
+/// daemon takes and runs jobs, for a load balancer or an orchestrator that reads statuses only.
+pub async fn health(st: web::Data<AppState>, q: web::Query<HealthQuery>) -> HttpResponse {
     match st.jobs.liveness().await {
-        Ok(s) => HttpResponse::build(health_status(&s))
-            .insert_header((header::CACHE_CONTROL, "no-store"))
-            .json(health_of(&st, &s)),
+        Ok(s) => {
+            let h = health_of(&st, &s);
+            let status = match health_status(&s) {
+                actix_web::http::StatusCode::OK if flag(&q.ready) && !h.ready => {
+                    actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+                }
+                status => status,
+            };
+            HttpResponse::build(status).insert_header((header::CACHE_CONTROL, "no-store")).json(h)
+        }
         Err(e) => unavailable(e.0),
     }
 }

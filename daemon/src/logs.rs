@@ -62,18 +62,38 @@ impl Visit for LineVisitor {
     }
 }
 
+/// A span's fields as `/logs` writes them (` job=12 client=alice`), kept by the ring itself:
+/// the stderr layer's own copy has its format's shape (JSON under `--log-format json`).
+struct RingFields(String);
+
 impl<S: tracing::Subscriber + for<'a> tracing_subscriber::registry::LookupSpan<'a>> Layer<S> for LogRing {
+    fn on_new_span(&self, attrs: &tracing::span::Attributes<'_>, id: &tracing::span::Id, ctx: Context<'_, S>) {
+        let mut v = LineVisitor(String::new());
+        attrs.record(&mut v);
+        if let Some(span) = ctx.span(id) {
+            span.extensions_mut().insert(RingFields(v.0));
+        }
+    }
+
+    fn on_record(&self, id: &tracing::span::Id, values: &tracing::span::Record<'_>, ctx: Context<'_, S>) {
+        if let Some(span) = ctx.span(id) {
+            let mut ext = span.extensions_mut();
+            if let Some(f) = ext.get_mut::<RingFields>() {
+                let mut v = LineVisitor(std::mem::take(&mut f.0));
+                values.record(&mut v);
+                f.0 = v.0;
+            }
+        }
+    }
+
     fn on_event(&self, event: &tracing::Event<'_>, ctx: Context<'_, S>) {
         let meta = event.metadata();
         let mut v = LineVisitor(format!("{} {:>5} {}:", chrono_like_now(), meta.level(), meta.target()));
         if let Some(scope) = ctx.event_scope(event) {
             for span in scope.from_root() {
                 let _ = write!(v.0, " {}", span.name());
-                if let Some(f) = span
-                    .extensions()
-                    .get::<tracing_subscriber::fmt::FormattedFields<tracing_subscriber::fmt::format::DefaultFields>>()
-                {
-                    let _ = write!(v.0, "{{{f}}}");
+                if let Some(f) = span.extensions().get::<RingFields>().filter(|f| !f.0.is_empty()) {
+                    let _ = write!(v.0, "{{{}}}", f.0.trim_start());
                 }
             }
             v.0.push(':');
@@ -92,8 +112,8 @@ fn chrono_like_now() -> String {
     s
 }
 
-/// A line without terminal escape sequences (`ESC [ ... letter`): the span fields come
-/// formatted by the stderr layer, in colour when that is a terminal. Other control characters
+/// A line without terminal escape sequences (`ESC [ ... letter`), should a value carry one.
+/// Other control characters
 /// are written as escapes (`\r`, `\n`, `\u{7}`): a value that carried a line break (a request's
 /// text echoed in an error) must not fake or hide lines in the `/logs` stream, one event a line.
 fn plain(line: &str) -> String {
@@ -122,6 +142,33 @@ fn plain(line: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use tracing_subscriber::layer::SubscriberExt;
+
+    /// A span's fields reach `/logs` whatever the stderr layer's format (JSON too).
+    #[test]
+    fn span_fields_reach_the_ring_under_either_log_format() {
+        for json in [false, true] {
+            let ring = super::LogRing::new();
+            let registry = tracing_subscriber::registry().with(ring.clone());
+            let fmt = tracing_subscriber::fmt::layer().with_writer(std::io::sink);
+            let dispatch = if json {
+                tracing::Dispatch::new(registry.with(fmt.json()))
+            } else {
+                tracing::Dispatch::new(registry.with(fmt))
+            };
+            tracing::dispatcher::with_default(&dispatch, || {
+                let span = tracing::info_span!("job", job = "00ab", stage = tracing::field::Empty);
+                let _in = span.enter();
+                span.record("stage", "synth");
+                tracing::info!(step = 3, "a step");
+            });
+            let (lines, _) = ring.subscribe();
+            assert_eq!(lines.len(), 1);
+            let l = &lines[0];
+            assert!(l.contains(" job{job=00ab stage=synth}:") && l.contains("a step") && l.contains("step=3"), "{l}");
+        }
+    }
+
     #[test]
     fn lines_are_plain_text_with_an_iso_time() {
         assert_eq!(super::plain("\x1b[3mjob\x1b[0m\x1b[2m=\x1b[0m1 ok"), "job=1 ok");

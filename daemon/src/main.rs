@@ -19,6 +19,7 @@ mod reply;
 mod schema;
 mod serve;
 mod state;
+mod upload_room;
 mod webui;
 mod ws;
 
@@ -30,6 +31,8 @@ struct Cli {
     command: Command,
 }
 
+// Parsed once at the start: the size of its largest variant costs nothing.
+#[allow(clippy::large_enum_variant)]
 #[derive(Subcommand)]
 enum Command {
     /// Run the HTTP daemon (on the tiny demo model when no --model is given).
@@ -83,6 +86,9 @@ enum Command {
 
 fn main() {
     let cli = Cli::parse();
+    if !matches!(cli.command, Command::Serve(_)) {
+        quiet_broken_pipe();
+    }
     let result = match cli.command {
         Command::Serve(a) => serve::run(a),
         Command::DemoModel(a) => cli::demo::run(a),
@@ -105,4 +111,19 @@ fn main() {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// A tool whose reader stops early (`yued gguf inspect m.gguf | head`) ends quietly with the
+/// status a shell gives a program SIGPIPE ended (141), as C tools do, not with a panic's
+/// report: Rust ignores SIGPIPE, so the write fails and `println!` panics.
+fn quiet_broken_pipe() {
+    let report = std::panic::take_hook();
+    std::panic::set_hook(Box::new(move |info| {
+        let payload = info.payload();
+        let msg = payload.downcast_ref::<String>().map(String::as_str).or(payload.downcast_ref::<&str>().copied());
+        if msg.is_some_and(|m| m.starts_with("failed printing to stdout") && m.contains("Broken pipe")) {
+            std::process::exit(141);
+        }
+        report(info)
+    }));
 }

@@ -277,7 +277,7 @@ async fn run(
     // The status is sent with the first audio: a job that ends before it has any (a failed
     // song, a cancel) is answered as a finished one is, in OpenAI's shape (a 422 or a 409),
     // never as a 200 with an empty body.
-    let mut rx = sub.rx;
+    let mut rx = sub;
     let first = while_connected(req, async {
         loop {
             match rx.recv().await {
@@ -378,7 +378,7 @@ async fn finished_audio(
     sub: Option<yued_contract::stream::Subscription>,
 ) -> HttpResponse {
     if let Some(mut sub) = sub {
-        while let Some(item) = sub.rx.recv().await {
+        while let Some(item) = sub.recv().await {
             if let StreamItem::Text(t) = item {
                 if terminal(&t).is_some() {
                     break;
@@ -446,7 +446,7 @@ pub async fn transcriptions(req: HttpRequest, payload: web::Payload, st: web::Da
     }
     let names = ["file", "model", "response_format", "melody_only", "language", "prompt", "temperature"];
     let what = "a 'file' part, 'model' and optional 'response_format' and 'melody_only' parts";
-    let mut form = match crate::http::read_form(&req, payload, st.vae.max_upload_bytes, &names, what).await {
+    let mut form = match crate::http::read_form(&req, payload, &st.vae, &names, what).await {
         Ok(f) => f,
         Err(resp) => return as_openai(resp).await,
     };

@@ -430,12 +430,13 @@ fn server_paths(f: &Facts, r: &Replies, paths: &mut Map<String, Value>) {
         ("/status", "Health, queue and result storage"),
         ("/system/queue", "The same as /status"),
     ] {
-        let (schema, description, door) = if path == "/health" {
+        let (schema, description, door, params) = if path == "/health" {
             (
                 r.health.clone(),
                 "Open without an API key: status, readiness and uptime, no job ids. 503 while the \
-                journal refuses writes (the daemon then accepts nothing).",
+                journal refuses writes (the daemon then accepts nothing), and with ready=1 until it is ready.",
                 Door::Open,
+                json!([flag_param("ready", false, "1 or true: a readiness probe, 503 until `ready` is true")]),
             )
         } else {
             (
@@ -443,13 +444,14 @@ fn server_paths(f: &Facts, r: &Replies, paths: &mut Map<String, Value>) {
                 "The queue's figures and the running jobs' ids: the caller's own (an admin key: \
                 all). 503 while the journal refuses writes.",
                 Door::Keyed,
+                json!([]),
             )
         };
         paths.insert(
             path.into(),
-            json!({"get": op(f, what, description, json!([]), None, map(json!({"200": json_reply("ok or loading",
-                schema.clone()), "503": {"description": "unhealthy (the journal refuses writes), or the scheduler is \
-                not running", "content": {"application/json": {"schema": {"anyOf": [schema,
+            json!({"get": op(f, what, description, params, None, map(json!({"200": json_reply("ok or loading",
+                schema.clone()), "503": {"description": "unhealthy (the journal refuses writes), not ready (ready=1), \
+                or the scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [schema,
                 {"$ref": "#/components/schemas/ErrorBody"}]}}}}})), door)}),
         );
     }

@@ -171,6 +171,17 @@ pub struct ServeArgs {
     /// `/v1/audio/transcriptions`; default 256 MiB).
     #[arg(long)]
     pub max_upload_bytes: Option<usize>,
+    /// Bytes of the running jobs' audio kept in memory for listeners who join late (default
+    /// 256 MiB, across jobs); beyond them, each job's tiles wait in an unnamed file under
+    /// <data-dir>/streams until the job ends.
+    #[arg(long)]
+    pub stream_memory_bytes: Option<usize>,
+    /// Memory the upload bodies being read at once share (default 1 GiB, and at least three
+    /// times --max-upload-bytes): each takes three times its declared length (the bound when it
+    /// declares none) until its job is stored; one that finds no room within 10 s is a 503
+    /// with Retry-After, one that sends nothing for 30 s a 408.
+    #[arg(long)]
+    pub upload_memory_bytes: Option<usize>,
     /// Most flow-matching steps a request may ask for (default 1000): a bound on the work
     /// one request can queue.
     #[arg(long)]
@@ -235,6 +246,8 @@ impl ServeArgs {
         set("vae_core", self.vae_core.map(|v| v.to_string()))?;
         set("vae_halo", self.vae_halo.map(|v| v.to_string()))?;
         set("max_upload_bytes", self.max_upload_bytes.map(|v| v.to_string()))?;
+        set("stream_memory_bytes", self.stream_memory_bytes.map(|v| v.to_string()))?;
+        set("upload_memory_bytes", self.upload_memory_bytes.map(|v| v.to_string()))?;
         set("max_steps", self.max_steps.map(|v| v.to_string()))?;
         set("max_duration", self.max_duration.map(|v| v.to_string()))?;
         set("cluster", self.cluster.clone())?;
@@ -1088,6 +1101,10 @@ impl Compute<'_> {
             cap: if in_cluster { 1 } else { self.cfg.admission_cap },
             share: if in_cluster { 1 } else { self.cfg.share() },
             uploads: Some(self.uploads.to_path_buf()),
+            stream_history: yued_actors::HistoryBudget {
+                memory_bytes: self.cfg.stream_memory_bytes,
+                spool_dir: Some(self.cfg.data_dir.join("streams")),
+            },
         };
         let node =
             Node::start(node_cfg, keys, self.results.clone(), metrics.clone()).map_err(|e| anyhow::anyhow!(e))?;
@@ -1153,6 +1170,10 @@ fn app_state(cfg: &Config, models: Models, s: Served) -> AppState {
         vae: crate::state::VaeLimits {
             uploads: s.uploads,
             max_upload_bytes: cfg.max_upload_bytes,
+            upload_room: crate::upload_room::UploadRoom::new(
+                cfg.upload_memory_bytes,
+                cfg.max_upload_bytes.saturating_add(crate::http::MULTIPART_SLACK),
+            ),
             audio: models.audio,
             has_encoder: models.vae_has_encoder,
         },

@@ -58,6 +58,8 @@ pub struct VaeLimits {
     /// Uploads wait here (under the data directory) until their job ends.
     pub uploads: std::path::PathBuf,
     pub max_upload_bytes: usize,
+    /// The memory upload bodies being read at once share (`--upload-memory-bytes`).
+    pub upload_room: crate::upload_room::UploadRoom,
     /// The loaded VAE's audio (rates, channels, latent width).
     pub audio: yued_engine::models::AudioSpec,
     pub has_encoder: bool,

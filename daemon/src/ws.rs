@@ -387,8 +387,8 @@ async fn follow(
     codec: StreamCodec,
     can_cancel: bool,
 ) {
-    let (mut rx, job_ended) = match jobs.subscribe(&id, codec).await {
-        Ok(Some(sub)) => (sub.rx, sub.ended),
+    let mut rx = match jobs.subscribe(&id, codec).await {
+        Ok(Some(sub)) => sub,
         Ok(None) => {
             // The job has ended (the hub frees a stream at its end): its story is on disk.
             st.metrics.ws_listeners.inc();
@@ -411,7 +411,7 @@ async fn follow(
     let mut ended_at: Option<tokio::time::Instant> = None;
     let mut stopping = st.stopping.clone();
     loop {
-        if ended_at.is_none() && job_ended.load(std::sync::atomic::Ordering::Acquire) {
+        if ended_at.is_none() && rx.ended.load(std::sync::atomic::Ordering::Acquire) {
             ended_at = Some(tokio::time::Instant::now());
         }
         if ended_at.is_some_and(|t| t.elapsed() >= 3 * st.ws_ping) && !rx.is_empty() {
@@ -473,6 +473,14 @@ async fn follow(
                 let description = "daemon stopping: reconnect (the job resumes or goes on)".to_string();
                 let _ =
                     session.close(Some(CloseReason { code: CloseCode::Away, description: Some(description) })).await;
+                break;
+            }
+            Event::Item(None) if rx.is_cut() => {
+                let description = format!(
+                    "kept audio unreadable (see the daemon's log); the result will be at /job?id={id}&result=1"
+                );
+                let _ =
+                    session.close(Some(CloseReason { code: CloseCode::Error, description: Some(description) })).await;
                 break;
             }
             Event::Item(item) => {

@@ -48,6 +48,17 @@ fn demo_inspect_tokenize_quantize() {
     let q = dir.path().join("q8.gguf");
     ok(&["quantize", s(&bb), s(&q), "--type", "Q8_0"]);
     assert!(ok(&["gguf", "inspect", s(&q)]).contains("q8_0"));
+    // A reader that stops early (`| head`): the tool ends quietly, with SIGPIPE's shell status.
+    let mut child = Command::new(env!("CARGO_BIN_EXE_yued"))
+        .args(["gguf", "inspect", s(&bb)])
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    drop(child.stdout.take());
+    let o = child.wait_with_output().unwrap();
+    assert_eq!(o.status.code(), Some(141), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));
     let vae = dir.path().join("yue2-demo-tiny-vae.gguf");
     assert!(fails(&["quantize", s(&vae), s(&q), "--type", "Q8_0"]).contains("never quantized"));
     assert!(

@@ -97,9 +97,12 @@ impl Daemon {
             if let Ok(Some(st)) = d.child.try_wait() {
                 panic!("yued exited ({st}) before it served; log: {}", d.log());
             }
-            if let Ok(r) = d.http.get(d.url("/health")).send() {
-                if r.status().is_success() && r.json::<serde_json::Value>().map(|v| v["ready"] == true).unwrap_or(false)
-                {
+            // The readiness probe: a 503 until the body says ready, then a 200.
+            if let Ok(r) = d.http.get(d.url("/health?ready=1")).send() {
+                let code = r.status().as_u16();
+                let ready = r.json::<serde_json::Value>().map(|v| v["ready"] == true).unwrap_or(false);
+                assert!((code == 200) == ready, "/health?ready=1 answered {code} with ready {ready}");
+                if ready {
                     break;
                 }
             }

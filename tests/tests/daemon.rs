@@ -320,6 +320,12 @@ fn kill_9_then_restart_completes_the_running_and_the_queued_job() {
     let third = d.submit(&song(1.0, 1));
     assert!(third != first && third != second);
     d.wait(&third, Duration::from_secs(300));
+    // This process's counters: the restored jobs (the first, and the second unless it was done
+    // before the kill) count as taken, as they count finished.
+    let m = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
+    let value = |name: &str| m.lines().find_map(|l| l.strip_prefix(name)?.trim().parse::<u64>().ok()).unwrap();
+    let (submitted, done) = (value("yued_jobs_submitted_total "), value("yued_jobs_finished_total{status=\"done\"} "));
+    assert!(submitted >= 2 && submitted == done, "{m}");
     let (data, _, _) = d.kill9();
     let records = yued_actors::node::journal_records(&data.join("journal")).unwrap();
     let resumed = |id: &str| records.iter().find(|r| r.id.as_str() == id).map(|r| (r.resumed, r.crashes)).unwrap();
@@ -1316,4 +1322,63 @@ fn jobs_of(d: &Daemon) -> Vec<(String, String)> {
         .iter()
         .map(|j| (j["id"].as_str().unwrap().to_string(), j["status"].as_str().unwrap().to_string()))
         .collect()
+}
+
+/// A daemon whose stream memory is spent at once keeps every tile of a running job in its
+/// spool file: a listener who joins mid-song still hears it from sample 0, byte for byte
+/// what the listener who was there from the start heard, and the spool is freed at the end.
+#[test]
+fn a_late_listener_hears_spooled_tiles_byte_for_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let data = dir.path().join("data");
+    let d = Daemon::start(&data, &["--vae-core", "16", "--stream-memory-bytes", "1"]);
+    let id = d.submit(&song(40.0, 4));
+    let listen = |url: String, first_tile: Option<tokio::sync::oneshot::Sender<()>>| async move {
+        let (mut ws, _) = tokio_tungstenite::connect_async(url).await.unwrap();
+        let (mut pcm, mut events, mut first_tile) = (Vec::new(), Vec::new(), first_tile);
+        while let Some(Ok(m)) = ws.next().await {
+            match m {
+                Message::Binary(b) => {
+                    pcm.extend_from_slice(&b);
+                    if let Some(tx) = first_tile.take() {
+                        let _ = tx.send(());
+                    }
+                }
+                Message::Text(t) => {
+                    let v: serde_json::Value = serde_json::from_str(t.as_str()).unwrap();
+                    events.push(v["event"].as_str().unwrap_or_default().to_string());
+                }
+                Message::Close(_) => break,
+                _ => {}
+            }
+        }
+        (pcm, events)
+    };
+    let url = d.ws_url(&format!("/stream?id={id}&format=pcm16"));
+    let ((early, _), (late, late_events), spooled_mid_song) = rt().block_on(async {
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        let early = tokio::spawn(listen(url.clone(), Some(tx)));
+        rx.await.unwrap();
+        // The job is still running (its first tile just arrived), so the hub serves this one.
+        let metrics = d.url("/metrics");
+        let text = tokio::task::spawn_blocking(move || reqwest::blocking::get(metrics).unwrap().text().unwrap())
+            .await
+            .unwrap();
+        let late = listen(url, None).await;
+        (early.await.unwrap(), late, text)
+    });
+    assert_eq!(late_events.first().map(String::as_str), Some("queued"), "the late listener joined the live stream");
+    let kept = |text: &str, name: &str| -> f64 {
+        text.lines().find_map(|l| l.strip_prefix(name)?.trim().parse().ok()).unwrap_or(-1.0)
+    };
+    assert!(kept(&spooled_mid_song, "yued_stream_kept_spooled_bytes") > 0.0, "tiles went to the spool");
+    assert!(kept(&spooled_mid_song, "yued_stream_kept_memory_bytes") <= 1.0);
+    let frames = 1000;
+    assert_eq!(early.len(), (1920 * frames - 64) * 2 * 2, "the whole song");
+    assert!(late == early, "the late listener heard the same bytes ({} against {})", late.len(), early.len());
+    assert_eq!(d.wait(&id, Duration::from_secs(60))["status"], "done");
+    let text = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
+    assert_eq!(kept(&text, "yued_stream_kept_spooled_bytes"), 0.0, "the job's end freed its spool");
+    // The spool files were unnamed: nothing is left on disk.
+    assert_eq!(std::fs::read_dir(data.join("streams")).unwrap().count(), 0);
 }

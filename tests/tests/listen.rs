@@ -106,9 +106,24 @@ fn a_recording_becomes_codes_that_render_again_and_stays_its_owners() {
         assert!(t0.elapsed() < Duration::from_secs(120), "{s}");
         std::thread::sleep(Duration::from_millis(20));
     }
+    // A second recording waits behind it on the same stage: it shows that stage, not begun.
+    let (s, v) = post(&d, form(&[("audio", "audio/wav", &wav)]), ALICE);
+    assert_eq!(s, 200, "{v}");
+    let behind = v["id"].as_str().unwrap().to_string();
+    let t0 = Instant::now();
+    loop {
+        let s: serde_json::Value = serde_json::from_str(&d.get_as(&format!("/job?id={behind}"), ALICE).1).unwrap();
+        if s["status"] == "running" && s["stage"].is_string() {
+            assert_eq!((s["stage"].as_str(), s["progress"].as_f64()), (Some("tokenize"), Some(0.0)), "{s}");
+            break;
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "the waiting job shows no stage: {s}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
     let r = d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).header("x-api-key", ALICE).send().unwrap();
     assert_eq!(r.status().as_u16(), 200);
     assert_eq!(d.wait_as(&id, ALICE, LIMIT)["status"], "cancelled");
+    assert_eq!(d.wait_as(&behind, ALICE, LIMIT)["status"], "done");
     let t0 = Instant::now();
     while std::fs::read_dir(data.join("uploads")).unwrap().count() > 0 {
         assert!(t0.elapsed() < Duration::from_secs(30), "the cancelled job's upload stays behind");

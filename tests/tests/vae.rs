@@ -183,6 +183,66 @@ fn an_upload_over_the_limit_is_413_and_leaves_nothing_behind() {
     assert_eq!(&answer, b"HTTP/1.1 413", "{}", String::from_utf8_lossy(&answer));
 }
 
+/// Upload bodies share a bounded memory: while one body is being read (its room reserved
+/// from its declared length), a second that finds no room waits, then is a 503 with
+/// Retry-After, never read; once the first is gone its room is free again.
+#[test]
+fn upload_bodies_share_a_bounded_memory() {
+    use std::io::Write;
+    let dir = tempfile::tempdir().unwrap();
+    // The room is at least three times the bound and its 1 MiB of form slack: 6 MiB here.
+    let args = ["--max-upload-bytes", "1048576", "--upload-memory-bytes", "1"];
+    let d = Daemon::start(&dir.path().join("data"), &args);
+    // A body declared at 1.5 MiB of which only the head arrives: it holds 4.5 MiB of the room.
+    let mut slow = std::net::TcpStream::connect(d.url("").trim_start_matches("http://")).unwrap();
+    let head = format!(
+        "POST /vae HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: multipart/form-data; boundary={B}\r\n\
+        Content-Length: 1572864\r\n\r\n--{B}\r\n"
+    );
+    slow.write_all(head.as_bytes()).unwrap();
+    // A body of 1 MiB needs 3 MiB: no room. (Not a form: with room it is a 400.)
+    let probe = || {
+        let t0 = std::time::Instant::now();
+        let r = d
+            .http
+            .post(d.url("/vae"))
+            .header("content-type", format!("multipart/form-data; boundary={B}"))
+            .body(vec![b'x'; 1 << 20])
+            .send()
+            .unwrap();
+        let status = r.status().as_u16();
+        let retry = r.headers().get("retry-after").map(|v| v.to_str().unwrap().to_string());
+        (status, retry, t0.elapsed(), r.json::<serde_json::Value>().unwrap_or_default())
+    };
+    // The slow body's handler may not have reserved yet on a loaded machine: then the probe
+    // had room (a 400), and the next one finds none.
+    let mut tries = 0;
+    let (status, retry, waited, v) = loop {
+        let p = probe();
+        tries += 1;
+        if p.0 != 400 || tries == 5 {
+            break p;
+        }
+        std::thread::sleep(Duration::from_millis(500));
+    };
+    assert_eq!((status, retry.as_deref()), (503, Some("5")), "{v}");
+    assert!(waited >= Duration::from_secs(9), "it waited for room first: {waited:?}");
+    assert!(v["error"].as_str().unwrap().contains("upload memory"), "{v}");
+    // The first goes (its client hung up): the same body finds room.
+    drop(slow);
+    let t0 = std::time::Instant::now();
+    loop {
+        let (status, _, _, v) = probe();
+        if status == 400 {
+            break;
+        }
+        assert_eq!(status, 503, "{v}");
+        assert!(t0.elapsed() < Duration::from_secs(60), "the hung-up body's room was never freed");
+    }
+    // And an upload that is one goes through.
+    assert_eq!(post(&d, form(&[("audio", "audio/wav", &sweep_wav())])).0, 200);
+}
+
 /// The file under the data directory whose name is `name` (the demo writes its models there).
 fn find(dir: &std::path::Path, name: &str) -> Option<std::path::PathBuf> {
     for e in std::fs::read_dir(dir).ok()?.flatten() {

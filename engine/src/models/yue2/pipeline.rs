@@ -513,6 +513,9 @@ pub struct Writer {
     pending: Vec<Written>,
     /// The first song that ended without a frame (the job fails at [`Writer::finish`]).
     empty: Option<u32>,
+    /// The span it was made in (the daemon's: its job's), entered around its own work in a
+    /// step shared with other jobs' writers, so what it logs there names its job.
+    span: tracing::Span,
 }
 
 enum WriterState {
@@ -550,12 +553,24 @@ impl Writer {
             let prefix = stages.semantic_prefix(&s, &score.1);
             let state = WriterState::Written(vec![Stream { index: 0, prefix, codes, ended: true, kv: None }]);
             let scores = vec![score];
-            return Ok(Writer { s, max_seq, scores, state, stream, feeder: None, pending: Vec::new(), empty: None });
+            let span = tracing::Span::current();
+            return Ok(Writer {
+                s,
+                max_seq,
+                scores,
+                state,
+                stream,
+                feeder: None,
+                pending: Vec::new(),
+                empty: None,
+                span,
+            });
         }
         let given = (s.abc.clone(), stages.tokenizer.encode(&s.abc), None);
         let scores = vec![given; s.songs];
         let state = WriterState::Done(Vec::new());
-        let mut w = Writer { s, max_seq, scores, state, stream, feeder: None, pending: Vec::new(), empty: None };
+        let span = tracing::Span::current();
+        let mut w = Writer { s, max_seq, scores, state, stream, feeder: None, pending: Vec::new(), empty: None, span };
         w.next_song(stages, 0)?;
         Ok(w)
     }
@@ -614,6 +629,11 @@ impl Writer {
         }
         self.state = WriterState::Written(streams);
         Ok(())
+    }
+
+    /// The span it was made in (its job's, in the daemon).
+    pub fn span(&self) -> &tracing::Span {
+        &self.span
     }
 
     /// Whether every song's codes are written and told.
@@ -751,6 +771,8 @@ pub fn step_together(
     let mut fed = Vec::new();
     let mut prompt_tokens = 0;
     for (i, w) in writers.iter_mut().enumerate() {
+        let span = w.span.clone();
+        let _in = span.enter();
         let Some(f) = w.feed() else { continue };
         if f.prefills() {
             if prompt_tokens > 0 && prompt_tokens + f.tokens() > prefill_budget {
@@ -766,7 +788,14 @@ pub fn step_together(
     for (i, l) in fed.into_iter().zip(logits) {
         writers[i].fed(l);
     }
-    Ok(writers.iter_mut().map(|w| w.sample(stages)).collect())
+    Ok(writers
+        .iter_mut()
+        .map(|w| {
+            let span = w.span.clone();
+            let _in = span.enter();
+            w.sample(stages)
+        })
+        .collect())
 }
 
 /// A chunk feeder's event as a writer's item. A song without a frame fails the job; its
