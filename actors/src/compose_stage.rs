@@ -278,10 +278,8 @@ impl Entry {
         }
     }
 
-    /// A job on its own: its family's whole AR half.
+    /// A job on its own: its family's whole AR half (in the job's span, which `take` entered).
     fn run_alone(&mut self, ctx: Arc<JobCtx>) {
-        let span = tracing::info_span!("job", job = %ctx.id);
-        let _g = span.enter();
         let (links, nar_tx, backend, families) = (&self.links, &self.nar_tx, &self.backend, &mut self.families);
         let result = guarded(links, &ctx, "ar", || {
             test_fault("ar", &ctx);

@@ -20,7 +20,7 @@ const FORMAT: &[u8] = b"1";
 pub enum JournalError {
     #[error("journal {path}: {message}")]
     Open { path: PathBuf, message: String },
-    #[error("journal: {0}")]
+    #[error("journal: {}", sled_text(.0))]
     Io(#[from] sled::Error),
     #[error("journal record {key}: {message}")]
     Corrupt { key: String, message: String },
@@ -32,14 +32,29 @@ pub enum JournalError {
     Fault(PathBuf),
 }
 
+/// A sled error as a sentence (sled's own text of an I/O error is its debug form).
+fn sled_text(e: &sled::Error) -> String {
+    match e {
+        sled::Error::Io(io) => io.to_string(),
+        other => other.to_string(),
+    }
+}
+
 /// The sled database behind the journal.
 pub struct Journal {
-    db: sled::Db,
-    jobs: sled::Tree,
+    dir: PathBuf,
+    /// `None` only while [`Journal::reopen`] opens it again (and after it failed to).
+    open: Option<Sled>,
     /// Test-only fault injection: while this file exists every write fails
     /// (`$YUED_TEST_JOURNAL_FAULT_FILE`, read at open; only in `test-faults` builds).
     #[cfg(feature = "test-faults")]
     fault_file: Option<PathBuf>,
+}
+
+/// The database and its tree of records.
+struct Sled {
+    db: sled::Db,
+    jobs: sled::Tree,
 }
 
 /// How long opening waits for a sled file lock released by a handle dropped just before.
@@ -86,7 +101,7 @@ impl Journal {
 
     /// Whether a record of an older layout is stored.
     fn stale_records(&self) -> Result<bool, JournalError> {
-        for kv in self.jobs.iter() {
+        for kv in self.sled()?.jobs.iter() {
             let (_, v) = kv?;
             let version = serde_json::from_slice::<serde_json::Value>(&v)
                 .ok()
@@ -109,7 +124,7 @@ impl Journal {
             for r in &records {
                 fresh.put(r)?;
             }
-            fresh.db.flush()?;
+            fresh.sled()?.db.flush()?;
         }
         drop(self);
         std::fs::rename(dir, &old).map_err(io)?;
@@ -174,8 +189,8 @@ impl Journal {
         }
         let jobs = db.open_tree("jobs")?;
         Ok(Journal {
-            db,
-            jobs,
+            dir: dir.to_path_buf(),
+            open: Some(Sled { db, jobs }),
             #[cfg(feature = "test-faults")]
             fault_file: std::env::var_os("YUED_TEST_JOURNAL_FAULT_FILE").filter(|v| !v.is_empty()).map(PathBuf::from),
         })
@@ -194,12 +209,33 @@ impl Journal {
         Ok(())
     }
 
+    fn sled(&self) -> Result<&Sled, JournalError> {
+        self.open.as_ref().ok_or_else(|| JournalError::Open {
+            path: self.dir.clone(),
+            message: "not open (opening it again failed)".into(),
+        })
+    }
+
+    /// Whether it is open (it is not after [`Journal::reopen`] failed).
+    pub fn is_open(&self) -> bool {
+        self.open.is_some()
+    }
+
+    /// Opens the journal again, its log replayed as at a restart: sled keeps an I/O error
+    /// for good (every later write fails with it, whatever space was freed since).
+    pub fn reopen(&mut self) -> Result<(), JournalError> {
+        // The old handles go first: sled's file lock is theirs (`open_db` waits for it).
+        self.open = None;
+        self.open = Self::open_db(&self.dir)?.open;
+        Ok(())
+    }
+
     /// Writes a record durably.
     pub fn put(&self, r: &JobRecord) -> Result<(), JournalError> {
         self.check_fault()?;
         let v = serde_json::to_vec(r).expect("records serialize");
-        self.jobs.insert(r.id.to_u64().to_be_bytes(), v)?;
-        self.jobs.flush()?;
+        self.sled()?.jobs.insert(r.id.to_u64().to_be_bytes(), v)?;
+        self.sled()?.jobs.flush()?;
         Ok(())
     }
 
@@ -211,7 +247,7 @@ impl Journal {
 
     fn load_with(&self, keys: &KeyTable) -> Result<Vec<JobRecord>, JournalError> {
         let mut out = Vec::new();
-        for kv in self.jobs.iter() {
+        for kv in self.sled()?.jobs.iter() {
             let (k, v) = kv?;
             let key = k.iter().map(|b| format!("{b:02x}")).collect::<String>();
             let corrupt = |message: String| JournalError::Corrupt { key: key.clone(), message };
@@ -225,13 +261,13 @@ impl Journal {
 
     /// Flushes what is written (every put is already flushed; removals are not).
     pub fn flush(&self) -> Result<(), JournalError> {
-        self.db.flush()?;
+        self.sled()?.db.flush()?;
         Ok(())
     }
 
     pub fn remove(&self, id: &JobId) -> Result<(), JournalError> {
         self.check_fault()?;
-        self.jobs.remove(id.to_u64().to_be_bytes())?;
+        self.sled()?.jobs.remove(id.to_u64().to_be_bytes())?;
         Ok(())
     }
 
@@ -240,7 +276,7 @@ impl Journal {
         self.check_fault()?;
         loop {
             let id = JobId::random().map_err(|e| JournalError::Random(e.to_string()))?;
-            if !self.jobs.contains_key(id.to_u64().to_be_bytes())? {
+            if !self.sled()?.jobs.contains_key(id.to_u64().to_be_bytes())? {
                 return Ok(id);
             }
         }
@@ -329,6 +365,15 @@ mod tests {
         let e =
             Journal::open(&p, &KeyTable::default()).err().expect("a held journal cannot be opened twice").to_string();
         assert!(e.contains("another process holding it"), "{e}");
+        // Opened again in place (what the scheduler does after an I/O error): the records
+        // are there, and writes go on.
+        let mut j = j;
+        j.reopen().unwrap();
+        assert!(j.is_open());
+        assert_eq!(j.load().unwrap().len(), 2);
+        let c = j.new_id().unwrap();
+        j.put(&rec(c, JobState::Queued)).unwrap();
+        assert_eq!(j.load().unwrap().len(), 3);
     }
 
     /// A journal written by the release before families (record layout 1, committed under
@@ -359,7 +404,8 @@ mod tests {
         assert_eq!(all[0].tracks, 1);
         // Written back, it reads as the current layout.
         j.put(r2).unwrap();
-        let raw: serde_json::Value = serde_json::from_slice(&j.jobs.get(2u64.to_be_bytes()).unwrap().unwrap()).unwrap();
+        let raw: serde_json::Value =
+            serde_json::from_slice(&j.sled().unwrap().jobs.get(2u64.to_be_bytes()).unwrap().unwrap()).unwrap();
         assert_eq!(
             (raw["version"].as_u64(), raw["request"]["family"].as_str()),
             (Some(RECORD_VERSION as u64), Some("yue2"))
@@ -367,7 +413,7 @@ mod tests {
         // A record from a newer release is refused, naming it.
         let mut newer = raw.clone();
         newer["version"] = 99.into();
-        j.jobs.insert(9u64.to_be_bytes(), serde_json::to_vec(&newer).unwrap()).unwrap();
+        j.sled().unwrap().jobs.insert(9u64.to_be_bytes(), serde_json::to_vec(&newer).unwrap()).unwrap();
         let e = j.load().err().unwrap().to_string();
         assert!(e.contains("0000000000000009") && e.contains("newer"), "{e}");
     }
@@ -393,7 +439,7 @@ mod tests {
         // A bad record is named.
         let r = dir.path().join("ok");
         let j = open(&r);
-        j.jobs.insert(7u64.to_be_bytes(), b"{not json".to_vec()).unwrap();
+        j.sled().unwrap().jobs.insert(7u64.to_be_bytes(), b"{not json".to_vec()).unwrap();
         let e = j.load().err().unwrap().to_string();
         assert!(e.contains("0000000000000007"), "{e}");
     }

@@ -95,15 +95,16 @@ impl Node {
 
     /// Stops the node: no new job is admitted, the running ones are cancelled through their
     /// tokens (each stays queued in the journal and resumes at the next start), the stages
-    /// stop, and this returns once the scheduler has journaled what they reported.
-    pub async fn shutdown(self) {
+    /// stop, and this returns once the scheduler has journaled what they reported (an error
+    /// when the journal could not flush it: the process should not exit as if all was well).
+    pub async fn shutdown(self) -> Result<(), String> {
         let _ = self.scheduler.send(Shutdown).await;
         let stages = self.stages;
         if tokio::task::spawn_blocking(move || stages.join()).await.is_err() {
             tracing::error!("the compute stages did not stop cleanly");
         }
         // The stages' last reports are in the scheduler's mailbox ahead of this message.
-        let _ = self.scheduler.send(Flush).await;
+        self.scheduler.send(Flush).await.unwrap_or(Ok(()))
     }
 }
 

@@ -4,7 +4,7 @@
 //! it is acknowledged.
 use crate::fair_queue::FairQueue;
 use crate::hub::{Publish, StreamHub};
-use crate::journal::Journal;
+use crate::journal::{Journal, JournalError};
 use crate::messages::{
     CodesReady, EntryFree, Finished, Outcome, Progress, Requeue, Resumed, RunJob, WorkerCmd, WorkerReady,
 };
@@ -52,7 +52,12 @@ pub struct Scheduler {
     /// The last journal write failed (and why): `/health` reports the daemon unhealthy
     /// until a write succeeds again.
     journal_error: Option<String>,
+    /// When the journal was last opened again after an I/O error (see `with_journal`).
+    journal_reopened: Option<Instant>,
 }
+
+/// A journal whose write failed for I/O is opened again at most this often.
+const JOURNAL_REOPEN_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
 
 impl Scheduler {
     /// Restores the table from the journal: queued and interrupted jobs go back in the
@@ -83,6 +88,7 @@ impl Scheduler {
             share: share.clamp(1, cap.max(1)),
             accepting: true,
             journal_error: None,
+            journal_reopened: None,
         };
         let mut restored = 0;
         // Ids are random: the queue is restored in submission order.
@@ -189,11 +195,30 @@ impl Scheduler {
         self.queue.pop()
     }
 
+    /// Runs a journal operation. One that fails for I/O (a full disk: sled then fails every
+    /// later write with the same error, space freed or not) opens the journal again, at most
+    /// every [`JOURNAL_REOPEN_EVERY`], and is tried once more.
+    fn with_journal<T>(&mut self, op: impl Fn(&Journal) -> Result<T, JournalError>) -> Result<T, JournalError> {
+        let due = self.journal_reopened.is_none_or(|t| t.elapsed() >= JOURNAL_REOPEN_EVERY);
+        match op(&self.journal) {
+            // Failed for I/O, or closed by a reopening that failed (the disk still full).
+            Err(err) if due && (matches!(err, JournalError::Io(_)) || !self.journal.is_open()) => {
+                self.journal_reopened = Some(Instant::now());
+                tracing::warn!(%err, "a journal operation failed: opening the journal again");
+                self.journal.reopen()?;
+                tracing::info!("the journal is open again");
+                op(&self.journal)
+            }
+            r => r,
+        }
+    }
+
     /// Writes a job's record; `false` (and the daemon unhealthy until a write succeeds)
     /// when the journal refused it.
     fn persist(&mut self, id: &JobId) -> bool {
         let Some(e) = self.jobs.get(id) else { return true };
-        let r = self.journal.put(&e.record);
+        let record = e.record.clone();
+        let r = self.with_journal(|j| j.put(&record));
         self.journaled(r.map_err(|err| {
             tracing::error!(job = %id, %err, "journal write failed");
             err
@@ -411,7 +436,7 @@ impl Handler<Submit> for Scheduler {
                 }
                 Ok(id)
             }
-            None => self.journal.new_id().map_err(|e| SubmitError::Journal(e.to_string())),
+            None => self.with_journal(Journal::new_id).map_err(|e| SubmitError::Journal(e.to_string())),
         };
         let id = match id {
             Ok(id) => id,
@@ -437,7 +462,7 @@ impl Handler<Submit> for Scheduler {
             resumed: 0,
             cancel_asked: false,
         };
-        let put = self.journal.put(&record);
+        let put = self.with_journal(|j| j.put(&record));
         if !self.journaled(put.as_ref().map(|_| ()).map_err(|e| e.to_string())) {
             return Err(SubmitError::Journal(put.unwrap_err().to_string()));
         }
@@ -747,14 +772,15 @@ impl Handler<GetOwner> for Scheduler {
 /// Answers once every message sent before it is handled (the shutdown's acknowledgement:
 /// the stages' last reports are journaled), after a flush of the journal.
 #[derive(Message)]
-#[rtype(result = "()")]
+#[rtype(result = "Result<(), String>")]
 pub struct Flush;
 
 impl Handler<Flush> for Scheduler {
-    type Result = ();
-    fn handle(&mut self, _: Flush, _: &mut Self::Context) {
-        if let Err(e) = self.journal.flush() {
+    type Result = Result<(), String>;
+    fn handle(&mut self, _: Flush, _: &mut Self::Context) -> Self::Result {
+        self.with_journal(Journal::flush).map_err(|e| {
             tracing::error!(error = %e, "flushing the journal");
-        }
+            format!("the journal's last writes may be lost: {e}")
+        })
     }
 }

@@ -51,8 +51,22 @@ fn to_i16(x: f32) -> i16 {
     (x.clamp(-1.0, 1.0) * 32767.0).round() as i16
 }
 
+/// MPEG-1 Layer III at the song's own rate (48 or 44.1 kHz take every rate from 32 to 320
+/// kb/s: LAME would lower the rate below 128 kb/s), the bitrate rounded up to LAME's table.
+/// The first frame is the LAME tag (encoder delay and padding): players that honour it
+/// (ffmpeg, symphonia, foobar, Apple's) play the exact samples, no more, no fewer. (At 48
+/// kb/s and below a frame is too small for it: those files start with the encoder's delay.)
 fn mp3(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
-    use mp3lame_encoder::{max_required_buffer_size, Bitrate, Builder, DualPcm, FlushNoGap, MonoPcm, Quality};
+    // Frames of 48 kb/s and below are known too small: no try with a tag.
+    match mp3_tagged(pcm, kbps, kbps > 48)? {
+        Some(out) => Ok(out),
+        None => Ok(mp3_tagged(pcm, kbps, false)?.expect("no tag asked, none missing")),
+    }
+}
+
+/// The MP3, with its LAME tag when `tag`; `None` when the tag did not fit its frame.
+fn mp3_tagged(pcm: &Pcm, kbps: u32, tag: bool) -> Result<Option<Vec<u8>>, AudioError> {
+    use mp3lame_encoder::{max_required_buffer_size, Bitrate, Builder, DualPcm, FlushGap, MonoPcm, Quality};
     let err = |e: &dyn std::fmt::Display| AudioError::Format(format!("mp3: {e}"));
     let brate = match kbps {
         0..=32 => Bitrate::Kbps32,
@@ -72,6 +86,8 @@ fn mp3(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
     let mut b = Builder::new().ok_or_else(|| AudioError::Format("mp3: LAME did not initialise".into()))?;
     b.set_num_channels(pcm.channels as u8).map_err(|e| err(&e))?;
     b.set_sample_rate(pcm.sample_rate).map_err(|e| err(&e))?;
+    b.set_output_sample_rate(std::num::NonZeroU32::new(pcm.sample_rate)).map_err(|e| err(&e))?;
+    b.set_to_write_vbr_tag(tag).map_err(|e| err(&e))?;
     b.set_brate(brate).map_err(|e| err(&e))?;
     b.set_quality(Quality::Good).map_err(|e| err(&e))?;
     let mut enc = b.build().map_err(|e| err(&e))?;
@@ -94,8 +110,18 @@ fn mp3(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
         at = end;
     }
     out.reserve(max_required_buffer_size(0));
-    enc.flush_to_vec::<FlushNoGap>(&mut out).map_err(|e| err(&e))?;
-    Ok(out)
+    // Every sample out (a gapless flush keeps the last ones back for a next file).
+    enc.flush_to_vec::<FlushGap>(&mut out).map_err(|e| err(&e))?;
+    // The LAME tag, known now, over the first frame LAME left for it. A frame too small to
+    // hold it (the lowest bitrates): the file is made again without one.
+    if tag {
+        let mut frame = Vec::with_capacity(enc.lame_tag_size());
+        match enc.lame_tag_encode_to_vec(&mut frame) {
+            Some(len) if len.get() <= out.len() => out[..len.get()].copy_from_slice(&frame[..len.get()]),
+            _ => return Ok(None),
+        }
+    }
+    Ok(Some(out))
 }
 
 fn vorbis(pcm: &Pcm) -> Result<Vec<u8>, AudioError> {
@@ -161,7 +187,16 @@ fn flac(pcm: &Pcm) -> Result<Vec<u8>, AudioError> {
         frame_number += 1;
         left -= read;
     }
-    let md5 = buf.1.md5_digest();
+    // The MD5 of the samples as decoded (interleaved s16 little endian), of the song's own
+    // length: the context's digest covers the last block padded to a whole one.
+    let md5: [u8; 16] = {
+        use md5::Digest;
+        let mut h = md5::Md5::new();
+        for &v in &inter {
+            h.update((v as i16).to_le_bytes());
+        }
+        h.finalize().into()
+    };
     let mut sink = flacenc::bitsink::ByteSink::new();
     enc.write(&mut sink).map_err(|e| err(&e))?;
     let mut bytes = sink.as_slice().to_vec();

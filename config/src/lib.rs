@@ -256,8 +256,19 @@ impl Config {
         }
     }
 
-    /// Defaults, then the TOML file if given, then the environment.
+    /// Defaults, then the TOML file if given, then the environment, checked.
     pub fn load(
+        file: Option<&std::path::Path>,
+        env: impl IntoIterator<Item = (String, String)>,
+    ) -> Result<Self, ConfigError> {
+        let c = Self::gather(file, env)?;
+        c.check()?;
+        Ok(c)
+    }
+
+    /// [`Config::load`] without the checks across fields: for a caller that applies its own
+    /// settings on top (the command line's flags) and checks the result (`check`).
+    pub fn gather(
         file: Option<&std::path::Path>,
         env: impl IntoIterator<Item = (String, String)>,
     ) -> Result<Self, ConfigError> {
@@ -269,6 +280,8 @@ impl Config {
             }
             None => Config::default(),
         };
+        // Host names compare lower case, however the file spells them.
+        c.allowed_hosts = c.allowed_hosts.iter().map(|h| h.to_lowercase()).collect();
         for (k, v) in env {
             if let Some(name) = k.strip_prefix("YUED_") {
                 let key = name.to_ascii_lowercase();
@@ -277,7 +290,6 @@ impl Config {
                 }
             }
         }
-        c.check()?;
         Ok(c)
     }
 

@@ -322,8 +322,16 @@ pub fn items(item: &HubItem, codec: StreamCodec, first_tile: bool) -> Vec<Stream
                     StreamEvent::Format { codec, sample_rate, channels: t.channels as u16 }.to_text(),
                 ));
             }
+            // An Opus stream counts in its own 48 kHz samples (the rate its format event names).
+            let at = |n: u64| match codec {
+                StreamCodec::Opus if t.sample_rate != OPUS_RATE && t.sample_rate > 0 => {
+                    (n as u128 * OPUS_RATE as u128 / t.sample_rate as u128) as u64
+                }
+                _ => n,
+            };
+            let (start_sample, end) = (at(t.start_sample), at(t.start_sample + t.samples));
             v.push(StreamItem::Text(
-                StreamEvent::Tile { track: t.track, index: t.index, start_sample: t.start_sample, samples: t.samples }
+                StreamEvent::Tile { track: t.track, index: t.index, start_sample, samples: end - start_sample }
                     .to_text(),
             ));
             v.push(StreamItem::Binary(match codec {
@@ -332,5 +340,45 @@ pub fn items(item: &HubItem, codec: StreamCodec, first_tile: bool) -> Vec<Stream
             }));
             v
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A 44.1 kHz tile (MiniMax Music 3's) counts in 48 kHz samples on an Opus stream, whose
+    /// format event says 48000, and in its own on a PCM one; consecutive tiles still join.
+    #[test]
+    fn opus_tile_events_count_the_rate_their_format_names() {
+        let tile = |start: u64, samples: u64| {
+            HubItem::Tile(EncodedTile {
+                track: 0,
+                index: 0,
+                start_sample: start,
+                sample_rate: 44_100,
+                channels: 2,
+                samples,
+                pcm16: Bytes::new(),
+                opus_pages: Bytes::new(),
+            })
+        };
+        let event = |item: &HubItem, codec| -> (u64, u64) {
+            let texts: Vec<StreamEvent> = items(item, codec, false)
+                .into_iter()
+                .filter_map(|i| match i {
+                    StreamItem::Text(t) => StreamEvent::from_text(&t).ok(),
+                    StreamItem::Binary(_) => None,
+                })
+                .collect();
+            match texts.as_slice() {
+                [StreamEvent::Tile { start_sample, samples, .. }] => (*start_sample, *samples),
+                other => panic!("{other:?}"),
+            }
+        };
+        assert_eq!(event(&tile(44_100, 44_100), StreamCodec::Pcm16), (44_100, 44_100));
+        assert_eq!(event(&tile(44_100, 44_100), StreamCodec::Opus), (48_000, 48_000));
+        let (a, b) = (event(&tile(0, 1000), StreamCodec::Opus), event(&tile(1000, 1000), StreamCodec::Opus));
+        assert_eq!(a.0 + a.1, b.0, "consecutive tiles join");
     }
 }

@@ -82,12 +82,15 @@ impl Keys {
         *self.0.write().expect("keys lock") = t;
     }
 
-    /// Whether a key of `who` (its principal and role) is still in the table, or the box has no
-    /// keys: what a long-lived stream asks as it goes, so a key revoked by a reload stops
-    /// reaching what it had opened (the next request is a 401 anyway).
-    pub fn still_admits(&self, who: &Principal) -> bool {
-        let t = self.0.read().expect("keys lock");
-        t.is_empty() || t.principals().any(|p| p == who)
+    /// Whether the keys a stream was opened with still admit it as `who` (its principal and
+    /// role), or the box has no keys: what a long-lived stream asks as it goes, so a key revoked
+    /// by a reload stops reaching what it had opened (the next request is a 401 anyway), even
+    /// when its name stays under a new key (a rotation).
+    pub fn still_admits(&self, who: &Principal, presented: &[String]) -> bool {
+        if self.is_open() {
+            return true;
+        }
+        self.lookup(presented).as_ref() == Some(who)
     }
 }
 
@@ -193,20 +196,23 @@ pub const KEY_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 pub struct Admitted {
     keys: Option<Keys>,
     who: Option<Principal>,
+    /// The keys the request presented (held in memory for the stream's life, never written).
+    presented: Vec<String>,
 }
 
 impl Admitted {
     /// What the middleware admitted `req` as (nothing to recheck on a box without keys).
     pub fn of(req: &HttpRequest) -> Admitted {
         let keys = req.app_data::<web::Data<Keys>>().map(|k| k.get_ref().clone());
-        Admitted { keys, who: req.extensions().get::<Principal>().cloned() }
+        Admitted { keys, who: req.extensions().get::<Principal>().cloned(), presented: presented_keys(req) }
     }
 
-    /// Whether the stream may go on: the box has no keys, or one of the caller's is still there.
+    /// Whether the stream may go on: the box has no keys, or the key it was opened with is
+    /// still there (for the same principal).
     pub fn still(&self) -> bool {
         match (&self.keys, &self.who) {
             (None, _) => true,
-            (Some(k), Some(who)) => k.still_admits(who),
+            (Some(k), Some(who)) => k.still_admits(who, &self.presented),
             (Some(k), None) => k.is_open(),
         }
     }

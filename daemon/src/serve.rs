@@ -214,7 +214,8 @@ pub struct ServeArgs {
 
 impl ServeArgs {
     fn config(&self) -> anyhow::Result<Config> {
-        let mut c = Config::load(self.config.as_deref(), std::env::vars())?;
+        // Checked once the flags are on top (a flag may settle what the file alone would not).
+        let mut c = Config::gather(self.config.as_deref(), std::env::vars())?;
         let mut set = |k: &str, v: Option<String>| -> anyhow::Result<()> {
             if let Some(v) = v {
                 c.set(k, &v)?;
@@ -255,11 +256,11 @@ impl ServeArgs {
         set("cluster_ack_wait_secs", self.cluster_ack_wait_secs.map(|v| v.to_string()))?;
         set("cluster_max_attempts", self.cluster_max_attempts.map(|v| v.to_string()))?;
         set("node_name", self.node_name.clone())?;
-        if self.keep_loaded {
-            c.keep_loaded = true;
-        }
-        if self.strict {
-            c.strict = true;
+        if self.keep_loaded || self.strict {
+            // The residency flag wins over the file's and the environment's (both flags at
+            // once are refused by the check).
+            c.keep_loaded = self.keep_loaded;
+            c.strict = self.strict;
         }
         c.api_keys.extend(self.api_keys.iter().cloned());
         c.admin_keys.extend(self.admin_keys.iter().cloned());
@@ -606,6 +607,14 @@ fn open_keys(c: &Config) -> anyhow::Result<(crate::auth::KeySource, yued_contrac
     };
     let table = source.load()?;
     if table.is_empty() {
+        if let Some(file) = &c.api_keys_file {
+            // Keys were asked for: a file without any must not open the box to anyone.
+            anyhow::bail!(
+                "{}: no keys in this file (one `KEY [name=NAME] [admin|metrics]` a line); without keys, give \
+                no --api-keys-file",
+                file.display()
+            );
+        }
         tracing::warn!(host = %c.host, "no API keys: a single-user box, every job open to whoever reaches the port");
     } else {
         let admins = table.principals().filter(|p| p.is_admin()).count();
@@ -886,19 +895,42 @@ fn openapi_facts(
     }
 }
 
+/// The daemon's listening sockets, bound first thing: a port in use or a host that is no
+/// address stops the start in one line, before the data directory is touched.
+struct Sockets {
+    main: std::net::TcpListener,
+    /// `--metrics-listen`'s.
+    scrape: Option<std::net::TcpListener>,
+}
+
+impl Sockets {
+    fn bind(cfg: &Config) -> anyhow::Result<Sockets> {
+        let main = std::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
+            .with_context(|| format!("binding {}:{}", cfg.host, cfg.port))?;
+        let scrape = if cfg.metrics_listen.is_empty() {
+            None
+        } else {
+            let l = std::net::TcpListener::bind(cfg.metrics_listen.as_str())
+                .with_context(|| format!("binding --metrics-listen {}", cfg.metrics_listen))?;
+            Some(l)
+        };
+        Ok(Sockets { main, scrape })
+    }
+}
+
 /// Serves the routes until a signal stops the server (and the `--metrics-listen` port
 /// beside it: either one stopping stops the other).
 async fn serve_http(
     cfg: &Config,
+    sockets: Sockets,
     state: web::Data<AppState>,
     keys: crate::auth::Keys,
     serves_api: bool,
 ) -> anyhow::Result<()> {
     let max_body = cfg.max_body_bytes;
     // The scrape port: /metrics and /health, no key (an internal address of the operator's).
-    let scrape = if cfg.metrics_listen.is_empty() {
-        None
-    } else {
+    let scrape = if let Some(socket) = sockets.scrape {
+        let addr = socket.local_addr()?;
         let st = state.clone();
         let server = HttpServer::new(move || {
             App::new()
@@ -909,14 +941,16 @@ async fn serve_http(
         })
         .workers(1)
         .shutdown_timeout(1)
-        .bind(&cfg.metrics_listen)
-        .with_context(|| format!("binding --metrics-listen {}", cfg.metrics_listen))?;
-        tracing::info!(addr = %cfg.metrics_listen, "metrics listening (no key: keep this address internal)");
+        .listen(socket)
+        .with_context(|| format!("listening on --metrics-listen {addr}"))?;
+        tracing::info!(%addr, "metrics listening (no key: keep this address internal)");
         Some(server.run())
+    } else {
+        None
     };
     let keys = web::Data::new(keys);
     let listening = web::Data::new(crate::auth::Listening::of(&cfg.host, &cfg.allowed_hosts));
-    let addr = (cfg.host.clone(), cfg.port);
+    let addr = sockets.main.local_addr()?;
     let server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
@@ -931,9 +965,10 @@ async fn serve_http(
     })
     .on_connect(crate::peer::on_connect)
     .shutdown_timeout(5)
-    .bind(addr.clone())
-    .with_context(|| format!("binding {}:{}", addr.0, addr.1))?;
-    tracing::info!(host = %addr.0, port = addr.1, "yued listening");
+    .listen(sockets.main)
+    .with_context(|| format!("listening on {addr}"))?;
+    // The port really bound (`--port 0` takes a free one).
+    tracing::info!(host = %addr.ip(), port = addr.port(), "yued listening");
     let Some(scrape) = scrape else { return Ok(server.run().await?) };
     // Each server handles its commands (a stop among them) only while it is polled: both
     // run as tasks, so that the one still running when the other ends hears its stop.
@@ -994,6 +1029,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let ring = LogRing::new();
     init_tracing(&c.log_format, &ring);
     let (key_source, key_table) = open_keys(&c)?;
+    let sockets = Sockets::bind(&c)?;
     std::fs::create_dir_all(&c.data_dir).with_context(|| format!("creating {}", c.data_dir.display()))?;
     // Held until the process ends: nothing in the data directory is touched before it.
     let _data_lock = lock_data_dir(&c.data_dir)?;
@@ -1056,15 +1092,16 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
         let served =
             Served { jobs, metrics, props, limits, families, openapi, logs: ring, links, adapters, uploads, stopping };
         let state = web::Data::new(app_state(&cfg, models, served));
-        serve_http(&cfg, state, keys, serves_api).await?;
-        let Some((node, stop)) = local else { return anyhow::Ok(()) };
+        // The stages stop cleanly however the server ended (a failure to serve included).
+        let served = serve_http(&cfg, sockets, state, keys, serves_api).await;
+        let Some((node, stop)) = local else { return served };
         if let Some(stop) = stop {
             // The cluster's jobs this worker runs go back to the cluster at once.
             stop.stop().await;
         }
         tracing::info!("shutting down: cancelling the running job and flushing the journal");
-        node.shutdown().await;
-        anyhow::Ok(())
+        node.shutdown().await.map_err(|e| anyhow::anyhow!(e))?;
+        served
     })?;
     Ok(())
 }

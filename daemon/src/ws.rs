@@ -239,10 +239,13 @@ fn result_as_tiles(
             })
             .ok()?;
         let n = pcm.data.len() / pcm.channels;
+        // Never clipped, as live: a file above full scale (wav32 is not normalised) is
+        // attenuated by its peak.
+        let gain = 1.0 / pcm.data.iter().fold(1f32, |m, x| m.max(x.abs()));
         for start in (0..n).step_by(tile_samples.max(1)) {
             let end = (start + tile_samples).min(n);
             let planar: Vec<f32> =
-                (0..pcm.channels).flat_map(|c| pcm.data[c * n + start..c * n + end].iter().copied()).collect();
+                (0..pcm.channels).flat_map(|c| pcm.data[c * n + start..c * n + end].iter().map(|x| x * gain)).collect();
             let t = encoder.encode(&PcmTile {
                 track: tracks,
                 index,

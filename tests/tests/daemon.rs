@@ -1382,3 +1382,66 @@ fn a_late_listener_hears_spooled_tiles_byte_for_byte() {
     // The spool files were unnamed: nothing is left on disk.
     assert_eq!(std::fs::read_dir(data.join("streams")).unwrap().count(), 0);
 }
+
+/// How a start goes wrong, and how settings stack: a port in use or a keys file without keys
+/// stops the start in one line (no panic) before the data directory is touched; flags win over
+/// the config file even where the file alone is inconsistent; the file's host names compare in
+/// any case; `--port 0` logs the port it took.
+#[test]
+fn startup_mistakes_are_one_line_and_flags_win_over_the_file() {
+    let dir = tempfile::tempdir().unwrap();
+    let run = |data: &std::path::Path, port: u16, args: &[&str]| {
+        let args: Vec<String> = args.iter().map(|s| s.to_string()).collect();
+        let mut child = Daemon::spawn(data, port, &args, &[]);
+        let status = wait_exit(&mut child, Duration::from_secs(60)).expect("the start stops");
+        (status.code(), std::fs::read_to_string(data.with_extension("log")).unwrap_or_default())
+    };
+    // The port is taken.
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let data = dir.path().join("in-use");
+    let (code, log) = run(&data, port, &[]);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains(&format!("binding 127.0.0.1:{port}")) && !log.contains("panicked"), "{log}");
+    assert!(!data.exists(), "nothing written before the bind");
+    // Keys asked for, none given.
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, "# nobody yet\n").unwrap();
+    let data = dir.path().join("no-keys");
+    let (code, log) = run(&data, free_port(), &["--api-keys-file", keys.to_str().unwrap()]);
+    assert_eq!(code, Some(1), "{log}");
+    assert!(log.contains("no keys in this file") && !log.contains("panicked"), "{log}");
+    assert!(!data.exists());
+    // The file alone is inconsistent (a share above the default cap, both residency modes
+    // against the flag); the flags settle it. Its host name is in capitals.
+    let toml = dir.path().join("yued.toml");
+    std::fs::write(&toml, "admission_share = 10\nkeep_loaded = true\nallowed_hosts = [\"Proxy.Example\"]\n").unwrap();
+    let args = ["--config", toml.to_str().unwrap(), "--admission-cap", "16", "--strict"];
+    let d = Daemon::start(&dir.path().join("flags"), &args);
+    let props: serde_json::Value = d.http.get(d.url("/props")).send().unwrap().json().unwrap();
+    assert_eq!(props["residency"], "strict", "{props}");
+    let r = d.http.get(d.url("/props")).header("host", "proxy.example").send().unwrap();
+    assert_eq!(r.status(), 200, "the file's allowed host, in its own case");
+    drop(d);
+    // --port 0: the log says which port it took, and it answers there.
+    let data = dir.path().join("port0");
+    let mut child = Daemon::spawn(&data, 0, &[], &[]);
+    let t0 = Instant::now();
+    let port = loop {
+        let log = std::fs::read_to_string(data.with_extension("log")).unwrap_or_default();
+        if let Some(l) = log.lines().find(|l| l.contains("yued listening")) {
+            let p = l.split("port=").nth(1).and_then(|p| p.split_whitespace().next()).unwrap().to_string();
+            break p.parse::<u16>().unwrap();
+        }
+        assert!(t0.elapsed() < Duration::from_secs(60), "{log}");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert_ne!(port, 0);
+    let t0 = Instant::now();
+    while reqwest::blocking::get(format!("http://127.0.0.1:{port}/health")).is_err() {
+        assert!(t0.elapsed() < Duration::from_secs(60));
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -13,6 +13,8 @@ const OPS: &str = "ops-secret-9b1d3f5a7c";
 const PROM: &str = "prom-secret-4c6e8a0b2d";
 const CAROL: &str = "carol-secret-1a3c5e7b9d";
 const OPS2: &str = "ops2-secret-5e7a9c1d3b";
+/// Bob's key after a rotation (the same name).
+const B2: &str = "bob-rotated-8f0b2d4e6a";
 const UNKNOWN: &str = "0123456789abcdef";
 
 fn get(d: &Daemon, path: &str, key: &str) -> reqwest::blocking::Response {
@@ -238,8 +240,10 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
     assert!(text.contains("client=alice"), "{text}");
     drop(logs);
 
-    // Rotation: Bob's key goes, Carol's comes, without a restart; Bob's running job finishes.
-    std::fs::write(&keys, format!("{A} name=alice\n{OPS} name=ops admin\n{CAROL} name=carol\n")).unwrap();
+    // Rotation: Bob's key is replaced by a new one of the same name, Carol's comes, without a
+    // restart; Bob's running job finishes.
+    std::fs::write(&keys, format!("{A} name=alice\n{OPS} name=ops admin\n{CAROL} name=carol\n{B2} name=bob\n"))
+        .unwrap();
     let pid = d.child.id().to_string();
     assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
     let t0 = Instant::now();
@@ -248,8 +252,10 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
         std::thread::sleep(Duration::from_millis(50));
     }
     assert_eq!(get(&d, "/jobs", CAROL).status(), 200);
+    assert_eq!(get(&d, "/jobs", B2).status(), 200);
     // What the removed keys had open ends with them: the admin's log within seconds, Bob's
-    // socket at its next keepalive tick, closed with why.
+    // socket at its next keepalive tick, closed with why (his name is still there, under a
+    // new key: the old key is what was revoked).
     let t0 = Instant::now();
     loop {
         assert!(t0.elapsed() < Duration::from_secs(20), "a removed admin key still follows the log");
@@ -278,7 +284,7 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
 
     // Nothing on disk or in the log holds a key.
     drop(d);
-    for key in [A, B, OPS, PROM, CAROL, OPS2] {
+    for key in [A, B, B2, OPS, PROM, CAROL, OPS2] {
         let mut hits = files_containing(&data, key.as_bytes());
         if std::fs::read(data.with_extension("log")).unwrap().windows(key.len()).any(|w| w == key.as_bytes()) {
             hits.push(data.with_extension("log"));

@@ -134,3 +134,26 @@ fn writer_checks_sizes_and_completeness() {
     d.write(&[0u8; 8]).unwrap();
     assert!(d.finish().unwrap_err().to_string().contains("'b'"));
 }
+
+/// A model is written aside and named at its end: a write cut short (here: a tensor never
+/// written, the writer dropped) leaves neither a file under the name nor its partial file; a
+/// finished one leaves only the file.
+#[test]
+fn a_write_cut_short_leaves_nothing_under_the_name() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("cut.gguf");
+    let mut w = GgufWriter::new();
+    w.set_str("general.architecture", "yue2").add_tensor("a", GgmlType::F32, &[2]).add_tensor("b", GgmlType::F32, &[2]);
+    let mut d = w.create(&path).unwrap();
+    d.write(&crate::ggml::encode_f32(GgmlType::F32, &[1., 2.]).unwrap()).unwrap();
+    assert!(!path.exists(), "not under its name while written");
+    drop(d);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0, "nothing left behind");
+    let mut d = w.create(&path).unwrap();
+    d.write(&crate::ggml::encode_f32(GgmlType::F32, &[1., 2.]).unwrap()).unwrap();
+    assert!(d.finish().is_err(), "a tensor is missing");
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 0);
+    let path = sample(dir.path());
+    let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
+    assert_eq!(names, vec![path.file_name().unwrap().to_os_string()]);
+}

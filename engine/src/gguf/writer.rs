@@ -54,12 +54,16 @@ impl GgufWriter {
         self.tensors.len()
     }
 
-    /// Writes the header and returns the writer of the tensor data.
+    /// Writes the header and returns the writer of the tensor data. The file is written
+    /// aside (`.NAME.partial-PID` beside it) and takes its name at [`TensorDataWriter::finish`]:
+    /// a write cut short (a full disk, a kill) leaves no truncated model under the name.
     pub fn create(&self, path: impl AsRef<Path>) -> Result<TensorDataWriter, GgufError> {
         let path = path.as_ref().to_path_buf();
+        let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let tmp = path.with_file_name(format!(".{name}.partial-{}", std::process::id()));
         let io = |source| GgufError::Io { path: path.clone(), error: source };
-        let file = std::fs::File::create(&path).map_err(io)?;
-        let mut w = BufWriter::with_capacity(1 << 20, file);
+        let file = std::fs::File::create(&tmp).map_err(io)?;
+        let w = BufWriter::with_capacity(1 << 20, file);
         let mut head = Vec::new();
         head.extend_from_slice(GGUF_MAGIC);
         head.extend_from_slice(&GGUF_VERSION.to_le_bytes());
@@ -94,8 +98,11 @@ impl GgufWriter {
         }
         let pad = (head.len() as u64).div_ceil(align) * align - head.len() as u64;
         head.resize(head.len() + pad as usize, 0);
-        w.write_all(&head).map_err(io)?;
-        Ok(TensorDataWriter { path, w, expected, next: 0, align })
+        // Made before the first write: dropped on an error, it removes the partial file.
+        let mut out = TensorDataWriter { path, tmp, w: Some(w), expected, next: 0, align };
+        let path = out.path.clone();
+        out.w.as_mut().expect("open").write_all(&head).map_err(|source| GgufError::Io { path, error: source })?;
+        Ok(out)
     }
 }
 
@@ -133,7 +140,10 @@ fn put_value(out: &mut Vec<u8>, v: &Value) {
 /// Streams tensor data in declaration order, checking each size.
 pub struct TensorDataWriter {
     path: PathBuf,
-    w: BufWriter<std::fs::File>,
+    /// The file being written, renamed to `path` at the end.
+    tmp: PathBuf,
+    /// `None` once finished.
+    w: Option<BufWriter<std::fs::File>>,
     expected: Vec<(String, usize)>,
     next: usize,
     align: u64,
@@ -155,9 +165,10 @@ impl TensorDataWriter {
             });
         }
         let io = |source| GgufError::Io { path: self.path.clone(), error: source };
-        self.w.write_all(bytes).map_err(io)?;
+        let w = self.w.as_mut().expect("open until finished");
+        w.write_all(bytes).map_err(io)?;
         let pad = (bytes.len() as u64).div_ceil(self.align) * self.align - bytes.len() as u64;
-        self.w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
+        w.write_all(&vec![0u8; pad as usize]).map_err(io)?;
         self.next += 1;
         Ok(())
     }
@@ -170,9 +181,20 @@ impl TensorDataWriter {
             });
         }
         let io = |source| GgufError::Io { path: self.path.clone(), error: source };
-        self.w.flush().map_err(io)?;
-        let f = self.w.into_inner().map_err(|e| GgufError::Io { path: self.path.clone(), error: e.into_error() })?;
-        f.sync_all().map_err(|source| GgufError::Io { path: self.path.clone(), error: source })?;
+        let mut w = self.w.take().expect("open until finished");
+        w.flush().map_err(io)?;
+        let f = w.into_inner().map_err(|e| GgufError::Io { path: self.path.clone(), error: e.into_error() })?;
+        f.sync_all().map_err(io)?;
+        std::fs::rename(&self.tmp, &self.path).map_err(io)?;
         Ok(())
+    }
+}
+
+impl Drop for TensorDataWriter {
+    /// A writer dropped before its end (an error, a panic) takes its partial file with it.
+    fn drop(&mut self) {
+        if self.w.take().is_some() {
+            let _ = std::fs::remove_file(&self.tmp);
+        }
     }
 }
