@@ -225,20 +225,43 @@ impl Scheduler {
         }))
     }
 
-    /// Records the outcome of a journal write for `/health`.
+    /// Records the outcome of a journal write for `/health`. The first write that succeeds
+    /// after failures writes every record again (and drops those of forgotten jobs): a
+    /// change that failed to be written is then on disk too before the daemon says it is
+    /// healthy.
     fn journaled<E: std::fmt::Display>(&mut self, r: Result<(), E>) -> bool {
         match r {
-            Ok(()) => {
-                if self.journal_error.take().is_some() {
-                    tracing::info!("journal writes succeed again");
+            Ok(()) if self.journal_error.is_none() => true,
+            Ok(()) => match self.resync_journal() {
+                Ok(()) => {
+                    self.journal_error = None;
+                    tracing::info!("journal writes succeed again (every record written again)");
+                    true
                 }
-                true
-            }
+                Err(e) => {
+                    self.journal_error = Some(e.to_string());
+                    // This write itself landed.
+                    true
+                }
+            },
             Err(e) => {
                 self.journal_error = Some(e.to_string());
                 false
             }
         }
+    }
+
+    /// Writes every job's record again, and removes the records of jobs no longer held.
+    fn resync_journal(&mut self) -> Result<(), JournalError> {
+        for e in self.jobs.values() {
+            self.journal.put(&e.record)?;
+        }
+        for r in self.journal.load()? {
+            if !self.jobs.contains_key(&r.id) {
+                self.journal.remove(&r.id)?;
+            }
+        }
+        self.journal.flush()
     }
 
     fn dispatch(&mut self) {
@@ -350,7 +373,7 @@ impl Scheduler {
             total -= 1;
         }
         for id in &forget {
-            if let Err(err) = self.journal.remove(id) {
+            if let Err(err) = self.with_journal(|j| j.remove(id)) {
                 tracing::error!(job = %id, %err, "journal remove failed");
                 self.journaled(Err(err));
                 continue;
@@ -778,7 +801,9 @@ pub struct Flush;
 impl Handler<Flush> for Scheduler {
     type Result = Result<(), String>;
     fn handle(&mut self, _: Flush, _: &mut Self::Context) -> Self::Result {
-        self.with_journal(Journal::flush).map_err(|e| {
+        // The handle that took the writes flushes them: a reopened one would have nothing
+        // to flush, and answer that all is well.
+        self.journal.flush().map_err(|e| {
             tracing::error!(error = %e, "flushing the journal");
             format!("the journal's last writes may be lost: {e}")
         })

@@ -51,11 +51,14 @@ fn to_i16(x: f32) -> i16 {
     (x.clamp(-1.0, 1.0) * 32767.0).round() as i16
 }
 
-/// MPEG-1 Layer III at the song's own rate (48 or 44.1 kHz take every rate from 32 to 320
-/// kb/s: LAME would lower the rate below 128 kb/s), the bitrate rounded up to LAME's table.
+/// MPEG-1 Layer III at the song's own rate (48 and 44.1 kHz take every bitrate from 32 to
+/// 320 kb/s: LAME would lower the rate below 128 kb/s), the bitrate rounded up to LAME's table.
 /// The first frame is the LAME tag (encoder delay and padding): players that honour it
 /// (ffmpeg, symphonia, foobar, Apple's) play the exact samples, no more, no fewer. (At 48
 /// kb/s and below a frame is too small for it: those files start with the encoder's delay.)
+/// The sample rates of MPEG-1 Layer III.
+const MPEG1_RATES: [u32; 3] = [32_000, 44_100, 48_000];
+
 fn mp3(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
     // Frames of 48 kb/s and below are known too small: no try with a tag.
     match mp3_tagged(pcm, kbps, kbps > 48)? {
@@ -86,7 +89,11 @@ fn mp3_tagged(pcm: &Pcm, kbps: u32, tag: bool) -> Result<Option<Vec<u8>>, AudioE
     let mut b = Builder::new().ok_or_else(|| AudioError::Format("mp3: LAME did not initialise".into()))?;
     b.set_num_channels(pcm.channels as u8).map_err(|e| err(&e))?;
     b.set_sample_rate(pcm.sample_rate).map_err(|e| err(&e))?;
-    b.set_output_sample_rate(std::num::NonZeroU32::new(pcm.sample_rate)).map_err(|e| err(&e))?;
+    // MPEG-1's rates take every bitrate: kept. Others (a 96 kHz upload converted, 22.05 kHz)
+    // are LAME's to choose, as it must resample them anyway.
+    if MPEG1_RATES.contains(&pcm.sample_rate) {
+        b.set_output_sample_rate(std::num::NonZeroU32::new(pcm.sample_rate)).map_err(|e| err(&e))?;
+    }
     b.set_to_write_vbr_tag(tag).map_err(|e| err(&e))?;
     b.set_brate(brate).map_err(|e| err(&e))?;
     b.set_quality(Quality::Good).map_err(|e| err(&e))?;

@@ -896,26 +896,67 @@ fn openapi_facts(
 }
 
 /// The daemon's listening sockets, bound first thing: a port in use or a host that is no
-/// address stops the start in one line, before the data directory is touched.
+/// address stops the start in one line, before the data directory is touched. They listen
+/// (take connections) only once the routes serve: a balancer's TCP probe does not see a node
+/// that is still loading as up.
 struct Sockets {
-    main: std::net::TcpListener,
+    /// Every address the host names (`localhost`: `::1` and `127.0.0.1`).
+    main: Vec<socket2::Socket>,
     /// `--metrics-listen`'s.
-    scrape: Option<std::net::TcpListener>,
+    scrape: Option<socket2::Socket>,
 }
+
+/// Connections the kernel queues for a socket not yet accepted (actix's own default).
+const BACKLOG: i32 = 1024;
 
 impl Sockets {
     fn bind(cfg: &Config) -> anyhow::Result<Sockets> {
-        let main = std::net::TcpListener::bind((cfg.host.as_str(), cfg.port))
-            .with_context(|| format!("binding {}:{}", cfg.host, cfg.port))?;
+        let what = format!("binding {}:{}", cfg.host, cfg.port);
+        let addrs: Vec<std::net::SocketAddr> =
+            std::net::ToSocketAddrs::to_socket_addrs(&(cfg.host.as_str(), cfg.port)).context(what.clone())?.collect();
+        let mut main = Vec::new();
+        let mut first_err = None;
+        for mut addr in addrs {
+            // `--port 0`: the other addresses take the port the first one got.
+            if let Some(port) = main.first().and_then(|s: &socket2::Socket| s.local_addr().ok()?.as_socket()) {
+                addr.set_port(port.port());
+            }
+            match bind_one(addr) {
+                Ok(s) => main.push(s),
+                Err(e) => {
+                    first_err.get_or_insert(e);
+                }
+            }
+        }
+        if main.is_empty() {
+            let e = first_err.map(anyhow::Error::from).unwrap_or_else(|| anyhow::anyhow!("the host names no address"));
+            return Err(e.context(what));
+        }
         let scrape = if cfg.metrics_listen.is_empty() {
             None
         } else {
-            let l = std::net::TcpListener::bind(cfg.metrics_listen.as_str())
-                .with_context(|| format!("binding --metrics-listen {}", cfg.metrics_listen))?;
-            Some(l)
+            let addr: std::net::SocketAddr = cfg.metrics_listen.parse().context("--metrics-listen")?;
+            Some(bind_one(addr).with_context(|| format!("binding --metrics-listen {}", cfg.metrics_listen))?)
         };
         Ok(Sockets { main, scrape })
     }
+}
+
+fn bind_one(addr: std::net::SocketAddr) -> std::io::Result<socket2::Socket> {
+    let s = socket2::Socket::new(socket2::Domain::for_address(addr), socket2::Type::STREAM, None)?;
+    s.set_reuse_address(true)?;
+    if addr.is_ipv6() {
+        // As std and actix bind: `::` takes IPv4 too where the system lets it.
+        let _ = s.set_only_v6(false);
+    }
+    s.bind(&addr.into())?;
+    Ok(s)
+}
+
+/// Puts a bound socket to listen, for the server.
+fn to_listen(s: socket2::Socket) -> std::io::Result<std::net::TcpListener> {
+    s.listen(BACKLOG)?;
+    Ok(s.into())
 }
 
 /// Serves the routes until a signal stops the server (and the `--metrics-listen` port
@@ -930,6 +971,7 @@ async fn serve_http(
     let max_body = cfg.max_body_bytes;
     // The scrape port: /metrics and /health, no key (an internal address of the operator's).
     let scrape = if let Some(socket) = sockets.scrape {
+        let socket = to_listen(socket)?;
         let addr = socket.local_addr()?;
         let st = state.clone();
         let server = HttpServer::new(move || {
@@ -950,8 +992,7 @@ async fn serve_http(
     };
     let keys = web::Data::new(keys);
     let listening = web::Data::new(crate::auth::Listening::of(&cfg.host, &cfg.allowed_hosts));
-    let addr = sockets.main.local_addr()?;
-    let server = HttpServer::new(move || {
+    let mut server = HttpServer::new(move || {
         App::new()
             .app_data(state.clone())
             .app_data(keys.clone())
@@ -964,11 +1005,14 @@ async fn serve_http(
             .default_service(web::to(not_found))
     })
     .on_connect(crate::peer::on_connect)
-    .shutdown_timeout(5)
-    .listen(sockets.main)
-    .with_context(|| format!("listening on {addr}"))?;
-    // The port really bound (`--port 0` takes a free one).
-    tracing::info!(host = %addr.ip(), port = addr.port(), "yued listening");
+    .shutdown_timeout(5);
+    for socket in sockets.main {
+        let socket = to_listen(socket)?;
+        let addr = socket.local_addr()?;
+        server = server.listen(socket).with_context(|| format!("listening on {addr}"))?;
+        // The port really bound (`--port 0` takes a free one).
+        tracing::info!(host = %addr.ip(), port = addr.port(), "yued listening");
+    }
     let Some(scrape) = scrape else { return Ok(server.run().await?) };
     // Each server handles its commands (a stop among them) only while it is polled: both
     // run as tasks, so that the one still running when the other ends hears its stop.

@@ -846,6 +846,14 @@ fn journal_write_failures_are_not_acknowledged_and_make_the_daemon_unhealthy() {
     let next = d.submit(&song(1.0, 1));
     assert_eq!(health(&d).0, 200);
     assert_eq!(d.wait(&next, Duration::from_secs(300))["status"], "done");
+    // What could not be written then is on disk now: the running job ended (done) while the
+    // journal refused writes, and the first write that succeeded wrote every record again.
+    assert_eq!(d.status(&running)["status"], "done");
+    let (data, _, _) = d.kill9();
+    let records = yued_actors::node::journal_records(&data.join("journal")).unwrap();
+    let state = |id: &str| records.iter().find(|r| r.id.as_str() == id).map(|r| r.state);
+    assert_eq!(state(&running), Some(yued_protocol::JobState::Done));
+    assert_eq!(state(&queued), Some(yued_protocol::JobState::Failed));
 }
 
 /// WebSocket keepalive: a listener that has been sent nothing for `ws_ping_secs` gets a

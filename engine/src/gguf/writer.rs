@@ -61,8 +61,7 @@ impl GgufWriter {
         let path = path.as_ref().to_path_buf();
         let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
         let tmp = path.with_file_name(format!(".{name}.partial-{}", std::process::id()));
-        let io = |source| GgufError::Io { path: path.clone(), error: source };
-        let file = std::fs::File::create(&tmp).map_err(io)?;
+        let file = std::fs::File::create(&tmp).map_err(|source| GgufError::Io { path: tmp.clone(), error: source })?;
         let w = BufWriter::with_capacity(1 << 20, file);
         let mut head = Vec::new();
         head.extend_from_slice(GGUF_MAGIC);
@@ -180,18 +179,21 @@ impl TensorDataWriter {
                 what: format!("tensor '{name}' declared but never written"),
             });
         }
-        let io = |source| GgufError::Io { path: self.path.clone(), error: source };
-        let mut w = self.w.take().expect("open until finished");
+        let io = |source| GgufError::Io { path: self.tmp.clone(), error: source };
+        let w = self.w.as_mut().expect("open until finished");
         w.flush().map_err(io)?;
-        let f = w.into_inner().map_err(|e| GgufError::Io { path: self.path.clone(), error: e.into_error() })?;
-        f.sync_all().map_err(io)?;
-        std::fs::rename(&self.tmp, &self.path).map_err(io)?;
+        w.get_ref().sync_all().map_err(io)?;
+        std::fs::rename(&self.tmp, &self.path)
+            .map_err(|source| GgufError::Io { path: self.path.clone(), error: source })?;
+        // Named: nothing for the drop to remove.
+        self.w = None;
         Ok(())
     }
 }
 
 impl Drop for TensorDataWriter {
-    /// A writer dropped before its end (an error, a panic) takes its partial file with it.
+    /// A writer dropped before its file took its name (an error, a failed finish, a panic)
+    /// takes its partial file with it.
     fn drop(&mut self) {
         if self.w.take().is_some() {
             let _ = std::fs::remove_file(&self.tmp);
