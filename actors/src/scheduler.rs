@@ -232,18 +232,11 @@ impl Scheduler {
     fn journaled<E: std::fmt::Display>(&mut self, r: Result<(), E>) -> bool {
         match r {
             Ok(()) if self.journal_error.is_none() => true,
-            Ok(()) => match self.resync_journal() {
-                Ok(()) => {
-                    self.journal_error = None;
-                    tracing::info!("journal writes succeed again (every record written again)");
-                    true
-                }
-                Err(e) => {
-                    self.journal_error = Some(e.to_string());
-                    // This write itself landed.
-                    true
-                }
-            },
+            Ok(()) => {
+                // This write itself landed, whatever the others do.
+                self.recover_journal();
+                true
+            }
             Err(e) => {
                 self.journal_error = Some(e.to_string());
                 false
@@ -251,17 +244,30 @@ impl Scheduler {
         }
     }
 
+    /// After failed writes: every record written again (a change that failed to be written
+    /// is then on disk too); the daemon is healthy once that succeeds.
+    fn recover_journal(&mut self) {
+        match self.resync_journal() {
+            Ok(()) => {
+                self.journal_error = None;
+                tracing::info!("journal writes succeed again (every record written again)");
+            }
+            Err(e) => self.journal_error = Some(e.to_string()),
+        }
+    }
+
     /// Writes every job's record again, and removes the records of jobs no longer held.
     fn resync_journal(&mut self) -> Result<(), JournalError> {
-        for e in self.jobs.values() {
-            self.journal.put(&e.record)?;
+        let records: Vec<JobRecord> = self.jobs.values().map(|e| e.record.clone()).collect();
+        for r in &records {
+            self.with_journal(|j| j.put(r))?;
         }
-        for r in self.journal.load()? {
+        for r in self.with_journal(Journal::load)? {
             if !self.jobs.contains_key(&r.id) {
-                self.journal.remove(&r.id)?;
+                self.with_journal(|j| j.remove(&r.id))?;
             }
         }
-        self.journal.flush()
+        self.with_journal(Journal::flush)
     }
 
     fn dispatch(&mut self) {
@@ -422,6 +428,13 @@ impl Actor for Scheduler {
         // Results expire in the background, and the records of ended jobs with them.
         self.prune();
         ctx.run_interval(std::time::Duration::from_secs(60), |s, _| s.prune());
+        // A journal that refused writes is tried again on its own, so an idle daemon turns
+        // healthy once the disk has room (a submission need not come first).
+        ctx.run_interval(JOURNAL_REOPEN_EVERY, |s, _| {
+            if s.journal_error.is_some() {
+                s.recover_journal();
+            }
+        });
     }
 }
 

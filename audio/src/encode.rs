@@ -51,14 +51,14 @@ fn to_i16(x: f32) -> i16 {
     (x.clamp(-1.0, 1.0) * 32767.0).round() as i16
 }
 
+/// The sample rates of MPEG-1 Layer III.
+const MPEG1_RATES: [u32; 3] = [32_000, 44_100, 48_000];
+
 /// MPEG-1 Layer III at the song's own rate (48 and 44.1 kHz take every bitrate from 32 to
 /// 320 kb/s: LAME would lower the rate below 128 kb/s), the bitrate rounded up to LAME's table.
 /// The first frame is the LAME tag (encoder delay and padding): players that honour it
 /// (ffmpeg, symphonia, foobar, Apple's) play the exact samples, no more, no fewer. (At 48
 /// kb/s and below a frame is too small for it: those files start with the encoder's delay.)
-/// The sample rates of MPEG-1 Layer III.
-const MPEG1_RATES: [u32; 3] = [32_000, 44_100, 48_000];
-
 fn mp3(pcm: &Pcm, kbps: u32) -> Result<Vec<u8>, AudioError> {
     // Frames of 48 kb/s and below are known too small: no try with a tag.
     match mp3_tagged(pcm, kbps, kbps > 48)? {

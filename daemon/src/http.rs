@@ -126,11 +126,11 @@ pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) 
 /// What a multipart body may hold beyond its parts' bytes (delimiters and part headers).
 pub(crate) const MULTIPART_SLACK: usize = 1 << 20;
 
-/// Reads a request body of at most `limit` bytes (`Err(None)` past it).
 /// How long an upload's body may send nothing before it is given up (a 408): a body holds its
 /// room in the uploads' memory while it is read.
 const BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 
+/// Reads a request body of at most `limit` bytes (`Err(None)` past it).
 async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Option<HttpResponse>> {
     let mut buf = bytes::BytesMut::new();
     loop {

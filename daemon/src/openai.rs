@@ -475,6 +475,8 @@ pub async fn transcriptions(req: HttpRequest, payload: web::Payload, st: web::Da
         Ok(id) => id,
         Err(resp) => return as_openai(resp).await,
     };
+    // Stored: its room in the uploads' memory is free while the caller waits for the score.
+    drop(form);
     let jobs = st.jobs.of(&crate::auth::caller(&req));
     let mut guard = CancelOnDrop { jobs: jobs.clone(), job: id.clone(), armed: true };
     let Some(done) = while_connected(&req, ended(&jobs, &id)).await else { return gone() };

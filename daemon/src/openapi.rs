@@ -277,6 +277,19 @@ fn unavailable() -> Value {
     error_response("the job could not be journaled (it is not accepted), or the daemon is shutting down")
 }
 
+/// An upload route's 503: also when the uploads' memory is full (Retry-After says when).
+fn upload_unavailable() -> Value {
+    error_response(
+        "the uploads' memory is full (with Retry-After), the job could not be journaled, or the daemon \
+        is shutting down",
+    )
+}
+
+/// An upload body that sent nothing for 30 s.
+fn stalled() -> Value {
+    error_response("the body stopped arriving (30 s without a byte)")
+}
+
 fn json_body(schema: Value) -> Value {
     json!({"required": true, "content": {"application/json": {"schema": schema}}})
 }
@@ -289,7 +302,7 @@ const WS_NOTE: &str =
         ends with a tile of 0 samples carrying its last pages), or with format=pcm16 interleaved s16le, one frame \
         per decoded tile. The daemon pings an idle listener and closes one that stops answering or reads too \
         slowly, with a reason (close codes: 1000 the job ended, 1001 the daemon stops, 1008 too slow or refused, \
-        1013 the queue is full).";
+        1011 a server error, the reason says which, 1013 the queue is full).";
 
 /// The job routes: submit a song or a VAE job, a job's status, result and cancel, the jobs.
 fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Value>) {
@@ -322,8 +335,8 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                 "encoding": {"request": {"contentType": "application/json"}}}}})),
             map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("a part \
                 missing, twice or unknown, or an upload that does not check"),
-                "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
-                "500": error_response("the upload could not be stored"), "503": unavailable()})), Door::Keyed)}),
+                "408": stalled(), "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
+                "500": error_response("the upload could not be stored"), "503": upload_unavailable()})), Door::Keyed)}),
     );
     if f.tokenize {
         paths.insert(
@@ -340,8 +353,9 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                         "description": "the recording"}}, "required": ["audio"], "additionalProperties": false}}}})),
                 map(json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("no audio \
                     part, a part twice or unknown, or audio that does not decode or is out of bounds"),
-                    "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
-                    "500": error_response("the upload could not be stored"), "503": unavailable()})), Door::Keyed)}),
+                    "408": stalled(), "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
+                    "500": error_response("the upload could not be stored"),
+                    "503": upload_unavailable()})), Door::Keyed)}),
         );
     }
     if f.transcribe {
@@ -434,7 +448,8 @@ fn server_paths(f: &Facts, r: &Replies, paths: &mut Map<String, Value>) {
             (
                 r.health.clone(),
                 "Open without an API key: status, readiness and uptime, no job ids. 503 while the \
-                journal refuses writes (the daemon then accepts nothing), and with ready=1 until it is ready.",
+                journal refuses writes (it is tried again every 5 s; submissions are refused until a write \
+                succeeds), and with ready=1 until it is ready.",
                 Door::Open,
                 json!([flag_param("ready", false, "1 or true: a readiness probe, 503 until `ready` is true")]),
             )
@@ -546,6 +561,9 @@ fn openai_paths(f: &Facts, k: &KindBodies, paths: &mut Map<String, Value>) {
                     // An upload's bound, not a JSON body's.
                     a.insert("413".into(), openai_error(&format!("the upload is larger than {} bytes",
                         f.max_upload_bytes)));
+                    a.insert("408".into(), openai_error("the body stopped arriving (30 s without a byte)"));
+                    a.insert("503".into(), openai_error("the uploads' memory is full (with Retry-After), the job \
+                        could not be journaled, or the daemon is shutting down"));
                     a
                 }, Door::OpenAi)}),
         );
@@ -642,8 +660,8 @@ fn transcribe_path(f: &Facts, r: &Replies) -> Value {
         "additionalProperties": false}}}});
     let replies = json!({"200": json_reply("the job id", r.submit.clone()), "400": error_response("no audio \
         part, a part twice or unknown, melody_only not a flag, or audio that does not decode or is \
-        out of bounds"), "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
-        "500": error_response("the upload could not be stored"), "503": unavailable()});
+        out of bounds"), "408": stalled(), "413": too_large(f.max_upload_bytes), "415": not_a_form(), "429": full(),
+        "500": error_response("the upload could not be stored"), "503": upload_unavailable()});
     let summary = "Turn a recording into an ABC score";
     json!({"post": op(f, summary, &about, json!([]), Some(body), map(replies), Door::Keyed)})
 }

@@ -123,8 +123,9 @@ pub struct ServeArgs {
     pub admission_share: Option<usize>,
     /// An API key clients must present (repeatable): `KEY` or a keys-file line `KEY
     /// name=NAME`. A key sees only its own jobs. No key at all (here, --admin-key,
-    /// --api-keys-file) = a single-user box, open to whoever reaches the port. A key on the
-    /// command line is visible to local users in `ps`: prefer --api-keys-file.
+    /// --api-keys-file) = a single-user box, open to whoever reaches the port (an
+    /// --api-keys-file that holds no key refuses to start). A key on the command line is
+    /// visible to local users in `ps`: prefer --api-keys-file.
     #[arg(long = "api-key")]
     pub api_keys: Vec<String>,
     /// An admin key (repeatable): every principal's jobs, /logs, /jobs?all=1 and /metrics.
@@ -173,7 +174,8 @@ pub struct ServeArgs {
     pub max_upload_bytes: Option<usize>,
     /// Bytes of the running jobs' audio kept in memory for listeners who join late (default
     /// 256 MiB, across jobs); beyond them, each job's tiles wait in an unnamed file under
-    /// <data-dir>/streams until the job ends.
+    /// <data-dir>/streams until the job ends (a job whose file cannot be written keeps them in
+    /// memory, logged).
     #[arg(long)]
     pub stream_memory_bytes: Option<usize>,
     /// Memory the upload bodies being read at once share (default 1 GiB, and at least three
@@ -365,6 +367,11 @@ fn resolve_models(c: &Config) -> anyhow::Result<Models> {
         }
         (None, None) => {
             let dir = c.data_dir.join("models");
+            // What a start killed while it wrote the demo left behind.
+            let partials = yued_engine::gguf::remove_partials(&dir);
+            if partials > 0 {
+                tracing::info!(partials, dir = %dir.display(), "removed partial model files of an interrupted start");
+            }
             let (m, v) = (dir.join("yue2-demo-tiny.gguf"), dir.join("yue2-demo-tiny-vae.gguf"));
             if !(m.exists() && v.exists()) {
                 tracing::warn!(dir = %dir.display(), "no --model given: writing the tiny demo model (random weights)");

@@ -51,7 +51,8 @@ pub enum StreamEvent {
         channels: u16,
     },
     /// Announces the binary frame that follows: decoded tile `index`, starting at
-    /// `start_sample` (per channel, from the song start) and `samples` long per channel.
+    /// `start_sample` (per channel, from the song start) and `samples` long per channel, both
+    /// counted at the `format` event's `sample_rate` (an Opus stream's 48 kHz).
     Tile {
         /// Track of the job (song-major: song * synth_batch_size + variation).
         #[serde(default)]

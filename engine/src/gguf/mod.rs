@@ -10,7 +10,7 @@ mod reader;
 mod writer;
 
 pub use reader::{GgufFile, TensorInfo};
-pub use writer::{GgufWriter, TensorDataWriter};
+pub use writer::{remove_partials, GgufWriter, TensorDataWriter};
 
 use std::path::PathBuf;
 

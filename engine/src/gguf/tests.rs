@@ -156,4 +156,8 @@ fn a_write_cut_short_leaves_nothing_under_the_name() {
     let path = sample(dir.path());
     let names: Vec<_> = std::fs::read_dir(dir.path()).unwrap().map(|e| e.unwrap().file_name()).collect();
     assert_eq!(names, vec![path.file_name().unwrap().to_os_string()]);
+    // A writer killed mid-write (no drop ran) leaves its partial file: swept, the model kept.
+    std::fs::write(dir.path().join(".cut.gguf.partial-4242"), b"GGUF").unwrap();
+    assert_eq!(remove_partials(dir.path()), 1);
+    assert_eq!(std::fs::read_dir(dir.path()).unwrap().count(), 1);
 }

@@ -136,6 +136,20 @@ fn put_value(out: &mut Vec<u8>, v: &Value) {
     }
 }
 
+/// Removes the partial files (`.NAME.partial-PID`) that writers killed mid-write left in
+/// `dir`; how many went. For a folder only yued writes models into (the daemon's demo models).
+pub fn remove_partials(dir: &Path) -> usize {
+    let Ok(entries) = std::fs::read_dir(dir) else { return 0 };
+    entries
+        .flatten()
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with('.') && name.contains(".partial-")
+        })
+        .filter(|e| std::fs::remove_file(e.path()).is_ok())
+        .count()
+}
+
 /// Streams tensor data in declaration order, checking each size.
 pub struct TensorDataWriter {
     path: PathBuf,
