@@ -293,6 +293,34 @@ impl Config {
         Ok(c)
     }
 
+    /// The `YUED_*` variables of `env` that name no setting (a misspelling is silently
+    /// ignored otherwise), each with the setting's variable it may have meant. The test,
+    /// benchmark and script variables (`YUED_TEST_*`, `YUED_GPU_*`, `YUED_BIN`, ...) are not
+    /// settings and not reported.
+    pub fn unknown_env(env: impl IntoIterator<Item = (String, String)>) -> Vec<(String, Option<String>)> {
+        const OTHERS: &[&str] = &["BIN", "DATA", "JOBS", "NATS_SERVER", "QWEN_TIKTOKEN", "CACHE_DIR"];
+        const OTHER_PREFIXES: &[&str] = &["TEST_", "REQUIRE_", "GPU_", "PYCLIENTS_", "CUDA_"];
+        let mut out = Vec::new();
+        for (k, _) in env {
+            let Some(name) = k.strip_prefix("YUED_") else { continue };
+            let key = name.to_ascii_lowercase();
+            if KEYS.contains(&key.as_str())
+                || OTHERS.contains(&name)
+                || OTHER_PREFIXES.iter().any(|p| name.starts_with(p))
+            {
+                continue;
+            }
+            let near = KEYS
+                .iter()
+                .map(|c| (strsim::levenshtein(c, &key), c))
+                .filter(|(d, _)| *d <= 2)
+                .min()
+                .map(|(_, c)| format!("YUED_{}", c.to_ascii_uppercase()));
+            out.push((k, near));
+        }
+        out
+    }
+
     /// Sets one field from its text form (environment values and flags use this).
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), ConfigError> {
         let bad = |m: &str| ConfigError::Value { key: key.into(), message: format!("{m}: {value:?}") };
@@ -445,6 +473,20 @@ mod tests {
         assert!(c.check().unwrap_err().to_string().starts_with("admission_share:"));
         c.set("port", "9200").unwrap();
         assert_eq!(c.port, 9200);
+    }
+
+    #[test]
+    fn misspelt_environment_variables_are_named_with_what_they_may_mean() {
+        let env = |pairs: &[&str]| pairs.iter().map(|k| (k.to_string(), "1".to_string())).collect::<Vec<_>>();
+        let got = Config::unknown_env(env(&["YUED_PRT", "YUED_MAXBATCH", "YUED_PORT", "YUED_TEST_PANIC", "PATH"]));
+        assert_eq!(
+            got,
+            vec![
+                ("YUED_PRT".to_string(), Some("YUED_PORT".to_string())),
+                ("YUED_MAXBATCH".to_string(), Some("YUED_MAX_BATCH".to_string()))
+            ]
+        );
+        assert_eq!(Config::unknown_env(env(&["YUED_WHATEVER_ELSE"])), vec![("YUED_WHATEVER_ELSE".to_string(), None)]);
     }
 
     #[test]

@@ -1079,6 +1079,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let c = a.config()?;
     let ring = LogRing::new();
     init_tracing(&c.log_format, &ring);
+    for (var, near) in Config::unknown_env(std::env::vars()) {
+        match near {
+            Some(near) => tracing::warn!("{var} is no setting of yued serve (ignored): did you mean {near}?"),
+            None => tracing::warn!("{var} is no setting of yued serve (ignored)"),
+        }
+    }
     let (key_source, key_table) = open_keys(&c)?;
     let sockets = Sockets::bind(&c)?;
     std::fs::create_dir_all(&c.data_dir).with_context(|| format!("creating {}", c.data_dir.display()))?;
