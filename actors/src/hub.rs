@@ -144,11 +144,9 @@ impl StreamHub {
         let mut dropped = 0;
         s.listeners.retain(|l| {
             for it in items(&item, l.codec, first_tile && !had_tile) {
-                let n = match &it {
-                    StreamItem::Text(t) => t.len(),
-                    StreamItem::Binary(b) => b.len(),
-                };
-                match l.tx.try_send(Queued::Item(it)) {
+                let it = Queued::Item(it);
+                let n = it.len();
+                match l.tx.try_send(it) {
                     Ok(()) => self.metrics.ws_bytes_total.inc_by(n as u64),
                     // Too slow: dropped, and counted.
                     Err(mpsc::error::TrySendError::Full(_)) => {
