@@ -1368,10 +1368,23 @@ fn a_late_listener_hears_spooled_tiles_byte_for_byte() {
         let early = tokio::spawn(listen(url.clone(), Some(tx)));
         rx.await.unwrap();
         // The job is still running (its first tile just arrived), so the hub serves this one.
+        // The hub keeps the tile just after sending it: the gauge may lag the frame a moment.
         let metrics = d.url("/metrics");
-        let text = tokio::task::spawn_blocking(move || reqwest::blocking::get(metrics).unwrap().text().unwrap())
-            .await
-            .unwrap();
+        let text = tokio::task::spawn_blocking(move || {
+            let t0 = Instant::now();
+            loop {
+                let text = reqwest::blocking::get(&metrics).unwrap().text().unwrap();
+                let spooled = text
+                    .lines()
+                    .any(|l| l.strip_prefix("yued_stream_kept_spooled_bytes ").is_some_and(|v| v.trim() != "0"));
+                if spooled || t0.elapsed() > Duration::from_secs(10) {
+                    break text;
+                }
+                std::thread::sleep(Duration::from_millis(20));
+            }
+        })
+        .await
+        .unwrap();
         let late = listen(url, None).await;
         (early.await.unwrap(), late, text)
     });
