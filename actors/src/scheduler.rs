@@ -438,6 +438,13 @@ impl Actor for Scheduler {
     }
 }
 
+/// Whether a principal holding `held` jobs is refused the cap's last free place (with `active`
+/// jobs in all): kept for one that holds none, so two principals at their share never lock a
+/// third out. A share as large as the cap (one user) keeps nothing.
+pub fn keeps_last_place(held: usize, share: usize, cap: usize, active: usize) -> bool {
+    held > 0 && share < cap && cap.saturating_sub(active) <= 1
+}
+
 /// Admits a job: its id, or why not.
 #[derive(Message)]
 #[rtype(result = "Result<JobId, SubmitError>")]
@@ -457,6 +464,10 @@ impl Handler<Submit> for Scheduler {
         if held >= self.share {
             self.metrics.admission_rejections_total.inc();
             return Err(SubmitError::OverShare(self.share));
+        }
+        if m.id.is_none() && keeps_last_place(held, self.share, self.cap, self.active_count()) {
+            self.metrics.admission_rejections_total.inc();
+            return Err(SubmitError::KeptForOthers);
         }
         // A cluster's job (its id given) was submitted, and counted, on an API node.
         let cluster = m.id.is_some();
@@ -709,10 +720,10 @@ impl Handler<Snapshot> for Scheduler {
             share: self.share,
             worker_ready: self.worker_ready,
             accepting: self.accepting,
-            jobs_known: self.jobs.len(),
+            jobs_known: Some(self.jobs.len()),
             clients_waiting: self.queue.clients(),
-            results_stored: count,
-            results_bytes: bytes,
+            results_stored: Some(count),
+            results_bytes: Some(bytes),
             journal_error: self.journal_error.clone(),
         })
     }

@@ -161,6 +161,21 @@ impl JobQueue for NatsBackend {
                 self.metrics.admission_rejections_total.inc();
                 return Err(SubmitError::OverShare(share));
             }
+            // The cap's last free place is kept for a principal that holds none.
+            if held > 0 {
+                let active = self
+                    .c
+                    .jobs
+                    .get_info()
+                    .await
+                    .map_err(|e| SubmitError::Unavailable(format!("the cluster's job queue: {e}")))?
+                    .state
+                    .messages as usize;
+                if cap.saturating_sub(active) <= 1 {
+                    self.metrics.admission_rejections_total.inc();
+                    return Err(SubmitError::KeptForOthers);
+                }
+            }
         }
         let id = JobId::random().map_err(|e| SubmitError::Unavailable(format!("no randomness for a job id: {e}")))?;
         let upload = match &job.upload {
@@ -296,10 +311,10 @@ impl JobQueue for NatsBackend {
                     share: self.c.cfg.admission_share,
                     worker_ready: false,
                     accepting: false,
-                    jobs_known: 0,
+                    jobs_known: None,
                     clients_waiting: 0,
-                    results_stored: 0,
-                    results_bytes: 0,
+                    results_stored: None,
+                    results_bytes: None,
                     journal_error: Some(e.0),
                 })
             }
@@ -313,10 +328,10 @@ impl JobQueue for NatsBackend {
             share: self.c.cfg.admission_share,
             worker_ready: !v.workers.is_empty(),
             accepting: true,
-            jobs_known,
+            jobs_known: Some(jobs_known),
             clients_waiting: v.clients,
-            results_stored: count,
-            results_bytes: bytes,
+            results_stored: Some(count),
+            results_bytes: Some(bytes),
             journal_error: None,
         })
     }

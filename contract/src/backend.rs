@@ -190,7 +190,7 @@ impl Jobs {
     }
 
     /// The queue as this principal may see it: the figures, and the running job ids it owns
-    /// (an admin: all of them).
+    /// (an admin: all of them, and the stores' figures).
     pub async fn snapshot(&self) -> Result<QueueSnapshot, Unavailable> {
         let mut s = self.backend.queue.snapshot().await?;
         if !self.who.is_admin() {
@@ -203,6 +203,7 @@ impl Jobs {
                 }
             }
             s.running = own;
+            (s.jobs_known, s.results_stored, s.results_bytes) = (None, None, None);
         }
         Ok(s)
     }

@@ -11,10 +11,15 @@ pub struct QueueSnapshot {
     pub share: usize,
     pub worker_ready: bool,
     pub accepting: bool,
-    pub jobs_known: usize,
     pub clients_waiting: usize,
-    pub results_stored: usize,
-    pub results_bytes: u64,
+    /// The box's stores: the jobs the journal knows, the results kept and their bytes. An
+    /// admin's (anyone's on a box without keys): a user's key sees its own jobs in `/jobs`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jobs_known: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub results_stored: Option<usize>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub results_bytes: Option<u64>,
     /// Why the last journal write failed, while writes fail.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub journal_error: Option<String>,

@@ -33,6 +33,13 @@ pub enum SubmitError {
     /// The principal already holds its share of the admission cap (others still get in).
     #[error("you have {0} jobs queued or running, your share of this server's admission cap; retry when one ends")]
     OverShare(usize),
+    /// The cap's last free place is kept for a principal that holds no job, so that every
+    /// principal that shows up gets in while any place is free.
+    #[error(
+        "this server's last free place under its admission cap is kept for a client that holds no job; retry when \
+        one of yours ends"
+    )]
+    KeptForOthers,
     #[error("the server is shutting down")]
     ShuttingDown,
     #[error("journal: {0}")]

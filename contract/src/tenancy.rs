@@ -16,6 +16,13 @@
 //! 9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d name=ops admin
 //! 0123456789abcdef0123456789abcdef name=prometheus metrics
 //! ```
+//!
+//! A browser cannot set a header on a WebSocket or an EventSource, so its key would have to
+//! travel in the URL, where proxies log it. A **stream ticket** travels there instead: a short
+//! token signed with the key's hash (HMAC-SHA256) for one route, one job and one minute, which
+//! the daemon takes once. It is checked without any shared state, so every node whose keys
+//! file holds the key accepts it.
+use hmac::{Hmac, Mac};
 use sha2::{Digest, Sha256};
 use subtle::ConstantTimeEq;
 
@@ -83,6 +90,73 @@ pub fn key_id(key: &str) -> String {
 struct Entry {
     hash: [u8; 32],
     principal: Principal,
+}
+
+/// The key a request was admitted by, as a handle that names no key (its hash, never
+/// printed): what a long-lived stream asks the table about again as it goes.
+#[derive(Clone, PartialEq, Eq)]
+pub struct KeyRef([u8; 32]);
+
+impl std::fmt::Debug for KeyRef {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("KeyRef(..)")
+    }
+}
+
+/// What a stream ticket is good for: one route (`/stream`, `/logs`, ...) and, where the route
+/// names one, one job (else "").
+#[derive(Clone, Copy, Debug)]
+pub struct TicketScope<'a> {
+    pub path: &'a str,
+    pub job: &'a str,
+}
+
+/// A ticket the table has verified: who it speaks for, by which key, and what a node must
+/// remember so that it is taken only once (its nonce, until it expires).
+#[derive(Debug)]
+pub struct Redeemed {
+    pub principal: Principal,
+    pub key: KeyRef,
+    pub nonce: [u8; 16],
+    pub expires: u64,
+}
+
+/// Why a ticket was refused (the same answer for a forged one and one for another route, so a
+/// guess learns nothing).
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum TicketError {
+    #[error("the ticket is malformed")]
+    Malformed,
+    #[error("the ticket has expired")]
+    Expired,
+    #[error("the ticket is not valid here (another route or job, or its key was revoked)")]
+    Invalid,
+}
+
+const TICKET_PREFIX: &str = "yt1";
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+fn unhex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len()).step_by(2).map(|i| s.get(i..i + 2).and_then(|b| u8::from_str_radix(b, 16).ok())).collect()
+}
+
+/// The signature of a ticket's claims under a key's hash.
+fn ticket_mac(key: &[u8; 32], id: &str, scope: &TicketScope, expires: u64, nonce: &[u8; 16]) -> [u8; 32] {
+    let mut m = <Hmac<Sha256> as Mac>::new_from_slice(key).expect("HMAC takes a key of any length");
+    for part in [b"yued.ticket.v1".as_slice(), id.as_bytes(), scope.path.as_bytes(), scope.job.as_bytes()] {
+        m.update(part);
+        m.update(b"\0");
+    }
+    m.update(expires.to_string().as_bytes());
+    m.update(b"\0");
+    m.update(nonce);
+    m.finalize().into_bytes().into()
 }
 
 /// The configured keys (as hashes) and their principals.
@@ -201,6 +275,53 @@ impl KeyTable {
         found
     }
 
+    /// The principal of a presented key, with a handle on the key (see [`KeyTable::holds`]).
+    pub fn lookup_key(&self, presented: &str) -> Option<(&Principal, KeyRef)> {
+        let hash = digest(presented);
+        self.lookup(presented).map(|p| (p, KeyRef(hash)))
+    }
+
+    /// Whether the key behind `key` is still configured, for `who` (same name and role): a
+    /// stream asks this as it goes, so a revoked or rotated key stops reaching what it opened.
+    pub fn holds(&self, key: &KeyRef, who: &Principal) -> bool {
+        let mut held = false;
+        for e in &self.entries {
+            let hit: bool = e.hash.ct_eq(&key.0).into();
+            held |= hit && &e.principal == who;
+        }
+        held
+    }
+
+    /// A stream ticket for `scope`, signed with `key`, good until `expires` (Unix seconds);
+    /// `None` when the key is no longer configured.
+    pub fn issue_ticket(&self, key: &KeyRef, scope: &TicketScope, expires: u64, nonce: [u8; 16]) -> Option<String> {
+        let e = self.entries.iter().find(|e| bool::from(e.hash.ct_eq(&key.0)))?;
+        let mac = ticket_mac(&e.hash, &e.principal.id, scope, expires, &nonce);
+        Some(format!("{TICKET_PREFIX}_{expires}_{}_{}_{}", hex(&nonce), hex(e.principal.id.as_bytes()), hex(&mac)))
+    }
+
+    /// Checks a ticket presented for `scope` at `now` (Unix seconds). It is the caller's part to
+    /// take each nonce once.
+    pub fn redeem_ticket(&self, ticket: &str, scope: &TicketScope, now: u64) -> Result<Redeemed, TicketError> {
+        let parts: Vec<&str> = ticket.split('_').collect();
+        let [TICKET_PREFIX, expires, nonce, id, mac] = parts[..] else {
+            return Err(TicketError::Malformed);
+        };
+        let expires: u64 = expires.parse().map_err(|_| TicketError::Malformed)?;
+        let nonce: [u8; 16] = unhex(nonce).and_then(|n| n.try_into().ok()).ok_or(TicketError::Malformed)?;
+        let id = unhex(id).and_then(|b| String::from_utf8(b).ok()).ok_or(TicketError::Malformed)?;
+        let mac: [u8; 32] = unhex(mac).and_then(|m| m.try_into().ok()).ok_or(TicketError::Malformed)?;
+        let e = self.entries.iter().find(|e| e.principal.id == id).ok_or(TicketError::Invalid)?;
+        let good: bool = ticket_mac(&e.hash, &id, scope, expires, &nonce).ct_eq(&mac).into();
+        if !good {
+            return Err(TicketError::Invalid);
+        }
+        if now > expires {
+            return Err(TicketError::Expired);
+        }
+        Ok(Redeemed { principal: e.principal.clone(), key: KeyRef(e.hash), nonce, expires })
+    }
+
     /// The principal id a job journaled by an older release under `key:RAW` belongs to:
     /// the key's principal when it is still configured, else the id an unnamed entry of
     /// that key would have. Other clients (addresses) are kept.
@@ -263,6 +384,37 @@ mod tests {
         assert_eq!(t.upgrade_client("key:gone"), key_id("gone"));
         assert_eq!(t.upgrade_client("ip:127.0.0.1"), "ip:127.0.0.1");
         assert_eq!(t.upgrade_client("alice"), "alice");
+    }
+
+    #[test]
+    fn a_ticket_speaks_for_its_key_on_its_route_until_it_expires() {
+        let mut t = KeyTable::default();
+        t.add_lines("keyA111 name=alice\nkeyB222 name=bob admin\n", "f").unwrap();
+        let (alice, key) = t.lookup_key("keyA111").map(|(p, k)| (p.clone(), k)).unwrap();
+        assert!(t.holds(&key, &alice) && !t.holds(&key, &t.lookup("keyB222").unwrap().clone()));
+        let scope = TicketScope { path: "/stream", job: "00000000000000aa" };
+        let ticket = t.issue_ticket(&key, &scope, 1000, [7; 16]).unwrap();
+        assert!(!ticket.contains("keyA111") && ticket.starts_with("yt1_1000_"), "{ticket}");
+        let r = t.redeem_ticket(&ticket, &scope, 1000).unwrap();
+        assert_eq!((r.principal, r.key, r.nonce, r.expires), (alice.clone(), key.clone(), [7; 16], 1000));
+        // Another route or job, a late one, a forged one: refused.
+        let other = [TicketScope { path: "/logs", job: "" }, TicketScope { path: "/stream", job: "00000000000000ab" }];
+        for s in other {
+            assert_eq!(t.redeem_ticket(&ticket, &s, 1000).unwrap_err(), TicketError::Invalid, "{s:?}");
+        }
+        assert_eq!(t.redeem_ticket(&ticket, &scope, 1001).unwrap_err(), TicketError::Expired);
+        let later = ticket.replacen("yt1_1000_", "yt1_9999_", 1);
+        assert_eq!(t.redeem_ticket(&later, &scope, 1000).unwrap_err(), TicketError::Invalid);
+        let as_bob = format!("{}_{}_{}", &ticket[..ticket.rfind('_').unwrap()], hex(b"bob"), "00".repeat(32));
+        assert!(t.redeem_ticket(&as_bob, &scope, 1000).is_err());
+        for junk in ["", "yt1", "yt1_x_y_z_w", "yt2_1000_00_00_00", &ticket[..ticket.len() - 1]] {
+            assert_eq!(t.redeem_ticket(junk, &scope, 0).unwrap_err(), TicketError::Malformed, "{junk}");
+        }
+        // A rotated key (same name, new key): its tickets and its handle stop.
+        let mut rotated = KeyTable::default();
+        rotated.add_lines("keyA999 name=alice\n", "f").unwrap();
+        assert_eq!(rotated.redeem_ticket(&ticket, &scope, 1000).unwrap_err(), TicketError::Invalid);
+        assert!(!rotated.holds(&key, &alice) && rotated.issue_ticket(&key, &scope, 1000, [7; 16]).is_none());
     }
 
     #[test]

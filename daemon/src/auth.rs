@@ -13,9 +13,11 @@ use actix_web::dev::{ServiceRequest, ServiceResponse};
 use actix_web::http::{header, StatusCode};
 use actix_web::middleware::Next;
 use actix_web::{web, HttpMessage, HttpRequest, HttpResponse};
+use std::collections::HashMap;
 use std::path::PathBuf;
-use std::sync::{Arc, RwLock};
-use yued_contract::tenancy::{KeyTable, Principal, Role};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, RwLock};
+use yued_contract::tenancy::{KeyRef, KeyTable, Principal, Role, TicketScope};
 
 /// Where the keys come from: what a reload reads again.
 #[derive(Clone, Debug, Default)]
@@ -51,46 +53,88 @@ impl KeySource {
     }
 }
 
-/// The keys, shared by the routes and replaced whole on a reload.
+/// The keys, shared by the routes and replaced whole on a reload, with the stream tickets this
+/// node has taken (each is taken once).
 #[derive(Clone, Default)]
-pub struct Keys(Arc<RwLock<KeyTable>>);
+pub struct Keys {
+    table: Arc<RwLock<KeyTable>>,
+    /// Nonces of the tickets taken here, until each expires.
+    spent: Arc<Mutex<HashMap<[u8; 16], u64>>>,
+    /// Whether the log has said that a key came in a URL (said once).
+    warned_url_key: Arc<AtomicBool>,
+}
+
+/// The routes a stream ticket opens (a browser's WebSocket and EventSource, which cannot set a
+/// header), and how long one is good for.
+pub const TICKET_ROUTES: [&str; 3] = ["/stream", "/synth/stream", "/logs"];
+pub const TICKET_SECONDS: u64 = 60;
+/// The most tickets a node remembers as taken (a minute's worth at 16 000 a second): past it, a
+/// ticket is refused until the oldest expire.
+const SPENT_MAX: usize = 1 << 20;
+
+fn unix_now() -> u64 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
+}
 
 impl Keys {
     pub fn new(t: KeyTable) -> Keys {
-        Keys(Arc::new(RwLock::new(t)))
+        Keys { table: Arc::new(RwLock::new(t)), ..Keys::default() }
     }
 
     /// Whether the box has no keys (single-user).
     pub fn is_open(&self) -> bool {
-        self.0.read().expect("keys lock").is_empty()
+        self.table.read().expect("keys lock").is_empty()
     }
 
-    fn lookup(&self, presented: &[String]) -> Option<Principal> {
-        let t = self.0.read().expect("keys lock");
+    fn lookup(&self, presented: &[String]) -> Option<(Principal, KeyRef)> {
+        let t = self.table.read().expect("keys lock");
         // Every presented key is tried, so a stray header beside a good one does not lock a
         // client out; the first that matches speaks.
         let mut found = None;
         for k in presented {
-            if let Some(p) = t.lookup(k) {
-                found.get_or_insert_with(|| p.clone());
+            if let Some((p, key)) = t.lookup_key(k) {
+                found.get_or_insert_with(|| (p.clone(), key));
             }
         }
         found
     }
 
     fn replace(&self, t: KeyTable) {
-        *self.0.write().expect("keys lock") = t;
+        *self.table.write().expect("keys lock") = t;
     }
 
-    /// Whether the keys a stream was opened with still admit it as `who` (its principal and
+    /// Whether the key a stream was opened with still admits it as `who` (its principal and
     /// role), or the box has no keys: what a long-lived stream asks as it goes, so a key revoked
     /// by a reload stops reaching what it had opened (the next request is a 401 anyway), even
     /// when its name stays under a new key (a rotation).
-    pub fn still_admits(&self, who: &Principal, presented: &[String]) -> bool {
-        if self.is_open() {
-            return true;
+    pub fn still_admits(&self, who: &Principal, key: &KeyRef) -> bool {
+        let t = self.table.read().expect("keys lock");
+        t.is_empty() || t.holds(key, who)
+    }
+
+    /// A stream ticket for `scope`, signed with `key`: the ticket and its Unix expiry, or `None`
+    /// when the key is gone.
+    pub fn issue(&self, key: &KeyRef, scope: &TicketScope) -> Option<(String, u64)> {
+        let mut nonce = [0u8; 16];
+        getrandom::fill(&mut nonce).ok()?;
+        let expires = unix_now() + TICKET_SECONDS;
+        let ticket = self.table.read().expect("keys lock").issue_ticket(key, scope, expires, nonce)?;
+        Some((ticket, expires))
+    }
+
+    /// Takes a ticket presented for `scope`: once, before it expires, while its key stands.
+    fn redeem(&self, ticket: &str, scope: &TicketScope) -> Result<(Principal, KeyRef), String> {
+        let now = unix_now();
+        let r = self.table.read().expect("keys lock").redeem_ticket(ticket, scope, now).map_err(|e| e.to_string())?;
+        let mut spent = self.spent.lock().expect("tickets lock");
+        spent.retain(|_, expires| *expires >= now);
+        if spent.len() >= SPENT_MAX {
+            return Err("too many tickets are in flight; try again in a minute".into());
         }
-        self.lookup(presented).as_ref() == Some(who)
+        if spent.insert(r.nonce, r.expires).is_some() {
+            return Err("the ticket was used already".into());
+        }
+        Ok((r.principal, r.key))
     }
 }
 
@@ -122,18 +166,20 @@ pub fn reload_on_sighup(keys: Keys, source: KeySource) {
     });
 }
 
+/// A query parameter of `req`.
+fn query_param(req: &HttpRequest, name: &str) -> Option<String> {
+    web::Query::<HashMap<String, String>>::from_query(req.query_string()).ok().and_then(|q| q.get(name).cloned())
+}
+
 /// The API keys a request presents, in this order: `X-API-Key: K`, an `api_key` query
-/// parameter (for the browser's WebSocket and EventSource, which cannot set headers),
-/// `Authorization: Bearer K`.
+/// parameter (kept for scripts; a browser's stream takes a ticket instead, see
+/// [`TICKET_ROUTES`]), `Authorization: Bearer K`.
 pub fn presented_keys(req: &HttpRequest) -> Vec<String> {
     let mut keys = Vec::new();
     if let Some(v) = req.headers().get("x-api-key").and_then(|v| v.to_str().ok()) {
         keys.push(v.trim().to_string());
     }
-    if let Some(k) = web::Query::<std::collections::HashMap<String, String>>::from_query(req.query_string())
-        .ok()
-        .and_then(|q| q.get("api_key").cloned())
-    {
+    if let Some(k) = query_param(req, "api_key") {
         keys.push(k);
     }
     if let Some(k) =
@@ -191,30 +237,36 @@ pub fn owner(req: &HttpRequest) -> String {
 /// How often a long-lived stream (`/logs`, a WebSocket) asks whether its key still stands.
 pub const KEY_RECHECK: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The key a long-lived stream was opened with, asked again as the stream goes on.
+/// The key a long-lived stream was opened with (directly or through a ticket), asked again
+/// as the stream goes on.
 #[derive(Clone)]
 pub struct Admitted {
     keys: Option<Keys>,
     who: Option<Principal>,
-    /// The keys the request presented (held in memory for the stream's life, never written).
-    presented: Vec<String>,
+    key: Option<KeyRef>,
 }
 
 impl Admitted {
     /// What the middleware admitted `req` as (nothing to recheck on a box without keys).
     pub fn of(req: &HttpRequest) -> Admitted {
         let keys = req.app_data::<web::Data<Keys>>().map(|k| k.get_ref().clone());
-        Admitted { keys, who: req.extensions().get::<Principal>().cloned(), presented: presented_keys(req) }
+        let ext = req.extensions();
+        Admitted { keys, who: ext.get::<Principal>().cloned(), key: ext.get::<KeyRef>().cloned() }
     }
 
     /// Whether the stream may go on: the box has no keys, or the key it was opened with is
     /// still there (for the same principal).
     pub fn still(&self) -> bool {
-        match (&self.keys, &self.who) {
-            (None, _) => true,
-            (Some(k), Some(who)) => k.still_admits(who, &self.presented),
-            (Some(k), None) => k.is_open(),
+        match (&self.keys, &self.who, &self.key) {
+            (None, _, _) => true,
+            (Some(k), Some(who), Some(key)) => k.still_admits(who, key),
+            (Some(k), _, _) => k.is_open(),
         }
+    }
+
+    /// The key behind the request, where one admitted it (what a ticket is signed with).
+    pub fn key(&self) -> Option<&KeyRef> {
+        self.key.as_ref()
     }
 }
 
@@ -277,6 +329,30 @@ impl Listening {
     }
 }
 
+/// The `Host` a request names as its client sent it: never a forwarding header
+/// (`X-Forwarded-Host`, `Forwarded`), which a page's own `fetch` may set.
+fn sent_host(headers: &actix_web::http::header::HeaderMap) -> String {
+    headers.get(header::HOST).and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
+}
+
+/// Whether a browser's `Origin` is this daemon's own: the request's `Host`, or a name
+/// `--allowed-host` gives (a proxy's public name, with any port).
+fn own_origin(origin: &str, host: &str, listening: Option<&Listening>) -> bool {
+    let Some((_, rest)) = origin.split_once("://") else { return false };
+    let rest = rest.trim_end_matches('/');
+    let name = match rest.rsplit_once(':') {
+        Some((n, port)) if port.chars().all(|c| c.is_ascii_digit()) => n,
+        _ => rest,
+    };
+    rest.eq_ignore_ascii_case(host) || listening.is_some_and(|l| l.allowed.contains(&name.to_lowercase()))
+}
+
+/// [`own_origin`] for a handler (the MCP transport's own check).
+pub fn from_own_origin(req: &HttpRequest, origin: &str) -> bool {
+    let listening = req.app_data::<web::Data<Listening>>().map(|l| l.get_ref());
+    own_origin(origin, &sent_host(req.headers()), listening)
+}
+
 /// What a browser may not do on another site's behalf on a box without keys (with keys, a
 /// browser holds no credential a page elsewhere could ride on): `Some(why)` for a 403. A request
 /// that changes something (any method but GET and HEAD, and a WebSocket handshake) and carries
@@ -286,19 +362,19 @@ impl Listening {
 /// send no `Origin` and are not concerned.
 fn cross_site(req: &ServiceRequest, keyless: bool) -> Option<String> {
     let headers = req.headers();
-    let host = req.connection_info().host().to_string();
+    let host = sent_host(headers);
+    let listening = req.app_data::<web::Data<Listening>>().map(|l| l.get_ref());
     let upgrade = headers.get(header::UPGRADE).is_some();
     let changes = !matches!(*req.method(), actix_web::http::Method::GET | actix_web::http::Method::HEAD);
     if keyless && (changes || upgrade) {
         if let Some(origin) = headers.get(header::ORIGIN) {
             let origin = origin.to_str().unwrap_or("");
-            let own = origin.split_once("://").is_some_and(|(_, rest)| rest.trim_end_matches('/') == host);
-            if !own {
+            if !own_origin(origin, &host, listening) {
                 return Some(format!("a request from the page at '{origin}' (not this daemon's origin) is refused"));
             }
         }
     }
-    let listening = req.app_data::<web::Data<Listening>>()?;
+    let listening = listening?;
     if keyless && listening.loopback && !listening.answers(&host) {
         return Some(format!(
             "Host '{host}' is not this daemon's address (it listens on loopback without API keys: reach it \
@@ -327,6 +403,30 @@ pub async fn count_answers(
     res
 }
 
+/// Who a request on a box with keys speaks for: the first key it presents that is configured,
+/// else the stream ticket in its query (`?ticket=`, on a ticket route's GET); `Err` says why not.
+fn admit(keys: &Keys, req: &ServiceRequest, path: &str) -> Result<(Principal, KeyRef), String> {
+    if let Some(found) = keys.lookup(&presented_keys(req.request())) {
+        if query_param(req.request(), "api_key").is_some() && !keys.warned_url_key.swap(true, Ordering::Relaxed) {
+            tracing::warn!(
+                principal = %found.0.id,
+                "an API key came in a URL (?api_key=): URLs end up in proxy logs and browser history; a \
+                browser's stream can take a ticket instead (POST /tickets). Said once."
+            );
+        }
+        return Ok(found);
+    }
+    let Some(ticket) = query_param(req.request(), "ticket") else {
+        return Err("missing or unknown API key (Authorization: Bearer KEY or X-API-Key)".into());
+    };
+    if *req.method() != actix_web::http::Method::GET || !TICKET_ROUTES.contains(&path) {
+        return Err(format!("a ticket opens only a GET of {} (send the API key here)", TICKET_ROUTES.join(", ")));
+    }
+    let job = if path == "/stream" { query_param(req.request(), "id").unwrap_or_default() } else { String::new() };
+    keys.redeem(&ticket, &TicketScope { path, job: &job })
+        .map_err(|e| format!("ticket: {e} (POST /tickets gives a new one)"))
+}
+
 pub async fn require_key(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
@@ -345,18 +445,18 @@ pub async fn require_key(
         let who = address_principal(req.request());
         req.extensions_mut().insert(who);
     } else if !open_route(&path) {
-        let Some(who) = keys.lookup(&presented_keys(req.request())) else {
-            let resp = refuse(
-                &path,
-                StatusCode::UNAUTHORIZED,
-                "missing or unknown API key (Authorization: Bearer KEY or X-API-Key)",
-            );
-            return Ok(req.into_response(resp).map_into_right_body());
+        let (who, key) = match admit(&keys, &req, &path) {
+            Ok(found) => found,
+            Err(why) => {
+                let resp = refuse(&path, StatusCode::UNAUTHORIZED, &why);
+                return Ok(req.into_response(resp).map_into_right_body());
+            }
         };
         if let Some(why) = forbidden(&who, &path) {
             return Ok(req.into_response(refuse(&path, StatusCode::FORBIDDEN, why)).map_into_right_body());
         }
         req.extensions_mut().insert(who);
+        req.extensions_mut().insert(key);
     }
     next.call(req).await.map(|r| r.map_into_left_body())
 }
@@ -395,6 +495,18 @@ mod tests {
         // allowed is refused; bound elsewhere, or with keys, any name is taken.
         let rebound = [("host", "evil.example:8087")];
         assert!(cross_site(&req("127.0.0.1", Method::GET, &rebound), true).unwrap().contains("evil.example"));
+        // A forwarding header is the client's word, as any page's fetch may set it.
+        for fwd in [("x-forwarded-host", "localhost:8087"), ("forwarded", "host=localhost")] {
+            assert!(cross_site(&req("127.0.0.1", Method::GET, &[rebound[0], fwd]), true).is_some(), "{fwd:?}");
+        }
+        let forged = [host, ("x-forwarded-host", "evil.example"), ("origin", "http://evil.example")];
+        assert!(cross_site(&req("127.0.0.1", Method::POST, &forged), true).is_some());
+        // Behind a proxy: its public name, given with --allowed-host, is an own origin.
+        let proxied = [host, ("origin", "https://music.lan")];
+        assert!(cross_site(&req("127.0.0.1", Method::POST, &proxied), true).is_none());
+        assert!(
+            cross_site(&req("127.0.0.1", Method::POST, &[host, ("origin", "http://10.0.0.9:8087")]), true).is_some()
+        );
         assert!(cross_site(&req("0.0.0.0", Method::GET, &rebound), true).is_none());
         assert!(cross_site(&req("127.0.0.1", Method::GET, &rebound), false).is_none());
         for ok in ["localhost:8087", "app.localhost", "[::1]:8087", "10.0.0.5:8087", "MUSIC.lan:443", "music.lan"] {

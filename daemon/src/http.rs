@@ -5,6 +5,7 @@ use crate::cli::common::random_u64;
 use crate::kinds::VaeFacts;
 use crate::reply::{error, file_chunks};
 pub use crate::state::AppState;
+use crate::upload_room::{UploadPermit, UploadRoom, UPLOAD_COPIES};
 use actix_web::http::header;
 use actix_web::{web, HttpRequest, HttpResponse};
 use bytes::Bytes;
@@ -63,7 +64,7 @@ pub async fn submit(
         Err(SubmitError::Full(cap)) => Err(HttpResponse::TooManyRequests()
             .insert_header((header::RETRY_AFTER, "5"))
             .json(ErrorBody { error: format!("the server is at its admission cap of {cap} jobs; retry later") })),
-        Err(e @ SubmitError::OverShare(_)) => Err(HttpResponse::TooManyRequests()
+        Err(e @ (SubmitError::OverShare(_) | SubmitError::KeptForOthers)) => Err(HttpResponse::TooManyRequests()
             .insert_header((header::RETRY_AFTER, "5"))
             .json(ErrorBody { error: e.to_string() })),
         Err(SubmitError::ShuttingDown) => Err(unavailable("the server is shutting down")),
@@ -130,8 +131,16 @@ pub(crate) const MULTIPART_SLACK: usize = 1 << 20;
 /// room in the uploads' memory while it is read.
 const BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Reads a request body of at most `limit` bytes (`Err(None)` past it).
-async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Option<HttpResponse>> {
+/// Reads a request body of at most `limit` bytes (`Err(None)` past it), its room in the uploads'
+/// memory growing as it comes ([`UPLOAD_COPIES`] times the bytes read, twice as much at each
+/// step, to at most `expect` bytes when the length was declared).
+async fn read_body(
+    mut payload: web::Payload,
+    limit: usize,
+    expect: Option<usize>,
+    room: (&UploadRoom, &mut UploadPermit),
+) -> Result<Bytes, Option<HttpResponse>> {
+    let (upload_room, permit) = room;
     let mut buf = bytes::BytesMut::new();
     loop {
         let Ok(next) = tokio::time::timeout(BODY_IDLE, payload.next()).await else {
@@ -140,8 +149,13 @@ async fn read_body(mut payload: web::Payload, limit: usize) -> Result<Bytes, Opt
         };
         let Some(chunk) = next else { break };
         let chunk = chunk.map_err(|e| Some(bad(format!("body: {e}"))))?;
-        if buf.len() + chunk.len() > limit {
+        let len = buf.len() + chunk.len();
+        if len > limit {
             return Err(None);
+        }
+        if len * UPLOAD_COPIES > permit.bytes() {
+            let step = (2 * len).max(1 << 20).min(expect.unwrap_or(usize::MAX).max(len)).min(limit);
+            upload_room.grow(permit, step * UPLOAD_COPIES).await.map_err(Some)?;
         }
         buf.extend_from_slice(&chunk);
     }
@@ -171,7 +185,7 @@ fn too_large(limit: usize) -> HttpResponse {
 pub(crate) struct Form {
     parts: std::collections::HashMap<&'static str, Vec<u8>>,
     /// Its room in the uploads' memory, held while its parts are.
-    _room: crate::upload_room::UploadPermit,
+    _room: UploadPermit,
 }
 
 impl Form {
@@ -208,15 +222,16 @@ pub(crate) async fn read_form(
     if declared.is_some_and(|n| n > limit.saturating_add(MULTIPART_SLACK) as u64) {
         return Err(too_large(limit));
     }
-    // Room in the memory that bodies being read share, for this one: its declared length,
-    // else the bound, three times (the body, the parser's buffer, its parts).
-    let size = declared.map_or(limit.saturating_add(MULTIPART_SLACK), |n| n as usize);
-    let room = vae.upload_room.reserve(size.saturating_mul(crate::upload_room::UPLOAD_COPIES)).await?;
-    let body = match read_body(payload, limit.saturating_add(MULTIPART_SLACK)).await {
-        Ok(b) => b,
-        Err(Some(resp)) => return Err(resp),
-        Err(None) => return Err(too_large(limit)),
-    };
+    // Room in the memory that bodies being read share, for this one as it comes: three times
+    // what has come (the body, the parser's buffer, its parts).
+    let mut room = vae.upload_room.start(&crate::auth::caller(req).id);
+    let expect = declared.map(|n| n as usize);
+    let body =
+        match read_body(payload, limit.saturating_add(MULTIPART_SLACK), expect, (&vae.upload_room, &mut room)).await {
+            Ok(b) => b,
+            Err(Some(resp)) => return Err(resp),
+            Err(None) => return Err(too_large(limit)),
+        };
     let boundary = actix_web::HttpMessage::mime_type(req)
         .ok()
         .flatten()

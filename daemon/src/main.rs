@@ -19,6 +19,7 @@ mod reply;
 mod schema;
 mod serve;
 mod state;
+mod tickets;
 mod upload_room;
 mod webui;
 mod ws;

@@ -46,11 +46,9 @@ fn header<'a>(req: &'a HttpRequest, name: &str) -> Option<&'a str> {
 }
 
 /// DNS-rebinding guard the transport asks for: a browser's `Origin`, when present, must be
-/// this server's own.
+/// this server's own (its `Host` as sent, or an `--allowed-host`).
 fn origin_ok(req: &HttpRequest) -> bool {
-    let Some(origin) = header(req, "origin") else { return true };
-    let host = req.connection_info().host().to_string();
-    origin.split_once("://").is_some_and(|(_, rest)| rest.trim_end_matches('/') == host)
+    header(req, "origin").is_none_or(|origin| crate::auth::from_own_origin(req, origin))
 }
 
 /// `POST /mcp`: one JSON-RPC message.

@@ -271,7 +271,7 @@ async fn run(
             // The guard, still armed when the caller is gone, cancels the job.
             let Some(resp) = while_connected(req, finished_audio(&jobs, &id, sub)).await else { return gone() };
             guard.disarm();
-            return resp;
+            return still_theirs(req, resp);
         }
     };
     // The status is sent with the first audio: a job that ends before it has any (a failed
@@ -297,44 +297,74 @@ async fn run(
         Some(None) => {
             let Some(resp) = while_connected(req, finished_audio(&jobs, &id, None)).await else { return gone() };
             guard.disarm();
-            return resp;
+            return still_theirs(req, resp);
         }
     };
     // The live stream's bytes, until the job's terminal event. A song that fails or is
     // cancelled once its audio has begun ends the body with an error, so the client sees a
     // broken transfer rather than a short file that looks whole.
     let mime = if codec == StreamCodec::Opus { "audio/ogg; codecs=opus" } else { "audio/pcm" };
+    // A key revoked by a reload ends the body (within [`KEY_RECHECK`]) as a broken transfer;
+    // the song goes on, as a removed key's running jobs do.
+    let admitted = crate::auth::Admitted::of(req);
     let head = stream::iter([Ok::<Bytes, std::io::Error>(first)]);
-    let rest = stream::unfold(Some((rx, guard)), |state| async move {
-        let (mut rx, mut guard) = state?;
-        loop {
-            match rx.recv().await {
-                Some(StreamItem::Binary(b)) if b.is_empty() => {}
-                Some(StreamItem::Binary(b)) => return Some((Ok::<Bytes, std::io::Error>(b), Some((rx, guard)))),
-                Some(StreamItem::Text(t)) => match terminal(&t).as_deref() {
-                    None => {}
-                    Some("done") => {
+    let tick = tokio::time::interval(crate::auth::KEY_RECHECK);
+    let rest = stream::unfold(Some((rx, guard, tick)), move |state| {
+        let admitted = admitted.clone();
+        async move {
+            let (mut rx, mut guard, mut tick) = state?;
+            loop {
+                let item = tokio::select! {
+                    item = rx.recv() => item,
+                    _ = tick.tick() => {
+                        if admitted.still() {
+                            continue;
+                        }
                         guard.disarm();
-                        return None;
-                    }
-                    Some(how) => {
-                        guard.disarm();
-                        let e = std::io::Error::other(format!("job {} {how} while its audio streamed", guard.job));
+                        let e = std::io::Error::other(format!("job {}: the API key was revoked", guard.job));
                         return Some((Err(e), None));
                     }
-                },
-                None => {
-                    // The hub dropped this reader (it fell too far behind): a broken transfer,
-                    // not a short file that looks whole. The song goes on: its file is at the
-                    // job id the answer's `x-yued-job` header named.
-                    guard.disarm();
-                    let e = std::io::Error::other(format!("job {}: the reader fell too far behind", guard.job));
-                    return Some((Err(e), None));
+                };
+                match item {
+                    Some(StreamItem::Binary(b)) if b.is_empty() => {}
+                    Some(StreamItem::Binary(b)) => {
+                        return Some((Ok::<Bytes, std::io::Error>(b), Some((rx, guard, tick))))
+                    }
+                    Some(StreamItem::Text(t)) => match terminal(&t).as_deref() {
+                        None => {}
+                        Some("done") => {
+                            guard.disarm();
+                            return None;
+                        }
+                        Some(how) => {
+                            guard.disarm();
+                            let e = std::io::Error::other(format!("job {} {how} while its audio streamed", guard.job));
+                            return Some((Err(e), None));
+                        }
+                    },
+                    None => {
+                        // The hub dropped this reader (it fell too far behind): a broken transfer,
+                        // not a short file that looks whole. The song goes on: its file is at the
+                        // job id the answer's `x-yued-job` header named.
+                        guard.disarm();
+                        let e = std::io::Error::other(format!("job {}: the reader fell too far behind", guard.job));
+                        return Some((Err(e), None));
+                    }
                 }
             }
         }
     });
     HttpResponse::Ok().insert_header(("x-yued-job", id.to_string())).content_type(mime).streaming(head.chain(rest))
+}
+
+/// `resp`, unless the key the request came with was revoked while it waited (a reload): then
+/// a 401 (the song was finished, as a removed key's running jobs are).
+fn still_theirs(req: &HttpRequest, resp: HttpResponse) -> HttpResponse {
+    if crate::auth::Admitted::of(req).still() {
+        return resp;
+    }
+    let msg = "the API key this request came with was revoked while it waited";
+    openai_error(StatusCode::UNAUTHORIZED, msg, "invalid_request_error", None)
 }
 
 /// The answer to a caller that went away (nobody reads it): the job's guard, dropped armed

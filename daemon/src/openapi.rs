@@ -179,6 +179,7 @@ pub fn document(f: &Facts) -> Value {
     let mut paths = Map::new();
     job_paths(f, &r, &k, &mut paths);
     stream_paths(f, &mut paths);
+    ticket_paths(f, &mut defs, &mut paths);
     server_paths(f, &r, &mut paths);
     openai_paths(f, &k, &mut paths);
     mcp_paths(f, &mut paths);
@@ -419,6 +420,9 @@ fn stream_paths(f: &Facts, paths: &mut Map<String, Value>) {
             "enum": ["13"]}}),
     ];
     let with_handshake = |mut p: Vec<Value>| {
+        if f.api_keys {
+            p.push(ticket_param());
+        }
         p.extend(handshake.iter().cloned());
         Value::Array(p)
     };
@@ -433,6 +437,34 @@ fn stream_paths(f: &Facts, paths: &mut Map<String, Value>) {
         json!({"get": op(f, "Submit and follow (WebSocket)", &format!("{WS_NOTE} The \
         first text message is the request (a /synth body); {{\"cmd\": \"cancel\"}} cancels the job. Closing the \
             socket does not."), with_handshake(vec![format]), None, ws_fail, Door::Keyed)}),
+    );
+}
+
+/// The query parameter a browser's stream is admitted by instead of its key.
+fn ticket_param() -> Value {
+    json!({"name": "ticket", "in": "query", "required": false, "description": "a stream ticket (POST /tickets) \
+        instead of the API key: for a browser, which cannot set a header here. Taken once.",
+        "schema": {"type": "string"}})
+}
+
+/// `POST /tickets`.
+fn ticket_paths(f: &Facts, defs: &mut Map<String, Value>, paths: &mut Map<String, Value>) {
+    let reply = reply_schema::<crate::tickets::TicketReply>(defs);
+    let body = json!({"required": true, "content": {"application/json": {"schema": {"oneOf": [
+        {"type": "object", "title": "A job's WebSocket", "properties": {"path": {"const": "/stream"},
+            "id": {"$ref": "#/components/schemas/JobId"}}, "required": ["path", "id"], "additionalProperties": false},
+        {"type": "object", "title": "A submission's WebSocket, or the log (an admin key)",
+            "properties": {"path": {"enum": ["/synth/stream", "/logs"]}}, "required": ["path"],
+            "additionalProperties": false}]}}}});
+    paths.insert(
+        "/tickets".into(),
+        json!({"post": op(f, "A stream ticket", "A ticket to open one stream (/stream of one job, /synth/stream or \
+        /logs) with ?ticket= instead of ?api_key=: a WebSocket or an EventSource cannot set a header, and a key in a \
+        URL ends up in proxy logs and browser history. Signed with the caller's key, good for 60 s, taken once; a \
+        node whose keys file holds the same key takes it too. 400 on a daemon without API keys (its streams need \
+        none).", json!([]), Some(body), forbidden(f, map(json!({"200": json_reply("the ticket", reply),
+        "400": error_response("the body is not a ticket request, a route that takes none, a /stream ticket without a \
+        job id, or a daemon without API keys")})), "a /logs ticket without an admin key"), Door::Keyed)}),
     );
 }
 
@@ -479,7 +511,8 @@ fn server_paths(f: &Facts, r: &Replies, paths: &mut Map<String, Value>) {
     paths.insert(
         "/logs".into(),
         json!({"get": op(f, "The daemon's log (server-sent events)", "The last 512 lines, \
-        then each new one, as they come; the stream does not end. An admin key where keys are configured.", json!([]),
+        then each new one, as they come; the stream does not end. An admin key where keys are configured.",
+        if f.api_keys { json!([ticket_param()]) } else { json!([]) },
         None, forbidden(f, map(json!({"200": {"description": "an event stream",
         "content": {"text/event-stream": {"schema": {"type": "string"}}}}})), "not an admin key"), Door::Keyed)}),
     );

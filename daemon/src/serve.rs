@@ -4,7 +4,7 @@
 //! queued in the journal and resumes at the next start), flush, exit.
 use crate::http::{self, AppState};
 use crate::logs::LogRing;
-use crate::{links, mcp, openai, webui, ws};
+use crate::{links, mcp, openai, tickets, webui, ws};
 use actix_web::body::MessageBody;
 use actix_web::dev::ServiceResponse;
 use actix_web::http::StatusCode;
@@ -499,6 +499,30 @@ fn method_not_allowed(allow: &'static str) -> actix_web::Route {
     })
 }
 
+/// Creates the data directory readable by this user only (results, the journal, the uploads
+/// and the export links' tokens are there); one that exists open to others is named in a
+/// warning (it may be shared on purpose).
+fn private_data_dir(dir: &Path) -> anyhow::Result<()> {
+    use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
+    if !dir.exists() {
+        std::fs::DirBuilder::new()
+            .recursive(true)
+            .mode(0o700)
+            .create(dir)
+            .with_context(|| format!("creating {}", dir.display()))?;
+    }
+    let mode = std::fs::metadata(dir).with_context(|| format!("reading {}", dir.display()))?.permissions().mode();
+    if mode & 0o077 != 0 {
+        tracing::warn!(
+            dir = %dir.display(),
+            mode = format!("{:o}", mode & 0o777),
+            "the data directory is open to other users of this machine: every tenant's results, the journal and the \
+            export links' tokens are in it (chmod 700 it unless it is shared on purpose)"
+        );
+    }
+    Ok(())
+}
+
 /// The routes: `/health`, `/metrics` and `/props` on every node; the rest where the node
 /// serves the API (not on a cluster's worker-only node).
 fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
@@ -562,6 +586,9 @@ fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
         web::resource("/openapi.json").route(web::get().to(http::openapi)).default_service(method_not_allowed("GET")),
     );
     s.service(web::resource("/stream").route(web::get().to(ws::stream)).default_service(method_not_allowed("GET")));
+    s.service(
+        web::resource("/tickets").route(web::post().to(tickets::post)).default_service(method_not_allowed("POST")),
+    );
     s.service(
         web::resource("/synth/stream")
             .route(web::get().to(ws::synth_stream))
@@ -1087,7 +1114,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     }
     let (key_source, key_table) = open_keys(&c)?;
     let sockets = Sockets::bind(&c)?;
-    std::fs::create_dir_all(&c.data_dir).with_context(|| format!("creating {}", c.data_dir.display()))?;
+    private_data_dir(&c.data_dir)?;
     // Held until the process ends: nothing in the data directory is touched before it.
     let _data_lock = lock_data_dir(&c.data_dir)?;
     let models = resolve_models(&c)?;

@@ -88,6 +88,89 @@ fn mcp_call(d: &Daemon, key: &str, tool: &str, job: &str) -> String {
     format!("{}{}", v["result"], v["error"])
 }
 
+/// A stream ticket `key` is given for `ask` (a `POST /tickets` body).
+fn ticket(d: &Daemon, key: &str, ask: &serde_json::Value) -> String {
+    let r = post(d, "/tickets", key, &ask.to_string());
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().unwrap();
+    assert_eq!(v["expires_in"], 60, "{v}");
+    v["ticket"].as_str().unwrap().to_string()
+}
+
+/// The status a WebSocket handshake to `path` is answered with (101: it opened).
+fn handshake(d: &Daemon, path: &str) -> (u16, String) {
+    use tokio_tungstenite::tungstenite::{connect, Error};
+    match connect(d.ws_url(path)) {
+        Ok(_) => (101, String::new()),
+        Err(Error::Http(r)) => {
+            let body = r.body().as_ref().map(|b| String::from_utf8_lossy(b).into_owned()).unwrap_or_default();
+            (r.status().as_u16(), body)
+        }
+        Err(e) => panic!("{path}: {e}"),
+    }
+}
+
+/// Stream tickets: what a browser's stream is opened with instead of a key in its URL. Each is
+/// for its key's principal, its route and job, and is taken once; the key itself is never in
+/// it, and a key that comes in a URL is warned about once.
+fn tickets(d: &Daemon, alices_done: &str, alices_long: &str) {
+    let for_stream = |id: &str| serde_json::json!({"path": "/stream", "id": id});
+    let t = ticket(d, A, &for_stream(alices_done));
+    assert!(!t.contains(A) && !t.contains("alice"), "{t}");
+    let at = |id: &str, t: &str| handshake(d, &format!("/stream?id={id}&format=pcm16&ticket={t}"));
+    assert_eq!(at(alices_done, &t).0, 101);
+    let (status, why) = at(alices_done, &t);
+    assert!(status == 401 && why.contains("used already"), "{status} {why}");
+    // For another job of the same principal: not this ticket's.
+    let t = ticket(d, A, &for_stream(alices_done));
+    assert_eq!(at(alices_long, &t).0, 401);
+    // Bob's ticket for Alice's job is Bob's: the job is as unknown to it as to him.
+    let t = ticket(d, B, &for_stream(alices_long));
+    assert_eq!(at(alices_long, &t).0, 404);
+    // Forged, or on a route that takes none.
+    let forged = t.replace(&t[t.len() - 8..], "00000000");
+    assert_eq!(at(alices_long, &forged).0, 401);
+    let t = ticket(d, A, &for_stream(alices_done));
+    let r = d.http.get(d.url(&format!("/jobs?ticket={t}"))).send().unwrap();
+    assert_eq!(r.status(), 401);
+    assert!(r.text().unwrap().contains("a ticket opens only"));
+    // The log: an admin's ticket opens it, a user's key gets none.
+    let r = post(d, "/tickets", B, r#"{"path": "/logs"}"#);
+    assert_eq!(r.status(), 403);
+    let t = ticket(d, OPS, &serde_json::json!({"path": "/logs"}));
+    let mut log = d.http.get(d.url(&format!("/logs?ticket={t}"))).send().unwrap();
+    assert_eq!(log.status(), 200);
+    let mut first = [0u8; 5];
+    log.read_exact(&mut first).unwrap();
+    assert_eq!(&first, b"data:");
+    drop(log);
+    // Malformed asks name their field.
+    for (body, field) in [
+        (r#"{"path": "/jobs"}"#, "path:"),
+        (r#"{"path": "/stream"}"#, "id: missing"),
+        (r#"{"path": "/stream", "id": "nope"}"#, "id:"),
+        (r#"{"path": "/logs", "id": "0123456789abcdef"}"#, "id:"),
+        (r#"{"path": "/logs", "why": 1}"#, "why: unknown field"),
+        (r#"{"path": "/logs", "id": null}"#, "id:"),
+        (r#"["/logs"]"#, "not a JSON object"),
+    ] {
+        let r = post(d, "/tickets", A, body);
+        assert_eq!(r.status(), 400, "{body}");
+        let e = r.text().unwrap();
+        assert!(e.contains(field), "{body}: {e}");
+    }
+    assert_eq!(d.http.post(d.url("/tickets")).body(r#"{"path": "/logs"}"#).send().unwrap().status(), 401);
+    // A key in a URL still works (scripts), and the log says once that it should not be there.
+    for _ in 0..2 {
+        assert_eq!(d.http.get(d.url(&format!("/jobs?api_key={A}"))).send().unwrap().status(), 200);
+    }
+    let t0 = Instant::now();
+    while d.log().matches("an API key came in a URL").count() != 1 {
+        assert!(t0.elapsed() < Duration::from_secs(10), "no warning of a key in a URL");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 #[test]
 fn no_principal_reaches_anothers_jobs_or_keys() {
     let dir = tempfile::tempdir().unwrap();
@@ -176,6 +259,8 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
     assert_eq!(get(&d, "/%6Aobs", PROM).status(), 403, "a metrics key only scrapes, however spelled");
     assert_eq!(get(&d, "/%6Detrics", PROM).status(), 200);
     tried += 5;
+    tickets(&d, &done, &long);
+    tried += 4;
     let all: serde_json::Value = get(&d, "/jobs?all=1", OPS).json().unwrap();
     let owners: Vec<&str> = all["jobs"].as_array().unwrap().iter().map(|j| j["owner"].as_str().unwrap()).collect();
     assert_eq!(owners, vec!["alice"; 3], "{all}");
@@ -193,6 +278,10 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
     let bob_view: serde_json::Value = get(&d, "/system/queue", B).json().unwrap();
     assert_eq!(bob_view["queue"]["running"], serde_json::json!([]), "{bob_view}");
     assert_eq!(bob_view["queue"]["share"], 3);
+    // The stores' figures are the box's: an admin's only.
+    for field in ["jobs_known", "results_stored", "results_bytes"] {
+        assert!(bob_view["queue"].get(field).is_none() && ops_view["queue"].get(field).is_some(), "{field}");
+    }
 
     // The share: with a cap of 6, one principal holds at most 3; past it a 429 with
     // Retry-After, while Bob still gets in.
@@ -218,7 +307,8 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
     let bobs = submit(&d, B, &song(1.0, 1));
     // Bob listens to a long song of his; an admin about to be removed follows the log.
     let bobs_long = submit(&d, B, &song(30.0, 8));
-    let url = d.ws_url(&format!("/stream?id={bobs_long}&api_key={B}"));
+    let ticket = ticket(&d, B, &serde_json::json!({"path": "/stream", "id": bobs_long}));
+    let url = d.ws_url(&format!("/stream?id={bobs_long}&ticket={ticket}"));
     let (mut bob_ws, _) = tokio_tungstenite::tungstenite::connect(url).unwrap();
     if let tokio_tungstenite::tungstenite::stream::MaybeTlsStream::Plain(s) = bob_ws.get_mut() {
         s.set_read_timeout(Some(Duration::from_secs(40))).unwrap();
@@ -282,6 +372,9 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
     }
     eprintln!("tenancy: {tried} route and job pairs tried as another principal, 0 leaks");
 
+    // The data directory (every tenant's results, the link tokens) is this user's only.
+    use std::os::unix::fs::PermissionsExt;
+    assert_eq!(std::fs::metadata(&data).unwrap().permissions().mode() & 0o777, 0o700);
     // Nothing on disk or in the log holds a key.
     drop(d);
     for key in [A, B, B2, OPS, PROM, CAROL, OPS2] {
@@ -291,4 +384,113 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
         }
         assert!(hits.is_empty(), "{key} written to {hits:?}");
     }
+}
+
+/// One principal's uploads hold at most its share of the uploads' memory (half of it, and at
+/// least one largest body), and a body holds only the room for what has come: Bob's two bodies
+/// that announce the largest length never shut Alice's upload out.
+#[test]
+fn one_principals_uploads_leave_room_for_the_others() {
+    use std::io::{Read, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, format!("{A} name=alice\n{B} name=bob\n")).unwrap();
+    // Bodies of at most 1 MiB and 1 MiB of form slack: 6 MiB of room each, 12 MiB in all, a
+    // share of 6 MiB.
+    let args = ["--api-keys-file", keys.to_str().unwrap(), "--max-upload-bytes", "1048576"];
+    let d = Daemon::start(&dir.path().join("data"), &[&args[..], &["--upload-memory-bytes", "12582912"]].concat());
+    let addr = d.url("").trim_start_matches("http://").to_string();
+    let body = |key: &str, sent: usize| {
+        let mut tcp = std::net::TcpStream::connect(&addr).unwrap();
+        tcp.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let head = format!(
+            "POST /vae HTTP/1.1\r\nHost: 127.0.0.1\r\nX-API-Key: {key}\r\nContent-Type: multipart/form-data; \
+            boundary=b\r\nContent-Length: 2097152\r\n\r\n"
+        );
+        tcp.write_all(head.as_bytes()).unwrap();
+        tcp.write_all(&vec![b'x'; sent]).unwrap();
+        tcp
+    };
+    // Bob's first body sends 1.5 MiB of its 2: it holds his whole share (6 MiB). His second
+    // waits for room in his share.
+    let _first = body(B, 3 << 19);
+    std::thread::sleep(Duration::from_millis(500));
+    let t0 = Instant::now();
+    let mut second = body(B, 1024);
+    // Alice's body of 1 MiB finds room at once (and, not being a form, is a 400).
+    let alice = d
+        .http
+        .post(d.url("/vae"))
+        .header("x-api-key", A)
+        .header("content-type", "multipart/form-data; boundary=b")
+        .body(vec![b'x'; 1 << 20])
+        .send()
+        .unwrap();
+    assert_eq!(alice.status(), 400, "{}", alice.text().unwrap());
+    // Bob's second is told, after its wait, that his share is what is short.
+    let mut answer = String::new();
+    let _ = second.read_to_string(&mut answer);
+    assert!(answer.starts_with("HTTP/1.1 429") && answer.contains("share of the upload memory"), "{answer}");
+    assert!(answer.to_lowercase().contains("retry-after: 5"), "{answer}");
+    assert!(t0.elapsed() >= Duration::from_secs(9), "it waited for his first body first");
+}
+
+/// Two principals at their share never lock a third out: the admission cap's last free place
+/// is kept for a principal that holds no job.
+#[test]
+fn the_last_free_place_is_kept_for_a_newcomer() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, format!("{A} name=alice\n{B} name=bob\n{CAROL} name=carol\n{OPS} name=ops admin\n")).unwrap();
+    // A cap of 4, a share of 2, one song at a time: the songs stay queued or running.
+    let args = ["--api-keys-file", keys.to_str().unwrap(), "--admission-cap", "4", "--admission-share", "2"];
+    let d = Daemon::start(&dir.path().join("data"), &[&args[..], &["--parallel", "1"]].concat());
+    let long = song(300.0, 8);
+    let mut held = vec![submit(&d, A, &long), submit(&d, A, &long), submit(&d, B, &long)];
+    // Bob holds one and would take the last place: refused, with why and when to retry.
+    let r = post(&d, "/synth", B, &long);
+    assert_eq!(r.status(), 429);
+    assert!(r.headers().get("retry-after").is_some());
+    let e = r.text().unwrap();
+    assert!(e.contains("kept for a client that holds no job"), "{e}");
+    // Carol holds none: she gets it. Then the box is full.
+    held.push(submit(&d, CAROL, &long));
+    let r = post(&d, "/synth", OPS, &long);
+    assert_eq!(r.status(), 429);
+    assert!(r.text().unwrap().contains("admission cap of 4"));
+    for id in &held {
+        assert_eq!(post(&d, &format!("/job?id={id}&cancel=1"), OPS, "").status(), 200, "{id}");
+    }
+}
+
+/// A song streamed to an OpenAI door stops reaching a key revoked by a reload (a broken
+/// transfer within seconds); the song itself goes on, as a removed key's running jobs do.
+#[test]
+fn a_revoked_key_stops_hearing_its_streamed_song() {
+    let dir = tempfile::tempdir().unwrap();
+    let keys = dir.path().join("keys.txt");
+    std::fs::write(&keys, format!("{A} name=alice\n{OPS} name=ops admin\n")).unwrap();
+    let mut d = Daemon::start(&dir.path().join("data"), &["--api-keys-file", keys.to_str().unwrap()]);
+    d.key = Some(OPS.into());
+    let body = r#"{"style": "x", "lyrics": "[verse] hum", "cot": "off", "duration": 300, "steps": 8,
+        "output_format": "opus", "stream_chunk_seconds": 3, "semantic_sampling": {"min_tokens": 7500}}"#;
+    let mut r = post(&d, "/v1/audio/music", A, body);
+    assert_eq!(r.status(), 200);
+    let job = r.headers()["x-yued-job"].to_str().unwrap().to_string();
+    let mut buf = [0u8; 4096];
+    assert!(r.read(&mut buf).unwrap() > 0, "the song's first audio");
+    std::fs::write(&keys, format!("{OPS} name=ops admin\n")).unwrap();
+    let pid = d.child.id().to_string();
+    assert!(std::process::Command::new("kill").args(["-HUP", &pid]).status().unwrap().success());
+    let t0 = Instant::now();
+    let broken = loop {
+        match r.read(&mut buf) {
+            Ok(0) => break false,
+            Ok(_) => assert!(t0.elapsed() < Duration::from_secs(30), "the revoked key still hears its song"),
+            Err(_) => break true,
+        }
+    };
+    assert!(broken, "the transfer ended as if the song were whole");
+    assert_eq!(get(&d, &format!("/job?id={job}"), OPS).json::<serde_json::Value>().unwrap()["status"], "running");
+    assert_eq!(post(&d, &format!("/job?id={job}&cancel=1"), OPS, "").status(), 200);
 }

@@ -10,7 +10,7 @@
 // a browser that does not start is a failure, never a skip.
 import { chromium } from "playwright-core";
 import { spawn } from "node:child_process";
-import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync } from "node:fs";
+import { mkdirSync, mkdtempSync, readFileSync, rmSync, statSync, writeFileSync } from "node:fs";
 import { createServer } from "node:net";
 import { tmpdir } from "node:os";
 import { join } from "node:path";
@@ -77,7 +77,7 @@ const port = await freePort();
 // shaped for them.
 const data = process.env.YUED_DATA || mkdtempSync(join(tmpdir(), "yued-webui-"));
 const ADAPTERS = process.env.YUED_ADAPTERS;
-const daemon = spawn(YUED, ["serve", "--port", String(port), "--data-dir", data, "--device", "CPU", "--threads", "1", "--vae-core", "32", "--admission-share", "8", ...(ADAPTERS ? ["--adapters", ADAPTERS] : [])], {
+let daemon = spawn(YUED, ["serve", "--port", String(port), "--data-dir", data, "--device", "CPU", "--threads", "1", "--vae-core", "32", "--admission-share", "8", ...(ADAPTERS ? ["--adapters", ADAPTERS] : [])], {
   stdio: ["ignore", "ignore", "pipe"],
   env: { ...process.env, NO_COLOR: "1" },
 });
@@ -488,6 +488,50 @@ try {
   check(missing.length === 0, `/docs lists every route of /openapi.json (missing: ${missing.join(", ")}; shown: ${[...shown].join(", ")})`);
   check(outside.length === 0, `/docs fetches nothing from outside the daemon (${outside.join(", ")})`);
   await shot("docs");
+  // With API keys: the page sends its key in headers only. Its live stream and the log open
+  // with one-time tickets (POST /tickets), so no URL the browser asks for holds the key.
+  daemon.kill("SIGKILL");
+  await new Promise((ok) => daemon.once("exit", ok));
+  const KEY = "webui-admin-key-3c9e1a7f5b";
+  writeFileSync(join(data, "keys.txt"), `${KEY} name=ops admin\n`);
+  log = "";
+  daemon = spawn(YUED, ["serve", "--port", String(port), "--data-dir", data, "--device", "CPU", "--threads", "1", "--vae-core", "32", "--api-keys-file", join(data, "keys.txt")], {
+    stdio: ["ignore", "ignore", "pipe"],
+    env: { ...process.env, NO_COLOR: "1" },
+  });
+  daemon.stderr.on("data", (d) => (log += d));
+  for (let i = 0; ; i++) {
+    try {
+      if ((await (await fetch(`${base}/health?ready=1`)).json()).ready) break;
+    } catch {}
+    check(i < 600, `yued with keys did not come up: ${log}`);
+    await sleep(100);
+  }
+  const keyed = await browser.newPage({ viewport: { width: 1280, height: 900 } });
+  const urls = [];
+  keyed.on("request", (r) => urls.push(r.url()));
+  keyed.on("websocket", (w) => urls.push(w.url()));
+  keyed.on("pageerror", (e) => console.error("page error:", e.message));
+  await keyed.goto(base + "/");
+  // Without the key the page says where it goes; a key entered loads the page again with it.
+  await keyed.waitForFunction(() => /enter this daemon's API key/.test(document.getElementById("form-error").textContent), null, { timeout: 10000 });
+  await keyed.fill("#api-key", KEY);
+  await Promise.all([keyed.waitForEvent("load"), keyed.locator("#api-key").dispatchEvent("change")]);
+  await keyed.waitForFunction(() => document.getElementById("health").dataset.status === "ok", null, { timeout: 30000 });
+  await keyed.selectOption("#example", { index: 2 });
+  await keyed.selectOption("#cot", "off");
+  await keyed.fill("#duration", "6");
+  await keyed.fill("#steps", "2");
+  await keyed.click("#submit");
+  await keyed.waitForFunction(() => window.__yued.firstAudioAt !== null, null, { timeout: 120000 });
+  await keyed.click("#logs-panel summary");
+  await keyed.waitForFunction(() => document.getElementById("logs").textContent.includes("API keys"), null, { timeout: 20000 });
+  const streams = urls.filter((u) => /\/(stream|logs)\?/.test(u));
+  check(streams.length >= 2 && streams.every((u) => /[?&]ticket=yt1_/.test(u)), `streams open with tickets (${streams.join(", ")})`);
+  check(!urls.some((u) => u.includes(KEY) || u.includes("api_key")), `no URL holds the key (${urls.filter((u) => u.includes("api_key")).join(", ")})`);
+  await keyed.screenshot({ path: join(SHOTS, `${String(++step).padStart(2, "0")}-keyed-tickets.png`), fullPage: true });
+  await keyed.close();
+
   console.log(`webui e2e: ok (job ${id}, audio ${Math.round(doneAt - firstAt)} ms before done, MiniMax job ${mid} replayed as ${rid}, screenshots in ${SHOTS})`);
 } catch (e) {
   console.error(e.stack || e.message);

@@ -35,9 +35,22 @@ let demoWeights = false;
 function apiKey() {
   return localStorage.getItem(KEY) || "";
 }
-function withKey(url) {
-  const k = apiKey();
-  return k ? `${url}${url.includes("?") ? "&" : "?"}api_key=${encodeURIComponent(k)}` : url;
+/** The URL of a stream (a WebSocket or an EventSource, which cannot set a header): with a key,
+ * a one-time ticket from POST /tickets rides in the query, never the key (URLs end up in proxy
+ * logs and browser history). */
+async function streamUrl(path, query = {}) {
+  const q = new URLSearchParams(query);
+  if (apiKey()) {
+    const body = { path };
+    if (query.id) body.id = query.id;
+    const { ticket } = await json("/tickets", {
+      method: "POST",
+      headers: { "Content-Type": "application/json" },
+      body: JSON.stringify(body),
+    });
+    q.set("ticket", ticket);
+  }
+  return `${path}?${q}`;
 }
 async function api(path, opts = {}) {
   const headers = { ...(opts.headers || {}) };
@@ -312,8 +325,6 @@ function setupForm() {
     e.preventDefault();
     submit(readForm());
   });
-  $("api-key").value = apiKey();
-  $("api-key").addEventListener("change", () => localStorage.setItem(KEY, $("api-key").value.trim()));
 }
 
 /** The adapters of /props: a tick box and a strength slider each; unusable ones say why. */
@@ -650,10 +661,19 @@ function track(job, live) {
   // Live audio and events over the WebSocket. `play` false (a job found running after a
   // reload, when the page may not start sound on its own): the waveform and the score
   // follow the stream, the audio is the result's once it is done.
-  const connect = (play) => {
+  const connect = async (play) => {
     const proto = location.protocol === "https:" ? "wss" : "ws";
-    const ws = new WebSocket(withKey(`${proto}://${location.host}/stream?id=${job.id}&format=pcm16`));
-    info.live = { ws, sources: [], stopped: false, play };
+    // Set before the ticket is asked for, so that the polling does not connect twice.
+    const live = (info.live = { ws: null, sources: [], stopped: false, play });
+    let url;
+    try {
+      url = await streamUrl("/stream", { id: job.id, format: "pcm16" });
+    } catch {
+      info.live = null; // the polling tries again
+      return;
+    }
+    if (live.stopped) return;
+    const ws = (live.ws = new WebSocket(`${proto}://${location.host}${url}`));
     ws.binaryType = "arraybuffer";
     ws.onmessage = (m) => {
       if (typeof m.data === "string") {
@@ -1154,31 +1174,61 @@ async function health() {
 }
 
 function logs() {
+  // The open EventSource, or a marker while its ticket is on its way, or null.
   let source = null;
-  $("logs-panel").addEventListener("toggle", () => {
-    if ($("logs-panel").open && !source) {
-      source = new EventSource(withKey("/logs"));
-      source.onmessage = (m) => {
-        const pre = $("logs");
-        pre.textContent += m.data + "\n";
-        if (pre.textContent.length > 200000) pre.textContent = pre.textContent.slice(-150000);
-        pre.scrollTop = pre.scrollHeight;
-      };
-    } else if (!$("logs-panel").open && source) {
-      source.close();
-      source = null;
+  const close = () => {
+    if (source instanceof EventSource) source.close();
+    source = null;
+  };
+  // A ticket is taken once: after a drop, the browser's own retry would present it again, so
+  // the page opens a new source with a new ticket instead.
+  const open = async () => {
+    const marker = {};
+    source = marker;
+    let url;
+    try {
+      url = await streamUrl("/logs");
+    } catch (e) {
+      $("logs").textContent += `cannot open the log: ${e.message}\n`;
+      if (source === marker) source = null;
+      return;
     }
+    if (source !== marker) return; // closed while the ticket was on its way
+    const es = (source = new EventSource(url));
+    es.onerror = () => {
+      if (source !== es) return;
+      close();
+      setTimeout(() => $("logs-panel").open && !source && open(), 2000);
+    };
+    es.onmessage = (m) => {
+      const pre = $("logs");
+      pre.textContent += m.data + "\n";
+      if (pre.textContent.length > 200000) pre.textContent = pre.textContent.slice(-150000);
+      pre.scrollTop = pre.scrollHeight;
+    };
+  };
+  $("logs-panel").addEventListener("toggle", () => {
+    if ($("logs-panel").open && !source) open();
+    else if (!$("logs-panel").open && source) close();
   });
 }
 
 async function main() {
+  // The key first: on a daemon with keys, nothing else loads without it. A new key loads the
+  // page again with it.
+  $("api-key").value = apiKey();
+  $("api-key").addEventListener("change", () => {
+    localStorage.setItem(KEY, $("api-key").value.trim());
+    location.reload();
+  });
   $("volume").addEventListener("input", (e) => setVolume(Number(e.target.value)));
   health();
   logs();
   try {
     props = await json("/props");
   } catch (e) {
-    $("form-error").textContent = `cannot read /props: ${e.message}`;
+    const hint = /API key/.test(e.message) ? " (enter this daemon's API key at the top)" : "";
+    $("form-error").textContent = `cannot read /props: ${e.message}${hint}`;
     return;
   }
   setupForm();
