@@ -93,15 +93,16 @@ impl Client {
         Ok(r.json::<SubmitReply>()?.id)
     }
 
-    /// Submits raw JSON (fields the server defaults stay out of it).
-    pub fn submit_json(&self, body: &str) -> Result<JobId, ClientError> {
+    /// Submits raw JSON (fields the server defaults stay out of it): the job's id, and the
+    /// top-level fields the daemon ignored (a misspelt one shows there).
+    pub fn submit_json(&self, body: &str) -> Result<SubmitReply, ClientError> {
         let r = Self::check(
             self.auth(self.http.post(format!("{}/synth", self.base)))
                 .header("content-type", "application/json")
                 .body(body.to_string())
                 .send()?,
         )?;
-        Ok(r.json::<SubmitReply>()?.id)
+        Ok(r.json::<SubmitReply>()?)
     }
 
     pub fn status(&self, id: &JobId) -> Result<JobStatus, ClientError> {

@@ -123,7 +123,8 @@ pub struct FanoutReport {
     pub tiles_max: usize,
     /// Listeners that saw the job's end (`done`, `failed` or `cancelled`).
     pub completed: usize,
-    /// Listeners the daemon closed early (a slow consumer), with the close reasons.
+    /// Listeners that did not see the end: closed early by the daemon (a slow consumer), or
+    /// whose socket failed (each failure is printed to stderr).
     pub dropped: usize,
     pub bytes: u64,
     pub seconds: f64,
@@ -139,12 +140,16 @@ pub async fn ws_fanout(
     let t0 = Instant::now();
     let mut tasks = Vec::with_capacity(listeners);
     for _ in 0..listeners {
-        let mut url = format!("{}/stream?id={id}&format=pcm16", ws_base.trim_end_matches('/'));
-        if let Some(k) = &api_key {
-            url.push_str(&format!("&api_key={k}"));
-        }
+        let url = format!("{}/stream?id={id}&format=pcm16", ws_base.trim_end_matches('/'));
+        let api_key = api_key.clone();
         tasks.push(tokio::spawn(async move {
-            let (mut ws, _) = tokio_tungstenite::connect_async(url).await?;
+            use tokio_tungstenite::tungstenite::client::IntoClientRequest;
+            // The key in a header, never in the URL.
+            let mut request = url.into_client_request()?;
+            if let Some(k) = &api_key {
+                request.headers_mut().insert("x-api-key", k.parse()?);
+            }
+            let (mut ws, _) = tokio_tungstenite::connect_async(request).await?;
             let (mut tiles, mut bytes, mut completed) = (0usize, 0u64, false);
             while let Some(m) = ws.next().await {
                 match m? {
@@ -169,7 +174,19 @@ pub async fn ws_fanout(
     }
     let (mut tiles_min, mut tiles_max, mut completed, mut bytes) = (usize::MAX, 0, 0, 0u64);
     for t in tasks {
-        let (tiles, b, done) = t.await??;
+        // A listener that could not connect, or whose socket broke, is one the report counts
+        // as dropped (with no tiles); the others' figures still come.
+        let (tiles, b, done) = match t.await {
+            Ok(Ok(r)) => r,
+            Ok(Err(e)) => {
+                eprintln!("a listener failed: {e}");
+                (0, 0, false)
+            }
+            Err(e) => {
+                eprintln!("a listener's task failed: {e}");
+                (0, 0, false)
+            }
+        };
         tiles_min = tiles_min.min(tiles);
         tiles_max = tiles_max.max(tiles);
         completed += done as usize;

@@ -127,6 +127,9 @@ impl NatsBackend {
     }
 }
 
+/// How long the queue's figures wait for the cluster.
+const SNAPSHOT_WITHIN: Duration = Duration::from_secs(3);
+
 /// The workers that reported within their expiry.
 pub async fn live_workers(c: &Cluster) -> Result<Vec<WorkerInfo>, String> {
     let mut keys = c.workers.keys().await.map_err(|e| e.to_string())?;
@@ -211,6 +214,8 @@ impl JobQueue for NatsBackend {
             cancel: false,
             parts: vec![],
             upload,
+            beats: 0,
+            suspected: None,
         };
         record::create(&self.c.state, &entry).await.map_err(SubmitError::Journal)?;
         // The job id is the message id: a publish retried after a lost acknowledgement is
@@ -301,7 +306,11 @@ impl JobQueue for NatsBackend {
     }
 
     async fn snapshot(&self) -> Result<QueueSnapshot, Unavailable> {
-        let v = match self.view().await {
+        // Bounded, so that a health probe gets its 503 in seconds while the server is away.
+        let view = tokio::time::timeout(SNAPSHOT_WITHIN, self.view()).await.unwrap_or_else(|_| {
+            Err(Unavailable(format!("the cluster did not answer within {} s", SNAPSHOT_WITHIN.as_secs())))
+        });
+        let v = match view {
             Ok(v) => v,
             Err(e) => {
                 return Ok(QueueSnapshot {
@@ -320,7 +329,8 @@ impl JobQueue for NatsBackend {
             }
         };
         let (bytes, count) = self.cache.usage();
-        let jobs_known = self.c.state.status().await.map(|s| s.values() as usize).unwrap_or(0);
+        // Asked of the server each time (the bucket's own status is what it was at opening).
+        let jobs_known = self.c.state.stream.get_info().await.map(|i| i.state.messages as usize).unwrap_or(0);
         Ok(QueueSnapshot {
             queued: v.queued(),
             running: v.workers.iter().flat_map(|w| w.jobs.iter().map(|j| j.to_string())).collect(),

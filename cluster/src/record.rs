@@ -48,6 +48,16 @@ pub struct ClusterJob {
     /// A `/vae` upload waiting in the object store for its worker.
     #[serde(default)]
     pub upload: Option<String>,
+    /// The owner's heartbeats of this run, counted: a worker that finds the job's message back
+    /// while an owner holds it tells a live owner (whose count moves) from a dead one.
+    #[serde(default)]
+    pub beats: u64,
+    /// When (Unix ms) and at which count of beats a worker found the message back while the
+    /// owner held the job: the owner is taken for dead only if no beat came after, for
+    /// [`crate::worker::OWNER_GRACE`] (a server that was away longer than `ack_wait` gives back
+    /// the messages of live owners too).
+    #[serde(default)]
+    pub suspected: Option<(u64, u64)>,
 }
 
 pub fn key(id: &JobId) -> String {

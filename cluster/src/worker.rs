@@ -157,7 +157,13 @@ impl Worker {
                         let _ = msg.ack_with(jetstream::AckKind::Term).await;
                         continue;
                     };
-                    self.running.lock().unwrap().insert(id.clone());
+                    if !self.running.lock().unwrap().insert(id.clone()) {
+                        // Its message came back to the worker that runs it (the server was away
+                        // past ack_wait): the run goes on; the message is looked at again later.
+                        tracing::info!(job = %id, "the message of a job running here came back: the run goes on");
+                        let _ = msg.ack_with(jetstream::AckKind::Nak(Some(OWNER_GRACE))).await;
+                        continue;
+                    }
                     let me = self.clone();
                     tokio::spawn(async move {
                         let span = tracing::info_span!("job", job = %id);
@@ -263,7 +269,8 @@ impl Worker {
     async fn write_own(&self, id: &JobId, attempt: u32, mut f: impl FnMut(&mut ClusterJob)) -> Result<Own, String> {
         let me = self.node().to_string();
         let r = record::update(&self.c.state, id, Patience::Worker, |j| {
-            if j.owner.as_deref() != Some(me.as_str()) || j.attempt != attempt {
+            // An ended job (failed by a claim that found too many deaths, say) is no owner's.
+            if j.owner.as_deref() != Some(me.as_str()) || j.attempt != attempt || j.record.state.is_terminal() {
                 return Change::Keep(Own::Lost);
             }
             f(j);
@@ -284,7 +291,10 @@ impl Worker {
             Run(Box<ClusterJob>, bool),
             Skip,
             Ended(StreamEvent),
+            /// Its owner may be alive: look again after [`OWNER_GRACE`].
+            Later,
         }
+        let now = now_ms();
         let claim = record::update(&self.c.state, id, Patience::Worker, |j| {
             if j.claim_mark == mark && j.owner.as_deref() == Some(me.as_str()) {
                 // This claim's own write, which timed out but landed.
@@ -298,11 +308,26 @@ impl Worker {
                 return Change::Write(Claim::Ended(StreamEvent::Cancelled {}));
             }
             // Its message came back while a worker still owns it: that worker stopped
-            // answering (a worker that lets go of a job hands it back first).
+            // answering (a worker that lets go of a job hands it back first), or the server
+            // was away past ack_wait and the owner is still at it. Taken for dead only when no
+            // beat of its came for the grace after the first sight.
             let died = j.owner.is_some() && j.record.state == JobState::Running;
             if died {
+                match j.suspected {
+                    Some((beats, at)) if beats == j.beats => {
+                        if now.saturating_sub(at) < OWNER_GRACE.as_millis() as u64 {
+                            return Change::Keep(Claim::Later);
+                        }
+                    }
+                    // First sight, or the owner beat since the last: it lives.
+                    _ => {
+                        j.suspected = Some((j.beats, now));
+                        return Change::Write(Claim::Later);
+                    }
+                }
                 j.deaths += 1;
             }
+            j.suspected = None;
             if j.refusals >= MAX_REFUSALS {
                 let error = format!(
                     "no worker could take the job ({} times; the last was {}: see its log)",
@@ -311,6 +336,7 @@ impl Worker {
                 );
                 j.record.state = JobState::Failed;
                 j.record.error = Some(error.clone());
+                j.owner = None;
                 return Change::Write(Claim::Ended(StreamEvent::Failed { error }));
             }
             if j.deaths >= max.max(1) {
@@ -322,9 +348,11 @@ impl Worker {
                 );
                 j.record.state = JobState::Failed;
                 j.record.error = Some(error.clone());
+                j.owner = None;
                 return Change::Write(Claim::Ended(StreamEvent::Failed { error }));
             }
             j.owner = Some(me.clone());
+            j.beats = 0;
             j.claim_mark = mark;
             j.attempt += 1;
             j.record.state = JobState::Running;
@@ -350,6 +378,11 @@ impl Worker {
             Ok(Some(Claim::Ended(event))) => {
                 tracing::info!(event = %event.to_text(), "job ended without running");
                 self.finish_message(id, event, msg, None).await;
+                None
+            }
+            Ok(Some(Claim::Later)) => {
+                tracing::info!("the job's message came back while its worker holds it: looking again in a while");
+                let _ = msg.ack_with(jetstream::AckKind::Nak(Some(OWNER_GRACE))).await;
                 None
             }
             Ok(Some(Claim::Run(job, died))) => Some((job, died)),
@@ -631,6 +664,7 @@ impl Worker {
             let new_songs = (record.songs.len() != songs_known).then(|| record.songs.clone());
             let own = self
                 .write_own(&id, attempt, |j| {
+                    j.beats += 1;
                     j.progress = progress.map(|(s, d, t)| (s, d as u64, t as u64));
                     if let Some(songs) = &new_songs {
                         // The codes are journaled in the cluster: a worker that takes the job
@@ -701,6 +735,11 @@ struct Beat {
 /// How long a job this worker could not take waits before the server offers it again (to
 /// this worker or another): a refusal is not retried in a tight loop.
 const REFUSED_AGAIN: Duration = Duration::from_secs(2);
+
+/// How long a job's owner may go without a beat, after a worker found the job's message back,
+/// before it is taken for dead (four heartbeats: a server that comes back after an outage
+/// hears from every live owner within one).
+pub const OWNER_GRACE: Duration = Duration::from_secs(4 * crate::HEARTBEAT.as_secs());
 
 /// Refusals after which a job fails (about three minutes of them at [`REFUSED_AGAIN`]).
 const MAX_REFUSALS: u32 = 90;

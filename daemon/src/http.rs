@@ -21,8 +21,10 @@ fn not_found(msg: impl Into<String>) -> HttpResponse {
     error(actix_web::http::StatusCode::NOT_FOUND, msg)
 }
 
+/// A 503 (the job system or the journal is not answering, or the daemon is stopping), with
+/// when to try again.
 fn unavailable(msg: impl Into<String>) -> HttpResponse {
-    error(actix_web::http::StatusCode::SERVICE_UNAVAILABLE, msg)
+    HttpResponse::ServiceUnavailable().insert_header((header::RETRY_AFTER, "5")).json(ErrorBody { error: msg.into() })
 }
 
 /// The principal a request is admitted as (see [`crate::auth`]): its jobs' owner and its
@@ -550,8 +552,13 @@ pub struct JobsQuery {
     all: Option<String>,
 }
 
-fn flag(v: &Option<String>) -> bool {
-    matches!(v.as_deref(), Some("1") | Some("true"))
+/// A query flag `name`: absent, `0`, `false` or empty is false; `1` or `true` is true; any other
+/// value is a 400 naming it (a `result=yes` must not quietly answer the status instead).
+fn flag(name: &str, v: &Option<String>) -> Result<bool, HttpResponse> {
+    match v.as_deref() {
+        None => Ok(false),
+        Some(v) => parse_flag(v.as_bytes()).map_err(|e| bad(format!("{name}: {e}"))),
+    }
 }
 
 pub fn job_id(id: &Option<String>) -> Result<JobId, HttpResponse> {
@@ -564,7 +571,10 @@ pub fn job_id(id: &Option<String>) -> Result<JobId, HttpResponse> {
 /// (an admin key; anyone on a box without keys): every principal's, each naming its owner.
 pub async fn get_jobs(req: HttpRequest, q: web::Query<JobsQuery>, st: web::Data<AppState>) -> HttpResponse {
     let who = crate::auth::caller(&req);
-    let all = flag(&q.all);
+    let all = match flag("all", &q.all) {
+        Ok(a) => a,
+        Err(r) => return r,
+    };
     if all && !who.is_admin() {
         return error(actix_web::http::StatusCode::FORBIDDEN, "all: every principal's jobs need an admin key");
     }
@@ -579,9 +589,15 @@ pub async fn get_job(req: HttpRequest, q: web::Query<JobQuery>, st: web::Data<Ap
         Ok(id) => id,
         Err(r) => return r,
     };
+    // A cancel left without its POST (curl without -X POST) must not read as done.
+    if q.cancel.is_some() {
+        return bad("cancel: a GET only reads; cancelling is POST /job?id=N&cancel=1");
+    }
     let jobs = st.jobs.of(&crate::auth::caller(&req));
-    if flag(&q.result) {
-        return result(&id, &jobs).await;
+    match flag("result", &q.result) {
+        Ok(true) => return result(&id, &jobs).await,
+        Ok(false) => {}
+        Err(r) => return r,
     }
     match jobs.status(&id).await {
         Ok(Some(s)) => HttpResponse::Ok().json(s),
@@ -595,8 +611,10 @@ pub async fn post_job(req: HttpRequest, q: web::Query<JobQuery>, st: web::Data<A
         Ok(id) => id,
         Err(r) => return r,
     };
-    if !flag(&q.cancel) {
-        return bad("POST /job needs cancel=1");
+    match flag("cancel", &q.cancel) {
+        Ok(true) => {}
+        Ok(false) => return bad("cancel: POST /job needs cancel=1"),
+        Err(r) => return r,
     }
     match st.jobs.of(&crate::auth::caller(&req)).cancel(&id).await {
         Ok(Some(JobState::Cancelled)) => HttpResponse::Ok().json(serde_json::json!({"status": "cancelled"})),
@@ -707,11 +725,25 @@ pub struct HealthQuery {
 /// `/health`; `?ready=1` makes it a readiness probe: a 503 (with the same body) until the
 /// daemon takes and runs jobs, for a load balancer or an orchestrator that reads statuses only.
 pub async fn health(st: web::Data<AppState>, q: web::Query<HealthQuery>) -> HttpResponse {
+    use yued_cluster::async_nats::connection::State;
+    let ready = match flag("ready", &q.ready) {
+        Ok(r) => r,
+        Err(r) => return r,
+    };
+    if st.nats.as_ref().is_some_and(|c| c.connection_state() != State::Connected) {
+        let h = Health {
+            status: "unhealthy",
+            ready: false,
+            uptime_seconds: st.started.elapsed().as_secs_f64(),
+            demo_weights: st.demo_weights,
+        };
+        return HttpResponse::ServiceUnavailable().insert_header((header::CACHE_CONTROL, "no-store")).json(h);
+    }
     match st.jobs.liveness().await {
         Ok(s) => {
             let h = health_of(&st, &s);
             let status = match health_status(&s) {
-                actix_web::http::StatusCode::OK if flag(&q.ready) && !h.ready => {
+                actix_web::http::StatusCode::OK if ready && !h.ready => {
                     actix_web::http::StatusCode::SERVICE_UNAVAILABLE
                 }
                 status => status,

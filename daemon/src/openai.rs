@@ -147,10 +147,14 @@ fn format_of(name: &str) -> Result<(&'static str, Option<StreamCodec>), String> 
 
 /// `POST /v1/audio/speech`.
 pub async fn speech(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>) -> HttpResponse {
-    let b: SpeechBody = match serde_json::from_slice(&body) {
+    let mut de = serde_json::Deserializer::from_slice(&body);
+    let b: SpeechBody = match serde_path_to_error::deserialize(&mut de) {
         Ok(b) => b,
         Err(e) => return body_error(&e),
     };
+    if let Err(e) = de.end() {
+        return bad(format!("body: {e}"), None);
+    }
     let family = match family_of(&b.model, &st) {
         Ok(f) => f,
         Err(e) => return bad(format!("model: {e}"), Some("model")),
@@ -598,12 +602,17 @@ fn param_of(msg: &str) -> Option<&str> {
 
 /// A body that does not parse as the route's shape: serde's message, with the field first
 /// when serde names one (a missing or unknown field).
-fn body_error(e: &serde_json::Error) -> HttpResponse {
-    let text = e.to_string();
+fn body_error(e: &serde_path_to_error::Error<serde_json::Error>) -> HttpResponse {
+    let text = e.inner().to_string();
     for (prefix, what) in [("missing field `", "missing"), ("unknown field `", "not a field of this route")] {
         if let Some(field) = text.strip_prefix(prefix).and_then(|r| r.split('`').next()) {
             return bad(format!("{field}: {what} ({text})"), Some(field));
         }
     }
-    bad(format!("body: {text}"), None)
+    // The field a wrong type or value is in, as OpenAI's SDKs read `param`.
+    let path = e.path().to_string();
+    if path.is_empty() || path == "." {
+        return bad(format!("body: {text}"), None);
+    }
+    bad(format!("{path}: {text}"), Some(&path))
 }

@@ -150,8 +150,10 @@ fn job_param(desc: &str) -> Value {
 }
 
 /// Any value of a flag: `1` and `true` set it, anything else leaves it unset.
+/// A query flag: 1 or true, 0 or false (any case); another value is a 400 naming it.
 fn flag_param(name: &str, required: bool, desc: &str) -> Value {
-    json!({"name": name, "in": "query", "required": required, "description": desc, "schema": {"type": "string"}})
+    json!({"name": name, "in": "query", "required": required, "description": desc, "schema": {"type": "string",
+        "enum": ["1", "true", "0", "false"]}})
 }
 
 fn audio_content() -> Value {
@@ -380,8 +382,8 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                 map(json!({"200": {"description": "the status (JSON), or the result (multipart/mixed; JSON codes)",
                     "content": {"application/json": {"schema": {"anyOf": [r.status.clone(), codes, score]}},
                     "multipart/mixed": {"schema": {"type": "string",
-                    "format": "binary"}}}}, "400": error_response("a malformed id"), "404": error_response("an unknown \
-                    job, or no result (not done, or expired)"), "503": error_response("the scheduler is not \
+                    "format": "binary"}}}}, "400": error_response("a malformed id or result flag, or a cancel sent \
+                    as a GET"), "404": error_response("an unknown job, or no result (not done, or expired)"), "503": error_response("the scheduler is not \
                     running")})), Door::Keyed),
             "post": op(f, "Cancel a job", "cancel=1 (or true) cancels a queued or running job; cancelling a cancelled \
                 job answers the same.", json!([job_param("the job"), {"name": "cancel", "in": "query", "required": true,
@@ -398,7 +400,8 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
             address) that the daemon still knows, oldest first, with their journaled requests. all=1 (an admin key): \
             every principal's, each naming its owner.", json!([flag_param("all", false, "1 or true: every principal's \
             jobs (an admin key)")]), None, forbidden(f, map(json!({"200": json_reply("the jobs", r.jobs.clone()),
-            "503": error_response("the scheduler is not running")})), "all=1 without an admin key"), Door::Keyed)}),
+            "400": error_response("a malformed all flag"), "503": error_response("the scheduler is not running")})),
+            "all=1 without an admin key"), Door::Keyed)}),
     );
 }
 
@@ -497,8 +500,9 @@ fn server_paths(f: &Facts, r: &Replies, paths: &mut Map<String, Value>) {
         paths.insert(
             path.into(),
             json!({"get": op(f, what, description, params, None, map(json!({"200": json_reply("ok or loading",
-                schema.clone()), "503": {"description": "unhealthy (the journal refuses writes), not ready (ready=1), \
-                or the scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [schema,
+                schema.clone()), "400": error_response("a malformed ready flag"), "503": {"description": "unhealthy \
+                (the journal refuses writes, or a cluster node's connection is down), not ready (ready=1), or the \
+                scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [schema,
                 {"$ref": "#/components/schemas/ErrorBody"}]}}}}})), door)}),
         );
     }

@@ -1173,8 +1173,21 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             None => links,
         };
         let stopping = stopping_signal();
-        let served =
-            Served { jobs, metrics, props, limits, families, openapi, logs: ring, links, adapters, uploads, stopping };
+        let nats = cluster.as_ref().map(|(c, _)| c.client.clone());
+        let served = Served {
+            jobs,
+            metrics,
+            props,
+            limits,
+            families,
+            openapi,
+            logs: ring,
+            links,
+            adapters,
+            uploads,
+            stopping,
+            nats,
+        };
         let state = web::Data::new(app_state(&cfg, models, served));
         // The stages stop cleanly however the server ended (a failure to serve included).
         let served = serve_http(&cfg, sockets, state, keys, serves_api).await;
@@ -1183,7 +1196,7 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
             // The cluster's jobs this worker runs go back to the cluster at once.
             stop.stop().await;
         }
-        tracing::info!("shutting down: cancelling the running job and flushing the journal");
+        tracing::info!("shutting down: stopping the running jobs (they run again at start), flushing the journal");
         node.shutdown().await.map_err(|e| anyhow::anyhow!(e))?;
         served
     })?;
@@ -1265,10 +1278,13 @@ struct Served {
     adapters: Option<Arc<AdapterDir>>,
     uploads: PathBuf,
     stopping: tokio::sync::watch::Receiver<bool>,
+    /// The cluster's connection, on a cluster node.
+    nats: Option<yued_cluster::async_nats::Client>,
 }
 
 fn app_state(cfg: &Config, models: Models, s: Served) -> AppState {
     AppState {
+        nats: s.nats,
         jobs: s.jobs,
         metrics: s.metrics,
         props: s.props,

@@ -49,13 +49,16 @@ fn demo_inspect_tokenize_quantize() {
     ok(&["quantize", s(&bb), s(&q), "--type", "Q8_0"]);
     assert!(ok(&["gguf", "inspect", s(&q)]).contains("q8_0"));
     // A reader that stops early (`| head`): the tool ends quietly, with SIGPIPE's shell status.
-    let mut child = Command::new(env!("CARGO_BIN_EXE_yued"))
+    // The reader is gone before the tool starts (a reader dropped after the start could come
+    // after a short output has all fit in the pipe).
+    let (reader, writer) = std::io::pipe().unwrap();
+    drop(reader);
+    let child = Command::new(env!("CARGO_BIN_EXE_yued"))
         .args(["gguf", "inspect", s(&bb)])
-        .stdout(std::process::Stdio::piped())
+        .stdout(writer)
         .stderr(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    drop(child.stdout.take());
     let o = child.wait_with_output().unwrap();
     assert_eq!(o.status.code(), Some(141), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(o.stderr.is_empty(), "{}", String::from_utf8_lossy(&o.stderr));

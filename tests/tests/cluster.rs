@@ -80,9 +80,19 @@ impl Nats {
 
     /// Stops the server (SIGTERM, its store kept) and starts it again on the same store.
     fn restart(&mut self, down: Duration) {
+        self.stop();
+        std::thread::sleep(down);
+        self.start_again();
+    }
+
+    /// Stops the server (SIGTERM, its store kept).
+    fn stop(&mut self) {
         let _ = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status();
         let _ = self.child.wait();
-        std::thread::sleep(down);
+    }
+
+    /// Starts a stopped server again on the same store and port.
+    fn start_again(&mut self) {
         self.child = Self::spawn(&self.bin, &self.dir, self.port, self.monitor);
     }
 }
@@ -681,4 +691,48 @@ fn a_job_handed_back_twice_spends_no_start() {
     assert!(m.contains("yued_jobs_submitted_total 0"), "{m}");
     let m = api.http.get(api.url("/metrics")).send().unwrap().text().unwrap();
     assert!(m.contains("yued_jobs_submitted_total 1"), "{m}");
+}
+
+/// A NATS outage longer than `ack_wait` gives the server back every running job's message, but
+/// its workers are alive: the job stays with the worker that runs it (no other worker takes it
+/// over, no start is spent), and it ends done there. While the server is away every node's
+/// `/health` says so at once.
+#[test]
+fn an_outage_past_ack_wait_leaves_a_live_workers_job_alone() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let mut nats = Nats::start(bin, dir.path().join("nats"));
+    let opts = ["--cluster-max-attempts", "1"];
+    let wa = node_with(dir.path(), "wa", &nats, "worker", &opts);
+    let api = node_with(dir.path(), "api", &nats, "api", &opts);
+    let id = api.submit(&streamed_song_steps(7, 256));
+    let t0 = Instant::now();
+    while count(&wa.log(), &id, "codes journaled in the cluster") == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(120), "the song's codes never reached the cluster: {}", wa.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let wb = node_with(dir.path(), "wb", &nats, "worker", &opts);
+    nats.stop();
+    // Past ack_wait (6 s), and both nodes' health says the cluster is away, in well under a
+    // probe's timeout.
+    let t0 = Instant::now();
+    for d in [&wa, &api] {
+        let t = Instant::now();
+        let r = d.http.get(d.url("/health")).timeout(Duration::from_secs(10)).send().unwrap();
+        assert_eq!(r.status(), 503, "{}", r.text().unwrap());
+        assert!(t.elapsed() < Duration::from_secs(5), "a health probe waited {:?}", t.elapsed());
+    }
+    std::thread::sleep(Duration::from_secs(10).saturating_sub(t0.elapsed()));
+    nats.start_again();
+    let s = api.wait(&id, Duration::from_secs(240));
+    assert_eq!(s["status"], "done", "{s}");
+    assert_eq!(count(&wa.log(), &id, "job finished in the cluster"), 1, "{}", wa.log());
+    for (name, log) in [("wa", wa.log()), ("wb", wb.log())] {
+        assert_eq!(count(&log, &id, "stopped answering"), 0, "{name} took the job for dead: {log}");
+    }
+    assert_eq!(count(&wb.log(), &id, "job finished in the cluster"), 0);
+    // The outage did give the message back (else this test proves nothing).
+    let back = count(&wb.log(), &id, "came back") + count(&wa.log(), &id, "came back");
+    assert!(back > 0, "the job's message never came back: {}", wb.log());
+    assert_eq!(api.http.get(api.url("/health")).send().unwrap().status(), 200);
 }

@@ -120,6 +120,24 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
     assert_eq!(d.http.get(d.url("/job?id=00000000000000ff")).send().unwrap().status(), 404);
     assert_eq!(d.http.get(d.url("/job?id=xyz")).send().unwrap().status(), 400);
     assert_eq!(d.http.post(d.url(&format!("/job?id={id}&cancel=1"))).send().unwrap().status(), 409);
+    // A cancel sent as a GET, and a flag that is not one, are 400s naming them (never the
+    // status read as if the cancel or the result had been done).
+    for (q, field) in [("cancel=1", "cancel:"), ("result=yes", "result:")] {
+        let r = d.http.get(d.url(&format!("/job?id={id}&{q}"))).send().unwrap();
+        assert_eq!(r.status(), 400, "{q}");
+        assert!(r.text().unwrap().contains(field), "{q}");
+    }
+    // The OpenAI door names the field of a wrong type, as its SDKs read `param`.
+    let r = d
+        .http
+        .post(d.url("/v1/audio/speech"))
+        .header("content-type", "application/json")
+        .body(r#"{"model": "yue2", "input": "[verse] la", "duration": "5"}"#)
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 400);
+    let v: serde_json::Value = r.json().unwrap();
+    assert_eq!(v["error"]["param"], "duration", "{v}");
 }
 
 #[test]

@@ -28,7 +28,8 @@ enum Cmd {
         /// Request JSON file.
         request: PathBuf,
         /// Write the audio as it renders (16-bit stereo WAV) to this file; a player can
-        /// start on it before the song is finished.
+        /// start on it before the song is finished. A job of several tracks writes one file
+        /// per track: the first here, the others beside it as NAME-track01.wav, ...
         #[arg(long)]
         stream: Option<PathBuf>,
         /// Directory to unpack the finished result into (replay JSON, audio, latents).
@@ -158,35 +159,73 @@ fn run(client: &Client, cmd: Cmd, server: &str) -> anyhow::Result<()> {
 /// a WAV), then unpack the result.
 fn synth(client: &Client, request: &Path, stream: Option<&Path>, out: &PathBuf, no_wait: bool) -> anyhow::Result<()> {
     let body = std::fs::read_to_string(request).with_context(|| format!("reading {}", request.display()))?;
-    let id = client.submit_json(&body)?;
+    let reply = client.submit_json(&body)?;
+    let id = reply.id;
     println!("job {id}");
+    if !reply.ignored.is_empty() {
+        eprintln!("warning: the daemon ignored these fields of the request: {}", reply.ignored.join(", "));
+    }
     if no_wait {
         return Ok(());
     }
     let pb = ProgressBar::new(1);
-    pb.set_style(ProgressStyle::with_template("{msg:>12} [{bar:40}] {pos}/{len}").unwrap().progress_chars("=> "));
-    let mut wav = match stream {
-        Some(p) => Some(LiveWav::create(p)?),
-        None => None,
-    };
+    let style = "{msg:>12} [{bar:40}] {pos}/{len} {elapsed_precise} (left {eta})";
+    pb.set_style(ProgressStyle::with_template(style).unwrap().progress_chars("=> "));
+    // One live file per track: the tile event before each audio frame names its track.
+    let mut wavs: std::collections::BTreeMap<u32, (PathBuf, LiveWav)> = Default::default();
+    let (mut track, mut format) = (0u32, None);
+    let mut shown_stage = None;
     let mut outcome: Option<StreamEvent> = None;
     let mut io_err = None;
     client.stream(&id, "pcm16", &mut |m| match m {
-        StreamMessage::Event(StreamEvent::Queued { position }) => pb.set_message(format!("queued #{position}")),
+        StreamMessage::Event(StreamEvent::Queued { position }) => {
+            pb.set_message(if position == 0 { "queued next".to_string() } else { format!("queued #{}", position + 1) })
+        }
         StreamMessage::Event(StreamEvent::Stage { stage, done, total, .. }) => {
-            pb.set_message(stage.as_str().to_string());
-            pb.set_length(total.max(1));
-            pb.set_position(done);
+            // A new stage starts its own count (and clock) before it is shown.
+            if shown_stage != Some(stage) {
+                shown_stage = Some(stage);
+                pb.reset();
+                pb.set_length(total.max(1));
+                pb.set_position(done.min(total.max(1)));
+                pb.set_message(stage.as_str().to_string());
+            } else {
+                pb.set_length(total.max(1));
+                pb.set_position(done.min(total.max(1)));
+            }
         }
         StreamMessage::Event(StreamEvent::Score { abc }) => pb.println(format!("score: {} lines", abc.lines().count())),
         StreamMessage::Event(StreamEvent::Codes { frames }) => pb.println(format!("codes: {frames} frames")),
         StreamMessage::Event(StreamEvent::Format { sample_rate, channels, .. }) => {
-            if let Some(Err(e)) = wav.as_mut().map(|w| w.format(sample_rate, channels)) {
-                io_err = Some(e);
+            format = Some((sample_rate, channels));
+            for (_, w) in wavs.values_mut() {
+                if let Err(e) = w.format(sample_rate, channels) {
+                    io_err = Some(e);
+                }
             }
         }
+        StreamMessage::Event(StreamEvent::Tile { track: t, .. }) => track = t,
         StreamMessage::Audio(b) => {
-            if let Some(Err(e)) = wav.as_mut().map(|w| w.append(&b)) {
+            let Some(base) = stream else { return };
+            if let std::collections::btree_map::Entry::Vacant(slot) = wavs.entry(track) {
+                let path = track_path(base, track);
+                let opened = LiveWav::create(&path).and_then(|mut w| {
+                    if let Some((rate, channels)) = format {
+                        w.format(rate, channels)?;
+                    }
+                    Ok(w)
+                });
+                match opened {
+                    Ok(w) => {
+                        slot.insert((path, w));
+                    }
+                    Err(e) => {
+                        io_err = Some(std::io::Error::other(e.to_string()));
+                        return;
+                    }
+                }
+            }
+            if let Some(Err(e)) = wavs.get_mut(&track).map(|(_, w)| w.append(&b)) {
                 io_err = Some(e);
             }
         }
@@ -197,9 +236,9 @@ fn synth(client: &Client, request: &Path, stream: Option<&Path>, out: &PathBuf, 
     if let Some(e) = io_err {
         return Err(e.into());
     }
-    if let (Some(w), Some(p)) = (wav, stream) {
+    for (path, w) in wavs.into_values() {
         let seconds = w.finish()?;
-        println!("streamed {} ({seconds:.1} s)", p.display());
+        println!("streamed {} ({seconds:.1} s)", path.display());
     }
     match outcome {
         Some(StreamEvent::Done { tracks, audio_seconds }) => {
@@ -210,6 +249,17 @@ fn synth(client: &Client, request: &Path, stream: Option<&Path>, out: &PathBuf, 
         Some(StreamEvent::Cancelled {}) => anyhow::bail!("job {id} was cancelled"),
         _ => anyhow::bail!("the stream of job {id} ended early; `yue status {id}` tells more"),
     }
+}
+
+/// Where track `track`'s live audio goes: `base` for the first, `NAME-trackNN.EXT` beside it
+/// for the others.
+fn track_path(base: &Path, track: u32) -> PathBuf {
+    if track == 0 {
+        return base.to_path_buf();
+    }
+    let stem = base.file_stem().map(|s| s.to_string_lossy().into_owned()).unwrap_or_else(|| "live".into());
+    let ext = base.extension().map(|e| format!(".{}", e.to_string_lossy())).unwrap_or_default();
+    base.with_file_name(format!("{stem}-track{track:02}{ext}"))
 }
 
 /// A WAV file written while the stream plays: its header is written again once the

@@ -25,6 +25,8 @@ pub struct LmEvalArgs {
     /// Output file.
     #[arg(long)]
     pub out: PathBuf,
+    /// How the logits are computed: one forward over every token, or the first token then
+    /// the others one by one through the KV cache (the two must agree).
     #[arg(long, value_enum, default_value = "prefill")]
     pub mode: EvalMode,
     /// The directory of LoRA adapters --adapter names.
