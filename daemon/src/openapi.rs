@@ -383,8 +383,8 @@ fn job_paths(f: &Facts, r: &Replies, k: &KindBodies, paths: &mut Map<String, Val
                     "content": {"application/json": {"schema": {"anyOf": [r.status.clone(), codes, score]}},
                     "multipart/mixed": {"schema": {"type": "string",
                     "format": "binary"}}}}, "400": error_response("a malformed id or result flag, or a cancel sent \
-                    as a GET"), "404": error_response("an unknown job, or no result (not done, or expired)"), "503": error_response("the scheduler is not \
-                    running")})), Door::Keyed),
+                    as a GET"), "404": error_response("an unknown job, or no result (not done, or expired)"),
+                    "503": error_response("the scheduler is not running")})), Door::Keyed),
             "post": op(f, "Cancel a job", "cancel=1 (or true) cancels a queued or running job; cancelling a cancelled \
                 job answers the same.", json!([job_param("the job"), {"name": "cancel", "in": "query", "required": true,
                 "schema": {"type": "string", "enum": ["1", "true"]}}]), None,
