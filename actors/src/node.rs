@@ -51,6 +51,8 @@ pub struct Node {
     hub: Addr<StreamHub>,
     results: Arc<ResultStore>,
     stages: Stages,
+    /// The families its stages run.
+    families: Vec<Family>,
 }
 
 impl Node {
@@ -74,8 +76,12 @@ impl Node {
             scheduler.sweep_uploads(dir);
         }
         let scheduler = scheduler.start();
+        let mut families = vec![Family::Yue2];
+        if cfg.worker.mm3.is_some() {
+            families.push(Family::Mm3);
+        }
         let stages = crate::worker::spawn(cfg.worker, rx, scheduler.clone(), hub.clone(), results.clone(), metrics);
-        Ok(Node { scheduler, hub, results, stages })
+        Ok(Node { scheduler, hub, results, stages, families })
     }
 
     /// The node's job system, as the routes hold it.
@@ -90,7 +96,12 @@ impl Node {
     }
 
     fn local(&self) -> Local {
-        Local { scheduler: self.scheduler.clone(), hub: self.hub.clone(), results: self.results.clone() }
+        Local {
+            scheduler: self.scheduler.clone(),
+            hub: self.hub.clone(),
+            results: self.results.clone(),
+            families: self.families.clone(),
+        }
     }
 
     /// Stops the node: no new job is admitted, the running ones are cancelled through their
@@ -120,6 +131,7 @@ struct Local {
     scheduler: Addr<Scheduler>,
     hub: Addr<StreamHub>,
     results: Arc<ResultStore>,
+    families: Vec<Family>,
 }
 
 fn gone<E>(_: E) -> Unavailable {
@@ -187,5 +199,8 @@ impl NodeRunner for Local {
     }
     async fn tap(&self, id: &JobId) -> Option<mpsc::UnboundedReceiver<HubItem>> {
         self.hub.send(Tap(id.clone())).await.ok().flatten()
+    }
+    fn serves(&self, family: Family) -> bool {
+        self.families.contains(&family)
     }
 }

@@ -145,6 +145,21 @@ impl Cluster {
         tracing::info!(url = %cfg.url, node = %cfg.node, role = ?cfg.role, "joined the cluster");
         Ok(Cluster { client, js, jobs, state, workers, results, links, cfg })
     }
+
+    /// Whether a live worker already reports under this node's name: its entry is there and
+    /// moves within two heartbeats (an entry left by a killed worker of this name does not).
+    pub async fn name_in_use(&self) -> anyhow::Result<bool> {
+        let key = key_safe(&self.cfg.node);
+        let at = |v: Option<bytes::Bytes>| {
+            v.and_then(|v| serde_json::from_slice::<worker::WorkerInfo>(&v).ok()).map(|w| w.at_ms)
+        };
+        let Some(first) = at(self.workers.get(&key).await.map_err(|e| anyhow::anyhow!("{e}"))?) else {
+            return Ok(false);
+        };
+        tokio::time::sleep(2 * HEARTBEAT + Duration::from_millis(500)).await;
+        let then = at(self.workers.get(&key).await.map_err(|e| anyhow::anyhow!("{e}"))?);
+        Ok(then.is_some_and(|t| t != first))
+    }
 }
 
 /// The NATS connection, retried for a minute while the server comes up.
@@ -154,6 +169,18 @@ async fn connect_retrying(cfg: &ClusterConfig) -> anyhow::Result<async_nats::Cli
         let opts = async_nats::ConnectOptions::new().name(format!("yued {}", cfg.node)).max_reconnects(None::<usize>);
         match opts.connect(&cfg.url).await {
             Ok(c) => return Ok(c),
+            // What waiting does not mend: said at once.
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    async_nats::ConnectErrorKind::ServerParse
+                        | async_nats::ConnectErrorKind::Authentication
+                        | async_nats::ConnectErrorKind::AuthorizationViolation
+                        | async_nats::ConnectErrorKind::Tls
+                ) =>
+            {
+                anyhow::bail!("--cluster {}: {e}", cfg.url)
+            }
             Err(e) if tries < 60 => {
                 tries += 1;
                 tracing::warn!(url = %cfg.url, error = %e, "NATS not reachable yet; retrying");

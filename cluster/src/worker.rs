@@ -577,6 +577,14 @@ impl Worker {
                 None
             }
         };
+        // A job of a family this worker's stages do not run goes back for a worker that runs it
+        // (after as many refusals as the bound, it fails saying so).
+        let family = job.record.request.family();
+        if !self.node.serves(family) {
+            tracing::warn!(%family, "this worker does not serve the job's family: handing it back");
+            self.hand_back(&id, attempt, &msg, HandBack::Refused).await;
+            return;
+        }
         let Some(mut tap) = self.start_local(&id, &job, attempt, &msg).await else { return };
         let lost = Arc::new(AtomicBool::new(false));
         let beat_now = Arc::new(tokio::sync::Notify::new());

@@ -78,6 +78,8 @@ pub trait NodeRunner: Send + Sync {
     /// A raw copy of the job's stream (history, then live, to the terminal event); `None`
     /// when the node holds none for it.
     async fn tap(&self, id: &JobId) -> Option<mpsc::UnboundedReceiver<HubItem>>;
+    /// Whether its stages run `family`'s jobs (a cluster worker hands another family's back).
+    fn serves(&self, family: yued_protocol::Family) -> bool;
 }
 
 /// The four, as the routes hold them.

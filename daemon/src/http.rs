@@ -126,6 +126,9 @@ pub async fn post_synth(req: HttpRequest, body: Bytes, st: web::Data<AppState>) 
     }
 }
 
+/// The fields of a `/vae` request part a VAE job reads.
+const VAE_READS: [&str; 5] = ["family", "output_format", "peak_clip", "mp3_bitrate", "vae_model"];
+
 /// What a multipart body may hold beyond its parts' bytes (delimiters and part headers).
 pub(crate) const MULTIPART_SLACK: usize = 1 << 20;
 
@@ -410,8 +413,14 @@ pub async fn post_vae(req: HttpRequest, payload: web::Payload, st: web::Data<App
         Ok(p) => p,
         Err(resp) => return resp,
     };
+    // The part's fields a VAE job does not read are named, as /synth names its ignored ones.
+    let ignored: Vec<String> = request
+        .as_deref()
+        .and_then(|b| serde_json::from_slice::<serde_json::Map<String, serde_json::Value>>(b).ok())
+        .map(|o| o.keys().filter(|k| !VAE_READS.contains(&k.as_str())).cloned().collect())
+        .unwrap_or_default();
     match submit(&st, client_key(&req), options, Some(UploadTask { op, input: path.clone() })).await {
-        Ok(id) => HttpResponse::Ok().json(SubmitReply::new(id)),
+        Ok(id) => HttpResponse::Ok().json(SubmitReply { id, ignored }),
         Err(resp) => {
             let _ = std::fs::remove_file(&path);
             resp

@@ -199,7 +199,7 @@ pub async fn speech(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>)
         // yue2.cpp's default, one chunk per context window, the audio all came at the end).
         native["stream_chunk_seconds"] = SPEECH_CHUNK_SECONDS.into();
     }
-    run(&req, &st, native, codec, false).await
+    run(&req, &st, native, codec, false, &[]).await
 }
 
 /// The chunk length of a YuE2 song `/v1/audio/speech` streams (opus, pcm), as the WebUI's.
@@ -228,6 +228,8 @@ pub async fn music(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>) 
         Err(e) => return bad(format!("model: {e}"), Some("model")),
     };
     obj.insert("family".into(), family.as_str().into());
+    let ignored = yued_protocol::request::ignored_fields(&v, family);
+    let obj = v.as_object_mut().expect("an object");
     // Streamed as live tiles only when it is one track in a streamable format.
     let single =
         ["lm_batch_size", "synth_batch_size"].iter().all(|k| obj.get(*k).and_then(|x| x.as_u64()).unwrap_or(1) == 1);
@@ -235,7 +237,14 @@ pub async fn music(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>) 
         Some("opus") if single => Some(StreamCodec::Opus),
         _ => None,
     };
-    run(&req, &st, v, codec, asynchronous).await
+    let mut resp = run(&req, &st, v, codec, asynchronous, &ignored).await;
+    if !ignored.is_empty() && !asynchronous {
+        // An audio answer has no JSON to name them in: a header does.
+        if let Ok(h) = actix_web::http::header::HeaderValue::from_str(&ignored.join(", ")) {
+            resp.headers_mut().insert(actix_web::http::header::HeaderName::from_static("x-yued-ignored"), h);
+        }
+    }
+    resp
 }
 
 /// Submits `native` (checked as `/synth` checks it) and answers with its audio.
@@ -245,6 +254,7 @@ async fn run(
     native: serde_json::Value,
     codec: Option<StreamCodec>,
     asynchronous: bool,
+    ignored: &[String],
 ) -> HttpResponse {
     let body = serde_json::to_vec(&native).expect("JSON serializes");
     let request = match check_request(&body, st) {
@@ -259,8 +269,12 @@ async fn run(
         Err(resp) => return as_openai(resp).await,
     };
     if asynchronous {
-        return HttpResponse::Ok().json(serde_json::json!({"id": id, "object": "music.job", "status": "queued",
-                "status_url": format!("/job?id={id}"), "result_url": format!("/job?id={id}&result=1")}));
+        let mut reply = serde_json::json!({"id": id, "object": "music.job", "status": "queued",
+                "status_url": format!("/job?id={id}"), "result_url": format!("/job?id={id}&result=1")});
+        if !ignored.is_empty() {
+            reply["ignored"] = ignored.into();
+        }
+        return HttpResponse::Ok().json(reply);
     }
     // From here the caller waits for the audio: if it goes away first, the song is cancelled.
     let jobs = st.jobs.of(&crate::auth::caller(req));

@@ -608,7 +608,9 @@ fn openai_paths(f: &Facts, k: &KindBodies, paths: &mut Map<String, Value>) {
     let mut music_ok = audio_content();
     music_ok["application/json"] = json!({"schema": {"type": "object", "required": ["id", "object", "status"],
         "properties": {"id": {"$ref": "#/components/schemas/JobId"}, "object": {"const": "music.job"},
-        "status": {"const": "queued"}, "status_url": {"type": "string"}, "result_url": {"type": "string"}}}});
+        "status": {"const": "queued"}, "status_url": {"type": "string"}, "result_url": {"type": "string"},
+        "ignored": {"type": "array", "items": {"type": "string"}, "description": "the body's top-level fields the \
+        request does not read (an audio answer names them in an x-yued-ignored header)"}}}});
     paths.insert(
         "/v1/audio/music".into(),
         json!({"post": op(f, "A family's native request, answered with its audio", "The body is a /synth body of the \

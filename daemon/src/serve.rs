@@ -893,7 +893,14 @@ async fn join_cluster(
         link_ttl: std::time::Duration::from_secs(cfg.link_ttl_secs),
     };
     let cm = ClusterMetrics::register(metrics);
-    Ok(Some((Arc::new(Cluster::connect(cc).await?), cm)))
+    let cluster = Cluster::connect(cc).await?;
+    if role.computes() && cluster.name_in_use().await? {
+        anyhow::bail!(
+            "--node-name {}: a live worker of the cluster already reports under this name (each worker needs its own)",
+            cfg.node_name
+        );
+    }
+    Ok(Some((Arc::new(cluster), cm)))
 }
 
 /// What `/openapi.json` states of this daemon.
@@ -1258,6 +1265,13 @@ impl Compute<'_> {
                 let b = NatsBackend::new(c.clone(), cache, metrics.clone(), cm.clone());
                 b.watch();
                 b.backend()
+            }
+            (Some((c, cm)), Some(node)) => {
+                // A worker-only node keeps the cluster's gauges current too (each node's
+                // /metrics says what it sees of the cluster); its routes are its own node's.
+                let cache = ResultStore::open(&self.cfg.data_dir.join("cluster-results"), retention(self.cfg))?;
+                NatsBackend::new(c.clone(), cache, metrics.clone(), cm.clone()).watch();
+                node.backend()
             }
             (_, Some(node)) => node.backend(),
             _ => anyhow::bail!("role: a node must serve the API or compute"),

@@ -736,3 +736,43 @@ fn an_outage_past_ack_wait_leaves_a_live_workers_job_alone() {
     assert!(back > 0, "the job's message never came back: {}", wb.log());
     assert_eq!(api.http.get(api.url("/health")).send().unwrap().status(), 200);
 }
+
+/// A worker whose models serve YuE2 only hands a MiniMax Music 3 job back (no start spent)
+/// for a worker that serves it, which renders it.
+#[test]
+fn a_worker_hands_back_a_family_it_does_not_serve() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(bin, dir.path().join("nats"));
+    let yue2_only = dir.path().join("yue2-models");
+    yued_engine::models::yue2::demo::write_demo(
+        &yue2_only,
+        yued_engine::models::yue2::demo::Preset::Tiny,
+        0,
+        &mut |_, _| {},
+    )
+    .unwrap();
+    let opts = ["--cluster-max-attempts", "1", "--models", yue2_only.to_str().unwrap()];
+    let wa = node_with(dir.path(), "wa", &nats, "worker", &opts);
+    let api = node(dir.path(), "api", &nats, "api");
+    let id = api.submit(r#"{"family": "mm3", "caption": "calm", "lyrics": "[verse] la", "duration": 4, "steps": 2}"#);
+    let t0 = Instant::now();
+    while count(&wa.log(), &id, "does not serve the job's family") == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(60), "the YuE2-only worker never handed it back: {}", wa.log());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let wb = node(dir.path(), "wb", &nats, "worker");
+    let s = api.wait(&id, Duration::from_secs(180));
+    assert_eq!(s["status"], "done", "{s}");
+    assert_eq!(count(&wb.log(), &id, "job finished in the cluster"), 1, "{}", wb.log());
+    assert_eq!(count(&wa.log(), &id, "job finished in the cluster"), 0);
+    // A second worker under a live worker's name does not start, and says why.
+    let o = Command::new(yued_e2e::yued_bin())
+        .args(["serve", "--cluster", &nats.url(), "--role", "worker", "--node-name", "wa", "--port", "0"])
+        .arg("--data-dir")
+        .arg(dir.path().join("wa-again"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("already reports under this name"), "{err}");
+}

@@ -138,6 +138,20 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
     assert_eq!(r.status(), 400);
     let v: serde_json::Value = r.json().unwrap();
     assert_eq!(v["error"]["param"], "duration", "{v}");
+    // The music door names what it ignores, as /synth does.
+    let r = d
+        .http
+        .post(d.url("/v1/audio/music"))
+        .header("content-type", "application/json")
+        .body(
+            r#"{"model": "yue2", "async": true, "style": "x", "cot": "off", "duration": 1, "steps": 1, "duraton": 2}"#,
+        )
+        .send()
+        .unwrap();
+    assert_eq!(r.status(), 200);
+    let v: serde_json::Value = r.json().unwrap();
+    assert_eq!(v["ignored"], serde_json::json!(["duraton"]), "{v}");
+    d.http.post(d.url(&format!("/job?id={}&cancel=1", v["id"].as_str().unwrap()))).send().unwrap();
 }
 
 #[test]

@@ -81,10 +81,11 @@ fn vae_jobs_encode_and_decode_and_refuse_bad_uploads() {
         &d,
         form(&[
             ("src_latents", "application/octet-stream", &latents),
-            ("request", "application/json", br#"{"output_format": "flac", "peak_clip": 0}"#),
+            ("request", "application/json", br#"{"output_format": "flac", "peak_clip": 0, "style": "x"}"#),
         ]),
     );
     assert_eq!(s, 200, "{v}");
+    assert_eq!(v["ignored"], serde_json::json!(["style"]), "a VAE job reads no style: {v}");
     let id = v["id"].as_str().unwrap().to_string();
     assert_eq!(d.wait(&id, Duration::from_secs(120))["status"], "done");
     let parts = result(&d, &id);

@@ -14,8 +14,30 @@ pub fn run(a: SynthArgs) -> anyhow::Result<()> {
     // Every track writes its replay request beside its audio: never over the request read.
     a.check_outputs("")?;
     match files(&a)? {
-        Files::Mm3(reg, r) => super::synth_mm3::run(&a, &reg, *r),
-        Files::Yue2(model, vae, req) => run_yue2(&a, &model, &vae, *req),
+        Files::Mm3(reg, r) => {
+            warn_extension(&a.out, r.output_format);
+            super::synth_mm3::run(&a, &reg, *r)
+        }
+        Files::Yue2(model, vae, req) => {
+            warn_extension(&a.out, req.output_format);
+            run_yue2(&a, &model, &vae, *req)
+        }
+    }
+}
+
+/// Says so when `--out` names another extension than the request's format writes (the file
+/// follows the request: `--out song.wav` of an mp3 request is song.mp3).
+fn warn_extension(out: &std::path::Path, format: yued_protocol::OutputFormat) {
+    let asked = out.extension().map(|e| e.to_string_lossy().to_lowercase()).unwrap_or_default();
+    let written = format.extension();
+    if asked != written {
+        let name = out.with_extension(written);
+        eprintln!(
+            "note: the request's output_format is {}, so the audio is written as {} (--out names .{asked}; set \
+            output_format in the request to change the format)",
+            format.name(),
+            name.display()
+        );
     }
 }
 
