@@ -60,6 +60,19 @@ impl NatsBackend {
         yued_contract::Backend::new(self.clone(), self.clone(), self.clone(), self.clone())
     }
 
+    /// The jobs the state bucket holds, asked of the server each time (the bucket's own status
+    /// is what it was when it was opened): its `job.*` keys, not its fairness marks.
+    async fn jobs_known(&self) -> Result<usize, String> {
+        let subjects = format!("{}{}", self.c.state.prefix, "job.*");
+        let mut info = self.c.state.stream.info_with_subjects(subjects).await.map_err(|e| e.to_string())?;
+        let mut n = 0;
+        while let Some(s) = info.next().await {
+            s.map_err(|e| e.to_string())?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
     async fn view(&self) -> Result<View, Unavailable> {
         let workers = live_workers(&self.c).await.map_err(unavailable)?;
         let info = self.c.jobs.get_info().await.map_err(unavailable)?;
@@ -174,7 +187,8 @@ impl JobQueue for NatsBackend {
                     .map_err(|e| SubmitError::Unavailable(format!("the cluster's job queue: {e}")))?
                     .state
                     .messages as usize;
-                if cap.saturating_sub(active) <= 1 {
+                // One place left (none: the stream's bound answers, as a full cap).
+                if cap.saturating_sub(active) == 1 {
                     self.metrics.admission_rejections_total.inc();
                     return Err(SubmitError::KeptForOthers);
                 }
@@ -329,8 +343,7 @@ impl JobQueue for NatsBackend {
             }
         };
         let (bytes, count) = self.cache.usage();
-        // Asked of the server each time (the bucket's own status is what it was at opening).
-        let jobs_known = self.c.state.stream.get_info().await.map(|i| i.state.messages as usize).unwrap_or(0);
+        let jobs_known = self.jobs_known().await.unwrap_or(0);
         Ok(QueueSnapshot {
             queued: v.queued(),
             running: v.workers.iter().flat_map(|w| w.jobs.iter().map(|j| j.to_string())).collect(),

@@ -52,12 +52,12 @@ pub struct ClusterJob {
     /// while an owner holds it tells a live owner (whose count moves) from a dead one.
     #[serde(default)]
     pub beats: u64,
-    /// When (Unix ms) and at which count of beats a worker found the message back while the
-    /// owner held the job: the owner is taken for dead only if no beat came after, for
-    /// [`crate::worker::OWNER_GRACE`] (a server that was away longer than `ack_wait` gives back
-    /// the messages of live owners too).
+    /// The count of beats at which a worker found the message back while the owner held the
+    /// job: a worker that finds it back again (the message returns [`crate::worker::OWNER_GRACE`]
+    /// later, by the server's clock) with no beat since takes the owner for dead (a server that
+    /// was away longer than `ack_wait` gives back the messages of live owners too).
     #[serde(default)]
-    pub suspected: Option<(u64, u64)>,
+    pub suspected: Option<u64>,
 }
 
 pub fn key(id: &JobId) -> String {

@@ -35,7 +35,7 @@ use tokio::io::AsyncWriteExt;
 use yued_contract::results::{now_ms, ResultPart, ResultStore};
 use yued_contract::stream::HubItem;
 use yued_contract::{NodeRunner, Submission, UploadTask};
-use yued_protocol::{JobId, JobState, StreamEvent};
+use yued_protocol::{Family, JobId, JobState, StreamEvent};
 
 /// What a worker reports of itself in the workers bucket at every heartbeat.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -44,6 +44,9 @@ pub struct WorkerInfo {
     pub jobs: Vec<JobId>,
     pub slots: usize,
     pub at_ms: u64,
+    /// The families its stages run (empty from an older worker).
+    #[serde(default)]
+    pub families: Vec<yued_protocol::Family>,
 }
 
 pub struct Worker {
@@ -117,7 +120,8 @@ impl Worker {
         let key = key_safe(self.node());
         loop {
             let jobs: Vec<JobId> = self.running.lock().unwrap().iter().cloned().collect();
-            let info = WorkerInfo { node: self.node().to_string(), jobs, slots: self.slots, at_ms: now_ms() };
+            let families = [Family::Yue2, Family::Mm3].into_iter().filter(|f| self.node.serves(*f)).collect::<Vec<_>>();
+            let info = WorkerInfo { node: self.node().to_string(), jobs, slots: self.slots, at_ms: now_ms(), families };
             if self.stopping() {
                 let _ = self.c.workers.delete(&key).await;
                 return;
@@ -294,7 +298,6 @@ impl Worker {
             /// Its owner may be alive: look again after [`OWNER_GRACE`].
             Later,
         }
-        let now = now_ms();
         let claim = record::update(&self.c.state, id, Patience::Worker, |j| {
             if j.claim_mark == mark && j.owner.as_deref() == Some(me.as_str()) {
                 // This claim's own write, which timed out but landed.
@@ -313,17 +316,12 @@ impl Worker {
             // beat of its came for the grace after the first sight.
             let died = j.owner.is_some() && j.record.state == JobState::Running;
             if died {
-                match j.suspected {
-                    Some((beats, at)) if beats == j.beats => {
-                        if now.saturating_sub(at) < OWNER_GRACE.as_millis() as u64 {
-                            return Change::Keep(Claim::Later);
-                        }
-                    }
+                // No clock is compared: the second sight comes OWNER_GRACE after the first, as
+                // the server redelivers the message.
+                if j.suspected != Some(j.beats) {
                     // First sight, or the owner beat since the last: it lives.
-                    _ => {
-                        j.suspected = Some((j.beats, now));
-                        return Change::Write(Claim::Later);
-                    }
+                    j.suspected = Some(j.beats);
+                    return Change::Write(Claim::Later);
                 }
                 j.deaths += 1;
             }
@@ -560,8 +558,15 @@ impl Worker {
         // for minutes while the server is away) may take longer than ack_wait, and a message
         // taken over then would be rendered again and this one's finished result thrown away.
         let _claimed = self.keep_claimed(msg.clone());
+        if !self.family_here(&id, &msg).await {
+            return;
+        }
         let Some((job, died)) = self.claim(&id, &msg).await else { return };
         let (attempt, codes) = (job.attempt, job.record.songs.len());
+        // The owner beats from its claim to its last write (its results' upload included, which
+        // a server that was away makes long): a worker that finds the message back meanwhile
+        // sees the count move and leaves the job alone.
+        let _beating = self.beating(id.clone(), attempt);
         if died {
             self.metrics.redeliveries_total.inc();
             tracing::warn!(attempt, deaths = job.deaths, codes, "resuming a job whose worker stopped answering");
@@ -643,6 +648,40 @@ impl Worker {
     }
 
     /// Reports the message in progress every third of ack_wait until the guard is dropped.
+    /// Counts this run's beats in the job's state every heartbeat until dropped.
+    fn beating(self: &Arc<Self>, id: JobId, attempt: u32) -> KeepClaimed {
+        let me = self.clone();
+        let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
+        KeepClaimed(tokio::spawn(async move {
+            loop {
+                if let Ok(Own::Lost) = me.write_own(&id, attempt, |j| j.beats += 1).await {
+                    return;
+                }
+                tokio::time::sleep(period).await;
+            }
+        }))
+    }
+
+    /// Whether this worker's stages run the job's family, or no live worker's do (then the
+    /// claim takes it, and refuses it, counted, so that it fails in the end). A job of a family
+    /// another live worker runs goes back without a write, for that worker.
+    async fn family_here(&self, id: &JobId, msg: &jetstream::Message) -> bool {
+        let Ok(Some((job, _))) = record::read(&self.c.state, id, Patience::Worker).await else { return true };
+        let family = job.record.request.family();
+        if self.node.serves(family) {
+            return true;
+        }
+        let elsewhere = crate::api::live_workers(&self.c)
+            .await
+            .is_ok_and(|ws| ws.iter().any(|w| w.node != self.node() && w.families.contains(&family)));
+        if !elsewhere {
+            return true;
+        }
+        tracing::info!(%family, "this worker does not serve the job's family: it goes back for one that does");
+        let _ = msg.ack_with(jetstream::AckKind::Nak(Some(REFUSED_AGAIN))).await;
+        false
+    }
+
     fn keep_claimed(&self, msg: Arc<jetstream::Message>) -> KeepClaimed {
         let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
         KeepClaimed(tokio::spawn(async move {
@@ -672,7 +711,6 @@ impl Worker {
             let new_songs = (record.songs.len() != songs_known).then(|| record.songs.clone());
             let own = self
                 .write_own(&id, attempt, |j| {
-                    j.beats += 1;
                     j.progress = progress.map(|(s, d, t)| (s, d as u64, t as u64));
                     if let Some(songs) = &new_songs {
                         // The codes are journaled in the cluster: a worker that takes the job

@@ -58,8 +58,8 @@ impl KeySource {
 #[derive(Clone, Default)]
 pub struct Keys {
     table: Arc<RwLock<KeyTable>>,
-    /// Nonces of the tickets taken here, until each expires.
-    spent: Arc<Mutex<HashMap<[u8; 16], u64>>>,
+    /// The tickets taken here, until each expires.
+    spent: Arc<Mutex<Spent>>,
     /// Whether the log has said that a key came in a URL (said once).
     warned_url_key: Arc<AtomicBool>,
 }
@@ -68,9 +68,47 @@ pub struct Keys {
 /// header), and how long one is good for.
 pub const TICKET_ROUTES: [&str; 3] = ["/stream", "/synth/stream", "/logs"];
 pub const TICKET_SECONDS: u64 = 60;
-/// The most tickets a node remembers as taken (a minute's worth at 16 000 a second): past it, a
-/// ticket is refused until the oldest expire.
-const SPENT_MAX: usize = 1 << 20;
+/// The most tickets of one principal a node remembers as taken (a minute's worth at 68 a
+/// second, far past what a page opens): past it, that principal's tickets are refused until
+/// its oldest expire; the others' are not concerned.
+const SPENT_PER_PRINCIPAL: usize = 4096;
+
+/// The tickets a node has taken, by expiry (the oldest are dropped as time passes), each with
+/// its principal, whose count is bounded.
+#[derive(Default)]
+struct Spent {
+    by_expiry: std::collections::BTreeMap<(u64, [u8; 16]), String>,
+    per_principal: HashMap<String, usize>,
+}
+
+impl Spent {
+    /// Takes the ticket `(expires, nonce)` of `who` at `now`: `Err` when it was taken already
+    /// or `who` has too many in flight.
+    fn take(&mut self, who: &str, expires: u64, nonce: [u8; 16], now: u64) -> Result<(), String> {
+        while let Some(entry) = self.by_expiry.first_entry() {
+            if entry.key().0 >= now {
+                break;
+            }
+            let gone = entry.remove();
+            if let Some(n) = self.per_principal.get_mut(&gone) {
+                *n -= 1;
+                if *n == 0 {
+                    self.per_principal.remove(&gone);
+                }
+            }
+        }
+        if self.by_expiry.contains_key(&(expires, nonce)) {
+            return Err("the ticket was used already".into());
+        }
+        let n = self.per_principal.entry(who.to_string()).or_default();
+        if *n >= SPENT_PER_PRINCIPAL {
+            return Err("this key has too many tickets in flight; try again in a minute".into());
+        }
+        *n += 1;
+        self.by_expiry.insert((expires, nonce), who.to_string());
+        Ok(())
+    }
+}
 
 fn unix_now() -> u64 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0)
@@ -126,14 +164,7 @@ impl Keys {
     fn redeem(&self, ticket: &str, scope: &TicketScope) -> Result<(Principal, KeyRef), String> {
         let now = unix_now();
         let r = self.table.read().expect("keys lock").redeem_ticket(ticket, scope, now).map_err(|e| e.to_string())?;
-        let mut spent = self.spent.lock().expect("tickets lock");
-        spent.retain(|_, expires| *expires >= now);
-        if spent.len() >= SPENT_MAX {
-            return Err("too many tickets are in flight; try again in a minute".into());
-        }
-        if spent.insert(r.nonce, r.expires).is_some() {
-            return Err("the ticket was used already".into());
-        }
+        self.spent.lock().expect("tickets lock").take(&r.principal.id, r.expires, r.nonce, now)?;
         Ok((r.principal, r.key))
     }
 }
@@ -512,6 +543,26 @@ mod tests {
         for ok in ["localhost:8087", "app.localhost", "[::1]:8087", "10.0.0.5:8087", "MUSIC.lan:443", "music.lan"] {
             assert!(cross_site(&req("::1", Method::GET, &[("host", ok)]), true).is_none(), "{ok}");
         }
+    }
+
+    #[test]
+    fn a_ticket_is_taken_once_and_one_principal_cannot_fill_the_node() {
+        let mut spent = Spent::default();
+        spent.take("alice", 100, [1; 16], 50).unwrap();
+        assert!(spent.take("alice", 100, [1; 16], 60).unwrap_err().contains("used already"));
+        for i in 1..SPENT_PER_PRINCIPAL {
+            spent
+                .take("bob", 100, [(i % 256) as u8, (i / 256) as u8, 2, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0], 60)
+                .unwrap();
+        }
+        spent.take("bob", 100, [9; 16], 60).unwrap();
+        assert!(spent.take("bob", 100, [8; 16], 60).unwrap_err().contains("too many"));
+        spent.take("alice", 100, [7; 16], 60).unwrap();
+        // Past their expiry they are dropped, with their counts.
+        spent.take("bob", 200, [8; 16], 101).unwrap();
+        assert_eq!(spent.by_expiry.len(), 1);
+        assert_eq!(spent.per_principal.get("bob"), Some(&1));
+        assert!(!spent.per_principal.contains_key("alice"));
     }
 
     #[test]

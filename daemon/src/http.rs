@@ -136,9 +136,9 @@ pub(crate) const MULTIPART_SLACK: usize = 1 << 20;
 /// room in the uploads' memory while it is read.
 const BODY_IDLE: std::time::Duration = std::time::Duration::from_secs(30);
 
-/// Reads a request body of at most `limit` bytes (`Err(None)` past it), its room in the uploads'
-/// memory growing as it comes ([`UPLOAD_COPIES`] times the bytes read, twice as much at each
-/// step, to at most `expect` bytes when the length was declared).
+/// Reads a request body of at most `limit` bytes (`Err(None)` past it), with its room in the
+/// uploads' memory ([`UPLOAD_COPIES`] times its bytes): its declared length `expect` at its
+/// first byte, else growing as it comes.
 async fn read_body(
     mut payload: web::Payload,
     limit: usize,
@@ -159,8 +159,14 @@ async fn read_body(
             return Err(None);
         }
         if len * UPLOAD_COPIES > permit.bytes() {
-            let step = (2 * len).max(1 << 20).min(expect.unwrap_or(usize::MAX).max(len)).min(limit);
-            upload_room.grow(permit, step * UPLOAD_COPIES).await.map_err(Some)?;
+            // A declared length is taken whole at the first byte (bodies that each wait for
+            // the rest of their room while holding part of it could all wait out their time);
+            // a body of unknown length grows, twice as much at each step.
+            let step = match expect {
+                Some(n) => n.max(len),
+                None => (2 * len).max(1 << 20),
+            };
+            upload_room.grow(permit, step.min(limit) * UPLOAD_COPIES).await.map_err(Some)?;
         }
         buf.extend_from_slice(&chunk);
     }
@@ -561,12 +567,13 @@ pub struct JobsQuery {
     all: Option<String>,
 }
 
-/// A query flag `name`: absent, `0`, `false` or empty is false; `1` or `true` is true; any other
+/// A query flag `name`: absent, empty, `0` or `false` is false; `1` or `true` is true; any other
 /// value is a 400 naming it (a `result=yes` must not quietly answer the status instead).
 fn flag(name: &str, v: &Option<String>) -> Result<bool, HttpResponse> {
     match v.as_deref() {
-        None => Ok(false),
-        Some(v) => parse_flag(v.as_bytes()).map_err(|e| bad(format!("{name}: {e}"))),
+        None | Some("" | "0" | "false") => Ok(false),
+        Some("1" | "true") => Ok(true),
+        Some(other) => Err(bad(format!("{name}: '{other}' is not 1, true, 0 or false"))),
     }
 }
 
@@ -681,8 +688,9 @@ enum Segment {
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub struct Health {
     /// `ok`; `loading` until the compute stages are ready; `unhealthy` (with a 503) while the
-    /// journal refuses writes.
-    #[schemars(extend("enum" = ["ok", "loading", "unhealthy"]))]
+    /// journal refuses writes; `degraded` on a cluster node while its NATS connection is down
+    /// (a 200: restarting the node mends nothing and would stop its running jobs; not ready).
+    #[schemars(extend("enum" = ["ok", "loading", "unhealthy", "degraded"]))]
     pub status: &'static str,
     /// Whether the daemon takes and runs jobs now (`status` is `ok`).
     pub ready: bool,
@@ -741,12 +749,14 @@ pub async fn health(st: web::Data<AppState>, q: web::Query<HealthQuery>) -> Http
     };
     if st.nats.as_ref().is_some_and(|c| c.connection_state() != State::Connected) {
         let h = Health {
-            status: "unhealthy",
+            status: "degraded",
             ready: false,
             uptime_seconds: st.started.elapsed().as_secs_f64(),
             demo_weights: st.demo_weights,
         };
-        return HttpResponse::ServiceUnavailable().insert_header((header::CACHE_CONTROL, "no-store")).json(h);
+        let status =
+            if ready { actix_web::http::StatusCode::SERVICE_UNAVAILABLE } else { actix_web::http::StatusCode::OK };
+        return HttpResponse::build(status).insert_header((header::CACHE_CONTROL, "no-store")).json(h);
     }
     match st.jobs.liveness().await {
         Ok(s) => {

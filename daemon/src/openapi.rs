@@ -150,10 +150,10 @@ fn job_param(desc: &str) -> Value {
 }
 
 /// Any value of a flag: `1` and `true` set it, anything else leaves it unset.
-/// A query flag: 1 or true, 0 or false (any case); another value is a 400 naming it.
+/// A query flag: 1 or true, 0, false or empty; another value is a 400 naming it.
 fn flag_param(name: &str, required: bool, desc: &str) -> Value {
     json!({"name": name, "in": "query", "required": required, "description": desc, "schema": {"type": "string",
-        "enum": ["1", "true", "0", "false"]}})
+        "enum": ["1", "true", "0", "false", ""]}})
 }
 
 fn audio_content() -> Value {
@@ -501,8 +501,8 @@ fn server_paths(f: &Facts, r: &Replies, paths: &mut Map<String, Value>) {
             path.into(),
             json!({"get": op(f, what, description, params, None, map(json!({"200": json_reply("ok or loading",
                 schema.clone()), "400": error_response("a malformed ready flag"), "503": {"description": "unhealthy \
-                (the journal refuses writes, or a cluster node's connection is down), not ready (ready=1), or the \
-                scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [schema,
+                (the journal refuses writes), not ready (ready=1: also while a cluster node's connection is down), \
+                or the scheduler is not running", "content": {"application/json": {"schema": {"anyOf": [schema,
                 {"$ref": "#/components/schemas/ErrorBody"}]}}}}})), door)}),
         );
     }
@@ -609,8 +609,8 @@ fn openai_paths(f: &Facts, k: &KindBodies, paths: &mut Map<String, Value>) {
     music_ok["application/json"] = json!({"schema": {"type": "object", "required": ["id", "object", "status"],
         "properties": {"id": {"$ref": "#/components/schemas/JobId"}, "object": {"const": "music.job"},
         "status": {"const": "queued"}, "status_url": {"type": "string"}, "result_url": {"type": "string"},
-        "ignored": {"type": "array", "items": {"type": "string"}, "description": "the body's top-level fields the \
-        request does not read (an audio answer names them in an x-yued-ignored header)"}}}});
+        "ignored": {"type": "array", "items": {"type": "string"}, "description": "the body's fields the request \
+        does not read (an audio answer names them in an x-yued-ignored header)"}}}});
     paths.insert(
         "/v1/audio/music".into(),
         json!({"post": op(f, "A family's native request, answered with its audio", "The body is a /synth body of the \

@@ -10,8 +10,9 @@ use yued_protocol::{Limits, Props};
 pub struct AppState {
     /// The job system: this process's scheduler, hub and results, or a cluster's.
     pub jobs: yued_contract::Backend,
-    /// The cluster's connection, on a cluster node: `/health` is a 503 at once while it is
-    /// down (a worker's own stages would say ok; an API node's figures wait on a timeout).
+    /// The cluster's connection, on a cluster node: `/health` says `degraded` at once while it
+    /// is down (a 503 to a readiness probe), where a worker's own stages would say ok and an
+    /// API node's figures would wait on a timeout.
     pub nats: Option<yued_cluster::async_nats::Client>,
     pub metrics: Metrics,
     pub props: Props,

@@ -7,9 +7,9 @@ use std::sync::{Arc, Mutex};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use yued_protocol::ErrorBody;
 
-/// The memory upload bodies being read at once share. A body's room grows with the bytes that
-/// have come (a body that announces a large length and then trickles holds only what it sent),
-/// and is held while its parts are in memory. Room that does not come within
+/// The memory upload bodies being read at once share. A body's room is taken at its first
+/// byte (its declared length; a body of unknown length grows as it comes), and is held while
+/// its parts are in memory. Room that does not come within
 /// [`UPLOAD_ROOM_WAIT`] is a 503 with Retry-After, so many large uploads at once wait, or are
 /// turned away, instead of taking the daemon's memory. Each principal holds at most its share
 /// (half the room, and at least one largest body): a body past it waits for the principal's

@@ -696,7 +696,7 @@ fn a_job_handed_back_twice_spends_no_start() {
 /// A NATS outage longer than `ack_wait` gives the server back every running job's message, but
 /// its workers are alive: the job stays with the worker that runs it (no other worker takes it
 /// over, no start is spent), and it ends done there. While the server is away every node's
-/// `/health` says so at once.
+/// `/health` says so at once (degraded, not ready).
 #[test]
 fn an_outage_past_ack_wait_leaves_a_live_workers_job_alone() {
     let Some(bin) = nats_server() else { return };
@@ -714,12 +714,15 @@ fn an_outage_past_ack_wait_leaves_a_live_workers_job_alone() {
     let wb = node_with(dir.path(), "wb", &nats, "worker", &opts);
     nats.stop();
     // Past ack_wait (6 s), and both nodes' health says the cluster is away, in well under a
-    // probe's timeout.
+    // probe's timeout: degraded (a liveness probe must not restart them), not ready.
     let t0 = Instant::now();
     for d in [&wa, &api] {
         let t = Instant::now();
         let r = d.http.get(d.url("/health")).timeout(Duration::from_secs(10)).send().unwrap();
-        assert_eq!(r.status(), 503, "{}", r.text().unwrap());
+        assert_eq!(r.status(), 200);
+        assert_eq!(r.json::<serde_json::Value>().unwrap()["status"], "degraded");
+        let r = d.http.get(d.url("/health?ready=1")).timeout(Duration::from_secs(10)).send().unwrap();
+        assert_eq!(r.status(), 503);
         assert!(t.elapsed() < Duration::from_secs(5), "a health probe waited {:?}", t.elapsed());
     }
     std::thread::sleep(Duration::from_secs(10).saturating_sub(t0.elapsed()));

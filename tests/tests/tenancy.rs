@@ -387,8 +387,8 @@ fn no_principal_reaches_anothers_jobs_or_keys() {
 }
 
 /// One principal's uploads hold at most its share of the uploads' memory (half of it, and at
-/// least one largest body), and a body holds only the room for what has come: Bob's two bodies
-/// that announce the largest length never shut Alice's upload out.
+/// least one largest body): Bob's two bodies that announce the largest length and trickle
+/// never shut Alice's upload out.
 #[test]
 fn one_principals_uploads_leave_room_for_the_others() {
     use std::io::{Read, Write};

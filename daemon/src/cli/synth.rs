@@ -31,12 +31,10 @@ fn warn_extension(out: &std::path::Path, format: yued_protocol::OutputFormat) {
     let asked = out.extension().map(|e| e.to_string_lossy().to_lowercase()).unwrap_or_default();
     let written = format.extension();
     if asked != written {
-        let name = out.with_extension(written);
         eprintln!(
-            "note: the request's output_format is {}, so the audio is written as {} (--out names .{asked}; set \
-            output_format in the request to change the format)",
+            "note: the request's output_format is {}, so the audio is written as .{written} (--out names .{asked}; \
+            set output_format in the request to change the format)",
             format.name(),
-            name.display()
         );
     }
 }
