@@ -203,6 +203,9 @@ async def scenario(base, tmp):
             la = structured(await client.call_tool("song_result", {"job_id": a["job_id"]}))
             lb = structured(await client.call_tool("song_result", {"job_id": b["job_id"]}))
             t_links = time.time()
+            # --public-url names where clients reach the daemon (not the address this client used).
+            public = base.replace("127.0.0.1", "localhost")
+            check(la["url"].startswith(f"{public}/links/"), f"the link ignores --public-url: {la['url']}")
             token = la["url"].rsplit("/", 1)[1]
             check(len(token) == 32 and all(c in "0123456789abcdef" for c in token), f"a 128-bit token: {token}")
             check(la["expires_in_seconds"] == LINK_TTL, f"link lifetime {la}")
@@ -228,7 +231,7 @@ def main():
     port = free_port()
     log = open(os.path.join(tmp, "daemon.log"), "w")
     env = dict(os.environ, YUED_LINK_TTL_SECS=str(LINK_TTL), YUED_MCP_MAX_SECONDS="20")
-    daemon = subprocess.Popen([yued, "serve", "--port", str(port), "--data-dir", os.path.join(tmp, "data"), "--device", "CPU", "--threads", "1", "--admission-cap", "2", "--admission-share", "2", "--api-key", KEY], stdout=log, stderr=log, env=env)
+    daemon = subprocess.Popen([yued, "serve", "--port", str(port), "--data-dir", os.path.join(tmp, "data"), "--device", "CPU", "--threads", "1", "--admission-cap", "2", "--admission-share", "2", "--api-key", KEY, "--public-url", f"http://localhost:{port}/"], stdout=log, stderr=log, env=env)
     base = f"http://127.0.0.1:{port}"
     try:
         for _ in range(600):

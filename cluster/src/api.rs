@@ -74,7 +74,7 @@ impl NatsBackend {
     }
 
     async fn view(&self) -> Result<View, Unavailable> {
-        let workers = live_workers(&self.c).await.map_err(unavailable)?;
+        let workers = self.c.live_workers().await.map_err(unavailable)?;
         let info = self.c.jobs.get_info().await.map_err(unavailable)?;
         let v = View {
             workers,
@@ -142,21 +142,6 @@ impl NatsBackend {
 
 /// How long the queue's figures wait for the cluster.
 const SNAPSHOT_WITHIN: Duration = Duration::from_secs(3);
-
-/// The workers that reported within their expiry.
-pub async fn live_workers(c: &Cluster) -> Result<Vec<WorkerInfo>, String> {
-    let mut keys = c.workers.keys().await.map_err(|e| e.to_string())?;
-    let mut out = Vec::new();
-    while let Some(k) = keys.next().await {
-        let Ok(k) = k else { continue };
-        if let Ok(Some(v)) = c.workers.get(k).await {
-            if let Ok(w) = serde_json::from_slice::<WorkerInfo>(&v) {
-                out.push(w);
-            }
-        }
-    }
-    Ok(out)
-}
 
 #[async_trait]
 impl JobQueue for NatsBackend {

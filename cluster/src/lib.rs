@@ -146,6 +146,22 @@ impl Cluster {
         Ok(Cluster { client, js, jobs, state, workers, results, links, cfg })
     }
 
+    /// The workers that reported within their expiry.
+    pub async fn live_workers(&self) -> Result<Vec<worker::WorkerInfo>, String> {
+        use futures_util::StreamExt;
+        let mut keys = self.workers.keys().await.map_err(|e| e.to_string())?;
+        let mut out = Vec::new();
+        while let Some(k) = keys.next().await {
+            let Ok(k) = k else { continue };
+            if let Ok(Some(v)) = self.workers.get(k).await {
+                if let Ok(w) = serde_json::from_slice::<worker::WorkerInfo>(&v) {
+                    out.push(w);
+                }
+            }
+        }
+        Ok(out)
+    }
+
     /// Whether a live worker already reports under this node's name: its entry is there and
     /// moves within two heartbeats (an entry left by a killed worker of this name does not).
     pub async fn name_in_use(&self) -> anyhow::Result<bool> {

@@ -671,7 +671,9 @@ impl Worker {
         if self.node.serves(family) {
             return true;
         }
-        let elsewhere = crate::api::live_workers(&self.c)
+        let elsewhere = self
+            .c
+            .live_workers()
             .await
             .is_ok_and(|ws| ws.iter().any(|w| w.node != self.node() && w.families.contains(&family)));
         if !elsewhere {

@@ -89,6 +89,9 @@ pub struct Config {
     /// keys on a loopback address also answers, besides localhost and addresses: a reverse
     /// proxy's name, when it forwards its own `Host`.
     pub allowed_hosts: Vec<String>,
+    /// The address clients reach the daemon at (`https://music.example.com`), for the links
+    /// it hands out (MCP's export links); empty: the request's own host.
+    pub public_url: String,
     /// Largest accepted request body, in bytes.
     pub max_body_bytes: usize,
     /// A WebSocket listener that has been sent nothing for this many seconds gets a Ping;
@@ -166,6 +169,7 @@ impl Default for Config {
             api_keys_file: None,
             metrics_listen: String::new(),
             allowed_hosts: vec![],
+            public_url: String::new(),
             max_body_bytes: 4 << 20,
             ws_ping_secs: 10,
             stream_memory_bytes: 256 << 20,
@@ -217,6 +221,7 @@ const KEYS: &[&str] = &[
     "api_keys_file",
     "metrics_listen",
     "allowed_hosts",
+    "public_url",
     "max_body_bytes",
     "ws_ping_secs",
     "stream_memory_bytes",
@@ -358,6 +363,7 @@ impl Config {
             }
             "api_keys_file" => self.api_keys_file = (!value.is_empty()).then(|| value.into()),
             "metrics_listen" => self.metrics_listen = value.trim().into(),
+            "public_url" => self.public_url = value.trim().trim_end_matches('/').into(),
             "allowed_hosts" => {
                 self.allowed_hosts =
                     value.split(',').map(str::trim).filter(|s| !s.is_empty()).map(str::to_lowercase).collect()
@@ -403,6 +409,10 @@ impl Config {
         }
         if self.ws_ping_secs == 0 {
             return bad("ws_ping_secs", "must be at least 1");
+        }
+        let web = self.public_url.starts_with("http://") || self.public_url.starts_with("https://");
+        if !self.public_url.is_empty() && !web {
+            return bad("public_url", "must start with http:// or https:// (e.g. https://music.example.com)");
         }
         if self.max_steps < 2 {
             return bad("max_steps", "must be at least 2 (MiniMax Music 3's fewest)");
@@ -508,6 +518,10 @@ mod tests {
         let c = Config::load(None, vec![("YUED_COMPUTE_PRIORITY".to_string(), " Idle".to_string())]).unwrap();
         assert_eq!(c.compute_priority, "idle");
         assert_eq!(Config::default().compute_priority, "low");
+        let e = Config::load(None, vec![("YUED_PUBLIC_URL".to_string(), "music.lan".to_string())]).unwrap_err();
+        assert!(e.to_string().starts_with("public_url:"), "{e}");
+        let c = Config::load(None, vec![("YUED_PUBLIC_URL".to_string(), "https://music.lan/".to_string())]).unwrap();
+        assert_eq!(c.public_url, "https://music.lan");
         let e = Config::load(None, vec![("YUED_ROLE".to_string(), "worker".to_string())]).unwrap_err().to_string();
         assert!(e.starts_with("role:") && e.contains("--cluster"), "{e}");
         let e = Config::load(None, vec![("YUED_CLUSTER".to_string(), "localhost:4222".to_string())])

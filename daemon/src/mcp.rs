@@ -401,8 +401,13 @@ async fn result(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Valu
     let (path, content_type) = export_file(&jobs, &job).await?;
     let bytes = std::fs::metadata(&path).map(|m| m.len()).unwrap_or(0);
     let link = st.links.create(&job).await.map_err(|e| format!("the link could not be made: {e}"))?;
-    let info = req.connection_info();
-    let url = format!("{}://{}/links/{}", info.scheme(), info.host(), link.token);
+    let url = match &st.mcp.public_url {
+        Some(base) => format!("{base}/links/{}", link.token),
+        None => {
+            let info = req.connection_info();
+            format!("{}://{}/links/{}", info.scheme(), info.host(), link.token)
+        }
+    };
     Ok(json!({"job_id": job, "url": url, "content_type": content_type, "bytes": bytes, "expires_at": link.expires,
             "expires_in_seconds": st.links.ttl().as_secs()}))
 }

@@ -23,11 +23,18 @@ pub struct Mcp {
     sessions: Mutex<HashMap<String, Session>>,
     /// The longest song `compose_song` takes, in seconds.
     pub max_seconds: f64,
+    /// `--public-url`: what an export link starts with (else the request's own host).
+    pub public_url: Option<String>,
 }
 
 impl Mcp {
     pub fn new(max_seconds: f64) -> Mcp {
-        Mcp { sessions: Mutex::new(HashMap::new()), max_seconds }
+        Mcp { sessions: Mutex::new(HashMap::new()), max_seconds, public_url: None }
+    }
+
+    pub fn with_public_url(mut self, url: Option<String>) -> Mcp {
+        self.public_url = url;
+        self
     }
 
     /// A new session of `owner` (a principal id): its id, 128 random bits in hex.

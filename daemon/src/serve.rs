@@ -148,6 +148,11 @@ pub struct ServeArgs {
     /// rebinding) must not read a box that has no keys.
     #[arg(long = "allowed-host")]
     pub allowed_hosts: Vec<String>,
+    /// The address clients reach this daemon at, e.g. https://music.example.com behind a
+    /// reverse proxy: the links it hands out (MCP's song_result) start with it. Default: the
+    /// request's own host (from its Host or X-Forwarded-Host header).
+    #[arg(long)]
+    pub public_url: Option<String>,
     /// CPU threads for ggml (default 0: every core).
     #[arg(long)]
     pub threads: Option<usize>,
@@ -258,6 +263,7 @@ impl ServeArgs {
         set("cluster_ack_wait_secs", self.cluster_ack_wait_secs.map(|v| v.to_string()))?;
         set("cluster_max_attempts", self.cluster_max_attempts.map(|v| v.to_string()))?;
         set("node_name", self.node_name.clone())?;
+        set("public_url", self.public_url.clone())?;
         if self.keep_loaded || self.strict {
             // The residency flag wins over the file's and the environment's (both flags at
             // once are refused by the check).
@@ -1330,7 +1336,8 @@ fn app_state(cfg: &Config, models: Models, s: Served) -> AppState {
         },
         adapters: s.adapters,
         max_duration: cfg.max_duration,
-        mcp: crate::mcp_sessions::Mcp::new(cfg.mcp_max_seconds),
+        mcp: crate::mcp_sessions::Mcp::new(cfg.mcp_max_seconds)
+            .with_public_url((!cfg.public_url.is_empty()).then(|| cfg.public_url.clone())),
         links: s.links,
         stopping: s.stopping,
     }
