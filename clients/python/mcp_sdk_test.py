@@ -131,11 +131,15 @@ async def scenario(base, tmp):
     url = f"{base}/mcp"
     transport_edges(url)
     # The key applies to /mcp like to every route.
-    status, _, _ = http("POST", url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}, key=None)
+    status, body, _ = http("POST", url, {"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {}}, key=None)
     check(status == 401, f"/mcp without the key: {status}")
+    # ... as a JSON-RPC error, the only body whose message the SDKs pass on to the host.
+    check(json.loads(body)["error"]["message"].startswith("missing or unknown API key"), f"the 401's body: {body!r}")
     async with httpx2.AsyncClient(headers={"Authorization": f"Bearer {KEY}"}, timeout=60) as hc:
         async with Client(streamable_http_client(url, http_client=hc)) as client:
             check(client.server_info.name == "yued", f"server info {client.server_info}")
+            # The demo's random weights are said where an agent reads first.
+            check("random weights" in (client.instructions or ""), f"instructions: {client.instructions}")
             print("protocol", client.protocol_version)
             tools = (await client.list_tools()).tools
             names = sorted(t.name for t in tools)
@@ -144,13 +148,18 @@ async def scenario(base, tmp):
             allowed = sorted(compose.input_schema["properties"])
             check(allowed == ["duration", "family", "format", "lyrics", "style"], f"compose_song's allowlist {allowed}")
             check(compose.input_schema.get("additionalProperties") is False, "compose_song's schema is closed")
+            # The links' lifetime as this daemon has it (not a fixed hour).
+            result_tool = next(t for t in tools if t.name == "song_result")
+            check(f"{LINK_TTL} seconds" in result_tool.description, f"song_result: {result_tool.description}")
             resources = (await client.list_resources()).resources
             check([str(r.uri) for r in resources] == ["yued://guide/songwriting"], f"resources {resources}")
             guide = (await client.read_resource("yued://guide/songwriting")).contents[0].text
             check("[verse]" in guide and "MiniMax" in guide, "the guide names the tags and the families")
+            check(f"works for {LINK_TTL} seconds" in guide, "the guide tells the links' lifetime")
 
             # Refused arguments: a sampling setting, a runtime setting, a length over the cap.
-            for args, word in [({"lyrics": "[verse] la", "steps": 100}, "steps"), ({"lyrics": "[verse] la", "threads": 8}, "threads"), ({"lyrics": "[verse] la", "duration": 100000}, "duration")]:
+            long_lyrics = "[verse] " + "la " * 7000
+            for args, word in [({"lyrics": "[verse] la", "steps": 100}, "steps"), ({"lyrics": "[verse] la", "threads": 8}, "threads"), ({"lyrics": "[verse] la", "duration": 100000}, "duration"), ({"lyrics": long_lyrics}, "lyrics: at most 20000")]:
                 text = error_text(await client.call_tool("compose_song", args))
                 check(word in text, f"the refusal of {args} names {word}: {text}")
             print("refused: steps, threads, duration over the cap")

@@ -18,6 +18,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 import urllib.error
 import urllib.request
@@ -194,6 +195,45 @@ def main():
         except openai.APIStatusError as e:
             check(e.status_code == 413 and "too large" in e.message and e.type == "invalid_request_error", f"413: {e}")
         print("errors: OpenAI's shape, the field as param")
+
+        # One model, as LangChain and LiteLLM probe it; an unknown one is the SDK's NotFoundError.
+        check(client.models.retrieve("yue2").id == "yue2", "models.retrieve names the family")
+        try:
+            client.models.retrieve("nope")
+            raise SystemExit("check failed: an unknown model must be a 404")
+        except openai.NotFoundError as e:
+            check("names no model" in e.message, f"the 404 says why: {e}")
+
+        # A song cancelled while the SDK waits is its ConflictError, never retried (the SDK retries
+        # 409s by submitting the whole song again, unless told not to).
+        retrying = openai.OpenAI(base_url=base + "/v1", api_key="unused", max_retries=2, timeout=600)
+        before = len(http("GET", base + "/jobs")["jobs"])
+        outcome = {}
+
+        def wait_for_song():
+            try:
+                retrying.audio.speech.create(model="yue2", voice="alloy", input="[verse]\nla", response_format="mp3", extra_body={"duration": 120})
+                outcome["error"] = None
+            except openai.APIStatusError as e:
+                outcome["error"] = e
+
+        waiter = threading.Thread(target=wait_for_song)
+        waiter.start()
+        job = None
+        for _ in range(600):
+            jobs = http("GET", base + "/jobs")["jobs"]
+            if len(jobs) > before and jobs[-1]["status"] in ("queued", "running"):
+                job = jobs[-1]["id"]
+                break
+            time.sleep(0.05)
+        check(job is not None, "the waited-for song was never listed")
+        http("POST", f"{base}/job?id={job}&cancel=1")
+        waiter.join(120)
+        err = outcome.get("error")
+        check(isinstance(err, openai.ConflictError), f"the cancel is the SDK's ConflictError: {err!r}")
+        after = len(http("GET", base + "/jobs")["jobs"])
+        check(after == before + 1, f"the SDK did not submit the song again ({after - before} jobs)")
+        print("a cancelled wait: ConflictError, not retried")
         print("OPENAI SDK OK")
     finally:
         daemon.terminate()

@@ -251,6 +251,10 @@ fn refuse(path: &str, status: StatusCode, msg: &str) -> HttpResponse {
         let code = if status == StatusCode::UNAUTHORIZED { "invalid_api_key" } else { "insufficient_permissions" };
         HttpResponse::build(status).json(serde_json::json!({"error": {"message": msg, "type": "invalid_request_error",
             "param": null, "code": code}}))
+    } else if path == "/mcp" {
+        // A JSON-RPC error: the MCP SDKs show only such a body's message to the agent host.
+        HttpResponse::build(status)
+            .json(serde_json::json!({"jsonrpc": "2.0", "id": null, "error": {"code": -32001, "message": msg}}))
     } else {
         crate::reply::error(status, msg)
     }

@@ -26,6 +26,26 @@ const VERSION_HEADER: &str = "mcp-protocol-version";
 const GUIDE_URI: &str = "yued://guide/songwriting";
 const GUIDE: &str = include_str!("songwriting.md");
 
+/// The bounds of `compose_song`'s texts, in characters.
+const MAX_LYRICS: usize = 20000;
+const MAX_STYLE: usize = 4000;
+
+/// The guide as this daemon serves it (its links' lifetime filled in).
+fn guide(st: &AppState) -> String {
+    GUIDE.replace("{link_lifetime}", &lifetime(st.links.ttl()))
+}
+
+/// A link's lifetime in words: "2 minutes", "45 seconds", "1 hour".
+fn lifetime(ttl: std::time::Duration) -> String {
+    let s = ttl.as_secs();
+    let (n, unit) = match s {
+        s if s >= 3600 && s % 3600 == 0 => (s / 3600, "hour"),
+        s if s >= 60 && s % 60 == 0 => (s / 60, "minute"),
+        s => (s, "second"),
+    };
+    format!("{n} {unit}{}", if n == 1 { "" } else { "s" })
+}
+
 // JSON-RPC 2.0 error codes.
 const PARSE_ERROR: i64 = -32700;
 const INVALID_REQUEST: i64 = -32600;
@@ -138,13 +158,14 @@ pub async fn post(req: HttpRequest, body: Bytes, st: web::Data<AppState>) -> Htt
             &id,
             json!({"resources": [{"uri": GUIDE_URI, "name": "songwriting-guide", "title": "Writing a song for yued",
                 "description": "Lyrics structure, section tags, and what each model family expects of its description",
-                "mimeType": "text/markdown", "size": GUIDE.len()}]}),
+                "mimeType": "text/markdown", "size": guide(&st).len()}]}),
         ),
         "resources/templates/list" => rpc_result(&id, json!({"resourceTemplates": []})),
         "resources/read" => match params.get("uri").and_then(Value::as_str) {
-            Some(GUIDE_URI) => {
-                rpc_result(&id, json!({"contents": [{"uri": GUIDE_URI, "mimeType": "text/markdown", "text": GUIDE}]}))
-            }
+            Some(GUIDE_URI) => rpc_result(
+                &id,
+                json!({"contents": [{"uri": GUIDE_URI, "mimeType": "text/markdown", "text": guide(&st)}]}),
+            ),
             Some(other) => rpc_error(StatusCode::OK, &id, -32002, format!("resource not found: {other}")),
             None => rpc_error(StatusCode::OK, &id, INVALID_PARAMS, "uri: missing"),
         },
@@ -169,8 +190,14 @@ fn initialize(id: &Value, params: &Value, st: &AppState, owner: &str) -> HttpRes
         "instructions": format!(
             "yued writes songs. Read the resource {GUIDE_URI} first. compose_song queues a song and returns its \
                 job_id; poll song_status until it is done (minutes on a GPU, longer on a CPU), then song_result gives \
-                a download link to its file, valid for {} minutes.",
-            st.links.ttl().as_secs() / 60
+                a download link to its file, valid for {}.{}",
+            lifetime(st.links.ttl()),
+            if st.demo_weights {
+                " This daemon serves demo models with random weights: every song is noise (the pipeline is real, \
+                the music is not); say so to the user."
+            } else {
+                ""
+            }
         ),
     });
     let mut resp = rpc_result(id, result);
@@ -206,10 +233,10 @@ fn tools(st: &AppState) -> Value {
             "inputSchema": {
                 "type": "object",
                 "properties": {
-                    "lyrics": {"type": "string", "minLength": 1, "maxLength": 20000, "description": "lyrics with \
-                        section tags such as [verse] and [chorus] on lines of their own"},
-                    "style": {"type": "string", "maxLength": 4000, "description": "YuE2: comma-separated style tags \
-                        (genre, mood, instruments, voice); MiniMax Music 3: a caption describing the song"},
+                    "lyrics": {"type": "string", "minLength": 1, "maxLength": MAX_LYRICS, "description": "lyrics \
+                        with section tags such as [verse] and [chorus] on lines of their own"},
+                    "style": {"type": "string", "maxLength": MAX_STYLE, "description": "YuE2: comma-separated style \
+                        tags (genre, mood, instruments, voice); MiniMax Music 3: a caption describing the song"},
                     "duration": {"type": "number", "exclusiveMinimum": 0, "maximum": st.mcp.max_seconds,
                         "description": format!("length in seconds (default {})", default_seconds(st.mcp.max_seconds))},
                     "family": {"type": "string", "enum": families, "description": format!("the model family (default \
@@ -235,8 +262,8 @@ fn tools(st: &AppState) -> Value {
         {
             "name": "song_result",
             "title": "Download a finished song",
-            "description": "A download link to a finished song's audio file (its Opus or FLAC, as composed). The link \
-                needs no API key and expires after an hour.",
+            "description": format!("A download link to a finished song's audio file (its Opus or FLAC, as \
+                composed). The link needs no API key and expires after {}.", lifetime(st.links.ttl())),
             "inputSchema": {"type": "object", "properties": {"job_id": job_id_schema()}, "required": ["job_id"],
                 "additionalProperties": false},
             "annotations": {"readOnlyHint": true, "openWorldHint": false}
@@ -318,15 +345,21 @@ async fn compose(req: &HttpRequest, params: &Value, st: &web::Data<AppState>) ->
     let lyrics =
         string_arg(args, "lyrics")?.filter(|l| !l.trim().is_empty()).ok_or("lyrics: required and not blank")?;
     let style = string_arg(args, "style")?.unwrap_or("").trim().to_string();
+    // The bounds the schema states, held (a long text only costs a long prefill).
+    for (field, text, max) in [("lyrics", lyrics, MAX_LYRICS), ("style", style.as_str(), MAX_STYLE)] {
+        let n = text.chars().count();
+        if n > max {
+            return Err(format!("{field}: at most {max} characters, got {n}"));
+        }
+    }
     let duration = match args.get("duration") {
         None | Some(Value::Null) => default_seconds(st.mcp.max_seconds),
         Some(v) => v.as_f64().ok_or("duration: must be a number of seconds")?,
     };
     if !(duration > 0.0 && duration <= st.mcp.max_seconds) {
-        return Err(format!(
-            "duration: must be more than 0 and at most {} seconds, got {duration}",
-            st.mcp.max_seconds
-        ));
+        // A huge number is shown short (1e308 is not spelt out).
+        let got = if duration.abs() < 1e6 { format!("{duration}") } else { format!("{duration:e}") };
+        return Err(format!("duration: must be more than 0 and at most {} seconds, got {got}", st.mcp.max_seconds));
     }
     let family = match string_arg(args, "family")? {
         None => st.families[0],
@@ -434,7 +467,8 @@ async fn cancel(req: &HttpRequest, params: &Value, st: &AppState) -> Result<Valu
 /// capability); 404 for an unknown or expired link and for an expired result.
 pub async fn link(path: web::Path<String>, st: web::Data<AppState>) -> HttpResponse {
     let token = path.into_inner();
-    let gone = || reply::error(StatusCode::NOT_FOUND, "no such link (links expire an hour after they are made)");
+    let ttl = lifetime(st.links.ttl());
+    let gone = || reply::error(StatusCode::NOT_FOUND, format!("no such link (links expire {ttl} after they are made)"));
     let Some(job) = st.links.resolve(&token).await else { return gone() };
     // The token is the capability: the link works for whoever holds it.
     let Ok((file, content_type)) = export_file(&st.jobs.by_capability(), &job).await else { return gone() };

@@ -75,12 +75,42 @@ fn openai_error(status: StatusCode, msg: impl Into<String>, kind: &str, param: O
         .json(serde_json::json!({"error": {"message": msg, "type": kind, "param": param, "code": null}}))
 }
 
+/// `resp` with `x-should-retry: false`: an answer after the job was admitted (cancelled, or the
+/// job system gone while it waited), which OpenAI's SDKs would otherwise retry (they retry
+/// 409s and 5xx) by submitting the whole song again.
+fn final_answer(mut resp: HttpResponse) -> HttpResponse {
+    resp.headers_mut().insert(
+        actix_web::http::header::HeaderName::from_static("x-should-retry"),
+        actix_web::http::header::HeaderValue::from_static("false"),
+    );
+    resp
+}
+
 fn bad(msg: impl Into<String>, param: Option<&str>) -> HttpResponse {
     openai_error(StatusCode::BAD_REQUEST, msg, "invalid_request_error", param)
 }
 
 /// `GET /v1/models`: one entry per family served, then each model file of the registry.
 pub async fn models(st: web::Data<AppState>) -> HttpResponse {
+    HttpResponse::Ok().json(serde_json::json!({"object": "list", "data": model_list(&st)}))
+}
+
+/// `GET /v1/models/{id}`: one of the list (what LangChain and LiteLLM ask to probe a model).
+pub async fn model(id: web::Path<String>, st: web::Data<AppState>) -> HttpResponse {
+    let id = id.into_inner();
+    match model_list(&st).into_iter().find(|m| m["id"] == id.as_str()) {
+        Some(m) => HttpResponse::Ok().json(m),
+        None => openai_error(
+            StatusCode::NOT_FOUND,
+            format!("'{id}' names no model of this daemon (see GET /v1/models)"),
+            "invalid_request_error",
+            Some("model"),
+        ),
+    }
+}
+
+/// The models `GET /v1/models` lists.
+fn model_list(st: &AppState) -> Vec<serde_json::Value> {
     let mut data: Vec<serde_json::Value> = st
         .families
         .iter()
@@ -99,11 +129,16 @@ pub async fn models(st: web::Data<AppState>) -> HttpResponse {
             }
         }
     }
-    for id in transcriber_ids(&st) {
+    for id in transcriber_ids(st) {
         data.push(serde_json::json!({"id": id, "object": "model", "created": 0, "owned_by": "yued",
             "family": "yue2", "component": "transcriber"}));
     }
-    HttpResponse::Ok().json(serde_json::json!({"object": "list", "data": data}))
+    data
+}
+
+/// A route's 404 and 405 under `/v1/`, in OpenAI's error shape (its SDKs show the message).
+pub fn route_error(status: StatusCode, msg: String) -> HttpResponse {
+    openai_error(status, msg, "invalid_request_error", None)
 }
 
 /// The ids `GET /v1/models` lists, each with its family: the families served, then the
@@ -129,7 +164,13 @@ fn family_of(model: &str, st: &AppState) -> Result<Family, String> {
         .into_iter()
         .find(|(id, _)| id == model)
         .map(|(_, f)| f)
-        .ok_or_else(|| format!("'{model}' names no model of this daemon (see GET /v1/models)"))
+        .ok_or_else(|| {
+            if transcriber_ids(st).iter().any(|t| t == model) {
+                format!("'{model}' is the transcriber: it takes recordings at POST /v1/audio/transcriptions")
+            } else {
+                format!("'{model}' names no model of this daemon (see GET /v1/models)")
+            }
+        })
 }
 
 /// OpenAI's `response_format` to ours, and whether it streams as the live tiles.
@@ -199,7 +240,9 @@ pub async fn speech(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>)
         // yue2.cpp's default, one chunk per context window, the audio all came at the end).
         native["stream_chunk_seconds"] = SPEECH_CHUNK_SECONDS.into();
     }
-    run(&req, &st, native, codec, false, &[]).await
+    // Speech's fields are named as OpenAI names them in its errors.
+    let names = [("lyrics", "input"), ("style", "instructions"), ("caption", "instructions")];
+    run(&req, &st, native, codec, false, &[], &names).await
 }
 
 /// The chunk length of a YuE2 song `/v1/audio/speech` streams (opus, pcm), as the WebUI's.
@@ -237,7 +280,7 @@ pub async fn music(req: HttpRequest, body: web::Bytes, st: web::Data<AppState>) 
         Some("opus") if single => Some(StreamCodec::Opus),
         _ => None,
     };
-    let mut resp = run(&req, &st, v, codec, asynchronous, &ignored).await;
+    let mut resp = run(&req, &st, v, codec, asynchronous, &ignored, &[]).await;
     if !ignored.is_empty() && !asynchronous {
         // An audio answer has no JSON to name them in: a header does.
         if let Ok(h) = actix_web::http::header::HeaderValue::from_str(&ignored.join(", ")) {
@@ -255,13 +298,18 @@ async fn run(
     codec: Option<StreamCodec>,
     asynchronous: bool,
     ignored: &[String],
+    names: &[(&str, &str)],
 ) -> HttpResponse {
     let body = serde_json::to_vec(&native).expect("JSON serializes");
     let request = match check_request(&body, st) {
         Ok(r) => r,
         Err(e) => {
-            let param = param_of(&e).map(str::to_string);
-            return bad(e, param.as_deref());
+            // The field as the caller named it (speech's `input`, not the native `lyrics`).
+            let native = param_of(&e).map(str::to_string);
+            return match native.as_deref().and_then(|n| names.iter().find(|(from, _)| *from == n)) {
+                Some((from, to)) => bad(format!("{to}{}", &e[from.len()..]), Some(to)),
+                None => bad(e.clone(), native.as_deref()),
+            };
         }
     };
     let id = match submit(st, client_key(req), request, None).await {
@@ -281,7 +329,7 @@ async fn run(
     let mut guard = CancelOnDrop { jobs: jobs.clone(), job: id.clone(), armed: true };
     let sub = match jobs.subscribe(&id, codec.unwrap_or(StreamCodec::Pcm16)).await {
         Ok(s) => s,
-        Err(e) => return error(StatusCode::SERVICE_UNAVAILABLE, e.0),
+        Err(e) => return final_answer(error(StatusCode::SERVICE_UNAVAILABLE, e.0)),
     };
     let (sub, codec) = match (codec, sub) {
         (Some(codec), Some(sub)) => (sub, codec),
@@ -440,8 +488,13 @@ async fn finished_audio(
     audio_file(id, jobs).await
 }
 
-/// Waits for the job to end; an answer in OpenAI's shape unless it is done.
+/// Waits for the job to end; an answer in OpenAI's shape unless it is done (one the SDKs do not
+/// retry: the song was admitted).
 async fn ended(jobs: &yued_contract::Jobs, id: &JobId) -> Result<(), HttpResponse> {
+    ended_as_is(jobs, id).await.map_err(final_answer)
+}
+
+async fn ended_as_is(jobs: &yued_contract::Jobs, id: &JobId) -> Result<(), HttpResponse> {
     let state = loop {
         match jobs.state(id).await {
             Ok(Some(s)) if s.is_terminal() => break s,

@@ -548,6 +548,16 @@ fn openai_paths(f: &Facts, k: &KindBodies, paths: &mut Map<String, Value>) {
                 "object": {"const": "model"}, "created": {"type": "integer"}, "owned_by": {"type": "string"},
                 "family": {"type": "string"}, "component": {"type": "string"}}}}}}))})), Door::OpenAi)}),
     );
+    paths.insert(
+        "/v1/models/{id}".into(),
+        json!({"get": op(f, "OpenAI-compatible: one model", "One entry of GET /v1/models (what LangChain and LiteLLM \
+            ask to probe a model); an id it does not list is a 404 in OpenAI's shape.",
+            json!([{"name": "id", "in": "path", "required": true, "schema": {"type": "string"}}]), None,
+            map(json!({"200": json_reply("the model", json!({"type": "object", "required": ["id", "object", "owned_by"],
+                "properties": {"id": {"type": "string"}, "object": {"const": "model"}, "created": {"type": "integer"},
+                "owned_by": {"type": "string"}, "family": {"type": "string"}, "component": {"type": "string"}}})),
+                "404": openai_error("no model of this id")})), Door::OpenAi)}),
+    );
     let openai_answers = |first: Value| {
         map(json!({"200": first, "400": openai_error("the body is not a request; param names the field"),
                 "409": openai_error("the job was cancelled before it ended"), "413": openai_error(&format!("the body \

@@ -494,11 +494,13 @@ fn json_error<B: MessageBody + 'static>(res: ServiceResponse<B>) -> actix_web::R
 
 /// A 405 with the `Allow` header RFC 9110 requires: the methods the route takes.
 fn method_not_allowed(allow: &'static str) -> actix_web::Route {
-    web::to(move || async move {
-        let mut r = crate::reply::error(
-            StatusCode::METHOD_NOT_ALLOWED,
-            format!("method not allowed on this route (it takes {allow})"),
-        );
+    web::to(move |req: actix_web::HttpRequest| async move {
+        let msg = format!("method not allowed on this route (it takes {allow})");
+        let mut r = if req.path().starts_with("/v1/") {
+            openai::route_error(StatusCode::METHOD_NOT_ALLOWED, msg)
+        } else {
+            crate::reply::error(StatusCode::METHOD_NOT_ALLOWED, msg)
+        };
         r.headers_mut()
             .insert(actix_web::http::header::ALLOW, actix_web::http::header::HeaderValue::from_static(allow));
         r
@@ -604,6 +606,9 @@ fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
         web::resource("/v1/models").route(web::get().to(openai::models)).default_service(method_not_allowed("GET")),
     );
     s.service(
+        web::resource("/v1/models/{id}").route(web::get().to(openai::model)).default_service(method_not_allowed("GET")),
+    );
+    s.service(
         web::resource("/v1/audio/speech")
             .route(web::post().to(openai::speech))
             .default_service(method_not_allowed("POST")),
@@ -629,7 +634,10 @@ fn routes(s: &mut web::ServiceConfig, serves_api: bool) {
     );
 }
 
-async fn not_found() -> HttpResponse {
+async fn not_found(req: actix_web::HttpRequest) -> HttpResponse {
+    if req.path().starts_with("/v1/") {
+        return openai::route_error(StatusCode::NOT_FOUND, format!("no such route: {}", req.path()));
+    }
     crate::reply::error(StatusCode::NOT_FOUND, "no such route")
 }
 
