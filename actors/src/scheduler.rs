@@ -124,6 +124,9 @@ impl Scheduler {
                 s.enqueue(&id, &r.client);
                 restored += 1;
             }
+            // A job that had started before the stop (it crashed running, or a shutdown put it
+            // back) waited once already.
+            let started = r.crashes > 0 || r.resumed > 0 || !r.songs.is_empty();
             s.jobs.insert(
                 id,
                 Entry {
@@ -131,7 +134,7 @@ impl Scheduler {
                     progress: None,
                     cancel: CancelToken::new(),
                     submitted: Instant::now(),
-                    wait_measured: false,
+                    wait_measured: started,
                 },
             );
         }
@@ -238,10 +241,16 @@ impl Scheduler {
                 true
             }
             Err(e) => {
-                self.journal_error = Some(e.to_string());
+                self.journal_failed(Some(e.to_string()));
                 false
             }
         }
+    }
+
+    /// Why the journal refuses writes (`None`: it takes them), and the gauge that says so.
+    fn journal_failed(&mut self, why: Option<String>) {
+        self.metrics.journal_healthy.set(i64::from(why.is_none()));
+        self.journal_error = why;
     }
 
     /// After failed writes: every record written again (a change that failed to be written
@@ -249,10 +258,10 @@ impl Scheduler {
     fn recover_journal(&mut self) {
         match self.resync_journal() {
             Ok(()) => {
-                self.journal_error = None;
+                self.journal_failed(None);
                 tracing::info!("journal writes succeed again (every record written again)");
             }
-            Err(e) => self.journal_error = Some(e.to_string()),
+            Err(e) => self.journal_failed(Some(e.to_string())),
         }
     }
 
@@ -295,9 +304,6 @@ impl Scheduler {
             queue_seconds: e.submitted.elapsed().as_secs_f64(),
             upload: e.record.upload.clone(),
         };
-        if !std::mem::replace(&mut e.wait_measured, true) {
-            self.metrics.queue_wait_seconds.observe(run.queue_seconds);
-        }
         if !self.persist(&id) {
             // A start the journal cannot record is not made: the job fails loudly now rather
             // than run unrecorded (a crash would then lose what it did).
@@ -498,7 +504,7 @@ impl Handler<Submit> for Scheduler {
             client: m.client.clone(),
             request: m.request,
             state: JobState::Queued,
-            submitted_ms: now_ms(),
+            submitted_ms: m.submitted_ms.unwrap_or_else(now_ms),
             songs: m.songs,
             error: None,
             metrics: None,
@@ -521,7 +527,8 @@ impl Handler<Submit> for Scheduler {
                 progress: None,
                 cancel: CancelToken::new(),
                 submitted: Instant::now(),
-                wait_measured: cluster,
+                // A cluster job's wait is measured by its first start's worker only.
+                wait_measured: cluster && m.submitted_ms.is_none(),
             },
         );
         self.enqueue(&id, &m.client);
@@ -607,6 +614,13 @@ impl Handler<Progress> for Scheduler {
     fn handle(&mut self, m: Progress, _: &mut Self::Context) {
         if let Some(e) = self.jobs.get_mut(&m.id) {
             e.progress = Some((m.stage, m.done, m.total));
+            // The queue wait ends where work on the job begins: its first progress (a job sent
+            // back behind a batch of the other family, or restored after a restart, waited
+            // all along), counted from its submission.
+            if !std::mem::replace(&mut e.wait_measured, true) {
+                let waited = now_ms().saturating_sub(e.record.submitted_ms) as f64 / 1000.0;
+                self.metrics.queue_wait_seconds.observe(waited);
+            }
         }
     }
 }

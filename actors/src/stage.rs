@@ -81,16 +81,19 @@ pub(crate) struct ProgressSink {
     links: Links,
     id: JobId,
     last: Option<(Stage, usize)>,
+    /// The last report, shown or not: whether the running stage got to its end.
+    reported: Option<(Stage, usize, usize)>,
     stage_started: Option<(Stage, Instant)>,
 }
 
 impl ProgressSink {
     pub fn new(links: &Links, id: &JobId) -> Self {
-        ProgressSink { links: links.clone(), id: id.clone(), last: None, stage_started: None }
+        ProgressSink { links: links.clone(), id: id.clone(), last: None, reported: None, stage_started: None }
     }
 
     pub fn report(&mut self, stage: Stage, done: usize, total: usize) {
         self.begin(stage);
+        self.reported = Some((stage, done, total));
         self.show(stage, done, total);
     }
 
@@ -136,8 +139,16 @@ impl ProgressSink {
 }
 
 impl Drop for ProgressSink {
+    /// The running stage counts if it got to its end (a stage that shows no progress counts
+    /// as it ends): a cancelled or failed job's half stage is not a stage's duration.
     fn drop(&mut self) {
-        self.close();
+        let ended = match (self.stage_started, self.reported) {
+            (Some((s, _)), Some((r, done, total))) if r == s => done >= total,
+            _ => true,
+        };
+        if ended {
+            self.close();
+        }
     }
 }
 

@@ -708,6 +708,9 @@ fn render_stream(
                 ended += 1;
             }
             ChunkReady::Chunk { song, chunk } => {
+                // The stage's clock runs from its first chunk (its progress shows once the
+                // songs are written).
+                sink.begin(Stage::Synth);
                 let nz = noise[song as usize]
                     .get_or_insert_with(|| SongNoise::new(s.seed, m, lease.get::<NarModel>().latent, budget));
                 shared.render_chunk(

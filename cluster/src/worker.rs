@@ -437,6 +437,8 @@ impl Worker {
             upload,
             id: Some(id.clone()),
             songs: r.songs.clone(),
+            // The queue wait is the first start's (a job resumed elsewhere waited once).
+            submitted_ms: (attempt == 1).then_some(r.submitted_ms),
         };
         if let Err(e) = self.node.run(submit).await {
             tracing::error!(error = %e, "the local pipeline did not take the job: handing it back");

@@ -2,13 +2,18 @@
 //! the process's only global-ish state and is passed around explicitly.
 use prometheus::core::Collector;
 use prometheus::{
-    Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, Opts, Registry,
-    TextEncoder,
+    Counter, Encoder, Histogram, HistogramOpts, HistogramVec, IntCounter, IntCounterVec, IntGauge, IntGaugeVec, Opts,
+    Registry, TextEncoder,
 };
 
 #[derive(Clone)]
 pub struct Metrics {
     pub registry: Registry,
+    /// 1, labelled with what this daemon is: its version, device, residency, and whether its
+    /// models are the demo's random weights (a production node started without a model shows).
+    pub build_info: IntGaugeVec,
+    /// 1 while the journal takes writes, 0 while it refuses them (submissions are then 503s).
+    pub journal_healthy: IntGauge,
     pub jobs_submitted_total: IntCounter,
     pub jobs_finished_total: IntCounterVec,
     pub admission_rejections_total: IntCounter,
@@ -40,12 +45,28 @@ pub struct Metrics {
 impl Metrics {
     pub fn new() -> Self {
         let r = Registrar(Registry::new());
-        let seconds = || prometheus::exponential_buckets(0.01, 3.0, 12).unwrap();
+        // Round bounds, from a tenth of a second to eight hours (a full-length song on a few
+        // CPU cores takes hours; a bound a rule names must be what the exposition says).
+        let seconds = || {
+            vec![
+                0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 1200.0, 1800.0, 3600.0, 7200.0,
+                14400.0, 28800.0,
+            ]
+        };
         let m = Metrics {
             jobs_submitted_total: r.counter(
                 "yued_jobs_submitted_total",
                 "Jobs accepted by the admission check, and those restored from the journal at the start",
             ),
+            build_info: r.add(
+                IntGaugeVec::new(
+                    Opts::new("yued_build_info", "1, labelled with the version, device, residency and demo weights"),
+                    &["version", "device", "residency", "demo_weights"],
+                )
+                .expect("a valid metric"),
+            ),
+            journal_healthy: r
+                .gauge("yued_journal_healthy", "1 while the journal takes writes, 0 while it refuses them"),
             http_requests_total: r.counter_vec_of(
                 "yued_http_requests_total",
                 "HTTP answers by route pattern and status code (a WebSocket counts at its handshake)",
@@ -54,7 +75,8 @@ impl Metrics {
             jobs_finished_total: r.counter_vec("yued_jobs_finished_total", "Jobs by final status", "status"),
             admission_rejections_total: r.counter(
                 "yued_admission_rejections_total",
-                "Submissions refused (HTTP 429): the admission cap, or a key's share of it",
+                "Submissions refused for room: the admission cap or a key's share of it (429), and uploads the \
+                upload memory had no room for (429 or 503)",
             ),
             queue_depth: r.gauge("yued_queue_depth_jobs", "Jobs waiting in the queue"),
             jobs_running: r.gauge("yued_jobs_running", "Jobs being computed"),
@@ -118,6 +140,7 @@ impl Metrics {
         for s in ["done", "failed", "cancelled"] {
             m.jobs_finished_total.with_label_values(&[s]);
         }
+        m.journal_healthy.set(1);
         m
     }
 

@@ -17,12 +17,15 @@ pub struct Submission {
     pub id: Option<JobId>,
     /// Songs whose codes are already known (a cluster job resumed on another worker).
     pub songs: Vec<SongCodes>,
+    /// When the job was submitted (Unix ms) where that was elsewhere: a cluster job's first
+    /// start measures its queue wait from it. `None`: now, or not to be measured again.
+    pub submitted_ms: Option<u64>,
 }
 
 impl Submission {
     /// A new job of this process.
     pub fn new(client: String, request: Request, upload: Option<UploadTask>) -> Self {
-        Submission { client, request, upload, id: None, songs: vec![] }
+        Submission { client, request, upload, id: None, songs: vec![], submitted_ms: None }
     }
 }
 

@@ -687,9 +687,10 @@ enum Segment {
 /// Reply of `GET /health`: liveness and readiness, open to anyone (no job ids, no queue).
 #[derive(serde::Serialize, schemars::JsonSchema)]
 pub struct Health {
-    /// `ok`; `loading` until the compute stages are ready; `unhealthy` (with a 503) while the
-    /// journal refuses writes; `degraded` on a cluster node while its NATS connection is down
-    /// (a 200: restarting the node mends nothing and would stop its running jobs; not ready).
+    /// `ok`; `loading` until the compute stages are ready; `unhealthy` while the journal
+    /// refuses writes (a 503 to `?ready=1` and on `/status`); `degraded` on a cluster node
+    /// while its NATS connection is down. Either way plain `/health` (liveness) stays a 200:
+    /// restarting the node mends nothing and would stop its running jobs.
     #[schemars(extend("enum" = ["ok", "loading", "unhealthy", "degraded"]))]
     pub status: &'static str,
     /// Whether the daemon takes and runs jobs now (`status` is `ok`).
@@ -761,11 +762,13 @@ pub async fn health(st: web::Data<AppState>, q: web::Query<HealthQuery>) -> Http
     match st.jobs.liveness().await {
         Ok(s) => {
             let h = health_of(&st, &s);
-            let status = match health_status(&s) {
-                actix_web::http::StatusCode::OK if ready && !h.ready => {
-                    actix_web::http::StatusCode::SERVICE_UNAVAILABLE
-                }
-                status => status,
+            // Plain /health is liveness: a 200 while the process answers (an unhealthy journal
+            // is retried on its own, and a restart would stop the running jobs); ready=1 is
+            // the probe that says 503 until the daemon takes and runs jobs.
+            let status = if ready && (!h.ready || health_status(&s) != actix_web::http::StatusCode::OK) {
+                actix_web::http::StatusCode::SERVICE_UNAVAILABLE
+            } else {
+                actix_web::http::StatusCode::OK
             };
             HttpResponse::build(status).insert_header((header::CACHE_CONTROL, "no-store")).json(h)
         }

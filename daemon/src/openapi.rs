@@ -482,9 +482,10 @@ fn server_paths(f: &Facts, r: &Replies, paths: &mut Map<String, Value>) {
         let (schema, description, door, params) = if path == "/health" {
             (
                 r.health.clone(),
-                "Open without an API key: status, readiness and uptime, no job ids. 503 while the \
-                journal refuses writes (it is tried again every 5 s; submissions are refused until a write \
-                succeeds), and with ready=1 until it is ready.",
+                "Open without an API key: status, readiness and uptime, no job ids. Liveness: a 200 while the \
+                process answers, its status unhealthy while the journal refuses writes (it is tried again every 5 s; \
+                submissions are refused until a write succeeds) or degraded while a cluster node's connection is \
+                down. With ready=1, a readiness probe: a 503 until it is ready and while either lasts.",
                 Door::Open,
                 json!([flag_param("ready", false, "1 or true: a readiness probe, 503 until `ready` is true")]),
             )

@@ -24,6 +24,22 @@ impl Peer {
     }
 }
 
+impl Peer {
+    /// The connection of `req` (where the server keeps one).
+    pub fn of(req: &HttpRequest) -> Option<Peer> {
+        req.conn_data::<Peer>().cloned()
+    }
+
+    /// Cuts the connection now: a reset instead of a close that would wait for a peer that
+    /// does not read to take what is still buffered for it (the server's buffers and the
+    /// kernel's are freed at once, and the server's next write fails, ending the connection).
+    pub fn cut(&self) {
+        let sock = socket2::SockRef::from(&*self.0);
+        let _ = sock.set_linger(Some(Duration::ZERO));
+        let _ = sock.shutdown(std::net::Shutdown::Both);
+    }
+}
+
 /// `HttpServer::on_connect`: keeps a duplicate of a TCP connection's socket with it.
 pub fn on_connect(conn: &dyn std::any::Any, data: &mut actix_web::dev::Extensions) {
     let Some(tcp) = conn.downcast_ref::<actix_web::rt::net::TcpStream>() else { return };

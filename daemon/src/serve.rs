@@ -1170,6 +1170,8 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     tracing::info!("{}", yued_engine::ggml::CpuSimd::detect().describe());
     tracing::info!(keep_loaded = residency.keep_loaded, reason = %residency.reason, "residency");
     props.residency = if residency.keep_loaded { "keep-loaded" } else { "strict" }.into();
+    let demo = if models.demo.is_some() { "true" } else { "false" };
+    metrics.build_info.with_label_values(&[env!("CARGO_PKG_VERSION"), &c.device, &props.residency, demo]).set(1);
     props.residency_reason = residency.reason.clone();
     let worker_cfg = worker_config(&c, &models, &residency, adapters.clone(), companion)?;
     let cfg = c.clone();
@@ -1311,6 +1313,7 @@ struct Served {
 }
 
 fn app_state(cfg: &Config, models: Models, s: Served) -> AppState {
+    let refused = s.metrics.admission_rejections_total.clone();
     AppState {
         nats: s.nats,
         jobs: s.jobs,
@@ -1335,10 +1338,13 @@ fn app_state(cfg: &Config, models: Models, s: Served) -> AppState {
         vae: crate::state::VaeLimits {
             uploads: s.uploads,
             max_upload_bytes: cfg.max_upload_bytes,
-            upload_room: crate::upload_room::UploadRoom::new(
-                cfg.upload_memory_bytes,
-                cfg.max_upload_bytes.saturating_add(crate::http::MULTIPART_SLACK),
-            ),
+            upload_room: {
+                crate::upload_room::UploadRoom::new(
+                    cfg.upload_memory_bytes,
+                    cfg.max_upload_bytes.saturating_add(crate::http::MULTIPART_SLACK),
+                )
+                .counting(move || refused.inc())
+            },
             audio: models.audio,
             has_encoder: models.vae_has_encoder,
         },

@@ -23,6 +23,8 @@ pub struct UploadRoom {
     wait: std::time::Duration,
     /// KiB held by each principal's bodies.
     held: Arc<Mutex<HashMap<String, usize>>>,
+    /// Counts each refusal (the admission refusals' counter).
+    on_refusal: Option<Box<dyn Fn() + Send + Sync>>,
 }
 
 /// A body's room: what it holds, given back (to the room and to its principal's count) when
@@ -67,7 +69,13 @@ impl UploadRoom {
         let total_kib = total_kib.min(Semaphore::MAX_PERMITS).min(u32::MAX as usize);
         let share_kib = (total_kib / 2).max(one).min(total_kib);
         let kib = Arc::new(Semaphore::new(total_kib));
-        UploadRoom { kib, total_kib, share_kib, wait: UPLOAD_ROOM_WAIT, held: Default::default() }
+        UploadRoom { kib, total_kib, share_kib, wait: UPLOAD_ROOM_WAIT, held: Default::default(), on_refusal: None }
+    }
+
+    /// Calls `count` at each refusal.
+    pub fn counting(mut self, count: impl Fn() + Send + Sync + 'static) -> Self {
+        self.on_refusal = Some(Box::new(count));
+        self
     }
 
     /// An empty room for a body of `who` (a principal id).
@@ -104,6 +112,9 @@ impl UploadRoom {
                 }
             };
             if tokio::time::Instant::now() >= deadline {
+                if let Some(count) = &self.on_refusal {
+                    count();
+                }
                 return Err(match short_of {
                     Short::Share => refusal(
                         StatusCode::TOO_MANY_REQUESTS,

@@ -52,11 +52,12 @@ pub async fn stream(
         return Ok(error(actix_web::http::StatusCode::NOT_FOUND, format!("unknown job {id}")));
     }
     let admitted = crate::auth::Admitted::of(&req);
+    let peer = crate::peer::Peer::of(&req);
     let (resp, session, msgs) = actix_ws::handle(&req, body)?;
     let msgs = msgs.aggregate_continuations();
     let st = st.into_inner();
     actix_web::rt::spawn(async move {
-        follow(st, jobs, admitted, session, msgs, id, codec, false).await;
+        follow(st, jobs, (admitted, peer), session, msgs, id, codec, false).await;
     });
     Ok(resp)
 }
@@ -74,6 +75,7 @@ pub async fn synth_stream(
     let client = client_key(&req);
     let jobs = st.jobs.of(&crate::auth::caller(&req));
     let admitted = crate::auth::Admitted::of(&req);
+    let peer = crate::peer::Peer::of(&req);
     let (resp, mut session, msgs) = actix_ws::handle(&req, body)?;
     let mut msgs = msgs.max_frame_size(st.max_body_bytes).aggregate_continuations();
     actix_web::rt::spawn(async move {
@@ -135,7 +137,7 @@ pub async fn synth_stream(
                     .expect("serializes"),
             )
             .await;
-        follow(st.into_inner(), jobs, admitted, session, msgs, id, codec, true).await;
+        follow(st.into_inner(), jobs, (admitted, peer), session, msgs, id, codec, true).await;
     });
     Ok(resp)
 }
@@ -278,12 +280,14 @@ fn result_as_tiles(
 }
 
 /// Whether a frame went out within three keepalive periods. A peer that reads too slowly
-/// stalls the write once the socket's buffers are full; past that it is dropped (the
-/// socket closes when the session goes), so a stuck writer never outlives it and its queue
-/// in the hub stays bounded.
+/// stalls the write once the socket's buffers are full; past that it is dropped and its
+/// connection cut (reset: a graceful close would wait on the peer to read what is buffered
+/// for it, holding the socket and megabytes), so a stuck writer never outlives it and its
+/// queue in the hub stays bounded.
 async fn sent_in_time(
     st: &AppState,
     id: &JobId,
+    peer: Option<&crate::peer::Peer>,
     send: impl std::future::Future<Output = Result<(), actix_ws::Closed>>,
 ) -> bool {
     match tokio::time::timeout(3 * st.ws_ping, send).await {
@@ -291,6 +295,9 @@ async fn sent_in_time(
         Err(_) => {
             st.metrics.ws_dropped_listeners_total.inc();
             tracing::warn!(job = %id, "a WebSocket listener reads too slowly: dropped");
+            if let Some(p) = peer {
+                p.cut();
+            }
             false
         }
     }
@@ -345,7 +352,7 @@ impl Keepalive {
 /// closed with why); false when the listener is done with.
 async fn send_item(
     st: &AppState,
-    session: &mut actix_ws::Session,
+    (session, peer): (&mut actix_ws::Session, Option<&crate::peer::Peer>),
     id: &JobId,
     item: Option<StreamItem>,
     ended: &mut bool,
@@ -353,9 +360,9 @@ async fn send_item(
     match item {
         Some(StreamItem::Text(t)) => {
             *ended = StreamEvent::from_text(&t).map(|e| e.is_terminal()).unwrap_or(false);
-            sent_in_time(st, id, session.text(t)).await
+            sent_in_time(st, id, peer, session.text(t)).await
         }
-        Some(StreamItem::Binary(b)) => sent_in_time(st, id, session.binary(b)).await,
+        Some(StreamItem::Binary(b)) => sent_in_time(st, id, peer, session.binary(b)).await,
         None => {
             let reason = if *ended {
                 CloseReason { code: CloseCode::Normal, description: Some("job finished".into()) }
@@ -383,7 +390,7 @@ enum Event {
 async fn follow(
     st: std::sync::Arc<AppState>,
     jobs: Jobs,
-    admitted: crate::auth::Admitted,
+    (admitted, peer): (crate::auth::Admitted, Option<crate::peer::Peer>),
     mut session: actix_ws::Session,
     mut msgs: actix_ws::AggregatedMessageStream,
     id: JobId,
@@ -487,7 +494,7 @@ async fn follow(
                 break;
             }
             Event::Item(item) => {
-                if !send_item(&st, &mut session, &id, item, &mut ended).await {
+                if !send_item(&st, (&mut session, peer.as_ref()), &id, item, &mut ended).await {
                     break;
                 }
                 keepalive.last_sent = tokio::time::Instant::now();

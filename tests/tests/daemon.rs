@@ -127,6 +127,18 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
         assert_eq!(r.status(), 400, "{q}");
         assert!(r.text().unwrap().contains(field), "{q}");
     }
+    // What a dashboard reads: the job's queue wait (measured at its first progress), completed
+    // stages in round buckets up to 8 h, what this daemon is, and its journal's health.
+    let m = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
+    let value = |series: &str| -> f64 {
+        m.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(-1.0)
+    };
+    assert!(value("yued_queue_wait_seconds_count ") >= 1.0, "{m}");
+    assert!(m.contains("yued_stage_duration_seconds_bucket{stage=\"synth\",le=\"28800\"}"), "{m}");
+    assert!(!m.contains("le=\"7.29"), "round bucket bounds");
+    let build = m.lines().find(|l| l.starts_with("yued_build_info{")).unwrap_or_default();
+    assert!(build.contains("demo_weights=\"true\"") && build.ends_with(" 1"), "{build}");
+    assert_eq!(value("yued_journal_healthy "), 1.0);
     // The OpenAI door names the field of a wrong type, as its SDKs read `param`.
     let r = d
         .http
@@ -841,7 +853,8 @@ fn the_scrape_port_serves_metrics_and_stops_with_the_daemon() {
 /// A change the journal cannot record is not acknowledged (the test-only fault: while
 /// `$YUED_TEST_JOURNAL_FAULT_FILE` exists every journal write fails): a submission is a 503
 /// naming the journal, a queued job whose start cannot be recorded fails loudly instead of
-/// running unrecorded, and `/health` is 503 `unhealthy` until a write succeeds again.
+/// running unrecorded, and `/status` is 503 `unhealthy` (as `/health?ready=1`; plain `/health`,
+/// liveness, stays 200) until a write succeeds again.
 #[test]
 fn journal_write_failures_are_not_acknowledged_and_make_the_daemon_unhealthy() {
     let dir = tempfile::tempdir().unwrap();
@@ -868,6 +881,12 @@ fn journal_write_failures_are_not_acknowledged_and_make_the_daemon_unhealthy() {
     assert!(v["error"].as_str().unwrap().contains("journal"), "{v}");
     let (code, h) = health(&d);
     assert_eq!((code, h["status"].as_str()), (503, Some("unhealthy")), "{h}");
+    // Liveness stays a 200 (a restart would stop the running job and mend nothing); the
+    // readiness probe says 503.
+    let live = d.http.get(d.url("/health")).send().unwrap();
+    assert_eq!(live.status(), 200);
+    assert_eq!(live.json::<serde_json::Value>().unwrap()["status"], "unhealthy");
+    assert_eq!(d.http.get(d.url("/health?ready=1")).send().unwrap().status(), 503);
     assert!(h["queue"]["journal_error"].as_str().unwrap().contains("test fault"), "{h}");
     // The queued job's start cannot be recorded when the running one ends: it fails loudly.
     let s = d.wait(&queued, Duration::from_secs(300));
@@ -955,9 +974,19 @@ fn listeners_that_stop_reading_are_dropped_and_the_song_goes_on() {
     );
     // 120 s: 3000 frames, 188 tiles, 23 MB of s16 per listener: more than the socket
     // buffers and the hub's queue of a listener that reads nothing can absorb.
+    let gauge = |name: &str| -> f64 {
+        let m = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
+        m.lines()
+            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
+            .and_then(|l| l.split_whitespace().nth(1))
+            .and_then(|v| v.parse().ok())
+            .unwrap()
+    };
+    let fds = gauge("process_open_fds");
     let id = d.submit(&song(120.0, 1));
     let url = d.ws_url(&format!("/stream?id={id}&format=pcm16"));
-    let (tiles, done) = rt().block_on(async {
+    let rt = rt();
+    let (tiles, done, stalled) = rt.block_on(async {
         let mut stalled = Vec::new();
         for _ in 0..3 {
             stalled.push(tokio_tungstenite::connect_async(url.clone()).await.unwrap().0);
@@ -972,25 +1001,25 @@ fn listeners_that_stop_reading_are_dropped_and_the_song_goes_on() {
                 _ => {}
             }
         }
-        drop(stalled);
-        (tiles, done)
+        (tiles, done, stalled)
     });
     assert!(done, "the reading listener got the end");
     assert_eq!(tiles, 188, "and every tile");
     let t0 = Instant::now();
-    let gauge = |name: &str| -> f64 {
-        let m = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
-        m.lines()
-            .find(|l| l.starts_with(name) && l[name.len()..].starts_with(' '))
-            .and_then(|l| l.split_whitespace().nth(1))
-            .and_then(|v| v.parse().ok())
-            .unwrap()
-    };
     while gauge("yued_stream_listeners") != 0.0 {
         assert!(t0.elapsed() < Duration::from_secs(30), "listeners left: {}", gauge("yued_stream_listeners"));
         std::thread::sleep(Duration::from_millis(100));
     }
     assert!(gauge("yued_stream_dropped_listeners_total") >= 1.0, "the stalled listeners were dropped");
+    // Their connections are cut, not left waiting for peers that never read (each would hold
+    // a socket and megabytes): the daemon's descriptors are back to what they were while the
+    // stalled clients still hold their ends.
+    let t0 = Instant::now();
+    while gauge("process_open_fds") > fds {
+        assert!(t0.elapsed() < Duration::from_secs(30), "{} descriptors, {fds} before", gauge("process_open_fds"));
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(stalled);
     assert!(gauge("process_resident_memory_bytes") < 600e6, "RSS {}", gauge("process_resident_memory_bytes"));
 }
 
