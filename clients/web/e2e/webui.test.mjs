@@ -515,6 +515,13 @@ try {
   await keyed.goto(base + "/");
   // Without the key the page says where it goes; a key entered loads the page again with it.
   await keyed.waitForFunction(() => /enter this daemon's API key/.test(document.getElementById("form-error").textContent), null, { timeout: 10000 });
+  // Render before the settings load sends nothing (the browser's own submit would reload the
+  // page with the lyrics in the URL), and says so.
+  await keyed.fill("#lyrics", "[verse]\nsecret words");
+  await keyed.click("#submit");
+  await keyed.waitForFunction(() => /nothing was sent/.test(document.getElementById("form-error").textContent), null, { timeout: 10000 });
+  check(!keyed.url().includes("secret"), `the lyrics stayed out of the URL (${keyed.url()})`);
+  check((await keyed.locator("#health").getAttribute("data-status")) === "key", "a refused key is not the daemon down");
   await keyed.fill("#api-key", KEY);
   await Promise.all([keyed.waitForEvent("load"), keyed.locator("#api-key").dispatchEvent("change")]);
   await keyed.waitForFunction(() => document.getElementById("health").dataset.status === "ok", null, { timeout: 30000 });

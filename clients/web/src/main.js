@@ -80,7 +80,7 @@ function loadJobs() {
 }
 function saveJob(job) {
   const jobs = loadJobs().filter((j) => j.id !== job.id);
-  jobs.unshift({ id: job.id, request: job.request, created: job.created });
+  jobs.unshift({ id: job.id, request: job.request, created: job.created, label: job.label });
   localStorage.setItem(STORE, JSON.stringify(jobs.slice(0, 50)));
 }
 function forgetJob(id) {
@@ -177,7 +177,8 @@ function fillForm(req) {
   for (const k of ["style", "lyrics", "abc"]) $(k).value = req[k] || "";
   $("abc_continue").checked = !!req.abc_continue;
   $("abc-source").textContent = "";
-  if (req.cot) $("cot").value = req.cot;
+  // On the demo's random weights no score can be planned: without one, cot stays off.
+  if (req.cot) $("cot").value = demoWeights && !req.abc ? "off" : req.cot;
   for (const k of NUMBERS) $(k).value = req[k] ?? "";
   // A request made elsewhere keeps its own chunking (absent: one piece); an example streams.
   $("stream_chunk_seconds").value = req.stream_chunk_seconds ?? (req.semantic_tokens || req.lm_seed !== undefined ? 0 : STREAM_SECONDS);
@@ -507,6 +508,8 @@ async function submit(request, label) {
     const job = { id, request, created: Date.now(), label };
     saveJob(job);
     track(job, true);
+    // The new card may be far below the button (a phone, a long form): show it.
+    document.querySelector(`li.job[data-id="${id}"]`)?.scrollIntoView({ block: "nearest", behavior: "smooth" });
   } catch (e) {
     $("form-error").textContent = labelled(e.message);
   }
@@ -574,9 +577,18 @@ function card(job) {
   li.querySelector(".wave").setAttribute("aria-label", `Waveform of ${named}`);
   li.querySelector(".wave").setAttribute("role", "img");
   li.querySelector(".status").setAttribute("role", "status");
-  li.querySelector(".stage").setAttribute("aria-live", "polite");
+  // The stage line changes every poll (its clock): not announced; the status pill is.
+  li.querySelector(".stage").setAttribute("aria-live", "off");
   li.querySelector(".abc")?.setAttribute("aria-label", `Score (ABC) of ${named}`);
-  li.querySelector(".cancel").onclick = () => api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
+  li.querySelector(".cancel").onclick = async () => {
+    const stage = li.querySelector(".stage");
+    try {
+      const r = await api(`/job?id=${job.id}&cancel=1`, { method: "POST" });
+      if (!r.ok && r.status !== 409) stage.textContent = `could not cancel: HTTP ${r.status}`;
+    } catch (e) {
+      stage.textContent = `could not cancel (${e.message}): the daemon is unreachable; try again`;
+    }
+  };
   li.querySelector(".stop-live").onclick = () => stopLive(job.id);
   li.querySelector(".forget").onclick = async () => {
     // A job still queued or running is not forgotten silently: it would go on with no
@@ -670,6 +682,7 @@ function track(job, live) {
     const proto = location.protocol === "https:" ? "wss" : "ws";
     // Set before the ticket is asked for, so that the polling does not connect twice.
     const live = (info.live = { ws: null, sources: [], stopped: false, play });
+    peaks.length = 0; // a stream (again) from the first tile
     let url;
     try {
       url = await streamUrl("/stream", { id: job.id, format: "pcm16" });
@@ -680,6 +693,15 @@ function track(job, live) {
     if (live.stopped) return;
     const ws = (live.ws = new WebSocket(`${proto}://${location.host}${url}`));
     ws.binaryType = "arraybuffer";
+    // A stream that drops before its end (the daemon restarted, the network) is opened again
+    // by the polling: it starts over from the song's first tile, so the waveform is drawn
+    // again and the sound is the result's once it is done (not played twice).
+    ws.onclose = () => {
+      if (info.live === live && !ended && !live.stopped && !live.ended) {
+        info.live = null;
+        li.querySelector(".stop-live").hidden = true;
+      }
+    };
     ws.onmessage = (m) => {
       if (typeof m.data === "string") {
         const e = JSON.parse(m.data);
@@ -690,6 +712,7 @@ function track(job, live) {
         else if (e.event === "score") showScore(li, e.abc);
         else if (e.event === "done") info.streamDoneAt = performance.now();
         else if (e.event === "queued" && !ended && status.dataset.status !== "running") stage.textContent = queueText(e.position);
+        if (["done", "failed", "cancelled"].includes(e.event)) live.ended = true;
         return;
       }
       if (header && header.track !== 0) return; // play the first track live
@@ -960,7 +983,7 @@ function uploadCard(job, { className, family, pill, kind, name, body }) {
     <div class="head"><b class="id"></b> <span class="family pill"></span> <span class="title"></span>
       <span class="status pill" role="status"></span>
       <button class="cancel">Cancel</button> <button class="forget">Forget</button></div>
-    <progress max="1" value="0"></progress> <span class="stage muted" aria-live="polite"></span>${body}`;
+    <progress max="1" value="0"></progress> <span class="stage muted" aria-live="off"></span>${body}`;
   const title = job.label ? `${job.label}: ${name}` : name;
   li.querySelector(".id").textContent = job.id;
   li.querySelector(".family").textContent = pill;
@@ -1172,8 +1195,10 @@ async function health() {
     $("health").textContent = `${h.status}${h.demo_weights ? " · demo weights" : ""} · ${h.queue.queued} queued · ${h.queue.running.length} running`;
     $("health").dataset.status = h.status;
   } catch (e) {
-    $("health").textContent = `down: ${e.message}`;
-    $("health").dataset.status = "down";
+    // A key the daemon refuses is not the daemon down.
+    const refused = /API key/.test(e.message);
+    $("health").textContent = refused ? `key refused: ${e.message}` : `down: ${e.message}`;
+    $("health").dataset.status = refused ? "key" : "down";
   }
   setTimeout(health, 2000);
 }
@@ -1219,6 +1244,13 @@ function logs() {
 }
 
 async function main() {
+  // Until /props has set the form up, Render must not fall back to the browser's own submit
+  // (a reload with the lyrics in the URL).
+  $("form").addEventListener("submit", (e) => {
+    if (props) return;
+    e.preventDefault();
+    $("form-error").textContent = "The daemon's settings have not loaded yet (see above): nothing was sent.";
+  });
   // The key first: on a daemon with keys, nothing else loads without it. A new key loads the
   // page again with it.
   $("api-key").value = apiKey();
