@@ -329,6 +329,7 @@ try {
     const ph = await page.getAttribute(`#mm3-${k}`, "placeholder");
     check(ph === (md[k] === -1 ? "random" : `default ${md[k]}`), `the ${k} placeholder comes from /props.mm3.defaults (${ph} vs ${md[k]})`);
   }
+  check((await page.getAttribute("#mm3-caption", "placeholder")).startsWith("required, e.g."), "the caption's placeholder reads as an example of a required field");
   check((await page.locator("#mm3-output_format option").count()) === props.output_formats.length, "MiniMax's formats come from /props");
   for (const [field, bucket] of [["lm_model", "mm3-lm"], ["depth_model", "mm3-depth"], ["cond_model", "mm3-cond"], ["dit_model", "mm3-dit"], ["vae_model", "mm3-vae"]]) {
     const values = await page.locator(`#mm3-${field} option`).evaluateAll((os) => os.map((o) => o.value));

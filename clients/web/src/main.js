@@ -211,7 +211,8 @@ function setupMm3Form() {
   }
   $("mm3-output_format").value = "opus";
   for (const k of MM3_NUMBERS) $(`mm3-${k}`).placeholder = defaultText(d[k]);
-  $("mm3-caption").placeholder = d.caption || "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright female vocals";
+  // Required: the placeholder says so, and that it is an example, not a value.
+  $("mm3-caption").placeholder = `required, e.g.\n${d.caption || "Global Metadata\n<|bpm 120|>\n<|key C major|>\nUpbeat synth-pop with bright female vocals"}`;
   $("mm3-lyrics").placeholder = d.lyrics || "[verse]\n…\n[chorus]\n…";
   $("mm3-audio_codes").placeholder = d.audio_codes || "(empty: the LM samples the codes)";
   for (const [field, bucket, name] of MM3_MODELS) {
