@@ -444,13 +444,6 @@ impl Actor for Scheduler {
     }
 }
 
-/// Whether a principal holding `held` jobs is refused the cap's last free place (with `active`
-/// jobs in all): kept for one that holds none, so two principals at their share never lock a
-/// third out. A share as large as the cap (one user) keeps nothing.
-pub fn keeps_last_place(held: usize, share: usize, cap: usize, active: usize) -> bool {
-    held > 0 && share < cap && cap.saturating_sub(active) <= 1
-}
-
 /// Admits a job: its id, or why not.
 #[derive(Message)]
 #[rtype(result = "Result<JobId, SubmitError>")]
@@ -471,7 +464,7 @@ impl Handler<Submit> for Scheduler {
             self.metrics.admission_rejections_total.inc();
             return Err(SubmitError::OverShare(self.share));
         }
-        if m.id.is_none() && keeps_last_place(held, self.share, self.cap, self.active_count()) {
+        if m.id.is_none() && yued_contract::queue::keeps_last_place(held, self.share, self.cap, self.active_count()) {
             self.metrics.admission_rejections_total.inc();
             return Err(SubmitError::KeptForOthers);
         }

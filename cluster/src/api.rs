@@ -172,8 +172,8 @@ impl JobQueue for NatsBackend {
                     .map_err(|e| SubmitError::Unavailable(format!("the cluster's job queue: {e}")))?
                     .state
                     .messages as usize;
-                // One place left (none: the stream's bound answers, as a full cap).
-                if cap.saturating_sub(active) == 1 {
+                // None left: the stream's bound answers, as a full cap.
+                if yued_contract::queue::keeps_last_place(held, share, cap, active) {
                     self.metrics.admission_rejections_total.inc();
                     return Err(SubmitError::KeptForOthers);
                 }

@@ -264,6 +264,12 @@ impl KeyTable {
     /// The principal of a presented key. Every entry is compared, in constant time, so the
     /// answer's timing says nothing of which key (or how much of one) matched.
     pub fn lookup(&self, presented: &str) -> Option<&Principal> {
+        self.lookup_key(presented).map(|(p, _)| p)
+    }
+
+    /// The principal of a presented key, with a handle on the key (see [`KeyTable::holds`]).
+    /// Every entry is compared, in constant time (the key is hashed once).
+    pub fn lookup_key(&self, presented: &str) -> Option<(&Principal, KeyRef)> {
         let hash = digest(presented);
         let mut found = None;
         for e in &self.entries {
@@ -272,13 +278,7 @@ impl KeyTable {
                 found = Some(&e.principal);
             }
         }
-        found
-    }
-
-    /// The principal of a presented key, with a handle on the key (see [`KeyTable::holds`]).
-    pub fn lookup_key(&self, presented: &str) -> Option<(&Principal, KeyRef)> {
-        let hash = digest(presented);
-        self.lookup(presented).map(|p| (p, KeyRef(hash)))
+        found.map(|p| (p, KeyRef(hash)))
     }
 
     /// Whether the key behind `key` is still configured, for `who` (same name and role): a
