@@ -684,6 +684,11 @@ fn a_job_handed_back_twice_spends_no_start() {
     let wc = node_with(dir.path(), "wc", &nats, "worker", &opts);
     let s = api.wait(&id, Duration::from_secs(180));
     assert_eq!(s["status"], "done", "{s}");
+    // The worker logs its end just after the state says done: a moment may pass between them.
+    let t0 = Instant::now();
+    while count(&wc.log(), &id, "job finished in the cluster") == 0 && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
     assert_eq!(count(&wc.log(), &id, "job finished in the cluster"), 1, "{}", wc.log());
     let m = wc.http.get(wc.url("/metrics")).send().unwrap().text().unwrap();
     assert!(m.contains("yued_cluster_redeliveries_total 0"), "a hand-back is no redelivery: {m}");
