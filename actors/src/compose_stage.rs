@@ -149,6 +149,7 @@ impl Entry {
             known_songs: job.known_songs,
             cancel: job.cancel,
             queue_seconds: job.queue_seconds,
+            submitted_ms: job.submitted_ms,
             started: Instant::now(),
             loads_at_start: self.links.store.residency().loads,
         });
@@ -191,7 +192,7 @@ impl Entry {
     /// of this job's work.
     fn upload(&mut self, ctx: Arc<JobCtx>, task: UploadTask) {
         // Its stage shows from here: it may wait behind other uploads' work on that stage.
-        crate::stage::ProgressSink::new(&self.links, &ctx.id).waiting(task.op.stage());
+        crate::stage::ProgressSink::new(&self.links, &ctx).waiting(task.op.stage());
         if !task.op.is_vae() {
             let pin = self.links.store.pin(crate::listen::group());
             let _ = self.vae_tx.send(VaeCmd::UploadJob(ctx, task, pin, crate::listen::run_job));

@@ -5,7 +5,7 @@
 use crate::hub::{Publish, StreamHub};
 use crate::messages::{EncCmd, Finished, JobCtx, Outcome, TrackOut};
 use crate::model_store::{ComponentKey, GroupPin};
-use crate::stage::{guarded, test_fault, Links, ProgressSink};
+use crate::stage::{guarded, test_fault, FirstAudio, Links, ProgressSink};
 use actix::Addr;
 use crossbeam_channel::{Receiver, Sender};
 use std::collections::HashMap;
@@ -92,17 +92,19 @@ pub(crate) struct LiveTiles {
     sink: ProgressSink,
     /// s16 and Ogg Opus for the listeners, made here on the compute thread (see the hub).
     encoder: TileEncoder,
+    first_audio: FirstAudio,
 }
 
 impl LiveTiles {
-    pub(crate) fn new(links: &Links, id: &JobId, total: usize) -> Self {
+    pub(crate) fn new(links: &Links, job: &JobCtx, total: usize, first_audio: FirstAudio) -> Self {
         LiveTiles {
-            id: id.clone(),
+            id: job.id.clone(),
             peak: 1.0,
             sent: 0,
             total,
-            sink: ProgressSink::new(links, id),
-            encoder: TileEncoder::new(id),
+            sink: ProgressSink::new(links, job),
+            encoder: TileEncoder::new(&job.id),
+            first_audio,
         }
     }
 
@@ -124,6 +126,7 @@ impl LiveTiles {
             planar,
         });
         hub.do_send(Publish::Tile(self.id.clone(), encoded));
+        self.first_audio.tile();
         self.sent += 1;
         self.sink.report(Stage::Decode, self.sent as usize, self.total);
     }
@@ -220,7 +223,7 @@ fn begin(
             stream.map(|s| (t, Some(s)))
         })
         .collect::<Result<Vec<_>, _>>()?;
-    let live = LiveTiles::new(links, &job.id, tiles_total);
+    let live = LiveTiles::new(links, &job, tiles_total, FirstAudio::of_song(links, &job));
     Ok(JobState { job, tracks, tiling, _pin: pin, live })
 }
 

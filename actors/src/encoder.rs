@@ -63,7 +63,7 @@ fn package_audio(links: &Links, job: &JobCtx, audio: Pcm, results: &ResultStore)
         return Outcome::Cancelled;
     }
     let req = &job.request;
-    let mut sink = ProgressSink::new(links, &job.id);
+    let mut sink = ProgressSink::new(links, job);
     sink.report(Stage::Encode, 0, 1);
     let seconds = audio.seconds();
     let encoded = match normalize_and_encode(audio, req.output_format(), req.peak_clip(), req.mp3_bitrate()) {
@@ -87,7 +87,7 @@ fn package(links: &Links, job: &JobCtx, tracks: &[TrackOut], results: &ResultSto
     let t1 = Instant::now();
     let req = &job.request;
     let format = req.output_format();
-    let mut sink = ProgressSink::new(links, &job.id);
+    let mut sink = ProgressSink::new(links, job);
     let mut files = Vec::with_capacity(3 * tracks.len());
     let mut audio_seconds = 0.0;
     let mut truncated = false;

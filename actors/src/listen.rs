@@ -135,7 +135,7 @@ fn transcribe(
         Err(e) => return Outcome::Failed(format!("audio: {e}")),
     };
     let budget = tr.head.cfg.max_output_seq_len;
-    let mut sink = ProgressSink::new(links, &job.id);
+    let mut sink = ProgressSink::new(links, job);
     sink.report(Stage::Transcribe, 0, PROGRESS_STEPS);
     loop {
         if job.cancel.is_cancelled() {
@@ -180,7 +180,7 @@ fn tokenize(links: &Links, backend: &Backend, job: &JobCtx, bytes: &[u8], result
     let Some(mut run) = tok.start(mono) else {
         return Outcome::Failed("audio: under a second; the tokenizer reads whole seconds".into());
     };
-    let mut sink = ProgressSink::new(links, &job.id);
+    let mut sink = ProgressSink::new(links, job);
     sink.report(Stage::Tokenize, 0, run.steps());
     loop {
         if job.cancel.is_cancelled() {

@@ -104,6 +104,9 @@ pub struct RunJob {
     pub known_songs: Vec<SongCodes>,
     pub cancel: CancelToken,
     pub queue_seconds: f64,
+    /// When it was submitted (the journal's clock), for the wait to its first audio; `None`
+    /// where that wait is not this node's to measure (a cluster's job on a later attempt).
+    pub submitted_ms: Option<u64>,
     /// A job of an upload (`/vae`, `/tokenize`) instead of a song.
     pub upload: Option<UploadTask>,
 }
@@ -117,6 +120,8 @@ pub struct JobCtx {
     pub known_songs: Vec<SongCodes>,
     pub cancel: CancelToken,
     pub queue_seconds: f64,
+    /// See [`RunJob::submitted_ms`].
+    pub submitted_ms: Option<u64>,
     /// When the job left the queue.
     pub started: Instant,
     /// The store's load counter then: the job's own loads are the difference.

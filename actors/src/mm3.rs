@@ -16,7 +16,7 @@ use crate::family::{Batch, Handoff, Left, ModelFamily, Outlets, StageError, Synt
 use crate::hub::Publish;
 use crate::messages::{CodesReady, EncCmd, JobCtx, Outcome, TrackOut};
 use crate::model_store::{Component, ComponentKey, Group, GroupPin, Lease, Module};
-use crate::stage::{Links, ProgressSink};
+use crate::stage::{FirstAudio, Links, ProgressSink};
 use crossbeam_channel::Sender;
 use std::any::Any;
 use std::path::PathBuf;
@@ -248,7 +248,7 @@ fn replay_job(
     let req = ctx.request.as_mm3().expect("a MiniMax job");
     let files = selection.files(req, true)?;
     let cancelled = || ctx.cancel.is_cancelled();
-    let mut sink = ProgressSink::new(links, &ctx.id);
+    let mut sink = ProgressSink::new(links, ctx);
     let given = req.audio_codes().map_err(|e| e.to_string())?;
     let resumed = given.is_empty();
     let replay_of: Vec<Vec<[u32; 8]>> = if resumed {
@@ -566,11 +566,11 @@ impl Batch for Mm3Batch {
             tx
         });
         tracing::info!(job = %ctx.id, members = self.members.len() + 1, "joins the AR batch");
-        let mut sink = ProgressSink::new(links, &ctx.id);
+        let mut sink = ProgressSink::new(links, &ctx);
         // The stage shows from the join: its prompts' prefill (pieces, steps) is its first work.
         sink.report(Stage::Semantic, 0, s.max_frames + 1);
         let draws = SeedDraws::new(req.lm_seed, n);
-        let meter = crate::stage::TokenMeter::default();
+        let meter = crate::stage::TokenMeter::new(ctx.request.family());
         self.members.push(Mm3Member {
             ctx,
             composer,
@@ -641,6 +641,7 @@ struct SongRender {
 struct LivePcm {
     id: yued_protocol::JobId,
     encoder: TileEncoder,
+    first_audio: FirstAudio,
     rate: u32,
     peak: f32,
     sent: u32,
@@ -649,8 +650,9 @@ struct LivePcm {
 }
 
 impl LivePcm {
-    fn new(id: &yued_protocol::JobId, tracks: usize, rate: u32) -> Self {
-        LivePcm { id: id.clone(), encoder: TileEncoder::new(id), rate, peak: 1.0, sent: 0, starts: vec![0; tracks] }
+    fn new(id: &yued_protocol::JobId, tracks: usize, rate: u32, first_audio: FirstAudio) -> Self {
+        let encoder = TileEncoder::new(id);
+        LivePcm { id: id.clone(), encoder, first_audio, rate, peak: 1.0, sent: 0, starts: vec![0; tracks] }
     }
 
     /// One piece of planar stereo of `track`, in order.
@@ -667,6 +669,7 @@ impl LivePcm {
             planar,
         });
         links.hub.do_send(Publish::Tile(self.id.clone(), tile));
+        self.first_audio.tile();
         self.starts[track] += n;
         self.sent += 1;
     }
@@ -712,8 +715,8 @@ fn render_stream(
     let spec = models.vae.info.audio_spec();
     let m = req.synth_batch_size.max(1) as usize;
     let s = crate::settings::mm3_synth(req, true);
-    let mut sink = ProgressSink::new(links, &ctx.id);
-    let mut live = LivePcm::new(&ctx.id, work.songs * m, spec.sample_rate);
+    let mut sink = ProgressSink::new(links, ctx);
+    let mut live = LivePcm::new(&ctx.id, work.songs * m, spec.sample_rate, FirstAudio::of_song(links, ctx));
     let mut songs: Vec<SongRender> = (0..work.songs).map(|_| SongRender::new(&s, req.seed, m)).collect();
     let mut finished = 0;
     for msg in work.rx.iter() {
@@ -889,14 +892,15 @@ fn render_job(
         return Err(StageError::Cancelled);
     }
     let from_codes = !req.audio_codes.trim().is_empty();
-    let mut sink = ProgressSink::new(links, &ctx.id);
+    let mut sink = ProgressSink::new(links, ctx);
     let songs = &work.songs;
     let [mut cond_lease, mut dit_lease, mut vae_lease] = synthesis_leases(links, backend, &work.files)?;
     let (cond, dit, vae) = (cond_lease.get::<CondEncoder>(), dit_lease.get::<DitModel>(), vae_lease.get::<VaeModel>());
     let spec = vae.info.audio_spec();
     let variations = req.synth_batch_size.max(1) as usize;
     let s = crate::settings::mm3_synth(req, true);
-    let mut live = LivePcm::new(&ctx.id, songs.len() * variations, spec.sample_rate);
+    let first_audio = FirstAudio::of_song(links, ctx);
+    let mut live = LivePcm::new(&ctx.id, songs.len() * variations, spec.sample_rate, first_audio);
     let total_steps =
         songs.iter().map(|song| yued_engine::models::mm3::synth::windows(song.frames()).len() * s.steps).sum::<usize>();
     let mut steps_before = 0;
@@ -960,7 +964,7 @@ pub(crate) fn run_vae_job(
         Ok(e) => e.path.clone(),
         Err(e) => return Some(Outcome::Failed(format!("vae_model: {e}"))),
     };
-    let mut sink = ProgressSink::new(links, &job.id);
+    let mut sink = ProgressSink::new(links, job);
     match op {
         UploadOp::Tokenize | UploadOp::Transcribe | UploadOp::TranscribeMelody => {
             Some(Outcome::Failed("a listening job is not a VAE job".into()))
@@ -999,7 +1003,7 @@ pub(crate) fn run_vae_job(
             };
             let vae = lease.get::<VaeModel>();
             let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
-            let mut live = LivePcm::new(&job.id, 1, vae.info.sample_rate);
+            let mut live = LivePcm::new(&job.id, 1, vae.info.sample_rate, FirstAudio::unobserved());
             let decoded = crate::codec::mm3_decode_tiled(vae, backend, &z, &mut |done, tiles, planar| {
                 if job.cancel.is_cancelled() {
                     return Err(CANCELLED.into());

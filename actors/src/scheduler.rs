@@ -28,6 +28,8 @@ struct Entry {
     /// at its first start (not again when it goes back to wait for the AR batch), never for
     /// a cluster's job (the cluster's queue held it; this node's is an instant).
     wait_measured: bool,
+    /// Not a cluster job's later attempt (whose first attempt's worker measured its waits).
+    first_try: bool,
 }
 
 pub struct Scheduler {
@@ -135,6 +137,8 @@ impl Scheduler {
                     cancel: CancelToken::new(),
                     submitted: Instant::now(),
                     wait_measured: started,
+                    // Its first audio may have gone out before the stop: its waits count once.
+                    first_try: !started,
                 },
             );
         }
@@ -302,6 +306,7 @@ impl Scheduler {
             known_songs: e.record.songs.clone(),
             cancel: e.cancel.clone(),
             queue_seconds: e.submitted.elapsed().as_secs_f64(),
+            submitted_ms: e.first_try.then_some(e.record.submitted_ms),
             upload: e.record.upload.clone(),
         };
         if !self.persist(&id) {
@@ -522,6 +527,7 @@ impl Handler<Submit> for Scheduler {
                 submitted: Instant::now(),
                 // A cluster job's wait is measured by its first start's worker only.
                 wait_measured: cluster && m.submitted_ms.is_none(),
+                first_try: !(cluster && m.submitted_ms.is_none()),
             },
         );
         self.enqueue(&id, &m.client);

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Instant;
 use yued_contract::metrics::Metrics;
 use yued_engine::ggml::Backend;
-use yued_protocol::{JobId, Stage, StreamEvent};
+use yued_protocol::{Family, JobId, Stage, StreamEvent};
 
 /// How the compute stages run: the model files, the device and its threads, the
 /// residency policy, and what MiniMax Music 3 and the adapters need.
@@ -80,6 +80,7 @@ impl Links {
 pub(crate) struct ProgressSink {
     links: Links,
     id: JobId,
+    family: Family,
     last: Option<(Stage, usize)>,
     /// The last report, shown or not: whether the running stage got to its end.
     reported: Option<(Stage, usize, usize)>,
@@ -87,8 +88,15 @@ pub(crate) struct ProgressSink {
 }
 
 impl ProgressSink {
-    pub fn new(links: &Links, id: &JobId) -> Self {
-        ProgressSink { links: links.clone(), id: id.clone(), last: None, reported: None, stage_started: None }
+    pub fn new(links: &Links, job: &JobCtx) -> Self {
+        ProgressSink {
+            links: links.clone(),
+            id: job.id.clone(),
+            family: job.request.family(),
+            last: None,
+            reported: None,
+            stage_started: None,
+        }
     }
 
     pub fn report(&mut self, stage: Stage, done: usize, total: usize) {
@@ -133,7 +141,8 @@ impl ProgressSink {
     /// Records the running stage's duration.
     pub fn close(&mut self) {
         if let Some((s, at)) = self.stage_started.take() {
-            self.links.metrics.stage_seconds.with_label_values(&[s.as_str()]).observe(at.elapsed().as_secs_f64());
+            let labels = [self.family.as_str(), s.as_str()];
+            self.links.metrics.stage_seconds.with_label_values(&labels).observe(at.elapsed().as_secs_f64());
         }
     }
 }
@@ -207,20 +216,24 @@ pub(crate) fn test_abort(_: &JobCtx) {}
 
 /// Sampled tokens per AR stage, from the progress counts: `yued_ar_tokens_total` as they
 /// come, and each stage's tokens per second of wall time when the job leaves the stage.
-#[derive(Default)]
 pub(crate) struct TokenMeter {
+    family: Family,
     last: std::collections::HashMap<(Stage, u32), usize>,
     stages: Vec<(Stage, Instant, u64)>,
 }
 
 impl TokenMeter {
+    pub fn new(family: Family) -> Self {
+        TokenMeter { family, last: Default::default(), stages: Vec::new() }
+    }
+
     pub fn count(&mut self, links: &Links, stage: Stage, song: u32, done: usize) {
         let prev = self.last.insert((stage, song), done).unwrap_or(0);
         let delta = done.saturating_sub(prev) as u64;
         if delta == 0 {
             return;
         }
-        links.metrics.ar_tokens_total.with_label_values(&[stage.as_str()]).inc_by(delta);
+        links.metrics.ar_tokens_total.with_label_values(&[self.family.as_str(), stage.as_str()]).inc_by(delta);
         match self.stages.iter_mut().find(|s| s.0 == stage) {
             Some(s) => s.2 += delta,
             None => self.stages.push((stage, Instant::now(), delta)),
@@ -231,8 +244,36 @@ impl TokenMeter {
         for (stage, at, tokens) in &self.stages {
             let secs = at.elapsed().as_secs_f64();
             if secs > 0.0 {
-                links.metrics.ar_tokens_per_second.with_label_values(&[stage.as_str()]).observe(*tokens as f64 / secs);
+                let labels = [self.family.as_str(), stage.as_str()];
+                links.metrics.ar_tokens_per_second.with_label_values(&labels).observe(*tokens as f64 / secs);
             }
+        }
+    }
+}
+
+/// The wait for a job's first sound: from its submission (the journal's clock, so a job
+/// restored after a restart counts its whole wait) to its first audio tile, observed once.
+pub(crate) struct FirstAudio {
+    /// The family's histogram and the submission, until the first tile.
+    pending: Option<(prometheus::Histogram, u64)>,
+}
+
+impl FirstAudio {
+    /// A song's render: its first tile is observed.
+    pub fn of_song(links: &Links, job: &JobCtx) -> Self {
+        let metric = links.metrics.first_audio_seconds.with_label_values(&[job.request.family().as_str()]);
+        FirstAudio { pending: job.submitted_ms.map(|ms| (metric, ms)) }
+    }
+
+    /// Audio that is not a song's render (a `/vae` decode): not observed.
+    pub fn unobserved() -> Self {
+        FirstAudio { pending: None }
+    }
+
+    /// A tile goes out: the first one is the job's first audio.
+    pub fn tile(&mut self) {
+        if let Some((metric, submitted_ms)) = self.pending.take() {
+            metric.observe(yued_contract::results::now_ms().saturating_sub(submitted_ms) as f64 / 1000.0);
         }
     }
 }

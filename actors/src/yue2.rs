@@ -437,8 +437,8 @@ impl ArReports {
         ArReports {
             links: links.clone(),
             ctx: ctx.clone(),
-            sink: ProgressSink::new(links, &ctx.id),
-            meter: TokenMeter::default(),
+            sink: ProgressSink::new(links, ctx),
+            meter: TokenMeter::new(ctx.request.family()),
         }
     }
 
@@ -607,7 +607,7 @@ fn render(
         .collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, tiling: tiling(links, job, &s), pin });
     let mut lease = links.store.lease(&nar(&links.cfg, Some(job.yue2())), backend).map_err(PipelineError::Other)?;
-    let mut sink = ProgressSink::new(links, &job.id);
+    let mut sink = ProgressSink::new(links, job);
     let mut first = 0;
     for song in songs {
         shared.render(lease.get::<NarModel>(), backend, song, &s, &job.cancel, &mut |e| match e {
@@ -691,7 +691,7 @@ fn render_stream(
         .collect();
     let _ = vae_tx.send(VaeCmd::Begin { job: job.clone(), tracks, tiling: tiling(links, job, s), pin });
     let mut lease = links.store.lease(&nar(&links.cfg, Some(job.yue2())), backend).map_err(PipelineError::Other)?;
-    let mut sink = ProgressSink::new(links, &job.id);
+    let mut sink = ProgressSink::new(links, job);
     let budget = s.budget;
     let mut noise: Vec<Option<SongNoise>> = (0..songs).map(|_| None).collect();
     let (mut ended, mut painted) = (0, 0);
@@ -765,7 +765,7 @@ fn oobleck_vae_job(
     let vae = lease.get::<VaeModel>();
     let lat = vae.info.latent_channels;
     let spec = vae.info.audio_spec();
-    let mut sink = ProgressSink::new(links, &job.id);
+    let mut sink = ProgressSink::new(links, job);
     match op {
         UploadOp::Tokenize | UploadOp::Transcribe | UploadOp::TranscribeMelody => {
             Some(Outcome::Failed("a listening job is not a VAE job".into()))
@@ -792,7 +792,8 @@ fn oobleck_vae_job(
         UploadOp::Decode => {
             let z: Vec<f32> = bytes.chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
             let (core, halo) = (links.cfg.options.vae_core, links.cfg.options.vae_halo);
-            let mut live = LiveTiles::new(links, &job.id, (z.len() / lat).div_ceil(core.max(1)));
+            let tiles = (z.len() / lat).div_ceil(core.max(1));
+            let mut live = LiveTiles::new(links, job, tiles, crate::stage::FirstAudio::unobserved());
             live.begin();
             let (rate, channels) = (vae.info.sample_rate, vae.info.audio_channels);
             let decoded = vae.decode_tiled(backend, &z, core, halo, &job.cancel, &mut |tile| {

@@ -20,6 +20,9 @@ pub struct Metrics {
     pub queue_depth: IntGauge,
     pub jobs_running: IntGauge,
     pub queue_wait_seconds: Histogram,
+    /// Submission to a job's first audio tile (what a listener waits for), by family.
+    pub first_audio_seconds: HistogramVec,
+    /// Each stage's wall time, by family and stage.
     pub stage_seconds: HistogramVec,
     pub ar_tokens_total: IntCounterVec,
     pub ar_tokens_per_second: HistogramVec,
@@ -40,6 +43,8 @@ pub struct Metrics {
     pub cpu_turn_wait_seconds_total: Counter,
     /// HTTP answers by route pattern (`unmatched` for none) and status code: bounded labels.
     pub http_requests_total: IntCounterVec,
+    /// Time to each HTTP answer's head, by route pattern (a stream's: its handshake).
+    pub http_request_seconds: HistogramVec,
 }
 
 impl Metrics {
@@ -72,6 +77,13 @@ impl Metrics {
                 "HTTP answers by route pattern and status code (a WebSocket counts at its handshake)",
                 &["route", "status"],
             ),
+            http_request_seconds: r.histogram_vec(
+                "yued_http_request_duration_seconds",
+                "Time from an HTTP request to its answer's head, by route pattern (a WebSocket or an event \
+                stream: to its handshake; a body streamed after the head is not timed)",
+                vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
+                &["route"],
+            ),
             jobs_finished_total: r.counter_vec("yued_jobs_finished_total", "Jobs by final status", "status"),
             admission_rejections_total: r.counter(
                 "yued_admission_rejections_total",
@@ -85,22 +97,28 @@ impl Metrics {
                 "Time from submission to start of work",
                 seconds(),
             ),
+            first_audio_seconds: r.histogram_vec(
+                "yued_first_audio_seconds",
+                "Time from a job's submission to its first audio tile (a listener's wait for sound), by family",
+                seconds(),
+                &["family"],
+            ),
             stage_seconds: r.histogram_vec(
                 "yued_stage_duration_seconds",
-                "Wall time of each pipeline stage",
+                "Wall time of each pipeline stage, by family and stage",
                 seconds(),
-                "stage",
+                &["family", "stage"],
             ),
-            ar_tokens_total: r.counter_vec(
+            ar_tokens_total: r.counter_vec_of(
                 "yued_ar_tokens_total",
                 "Tokens sampled by the autoregressive stages (a MiniMax Music 3 song's frame counts as one)",
-                "stage",
+                &["family", "stage"],
             ),
             ar_tokens_per_second: r.histogram_vec(
                 "yued_ar_tokens_per_second",
                 "Autoregressive decode speed per job and stage, tokens (MiniMax Music 3: frames) a second",
                 prometheus::exponential_buckets(1.0, 2.0, 14).unwrap(),
-                "stage",
+                &["family", "stage"],
             ),
             real_time_factor: r.histogram(
                 "yued_real_time_factor_ratio",
@@ -139,6 +157,10 @@ impl Metrics {
         m.registry.register(Box::new(prometheus::process_collector::ProcessCollector::for_self())).unwrap();
         for s in ["done", "failed", "cancelled"] {
             m.jobs_finished_total.with_label_values(&[s]);
+        }
+        // Every family's series from the start: a dashboard shows 0, not "no data".
+        for f in yued_protocol::Family::ALL {
+            m.first_audio_seconds.with_label_values(&[f.as_str()]);
         }
         m.journal_healthy.set(1);
         m
@@ -191,8 +213,8 @@ impl Registrar {
         self.add(Histogram::with_opts(HistogramOpts::new(name, help).buckets(buckets)).expect("a valid metric"))
     }
 
-    fn histogram_vec(&self, name: &str, help: &str, buckets: Vec<f64>, label: &str) -> HistogramVec {
+    fn histogram_vec(&self, name: &str, help: &str, buckets: Vec<f64>, labels: &[&str]) -> HistogramVec {
         let opts = HistogramOpts::new(name, help).buckets(buckets);
-        self.add(HistogramVec::new(opts, &[label]).expect("a valid metric"))
+        self.add(HistogramVec::new(opts, labels).expect("a valid metric"))
     }
 }

@@ -420,20 +420,25 @@ fn cross_site(req: &ServiceRequest, keyless: bool) -> Option<String> {
 }
 
 /// The middleware: admits the request as a principal (stored in its extensions) or refuses it.
-/// Counts every answer by its route pattern and status (a key's 401s and 403s included:
-/// this wraps the key check).
+/// Counts every answer by its route pattern and status, and times it to its head (a key's
+/// 401s and 403s included: this wraps the key check).
 pub async fn count_answers(
     req: ServiceRequest,
     next: Next<impl MessageBody + 'static>,
 ) -> Result<ServiceResponse<impl MessageBody>, actix_web::Error> {
-    let counter = req.app_data::<web::Data<crate::state::AppState>>().map(|s| s.metrics.http_requests_total.clone());
+    let metrics = req
+        .app_data::<web::Data<crate::state::AppState>>()
+        .map(|s| (s.metrics.http_requests_total.clone(), s.metrics.http_request_seconds.clone()));
+    let asked = std::time::Instant::now();
     let res = next.call(req).await;
-    if let Some(c) = counter {
+    if let Some((answers, took)) = metrics {
         let (route, status) = match &res {
             Ok(r) => (r.request().match_pattern(), r.status()),
             Err(e) => (None, e.as_response_error().status_code()),
         };
-        c.with_label_values(&[route.as_deref().unwrap_or("unmatched"), status.as_str()]).inc();
+        let route = route.as_deref().unwrap_or("unmatched");
+        answers.with_label_values(&[route, status.as_str()]).inc();
+        took.with_label_values(&[route]).observe(asked.elapsed().as_secs_f64());
     }
     res
 }

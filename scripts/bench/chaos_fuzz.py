@@ -1180,8 +1180,8 @@ def cmd_ws(a):
     def stages():
         _, _, data = h.req("GET", "/metrics")
         out = {}
-        for m in re.finditer(r'^yued_stage_duration_seconds_sum\{stage="(\w+)"\} (\S+)$', data.decode(), re.M):
-            out[m.group(1)] = float(m.group(2))
+        for m in re.finditer(r'^yued_stage_duration_seconds_sum\{family="\w+",stage="(\w+)"\} (\S+)$', data.decode(), re.M):
+            out[m.group(1)] = out.get(m.group(1), 0.0) + float(m.group(2))
         return out
 
     def render(listen_to=False):

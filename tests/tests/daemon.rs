@@ -134,7 +134,16 @@ fn a_job_streams_audio_before_it_is_done_and_its_result_downloads() {
         m.lines().find_map(|l| l.strip_prefix(series).and_then(|v| v.trim().parse().ok())).unwrap_or(-1.0)
     };
     assert!(value("yued_queue_wait_seconds_count ") >= 1.0, "{m}");
-    assert!(m.contains("yued_stage_duration_seconds_bucket{stage=\"synth\",le=\"28800\"}"), "{m}");
+    // The wait for its first sound, from its submission: one song, heard before its end; the
+    // other family's series is there at 0 (a dashboard shows 0, not "no data").
+    assert_eq!(value("yued_first_audio_seconds_count{family=\"yue2\"} "), 1.0, "{m}");
+    let whole = s["metrics"]["queue_seconds"].as_f64().unwrap() + s["metrics"]["worker_seconds"].as_f64().unwrap();
+    let first = value("yued_first_audio_seconds_sum{family=\"yue2\"} ");
+    assert!(first > 0.0 && first < whole, "first audio after {first} s of the job's {whole} s");
+    assert_eq!(value("yued_first_audio_seconds_count{family=\"mm3\"} "), 0.0, "{m}");
+    // Each answer timed to its head, by route.
+    assert!(value("yued_http_request_duration_seconds_count{route=\"/job\"} ") >= 3.0, "{m}");
+    assert!(m.contains("yued_stage_duration_seconds_bucket{family=\"yue2\",stage=\"synth\",le=\"28800\"}"), "{m}");
     assert!(!m.contains("le=\"7.29"), "round bucket bounds");
     let build = m.lines().find(|l| l.starts_with("yued_build_info{")).unwrap_or_default();
     assert!(build.contains("demo_weights=\"true\"") && build.ends_with(" 1"), "{build}");
@@ -1075,11 +1084,13 @@ fn both_families_are_served_and_a_minimax_song_renders_and_streams() {
     let m = d.http.get(d.url("/metrics")).send().unwrap().text().unwrap();
     let tokens: f64 = m
         .lines()
-        .find_map(|l| l.strip_prefix("yued_ar_tokens_total{stage=\"semantic\"} "))
+        .find_map(|l| l.strip_prefix("yued_ar_tokens_total{family=\"mm3\",stage=\"semantic\"} "))
         .unwrap_or_else(|| panic!("no semantic tokens counted: {m}"))
         .parse()
         .unwrap();
     assert!((frames..=frames + 1.0).contains(&tokens), "{tokens} tokens for {frames} frames");
+    // Its first sound is in MiniMax's series.
+    assert!(m.lines().any(|l| l.starts_with("yued_first_audio_seconds_count{family=\"mm3\"} ") && !l.ends_with(" 0")));
     // The result: the track and its replay request.
     let r = d.http.get(d.url(&format!("/job?id={mm3}&result=1"))).send().unwrap();
     let boundary =

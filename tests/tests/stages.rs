@@ -82,8 +82,8 @@ fn keep_loaded_overlaps_the_stages_of_two_jobs() {
     }
     assert_eq!(metric(&d, "yued_kv_sets_in_use"), 0.0, "every KV set is freed");
     // Two songs of 8 s: 2 x 200 semantic tokens sampled, at a measured speed.
-    assert!(metric(&d, "yued_ar_tokens_total{stage=\"semantic\"}") >= 400.0);
-    assert!(metric(&d, "yued_ar_tokens_per_second_count{stage=\"semantic\"}") >= 2.0);
+    assert!(metric(&d, "yued_ar_tokens_total{family=\"yue2\",stage=\"semantic\"}") >= 400.0);
+    assert!(metric(&d, "yued_ar_tokens_per_second_count{family=\"yue2\",stage=\"semantic\"}") >= 2.0);
 }
 
 /// Under STRICT the store's own events say it: every load finds only its own group
