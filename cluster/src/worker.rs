@@ -568,7 +568,8 @@ impl Worker {
         // The owner beats from its claim to its last write (its results' upload included, which
         // a server that was away makes long): a worker that finds the message back meanwhile
         // sees the count move and leaves the job alone.
-        let _beating = self.beating(id.clone(), attempt);
+        let carried = Arc::new(AtomicBool::new(false));
+        let _beating = self.beating(id.clone(), attempt, carried.clone());
         if died {
             self.metrics.redeliveries_total.inc();
             tracing::warn!(attempt, deaths = job.deaths, codes, "resuming a job whose worker stopped answering");
@@ -595,7 +596,7 @@ impl Worker {
         let Some(mut tap) = self.start_local(&id, &job, attempt, &msg).await else { return };
         let lost = Arc::new(AtomicBool::new(false));
         let beat_now = Arc::new(tokio::sync::Notify::new());
-        let beat = Beat { id: id.clone(), attempt, msg: msg.clone(), lost: lost.clone(), now: beat_now.clone() };
+        let beat = Beat { id: id.clone(), attempt, carried, lost: lost.clone(), now: beat_now.clone() };
         let beat = tokio::spawn(self.clone().job_heartbeat(beat, codes));
         let terminal = self.forward(&id, attempt, &mut tap, cancels, &beat_now).await;
         beat.abort();
@@ -650,14 +651,18 @@ impl Worker {
     }
 
     /// Reports the message in progress every third of ack_wait until the guard is dropped.
-    /// Counts this run's beats in the job's state every heartbeat until dropped.
-    fn beating(self: &Arc<Self>, id: JobId, attempt: u32) -> KeepClaimed {
+    /// Counts this run's beats in the job's state every heartbeat until dropped, but while
+    /// `carried` is set: then the job's own heartbeat counts them in its progress write (one
+    /// write a heartbeat, not two).
+    fn beating(self: &Arc<Self>, id: JobId, attempt: u32, carried: Arc<AtomicBool>) -> KeepClaimed {
         let me = self.clone();
         let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
         KeepClaimed(tokio::spawn(async move {
             loop {
-                if let Ok(Own::Lost) = me.write_own(&id, attempt, |j| j.beats += 1).await {
-                    return;
+                if !carried.load(Ordering::Acquire) {
+                    if let Ok(Own::Lost) = me.write_own(&id, attempt, |j| j.beats += 1).await {
+                        return;
+                    }
                 }
                 tokio::time::sleep(period).await;
             }
@@ -696,11 +701,13 @@ impl Worker {
         }))
     }
 
-    /// Every beat while the job runs (and at once when a song's codes are complete): "in
-    /// progress" to the server, progress and new codes to the state; a cancel flag or a new
-    /// owner stops the local job.
+    /// Every beat while the job runs (and at once when a song's codes are complete): the
+    /// owner's beat, progress and new codes to the state, in one write (the message is kept
+    /// in progress for the whole run by [`Worker::keep_claimed`]); a cancel flag or a new owner
+    /// stops the local job.
     async fn job_heartbeat(self: Arc<Self>, beat: Beat, mut songs_known: usize) {
-        let Beat { id, attempt, msg, lost, now } = beat;
+        let Beat { id, attempt, carried, lost, now } = beat;
+        let _carrying = Carrying::new(carried);
         let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
         let mut cancelled = false;
         loop {
@@ -708,14 +715,17 @@ impl Worker {
                 _ = tokio::time::sleep(period) => {}
                 _ = now.notified() => {}
             }
-            if let Err(e) = msg.ack_with(jetstream::AckKind::Progress).await {
-                tracing::warn!(job = %id, error = %e, "the in-progress report did not reach the cluster");
-            }
-            let Some((record, progress)) = self.node.record(&id).await else { continue };
-            let new_songs = (record.songs.len() != songs_known).then(|| record.songs.clone());
+            // Written even before the local job has a record: the beat must not skip.
+            let local = self.node.record(&id).await;
+            let new_songs = local
+                .as_ref()
+                .and_then(|(record, _)| (record.songs.len() != songs_known).then(|| record.songs.clone()));
             let own = self
                 .write_own(&id, attempt, |j| {
-                    j.progress = progress.map(|(s, d, t)| (s, d as u64, t as u64));
+                    j.beats += 1;
+                    if let Some((_, progress)) = &local {
+                        j.progress = progress.map(|(s, d, t)| (s, d as u64, t as u64));
+                    }
                     if let Some(songs) = &new_songs {
                         // The codes are journaled in the cluster: a worker that takes the job
                         // over resumes from them.
@@ -725,8 +735,8 @@ impl Worker {
                 .await;
             match own {
                 Ok(Own::Kept { cancel }) => {
-                    if new_songs.is_some() {
-                        songs_known = record.songs.len();
+                    if let Some(songs) = &new_songs {
+                        songs_known = songs.len();
                         tracing::info!(job = %id, codes = songs_known, "codes journaled in the cluster");
                     }
                     if cancel && !cancelled {
@@ -772,14 +782,32 @@ impl Worker {
     }
 }
 
-/// What a running job's heartbeat needs: whose beat, its claim, its message, the flag it
-/// raises when another worker owns the job, and the bell that asks for a beat at once.
+/// What a running job's heartbeat needs: whose beat, its claim, the flag that tells the
+/// claim's beating that this heartbeat counts the beats, the flag it raises when another worker
+/// owns the job, and the bell that asks for a beat at once.
 struct Beat {
     id: JobId,
     attempt: u32,
-    msg: Arc<jetstream::Message>,
+    carried: Arc<AtomicBool>,
     lost: Arc<AtomicBool>,
     now: Arc<tokio::sync::Notify>,
+}
+
+/// Set while a job's own heartbeat runs (see [`Worker::beating`]), cleared when it stops
+/// (aborted included).
+struct Carrying(Arc<AtomicBool>);
+
+impl Carrying {
+    fn new(flag: Arc<AtomicBool>) -> Self {
+        flag.store(true, Ordering::Release);
+        Carrying(flag)
+    }
+}
+
+impl Drop for Carrying {
+    fn drop(&mut self) {
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// How long a job this worker could not take waits before the server offers it again (to

@@ -3,7 +3,7 @@
 # has no Rust toolchain and no network (the machines this project is lent: a CUDA image, nothing
 # to fetch, a 64 MiB working tree): the release `yued` and `yue` with the CUDA backend (and the
 # fault hooks the end-to-end tests use), the device tests' executables, the shared ggml
-# libraries and cudart, stripped, in one xz archive beside the Qwen ranks file. cuBLAS (hundreds
+# libraries, cudart and libgomp, stripped, in one xz archive beside the Qwen ranks file. cuBLAS (hundreds
 # of MB) is taken from the GPU machine's own CUDA install.
 #
 # Usage: scripts/bench/gpu-bundle.sh [ARCH=90-real]
@@ -43,6 +43,8 @@ PY
 cp $T/release/yued $T/release/yue "$stage/bin/"
 cp -P "$(cuda_ggml_libs $T/tests.json)"/lib*.so* "$stage/lib/"
 cp -P "$CUDA_ROOT"/lib/libcudart.so.13* "$stage/lib/"
+# ggml's CPU backend waits at its barriers in OpenMP: libgomp goes along (a CUDA image may lack it).
+cp -L "$(gcc -print-file-name=libgomp.so.1)" "$stage/lib/"
 strip --strip-unneeded "$stage"/bin/yued "$stage"/bin/yue "$stage"/bin/deps/* "$stage"/lib/*.so* 2>/dev/null || true
 echo "$PWD" >"$stage/root.txt"
 { git rev-parse --short HEAD; git status --short | grep -q . && echo "(with uncommitted changes)"; } \

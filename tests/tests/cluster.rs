@@ -745,6 +745,46 @@ fn an_outage_past_ack_wait_leaves_a_live_workers_job_alone() {
     assert_eq!(api.http.get(api.url("/health")).send().unwrap().status(), 200);
 }
 
+/// The writes of the job-state bucket so far: its stream's last sequence, from the server's
+/// monitoring endpoint.
+fn state_writes(nats: &Nats) -> u64 {
+    let url = format!("http://127.0.0.1:{}/jsz?streams=true", nats.monitor);
+    let v: serde_json::Value = reqwest::blocking::get(url).unwrap().json().unwrap();
+    let stream = "KV_yued_jobstate"; // yued_cluster::STATE_BUCKET's stream
+    v["account_details"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .flat_map(|a| a["stream_detail"].as_array().into_iter().flatten())
+        .find(|s| s["name"] == stream)
+        .map(|s| s["state"]["last_seq"].as_u64().unwrap())
+        .unwrap_or_else(|| panic!("no {stream} stream: {v}"))
+}
+
+/// A running job's owner writes its state once a heartbeat (2 s at the tests' ack_wait of
+/// 6 s): its beat rides on its progress write, where two writes a heartbeat went before.
+#[test]
+fn a_running_job_writes_its_state_once_a_heartbeat() {
+    let Some(bin) = nats_server() else { return };
+    let dir = tempfile::tempdir().unwrap();
+    let nats = Nats::start(bin, dir.path().join("nats"));
+    let wa = node(dir.path(), "wa", &nats, "worker");
+    let api = node(dir.path(), "api", &nats, "api");
+    let id = api.submit(&streamed_song_steps(3, 512));
+    let t0 = Instant::now();
+    while count(&wa.log(), &id, "codes journaled in the cluster") == 0 {
+        assert!(t0.elapsed() < Duration::from_secs(120), "the song's codes never reached the cluster: {}", wa.log());
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let before = state_writes(&nats);
+    std::thread::sleep(Duration::from_secs(6));
+    let writes = state_writes(&nats) - before;
+    // Still running, so those were a live owner's writes.
+    assert_eq!(api.status(&id)["status"], "running", "the window outlived the job");
+    assert!((2..=4).contains(&writes), "{writes} writes of the job's state in three heartbeats");
+    assert_eq!(api.http.post(api.url(&format!("/job?id={id}&cancel=1"))).send().unwrap().status(), 200);
+}
+
 /// A worker whose models serve YuE2 only hands a MiniMax Music 3 job back (no start spent)
 /// for a worker that serves it, which renders it.
 #[test]

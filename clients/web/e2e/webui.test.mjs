@@ -137,6 +137,7 @@ try {
   await page.fill("#steps", "4");
   await page.fill("#seed", "7");
   await page.fill("#lm_seed", "11");
+  await page.selectOption("#solver", "ab2");
   await page.click("summary:has-text('Advanced sampling')");
   await page.fill('[id="semantic_sampling.min_tokens"]', "400");
   await page.selectOption("#output_format", "flac");
@@ -166,6 +167,7 @@ try {
   const id = await card.getAttribute("data-id");
   check(/^[0-9a-f]{16}$/.test(id), `job id ${id}`);
   const listed = (await (await fetch(`${base}/jobs`)).json()).jobs.find((j) => j.id === id);
+  check(listed?.request?.solver === "ab2", `the solver chosen is sent (${JSON.stringify(listed?.request?.solver)})`);
   check(listed?.request?.stream_chunk_seconds === 3, `live listening asks for streaming chunks by default (${JSON.stringify(listed?.request?.stream_chunk_seconds)})`);
   if (ADAPTERS) check(JSON.stringify(listed?.request?.adapters) === JSON.stringify([{ name: "demo-lora.safetensors", scale: 0.5 }]), `the request stacks the ticked adapter (${JSON.stringify(listed?.request?.adapters)})`);
   // The queue, then the stage progress.
@@ -248,6 +250,15 @@ try {
   const head = readFileSync(path).subarray(0, 4).toString("latin1");
   check(head === "fLaC" && statSync(path).size > 1000, `a FLAC file downloads (${head}, ${statSync(path).size} bytes)`);
   await shot("downloaded");
+  // "Edit" loads the whole replay request into the form: the sampling and the solver too.
+  await page.selectOption("#solver", "midpoint");
+  await page.evaluate(() => (document.getElementById("sampling-box").open = true));
+  await page.fill('[id="semantic_sampling.min_tokens"]', "");
+  await page.evaluate(() => (document.getElementById("sampling-box").open = false));
+  await page.locator(`li.job[data-id="${id}"] button.edit`).first().click();
+  check((await page.inputValue("#solver")) === "ab2" && (await page.inputValue("#seed")) === "7", "Edit loads the solver and the seeds");
+  check((await page.inputValue('[id="semantic_sampling.min_tokens"]')) === "400", "Edit loads the sampling");
+  check(await page.locator('[id="semantic_sampling.min_tokens"]').isVisible(), "the loaded sampling is shown");
 
   // "New variation" resubmits the replay request with another seed; its card's Cancel
   // button cancels it.

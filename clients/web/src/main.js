@@ -183,6 +183,22 @@ function fillForm(req) {
   // A request made elsewhere keeps its own chunking (absent: one piece); an example streams.
   $("stream_chunk_seconds").value = req.stream_chunk_seconds ?? (req.semantic_tokens || req.lm_seed !== undefined ? 0 : STREAM_SECONDS);
   if (req.output_format) $("output_format").value = req.output_format;
+  $("solver").value = req.solver || "midpoint";
+  // The sampling of both stages (a replay's, resolved, or an example's few), shown when set.
+  let sampled = false;
+  for (const stage of ["abc_sampling", "semantic_sampling"]) {
+    for (const k of SAMPLING) {
+      const input = $(`${stage}.${k}`);
+      if (!input) continue;
+      input.value = req[stage]?.[k] ?? "";
+      sampled ||= input.value !== "";
+    }
+  }
+  if (sampled) $("sampling-box").open = true;
+  if (props.companion) {
+    $("companion_scale").value = String(req.companion_scale ?? 1);
+    $("companion_scale").dispatchEvent(new Event("input"));
+  }
   fillAdapters(req);
 }
 
@@ -411,6 +427,8 @@ function readYue2Form() {
   req.cot = $("cot").value;
   req.output_format = $("output_format").value;
   for (const k of NUMBERS) if ($(k).value !== "") req[k] = Number($(k).value);
+  // Sent only when not the default, as the daemon writes it in a replay.
+  if ($("solver").value !== "midpoint") req.solver = $("solver").value;
   if ($("stream_chunk_seconds").value !== "") req.stream_chunk_seconds = Number($("stream_chunk_seconds").value);
   const adapters = readAdapters();
   if (adapters.length) req.adapters = adapters;

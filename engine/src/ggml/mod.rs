@@ -742,10 +742,11 @@ fn test_turns() -> Option<std::sync::Arc<CpuTurns>> {
 
 /// Turns at the CPU for backends that would otherwise compute at the same time.
 ///
-/// ggml's CPU workers spin at every node barrier. Two graphs computing at once on the same
-/// cores (the AR half of one job and the NAR half of the previous one) each hold cores
-/// spinning for a partner thread that the other graph has descheduled: on 2 cores, four
-/// overlapping songs took 2.5x as long as the same songs one after the other. CPU
+/// ggml's CPU workers meet at every node barrier (in libgomp: a short spin, then a sleep). Two
+/// graphs computing at once on the same cores (the AR half of one job and the NAR half of the
+/// previous one) each wait there for partner threads the other graph keeps off the cores:
+/// with ggml's own barrier, which only spins, four overlapping songs on 2 cores took 2.5x as
+/// long as the same songs one after the other. CPU
 /// backends that share a `CpuTurns` compute one graph at a time, each with every thread,
 /// in the order they asked (a ticket lock, so a tight decode loop cannot starve a renderer).
 pub struct CpuTurns {
