@@ -330,6 +330,7 @@ mod tests {
             crashes: 0,
             resumed: 0,
             cancel_asked: false,
+            interrupted: false,
         }
     }
 

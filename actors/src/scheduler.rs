@@ -128,7 +128,7 @@ impl Scheduler {
             }
             // A job that had started before the stop (it crashed running, or a shutdown put it
             // back) waited once already.
-            let started = r.crashes > 0 || r.resumed > 0 || !r.songs.is_empty();
+            let started = r.crashes > 0 || r.resumed > 0 || r.interrupted || !r.songs.is_empty();
             s.jobs.insert(
                 id,
                 Entry {
@@ -512,6 +512,7 @@ impl Handler<Submit> for Scheduler {
             crashes: 0,
             resumed: 0,
             cancel_asked: false,
+            interrupted: false,
         };
         let put = self.with_journal(|j| j.put(&record));
         if !self.journaled(put.as_ref().map(|_| ()).map_err(|e| e.to_string())) {
@@ -663,6 +664,7 @@ impl Handler<Finished> for Scheduler {
             // Shutdown interrupted it: it stays queued in the journal and resumes later.
             if let Some(e) = self.jobs.get_mut(&m.id) {
                 e.record.state = JobState::Queued;
+                e.record.interrupted = true;
                 e.progress = None;
             }
             self.persist(&m.id);

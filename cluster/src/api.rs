@@ -200,6 +200,7 @@ impl JobQueue for NatsBackend {
             crashes: 0,
             resumed: 0,
             cancel_asked: false,
+            interrupted: false,
         };
         let entry = ClusterJob {
             record,

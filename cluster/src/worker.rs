@@ -568,8 +568,8 @@ impl Worker {
         // The owner beats from its claim to its last write (its results' upload included, which
         // a server that was away makes long): a worker that finds the message back meanwhile
         // sees the count move and leaves the job alone.
-        let carried = Arc::new(AtomicBool::new(false));
-        let _beating = self.beating(id.clone(), attempt, carried.clone());
+        let beaten = Beaten::new();
+        let _beating = self.beating(id.clone(), attempt, beaten.clone());
         if died {
             self.metrics.redeliveries_total.inc();
             tracing::warn!(attempt, deaths = job.deaths, codes, "resuming a job whose worker stopped answering");
@@ -596,7 +596,7 @@ impl Worker {
         let Some(mut tap) = self.start_local(&id, &job, attempt, &msg).await else { return };
         let lost = Arc::new(AtomicBool::new(false));
         let beat_now = Arc::new(tokio::sync::Notify::new());
-        let beat = Beat { id: id.clone(), attempt, carried, lost: lost.clone(), now: beat_now.clone() };
+        let beat = Beat { id: id.clone(), attempt, beaten, lost: lost.clone(), now: beat_now.clone() };
         let beat = tokio::spawn(self.clone().job_heartbeat(beat, codes));
         let terminal = self.forward(&id, attempt, &mut tap, cancels, &beat_now).await;
         beat.abort();
@@ -651,15 +651,16 @@ impl Worker {
     }
 
     /// Reports the message in progress every third of ack_wait until the guard is dropped.
-    /// Counts this run's beats in the job's state every heartbeat until dropped, but while
-    /// `carried` is set: then the job's own heartbeat counts them in its progress write (one
-    /// write a heartbeat, not two).
-    fn beating(self: &Arc<Self>, id: JobId, attempt: u32, carried: Arc<AtomicBool>) -> KeepClaimed {
+    /// Counts this run's beats in the job's state every heartbeat until dropped, unless the
+    /// job's own heartbeat landed one lately (it counts them in its progress write: one write
+    /// a heartbeat, not two). When that write fails or stalls (the server away, a state too
+    /// big to write), the beats go on from here within a heartbeat and a half.
+    fn beating(self: &Arc<Self>, id: JobId, attempt: u32, beaten: Arc<Beaten>) -> KeepClaimed {
         let me = self.clone();
         let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
         KeepClaimed(tokio::spawn(async move {
             loop {
-                if !carried.load(Ordering::Acquire) {
+                if !beaten.within(period * 3 / 2) {
                     if let Ok(Own::Lost) = me.write_own(&id, attempt, |j| j.beats += 1).await {
                         return;
                     }
@@ -706,8 +707,7 @@ impl Worker {
     /// in progress for the whole run by [`Worker::keep_claimed`]); a cancel flag or a new owner
     /// stops the local job.
     async fn job_heartbeat(self: Arc<Self>, beat: Beat, mut songs_known: usize) {
-        let Beat { id, attempt, carried, lost, now } = beat;
-        let _carrying = Carrying::new(carried);
+        let Beat { id, attempt, beaten, lost, now } = beat;
         let period = (self.c.cfg.ack_wait / 3).min(crate::HEARTBEAT).max(Duration::from_millis(200));
         let mut cancelled = false;
         loop {
@@ -735,6 +735,7 @@ impl Worker {
                 .await;
             match own {
                 Ok(Own::Kept { cancel }) => {
+                    beaten.now();
                     if let Some(songs) = &new_songs {
                         songs_known = songs.len();
                         tracing::info!(job = %id, codes = songs_known, "codes journaled in the cluster");
@@ -782,31 +783,42 @@ impl Worker {
     }
 }
 
-/// What a running job's heartbeat needs: whose beat, its claim, the flag that tells the
-/// claim's beating that this heartbeat counts the beats, the flag it raises when another worker
-/// owns the job, and the bell that asks for a beat at once.
+/// What a running job's heartbeat needs: whose beat, its claim, where it says it landed a
+/// beat, the flag it raises when another worker owns the job, and the bell that asks for a beat
+/// at once.
 struct Beat {
     id: JobId,
     attempt: u32,
-    carried: Arc<AtomicBool>,
+    beaten: Arc<Beaten>,
     lost: Arc<AtomicBool>,
     now: Arc<tokio::sync::Notify>,
 }
 
-/// Set while a job's own heartbeat runs (see [`Worker::beating`]), cleared when it stops
-/// (aborted included).
-struct Carrying(Arc<AtomicBool>);
-
-impl Carrying {
-    fn new(flag: Arc<AtomicBool>) -> Self {
-        flag.store(true, Ordering::Release);
-        Carrying(flag)
-    }
+/// When the job's own heartbeat last landed a beat (see [`Worker::beating`]).
+struct Beaten {
+    epoch: std::time::Instant,
+    /// Milliseconds from `epoch` to that beat, plus one; 0: none yet.
+    at_ms: std::sync::atomic::AtomicU64,
 }
 
-impl Drop for Carrying {
-    fn drop(&mut self) {
-        self.0.store(false, Ordering::Release);
+impl Beaten {
+    fn new() -> Arc<Self> {
+        Arc::new(Beaten { epoch: std::time::Instant::now(), at_ms: std::sync::atomic::AtomicU64::new(0) })
+    }
+
+    fn since_epoch_ms(&self) -> u64 {
+        self.epoch.elapsed().as_millis() as u64 + 1
+    }
+
+    /// A beat landed now.
+    fn now(&self) {
+        self.at_ms.store(self.since_epoch_ms(), Ordering::Release);
+    }
+
+    /// Whether a beat landed within `span`.
+    fn within(&self, span: Duration) -> bool {
+        let at = self.at_ms.load(Ordering::Acquire);
+        at > 0 && self.since_epoch_ms() - at < span.as_millis() as u64
     }
 }
 
@@ -843,5 +855,23 @@ struct KeepClaimed(tokio::task::JoinHandle<()>);
 impl Drop for KeepClaimed {
     fn drop(&mut self) {
         self.0.abort();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The claim's beating writes unless the job's heartbeat landed a beat lately: never before
+    /// the first, not after a heartbeat and a half without one.
+    #[test]
+    fn a_beat_counts_as_recent_for_its_span_only() {
+        let b = Beaten::new();
+        assert!(!b.within(Duration::from_secs(3)), "no beat yet");
+        b.now();
+        assert!(b.within(Duration::from_secs(3)));
+        std::thread::sleep(Duration::from_millis(60));
+        assert!(!b.within(Duration::from_millis(50)), "a beat older than the span");
+        assert!(b.within(Duration::from_secs(3)));
     }
 }

@@ -81,7 +81,11 @@ impl Metrics {
                 "yued_http_request_duration_seconds",
                 "Time from an HTTP request to its answer's head, by route pattern (a WebSocket or an event \
                 stream: to its handshake; a body streamed after the head is not timed)",
-                vec![0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0],
+                // Up to an hour: the synchronous OpenAI routes answer when the song is rendered.
+                vec![
+                    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+                    900.0, 3600.0,
+                ],
                 &["route"],
             ),
             jobs_finished_total: r.counter_vec("yued_jobs_finished_total", "Jobs by final status", "status"),

@@ -52,6 +52,10 @@ pub struct JobRecord {
     /// running at a start with this set is cancelled, not resumed.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub cancel_asked: bool,
+    /// A clean shutdown put it back in the queue while it ran: its waits (in the queue, for
+    /// its first audio) were measured then, not again at the next start.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub interrupted: bool,
 }
 
 impl JobRecord {

@@ -1168,6 +1168,12 @@ pub fn run(a: ServeArgs) -> anyhow::Result<()> {
     let metrics = Metrics::new();
     let residency = residency(&c, &models, context);
     tracing::info!("{}", yued_engine::ggml::CpuSimd::detect().describe());
+    if !yued_engine::ggml::cpu_uses_openmp() {
+        tracing::warn!(
+            "ggml was built without OpenMP (its CMake found no OpenMP runtime): its CPU threads spin at every \
+            barrier, and other work on these cores slows renders many times over; build with gcc (libgomp)"
+        );
+    }
     tracing::info!(keep_loaded = residency.keep_loaded, reason = %residency.reason, "residency");
     props.residency = if residency.keep_loaded { "keep-loaded" } else { "strict" }.into();
     let demo = if models.demo.is_some() { "true" } else { "false" };

@@ -120,9 +120,10 @@ fn strict_swaps_the_halves_for_every_job() {
     assert_eq!(metric(&d, "yued_kv_sets_in_use"), 0.0);
 }
 
-/// SIGTERM while two jobs are in the stages (one rendering, one in the AR half under
-/// --keep-loaded): the daemon stops within seconds, both jobs stay queued in the journal,
-/// and after a restart on the same data directory both complete with their ids.
+/// SIGTERM while jobs are in the stages (one rendering, others in the AR half under
+/// --keep-loaded): the daemon stops within seconds, the jobs stay queued in the journal,
+/// after a restart on the same data directory they complete with their ids, and their waits
+/// are not measured a second time.
 #[test]
 fn sigterm_stops_the_stages_and_a_restart_finishes_the_jobs() {
     let dir = tempfile::tempdir().unwrap();
@@ -130,9 +131,16 @@ fn sigterm_stops_the_stages_and_a_restart_finishes_the_jobs() {
     let d = Daemon::start(&data, &["--keep-loaded"]);
     let a = d.submit(&song(8.0, 16));
     let b = d.submit(&song(8.0, 16));
+    // C writes codes for long (3000 of them): the stop finds it in the AR half, no song's codes
+    // journaled yet.
+    let c = d.submit(&song(120.0, 2));
     let t0 = Instant::now();
     while d.status(&a)["status"] != "running" || d.status(&a)["stage"] != "synth" {
         assert!(t0.elapsed() < Duration::from_secs(120), "A never reached synth: {}", d.status(&a));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    while d.status(&c)["status"] != "running" {
+        assert!(t0.elapsed() < Duration::from_secs(120), "C never started: {}", d.status(&c));
         std::thread::sleep(Duration::from_millis(10));
     }
     let (port, args) = (d.port, d.args.clone());
@@ -154,6 +162,16 @@ fn sigterm_stops_the_stages_and_a_restart_finishes_the_jobs() {
         let s = d.wait(id, Duration::from_secs(300));
         assert_eq!(s["status"], "done", "{id}: {s}");
     }
+    // Every one of them had started: their waits were measured before the stop (from their
+    // submission), not again after it with the downtime in them; C, which had no codes yet, too.
+    let t2 = Instant::now();
+    while d.status(&c)["progress"].as_f64().unwrap_or(0.0) == 0.0 {
+        assert!(t2.elapsed() < Duration::from_secs(120), "C never went on: {}", d.status(&c));
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    assert_eq!(metric(&d, "yued_queue_wait_seconds_count"), 0.0);
+    assert_eq!(metric(&d, "yued_first_audio_seconds_count{family=\"yue2\"}"), 0.0);
+    assert_eq!(d.http.post(d.url(&format!("/job?id={c}&cancel=1"))).send().unwrap().status(), 200);
 }
 
 /// `stream_chunk_seconds` under --keep-loaded: the synthesis stage paints each chunk while

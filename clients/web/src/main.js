@@ -183,7 +183,8 @@ function fillForm(req) {
   // A request made elsewhere keeps its own chunking (absent: one piece); an example streams.
   $("stream_chunk_seconds").value = req.stream_chunk_seconds ?? (req.semantic_tokens || req.lm_seed !== undefined ? 0 : STREAM_SECONDS);
   if (req.output_format) $("output_format").value = req.output_format;
-  $("solver").value = req.solver || "midpoint";
+  // A solver this page does not list (a newer daemon's) falls back to the default.
+  $("solver").value = [...$("solver").options].some((o) => o.value === req.solver) ? req.solver : "midpoint";
   // The sampling of both stages (a replay's, resolved, or an example's few), shown when set.
   let sampled = false;
   for (const stage of ["abc_sampling", "semantic_sampling"]) {

@@ -193,6 +193,35 @@ impl CpuSimd {
     }
 }
 
+/// Whether ggml's CPU backend was built with OpenMP. Its threads then wait at each node's
+/// barrier in libgomp, which sleeps after a short spin; without it they spin until the partner
+/// thread comes back, and a box busy with other work turns that into long stalls (see
+/// docs/BENCHMARKS.md, "A busy box"). ggml's CMake build leaves OpenMP out, with a warning only,
+/// where it finds no OpenMP runtime (a clang without libomp, say).
+pub fn cpu_uses_openmp() -> bool {
+    let name = CString::new("ggml_backend_get_features").unwrap();
+    // SAFETY: the CPU backend's registry is static; the proc address, when there is one, is
+    // the registry's `ggml_backend_get_features_t`, whose array is static and ends with a NULL
+    // name, and whose strings are static C strings.
+    unsafe {
+        let reg = sys::ggml_backend_cpu_reg();
+        let f = sys::ggml_backend_reg_get_proc_address(reg, name.as_ptr());
+        if f.is_null() {
+            return false;
+        }
+        let get: sys::ggml_backend_get_features_t = std::mem::transmute(f);
+        let Some(get) = get else { return false };
+        let mut p = get(reg);
+        while !p.is_null() && !(*p).name.is_null() {
+            if CStr::from_ptr((*p).name).to_bytes() == b"OPENMP" {
+                return true;
+            }
+            p = p.add(1);
+        }
+        false
+    }
+}
+
 /// The x86 extensions ggml can use that this CPU reports (none elsewhere).
 fn host_simd() -> Vec<&'static str> {
     #[cfg(target_arch = "x86_64")]

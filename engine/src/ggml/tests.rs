@@ -32,6 +32,13 @@ fn the_cpu_kernels_name_what_they_were_built_for_and_what_the_host_adds() {
     assert_eq!(line.contains("target-cpu=native"), !simd.unused.is_empty(), "{line}");
 }
 
+/// The build's ggml waits at its barriers in OpenMP (ggml-sys asks for it; ggml's CMake would
+/// quietly leave it out where it finds no OpenMP runtime, and a busy box would stall renders).
+#[test]
+fn the_cpu_backend_is_built_with_openmp() {
+    assert!(cpu_uses_openmp(), "ggml's CPU backend was built without OpenMP");
+}
+
 #[test]
 fn mul_mat_add_and_norm_match_reference() {
     let backend = backend();
