@@ -152,6 +152,19 @@ fn claimed_in(log: &str, ids: &[&String]) -> Vec<String> {
         .collect()
 }
 
+/// Waits until `worker` says the job's codes reached the cluster (its song then renders on).
+fn wait_for_codes(worker: &Daemon, id: &str) {
+    let t0 = Instant::now();
+    while count(&worker.log(), id, "codes journaled in the cluster") == 0 {
+        assert!(
+            t0.elapsed() < Duration::from_secs(120),
+            "the song's codes never reached the cluster: {}",
+            worker.log()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
 /// Lines of a log that mention `needle` and the job.
 fn count(log: &str, job: &str, needle: &str) -> usize {
     log.lines().filter(|l| l.contains(needle) && l.contains(job)).count()
@@ -588,11 +601,7 @@ fn a_stalled_worker_loses_its_job_and_writes_nothing() {
     // rendering then (its synthesis takes seconds): the worker stalls there, before the
     // second worker even starts (on a loaded machine a start takes longer than the render).
     let id = api.submit(&streamed_song_steps(5, 128));
-    let t0 = Instant::now();
-    while count(&wa.log(), &id, "codes journaled in the cluster") == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(120), "the song's codes never reached the cluster: {}", wa.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_codes(&wa, &id);
     let pid = wa.child.id().to_string();
     assert!(Command::new("kill").args(["-STOP", &pid]).status().unwrap().success());
     assert_eq!(count(&wa.log(), &id, "job finished in the cluster"), 0, "the song ended before the stall");
@@ -711,11 +720,7 @@ fn an_outage_past_ack_wait_leaves_a_live_workers_job_alone() {
     let wa = node_with(dir.path(), "wa", &nats, "worker", &opts);
     let api = node_with(dir.path(), "api", &nats, "api", &opts);
     let id = api.submit(&streamed_song_steps(7, 256));
-    let t0 = Instant::now();
-    while count(&wa.log(), &id, "codes journaled in the cluster") == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(120), "the song's codes never reached the cluster: {}", wa.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_codes(&wa, &id);
     let wb = node_with(dir.path(), "wb", &nats, "worker", &opts);
     nats.stop();
     // Past ack_wait (6 s), and both nodes' health says the cluster is away, in well under a
@@ -771,11 +776,7 @@ fn a_running_job_writes_its_state_once_a_heartbeat() {
     let wa = node(dir.path(), "wa", &nats, "worker");
     let api = node(dir.path(), "api", &nats, "api");
     let id = api.submit(&streamed_song_steps(3, 512));
-    let t0 = Instant::now();
-    while count(&wa.log(), &id, "codes journaled in the cluster") == 0 {
-        assert!(t0.elapsed() < Duration::from_secs(120), "the song's codes never reached the cluster: {}", wa.log());
-        std::thread::sleep(Duration::from_millis(20));
-    }
+    wait_for_codes(&wa, &id);
     let before = state_writes(&nats);
     std::thread::sleep(Duration::from_secs(6));
     let writes = state_writes(&nats) - before;
